@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what h3c builds with, from Debian's packages, when it is missing. Idempotent: a machine that already has
+# everything does no apt work at all. CUDA is not installed here: it is detected by CMake (see cmake/FindH3CCuda.cmake).
+set -euo pipefail
+pkgs=(llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools nlohmann-json3-dev libfmt-dev libgtest-dev
+      libcli11-dev libssl-dev ninja-build cmake g++-12)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,42 @@
+#include "h3c/support/dtype.h"
+
+namespace h3c {
+
+namespace {
+struct Entry {
+  DType t;
+  std::string_view name;
+  size_t size;
+};
+constexpr Entry kTable[] = {
+    {DType::F32, "F32", 4},  {DType::BF16, "BF16", 2}, {DType::F16, "F16", 2}, {DType::F64, "F64", 8},
+    {DType::I64, "I64", 8},  {DType::I32, "I32", 4},   {DType::U8, "U8", 1},   {DType::I8, "I8", 1},
+    {DType::I16, "I16", 2},  {DType::U16, "U16", 2},   {DType::U32, "U32", 4}, {DType::U64, "U64", 8},
+    {DType::BOOL, "BOOL", 1},
+};
+} // namespace
+
+size_t dtypeSize(DType t) {
+  for (const auto &e : kTable)
+    if (e.t == t)
+      return e.size;
+  return 0;
+}
+
+std::string_view dtypeName(DType t) {
+  for (const auto &e : kTable)
+    if (e.t == t)
+      return e.name;
+  return "?";
+}
+
+bool parseDType(std::string_view name, DType &out) {
+  for (const auto &e : kTable)
+    if (e.name == name) {
+      out = e.t;
+      return true;
+    }
+  return false;
+}
+
+} // namespace h3c

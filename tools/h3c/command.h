@@ -1,0 +1,31 @@
+// The h3c driver's subcommand registry. Each subcommand lives in its own cmd_<name>.cpp, compiled into the h3c
+// executable, and registers itself at static-initialization time:
+//
+//   static h3c::tool::Command cmd("checkpoint", "Checkpoint tools: snapshot, check, synth, map", setupFn);
+//
+// `setup` receives the CLI11 subcommand to add options and sub-subcommands to, and sets its callback. Callbacks throw
+// h3c::Error on bad input (printed as "h3c: error: ..." with exit code 2) or return an exit code through
+// `exitCode()`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace h3c::tool {
+
+struct Command {
+  using Setup = std::function<void(CLI::App &)>;
+  Command(std::string name, std::string help, Setup setup);
+  std::string name, help;
+  Setup setup;
+};
+
+std::vector<const Command *> &registry();
+
+// The exit code a callback wants (default 0). Callbacks that find a mismatch set kExitMismatch.
+int &exitCode();
+
+} // namespace h3c::tool
