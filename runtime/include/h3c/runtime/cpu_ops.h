@@ -1,0 +1,57 @@
+// The CPU reference implementation of every plan op kind (docs/contract.md sections 3 and 4), usable one op at a
+// time so the GPU executor can audit its kernels against it (download inputs, runCpuOp, compare).
+//
+// Precision::Ordered follows the op's reduction order exactly (F32 accumulators, k_chunks / lane_tree / flash);
+// Precision::Fp64 is the `reference` binding: the same rounding points for stored values, but every reduction in
+// double and unordered. Results never depend on the thread count.
+#pragma once
+
+#include "h3c/runtime/plan.h"
+#include "h3c/runtime/request.h"
+#include "h3c/runtime/weights.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace h3c::rt {
+
+// A host activation: [ranks][batch][rows][cols]. Float dtypes keep values in `f` (already rounded to the dtype);
+// I64 values (pack metadata) in `i`.
+struct HostValue {
+  DType dtype = DType::F32;
+  int64_t ranks = 1, batch = 1, rows = 0, cols = 0;
+  std::vector<float> f;
+  std::vector<int64_t> i;
+  int64_t numel() const { return ranks * batch * rows * cols; }
+  std::vector<int64_t> shape() const;  // [ranks?, batch, rows, cols] (ranks only when > 1)
+};
+
+using ValueMap = std::map<std::string, HostValue>;
+
+enum class Precision { Ordered, Fp64 };
+
+struct OpEnv {
+  const Plan &plan;
+  const CanonicalRequest &req;
+  WeightSource &weights;
+  Precision precision = Precision::Ordered;
+  int threads = 1;
+};
+
+// Runs `op`: reads its inputs from `values` (graph inputs "@..." must be present; see graphInputValues()), writes
+// its outputs. Throws h3c::Error naming op.where on any shape or attribute inconsistency.
+void runCpuOp(const PlanOp &op, OpEnv &env, ValueMap &values);
+
+// The graph inputs of a canonical request as host values ("@hidden_states", ...). The runtime canonicalizes before
+// the graph runs, so the per-row metadata inputs (@position_ids, @token_tags, @timestep_indices) are presented in
+// canonical row order already, and the index inputs as the canonical positions of each modality's rows; `pack`'s
+// metadata outputs are then the same rows (a rope_table reading @position_ids or pack:positions gets one table).
+ValueMap graphInputValues(const CanonicalRequest &req);
+
+// Runs `fn(begin, end)` over [0, n) split into contiguous ranges on up to `threads` std::threads.
+void parallelFor(int64_t n, int threads, const std::function<void(int64_t, int64_t)> &fn);
+
+} // namespace h3c::rt

@@ -1,0 +1,95 @@
+// The operator ledger (issue 5 item 6): one entry per logical node, saying how it actually ran, sealed by sha256
+// over canonical JSON (support/canonical_json.h).
+//
+// {
+//   "schema": "h3c-ledger-v1",
+//   "header": {"plan_sha256", "fingerprint_sha256", "checkpoint": {...}, "config": {...}, "mode", "tp", "device",
+//              "driver_version", "nvrtc_version", "request": {"sha256", "B", "S", ...}, "threads"},
+//   "nodes": [{"id", "kind", "op", "op_index", "order_in_plan", "requested", "actual", "kernel", "kernel_sha256",
+//              "reduction_order", "inputs": [{"value", "dtype", "shape"}], "outputs": [...],
+//              "audit": {"max_abs", "max_rel", "output"} (audit mode)}, ...],   // in execution order
+//   "missing": [node ids of the config not executed],
+//   "complete": bool, "accepted": bool,
+//   "seal": "<sha256 of canonical JSON of the ledger without 'seal'>"
+// }
+//
+// Bindings: row = follows the node's declared order exactly (generated GPU kernel or the CPU executor); interim =
+// runs the node but not in the declared order; reference = unordered or fp64 implementation; native = a vendor
+// library without an order guarantee. The strict rule: complete, and every node `row`. `accepted` = the strict rule
+// holds.
+#pragma once
+
+#include "h3c/runtime/nodes.h"
+#include "h3c/runtime/plan.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace h3c::rt {
+
+inline constexpr const char *kLedgerSchema = "h3c-ledger-v1";
+
+enum class Binding { Row, Interim, Reference, Native };
+std::string bindingName(Binding b);
+Binding parseBinding(const std::string &s, const std::string &where);
+
+enum class Mode { Strict, Audit, Off };
+std::string modeName(Mode m);
+Mode parseMode(const std::string &s);
+
+// --bind 'GLOB=native|reference' (glob over node ids: '*' any run, '?' one character). Later rules win.
+struct BindRule {
+  std::string glob;
+  Binding binding;
+};
+BindRule parseBindRule(const std::string &spec);
+bool globMatch(const std::string &glob, const std::string &text);
+
+// The binding a node is requested with: `row` in strict and audit mode, `native` in off mode (the executor falls
+// back to `row` where it has no native implementation), then the --bind overlay.
+Binding requestedBinding(const std::string &nodeId, Mode mode, const std::vector<BindRule> &rules);
+
+struct AuditError {
+  double maxAbs = 0, maxRel = 0;
+  std::string output;  // the value compared
+};
+
+class LedgerBuilder {
+public:
+  LedgerBuilder(const Plan &plan, Mode mode, int64_t tp, std::string device);
+  nlohmann::json &header() { return header_; }
+  // One executed op: every node it covers gets an entry with these bindings. `shapes` maps value name ->
+  // [B?, rows, cols] actually used.
+  void recordOp(const PlanOp &op, Binding requested, Binding actual,
+                const std::map<std::string, std::vector<int64_t>> &shapes,
+                const std::optional<AuditError> &audit = std::nullopt);
+  // Builds the sealed document: `missing` = expected nodes without entry, `complete`, `accepted`.
+  nlohmann::json finish() const;
+
+private:
+  const Plan &plan_;
+  nlohmann::json header_;
+  nlohmann::json nodes_ = nlohmann::json::array();
+  Mode mode_;
+};
+
+std::string computeLedgerSeal(const nlohmann::json &ledger);  // over canonical JSON without "seal"
+nlohmann::json sealLedger(nlohmann::json ledger);
+
+struct LedgerVerdict {
+  bool sealOk = false;
+  bool complete = false;
+  bool strictOk = false;                 // every node row and nothing missing
+  std::vector<std::string> offenders;    // "<node>: actual <binding>" and "missing <node>"
+  std::vector<std::string> problems;     // structural problems (schema, inconsistent flags)
+  bool ok() const { return sealOk && complete && strictOk && problems.empty(); }
+};
+// Checks the seal, the schema, that complete/accepted agree with the entries, and the strict rule.
+LedgerVerdict verifyLedger(const nlohmann::json &ledger);
+// Per-binding counts and the node list per non-row binding, as text.
+std::string ledgerSummary(const nlohmann::json &ledger);
+
+} // namespace h3c::rt

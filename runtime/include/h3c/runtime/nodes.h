@@ -1,0 +1,20 @@
+// The logical node table of docs/contract.md section 2, derived from the config alone (ids and kinds in table
+// order). The ledger must account for exactly these nodes; the plan reader checks the plan covers them.
+#pragma once
+
+#include "h3c/models/config.h"
+
+#include <string>
+#include <vector>
+
+namespace h3c::rt {
+
+struct NodeInfo {
+  std::string id;
+  std::string kind;  // rope_table, linear, rms_norm, ... (section 2)
+};
+
+// 893 nodes for the full config: 15 top-level + 17 per transformer block + 14 per refiner block.
+std::vector<NodeInfo> expectedNodes(const h3::Config &c);
+
+} // namespace h3c::rt

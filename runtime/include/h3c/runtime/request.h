@@ -1,0 +1,74 @@
+// A request: diffusers' forward arguments as safetensors tensors (docs/contract.md section 1).
+//
+//   hidden_states          [B, Nv, in_channels*prod(patch)]  F32 | BF16
+//   audio_hidden_states    [B, Na, audio_in_channels]        F32 | BF16
+//   encoder_hidden_states  [B, Nt, text_dim]                 F32 | BF16
+//   timestep               [T]   F32 | BF16, distinct values in [0, 1]
+//   timestep_indices       [S]   I64 in [0, T)
+//   token_tags             [S]   I64, 0 video / 1 text / 2 audio, matching the index tensors
+//   position_ids           [S,3] I64 (t, h, w)
+//   video_indices [Nv], audio_indices [Na], text_indices [Nt]  I64, together a partition of [0, S)
+//
+// canonicalize() validates all of it (fail closed, naming the tensor and the element) and reorders the per-row
+// metadata into canonical order: text rows, then video rows, then audio rows, each in the order of its tensor.
+#pragma once
+
+#include "h3c/models/config.h"
+#include "h3c/runtime/tensor.h"
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace h3c::rt {
+
+// The tensor names of a request, in diffusers' forward-argument order.
+const std::vector<std::string> &requestTensorNames();
+
+struct Request {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Reads a request safetensors file (every name of requestTensorNames() required, no others).
+Request loadRequest(const std::filesystem::path &path);
+void writeRequest(const std::filesystem::path &path, const Request &r);
+
+// The request in canonical row order, ready for pack. Floats are kept as float (BF16 inputs are exact in float).
+struct CanonicalRequest {
+  int64_t B = 1, Nt = 0, Nv = 0, Na = 0, S = 0, T = 0;
+  DType videoDtype = DType::F32, audioDtype = DType::F32, textDtype = DType::F32;
+  std::vector<float> text;      // [B, Nt, text_dim]
+  std::vector<float> video;     // [B, Nv, videoPatchDim]
+  std::vector<float> audio;     // [B, Na, audio_in_channels]
+  std::vector<float> timestep;  // [T]
+  // Canonical per-row metadata, [S] (positions [S,3]).
+  std::vector<int64_t> positions, tags, tsIndex;
+  // packedRow[c] = position in the packed sequence of canonical row c (what unpack/diagnostics need).
+  std::vector<int64_t> packedRow;
+  // The row count of a symbolic domain: "S", "Nt", "Nv", "Na", "T", "T3", "1".
+  int64_t rows(const std::string &domain) const;
+};
+
+CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::string &where = "request");
+
+// What `h3c request make` builds: a valid request with synthetic values (synth_rng, keyed by `seed` and the tensor
+// name). Video rows get (t, h, w) grid positions of a T x H x W token grid; text rows (0, 0, 0)... see request.cpp.
+struct RequestShape {
+  int64_t text = 0, audio = 0;
+  int64_t videoT = 0, videoH = 0, videoW = 0;
+  int64_t batch = 1;
+  int64_t timesteps = 1;  // distinct timesteps; rows are assigned round-robin per modality (see request.cpp)
+  bool shuffle = false;   // permute the packed rows (indices permuted to match)
+  DType floatDtype = DType::F32;
+};
+Request makeRequest(const h3::Config &c, const RequestShape &shape, uint64_t seed);
+
+// The same request with its packed rows permuted by `perm` (new packed position of old row p is perm[p]); the
+// indices, tags, timestep indices and positions move with their rows. For invariance tests and --shuffle.
+Request permuteRequest(const Request &r, const std::vector<int64_t> &perm);
+// Batch item `b` of a request, as a batch-1 request.
+Request batchItem(const Request &r, int64_t b);
+
+} // namespace h3c::rt

@@ -1,0 +1,33 @@
+// A host tensor: dtype, shape and the raw little-endian bytes, as safetensors stores them. Requests, outputs and
+// materialized weights travel in this form; the CPU executor converts to float for compute (every BF16 value is
+// exact in float), the GPU executor uploads the bytes as they are.
+#pragma once
+
+#include "h3c/support/dtype.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace h3c::rt {
+
+struct Tensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+
+  static Tensor zeros(DType dtype, std::vector<int64_t> shape);
+  // Rounds to the dtype (bf16 RNE for BF16). Only float dtypes (F32, BF16, F64).
+  static Tensor fromFloats(DType dtype, std::vector<int64_t> shape, const float *values);
+  static Tensor fromInts(std::vector<int64_t> shape, const int64_t *values);  // I64
+
+  int64_t numel() const;
+  bool isFloat() const { return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F64; }
+  float getFloat(int64_t i) const;   // F32, BF16, F64 (rounded to float)
+  int64_t getInt(int64_t i) const;   // I64, I32
+  std::vector<float> toFloats() const;
+  std::vector<int64_t> toInts() const;
+  std::string shapeString() const;  // "[2, 32, 96]"
+};
+
+} // namespace h3c::rt

@@ -1,0 +1,45 @@
+// Where weights come from. The executors never hold the whole model: they ask for one tensor right before the op
+// that needs it and drop it after (the synthetic generator is counter-based, checkpoints are memory-mapped), so the
+// 33B model runs in bounded memory.
+#pragma once
+
+#include "h3c/models/config.h"
+#include "h3c/runtime/tensor.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace h3c::rt {
+
+class WeightSource {
+public:
+  virtual ~WeightSource() = default;
+  // The diffusers tensor table of the config.
+  const h3::TensorSpec &spec(const std::string &name) const;
+  // One whole tensor in its checkpoint dtype (F32 or BF16), diffusers naming and layout.
+  virtual Tensor load(const std::string &name) = 0;
+  // Rows [rowBegin, rowEnd) of a 2-D (or 1-D) tensor: what a TP rank holds. Default: load() and slice.
+  virtual Tensor loadRows(const std::string &name, int64_t rowBegin, int64_t rowEnd);
+  // For the ledger: {"kind": "synthetic", "seed": N} or {"kind": "checkpoint", "path": ..., "sha256": ...}.
+  virtual nlohmann::json describe() const = 0;
+  const h3::Config &config() const { return config_; }
+
+protected:
+  explicit WeightSource(const h3::Config &c);
+  h3::Config config_;
+  std::map<std::string, h3::TensorSpec> specs_;
+};
+
+// `h3c checkpoint synth` values: synth_rng keyed by (seed, name, element); std 0.02 for Init::Normal, 1 for Ones,
+// 0 for Zeros; rounded to the tensor dtype. Generation is multithreaded and bitwise independent of thread count.
+std::unique_ptr<WeightSource> makeSyntheticWeights(const h3::Config &c, uint64_t seed);
+// A diffusers or native checkpoint folder, read through models/h3's checkpoint reader after its check passes.
+std::unique_ptr<WeightSource> makeCheckpointWeights(const h3::Config &c, const std::filesystem::path &dir);
+
+// Synthetic value of one element (as float, before dtype rounding): exposed so the GPU path and tests can agree.
+float syntheticValue(uint64_t seed, const h3::TensorSpec &spec, int64_t index);
+
+} // namespace h3c::rt
