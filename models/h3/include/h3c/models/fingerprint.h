@@ -30,6 +30,8 @@ struct Node {
   std::string block;  // "transformer_blocks.7", "token_refiner.refiner_blocks.0", or "" for top-level nodes
   std::vector<std::string> inputs;   // value names (docs/contract.md: node ids, "id:port", "@input")
   std::vector<std::string> outputs;  // value names this node defines
+  std::vector<std::string> outputRows;  // row domain of each output: "S", "Nt", "Nv", "Na", "T", "T3", "1"
+  std::vector<DType> outputDtypes;      // storage dtype of each output
   std::vector<std::string> tensors;  // diffusers tensor names it reads
   std::vector<Reduction> reductions;
   nlohmann::json attrs;  // kind-specific: dims, dtypes, eps, chunk indices, row mode (see fingerprint.cpp)
@@ -46,6 +48,22 @@ struct Fingerprint {
   int64_t parameters() const { return parameterCount(tensors); }
   size_t blockNodeCount() const;  // nodes with a non-empty block
 };
+
+// A graph input ("@hidden_states", ...): the dtype the model consumes it in (after diffusers' casts) and its shape,
+// each dimension a symbol ("B", "S", "Nv", "T", ...) or an integer as text.
+struct GraphInput {
+  std::string name;
+  DType dtype;
+  std::vector<std::string> shape;
+};
+std::vector<GraphInput> graphInputs(const Config &c);
+
+// The attrs each node kind carries: kind -> [(attr name, type)], type one of "int", "number", "bool", "dtype",
+// "domain", "domains" (list of domains), "ints" (list of integers), "enum:a|b|c". The table is documented in
+// fingerprint.cpp and docs/contract.md section 6; the loader rejects missing, unknown and mistyped attrs.
+const std::map<std::string, std::vector<std::pair<std::string, std::string>>> &nodeAttrSchema();
+// diffusers' _keep_in_fp32_modules, in its order.
+const std::vector<std::string> &f32Modules();
 
 Fingerprint deriveFingerprint(const Config &c, const std::string &configName);
 nlohmann::json fingerprintToJson(const Fingerprint &f);
