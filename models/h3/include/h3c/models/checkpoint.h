@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace h3c::h3 {
@@ -49,7 +50,7 @@ void synthTensor(const TensorSpec &spec, uint64_t seed, void *dst);
 void synthTensorRange(const TensorSpec &spec, uint64_t seed, uint64_t begin, uint64_t end, void *dst);
 
 // ---- Diffusers <-> native naming ----------------------------------------------------------------------------------
-// 1/theta^(arange(0, 2f, 2) / (2f)) for f = rope_freq_dim, computed in double and rounded to F32: [rope_freq_dim].
+// 1/theta^(arange(0, 2f, 2) / (2f)) for f = rope_freq_dim in F32 steps like the reference: [rope_freq_dim].
 std::vector<float> ropeInvFreq(const Config &c);
 
 // A tensor of one naming assembled from byte ranges of tensors of the other naming, concatenated in order.
@@ -133,8 +134,8 @@ private:
 CheckpointFormat detectFormat(const st::Folder &folder);
 // config.json of a folder: the diffusers config keys + _class_name (+ _h3c_format/_h3c_qkv_layout when native).
 nlohmann::json checkpointConfigJson(const Config &c, CheckpointFormat f, QkvLayout layout);
-// Reads DIR/config.json (checks _class_name when present).
-Config readCheckpointConfig(const std::filesystem::path &dir);
+// Reads DIR/config.json (checks _class_name when present); `qkvLayout` receives _h3c_qkv_layout when present.
+Config readCheckpointConfig(const std::filesystem::path &dir, std::optional<QkvLayout> *qkvLayout = nullptr);
 
 // ---- the `h3c checkpoint` operations -----------------------------------------------------------------------------
 // Snapshot: {"schema": "h3c-checkpoint-snapshot-v1", "format", "index_sha256" (null when single-file),
@@ -150,7 +151,11 @@ struct CheckReport {
 };
 // Compares stored tensors (by stored name and layout) with `expected` diffusers specs (mapped to native names when the
 // folder is native). Without `expected`, diffusersTensors(DIR/config.json).
-CheckReport checkCheckpoint(const std::filesystem::path &dir, const std::vector<TensorSpec> *expected = nullptr);
+struct ExpectedTensors {
+  Config config;  // for the native mapping (heads, head_dim, ffn, rope)
+  std::vector<TensorSpec> tensors;  // diffusers naming
+};
+CheckReport checkCheckpoint(const std::filesystem::path &dir, const ExpectedTensors *expected = nullptr);
 CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Folder &stored);
 
 // Writes a diffusers folder with synthetic weights (config.json, shards, index), streaming: memory stays bounded by
@@ -160,7 +165,11 @@ void synthCheckpoint(const Config &c, uint64_t seed, const std::filesystem::path
 
 // Converts IN (either naming) to OUT in naming `to`, streaming tensor by tensor, shard by shard. Bitwise: map to
 // native and back gives the same tensor bytes. Fails closed (no OUT) on anything that does not map exactly.
+// `layout`: the native qkv layout to write, or to read (default: IN's config.json _h3c_qkv_layout, else
+// interleaved; an explicit layout that contradicts the recorded one is an error).
 void mapCheckpoint(const std::filesystem::path &in, const std::filesystem::path &out, CheckpointFormat to,
-                   QkvLayout layout, uint64_t shardSize = st::kDefaultShardSize);
+                   std::optional<QkvLayout> layout = std::nullopt, uint64_t shardSize = st::kDefaultShardSize);
+// Native folders h3c writes use the huggingface_hub default prefix "model" (model.safetensors[.index.json]).
+inline constexpr const char *kNativePrefix = "model";
 
 } // namespace h3c::h3

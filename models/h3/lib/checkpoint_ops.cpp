@@ -1,0 +1,165 @@
+// `h3c checkpoint snapshot | check | map`: hashing a folder's tensors, comparing them with a tensor list, and
+// converting between the diffusers and native namings without ever holding more than the memory maps.
+#include "h3c/models/checkpoint.h"
+
+#include "h3c/support/canonical_json.h"
+#include "h3c/support/error.h"
+#include "h3c/support/sha256.h"
+
+#include <algorithm>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace h3c::h3 {
+
+namespace {
+
+std::string shapeText(const std::vector<int64_t> &s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+std::string specText(DType t, const std::vector<int64_t> &shape) {
+  return std::string(dtypeName(t)) + " " + shapeText(shape);
+}
+
+// Hashes a mapped range in 64 MB steps (the map is read once, sequentially).
+std::string hashRange(const uint8_t *p, uint64_t n) {
+  Sha256 h;
+  constexpr uint64_t kStep = 64ull << 20;
+  for (uint64_t at = 0; at < n; at += kStep)
+    h.update(p + at, size_t(std::min(kStep, n - at)));
+  return h.hexDigest();
+}
+
+} // namespace
+
+nlohmann::json snapshotCheckpoint(const fs::path &dir) {
+  st::Folder folder(dir);
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto &name : folder.names()) {  // sorted
+    const auto &e = folder.at(name);
+    tensors.push_back({{"name", name},
+                       {"dtype", std::string(dtypeName(e.info->dtype))},
+                       {"shape", e.info->shape},
+                       {"sha256", hashRange(folder.data(e), e.info->nbytes())}});
+  }
+  nlohmann::json snap;
+  snap["schema"] = "h3c-checkpoint-snapshot-v1";
+  snap["format"] = formatName(detectFormat(folder));
+  snap["index_sha256"] = folder.indexPath() ? nlohmann::json(sha256File(*folder.indexPath())) : nlohmann::json();
+  snap["config_sha256"] =
+      fs::is_regular_file(dir / "config.json") ? nlohmann::json(sha256File(dir / "config.json")) : nlohmann::json();
+  snap["tensor_count"] = tensors.size();
+  snap["content_sha256"] = sha256Hex(canonicalJson(nlohmann::json{{"tensors", tensors}}));
+  snap["tensors"] = std::move(tensors);
+  return snap;
+}
+
+CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Folder &stored) {
+  CheckReport r;
+  std::set<std::string> want;
+  for (const auto &t : expected) {
+    want.insert(t.name);
+    const auto *e = stored.find(t.name);
+    if (!e)
+      r.missing.push_back(t.name);
+    else if (e->info->dtype != t.dtype || e->info->shape != t.shape)
+      r.mismatched.push_back(t.name + ": expected " + specText(t.dtype, t.shape) + ", stored " +
+                             specText(e->info->dtype, e->info->shape));
+  }
+  for (const auto &n : stored.names())
+    if (!want.count(n))
+      r.unexpected.push_back(n);
+  return r;
+}
+
+CheckReport checkCheckpoint(const fs::path &dir, const ExpectedTensors *expected) {
+  st::Folder folder(dir);
+  ExpectedTensors fromConfig;
+  if (!expected) {
+    fromConfig.config = readCheckpointConfig(dir);
+    fromConfig.tensors = diffusersTensors(fromConfig.config);
+    expected = &fromConfig;
+  }
+  if (detectFormat(folder) == CheckpointFormat::Native)
+    return compareTensors(nativeTensors(expected->tensors, expected->config), folder);
+  return compareTensors(expected->tensors, folder);
+}
+
+void mapCheckpoint(const fs::path &in, const fs::path &out, CheckpointFormat to, std::optional<QkvLayout> layoutOpt,
+                   uint64_t shardSize) {
+  std::optional<QkvLayout> recorded;
+  const Config cfg = readCheckpointConfig(in, &recorded);
+  st::Folder folder(in);
+  const CheckpointFormat from = detectFormat(folder);
+  if (from == to)
+    fail(in.string(), "is already in {} naming", formatName(to));
+  if (from == CheckpointFormat::Native && layoutOpt && recorded && *layoutOpt != *recorded)
+    fail(in.string(), "config.json records qkv layout '{}' but --qkv-layout {} was given", qkvLayoutName(*recorded),
+         qkvLayoutName(*layoutOpt));
+  QkvLayout layout = layoutOpt ? *layoutOpt
+                               : (from == CheckpointFormat::Native ? recorded.value_or(QkvLayout::Interleaved)
+                                                                   : QkvLayout::Interleaved);
+  const auto diffusers = diffusersTensors(cfg);
+  // The input must hold exactly the tensors of its naming, with the config's shapes and dtypes: anything else
+  // (an unmapped name, a missing piece of a q/k/v set, a wrong shape or dtype) fails before OUT is created.
+  std::vector<TensorSpec> inputList =
+      from == CheckpointFormat::Native ? nativeTensors(diffusers, cfg) : diffusers;
+  std::set<std::string> inputNames;
+  for (const auto &t : inputList) {
+    inputNames.insert(t.name);
+    const auto *e = folder.find(t.name);
+    if (!e) {
+      if (t.name == kRopeInvFreq)
+        continue;  // derived data: recomputed from the config when absent
+      bool qkv = t.name.find(".attn.to_q.") != std::string::npos || t.name.find(".attn.to_k.") != std::string::npos ||
+                 t.name.find(".attn.to_v.") != std::string::npos;
+      fail(in.string(), "{}tensor '{}' is missing", qkv ? "incomplete q/k/v set: " : "", t.name);
+    }
+    if (e->info->dtype != t.dtype || e->info->shape != t.shape)
+      fail(in.string(), "tensor '{}': stored {} but the config implies {}", t.name,
+           specText(e->info->dtype, e->info->shape), specText(t.dtype, t.shape));
+  }
+  for (const auto &n : folder.names())
+    if (!inputNames.count(n))
+      fail(in.string(), "unmapped tensor '{}': not a {} MiniMax-H3 tensor of this config", n, formatName(from));
+  std::vector<MappedTensor> plan = to == CheckpointFormat::Native ? nativeFromDiffusers(diffusers, cfg, layout)
+                                                                  : diffusersFromNative(diffusers, cfg, layout);
+  if (from == CheckpointFormat::Native) {
+    // Validates rope.inv_freq when present (Checkpoint::open performs the same check).
+    OpenOptions o;
+    o.config = cfg;
+    o.qkvLayout = layout;
+    Checkpoint::open(in, o);
+  }
+  std::map<std::string, const MappedTensor *> byName;
+  std::vector<st::TensorDecl> decls;
+  for (const auto &m : plan) {
+    byName[m.spec.name] = &m;
+    decls.push_back(st::TensorDecl{m.spec.name, m.spec.dtype, m.spec.shape});
+  }
+  const std::vector<float> rope = ropeInvFreq(cfg);
+  AtomicDirectory dir(out);
+  writeFileAtomic(dir.tempPath() / "config.json", checkpointConfigJson(cfg, to, layout).dump(2) + "\n");
+  st::writeFolder(dir.tempPath(), to == CheckpointFormat::Native ? kNativePrefix : st::kDiffusersPrefix, decls,
+                  shardSize, {{"format", "pt"}}, [&](const st::TensorInfo &info, st::Writer &w) {
+                    const MappedTensor &m = *byName.at(info.name);
+                    if (m.spec.name == kRopeInvFreq && m.pieces.empty()) {
+                      w.append(rope.data(), rope.size() * sizeof(float));
+                      return;
+                    }
+                    for (const auto &p : m.pieces) {
+                      const auto &e = folder.at(p.source);
+                      if (p.offset > e.info->nbytes() || p.length > e.info->nbytes() - p.offset)
+                        fail(p.source, "internal error: piece outside the tensor");
+                      w.append(folder.data(e) + p.offset, p.length);
+                    }
+                  });
+  dir.commit();
+}
+
+} // namespace h3c::h3

@@ -1,0 +1,116 @@
+// `h3c checkpoint snapshot | check | synth | map`: model folders in diffusers or native naming (see
+// models/h3/include/h3c/models/checkpoint.h for the formats and rules).
+#include "command.h"
+
+#include "h3c/models/checkpoint.h"
+#include "h3c/models/fingerprint.h"
+#include "h3c/support/error.h"
+#include "h3c/support/files.h"
+
+#include <cstdio>
+#include <memory>
+
+namespace {
+
+using namespace h3c;
+
+// Bytes, optionally with a decimal suffix like huggingface_hub's max_shard_size: 5GB = 5 * 10^9.
+uint64_t parseSize(const std::string &s) {
+  size_t i = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9')
+    ++i;
+  if (i == 0 || i > 18)
+    fail("--shard-size", "expected a positive byte count (optionally with KB, MB or GB), got '{}'", s);
+  uint64_t v = std::stoull(s.substr(0, i));
+  std::string suf = s.substr(i);
+  uint64_t mul = suf.empty() || suf == "B" ? 1 : suf == "KB" ? 1000ull : suf == "MB" ? 1000000ull
+                                                 : suf == "GB" ? 1000000000ull : 0;
+  if (mul == 0)
+    fail("--shard-size", "unknown suffix '{}' (expected KB, MB or GB)", suf);
+  if (v == 0 || v > UINT64_MAX / mul)
+    fail("--shard-size", "expected a positive byte count, got '{}'", s);
+  return v * mul;
+}
+
+void printList(const char *title, const std::vector<std::string> &v) {
+  if (v.empty())
+    return;
+  std::printf("%s (%zu):\n", title, v.size());
+  for (const auto &s : v)
+    std::printf("  %s\n", s.c_str());
+}
+
+struct Options {
+  std::string dir, out, fingerprint, config = "full", to, qkv, in, shard;
+  uint64_t seed = 0;
+};
+
+void setup(CLI::App &app) {
+  auto o = std::make_shared<Options>();
+  app.require_subcommand(1);
+
+  auto *snap = app.add_subcommand("snapshot", "Names, shapes, dtypes and sha256 of every tensor, and a content hash");
+  snap->add_option("DIR", o->dir, "model folder")->required();
+  snap->add_option("-o,--output", o->out, "write the snapshot JSON here (default: stdout)");
+  snap->callback([o] {
+    std::string text = h3::snapshotCheckpoint(o->dir).dump(2) + "\n";
+    if (o->out.empty())
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    else
+      writeFileAtomic(o->out, text);
+  });
+
+  auto *check = app.add_subcommand("check", "Compare the stored tensors with the tensor list (exit 1 on a difference)");
+  check->add_option("DIR", o->dir, "model folder")->required();
+  check->add_option("--fingerprint", o->fingerprint, "compare with this fingerprint's tensors (default: config.json)");
+  check->callback([o] {
+    h3::CheckReport r;
+    if (!o->fingerprint.empty()) {
+      h3::Fingerprint fp = h3::loadFingerprint(o->fingerprint);
+      h3::ExpectedTensors e{fp.config, fp.tensors};
+      r = h3::checkCheckpoint(o->dir, &e);
+    } else {
+      r = h3::checkCheckpoint(o->dir);
+    }
+    if (r.ok()) {
+      std::printf("ok: every tensor matches\n");
+      return;
+    }
+    printList("missing", r.missing);
+    printList("unexpected", r.unexpected);
+    printList("mismatched", r.mismatched);
+    std::printf("checkpoint differs: %zu missing, %zu unexpected, %zu mismatched\n", r.missing.size(),
+                r.unexpected.size(), r.mismatched.size());
+    tool::exitCode() = kExitMismatch;
+  });
+
+  auto *synth = app.add_subcommand("synth", "Write a diffusers folder with deterministic synthetic weights");
+  synth->add_option("--config", o->config, "full, small, tiny or a config JSON file")->required();
+  synth->add_option("--seed", o->seed, "generator seed")->required();
+  synth->add_option("--out", o->out, "output folder (must not exist)")->required();
+  synth->add_option("--shard-size", o->shard, "max bytes of tensor data per shard (default 5GB)");
+  synth->callback([o] {
+    uint64_t cap = o->shard.empty() ? st::kDefaultShardSize : parseSize(o->shard);
+    h3::synthCheckpoint(h3::loadConfig(o->config), o->seed, o->out, cap);
+  });
+
+  auto *map = app.add_subcommand("map", "Convert between diffusers and native naming (streaming, bitwise)");
+  map->add_option("--to", o->to, "target naming")->required()->check(CLI::IsMember({"native", "diffusers"}));
+  map->add_option("--qkv-layout", o->qkv, "native qkv_proj layout: interleaved (default) or concat")
+      ->check(CLI::IsMember({"interleaved", "concat"}));
+  map->add_option("--shard-size", o->shard, "max bytes of tensor data per shard (default 5GB)");
+  map->add_option("IN", o->in, "input folder")->required();
+  map->add_option("OUT", o->out, "output folder (must not exist)")->required();
+  map->callback([o] {
+    uint64_t cap = o->shard.empty() ? st::kDefaultShardSize : parseSize(o->shard);
+    std::optional<h3::QkvLayout> layout;
+    if (!o->qkv.empty())
+      layout = h3::parseQkvLayout(o->qkv);
+    h3::mapCheckpoint(o->in, o->out, o->to == "native" ? h3::CheckpointFormat::Native : h3::CheckpointFormat::Diffusers,
+                      layout, cap);
+  });
+}
+
+h3c::tool::Command cmd("checkpoint", "Checkpoint tools: snapshot, check, synth, map", setup);
+
+} // namespace
