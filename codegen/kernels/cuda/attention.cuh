@@ -1,0 +1,146 @@
+// Flash attention in the contract's `flash` order (docs/contract.md section 4), one (64-query block, head, batch
+// item) per CTA of 4 warps (16 query rows each). Keys in canonical order in blocks of 64, ascending; per block:
+// s = q k^T (mma over d in 16-wide chunks, ascending, from 0) * d^-0.5, running max m and sum l, P = bf(exp(s - m)),
+// o = o * exp(m_old - m_new) + P v (mma over the block's keys in 16-wide chunks, ascending); finally o / l, bf16.
+// l sums the rounded P that multiply v. K/V tiles are double-buffered with cp.async.
+//
+// Defined by the emitter: AT_ENTRY AT_D (multiple of 16, <= 256) AT_HEADS AT_SCALE (float literal).
+#define AT_LDS (AT_D + 8)
+#define AT_DK (AT_D / 16)
+#define AT_DN (AT_D / 8)
+
+__device__ __forceinline__ void at_load_rows(h3bf *dst, const h3bf *src, long long row0, long long L, long long ld) {
+  for (int i = threadIdx.x; i < 64 * (AT_D / 8); i += 128) {
+    int r = i / (AT_D / 8), c = (i % (AT_D / 8)) * 8;
+    bool ok = row0 + r < L;
+    cp_async16(dst + r * AT_LDS + c, ok ? (const void *)(src + (row0 + r) * ld + c) : (const void *)src, ok ? 16 : 0);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(const H3cArgs a) {
+  extern __shared__ __align__(16) unsigned char at_smem[];
+  h3bf *Qs = (h3bf *)at_smem;
+  h3bf *Ks = Qs + 64 * AT_LDS;
+  h3bf *Vs = Ks + 2 * 64 * AT_LDS;
+  const long long L = a.meta[H3C_META_ITEM_ROWS];
+  const long long ld = (long long)AT_HEADS * AT_D;
+  const long long base = (long long)blockIdx.z * L * ld + (long long)blockIdx.y * AT_D;
+  const h3bf *Q = (const h3bf *)a.in[0] + base;
+  const h3bf *K = (const h3bf *)a.in[1] + base;
+  const h3bf *V = (const h3bf *)a.in[2] + base;
+  h3bf *O = (h3bf *)a.out[0] + base;
+  const long long q0 = (long long)blockIdx.x * 64;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  const float kNegInf = __int_as_float(0xff800000);
+  const int nkv = (int)((L + 63) / 64);
+
+  at_load_rows(Qs, Q, q0, L, ld);
+  at_load_rows(Ks, K, 0, L, ld);
+  at_load_rows(Vs, V, 0, L, ld);
+  cp_async_commit();
+
+  float o[AT_DN][4];
+#pragma unroll
+  for (int j = 0; j < AT_DN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  h3u32 qf[AT_DK][4];
+
+  for (int kb = 0; kb < nkv; ++kb) {
+    if (kb + 1 < nkv) {
+      int nb = (kb + 1) & 1;
+      at_load_rows(Ks + nb * 64 * AT_LDS, K, (long long)(kb + 1) * 64, L, ld);
+      at_load_rows(Vs + nb * 64 * AT_LDS, V, (long long)(kb + 1) * 64, L, ld);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (kb == 0) {
+#pragma unroll
+      for (int kc = 0; kc < AT_DK; ++kc)
+        ldsm_x4(qf[kc][0], qf[kc][1], qf[kc][2], qf[kc][3],
+                Qs + (warp * 16 + (lane & 15)) * AT_LDS + kc * 16 + (lane >> 4) * 8);
+    }
+    const h3bf *Kb = Ks + (kb & 1) * 64 * AT_LDS;
+    const h3bf *Vb = Vs + (kb & 1) * 64 * AT_LDS;
+
+    float s[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < AT_DK; ++kc) {
+#pragma unroll
+      for (int j = 0; j < 8; j += 2) {
+        h3u32 b0, b1, b2, b3;
+        ldsm_x4(b0, b1, b2, b3, Kb + (j * 8 + (lane >> 4) * 8 + (lane & 7)) * AT_LDS + kc * 16 + ((lane >> 3) & 1) * 8);
+        mma16816(s[j], qf[kc], b0, b1);
+        mma16816(s[j + 1], qf[kc], b2, b3);
+      }
+    }
+    const long long k0 = (long long)kb * 64;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        long long key = k0 + j * 8 + t4 * 2 + (e & 1);
+        s[j][e] = key < L ? __fmul_rn(s[j][e], AT_SCALE) : kNegInf;
+      }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = kNegInf;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j][hh * 2], s[j][hh * 2 + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      float mnew = fmaxf(m[hh], mx);
+      float alpha = expf(__fsub_rn(m[hh], mnew));
+      m[hh] = mnew;
+      l[hh] = __fmul_rn(l[hh], alpha);
+#pragma unroll
+      for (int j = 0; j < AT_DN; ++j) {
+        o[j][hh * 2] = __fmul_rn(o[j][hh * 2], alpha);
+        o[j][hh * 2 + 1] = __fmul_rn(o[j][hh * 2 + 1], alpha);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float p = rbf(expf(__fsub_rn(s[j][hh * 2 + e], mnew)));
+          s[j][hh * 2 + e] = p;
+          l[hh] = __fadd_rn(l[hh], p);
+        }
+    }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+      h3u32 pa[4];
+      pa[0] = pack_bf2(s[2 * kc][0], s[2 * kc][1]);
+      pa[1] = pack_bf2(s[2 * kc][2], s[2 * kc][3]);
+      pa[2] = pack_bf2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      pa[3] = pack_bf2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+#pragma unroll
+      for (int j = 0; j < AT_DN; j += 2) {
+        h3u32 b0, b1, b2, b3;
+        ldsm_x4_t(b0, b1, b2, b3, Vb + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * AT_LDS + j * 8 + (lane >> 4) * 8);
+        mma16816(o[j], pa, b0, b1);
+        mma16816(o[j + 1], pa, b2, b3);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float lt = __fadd_rn(l[hh], __shfl_xor_sync(0xffffffffu, l[hh], 1));
+    lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
+    long long q = q0 + warp * 16 + g + hh * 8;
+    if (q >= L) continue;
+#pragma unroll
+    for (int j = 0; j < AT_DN; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) O[q * ld + j * 8 + t4 * 2 + e] = f2bf(__fdiv_rn(o[j][hh * 2 + e], lt));
+  }
+}

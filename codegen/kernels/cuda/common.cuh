@@ -1,0 +1,72 @@
+// h3c kernel prelude (NVRTC, no includes). Emitted before every kernel: the argument block shared with the GPU
+// executor (docs/contract.md section 6), bf16 as raw bits with h3c's own rounding (support/dtype.h: RNE, quiet NaN),
+// cp.async / ldmatrix / mma.sync wrappers.
+typedef unsigned short h3bf;
+typedef long long h3i64;
+typedef unsigned int h3u32;
+
+struct H3cArgs {
+  const void *in[8];
+  void *out[4];
+  const void *w[4];
+  long long meta[16];
+};
+
+#define H3C_META_ROWS 0
+#define H3C_META_BATCH 1
+#define H3C_META_ITEM_ROWS 2
+#define H3C_META_META_ROWS 3
+#define H3C_META_NT 4
+#define H3C_META_NV 5
+#define H3C_META_NA 6
+#define H3C_META_T 7
+
+__device__ __forceinline__ float bf2f(h3bf b) { return __uint_as_float(((h3u32)b) << 16); }
+__device__ __forceinline__ h3bf f2bf(float f) {
+  h3u32 u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (h3bf)((u >> 16) | 0x0040u);
+  return (h3bf)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ float rbf(float f) { return bf2f(f2bf(f)); }
+
+// Row metadata: table row of a packed row (docs/contract.md section 1: adaln row = ts * 3 + tag; norm_out row = ts).
+__device__ __forceinline__ long long h3c_table_row(const H3cArgs &a, const long long *ts, const long long *tags,
+                                                   long long row, int rowsPerTs) {
+  long long m = row % a.meta[H3C_META_META_ROWS];
+  return rowsPerTs == 3 ? ts[m] * 3 + tags[m] : ts[m];
+}
+
+__device__ __forceinline__ h3u32 smem_u32(const void *p) { return (h3u32)__cvta_generic_to_shared(p); }
+// 16-byte async copy; src_bytes 0 fills the destination with zeros (out-of-range rows/columns).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(h3u32 &r0, h3u32 &r1, h3u32 &r2, h3u32 &r3, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(h3u32 &r0, h3u32 &r1, h3u32 &r2, h3u32 &r3, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_u32(p)));
+}
+// D = A(16x16 bf16) * B(16x8 bf16) + C, F32 accumulators: one k_step = 16 chunk added to the running accumulator.
+__device__ __forceinline__ void mma16816(float *c, const h3u32 *a, h3u32 b0, h3u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ h3u32 pack_bf2(float lo, float hi) { return (h3u32)f2bf(lo) | ((h3u32)f2bf(hi) << 16); }
+
+// The contract's lane_tree: for off = 16..1, lanes l < off add lane l + off; the result is lane 0's, broadcast.
+__device__ __forceinline__ float h3c_lane_tree(float p) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+    float o = __shfl_down_sync(0xffffffffu, p, off);
+    if ((int)(threadIdx.x & 31) < off) p = __fadd_rn(p, o);
+  }
+  return __shfl_sync(0xffffffffu, p, 0);
+}

@@ -1,0 +1,62 @@
+// F32 linear on CUDA cores in the documented fixed order (docs/contract.md section 6): y[r,n] = (sum over k = 0..K-1
+// ascending of fma(x[r,k], w[n,k], acc) from 0) + bias[n], one F32 add; the CPU reproduces it bit for bit. 64x64
+// output tile per 256 threads (4x4 each), x/w k-tiles of 32 staged in shared memory; only k < K is ever added.
+// Defined by the emitter: FL_ENTRY FL_K FL_N FL_HAS_BIAS FL_XBF (x is bf16) FL_OUT_BF (bf16 output).
+extern "C" __global__ void __launch_bounds__(256) FL_ENTRY(const H3cArgs a) {
+  __shared__ float xs[64][33];
+  __shared__ float ws[64][33];
+  const long long M = a.meta[H3C_META_ROWS];
+  const long long m0 = (long long)blockIdx.x * 64;
+  const int n0 = blockIdx.y * 64;
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+  const float *W = (const float *)a.w[0];
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  for (int k0 = 0; k0 < FL_K; k0 += 32) {
+    for (int e = threadIdx.x; e < 64 * 32; e += 256) {
+      int r = e / 32, k = e % 32;
+      float xv = 0.0f, wv = 0.0f;
+      if (m0 + r < M && k0 + k < FL_K) {
+#if FL_XBF
+        xv = bf2f(((const h3bf *)a.in[0])[(m0 + r) * FL_K + k0 + k]);
+#else
+        xv = ((const float *)a.in[0])[(m0 + r) * FL_K + k0 + k];
+#endif
+      }
+      if (n0 + r < FL_N && k0 + k < FL_K) wv = W[(long long)(n0 + r) * FL_K + k0 + k];
+      xs[r][k] = xv;
+      ws[r][k] = wv;
+    }
+    __syncthreads();
+    const int kn = FL_K - k0 < 32 ? FL_K - k0 : 32;
+    for (int k = 0; k < kn; ++k) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = __fmaf_rn(xs[ty * 4 + i][k], ws[tx * 4 + j][k], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    long long r = m0 + ty * 4 + i;
+    if (r >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      int n = n0 + tx * 4 + j;
+      if (n >= FL_N) continue;
+      float v = acc[i][j];
+#if FL_HAS_BIAS
+      v = __fadd_rn(v, ((const float *)a.w[1])[n]);
+#endif
+#if FL_OUT_BF
+      ((h3bf *)a.out[0])[r * FL_N + n] = f2bf(v);
+#else
+      ((float *)a.out[0])[r * FL_N + n] = v;
+#endif
+    }
+  }
+}

@@ -1,0 +1,28 @@
+// The fused time embedding (time_embedder.linear_1, act, linear_2; docs/contract.md section 3) for T timestep rows,
+// from the host-computed sinusoid: h = silu(W1 s + b1), temb = W2 h + b2, every dot in the F32 order of section 6
+// (fma over k ascending from 0, then + bias). grid = (T, ceil(N / 256)): each CTA recomputes h for its row
+// (identical bits in every CTA) and produces 256 outputs, one per thread.
+// Defined by the emitter: TE_ENTRY TE_K TE_HID TE_N.
+extern "C" __global__ void __launch_bounds__(256) TE_ENTRY(const H3cArgs a) {
+  __shared__ float sx[TE_K];
+  __shared__ float sh[TE_HID];
+  const long long t = blockIdx.x;
+  const float *s = (const float *)a.in[0] + t * TE_K;
+  const float *W1 = (const float *)a.w[0];
+  const float *b1 = (const float *)a.w[1];
+  const float *W2 = (const float *)a.w[2];
+  const float *b2 = (const float *)a.w[3];
+  for (int k = threadIdx.x; k < TE_K; k += 256) sx[k] = s[k];
+  __syncthreads();
+  for (int j = threadIdx.x; j < TE_HID; j += 256) {
+    float acc = 0.0f;
+    for (int k = 0; k < TE_K; ++k) acc = __fmaf_rn(sx[k], W1[(long long)j * TE_K + k], acc);
+    sh[j] = h3c::detmath::silu(__fadd_rn(acc, b1[j]));
+  }
+  __syncthreads();
+  int n = blockIdx.y * 256 + threadIdx.x;
+  if (n >= TE_N) return;
+  float acc = 0.0f;
+  for (int k = 0; k < TE_HID; ++k) acc = __fmaf_rn(sh[k], W2[(long long)n * TE_HID + k], acc);
+  ((float *)a.out[0])[t * TE_N + n] = __fadd_rn(acc, b2[n]);
+}

@@ -1,1 +1,0 @@
-// Keeps h3c_kernels a valid library while it has no other sources (removed when the emitter lands).

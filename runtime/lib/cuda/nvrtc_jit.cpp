@@ -1,0 +1,152 @@
+// NVRTC compilation with a content-keyed, self-checking disk cache (see nvrtc_jit.h).
+#include "h3c/runtime/cuda/nvrtc_jit.h"
+
+#include "h3c/support/files.h"
+#include "h3c/support/sha256.h"
+
+#include <nvrtc.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+namespace h3c::runtime::cuda {
+namespace {
+
+constexpr const char *kMagic = "h3c-cubin-v1\n";
+
+void check(nvrtcResult r, const std::string &where, const char *what) {
+  if (r != NVRTC_SUCCESS) fail(where, "{}: {}", what, nvrtcGetErrorString(r));
+}
+
+// Reads a cache entry; returns false (and sets `corrupt`) when the file exists but does not verify.
+bool readEntry(const std::filesystem::path &p, std::string &cubin, bool &corrupt) {
+  corrupt = false;
+  std::error_code ec;
+  if (!std::filesystem::exists(p, ec)) return false;
+  std::string bytes;
+  try {
+    bytes = readFile(p);
+  } catch (const std::exception &) {
+    corrupt = true;
+    return false;
+  }
+  size_t m = std::string(kMagic).size();
+  if (bytes.size() < m + 65 || bytes.compare(0, m, kMagic) != 0 || bytes[m + 64] != '\n') {
+    corrupt = true;
+    return false;
+  }
+  std::string stored = bytes.substr(m, 64);
+  std::string body = bytes.substr(m + 65);
+  if (body.empty() || sha256Hex(body) != stored) {
+    corrupt = true;
+    return false;
+  }
+  cubin = std::move(body);
+  return true;
+}
+
+} // namespace
+
+NvrtcJit::NvrtcJit(std::filesystem::path cacheDir) : dir_(std::move(cacheDir)) {
+  if (!dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) fail(dir_.string(), "cannot create the kernel cache folder: {}", ec.message());
+  }
+}
+
+std::string NvrtcJit::nvrtcVersion() {
+  int major = 0, minor = 0;
+  check(::nvrtcVersion(&major, &minor), "nvrtc", "nvrtcVersion");
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+std::vector<std::string> NvrtcJit::options(const std::string &arch) {
+  if (arch != "sm_90a" && arch != "sm_100a" && arch != "sm_90" && arch != "sm_100")
+    fail("nvrtc", "unsupported arch '{}' (expected sm_90a or sm_100a)", arch);
+  // The 'a' targets keep the arch-specific instructions; --fmad=false forbids any contraction the kernels do not
+  // spell out (the contract's numerics name every fma).
+  return {"--gpu-architecture=" + arch, "--std=c++17", "--fmad=false",
+          "--extra-device-vectorization", "-DH3C_NVRTC=1"};
+}
+
+std::string NvrtcJit::cacheKey(const h3c::kernels::KernelSource &k, const std::string &arch) {
+  Sha256 h;
+  auto field = [&](const std::string &s) {
+    h.update(std::to_string(s.size()) + ":");
+    h.update(s);
+  };
+  field(k.source);
+  for (const auto &o : options(arch)) field(o);
+  field(arch);
+  field(nvrtcVersion());
+  field(kPlanSchema);
+  return h.hexDigest();
+}
+
+std::filesystem::path NvrtcJit::defaultCacheDir() {
+  if (const char *e = std::getenv("H3C_KERNEL_CACHE"); e && *e) return e;
+  if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "h3c" / "kernels";
+  if (const char *home = std::getenv("HOME"); home && *home)
+    return std::filesystem::path(home) / ".cache" / "h3c" / "kernels";
+  return std::filesystem::temp_directory_path() / "h3c-kernels";
+}
+
+CompiledKernel NvrtcJit::compile(const h3c::kernels::KernelSource &k, const std::string &arch) {
+  CompiledKernel out;
+  out.id = k.id;
+  out.entry = k.entry;
+  out.arch = arch;
+  out.key = cacheKey(k, arch);
+  std::filesystem::path entry;
+  if (!dir_.empty()) {
+    entry = dir_ / (out.key + ".cubin");
+    bool corrupt = false;
+    if (readEntry(entry, out.cubin, corrupt)) {
+      out.fromCache = true;
+      ++stats_.cacheHits;
+      return out;
+    }
+    if (corrupt) {
+      out.rebuiltCorrupt = true;
+      ++stats_.corruptRebuilt;
+      std::error_code ec;
+      std::filesystem::remove(entry, ec);
+    }
+  }
+
+  nvrtcProgram prog;
+  std::string name = k.id + ".cu";
+  check(nvrtcCreateProgram(&prog, k.source.c_str(), name.c_str(), 0, nullptr, nullptr), "kernel " + k.id,
+        "nvrtcCreateProgram");
+  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram *)> guard(&prog, [](nvrtcProgram *p) { nvrtcDestroyProgram(p); });
+  std::vector<std::string> opts = options(arch);
+  std::vector<const char *> copts;
+  for (const auto &o : opts) copts.push_back(o.c_str());
+  nvrtcResult r = nvrtcCompileProgram(prog, (int)copts.size(), copts.data());
+  size_t logSize = 0;
+  nvrtcGetProgramLogSize(prog, &logSize);
+  std::string log(logSize, '\0');
+  if (logSize) nvrtcGetProgramLog(prog, log.data());
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  if (r != NVRTC_SUCCESS) throw CompileError(k.id, std::string(nvrtcGetErrorString(r)) + "\n" + log);
+  size_t size = 0;
+  check(nvrtcGetCUBINSize(prog, &size), "kernel " + k.id, "nvrtcGetCUBINSize");
+  if (size == 0) fail("kernel " + k.id, "NVRTC produced an empty cubin");
+  out.cubin.assign(size, '\0');
+  check(nvrtcGetCUBIN(prog, out.cubin.data()), "kernel " + k.id, "nvrtcGetCUBIN");
+  ++stats_.compiled;
+
+  if (!entry.empty()) {
+    AtomicFileWriter w(entry);
+    w.write(std::string(kMagic));
+    w.write(sha256Hex(out.cubin) + "\n");
+    w.write(out.cubin);
+    w.commit();
+  }
+  return out;
+}
+
+} // namespace h3c::runtime::cuda
