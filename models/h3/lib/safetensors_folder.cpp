@@ -100,6 +100,14 @@ Folder::Folder(const fs::path &dir) : dir_(dir) {
         total += t.nbytes();
       }
     }
+    // A stray shard of this prefix that the index forgot would silently drop its tensors: refuse it.
+    const std::string prefix = which.substr(0, which.size() - std::string(".safetensors.index.json").size());
+    for (const auto &de : fs::directory_iterator(dir)) {
+      const std::string fn = de.path().filename().string();
+      if (fn.rfind(prefix + "-", 0) == 0 && fn.size() > 12 && fn.compare(fn.size() - 12, 12, ".safetensors") == 0 &&
+          !byFile.count(fn))
+        fail(where, "shard file '{}' is in the folder but not in the index", fn);
+    }
     if (total != idx.totalSize)
       fail(where + "#/metadata/total_size", "is {} but the shards hold {} bytes of tensor data", idx.totalSize,
            total);

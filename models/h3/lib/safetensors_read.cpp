@@ -26,6 +26,11 @@ namespace detail {
 nlohmann::json parseJsonStrict(std::string_view text, const std::string &where, int maxDepth,
                                const std::string &topDuplicate) {
   using json = nlohmann::json;
+  // nlohmann's lexer takes a NUL byte for the end of the input, so "{}\0<anything>" would parse: JSON text never
+  // contains a raw NUL (not even inside strings), so refuse it up front.
+  size_t nul = text.find('\0');
+  if (nul != std::string_view::npos)
+    fail(where, "invalid JSON: NUL byte at byte {}", nul);
   // One frame per open object/array: its keys so far and the key it was stored under (for messages).
   struct Frame {
     bool object;
