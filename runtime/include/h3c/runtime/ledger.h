@@ -59,12 +59,14 @@ struct AuditError {
 
 class LedgerBuilder {
 public:
-  LedgerBuilder(const Plan &plan, Mode mode, int64_t tp, std::string device);
+  LedgerBuilder(const Plan &plan, Mode mode, int64_t tp, std::string device, std::vector<BindRule> binds = {});
   nlohmann::json &header() { return header_; }
-  // One executed op: every node it covers gets an entry with these bindings. `shapes` maps value name ->
-  // [B?, rows, cols] actually used.
-  void recordOp(const PlanOp &op, Binding requested, Binding actual,
-                const std::map<std::string, std::vector<int64_t>> &shapes,
+  Mode mode() const { return mode_; }
+  // The binding requested for a node (requestedBinding() with this ledger's mode and rules).
+  Binding requested(const std::string &nodeId) const;
+  // One executed op: every node it covers gets an entry (requested from the mode and --bind rules, `actual` what
+  // ran). `shapes` maps value name -> the shape actually used ([ranks?, B, rows, cols]).
+  void recordOp(const PlanOp &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
                 const std::optional<AuditError> &audit = std::nullopt);
   // Builds the sealed document: `missing` = expected nodes without entry, `complete`, `accepted`.
   nlohmann::json finish() const;
@@ -74,6 +76,7 @@ private:
   nlohmann::json header_;
   nlohmann::json nodes_ = nlohmann::json::array();
   Mode mode_;
+  std::vector<BindRule> binds_;
 };
 
 std::string computeLedgerSeal(const nlohmann::json &ledger);  // over canonical JSON without "seal"

@@ -1,0 +1,185 @@
+#include "cpu_kernels.h"
+
+#include "h3c/kernels/detmath.h"
+#include "h3c/runtime/cpu_ops.h"
+#include "h3c/support/dtype.h"
+#include "h3c/support/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace h3c::rt::cpu {
+
+namespace {
+
+constexpr int64_t kStep = 16;
+
+// One 16-wide chunk in double: four strided lanes then (s0 + s1) + (s2 + s3). The products of bf16 or f32 values are
+// exact in double, so only the additions round; the fixed shape makes the result independent of everything else.
+inline float chunkDot(const float *a, const float *b, int64_t len) {
+  double s[4] = {0, 0, 0, 0};
+  if (len == kStep) {
+    for (int j = 0; j < 16; j += 4)
+      for (int l = 0; l < 4; ++l)
+        s[l] += double(a[j + l]) * double(b[j + l]);
+  } else {  // the last, zero-padded chunk: padding contributes exact zeros in the same positions
+    for (int64_t j = 0; j < len; ++j)
+      s[j & 3] += double(a[j]) * double(b[j]);
+  }
+  return float((s[0] + s[1]) + (s[2] + s[3]));
+}
+
+// Sum of one unit [k0, k1): F32 accumulator from 0 adding the chunks in ascending order.
+inline float unitSum(const float *a, const float *b, int64_t k0, int64_t k1) {
+  float acc = 0.f;
+  for (int64_t k = k0; k < k1; k += kStep)
+    acc = acc + chunkDot(a + k, b + k, std::min(kStep, k1 - k));
+  return acc;
+}
+
+} // namespace
+
+float pairwiseTree(std::vector<float> p) {
+  size_t n = p.size();
+  if (n == 0 || (n & (n - 1)))
+    fail("k_chunks", "pairwise tree over {} partials (must be a power of two)", n);
+  while (n > 1) {
+    for (size_t i = 0; i < n / 2; ++i)
+      p[i] = p[2 * i] + p[2 * i + 1];
+    n /= 2;
+  }
+  return p[0];
+}
+
+void gemmKChunks(const float *x, int64_t M, int64_t K, const float *w, int64_t N, int64_t U, int64_t ub, int64_t ue,
+                 float *y, int threads) {
+  if (U < 1 || (U > 1 && K % (U * kStep) != 0))
+    fail("k_chunks", "K = {} is not divisible into {} units of whole 16-wide chunks", K, U);
+  const int64_t unitLen = U == 1 ? K : K / U;
+  const int64_t nu = ue - ub;
+  parallelFor(N, threads, [&](int64_t n0, int64_t n1) {
+    std::vector<float> part(static_cast<size_t>(nu));
+    for (int64_t n = n0; n < n1; ++n) {
+      const float *wr = w + n * K;
+      for (int64_t m = 0; m < M; ++m) {
+        const float *xr = x + m * K;
+        if (nu == 1) {
+          y[m * N + n] = unitSum(xr, wr, ub * unitLen, (ub + 1) * unitLen);
+          continue;
+        }
+        for (int64_t u = 0; u < nu; ++u)
+          part[size_t(u)] = unitSum(xr, wr, (ub + u) * unitLen, (ub + u + 1) * unitLen);
+        size_t len = size_t(nu);
+        while (len > 1) {
+          for (size_t i = 0; i < len / 2; ++i)
+            part[i] = part[2 * i] + part[2 * i + 1];
+          len /= 2;
+        }
+        y[m * N + n] = part[0];
+      }
+    }
+  });
+}
+
+void gemmSeqFma(const float *x, int64_t M, int64_t K, const float *w, int64_t N, float *y, int threads) {
+  parallelFor(N, threads, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < M; ++m) {
+        float acc = 0.f;
+        for (int64_t k = 0; k < K; ++k)
+          acc = std::fmaf(x[m * K + k], w[n * K + k], acc);
+        y[m * N + n] = acc;
+      }
+  });
+}
+
+void gemmFp64(const float *x, int64_t M, int64_t K, const float *w, int64_t N, const float *bias, float *y,
+              int threads) {
+  parallelFor(N, threads, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < M; ++m) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k)
+          s += double(x[m * K + k]) * double(w[n * K + k]);
+        if (bias)
+          s += double(bias[n]);
+        y[m * N + n] = float(s);
+      }
+  });
+}
+
+float laneTreeSumSquares(const float *x, int64_t n) {
+  float part[32];
+  for (int l = 0; l < 32; ++l) {
+    float acc = 0.f;
+    for (int64_t j = l; j < n; j += 32)
+      acc = std::fmaf(x[j], x[j], acc);
+    part[l] = acc;
+  }
+  for (int off = 16; off >= 1; off /= 2)
+    for (int l = 0; l < off; ++l)
+      part[l] = part[l] + part[l + off];
+  return part[0];
+}
+
+float siluF(float x) { return detmath::silu(x); }
+
+void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d, float scale,
+              float *out) {
+  constexpr int64_t kBlock = 64;
+  float m = -std::numeric_limits<float>::infinity(), l = 0.f;
+  std::vector<float> o(size_t(d), 0.f), s(kBlock), p(kBlock), pv(kBlock);
+  for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+    const int64_t bn = std::min(kBlock, n - b0);
+    float mb = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < bn; ++j) {
+      s[size_t(j)] = unitSum(q, k + (b0 + j) * ld, 0, d) * scale;
+      mb = std::max(mb, s[size_t(j)]);
+    }
+    const float mNew = std::max(m, mb);
+    const float alpha = std::exp(m - mNew);  // exp(-inf) = 0 on the first block
+    float rowSum = 0.f;
+    for (int64_t j = 0; j < bn; ++j) {
+      p[size_t(j)] = roundBf16(std::exp(s[size_t(j)] - mNew));
+      rowSum = rowSum + p[size_t(j)];
+    }
+    l = l * alpha + rowSum;
+    // o = o * alpha + P V: per channel, the block's keys summed as k_chunks (16-wide chunks in double, F32 acc).
+    for (int64_t c = 0; c < d; ++c) {
+      for (int64_t j = 0; j < bn; ++j)
+        pv[size_t(j)] = v[(b0 + j) * ld + c];
+      float acc = unitSum(p.data(), pv.data(), 0, bn);
+      o[size_t(c)] = o[size_t(c)] * alpha + acc;
+    }
+    m = mNew;
+  }
+  for (int64_t c = 0; c < d; ++c)
+    out[c] = o[size_t(c)] / l;
+}
+
+void attentionRowFp64(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d,
+                      double scale, float *out) {
+  std::vector<double> s(static_cast<size_t>(n));
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    double acc = 0;
+    for (int64_t c = 0; c < d; ++c)
+      acc += double(q[c]) * double(k[j * ld + c]);
+    s[size_t(j)] = acc * scale;
+    mx = std::max(mx, s[size_t(j)]);
+  }
+  double l = 0;
+  for (auto &x : s) {
+    x = std::exp(x - mx);
+    l += x;
+  }
+  for (int64_t c = 0; c < d; ++c) {
+    double acc = 0;
+    for (int64_t j = 0; j < n; ++j)
+      acc += s[size_t(j)] * double(v[j * ld + c]);
+    out[c] = float(acc / l);
+  }
+}
+
+} // namespace h3c::rt::cpu

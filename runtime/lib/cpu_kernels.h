@@ -1,0 +1,39 @@
+// Internal numeric kernels of the CPU reference (docs/contract.md section 4). Each follows one reduction order
+// exactly; the Fp64 variants are the unordered `reference` implementations used by --bind reference and audit mode.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace h3c::rt::cpu {
+
+// k_chunks: y[m][n] = pairwise-tree over units u in [unitBegin, unitEnd) of (sum over the unit's 16-wide chunks in
+// ascending order, F32 accumulator from 0, each chunk summed in double and rounded to F32). x is [M][K] (row stride
+// K), w is [N][K]. U = total units over K; [unitBegin, unitEnd) must be an aligned power-of-two range (a TP rank's
+// units, or all of them). Output F32, no bias.
+void gemmKChunks(const float *x, int64_t M, int64_t K, const float *w, int64_t N, int64_t U, int64_t unitBegin,
+                 int64_t unitEnd, float *y, int threads);
+// F32-weight linears (docs/contract.md section 6): acc = fma(x[k], w[n,k], acc) for k ascending from 0; no bias.
+void gemmSeqFma(const float *x, int64_t M, int64_t K, const float *w, int64_t N, float *y, int threads);
+// Plain double dot products (unordered reference), rounded to F32 after adding `bias` (may be null) in double.
+void gemmFp64(const float *x, int64_t M, int64_t K, const float *w, int64_t N, const float *bias, float *y,
+              int threads);
+// Pairwise tree: level by level p[i] = p[2i] + p[2i+1] (F32); n must be a power of two.
+float pairwiseTree(std::vector<float> p);
+
+// lane_tree sum of squares of x[0..n) (32 lanes, fma accumulation, shuffle-down tree).
+float laneTreeSumSquares(const float *x, int64_t n);
+
+// Flash attention for one (query row, head): q [d], keys/values rows `kv` apart (stride `ld`), n keys; out [d] F32
+// before the final bf16 rounding (o / l). Ordered: kv_block 64, k_chunks dot products, P rounded to bf16.
+void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d, float scale,
+              float *out);
+// Reference: double softmax and weighted sum.
+void attentionRowFp64(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d,
+                      double scale, float *out);
+
+// silu through h3c::detmath::expf, bitwise equal to the GPU kernels.
+float siluF(float x);
+
+} // namespace h3c::rt::cpu

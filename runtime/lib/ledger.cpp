@@ -1,0 +1,275 @@
+// The operator ledger: building, sealing, verifying, summarizing.
+#include "h3c/runtime/ledger.h"
+
+#include "h3c/support/canonical_json.h"
+#include "h3c/support/error.h"
+#include "h3c/support/sha256.h"
+
+#include <map>
+#include <set>
+
+using nlohmann::json;
+
+namespace h3c::rt {
+
+std::string bindingName(Binding b) {
+  switch (b) {
+  case Binding::Row: return "row";
+  case Binding::Interim: return "interim";
+  case Binding::Reference: return "reference";
+  case Binding::Native: return "native";
+  }
+  return "?";
+}
+
+Binding parseBinding(const std::string &s, const std::string &where) {
+  if (s == "row") return Binding::Row;
+  if (s == "interim") return Binding::Interim;
+  if (s == "reference") return Binding::Reference;
+  if (s == "native") return Binding::Native;
+  fail(where, "unknown binding '{}' (expected row, interim, reference or native)", s);
+}
+
+std::string modeName(Mode m) { return m == Mode::Strict ? "strict" : m == Mode::Audit ? "audit" : "off"; }
+
+Mode parseMode(const std::string &s) {
+  if (s == "strict") return Mode::Strict;
+  if (s == "audit") return Mode::Audit;
+  if (s == "off") return Mode::Off;
+  fail("--mode", "expected strict, audit or off, got '{}'", s);
+}
+
+BindRule parseBindRule(const std::string &spec) {
+  auto eq = spec.rfind('=');
+  if (eq == std::string::npos || eq == 0)
+    fail("--bind", "expected 'GLOB=native|reference', got '{}'", spec);
+  BindRule r{spec.substr(0, eq), parseBinding(spec.substr(eq + 1), "--bind")};
+  if (r.binding != Binding::Native && r.binding != Binding::Reference)
+    fail("--bind", "only native or reference can be requested, got '{}'", spec.substr(eq + 1));
+  return r;
+}
+
+bool globMatch(const std::string &g, const std::string &t) {
+  // Iterative '*' / '?' matching with backtracking to the last star.
+  size_t gi = 0, ti = 0, star = std::string::npos, mark = 0;
+  while (ti < t.size()) {
+    if (gi < g.size() && (g[gi] == '?' || g[gi] == t[ti])) {
+      ++gi;
+      ++ti;
+    } else if (gi < g.size() && g[gi] == '*') {
+      star = gi++;
+      mark = ti;
+    } else if (star != std::string::npos) {
+      gi = star + 1;
+      ti = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (gi < g.size() && g[gi] == '*')
+    ++gi;
+  return gi == g.size();
+}
+
+Binding requestedBinding(const std::string &nodeId, Mode mode, const std::vector<BindRule> &rules) {
+  Binding b = mode == Mode::Off ? Binding::Native : Binding::Row;
+  for (const auto &r : rules)
+    if (globMatch(r.glob, nodeId))
+      b = r.binding;
+  return b;
+}
+
+LedgerBuilder::LedgerBuilder(const Plan &plan, Mode mode, int64_t tp, std::string device,
+                             std::vector<BindRule> binds)
+    : plan_(plan), mode_(mode), binds_(std::move(binds)) {
+  json rules = json::array();
+  for (const auto &r : binds_)
+    rules.push_back(r.glob + "=" + bindingName(r.binding));
+  header_ = {{"plan_sha256", plan.planSha256},
+             {"fingerprint_sha256", plan.fingerprintSha256},
+             {"config", h3::configToJson(plan.config)},
+             {"arch", plan.arch},
+             {"fuse", plan.fuse},
+             {"mode", modeName(mode)},
+             {"tp", tp},
+             {"device", std::move(device)},
+             {"binds", rules},
+             {"driver_version", nullptr},
+             {"nvrtc_version", nullptr},
+             {"checkpoint", nullptr},
+             {"request", nullptr}};
+}
+
+Binding LedgerBuilder::requested(const std::string &nodeId) const { return requestedBinding(nodeId, mode_, binds_); }
+
+void LedgerBuilder::recordOp(const PlanOp &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
+                             const std::optional<AuditError> &audit) {
+  auto io = [&](const std::vector<std::string> &names) {
+    json a = json::array();
+    for (const auto &n : names) {
+      const PlanValue &pv = plan_.value(n);
+      auto it = shapes.find(n);
+      a.push_back({{"value", n},
+                   {"dtype", std::string(dtypeName(pv.dtype))},
+                   {"shape", it == shapes.end() ? json(nullptr) : json(it->second)}});
+    }
+    return a;
+  };
+  json ins = io(op.in), outs = io(op.out);
+  std::string kernelSha;
+  if (op.kernel)
+    kernelSha = plan_.kernels.at(*op.kernel).sha256;
+  for (const auto &n : op.nodes) {
+    json e = {{"id", n},
+              {"seq", nodes_.size()},
+              {"op", op.op},
+              {"op_index", op.index},
+              {"requested", bindingName(requested(n))},
+              {"actual", bindingName(actual)},
+              {"kernel", op.kernel ? json(*op.kernel) : json(nullptr)},
+              {"kernel_sha256", op.kernel ? json(kernelSha) : json(nullptr)},
+              {"reduction_order", op.order.json},
+              {"inputs", ins},
+              {"outputs", outs}};
+    if (audit)
+      e["audit"] = {{"max_abs", audit->maxAbs}, {"max_rel", audit->maxRel}, {"output", audit->output}};
+    nodes_.push_back(std::move(e));
+  }
+}
+
+namespace {
+
+// The strict-rule evaluation shared by finish() and verify: missing nodes and non-row nodes.
+void evaluate(const json &nodes, const h3::Config &c, std::vector<std::string> &missing,
+              std::vector<std::string> &offenders, std::vector<std::string> &problems) {
+  std::map<std::string, std::string> kinds;
+  for (auto &n : expectedNodes(c))
+    kinds[n.id] = n.kind;
+  std::set<std::string> seen;
+  for (const auto &e : nodes) {
+    if (!e.is_object() || !e.contains("id") || !e["id"].is_string() || !e.contains("actual") ||
+        !e["actual"].is_string()) {
+      problems.push_back("a node entry lacks 'id' or 'actual'");
+      continue;
+    }
+    std::string id = e["id"];
+    if (!kinds.count(id))
+      problems.push_back("'" + id + "' is not a node of the recorded config");
+    if (!seen.insert(id).second)
+      problems.push_back("'" + id + "' is recorded twice");
+    if (e["actual"] != "row")
+      offenders.push_back(id + ": actual " + e["actual"].get<std::string>());
+  }
+  for (auto &n : expectedNodes(c))
+    if (!seen.count(n.id))
+      missing.push_back(n.id);
+}
+
+} // namespace
+
+json LedgerBuilder::finish() const {
+  std::vector<std::string> missing, offenders, problems;
+  evaluate(nodes_, plan_.config, missing, offenders, problems);
+  if (!problems.empty())
+    fail("ledger", "inconsistent ledger: {}", problems.front());
+  // Each node gets its kind from the node table.
+  json nodes = nodes_;
+  std::map<std::string, std::string> kinds;
+  for (auto &n : expectedNodes(plan_.config))
+    kinds[n.id] = n.kind;
+  for (auto &e : nodes)
+    e["kind"] = kinds[e["id"].get<std::string>()];
+  json l = {{"schema", kLedgerSchema},
+            {"header", header_},
+            {"nodes", nodes},
+            {"missing", missing},
+            {"complete", missing.empty()},
+            {"accepted", missing.empty() && offenders.empty()}};
+  return sealLedger(l);
+}
+
+std::string computeLedgerSeal(const json &ledger) {
+  json copy = ledger;
+  copy.erase("seal");
+  return sha256Hex(canonicalJson(copy));
+}
+
+json sealLedger(json ledger) {
+  ledger["seal"] = computeLedgerSeal(ledger);
+  return ledger;
+}
+
+LedgerVerdict verifyLedger(const json &l) {
+  LedgerVerdict v;
+  if (!l.is_object() || l.value("schema", std::string()) != kLedgerSchema) {
+    v.problems.push_back(std::string("schema is not ") + kLedgerSchema);
+    return v;
+  }
+  v.sealOk = l.contains("seal") && l["seal"].is_string() && l["seal"] == computeLedgerSeal(l);
+  if (!v.sealOk)
+    v.problems.push_back("the seal does not match the content (the ledger was modified)");
+  h3::Config c;
+  try {
+    c = h3::configFromJson(l.at("header").at("config"), "ledger#/header/config");
+  } catch (const std::exception &e) {
+    v.problems.push_back(std::string("header config: ") + e.what());
+    return v;
+  }
+  if (!l.contains("nodes") || !l["nodes"].is_array()) {
+    v.problems.push_back("'nodes' is not an array");
+    return v;
+  }
+  std::vector<std::string> missing;
+  evaluate(l["nodes"], c, missing, v.offenders, v.problems);
+  v.complete = missing.empty();
+  for (auto &m : missing)
+    v.offenders.push_back("missing " + m);
+  v.strictOk = v.complete && v.offenders.empty();
+  if (l.value("complete", !v.complete) != v.complete)
+    v.problems.push_back("'complete' disagrees with the node entries");
+  if (l.value("accepted", !v.strictOk) != v.strictOk)
+    v.problems.push_back("'accepted' disagrees with the strict rule");
+  return v;
+}
+
+std::string ledgerSummary(const json &l) {
+  std::map<std::string, std::map<std::string, int>> counts;  // actual -> requested -> n
+  std::map<std::string, std::vector<std::string>> nonRow;
+  std::map<std::string, std::pair<double, std::string>> worst;  // kind -> max_rel, node
+  for (const auto &e : l.value("nodes", json::array())) {
+    std::string a = e.value("actual", "?"), r = e.value("requested", "?");
+    counts[a][r]++;
+    if (a != "row")
+      nonRow[a].push_back(e.value("id", "?"));
+    if (e.contains("audit")) {
+      std::string kind = e.value("kind", "?");
+      double rel = e["audit"].value("max_rel", 0.0);
+      if (!worst.count(kind) || rel > worst[kind].first)
+        worst[kind] = {rel, e.value("id", "?")};
+    }
+  }
+  const json &h = l.value("header", json::object());
+  std::string out = fmt::format("ledger: device {}, mode {}, tp {}, plan {}\n", h.value("device", "?"),
+                                h.value("mode", "?"), h.value("tp", 0), h.value("plan_sha256", "?").substr(0, 16));
+  out += fmt::format("{:<10} {:<10} {:>6}\n", "actual", "requested", "nodes");
+  for (const auto &[a, m] : counts)
+    for (const auto &[r, n] : m)
+      out += fmt::format("{:<10} {:<10} {:>6}\n", a, r, n);
+  for (const auto &[a, ids] : nonRow) {
+    out += fmt::format("{} nodes ({}):", a, ids.size());
+    for (size_t i = 0; i < ids.size() && i < 8; ++i)
+      out += " " + ids[i];
+    if (ids.size() > 8)
+      out += fmt::format(" ... (+{})", ids.size() - 8);
+    out += "\n";
+  }
+  if (!worst.empty()) {
+    out += "audit, worst max_rel per node kind:\n";
+    for (const auto &[k, w] : worst)
+      out += fmt::format("  {:<16} {:.3e}  {}\n", k, w.first, w.second);
+  }
+  out += fmt::format("complete: {}, accepted: {}\n", l.value("complete", false), l.value("accepted", false));
+  return out;
+}
+
+} // namespace h3c::rt

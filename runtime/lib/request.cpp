@@ -1,0 +1,369 @@
+// Requests: reading/writing diffusers forward arguments as safetensors, validation, canonical row order, and the
+// synthetic requests `h3c request make` builds.
+#include "h3c/runtime/request.h"
+
+#include "h3c/models/safetensors.h"
+#include "h3c/support/error.h"
+#include "h3c/support/synth_rng.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace h3c::rt {
+
+const std::vector<std::string> &requestTensorNames() {
+  static const std::vector<std::string> k = {"hidden_states",    "audio_hidden_states", "encoder_hidden_states",
+                                             "timestep",         "timestep_indices",    "token_tags",
+                                             "position_ids",     "video_indices",       "audio_indices",
+                                             "text_indices"};
+  return k;
+}
+
+Request loadRequest(const fs::path &path) {
+  st::File f(path);
+  Request r;
+  r.metadata = f.header().metadata;
+  std::set<std::string> want(requestTensorNames().begin(), requestTensorNames().end());
+  for (const auto &t : f.tensors()) {
+    if (!want.count(t.name))
+      fail(path.string(), "unexpected tensor '{}' (a request holds exactly: hidden_states, audio_hidden_states, "
+                          "encoder_hidden_states, timestep, timestep_indices, token_tags, position_ids, "
+                          "video_indices, audio_indices, text_indices)",
+           t.name);
+    Tensor x;
+    x.dtype = t.dtype;
+    x.shape = t.shape;
+    const uint8_t *p = f.data(t);
+    x.bytes.assign(p, p + t.nbytes());
+    r.tensors[t.name] = std::move(x);
+  }
+  for (const auto &n : requestTensorNames())
+    if (!r.tensors.count(n))
+      fail(path.string(), "missing tensor '{}'", n);
+  return r;
+}
+
+void writeRequest(const fs::path &path, const Request &r) {
+  std::vector<st::TensorDecl> decls;
+  for (const auto &[name, t] : r.tensors)
+    decls.push_back({name, t.dtype, t.shape});
+  st::Writer w(path, decls, r.metadata);
+  for (const auto &info : w.order()) {
+    const Tensor &t = r.tensors.at(info.name);
+    w.write(info.name, t.bytes.data(), t.bytes.size());
+  }
+  w.commit();
+}
+
+int64_t CanonicalRequest::rows(const std::string &d) const {
+  if (d == "S") return S;
+  if (d == "Nt") return Nt;
+  if (d == "Nv") return Nv;
+  if (d == "Na") return Na;
+  if (d == "T") return T;
+  if (d == "T3") return 3 * T;
+  if (d == "1") return 1;
+  fail("plan", "unknown row domain '{}'", d);
+}
+
+namespace {
+
+const Tensor &get(const Request &r, const std::string &name, const std::string &where) {
+  auto it = r.tensors.find(name);
+  if (it == r.tensors.end())
+    fail(where, "missing tensor '{}'", name);
+  return it->second;
+}
+
+void expectRank(const Tensor &t, size_t rank, const std::string &where) {
+  if (t.shape.size() != rank)
+    fail(where, "expected a rank-{} tensor, got shape {}", rank, t.shapeString());
+}
+
+void expectFloat(const Tensor &t, const std::string &where) {
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16)
+    fail(where, "expected F32 or BF16, got {}", dtypeName(t.dtype));
+}
+
+void expectI64(const Tensor &t, const std::string &where) {
+  if (t.dtype != DType::I64)
+    fail(where, "expected I64, got {}", dtypeName(t.dtype));
+}
+
+} // namespace
+
+CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::string &where) {
+  for (const auto &[name, t] : r.tensors) {
+    if (std::find(requestTensorNames().begin(), requestTensorNames().end(), name) == requestTensorNames().end())
+      fail(where + ":" + name, "not a request tensor");
+    if (t.bytes.size() != size_t(t.numel()) * dtypeSize(t.dtype))
+      fail(where + ":" + name, "byte size does not match shape {}", t.shapeString());
+  }
+  auto at = [&](const std::string &n) { return where + ":" + n; };
+  const Tensor &hs = get(r, "hidden_states", where), &ahs = get(r, "audio_hidden_states", where),
+               &ehs = get(r, "encoder_hidden_states", where), &ts = get(r, "timestep", where),
+               &tsi = get(r, "timestep_indices", where), &tags = get(r, "token_tags", where),
+               &pos = get(r, "position_ids", where), &vi = get(r, "video_indices", where),
+               &ai = get(r, "audio_indices", where), &ti = get(r, "text_indices", where);
+  expectRank(hs, 3, at("hidden_states"));
+  expectRank(ahs, 3, at("audio_hidden_states"));
+  expectRank(ehs, 3, at("encoder_hidden_states"));
+  expectFloat(hs, at("hidden_states"));
+  expectFloat(ahs, at("audio_hidden_states"));
+  expectFloat(ehs, at("encoder_hidden_states"));
+  expectFloat(ts, at("timestep"));
+  expectRank(ts, 1, at("timestep"));
+  for (const char *n : {"timestep_indices", "token_tags", "video_indices", "audio_indices", "text_indices"}) {
+    expectI64(get(r, n, where), at(n));
+    expectRank(get(r, n, where), 1, at(n));
+  }
+  expectI64(pos, at("position_ids"));
+  expectRank(pos, 2, at("position_ids"));
+
+  CanonicalRequest q;
+  q.B = hs.shape[0];
+  if (q.B < 1)
+    fail(at("hidden_states"), "batch must be >= 1, got shape {}", hs.shapeString());
+  if (ahs.shape[0] != q.B || ehs.shape[0] != q.B)
+    fail(where, "batch sizes disagree: hidden_states {}, audio_hidden_states {}, encoder_hidden_states {}",
+         hs.shapeString(), ahs.shapeString(), ehs.shapeString());
+  q.Nv = hs.shape[1];
+  q.Na = ahs.shape[1];
+  q.Nt = ehs.shape[1];
+  if (hs.shape[2] != c.videoPatchDim())
+    fail(at("hidden_states"), "expected {} channels (in_channels * prod(patch_size)), got shape {}",
+         c.videoPatchDim(), hs.shapeString());
+  if (ahs.shape[2] != c.audio_in_channels)
+    fail(at("audio_hidden_states"), "expected {} channels (audio_in_channels), got shape {}", c.audio_in_channels,
+         ahs.shapeString());
+  if (ehs.shape[2] != c.text_dim)
+    fail(at("encoder_hidden_states"), "expected {} channels (text_dim), got shape {}", c.text_dim,
+         ehs.shapeString());
+  q.S = q.Nt + q.Nv + q.Na;
+  if (q.S < 1)
+    fail(where, "the packed sequence is empty");
+  if (vi.shape[0] != q.Nv)
+    fail(at("video_indices"), "expected {} entries (rows of hidden_states), got shape {}", q.Nv, vi.shapeString());
+  if (ai.shape[0] != q.Na)
+    fail(at("audio_indices"), "expected {} entries (rows of audio_hidden_states), got shape {}", q.Na,
+         ai.shapeString());
+  if (ti.shape[0] != q.Nt)
+    fail(at("text_indices"), "expected {} entries (rows of encoder_hidden_states), got shape {}", q.Nt,
+         ti.shapeString());
+  for (const char *n : {"timestep_indices", "token_tags"})
+    if (get(r, n, where).shape[0] != q.S)
+      fail(at(n), "expected S = {} entries (Nt {} + Nv {} + Na {}), got shape {}", q.S, q.Nt, q.Nv, q.Na,
+           get(r, n, where).shapeString());
+  if (pos.shape[0] != q.S || pos.shape[1] != 3)
+    fail(at("position_ids"), "expected shape [{}, 3], got {}", q.S, pos.shapeString());
+  q.T = ts.shape[0];
+  if (q.T < 1)
+    fail(at("timestep"), "at least one timestep is required");
+
+  q.videoDtype = hs.dtype;
+  q.audioDtype = ahs.dtype;
+  q.textDtype = ehs.dtype;
+  q.timestep = ts.toFloats();
+  for (int64_t i = 0; i < q.T; ++i) {
+    float t = q.timestep[size_t(i)];
+    if (!std::isfinite(t) || t < 0.f || t > 1.f)
+      fail(at("timestep") + "[" + std::to_string(i) + "]", "timesteps lie in [0, 1], got {}", t);
+    for (int64_t k = 0; k < i; ++k)
+      if (q.timestep[size_t(k)] == t)
+        fail(at("timestep") + "[" + std::to_string(i) + "]", "timesteps must be distinct; {} repeats entry {}", t, k);
+  }
+
+  // The index tensors must partition [0, S); canonical row c = text rows, video rows, audio rows in tensor order.
+  std::vector<int64_t> owner(size_t(q.S), -1);
+  q.packedRow.reserve(size_t(q.S));
+  const std::pair<const Tensor *, const char *> mods[] = {{&ti, "text_indices"}, {&vi, "video_indices"},
+                                                          {&ai, "audio_indices"}};
+  const int64_t modTag[] = {1, 0, 2};
+  std::vector<int64_t> canonTag;
+  for (int m = 0; m < 3; ++m) {
+    const Tensor &idx = *mods[m].first;
+    for (int64_t k = 0; k < idx.numel(); ++k) {
+      int64_t p = idx.getInt(k);
+      std::string w = at(mods[m].second) + "[" + std::to_string(k) + "]";
+      if (p < 0 || p >= q.S)
+        fail(w, "index {} is out of range [0, {})", p, q.S);
+      if (owner[size_t(p)] >= 0)
+        fail(w, "index {} overlaps an earlier index of the packed sequence (canonical row {})", p, owner[size_t(p)]);
+      owner[size_t(p)] = int64_t(q.packedRow.size());
+      q.packedRow.push_back(p);
+      canonTag.push_back(modTag[m]);
+    }
+  }
+  for (int64_t p = 0; p < q.S; ++p)
+    if (owner[size_t(p)] < 0)  // unreachable given the counts, kept as a guard
+      fail(where, "packed position {} is covered by no index tensor", p);
+
+  auto tsiv = tsi.toInts(), tagv = tags.toInts(), posv = pos.toInts();
+  q.tags.resize(size_t(q.S));
+  q.tsIndex.resize(size_t(q.S));
+  q.positions.resize(size_t(q.S * 3));
+  for (int64_t cr = 0; cr < q.S; ++cr) {
+    int64_t p = q.packedRow[size_t(cr)];
+    int64_t tag = tagv[size_t(p)], t = tsiv[size_t(p)];
+    if (tag != canonTag[size_t(cr)])
+      fail(at("token_tags") + "[" + std::to_string(p) + "]",
+           "packed row {} is a {} row by the index tensors, so its tag must be {}, got {}", p,
+           canonTag[size_t(cr)] == 0 ? "video" : canonTag[size_t(cr)] == 1 ? "text" : "audio", canonTag[size_t(cr)],
+           tag);
+    if (t < 0 || t >= q.T)
+      fail(at("timestep_indices") + "[" + std::to_string(p) + "]", "index {} is out of range [0, {})", t, q.T);
+    q.tags[size_t(cr)] = tag;
+    q.tsIndex[size_t(cr)] = t;
+    for (int a = 0; a < 3; ++a)
+      q.positions[size_t(cr * 3 + a)] = posv[size_t(p * 3 + a)];
+  }
+  q.text = ehs.toFloats();
+  q.video = hs.toFloats();
+  q.audio = ahs.toFloats();
+  for (const auto *v : {&q.text, &q.video, &q.audio})
+    for (float x : *v)
+      if (!std::isfinite(x))
+        fail(where, "input activations must be finite");
+  return q;
+}
+
+// ---- synthetic requests -------------------------------------------------------------------------------------------
+
+namespace {
+
+Tensor synthFloats(const std::string &name, uint64_t seed, std::vector<int64_t> shape, DType dt) {
+  int64_t n = 1;
+  for (auto d : shape)
+    n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  auto key = synth::tensorKey(seed, name.data(), name.size());
+  for (int64_t i = 0; i < n; ++i)
+    v[size_t(i)] = synth::normalish(key, uint64_t(i), 1.0 * H3C_SYNTH_UNIT_SCALE);
+  return Tensor::fromFloats(dt, std::move(shape), v.data());
+}
+
+} // namespace
+
+Request makeRequest(const h3::Config &c, const RequestShape &sh, uint64_t seed) {
+  if (sh.text < 0 || sh.audio < 0 || sh.videoT < 0 || sh.videoH < 0 || sh.videoW < 0)
+    fail("request make", "row counts must be >= 0");
+  if (sh.batch < 1)
+    fail("--batch", "must be >= 1, got {}", sh.batch);
+  if (sh.timesteps < 1)
+    fail("--timesteps", "must be >= 1, got {}", sh.timesteps);
+  const int64_t Nt = sh.text, Nv = sh.videoT * sh.videoH * sh.videoW, Na = sh.audio, S = Nt + Nv + Na, B = sh.batch;
+  if (S < 1)
+    fail("request make", "the request has no rows");
+  Request r;
+  r.tensors["hidden_states"] = synthFloats("hidden_states", seed, {B, Nv, c.videoPatchDim()}, sh.floatDtype);
+  r.tensors["audio_hidden_states"] =
+      synthFloats("audio_hidden_states", seed, {B, Na, c.audio_in_channels}, sh.floatDtype);
+  r.tensors["encoder_hidden_states"] = synthFloats("encoder_hidden_states", seed, {B, Nt, c.text_dim}, sh.floatDtype);
+  // Distinct timesteps in (0, 1): evenly spaced, offset by a seed-dependent fraction of the spacing.
+  std::vector<float> ts(size_t(sh.timesteps));
+  uint64_t u = synth::splitmix64(seed ^ 0x7473ull);
+  double off = double(u >> 11) / double(1ull << 53);
+  for (int64_t k = 0; k < sh.timesteps; ++k)
+    ts[size_t(k)] = float((double(k) + 0.1 + 0.8 * off) / double(sh.timesteps));
+  r.tensors["timestep"] = Tensor::fromFloats(sh.floatDtype == DType::BF16 ? DType::F32 : DType::F32,
+                                             {sh.timesteps}, ts.data());
+  // Packed layout: text, then video, then audio (shuffled below on request).
+  std::vector<int64_t> tsi(static_cast<size_t>(S)), tags(static_cast<size_t>(S)), pos(size_t(S * 3), 0), ti(static_cast<size_t>(Nt)), vi(static_cast<size_t>(Nv)),
+      ai(static_cast<size_t>(Na));
+  int64_t p = 0;
+  for (int64_t k = 0; k < Nt; ++k, ++p) {
+    ti[size_t(k)] = p;
+    tags[size_t(p)] = 1;
+    tsi[size_t(p)] = k % sh.timesteps;
+    pos[size_t(p * 3)] = k;  // text: a 1-D position along t
+  }
+  for (int64_t t = 0; t < sh.videoT; ++t)
+    for (int64_t h = 0; h < sh.videoH; ++h)
+      for (int64_t w = 0; w < sh.videoW; ++w, ++p) {
+        int64_t k = p - Nt;
+        vi[size_t(k)] = p;
+        tags[size_t(p)] = 0;
+        tsi[size_t(p)] = (k / std::max<int64_t>(1, sh.videoH * sh.videoW)) % sh.timesteps;  // per frame
+        pos[size_t(p * 3)] = t;
+        pos[size_t(p * 3 + 1)] = h;
+        pos[size_t(p * 3 + 2)] = w;
+      }
+  for (int64_t k = 0; k < Na; ++k, ++p) {
+    ai[size_t(k)] = p;
+    tags[size_t(p)] = 2;
+    tsi[size_t(p)] = k % sh.timesteps;
+    pos[size_t(p * 3)] = k;
+  }
+  r.tensors["timestep_indices"] = Tensor::fromInts({S}, tsi.data());
+  r.tensors["token_tags"] = Tensor::fromInts({S}, tags.data());
+  r.tensors["position_ids"] = Tensor::fromInts({S, 3}, pos.data());
+  r.tensors["text_indices"] = Tensor::fromInts({Nt}, ti.data());
+  r.tensors["video_indices"] = Tensor::fromInts({Nv}, vi.data());
+  r.tensors["audio_indices"] = Tensor::fromInts({Na}, ai.data());
+  r.metadata["h3c_request_seed"] = std::to_string(seed);
+  if (sh.shuffle) {
+    // Fisher-Yates driven by the counter-based generator: reproducible for a seed.
+    std::vector<int64_t> perm(static_cast<size_t>(S));
+    std::iota(perm.begin(), perm.end(), 0);
+    auto key = synth::splitmix64(seed ^ 0x5368756666ull);
+    for (int64_t i = S - 1; i > 0; --i) {
+      uint64_t h = synth::splitmix64(key + uint64_t(i));
+      std::swap(perm[size_t(i)], perm[size_t(h % uint64_t(i + 1))]);
+    }
+    r = permuteRequest(r, perm);
+  }
+  return r;
+}
+
+Request permuteRequest(const Request &r, const std::vector<int64_t> &perm) {
+  const Tensor &tags = r.tensors.at("token_tags");
+  const int64_t S = tags.numel();
+  if (int64_t(perm.size()) != S)
+    fail("permute", "permutation has {} entries, the request {} rows", perm.size(), S);
+  std::vector<int64_t> seen(size_t(S), 0);
+  for (auto v : perm) {
+    if (v < 0 || v >= S || seen[size_t(v)]++)
+      fail("permute", "not a permutation of [0, {})", S);
+  }
+  Request out = r;
+  auto move1 = [&](const char *name, int width) {
+    auto src = r.tensors.at(name).toInts();
+    std::vector<int64_t> dst(src.size());
+    for (int64_t p = 0; p < S; ++p)
+      for (int k = 0; k < width; ++k)
+        dst[size_t(perm[size_t(p)] * width + k)] = src[size_t(p * width + k)];
+    out.tensors[name] = Tensor::fromInts(r.tensors.at(name).shape, dst.data());
+  };
+  move1("token_tags", 1);
+  move1("timestep_indices", 1);
+  move1("position_ids", 3);
+  for (const char *name : {"text_indices", "video_indices", "audio_indices"}) {
+    auto v = r.tensors.at(name).toInts();
+    for (auto &x : v)
+      x = perm[size_t(x)];
+    out.tensors[name] = Tensor::fromInts(r.tensors.at(name).shape, v.data());
+  }
+  return out;
+}
+
+Request batchItem(const Request &r, int64_t b) {
+  Request out = r;
+  for (const char *name : {"hidden_states", "audio_hidden_states", "encoder_hidden_states"}) {
+    const Tensor &t = r.tensors.at(name);
+    if (b < 0 || b >= t.shape[0])
+      fail("batch item", "item {} out of range for {} {}", b, name, t.shapeString());
+    size_t item = t.bytes.size() / size_t(t.shape[0]);
+    Tensor x = t;
+    x.shape[0] = 1;
+    x.bytes.assign(t.bytes.begin() + long(item * size_t(b)), t.bytes.begin() + long(item * size_t(b + 1)));
+    out.tensors[name] = std::move(x);
+  }
+  return out;
+}
+
+} // namespace h3c::rt

@@ -1,0 +1,110 @@
+#include "h3c/runtime/tensor.h"
+
+#include "h3c/support/error.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace h3c::rt {
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (auto d : shape)
+    n *= d;
+  return n;
+}
+
+Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.bytes.assign(size_t(t.numel()) * dtypeSize(dtype), 0);
+  return t;
+}
+
+Tensor Tensor::fromFloats(DType dtype, std::vector<int64_t> shape, const float *v) {
+  Tensor t = zeros(dtype, std::move(shape));
+  int64_t n = t.numel();
+  if (dtype == DType::F32) {
+    std::memcpy(t.bytes.data(), v, size_t(n) * 4);
+  } else if (dtype == DType::BF16) {
+    auto *p = reinterpret_cast<uint16_t *>(t.bytes.data());
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = floatToBf16(v[i]);
+  } else if (dtype == DType::F64) {
+    auto *p = reinterpret_cast<double *>(t.bytes.data());
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = v[i];
+  } else {
+    fail("tensor", "fromFloats: {} is not a float dtype", dtypeName(dtype));
+  }
+  return t;
+}
+
+Tensor Tensor::fromInts(std::vector<int64_t> shape, const int64_t *v) {
+  Tensor t = zeros(DType::I64, std::move(shape));
+  std::memcpy(t.bytes.data(), v, t.bytes.size());
+  return t;
+}
+
+float Tensor::getFloat(int64_t i) const {
+  switch (dtype) {
+  case DType::F32: {
+    float f;
+    std::memcpy(&f, bytes.data() + i * 4, 4);
+    return f;
+  }
+  case DType::BF16: {
+    uint16_t b;
+    std::memcpy(&b, bytes.data() + i * 2, 2);
+    return bf16ToFloat(b);
+  }
+  case DType::F64: {
+    double d;
+    std::memcpy(&d, bytes.data() + i * 8, 8);
+    return float(d);
+  }
+  default:
+    fail("tensor", "getFloat: {} is not a float dtype", dtypeName(dtype));
+  }
+}
+
+int64_t Tensor::getInt(int64_t i) const {
+  switch (dtype) {
+  case DType::I64: {
+    int64_t v;
+    std::memcpy(&v, bytes.data() + i * 8, 8);
+    return v;
+  }
+  case DType::I32: {
+    int32_t v;
+    std::memcpy(&v, bytes.data() + i * 4, 4);
+    return v;
+  }
+  default:
+    fail("tensor", "getInt: {} is not an integer dtype", dtypeName(dtype));
+  }
+}
+
+std::vector<float> Tensor::toFloats() const {
+  std::vector<float> out(static_cast<size_t>(numel()));
+  if (dtype == DType::F32) {
+    std::memcpy(out.data(), bytes.data(), out.size() * 4);
+    return out;
+  }
+  for (int64_t i = 0; i < numel(); ++i)
+    out[size_t(i)] = getFloat(i);
+  return out;
+}
+
+std::vector<int64_t> Tensor::toInts() const {
+  std::vector<int64_t> out(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i)
+    out[size_t(i)] = getInt(i);
+  return out;
+}
+
+std::string Tensor::shapeString() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+} // namespace h3c::rt

@@ -1,0 +1,148 @@
+// Weight sources: synthetic (counter-based, generated per tensor on demand) and checkpoint folders (memory-mapped,
+// read per tensor on demand). Neither holds more than the tensor asked for.
+#include "h3c/runtime/weights.h"
+
+#include "h3c/models/checkpoint.h"
+#include "h3c/runtime/cpu_ops.h"
+#include "h3c/support/error.h"
+#include "h3c/support/sha256.h"
+
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace h3c::rt {
+
+WeightSource::WeightSource(const h3::Config &c) : config_(c) {
+  for (auto &s : h3::diffusersTensors(c))
+    specs_[s.name] = s;
+}
+
+const h3::TensorSpec &WeightSource::spec(const std::string &name) const {
+  auto it = specs_.find(name);
+  if (it == specs_.end())
+    fail("weights", "'{}' is not a tensor of this config", name);
+  return it->second;
+}
+
+Tensor WeightSource::loadRows(const std::string &name, int64_t rowBegin, int64_t rowEnd) {
+  Tensor t = load(name);
+  if (t.shape.empty() || rowBegin < 0 || rowEnd > t.shape[0] || rowBegin > rowEnd)
+    fail("weights:" + name, "rows [{}, {}) out of range for shape {}", rowBegin, rowEnd, t.shapeString());
+  size_t rowBytes = t.bytes.size() / size_t(std::max<int64_t>(1, t.shape[0]));
+  Tensor out;
+  out.dtype = t.dtype;
+  out.shape = t.shape;
+  out.shape[0] = rowEnd - rowBegin;
+  out.bytes.assign(t.bytes.begin() + long(rowBytes * size_t(rowBegin)), t.bytes.begin() + long(rowBytes * size_t(rowEnd)));
+  return out;
+}
+
+float syntheticValue(uint64_t seed, const h3::TensorSpec &spec, int64_t index) {
+  return h3::synthValue(spec, seed, uint64_t(index));
+}
+
+namespace {
+
+int hwThreads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+
+class SyntheticWeights final : public WeightSource {
+public:
+  SyntheticWeights(const h3::Config &c, uint64_t seed) : WeightSource(c), seed_(seed) {}
+  Tensor load(const std::string &name) override {
+    const auto &s = spec(name);
+    return loadRange(s, 0, s.shape.empty() ? 1 : s.shape[0]);
+  }
+  Tensor loadRows(const std::string &name, int64_t b, int64_t e) override {
+    const auto &s = spec(name);
+    if (b < 0 || e > s.shape[0] || b > e)
+      fail("weights:" + name, "rows [{}, {}) out of range", b, e);
+    return loadRange(s, b, e);
+  }
+  nlohmann::json describe() const override { return {{"kind", "synthetic"}, {"seed", seed_}}; }
+
+private:
+  Tensor loadRange(const h3::TensorSpec &s, int64_t rowBegin, int64_t rowEnd) {
+    int64_t rowElems = s.shape.size() > 1 ? s.numel() / s.shape[0] : 1;
+    std::vector<int64_t> shape = s.shape;
+    shape[0] = rowEnd - rowBegin;
+    Tensor t = Tensor::zeros(s.dtype, shape);
+    uint64_t begin = uint64_t(rowBegin * rowElems), n = uint64_t((rowEnd - rowBegin) * rowElems);
+    size_t es = dtypeSize(s.dtype);
+    // Elements are independent (counter-based), so the split across threads cannot change a bit.
+    parallelFor(int64_t(n), hwThreads(), [&](int64_t a, int64_t z) {
+      h3::synthTensorRange(s, seed_, begin + uint64_t(a), begin + uint64_t(z), t.bytes.data() + size_t(a) * es);
+    });
+    return t;
+  }
+  uint64_t seed_;
+};
+
+class CheckpointWeights final : public WeightSource {
+public:
+  CheckpointWeights(const h3::Config &c, const fs::path &dir) : WeightSource(c), dir_(dir) {
+    // Fail closed: the folder must hold exactly the tensors this config implies before anything runs.
+    h3::ExpectedTensors expected{c, h3::diffusersTensors(c)};
+    h3::CheckReport rep = h3::checkCheckpoint(dir, &expected);
+    if (!rep.ok()) {
+      std::string msg;
+      auto add = [&](const char *what, const std::vector<std::string> &v) {
+        for (size_t i = 0; i < v.size() && i < 5; ++i)
+          msg += fmt::format("\n  {} {}", what, v[i]);
+        if (v.size() > 5)
+          msg += fmt::format("\n  ... {} more {}", v.size() - 5, what);
+      };
+      add("missing", rep.missing);
+      add("unexpected", rep.unexpected);
+      add("mismatched", rep.mismatched);
+      fail(dir.string(), "checkpoint check failed for this config:{}", msg);
+    }
+    h3::OpenOptions o;
+    o.config = c;
+    ckpt_ = h3::Checkpoint::open(dir, o);
+    nlohmann::json snap = h3::snapshotCheckpoint(dir);
+    contentSha_ = snap.value("content_sha256", std::string());
+  }
+  Tensor load(const std::string &name) override {
+    const auto &s = spec(name);
+    Tensor t = Tensor::zeros(s.dtype, s.shape);
+    ckpt_->read(name, 0, t.bytes.size(), t.bytes.data());
+    return t;
+  }
+  Tensor loadRows(const std::string &name, int64_t b, int64_t e) override {
+    const auto &s = spec(name);
+    if (b < 0 || e > s.shape[0] || b > e)
+      fail("weights:" + name, "rows [{}, {}) out of range", b, e);
+    std::vector<int64_t> shape = s.shape;
+    shape[0] = e - b;
+    Tensor t = Tensor::zeros(s.dtype, shape);
+    size_t rowBytes = size_t(s.numel() / s.shape[0]) * dtypeSize(s.dtype);
+    ckpt_->read(name, uint64_t(b) * rowBytes, t.bytes.size(), t.bytes.data());
+    return t;
+  }
+  nlohmann::json describe() const override {
+    return {{"kind", "checkpoint"},
+            {"path", fs::absolute(dir_).string()},
+            {"format", h3::formatName(ckpt_->format())},
+            {"content_sha256", contentSha_}};
+  }
+
+private:
+  fs::path dir_;
+  std::unique_ptr<h3::Checkpoint> ckpt_;
+  std::string contentSha_;
+};
+
+} // namespace
+
+std::unique_ptr<WeightSource> makeSyntheticWeights(const h3::Config &c, uint64_t seed) {
+  return std::make_unique<SyntheticWeights>(c, seed);
+}
+
+std::unique_ptr<WeightSource> makeCheckpointWeights(const h3::Config &c, const fs::path &dir) {
+  if (!fs::is_directory(dir))
+    fail(dir.string(), "--checkpoint must be a model folder");
+  return std::make_unique<CheckpointWeights>(c, dir);
+}
+
+} // namespace h3c::rt
