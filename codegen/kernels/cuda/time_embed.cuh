@@ -9,8 +9,8 @@ extern "C" __global__ void __launch_bounds__(256) TE_ENTRY(const H3cArgs a) {
   const long long t = blockIdx.x;
   const float *s = (const float *)a.in[0] + t * TE_K;
   const float *W1 = (const float *)a.w[0];
-  const float *b1 = (const float *)a.w[1];
-  const float *W2 = (const float *)a.w[2];
+  const float *W2 = (const float *)a.w[1];  // weights first, then biases (docs/contract.md section 6)
+  const float *b1 = (const float *)a.w[2];
   const float *b2 = (const float *)a.w[3];
   for (int k = threadIdx.x; k < TE_K; k += 256) sx[k] = s[k];
   __syncthreads();

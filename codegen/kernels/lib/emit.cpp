@@ -23,6 +23,8 @@ extern const char *const headops;
 extern const char *const elementwise;
 extern const char *const linear_f32;
 extern const char *const time_embed;
+extern const char *const synth_rng;
+extern const char *const synth_fill;
 } // namespace tmpl
 
 namespace {
@@ -371,6 +373,17 @@ const char *const kOps[] = {"linear", "qkv_linear", "adaln_table", "time_embed",
 
 const char *const *knownOps() { return kOps; }
 
+KernelSource synthFillKernel() {
+  KernelSource k;
+  std::string src = std::string("// h3c synthetic weight generator\n") + tmpl::common + "\n" +
+                    stripPragmaOnce(tmpl::synth_rng) + "\n" + tmpl::synth_fill;
+  k.id = "synth_fill_" + sha256Hex(src).substr(0, 8);
+  k.entry = "h3c_synth_fill";
+  k.source = src;
+  k.launch.threads = 256;
+  return k;
+}
+
 std::optional<KernelSource> emitKernel(const json &planOp, const std::string &arch) {
   if (arch != "sm_90a" && arch != "sm_100a") fail("emitKernel", "arch must be sm_90a or sm_100a, got \"{}\"", arch);
   if (!planOp.is_object() || !planOp.contains("op") || !planOp.at("op").is_string())
@@ -395,7 +408,12 @@ std::optional<KernelSource> emitKernel(const json &planOp, const std::string &ar
   if (kind == "norm_modulate") return emitNorm(v, true);
   if (kind == "qk_norm") return emitHeadOp(v, true, false);
   if (kind == "rope") return emitHeadOp(v, false, true);
-  if (kind == "qk_norm_rope") return emitHeadOp(v, true, v.integerOr("rotary_dim", 0) > 0);
+  if (kind == "qk_norm_rope") {
+    // Rope when the op carries the cos/sin tables (q, k, cos, sin); the refiner's form has only q, k.
+    bool rope = planOp.contains("in") && planOp.at("in").is_array() ? planOp.at("in").size() >= 4
+                                                                    : v.integerOr("rotary_dim", 0) > 0;
+    return emitHeadOp(v, true, rope);
+  }
   if (kind == "attention") return emitAttention(v);
   if (kind == "swiglu" || kind == "silu" || kind == "residual" || kind == "gate_residual" || kind == "pack" ||
       kind == "unpack")

@@ -36,6 +36,25 @@ struct KernelSource {
 // when no qualified fixed-order kernel exists for it (unknown op, missing/invalid attrs, unsupported order).
 std::optional<KernelSource> emitKernel(const nlohmann::json &planOp, const std::string &arch);
 
+// The argument block every kernel takes by value (`H3cArgs` in the kernel prelude; docs/contract.md section 6).
+struct KernelArgs {
+  const void *in[8] = {};
+  void *out[4] = {};
+  const void *w[4] = {};
+  long long meta[16] = {};
+};
+static_assert(sizeof(KernelArgs) == 256, "KernelArgs must match the kernels' H3cArgs layout");
+
+enum MetaIndex : int {
+  kMetaRows = 0, kMetaBatch = 1, kMetaItemRows = 2, kMetaMetaRows = 3, kMetaNt = 4, kMetaNv = 5, kMetaNa = 6,
+  kMetaT = 7,
+};
+
+// The synthetic weight generator on the GPU (support/synth_rng.h compiled by NVRTC, so values are bit-identical to
+// the host's h3::synthValue): out[0] = dst, meta[0] = count, meta[1] = key (u64 bits), meta[2] = scale (double bits),
+// meta[3] = 1 for BF16 output (else F32), meta[4] = init (0 normal, 1 ones, 2 zeros). 256 threads, grid-stride.
+KernelSource synthFillKernel();
+
 // The op kinds emitKernel knows (for messages and tests).
 const char *const *knownOps();
 
