@@ -1,0 +1,28 @@
+// `h3c compile` as a library call: fingerprint -> h3 module -> h3-pipeline -> plan (+ kernel sources).
+#pragma once
+
+#include "h3c/Codegen/PlanEmitter.h"
+#include "h3c/models/fingerprint.h"
+
+#include <filesystem>
+#include <string>
+
+namespace h3c::codegen {
+
+struct CompileOptions {
+  std::string arch = "sm_90a";  // sm_90a or sm_100a
+  int64_t tp = 1;               // 1, 2, 4, 8
+  bool fuse = true;
+  int64_t tokens = 8192;        // rows for the buffer peak report
+  std::filesystem::path dumpIrDir;  // when set: 00-import.mlir and NN-<pass>.mlir after every pass
+};
+
+struct CompileResult {
+  EmittedPlan plan;
+  double seconds = 0;  // import + passes + plan emission
+};
+
+// Throws h3c::Error with the pass diagnostics (each naming its node) when the pipeline fails.
+CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintSha256, const CompileOptions &o);
+
+} // namespace h3c::codegen

@@ -1,0 +1,94 @@
+// The compile driver: import, the registered pipeline (h3c::passes::buildPipeline, the same one `h3-pipeline`
+// names), optional IR dumps after every pass, plan emission. Pass diagnostics become one h3c::Error.
+#include "h3c/Codegen/Compile.h"
+
+#include "h3c/Codegen/Importer.h"
+#include "h3c/Passes/Passes.h"
+#include "h3c/support/error.h"
+#include "h3c/support/files.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OperationSupport.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <chrono>
+
+namespace fs = std::filesystem;
+using namespace mlir;
+
+namespace h3c::codegen {
+
+namespace {
+
+std::string print(Operation *op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  op->print(os);
+  return s;
+}
+
+// Writes the module after every pass into DIR/NN-<pass argument>.mlir.
+class DumpConfig : public PassManager::IRPrinterConfig {
+public:
+  explicit DumpConfig(fs::path dir) : IRPrinterConfig(/*printModuleScope=*/true), dir_(std::move(dir)) {}
+  void printAfterIfEnabled(Pass *pass, Operation *op, PrintCallbackFn print) override {
+    char prefix[8];
+    std::snprintf(prefix, sizeof prefix, "%02d-", ++n_);
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    print(os);
+    writeFileAtomic(dir_ / (prefix + pass->getArgument().str() + ".mlir"), s);
+  }
+  void printBeforeIfEnabled(Pass *, Operation *, PrintCallbackFn) override {}
+
+private:
+  fs::path dir_;
+  int n_ = 0;
+};
+
+} // namespace
+
+CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintSha256, const CompileOptions &o) {
+  if (o.arch != "sm_90a" && o.arch != "sm_100a") fail("--arch", "expected sm_90a or sm_100a, got '{}'", o.arch);
+  if (o.tp != 1 && o.tp != 2 && o.tp != 4 && o.tp != 8) fail("--tp", "expected 1, 2, 4 or 8, got {}", o.tp);
+  auto t0 = std::chrono::steady_clock::now();
+  MLIRContext ctx;
+  ctx.disableMultithreading();
+  OwningOpRef<ModuleOp> module = importFingerprint(ctx, fp);
+
+  if (!o.dumpIrDir.empty()) {
+    fs::create_directories(o.dumpIrDir);
+    writeFileAtomic(o.dumpIrDir / "00-import.mlir", print(*module));
+  }
+  PassManager pm(&ctx);
+  passes::PipelineOptions po;
+  po.arch = o.arch;
+  po.tp = o.tp;
+  po.fuse = o.fuse;
+  po.tokens = o.tokens;
+  passes::buildPipeline(pm, po);
+  if (!o.dumpIrDir.empty()) pm.enableIRPrinting(std::make_unique<DumpConfig>(o.dumpIrDir));
+
+  std::string diag;
+  {
+    ScopedDiagnosticHandler h(&ctx, [&](Diagnostic &d) {
+      if (d.getSeverity() == DiagnosticSeverity::Error) {
+        llvm::raw_string_ostream os(diag);
+        os << "\n  " << d.getLocation() << ": " << d.str();
+      }
+      return success();
+    });
+    if (failed(pm.run(*module))) fail("h3-pipeline", "compilation failed:{}", diag);
+  }
+  CompileResult r;
+  PlanOptions plo;
+  plo.arch = o.arch;
+  plo.tp = o.tp;
+  plo.fuse = o.fuse;
+  r.plan = emitPlan(*module, fp, fingerprintSha256, plo);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+} // namespace h3c::codegen

@@ -1,0 +1,36 @@
+// Attributes: the reduction order every reducing op must carry (docs/contract.md section 4) and the TP shard.
+#ifndef H3C_DIALECT_H3_ATTRS_TD
+#define H3C_DIALECT_H3_ATTRS_TD
+
+include "mlir/IR/AttrTypeBase.td"
+include "h3c/Dialect/H3/H3Dialect.td"
+
+def H3_OrderAttr : AttrDef<H3_Dialect, "Order"> {
+  let mnemonic = "order";
+  let summary = "The fixed order of a reduction's floating-point additions";
+  let description = [{
+    `#h3.order<k_chunks, k_step = 16, units = 8, acc = f32>` (linear-like ops),
+    `#h3.order<lane_tree, lanes = 32, acc = f32>` (row norms),
+    `#h3.order<flash, kv_block = 64, k_step = 16, acc = f32, p = bf16>` (attention).
+    Parameters that do not apply to a kind are 0 / null and are not printed.
+  }];
+  let parameters = (ins StringRefParameter<"order kind">:$kind, "int64_t":$kStep, "int64_t":$units,
+                        "int64_t":$lanes, "int64_t":$kvBlock, "::mlir::Type":$acc, "::mlir::Type":$p);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
+def H3_ShardAttr : AttrDef<H3_Dialect, "Shard"> {
+  let mnemonic = "shard";
+  let summary = "How an op is split over tensor-parallel ranks";
+  let description = [{
+    `#h3.shard<column, tp = 4>`: each rank computes a contiguous (head-aligned) slice of the output columns.
+    `#h3.shard<row, tp = 4>`: each rank reduces units/tp contiguous K units (a row-parallel linear; its result is
+    rank partials combined by `h3.allreduce_tree`). `#h3.shard<replicated, tp = 4>`: every rank computes all of it.
+  }];
+  let parameters = (ins StringRefParameter<"shard kind">:$kind, "int64_t":$tp);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
+#endif

@@ -1,0 +1,188 @@
+// The h3 ops: one per fingerprint node kind (docs/contract.md section 3), the fused ops of h3-fuse, and the
+// collective of h3-shard-tp. Operands are in the contract's operand order; the plan's "in" lists them the same way.
+#ifndef H3C_DIALECT_H3_OPS_TD
+#define H3C_DIALECT_H3_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "h3c/Dialect/H3/H3Dialect.td"
+include "h3c/Dialect/H3/H3Types.td"
+include "h3c/Dialect/H3/H3Attrs.td"
+
+// Every op: `nodes` = the fingerprint node ids it implements (never empty, except an allreduce_tree without an
+// epilogue), `values` = the plan value name of each result.
+defvar H3_Common = (ins StrArrayAttr:$nodes, StrArrayAttr:$values);
+
+class H3_Op<string mnemonic, list<Trait> traits = []> : Op<H3_Dialect, mnemonic, traits> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+// ---- host-computed tables ----
+def H3_RopeTableOp : H3_Op<"rope_table"> {
+  let summary = "cos/sin tables of the 3-axis rotary embedding (host, double)";
+  let description = [{
+    Operands: position_ids [S,3] in packed order and the text/video/audio indices; the tables are produced in
+    canonical row order (the indices give the permutation).
+  }];
+  let arguments = !con((ins H3_ActType:$positions, H3_ActType:$text_indices, H3_ActType:$video_indices,
+                            H3_ActType:$audio_indices, I64Attr:$rotary_dim, F64Attr:$theta), H3_Common);
+  let results = (outs H3_ActType:$cos, H3_ActType:$sin);
+}
+
+def H3_TimestepSinusoidOp : H3_Op<"timestep_sinusoid"> {
+  let summary = "Sinusoidal timestep embedding (host): cat(cos, sin), flip_sin_to_cos, shift 0";
+  let arguments = !con((ins H3_ActType:$t, I64Attr:$freq_dim), H3_Common);
+  let results = (outs H3_ActType:$y);
+}
+
+// ---- GEMMs ----
+def H3_LinearOp : H3_Op<"linear"> {
+  let summary = "y = out(x W^T + b) with an optional fused epilogue";
+  let description = [{
+    `epilogue`: "none"; "residual" (operands: residual stream x); "gate_residual" (operands: residual stream x,
+    the AdaLN table, row metadata; gate = chunk `chunk` of `num_chunks` of the table row); "swiglu" (the result
+    has N/2 columns). With `shard = #h3.shard<row, tp = N>` and N > 1 the result is N stacked F32 rank partials
+    and bias/epilogue/rounding move to the following `h3.allreduce_tree`.
+  }];
+  let arguments = !con((ins H3_ActType:$x, Variadic<H3_ActType>:$epilogue_operands, I64Attr:$K, I64Attr:$N,
+                            StrArrayAttr:$weight, StrArrayAttr:$bias,
+                            DefaultValuedAttr<StrAttr, "\"none\"">:$epilogue, OptionalAttr<I64Attr>:$chunk,
+                            OptionalAttr<I64Attr>:$num_chunks, OptionalAttr<StrAttr>:$row_index,
+                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
+  let results = (outs H3_ActType:$y);
+}
+
+def H3_AdalnTableOp : H3_Op<"adaln_table"> {
+  let summary = "AdaLN modulation table: linear(bf(silu(temb))), viewed as [T * rows_per_timestep, cols]";
+  let arguments = !con((ins H3_ActType:$temb, I64Attr:$K, I64Attr:$N, I64Attr:$rows_per_timestep,
+                            I64Attr:$num_chunks, StrArrayAttr:$weight, StrArrayAttr:$bias,
+                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
+  let results = (outs H3_ActType:$table);
+}
+
+def H3_QkvLinearOp : H3_Op<"qkv_linear"> {
+  let summary = "Fused to_q/to_k/to_v: one GEMM with weight rows [Wq; Wk; Wv], three results";
+  let arguments = !con((ins H3_ActType:$x, I64Attr:$K, I64Attr:$heads, I64Attr:$head_dim,
+                            StrArrayAttr:$weight, StrArrayAttr:$bias,
+                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
+  let results = (outs H3_ActType:$q_out, H3_ActType:$k_out, H3_ActType:$v_out);
+}
+
+def H3_TimeEmbedOp : H3_Op<"time_embed"> {
+  let summary = "Fused time_proj + time_embedder (linear_1, silu, linear_2), F32";
+  let arguments = !con((ins H3_ActType:$t, I64Attr:$freq_dim, I64Attr:$hidden, I64Attr:$out_dim,
+                            StrArrayAttr:$weight, StrArrayAttr:$bias, OptionalAttr<H3_OrderAttr>:$order),
+                       H3_Common);
+  let results = (outs H3_ActType:$temb);
+}
+
+def H3_AllreduceTreeOp : H3_Op<"allreduce_tree"> {
+  let summary = "Combines the tp rank partials of a row-parallel linear by the upper levels of the unit tree";
+  let description = [{
+    Rank r holds the sum of its units/tp contiguous units (combined by the sub-tree); the tp partials are combined
+    level by level p[i] = p[2i] + p[2i+1], so the result equals tp = 1 bit for bit. Then bias, the epilogue
+    (same meaning as on h3.linear) and the output rounding.
+  }];
+  let arguments = !con((ins H3_ActType:$partials, Variadic<H3_ActType>:$epilogue_operands, I64Attr:$tp,
+                            I64Attr:$units, I64Attr:$N, StrArrayAttr:$bias,
+                            DefaultValuedAttr<StrAttr, "\"none\"">:$epilogue, OptionalAttr<I64Attr>:$chunk,
+                            OptionalAttr<I64Attr>:$num_chunks, OptionalAttr<StrAttr>:$row_index,
+                            OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let results = (outs H3_ActType:$y);
+}
+
+// ---- norms ----
+def H3_RmsNormOp : H3_Op<"rms_norm"> {
+  let summary = "y = bf(bf(x * inv) * w), inv = 1/sqrt(ss/H + eps), ss by the lane_tree order";
+  let arguments = !con((ins H3_ActType:$x, F64Attr:$eps, StrArrayAttr:$weight,
+                            OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let results = (outs H3_ActType:$y);
+}
+
+def H3_NormModulateOp : H3_Op<"norm_modulate"> {
+  let summary = "y = out(fma(rms_norm(x), bf(1 + scale), shift)), shift/scale = table chunks of the row";
+  let description = [{
+    `row_index`: "adaln" (row = ts_index * 3 + tag; operands ts_index, tags) or "timestep" (row = ts_index;
+    operand ts_index).
+  }];
+  let arguments = !con((ins H3_ActType:$x, H3_ActType:$table, Variadic<H3_ActType>:$row_meta, F64Attr:$eps,
+                            StrArrayAttr:$weight, I64Attr:$shift_chunk, I64Attr:$scale_chunk,
+                            I64Attr:$num_chunks, StrAttr:$row_index, OptionalAttr<H3_OrderAttr>:$order),
+                       H3_Common);
+  let results = (outs H3_ActType:$y);
+}
+
+def H3_QkNormOp : H3_Op<"qk_norm"> {
+  let summary = "rms_norm per head over head_dim channels";
+  let arguments = !con((ins H3_ActType:$x, I64Attr:$heads, I64Attr:$head_dim, F64Attr:$eps,
+                            StrArrayAttr:$weight, OptionalAttr<H3_OrderAttr>:$order,
+                            OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
+  let results = (outs H3_ActType:$y);
+}
+
+def H3_RopeOp : H3_Op<"rope"> {
+  let summary = "Partial rotary embedding, rotate-half, first rotary_dim channels of each head";
+  let arguments = !con((ins H3_ActType:$x, H3_ActType:$cos, H3_ActType:$sin, I64Attr:$heads,
+                            I64Attr:$head_dim, I64Attr:$rotary_dim, OptionalAttr<H3_ShardAttr>:$shard),
+                       H3_Common);
+  let results = (outs H3_ActType:$y);
+}
+
+def H3_QkNormRopeOp : H3_Op<"qk_norm_rope"> {
+  let summary = "Fused norm_q, norm_k (+ rope_q, rope_k when cos/sin are given)";
+  let arguments = !con((ins H3_ActType:$q, H3_ActType:$k, Variadic<H3_ActType>:$rope_tables, I64Attr:$heads,
+                            I64Attr:$head_dim, I64Attr:$rotary_dim, F64Attr:$eps, StrArrayAttr:$weight,
+                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
+  let results = (outs H3_ActType:$q_out, H3_ActType:$k_out);
+}
+
+// ---- attention and elementwise ----
+def H3_AttentionOp : H3_Op<"attention"> {
+  let summary = "softmax(q k^T / sqrt(d)) v per head per batch item over all rows of the domain (non-causal)";
+  let arguments = !con((ins H3_ActType:$q, H3_ActType:$k, H3_ActType:$v, I64Attr:$heads, I64Attr:$head_dim,
+                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
+  let results = (outs H3_ActType:$o);
+}
+
+def H3_SwigluOp : H3_Op<"swiglu"> {
+  let summary = "y = bf(value * bf(silu(gate))), value = x[:, :F], gate = x[:, F:]";
+  let arguments = !con((ins H3_ActType:$x, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
+  let results = (outs H3_ActType:$y);
+}
+
+def H3_SiluOp : H3_Op<"silu"> {
+  let summary = "y = x / (1 + expf(-x)), dtype kept";
+  let arguments = !con((ins H3_ActType:$x), H3_Common);
+  let results = (outs H3_ActType:$y);
+}
+
+def H3_ResidualOp : H3_Op<"residual"> {
+  let summary = "z = bf(x + y)";
+  let arguments = !con((ins H3_ActType:$x, H3_ActType:$y), H3_Common);
+  let results = (outs H3_ActType:$z);
+}
+
+def H3_GateResidualOp : H3_Op<"gate_residual"> {
+  let summary = "z = bf(fma(gate, y, x)), gate = table chunk of the row";
+  let arguments = !con((ins H3_ActType:$x, H3_ActType:$y, H3_ActType:$table, Variadic<H3_ActType>:$row_meta,
+                            I64Attr:$chunk, I64Attr:$num_chunks, StrAttr:$row_index), H3_Common);
+  let results = (outs H3_ActType:$z);
+}
+
+// ---- packing ----
+def H3_PackOp : H3_Op<"pack"> {
+  let summary = "Packs text/video/audio rows into canonical order (text, video, audio) + per-row metadata";
+  let arguments = !con((ins H3_ActType:$text, H3_ActType:$video, H3_ActType:$audio, H3_ActType:$text_indices,
+                            H3_ActType:$video_indices, H3_ActType:$audio_indices, H3_ActType:$position_ids,
+                            H3_ActType:$token_tags, H3_ActType:$timestep_indices), H3_Common);
+  let results = (outs H3_ActType:$x, H3_ActType:$positions, H3_ActType:$tags, H3_ActType:$ts_index);
+}
+
+def H3_UnpackOp : H3_Op<"unpack"> {
+  let summary = "Selects the canonical video rows and audio rows of the output heads, in input order";
+  let arguments = !con((ins H3_ActType:$video, H3_ActType:$audio, Variadic<H3_ActType>:$row_meta), H3_Common);
+  let results = (outs H3_ActType:$sample, H3_ActType:$audio_sample);
+}
+
+#endif

@@ -1,0 +1,438 @@
+// Verifiers of the h3 ops: shapes (row domain, batch axis, columns), dtypes and attribute ranges, per
+// docs/contract.md section 3. Every message starts with the op's first node id so a failure names the node.
+#include "h3c/Dialect/H3/H3Dialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+
+#include <set>
+
+using namespace mlir;
+using namespace h3c::h3ir;
+
+#define GET_OP_CLASSES
+#include "h3c/Dialect/H3/H3Ops.cpp.inc"
+
+namespace {
+
+InFlightDiagnostic err(Operation *op) {
+  auto d = op->emitOpError();
+  std::string n = firstNode(op);
+  if (!n.empty()) d << "[" << n << "] ";
+  return d;
+}
+
+ActType act(Value v) { return cast<ActType>(v.getType()); }
+
+// nodes/values: the ledger needs every op to name its nodes and every result to have one plan name.
+LogicalResult verifyCommon(Operation *op, bool nodesMayBeEmpty = false) {
+  auto nodes = op->getAttrOfType<ArrayAttr>("nodes");
+  auto values = op->getAttrOfType<ArrayAttr>("values");
+  if (!nodesMayBeEmpty && nodes.empty()) return op->emitOpError() << "lists no fingerprint node ids in 'nodes'";
+  std::set<std::string> seen;
+  for (Attribute a : nodes) {
+    auto s = cast<StringAttr>(a).str();
+    if (s.empty()) return op->emitOpError() << "has an empty node id";
+    if (!seen.insert(s).second) return err(op) << "lists node '" << s << "' twice";
+  }
+  if (values.size() != op->getNumResults())
+    return err(op) << "has " << values.size() << " value names for " << op->getNumResults() << " results";
+  for (Attribute a : values)
+    if (cast<StringAttr>(a).getValue().empty()) return err(op) << "has an empty value name";
+  return success();
+}
+
+LogicalResult verifyOrderKind(Operation *op, std::optional<OrderAttr> order) {
+  if (!order) return success();
+  llvm::StringRef want = requiredOrderKind(op);
+  if (order->getKind() != want)
+    return err(op) << "carries order '" << order->getKind() << "' but needs '" << want << "'";
+  return success();
+}
+
+LogicalResult sameRows(Operation *op, ActType a, ActType b, llvm::StringRef what) {
+  if (a.getDomain() != b.getDomain() || a.getBatch() != b.getBatch())
+    return err(op) << what << ": rows " << (a.getBatch() ? "B x " : "") << a.getDomain() << " vs "
+                   << (b.getBatch() ? "B x " : "") << b.getDomain();
+  return success();
+}
+
+LogicalResult expect(Operation *op, ActType t, llvm::StringRef what, int64_t cols, Type elt = {},
+                     llvm::StringRef domain = "", std::optional<bool> batch = std::nullopt) {
+  if (cols > 0 && t.getCols() != cols) return err(op) << what << " must have " << cols << " columns, got " << t.getCols();
+  if (elt && t.getElementType() != elt) return err(op) << what << " must be " << elt << ", got " << t.getElementType();
+  if (!domain.empty() && t.getDomain() != domain)
+    return err(op) << what << " must have row domain " << domain << ", got " << t.getDomain();
+  if (batch && t.getBatch() != *batch) return err(op) << what << (*batch ? " needs" : " must not have") << " a batch axis";
+  if (t.getParts() != 1) return err(op) << what << " must not be rank partials";
+  return success();
+}
+
+bool isFloat(Type t) { return t.isBF16() || t.isF32(); }
+
+LogicalResult weightCount(Operation *op, ArrayAttr a, size_t lo, size_t hi, llvm::StringRef what) {
+  if (a.size() < lo || a.size() > hi)
+    return err(op) << "'" << what << "' must list " << lo << (lo == hi ? "" : " to " + std::to_string(hi))
+                   << " tensor names, got " << a.size();
+  return success();
+}
+
+// The row metadata of an AdaLN row gather: "adaln" = ts_index*3 + tag (two I64 [S] operands), "timestep" = ts_index.
+LogicalResult verifyRowMeta(Operation *op, llvm::StringRef rowIndex, ValueRange meta, ActType rowsOf) {
+  size_t want = rowIndex == "adaln" ? 2 : rowIndex == "timestep" ? 1 : 0;
+  if (want == 0) return err(op) << "row_index must be 'adaln' or 'timestep', got '" << rowIndex << "'";
+  if (meta.size() != want)
+    return err(op) << "row_index '" << rowIndex << "' needs " << want << " row metadata operands, got " << meta.size();
+  for (Value m : meta) {
+    ActType t = act(m);
+    if (t.getDomain() != rowsOf.getDomain() || t.getBatch() || t.getCols() != 1 || !t.getElementType().isInteger(64))
+      return err(op) << "row metadata must be i64 [" << rowsOf.getDomain() << "] without a batch axis";
+  }
+  return success();
+}
+
+LogicalResult verifyTableGather(Operation *op, ActType table, int64_t chunkCols, int64_t numChunks,
+                                std::initializer_list<int64_t> chunks, llvm::StringRef rowIndex) {
+  if (numChunks <= 0) return err(op) << "num_chunks must be positive";
+  for (int64_t c : chunks)
+    if (c < 0 || c >= numChunks) return err(op) << "chunk " << c << " out of range [0, " << numChunks << ")";
+  if (table.getCols() != numChunks * chunkCols)
+    return err(op) << "table must have " << numChunks << " x " << chunkCols << " columns, got " << table.getCols();
+  if (!table.getElementType().isBF16() || table.getBatch() || table.getParts() != 1)
+    return err(op) << "table must be a bf16 AdaLN table without a batch axis";
+  llvm::StringRef want = rowIndex == "adaln" ? "T3" : "T";
+  if (table.getDomain() != want)
+    return err(op) << "row_index '" << rowIndex << "' needs a table with row domain " << want << ", got "
+                   << table.getDomain();
+  return success();
+}
+
+// Epilogue operands shared by h3.linear and h3.allreduce_tree.
+LogicalResult verifyEpilogue(Operation *op, llvm::StringRef epilogue, ValueRange ops, ActType y,
+                             std::optional<int64_t> chunk, std::optional<int64_t> numChunks,
+                             std::optional<llvm::StringRef> rowIndex) {
+  bool gated = epilogue == "gate_residual";
+  if (gated != (chunk.has_value() && numChunks.has_value() && rowIndex.has_value()))
+    return err(op) << "chunk, num_chunks and row_index are required with, and only with, epilogue gate_residual";
+  if (epilogue == "none" || epilogue == "swiglu") {
+    if (!ops.empty()) return err(op) << "epilogue '" << epilogue << "' takes no operands, got " << ops.size();
+    return success();
+  }
+  if (epilogue == "residual") {
+    if (ops.size() != 1) return err(op) << "epilogue 'residual' takes the residual stream, got " << ops.size() << " operands";
+    ActType x = act(ops[0]);
+    if (failed(sameRows(op, x, y, "residual stream")) || failed(expect(op, x, "residual stream", y.getCols())))
+      return failure();
+    return success();
+  }
+  if (gated) {
+    if (ops.size() < 3) return err(op) << "epilogue 'gate_residual' takes residual, table and row metadata";
+    ActType x = act(ops[0]);
+    if (failed(sameRows(op, x, y, "residual stream")) || failed(expect(op, x, "residual stream", y.getCols())))
+      return failure();
+    if (failed(verifyTableGather(op, act(ops[1]), y.getCols(), *numChunks, {*chunk}, *rowIndex))) return failure();
+    return verifyRowMeta(op, *rowIndex, ops.drop_front(2), y);
+  }
+  return err(op) << "unknown epilogue '" << epilogue << "' (none, residual, gate_residual, swiglu)";
+}
+
+LogicalResult verifyHeads(Operation *op, ActType t, int64_t heads, int64_t headDim, llvm::StringRef what) {
+  if (heads <= 0 || headDim <= 0) return err(op) << "heads and head_dim must be positive";
+  if (t.getCols() != heads * headDim)
+    return err(op) << what << " must have heads x head_dim = " << heads * headDim << " columns, got " << t.getCols();
+  if (!t.getElementType().isBF16()) return err(op) << what << " must be bf16";
+  return success();
+}
+
+} // namespace
+
+LogicalResult RopeTableOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType pos = act(getPositions());
+  Type i64 = IntegerType::get(getContext(), 64);
+  if (failed(expect(op, pos, "positions", 3, i64, "S", false)) ||
+      failed(expect(op, act(getTextIndices()), "text_indices", 1, i64, "Nt", false)) ||
+      failed(expect(op, act(getVideoIndices()), "video_indices", 1, i64, "Nv", false)) ||
+      failed(expect(op, act(getAudioIndices()), "audio_indices", 1, i64, "Na", false)))
+    return failure();
+  int64_t r = getRotaryDim();
+  if (r <= 0 || r % 6 != 0) return err(op) << "rotary_dim must be a positive multiple of 6 (3 axes x 2 halves), got " << r;
+  if (!(getTheta().convertToDouble() > 0)) return err(op) << "theta must be positive";
+  for (Value v : {getCos(), getSin()}) {
+    if (failed(expect(op, act(v), "cos/sin", r, Float32Type::get(getContext()), pos.getDomain(), false)))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult TimestepSinusoidOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  int64_t f = getFreqDim();
+  if (f <= 0 || f % 2) return err(op) << "freq_dim must be positive and even, got " << f;
+  Type f32 = Float32Type::get(getContext());
+  if (failed(expect(op, act(getT()), "timestep", 1, f32, "T", false))) return failure();
+  return expect(op, act(getY()), "embedding", f, f32, "T", false);
+}
+
+LogicalResult LinearOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  ActType x = act(getX()), y = act(getY());
+  if (getK() <= 0 || getN() <= 0) return err(op) << "K and N must be positive";
+  if (failed(expect(op, x, "input", getK()))) return failure();
+  if (!isFloat(x.getElementType())) return err(op) << "input must be bf16 or f32";
+  if (failed(weightCount(op, getWeight(), 1, 1, "weight")) || failed(weightCount(op, getBias(), 0, 1, "bias")))
+    return failure();
+  if (failed(sameRows(op, x, y, "output"))) return failure();
+  llvm::StringRef epi = getEpilogue();
+  bool partial = getShard() && getShard()->getKind() == "row" && getShard()->getTp() > 1;
+  if (partial) {
+    if (y.getParts() != getShard()->getTp() || !y.getElementType().isF32() || y.getCols() != getN())
+      return err(op) << "a row-parallel linear over tp = " << getShard()->getTp() << " must produce "
+                     << getShard()->getTp() << " f32 rank partials of " << getN() << " columns";
+    if (epi != "none" || !getBias().empty())
+      return err(op) << "a row-parallel linear leaves bias and epilogue to h3.allreduce_tree";
+    return success();
+  }
+  if (y.getParts() != 1) return err(op) << "only a row-parallel linear produces rank partials";
+  if (!isFloat(y.getElementType())) return err(op) << "output must be bf16 or f32";
+  int64_t outCols = getN();
+  if (epi == "swiglu") {
+    if (getN() % 2) return err(op) << "epilogue swiglu needs an even N, got " << getN();
+    outCols = getN() / 2;
+  }
+  if (y.getCols() != outCols) return err(op) << "output must have " << outCols << " columns, got " << y.getCols();
+  std::optional<llvm::StringRef> ri;
+  if (getRowIndex()) ri = *getRowIndex();
+  return verifyEpilogue(op, epi, getEpilogueOperands(), y, getChunk(), getNumChunks(), ri);
+}
+
+LogicalResult AllreduceTreeOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op, /*nodesMayBeEmpty=*/true)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (getOrder() && getOrder()->getUnits() != getUnits())
+    return err(op) << "order has " << getOrder()->getUnits() << " units but the op combines " << getUnits();
+  ActType p = act(getPartials()), y = act(getY());
+  int64_t tp = getTp(), units = getUnits();
+  if (tp < 2 || (tp & (tp - 1))) return err(op) << "tp must be a power of two >= 2, got " << tp;
+  if (units % tp) return err(op) << units << " units cannot be split over tp = " << tp;
+  if (p.getParts() != tp || !p.getElementType().isF32() || p.getCols() != getN())
+    return err(op) << "partials must be " << tp << " f32 rank partials of " << getN() << " columns";
+  if (failed(sameRows(op, p, y, "output")) || failed(weightCount(op, getBias(), 0, 1, "bias"))) return failure();
+  if (failed(expect(op, y, "output", getN()))) return failure();
+  if (!isFloat(y.getElementType())) return err(op) << "output must be bf16 or f32";
+  if (getEpilogue() == "swiglu") return err(op) << "epilogue swiglu cannot follow a row-parallel reduction";
+  std::optional<llvm::StringRef> ri;
+  if (getRowIndex()) ri = *getRowIndex();
+  return verifyEpilogue(op, getEpilogue(), getEpilogueOperands(), y, getChunk(), getNumChunks(), ri);
+}
+
+LogicalResult AdalnTableOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  Type f32 = Float32Type::get(getContext());
+  if (failed(expect(op, act(getTemb()), "temb", getK(), f32, "T", false))) return failure();
+  int64_t rows = getRowsPerTimestep();
+  if (rows != 1 && rows != 3) return err(op) << "rows_per_timestep must be 1 or 3, got " << rows;
+  if (getN() <= 0 || getN() % rows) return err(op) << "N = " << getN() << " is not divisible by " << rows << " rows";
+  int64_t cols = getN() / rows;
+  if (getNumChunks() <= 0 || cols % getNumChunks())
+    return err(op) << cols << " columns per row are not divisible into " << getNumChunks() << " chunks";
+  if (failed(weightCount(op, getWeight(), 1, 1, "weight")) || failed(weightCount(op, getBias(), 0, 1, "bias")))
+    return failure();
+  return expect(op, act(getTable()), "table", cols, BFloat16Type::get(getContext()), rows == 3 ? "T3" : "T", false);
+}
+
+LogicalResult QkvLinearOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  ActType x = act(getX());
+  if (failed(expect(op, x, "input", getK()))) return failure();
+  if (failed(weightCount(op, getWeight(), 3, 3, "weight")) || failed(weightCount(op, getBias(), 0, 3, "bias")))
+    return failure();
+  if (!getBias().empty() && getBias().size() != 3) return err(op) << "bias must list 0 or 3 tensors";
+  for (Value v : {getQOut(), getKOut(), getVOut()}) {
+    if (failed(sameRows(op, x, act(v), "q/k/v")) || failed(verifyHeads(op, act(v), getHeads(), getHeadDim(), "q/k/v")))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult TimeEmbedOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  Type f32 = Float32Type::get(getContext());
+  if (getFreqDim() <= 0 || getFreqDim() % 2) return err(op) << "freq_dim must be positive and even";
+  if (getHidden() <= 0) return err(op) << "hidden must be positive";
+  if (failed(weightCount(op, getWeight(), 2, 2, "weight")) || failed(weightCount(op, getBias(), 0, 2, "bias")))
+    return failure();
+  if (failed(expect(op, act(getT()), "timestep", 1, f32, "T", false))) return failure();
+  return expect(op, act(getTemb()), "temb", getOutDim(), f32, "T", false);
+}
+
+LogicalResult RmsNormOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  ActType x = act(getX()), y = act(getY());
+  if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
+  if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(sameRows(op, x, y, "output"))) return failure();
+  if (!isFloat(x.getElementType()) || x.getParts() != 1) return err(op) << "input must be bf16 or f32";
+  return expect(op, y, "output", x.getCols(), BFloat16Type::get(getContext()));
+}
+
+LogicalResult NormModulateOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  ActType x = act(getX()), y = act(getY());
+  if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
+  if (getShiftChunk() == getScaleChunk()) return err(op) << "shift and scale must be different chunks";
+  if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(sameRows(op, x, y, "output"))) return failure();
+  if (failed(expect(op, x, "input", 0, BFloat16Type::get(getContext())))) return failure();
+  if (failed(verifyTableGather(op, act(getTable()), x.getCols(), getNumChunks(), {getShiftChunk(), getScaleChunk()},
+                               getRowIndex())))
+    return failure();
+  if (failed(verifyRowMeta(op, getRowIndex(), getRowMeta(), x))) return failure();
+  if (failed(expect(op, y, "output", x.getCols()))) return failure();
+  if (!isFloat(y.getElementType())) return err(op) << "output must be bf16 or f32";
+  return success();
+}
+
+LogicalResult QkNormOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
+  if (failed(weightCount(op, getWeight(), 1, 1, "weight"))) return failure();
+  if (failed(verifyHeads(op, act(getX()), getHeads(), getHeadDim(), "input")) ||
+      failed(verifyHeads(op, act(getY()), getHeads(), getHeadDim(), "output")))
+    return failure();
+  return sameRows(op, act(getX()), act(getY()), "output");
+}
+
+static LogicalResult verifyRopeTables(Operation *op, ActType x, Value cos, Value sin, int64_t headDim,
+                                      int64_t rotary) {
+  if (rotary <= 0 || rotary % 2 || rotary > headDim)
+    return err(op) << "rotary_dim must be even and in (0, head_dim = " << headDim << "], got " << rotary;
+  for (Value v : {cos, sin})
+    if (failed(expect(op, act(v), "cos/sin", rotary, Float32Type::get(op->getContext()), x.getDomain(), false)))
+      return failure();
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType x = act(getX());
+  if (failed(verifyHeads(op, x, getHeads(), getHeadDim(), "input")) ||
+      failed(verifyHeads(op, act(getY()), getHeads(), getHeadDim(), "output")) ||
+      failed(sameRows(op, x, act(getY()), "output")))
+    return failure();
+  return verifyRopeTables(op, x, getCos(), getSin(), getHeadDim(), getRotaryDim());
+}
+
+LogicalResult QkNormRopeOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
+  if (failed(weightCount(op, getWeight(), 2, 2, "weight"))) return failure();
+  ActType q = act(getQ());
+  for (Value v : {getQ(), getK(), getQOut(), getKOut()})
+    if (failed(verifyHeads(op, act(v), getHeads(), getHeadDim(), "q/k")) || failed(sameRows(op, q, act(v), "q/k")))
+      return failure();
+  auto tables = getRopeTables();
+  if (tables.empty()) {
+    if (getRotaryDim() != 0) return err(op) << "rotary_dim must be 0 without rope tables";
+    return success();
+  }
+  if (tables.size() != 2) return err(op) << "rope tables are cos and sin, got " << tables.size() << " operands";
+  return verifyRopeTables(op, q, tables[0], tables[1], getHeadDim(), getRotaryDim());
+}
+
+LogicalResult AttentionOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  ActType q = act(getQ());
+  if (!q.getBatch()) return err(op) << "attention runs on token-domain (batched) rows";
+  for (Value v : {getQ(), getK(), getV(), getO()})
+    if (failed(verifyHeads(op, act(v), getHeads(), getHeadDim(), "q/k/v/o")) || failed(sameRows(op, q, act(v), "q/k/v/o")))
+      return failure();
+  return success();
+}
+
+LogicalResult SwigluOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType x = act(getX()), y = act(getY());
+  if (x.getCols() % 2) return err(op) << "input must have an even number of columns (value; gate), got " << x.getCols();
+  if (failed(sameRows(op, x, y, "output")) || failed(expect(op, x, "input", 0, BFloat16Type::get(getContext()))))
+    return failure();
+  return expect(op, y, "output", x.getCols() / 2, BFloat16Type::get(getContext()));
+}
+
+LogicalResult SiluOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  if (getX().getType() != getY().getType()) return err(op) << "output type must equal the input type";
+  if (!isFloat(act(getX()).getElementType())) return err(op) << "input must be bf16 or f32";
+  return success();
+}
+
+LogicalResult ResidualOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType x = act(getX()), y = act(getY()), z = act(getZ());
+  if (failed(sameRows(op, x, y, "y")) || failed(sameRows(op, x, z, "output"))) return failure();
+  if (failed(expect(op, y, "y", x.getCols())) || failed(expect(op, z, "output", x.getCols(), BFloat16Type::get(getContext()))))
+    return failure();
+  return success();
+}
+
+LogicalResult GateResidualOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType x = act(getX()), y = act(getY()), z = act(getZ());
+  if (failed(sameRows(op, x, y, "y")) || failed(sameRows(op, x, z, "output"))) return failure();
+  if (failed(expect(op, y, "y", x.getCols())) || failed(expect(op, z, "output", x.getCols(), BFloat16Type::get(getContext()))))
+    return failure();
+  if (failed(verifyTableGather(op, act(getTable()), x.getCols(), getNumChunks(), {getChunk()}, getRowIndex())))
+    return failure();
+  return verifyRowMeta(op, getRowIndex(), getRowMeta(), x);
+}
+
+LogicalResult PackOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  MLIRContext *c = getContext();
+  Type i64 = IntegerType::get(c, 64), bf16 = BFloat16Type::get(c);
+  int64_t h = act(getText()).getCols();
+  if (failed(expect(op, act(getText()), "text", h, {}, "Nt", true)) ||
+      failed(expect(op, act(getVideo()), "video", h, {}, "Nv", true)) ||
+      failed(expect(op, act(getAudio()), "audio", h, {}, "Na", true)) ||
+      failed(expect(op, act(getVideoIndices()), "video_indices", 1, i64, "Nv", false)) ||
+      failed(expect(op, act(getAudioIndices()), "audio_indices", 1, i64, "Na", false)) ||
+      failed(expect(op, act(getTextIndices()), "text_indices", 1, i64, "Nt", false)) ||
+      failed(expect(op, act(getPositionIds()), "position_ids", 3, i64, "S", false)) ||
+      failed(expect(op, act(getTokenTags()), "token_tags", 1, i64, "S", false)) ||
+      failed(expect(op, act(getTimestepIndices()), "timestep_indices", 1, i64, "S", false)) ||
+      failed(expect(op, act(getX()), "packed rows", h, bf16, "S", true)) ||
+      failed(expect(op, act(getPositions()), "positions", 3, i64, "S", false)) ||
+      failed(expect(op, act(getTags()), "tags", 1, i64, "S", false)) ||
+      failed(expect(op, act(getTsIndex()), "ts_index", 1, i64, "S", false)))
+    return failure();
+  return success();
+}
+
+LogicalResult UnpackOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType v = act(getVideo()), a = act(getAudio());
+  if (failed(expect(op, v, "video head", 0, {}, "S", true)) || failed(expect(op, a, "audio head", 0, {}, "S", true)))
+    return failure();
+  if (failed(expect(op, act(getSample()), "sample", v.getCols(), v.getElementType(), "Nv", true)) ||
+      failed(expect(op, act(getAudioSample()), "audio_sample", a.getCols(), a.getElementType(), "Na", true)))
+    return failure();
+  for (Value m : getRowMeta())
+    if (!act(m).getElementType().isInteger(64) || act(m).getBatch()) return err(op) << "row metadata must be i64";
+  return success();
+}

@@ -1,0 +1,34 @@
+// The h3 passes and the registered pipeline `h3-pipeline{arch=sm_90a tp=1 fuse=true}`.
+#pragma once
+
+#include "h3c/Dialect/H3/H3Dialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+#include <memory>
+#include <string>
+
+namespace h3c::passes {
+
+#define GEN_PASS_DECL
+#include "h3c/Passes/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "h3c/Passes/Passes.h.inc"
+
+struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
+  Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_90a or sm_100a"), llvm::cl::init("sm_90a")};
+  Option<int64_t> tp{*this, "tp", llvm::cl::desc("tensor-parallel degree (1, 2, 4, 8)"), llvm::cl::init(1)};
+  Option<bool> fuse{*this, "fuse", llvm::cl::desc("run h3-fuse"), llvm::cl::init(true)};
+  Option<int64_t> tokens{*this, "tokens", llvm::cl::desc("rows for the buffer peak report"), llvm::cl::init(8192)};
+};
+
+// assign-reduction-order, [fuse], shard-tp, verify-strict, plan-buffers (in that order).
+void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o);
+// Registers every h3 pass and the h3-pipeline.
+void registerAll();
+
+} // namespace h3c::passes

@@ -1,0 +1,63 @@
+// The h3 passes. Each runs on the module (the importer's single func) and is tested by test/lit/<flag>.mlir.
+#ifndef H3C_PASSES_TD
+#define H3C_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def H3AssignReductionOrder : Pass<"h3-assign-reduction-order", "mlir::ModuleOp"> {
+  let summary = "Give every reducing op its fixed reduction order (docs/contract.md section 4)";
+  let description = [{
+    linear-like ops get `#h3.order<k_chunks, k_step = 16, units = U, acc = f32>` with U = 8 for the row-parallel
+    candidates (attn.to_out.0 and ff.net.2 of the transformer blocks) and U = 1 elsewhere; row norms get
+    `lane_tree` (32 lanes); attention gets `flash` (kv_block 64). The order depends only on the reduced extent and
+    pinned constants, never on rows, batch, TP degree or arch. An existing, different order is an error.
+  }];
+  let dependentDialects = ["::h3c::h3ir::H3Dialect"];
+}
+
+def H3VerifyStrict : Pass<"h3-verify-strict", "mlir::ModuleOp"> {
+  let summary = "Fail on any reduction without an order or any op no qualified fixed-order kernel implements";
+  let options = [
+    Option<"arch", "arch", "std::string", /*default=*/"\"sm_90a\"", "Target architecture (sm_90a, sm_100a)">,
+  ];
+}
+
+def H3Fuse : Pass<"h3-fuse", "mlir::ModuleOp"> {
+  let summary = "Fuse qkv, qk-norm + rope, linear epilogues (gate_residual, residual, swiglu) and the time MLP";
+  let description = [{
+    to_q/to_k/to_v -> h3.qkv_linear; norm_q/norm_k(/rope_q/rope_k) -> h3.qk_norm_rope; to_out/fc2 +
+    gate_residual or residual and fc1 + swiglu -> h3.linear with an epilogue; time_proj + time_embedder ->
+    h3.time_embed. norm_modulate is already one op. A fused op lists every node id it covers, in node order.
+  }];
+  let dependentDialects = ["::h3c::h3ir::H3Dialect"];
+}
+
+def H3ShardTp : Pass<"h3-shard-tp", "mlir::ModuleOp"> {
+  let summary = "Split the transformer blocks over tp ranks: column-parallel qkv/fc1/adaln, row-parallel to_out/fc2";
+  let description = [{
+    Column-parallel ops (head-aligned for q/k/v, attention and the q/k norms) get `#h3.shard<column, tp = N>`.
+    Row-parallel linears (k_chunks with U units) get `#h3.shard<row, tp = N>`; for N > 1 they produce N f32 rank
+    partials (U/N units each, combined by the sub-tree) and an explicit `h3.allreduce_tree` combines them by the
+    upper tree levels and applies bias, epilogue and rounding, so every N gives the tp = 1 bits. An impossible split
+    is an error naming the op.
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel degree">,
+  ];
+  let dependentDialects = ["::h3c::h3ir::H3Dialect"];
+}
+
+def H3PlanBuffers : Pass<"h3-plan-buffers", "mlir::ModuleOp"> {
+  let summary = "Liveness-based activation slots; reports the peak bytes for a token count";
+  let description = [{
+    Walks the func in launch order, frees a value after its last use and gives each value a slot, reusing a
+    free slot of the same row domain (slots grow to their largest value). Writes the slot of every value
+    (`h3.slots` on ops, `h3.slot` on arguments) and `h3.buffers` on the module: the slot table and, for `tokens`
+    rows (S = tokens, Nt = Nv = Na <= S bounded by S, T = 1, B = 1), the live peak and the total slot bytes.
+  }];
+  let options = [
+    Option<"tokens", "tokens", "int64_t", /*default=*/"8192", "Packed rows S for the peak report">,
+  ];
+}
+
+#endif

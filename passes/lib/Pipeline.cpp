@@ -1,0 +1,28 @@
+// The registered pipeline `h3-pipeline{arch=... tp=... fuse=... tokens=...}`: what `h3c compile` runs.
+#include "h3c/Passes/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+namespace h3c::passes {
+
+void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
+  pm.addPass(createH3AssignReductionOrder());
+  if (o.fuse) pm.addPass(createH3Fuse());
+  H3ShardTpOptions shard;
+  shard.tp = o.tp;
+  pm.addPass(createH3ShardTp(shard));
+  H3VerifyStrictOptions strict;
+  strict.arch = o.arch;
+  pm.addPass(createH3VerifyStrict(strict));
+  H3PlanBuffersOptions buffers;
+  buffers.tokens = o.tokens;
+  pm.addPass(createH3PlanBuffers(buffers));
+}
+
+void registerAll() {
+  registerH3Passes();
+  mlir::PassPipelineRegistration<PipelineOptions>(
+      "h3-pipeline", "The h3c compile pipeline: order, fuse, shard, verify, plan buffers", buildPipeline);
+}
+
+} // namespace h3c::passes

@@ -1,0 +1,108 @@
+// h3-verify-strict: the gate before planning. Every reducing op must carry the order the contract pins (section 4)
+// and every op must be one a qualified fixed-order kernel (or the host) implements on the target arch. Errors name
+// the node.
+#include "Common.h"
+#include "h3c/Passes/Passes.h"
+
+namespace h3c::passes {
+#define GEN_PASS_DEF_H3VERIFYSTRICT
+#include "h3c/Passes/Passes.h.inc"
+} // namespace h3c::passes
+
+using namespace mlir;
+using namespace h3c::h3ir;
+
+namespace {
+
+// Largest head size the fixed-order attention kernel holds in registers/shared memory.
+constexpr int64_t kMaxHeadDim = 256;
+
+struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
+  using Base::Base;
+  bool ok = true;
+
+  InFlightDiagnostic error(Operation *op) {
+    ok = false;
+    return op->emitOpError() << "[" << firstNode(op) << "] ";
+  }
+
+  void checkOrder(Operation *op) {
+    llvm::StringRef kind = requiredOrderKind(op);
+    auto order = op->getAttrOfType<OrderAttr>("order");
+    if (kind.empty()) {
+      if (order) error(op) << "reduces nothing but carries an order";
+      return;
+    }
+    if (!order) {
+      error(op) << "reduction without an order (" << kind << " required)";
+      return;
+    }
+    if (order.getKind() != kind) {
+      error(op) << "carries order '" << order.getKind() << "', needs '" << kind << "'";
+      return;
+    }
+    if (!order.getAcc().isF32()) error(op) << "accumulator must be f32";
+    if (kind == "k_chunks") {
+      if (order.getKStep() != kKStep) error(op) << "k_step must be " << kKStep << " (the MMA K width), got " << order.getKStep();
+      int64_t units = order.getUnits();
+      std::vector<std::string> nodes = h3c::passes::nodeList(op);
+      int64_t want = 1;
+      if (auto l = dyn_cast<LinearOp>(op); l && !nodes.empty() && h3c::passes::isRowParallelCandidate(nodes[0]))
+        want = rowParallelUnits(l.getK());
+      if (auto ar = dyn_cast<AllreduceTreeOp>(op)) want = ar.getUnits();
+      if (units != want) error(op) << "needs " << want << " canonical K units, has " << units;
+      if (auto l = dyn_cast<LinearOp>(op))
+        if (units > 1 && l.getK() % (units * kKStep))
+          error(op) << "K = " << l.getK() << " is not " << units << " whole units of k_step chunks";
+    } else if (kind == "lane_tree") {
+      if (order.getLanes() != kLanes) error(op) << "lane_tree needs " << kLanes << " lanes, got " << order.getLanes();
+    } else if (kind == "flash") {
+      if (order.getKvBlock() != kKvBlock || order.getKStep() != kKStep)
+        error(op) << "flash needs kv_block = " << kKvBlock << " and k_step = " << kKStep;
+      if (!order.getP() || !order.getP().isBF16()) error(op) << "flash stores P as bf16";
+    }
+  }
+
+  void checkKernel(Operation *op) {
+    if (auto a = dyn_cast<AttentionOp>(op)) {
+      if (a.getHeadDim() % kKStep || a.getHeadDim() > kMaxHeadDim)
+        error(op) << "no fixed-order attention kernel for head_dim " << a.getHeadDim() << " (needs a multiple of "
+                  << kKStep << ", at most " << kMaxHeadDim << ")";
+    }
+    if (auto shard = op->getAttrOfType<ShardAttr>("shard")) {
+      auto tpAttr = op->getParentOfType<ModuleOp>()->getAttrOfType<IntegerAttr>("h3.tp");
+      if (tpAttr && shard.getTp() != tpAttr.getInt())
+        error(op) << "is sharded over tp = " << shard.getTp() << " but the module is tp = " << tpAttr.getInt();
+      if (auto l = dyn_cast<LinearOp>(op); l && shard.getKind() == "row" && shard.getTp() > 1) {
+        for (Operation *u : l.getY().getUsers())
+          if (!isa<AllreduceTreeOp>(u)) error(op) << "rank partials may only feed h3.allreduce_tree";
+      }
+    }
+    if (auto l = dyn_cast<LinearOp>(op)) {
+      Type in = cast<ActType>(l.getX().getType()).getElementType();
+      if (!in.isBF16() && !in.isF32()) error(op) << "no linear kernel for input " << in;
+    }
+  }
+
+  void runOnOperation() override {
+    ModuleOp m = getOperation();
+    if (arch != "sm_90a" && arch != "sm_100a") {
+      m.emitError() << "h3-verify-strict: unsupported arch '" << arch << "' (sm_90a, sm_100a)";
+      return signalPassFailure();
+    }
+    m->setAttr("h3.arch", StringAttr::get(m.getContext(), arch));
+    m.walk([&](Operation *op) {
+      if (isa<ModuleOp, func::FuncOp, func::ReturnOp>(op)) return;
+      if (!isa<H3Dialect>(op->getDialect())) {
+        op->emitOpError() << "is not an h3 op: no fixed-order kernel implements it";
+        ok = false;
+        return;
+      }
+      checkOrder(op);
+      checkKernel(op);
+    });
+    if (!ok) signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,57 @@
+// `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --tp N [--no-fuse] [--dump-ir DIR] [--tokens S] -o OUT/`:
+// imports the fingerprint, runs h3-pipeline and writes OUT/plan.json + OUT/kernels/*.cu atomically.
+#include "command.h"
+
+#include "h3c/Codegen/Compile.h"
+#include "h3c/support/error.h"
+#include "h3c/support/files.h"
+#include "h3c/support/sha256.h"
+
+#include <cstdio>
+
+namespace {
+
+struct Args {
+  std::string fingerprint, arch = "sm_90a", out, dumpIr;
+  int64_t tp = 1, tokens = 8192;
+  bool noFuse = false;
+};
+
+h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json + CUDA kernels)", [](CLI::App &app) {
+  auto a = std::make_shared<Args>();
+  app.add_option("fingerprint", a->fingerprint, "Fingerprint JSON (models/h3/fingerprint.json)")->required();
+  app.add_option("--arch", a->arch, "Target architecture")->check(CLI::IsMember({"sm_90a", "sm_100a"}));
+  app.add_option("--tp", a->tp, "Tensor-parallel degree")->check(CLI::IsMember({1, 2, 4, 8}));
+  app.add_flag("--no-fuse", a->noFuse, "Skip h3-fuse (one op per node)");
+  app.add_option("--dump-ir", a->dumpIr, "Write the IR after import and after every pass into this folder");
+  app.add_option("--tokens", a->tokens, "Packed rows S for the buffer peak report")->check(CLI::PositiveNumber);
+  app.add_option("-o,--out", a->out, "Output plan folder")->required();
+  app.callback([a] {
+    std::string bytes = h3c::readFile(a->fingerprint);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(bytes);
+    } catch (const nlohmann::json::parse_error &e) {
+      h3c::fail(a->fingerprint, "invalid JSON: {}", e.what());
+    }
+    h3c::h3::Fingerprint fp = h3c::h3::fingerprintFromJson(j, a->fingerprint);
+    h3c::codegen::CompileOptions o;
+    o.arch = a->arch;
+    o.tp = a->tp;
+    o.fuse = !a->noFuse;
+    o.tokens = a->tokens;
+    o.dumpIrDir = a->dumpIr;
+    h3c::codegen::CompileResult r = h3c::codegen::compile(fp, h3c::sha256Hex(bytes), o);
+    h3c::codegen::writePlanDirectory(r.plan, a->out);
+    for (const auto &w : r.plan.warnings) std::fprintf(stderr, "h3c: warning: %s\n", w.c_str());
+    const auto &s = r.plan.plan["stats"];
+    std::printf("compiled %zu nodes into %zu ops, %zu kernels (%zu ops without a kernel) in %.3f s\n",
+                fp.nodes.size(), r.plan.plan["ops"].size(), r.plan.kernels.size(), r.plan.warnings.size(), r.seconds);
+    std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n",
+                r.plan.plan["slots"].size(), (long long)s["slot_bytes"], (long long)s["peak_live_bytes"],
+                (long long)a->tokens);
+    std::printf("plan %s -> %s/plan.json\n", r.plan.plan["plan_sha256"].get<std::string>().c_str(), a->out.c_str());
+  });
+});
+
+} // namespace
