@@ -285,9 +285,11 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
     if (!b.is_boolean())
       fail(w + "/batch", "expected a boolean");
     pv.batch = b.get<bool>();
+    // Token-domain values may carry the batch axis (activations) or not (batch-shared per-row tables: rope:cos/sin,
+    // pack metadata); T/T3/1 values never do.
     bool tokenDomain = pv.rows == "S" || pv.rows == "Nt" || pv.rows == "Nv" || pv.rows == "Na";
-    if (pv.batch != tokenDomain && pv.dtype != DType::I64)
-      fail(w + "/batch", "token-domain values (S, Nt, Nv, Na) carry the batch axis, T/T3/1 values do not");
+    if (pv.batch && !tokenDomain)
+      fail(w + "/batch", "only token-domain values (S, Nt, Nv, Na) can carry the batch axis");
     if (v.contains("slot") && !v["slot"].is_null()) {
       pv.slot = integer(v["slot"], w + "/slot");
       if (!slotIds.count(pv.slot))
