@@ -1,0 +1,282 @@
+// The trajectory writer: creation (header + initial state as one atomic folder), durable per-step records, resume
+// from the last sealed step, and the final record. Verification is in trajectory_verify.cpp, drift in
+// trajectory_drift.cpp; the pieces they share are in trajectory_internal.h.
+#include "trajectory_internal.h"
+
+#include "h3c/models/safetensors.h"
+#include "h3c/support/canonical_json.h"
+#include "h3c/support/error.h"
+#include "h3c/support/files.h"
+#include "h3c/support/sha256.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace h3c::rt {
+
+const char *trajModalityName(int m) { return m == 0 ? "video" : "audio"; }
+
+std::string floatsSha256(const std::vector<float> &v) {
+  static_assert(sizeof(float) == 4, "F32");
+  // h3c only targets little-endian hosts (x86-64, aarch64), so the in-memory bytes are the safetensors bytes.
+  return sha256Hex(std::string_view(reinterpret_cast<const char *>(v.data()), v.size() * sizeof(float)));
+}
+
+std::string computeSeal(const json &j) {
+  json copy = j;
+  if (copy.is_object())
+    copy.erase("seal");
+  return sha256Hex(canonicalJson(copy));
+}
+
+fs::path trajStepJson(const fs::path &dir, int64_t step) {
+  return dir / "steps" / fmt::format("step-{:05d}.json", step);
+}
+fs::path trajStepTensors(const fs::path &dir, int64_t step) {
+  return dir / "steps" / fmt::format("step-{:05d}.safetensors", step);
+}
+fs::path trajState(const fs::path &dir, int64_t sealed) { return dir / fmt::format("state-{:05d}.safetensors", sealed); }
+
+namespace traj {
+
+int64_t headerNumSteps(const json &h) { return h.at("num_steps").get<int64_t>(); }
+
+std::vector<int64_t> noiseShape(const json &h, int m) {
+  return h.at("noise").at(trajModalityName(m)).at("shape").get<std::vector<int64_t>>();
+}
+
+int64_t numel(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (auto d : shape)
+    n *= d;
+  return n;
+}
+
+float gridValue(const json &h, const char *grid, int m, int64_t i) {
+  return h.at(grid).at(trajModalityName(m)).at(static_cast<size_t>(i)).get<float>();
+}
+
+void checkHeader(const json &h, const std::string &where) {
+  auto need = [&](const char *key) -> const json & {
+    if (!h.contains(key))
+      fail(where + "#/" + key, "missing required field");
+    return h.at(key);
+  };
+  if (!h.is_object())
+    fail(where, "expected a JSON object");
+  if (need("schema") != kTrajectorySchema)
+    fail(where + "#/schema", "expected \"{}\", got {}", kTrajectorySchema, h.at("schema").dump());
+  const json &n = need("num_steps");
+  if (!n.is_number_integer() || n.get<int64_t>() < 1)
+    fail(where + "#/num_steps", "expected a positive integer, got {}", n.dump());
+  const int64_t steps = n.get<int64_t>();
+  if (!need("save_tensors").is_boolean())
+    fail(where + "#/save_tensors", "expected true or false");
+  for (const char *grid : {"sigmas", "timesteps"}) {
+    const json &g = need(grid);
+    for (int m = 0; m < kTrajModalities; ++m) {
+      std::string w = fmt::format("{}#/{}/{}", where, grid, trajModalityName(m));
+      if (!g.is_object() || !g.contains(trajModalityName(m)) || !g.at(trajModalityName(m)).is_array())
+        fail(w, "expected an array of numbers");
+      const json &a = g.at(trajModalityName(m));
+      size_t expected = size_t(steps) + (grid[0] == 's' ? 1 : 0);
+      if (a.size() != expected)
+        fail(w, "expected {} values for {} steps, got {}", expected, steps, a.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        if (!a[i].is_number())
+          fail(w + "/" + std::to_string(i), "expected a number");
+    }
+  }
+  const json &noise = need("noise");
+  for (int m = 0; m < kTrajModalities; ++m) {
+    std::string w = fmt::format("{}#/noise/{}", where, trajModalityName(m));
+    if (!noise.is_object() || !noise.contains(trajModalityName(m)) || !noise.at(trajModalityName(m)).is_object())
+      fail(w, "expected an object {{name, shape, sha256}}");
+    const json &e = noise.at(trajModalityName(m));
+    if (!e.contains("name") || !e.at("name").is_string())
+      fail(w + "/name", "expected a string");
+    if (!e.contains("shape") || !e.at("shape").is_array() || e.at("shape").size() != 3)
+      fail(w + "/shape", "expected [B, rows, cols]");
+    for (size_t d = 0; d < 3; ++d)
+      if (!e.at("shape")[d].is_number_integer() || e.at("shape")[d].get<int64_t>() < 0)
+        fail(w + "/shape/" + std::to_string(d), "expected a non-negative integer");
+  }
+}
+
+json tensorSummary(const std::vector<float> &v) {
+  double mx = 0;
+  for (float x : v)
+    mx = std::isnan(x) ? NAN : std::max(mx, double(std::fabs(x)));
+  return json{{"sha256", floatsSha256(v)}, {"max_abs", std::isnan(mx) ? json(nullptr) : json(mx)}};
+}
+
+std::vector<float> readF32(const st::File &f, const std::string &name, const std::vector<int64_t> &shape) {
+  const st::TensorInfo *t = f.find(name);
+  if (!t)
+    fail(f.path().string(), "tensor '{}' missing", name);
+  if (t->dtype != DType::F32 || t->shape != shape)
+    fail(f.path().string(), "tensor '{}': expected F32 {}, got {} {}", name, json(shape).dump(), dtypeName(t->dtype),
+         json(t->shape).dump());
+  std::vector<float> out(static_cast<size_t>(t->numel()));
+  if (!out.empty())
+    std::memcpy(out.data(), f.data(*t), out.size() * sizeof(float));
+  return out;
+}
+
+void writeF32File(const fs::path &path, const std::vector<std::pair<std::string, const std::vector<float> *>> &ts,
+                  const std::vector<std::vector<int64_t>> &shapes) {
+  std::vector<st::TensorDecl> decls;
+  for (size_t i = 0; i < ts.size(); ++i)
+    decls.push_back(st::TensorDecl{ts[i].first, DType::F32, shapes[i]});
+  st::Writer w(path, decls);
+  for (const auto &info : w.order())
+    for (size_t i = 0; i < ts.size(); ++i)
+      if (ts[i].first == info.name)
+        w.write(info.name, ts[i].second->data(), ts[i].second->size() * sizeof(float));
+  w.commit();
+}
+
+ModalityFloats readState(const fs::path &path, const json &header) {
+  st::File f(path);
+  ModalityFloats out;
+  for (int m = 0; m < kTrajModalities; ++m)
+    out[m] = readF32(f, trajModalityName(m), noiseShape(header, m));
+  return out;
+}
+
+} // namespace traj
+
+namespace {
+
+void writeState(const fs::path &path, const json &header, const ModalityFloats &lat) {
+  traj::writeF32File(path, {{"video", &lat[0]}, {"audio", &lat[1]}}, {traj::noiseShape(header, 0),
+                                                                      traj::noiseShape(header, 1)});
+}
+
+std::string pretty(const json &j) { return j.dump(1) + "\n"; }
+
+} // namespace
+
+TrajectoryWriter::TrajectoryWriter(fs::path dir, json header, int64_t sealed, std::string lastSeal)
+    : dir_(std::move(dir)), header_(std::move(header)), sealed_(sealed), lastSeal_(std::move(lastSeal)) {}
+
+int64_t TrajectoryWriter::numSteps() const { return traj::headerNumSteps(header_); }
+
+TrajectoryWriter TrajectoryWriter::create(const fs::path &dir, json header, const ModalityFloats &initial) {
+  if (fs::exists(dir))
+    fail(dir.string(), "already exists (use --resume to continue a trajectory, or choose a new --out)");
+  header["schema"] = kTrajectorySchema;
+  header.erase("seal");
+  for (int m = 0; m < kTrajModalities; ++m)
+    if (header.contains("noise") && header["noise"].contains(trajModalityName(m)))
+      header["noise"][trajModalityName(m)]["sha256"] = floatsSha256(initial[m]);
+  traj::checkHeader(header, dir.string() + "/header.json");
+  for (int m = 0; m < kTrajModalities; ++m)
+    if (int64_t(initial[m].size()) != traj::numel(traj::noiseShape(header, m)))
+      fail(dir.string(), "initial {} latents hold {} values, the header's shape {} needs {}", trajModalityName(m),
+           initial[m].size(), json(traj::noiseShape(header, m)).dump(), traj::numel(traj::noiseShape(header, m)));
+  header["seal"] = computeSeal(header);
+
+  AtomicDirectory out(dir);
+  fs::create_directories(out.tempPath() / "steps");
+  writeFileAtomic(out.tempPath() / "header.json", pretty(header));
+  writeState(trajState(out.tempPath(), 0), header, initial);
+  out.commit();
+  std::string seal = header["seal"];
+  return TrajectoryWriter(dir, std::move(header), 0, seal);
+}
+
+void TrajectoryWriter::append(const TrajectoryStep &s) {
+  const std::string where = trajStepJson(dir_, s.step).string();
+  if (s.step != sealed_)
+    fail(where, "expected step {} next, got {}", sealed_, s.step);
+  if (sealed_ >= numSteps())
+    fail(where, "all {} steps are already sealed", numSteps());
+  json rec = {{"schema", kTrajectoryStepSchema}, {"step", s.step}};
+  for (int m = 0; m < kTrajModalities; ++m) {
+    const char *mn = trajModalityName(m);
+    const float grid[3] = {traj::gridValue(header_, "timesteps", m, s.step),
+                           traj::gridValue(header_, "sigmas", m, s.step),
+                           traj::gridValue(header_, "sigmas", m, s.step + 1)};
+    const float got[3] = {s.t[m], s.sigma[m], s.sigmaNext[m]};
+    for (int k = 0; k < 3; ++k)
+      if (std::memcmp(&grid[k], &got[k], 4) != 0)
+        fail(where, "{} {} of step {} is {}, the header's grid says {}", mn,
+             k == 0 ? "t" : k == 1 ? "sigma" : "sigma_next", s.step, got[k], grid[k]);
+    const int64_t n = traj::numel(traj::noiseShape(header_, m));
+    if (int64_t(s.velocity[m].size()) != n || int64_t(s.latent[m].size()) != n)
+      fail(where, "{} tensors of step {} hold {} / {} values, expected {}", mn, s.step, s.velocity[m].size(),
+           s.latent[m].size(), n);
+    rec["t"][mn] = s.t[m];
+    rec["sigma"][mn] = s.sigma[m];
+    rec["sigma_next"][mn] = s.sigmaNext[m];
+    rec["velocity"][mn] = traj::tensorSummary(s.velocity[m]);
+    rec["latent"][mn] = traj::tensorSummary(s.latent[m]);
+  }
+  rec["tensors"] = nullptr;
+  if (header_["save_tensors"].get<bool>()) {
+    const fs::path tf = trajStepTensors(dir_, s.step);
+    auto v = traj::noiseShape(header_, 0), a = traj::noiseShape(header_, 1);
+    traj::writeF32File(tf,
+                       {{"velocity.video", &s.velocity[0]},
+                        {"velocity.audio", &s.velocity[1]},
+                        {"latent.video", &s.latent[0]},
+                        {"latent.audio", &s.latent[1]}},
+                       {v, a, v, a});
+    rec["tensors"] = {{"file", tf.filename().string()}, {"sha256", sha256File(tf)}};
+  }
+  writeState(trajState(dir_, s.step + 1), header_, s.latent);
+  rec["prev"] = lastSeal_;
+  rec["seal"] = computeSeal(rec);
+  writeFileAtomic(trajStepJson(dir_, s.step), pretty(rec));  // the commit point
+  std::error_code ec;
+  fs::remove(trajState(dir_, s.step), ec);  // superseded; a leftover is harmless (verify notes it)
+  ++sealed_;
+  lastSeal_ = rec["seal"];
+}
+
+void TrajectoryWriter::finish() {
+  if (sealed_ != numSteps())
+    fail(dir_.string(), "cannot finish: {} of {} steps sealed", sealed_, numSteps());
+  json last = json::parse(readFile(trajStepJson(dir_, sealed_ - 1)));
+  json fin = {{"schema", kTrajectoryFinalSchema},
+              {"num_steps", numSteps()},
+              {"latent",
+               {{"video", last["latent"]["video"]["sha256"]}, {"audio", last["latent"]["audio"]["sha256"]}}},
+              {"prev", lastSeal_}};
+  fin["seal"] = computeSeal(fin);
+  writeFileAtomic(dir_ / "final.json", pretty(fin));
+}
+
+TrajectoryWriter TrajectoryWriter::resume(const fs::path &dir, ModalityFloats &latents) {
+  TrajectoryReport r = verifyTrajectory(dir);
+  if (!r.valid)
+    fail(dir.string(), "cannot resume: {}", r.problem);
+  json header = json::parse(readFile(dir / "header.json"));
+  // Leftovers of the interrupted step: temp files, a state or tensors file written after the last record.
+  for (const fs::path &folder : {dir, dir / "steps"})
+    for (const auto &e : fs::directory_iterator(folder)) {
+      const std::string name = e.path().filename().string();
+      bool stale = traj::isTempName(name);
+      int64_t idx;
+      if (traj::parseIndexed(name, "state-", ".safetensors", idx) && idx != r.sealedSteps)
+        stale = true;
+      if (traj::parseIndexed(name, "step-", ".safetensors", idx) && idx >= r.sealedSteps)
+        stale = true;
+      if (stale)
+        fs::remove(e.path());
+    }
+  latents = traj::readState(trajState(dir, r.sealedSteps), header);
+  std::string lastSeal = header["seal"];
+  if (r.sealedSteps > 0)
+    lastSeal = json::parse(readFile(trajStepJson(dir, r.sealedSteps - 1)))["seal"];
+  TrajectoryWriter w(dir, std::move(header), r.sealedSteps, lastSeal);
+  if (r.complete)
+    fail(dir.string(), "the trajectory is already complete ({} steps)", r.numSteps);
+  return w;
+}
+
+} // namespace h3c::rt

@@ -1,0 +1,466 @@
+// The sealed trajectory artifact: written by the real writer with the real sampler, driven by a fixed stand-in
+// velocity function (the artifact does not care where velocities come from); then tampered, truncated, reordered,
+// killed mid-run and resumed, and compared by the drift report.
+#include "h3c/runtime/sampler.h"
+#include "h3c/runtime/trajectory.h"
+#include "h3c/support/canonical_json.h"
+#include "h3c/support/error.h"
+#include "h3c/support/files.h"
+#include "h3c/support/sha256.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace h3c;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Toy {
+  uint64_t seed = 7;
+  int64_t points = 6;  // grid points -> 5 steps
+  bool saveTensors = true;
+  int64_t perturbStep = -1;  // add `perturb` to this step's velocity of modality `perturbModality`
+  int perturbModality = 1;
+  float perturb = 0.0f;
+};
+
+const std::vector<int64_t> kShape[2] = {{1, 6, 16}, {1, 4, 6}};
+
+json toyHeader(const Toy &toy) {
+  json h;
+  rt::MiniMaxH3Scheduler sv(12.0), sa(3.0);
+  sv.setTimesteps(toy.points);
+  sa.setTimesteps(toy.points);
+  h["num_steps"] = sv.numSteps();
+  h["sigmas"] = {{"video", sv.sigmas()}, {"audio", sa.sigmas()}};
+  h["timesteps"] = {{"video", sv.timesteps()}, {"audio", sa.timesteps()}};
+  h["noise"] = {{"video", {{"name", rt::kVideoNoiseName}, {"shape", kShape[0]}}},
+                {"audio", {{"name", rt::kAudioNoiseName}, {"shape", kShape[1]}}}};
+  h["save_tensors"] = toy.saveTensors;
+  h["seed"] = toy.seed;
+  h["model"] = "test stand-in velocity";
+  return h;
+}
+
+// A deterministic stand-in for the transformer: couples the two modalities and depends on t.
+rt::ModalityFloats toyVelocity(const rt::ModalityFloats &x, float tv, float ta) {
+  rt::ModalityFloats v;
+  double meanA = 0;
+  for (float a : x[1])
+    meanA += a;
+  meanA /= double(x[1].size());
+  for (float e : x[0])
+    v[0].push_back(-e * (1.0f - tv) + float(meanA) * 0.125f);
+  for (float e : x[1])
+    v[1].push_back(-0.5f * e + ta * 0.25f);
+  return v;
+}
+
+// Runs (or resumes) the toy generation into `dir`; stops after `stopAfter` steps when >= 0 (no final.json).
+void runToy(const fs::path &dir, const Toy &toy, int64_t stopAfter = -1, bool resume = false) {
+  rt::MiniMaxH3Scheduler sv(12.0), sa(3.0);
+  sv.setTimesteps(toy.points);
+  sa.setTimesteps(toy.points);
+  rt::ModalityFloats x;
+  std::optional<rt::TrajectoryWriter> w;
+  if (resume) {
+    w.emplace(rt::TrajectoryWriter::resume(dir, x));
+  } else {
+    x[0] = rt::initialNoise(toy.seed, rt::kVideoNoiseName, 96);
+    x[1] = rt::initialNoise(toy.seed, rt::kAudioNoiseName, 24);
+    w.emplace(rt::TrajectoryWriter::create(dir, toyHeader(toy), x));
+  }
+  for (int64_t i = w->sealedSteps(); i < sv.numSteps(); ++i) {
+    if (stopAfter >= 0 && i >= stopAfter)
+      return;
+    rt::TrajectoryStep st;
+    st.step = i;
+    st.t = {sv.timesteps()[size_t(i)], sa.timesteps()[size_t(i)]};
+    st.sigma = {sv.sigmas()[size_t(i)], sa.sigmas()[size_t(i)]};
+    st.sigmaNext = {sv.sigmas()[size_t(i) + 1], sa.sigmas()[size_t(i) + 1]};
+    st.velocity = toyVelocity(x, st.t[0], st.t[1]);
+    if (i == toy.perturbStep)
+      for (auto &e : st.velocity[size_t(toy.perturbModality)])
+        e += toy.perturb;
+    sv.step(i, st.velocity[0].data(), x[0].data(), x[0].size());
+    sa.step(i, st.velocity[1].data(), x[1].data(), x[1].size());
+    st.latent = x;
+    w->append(st);
+  }
+  if (stopAfter >= 0)
+    return;  // interrupted before final.json
+  w->finish();
+}
+
+class Trajectory : public ::testing::Test {
+protected:
+  void SetUp() override {
+    root = fs::temp_directory_path() /
+           ("h3c-traj-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root);
+    fs::create_directories(root);
+  }
+  void TearDown() override { fs::remove_all(root); }
+  fs::path root;
+};
+
+std::map<std::string, std::string> folderBytes(const fs::path &dir) {
+  std::map<std::string, std::string> out;
+  for (const auto &e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file())
+      out[fs::relative(e.path(), dir).string()] = readFile(e.path());
+  return out;
+}
+
+json readJson(const fs::path &p) { return json::parse(readFile(p)); }
+void writeJson(const fs::path &p, const json &j) { writeFileAtomic(p, j.dump(1) + "\n"); }
+json resealed(json j) {
+  j.erase("seal");
+  j["seal"] = sha256Hex(canonicalJson(j));
+  return j;
+}
+
+void expectInvalid(const fs::path &dir, const std::string &file, const std::string &what) {
+  auto r = rt::verifyTrajectory(dir);
+  EXPECT_FALSE(r.valid);
+  EXPECT_NE(r.problem.find(file), std::string::npos) << r.problem;
+  EXPECT_NE(r.problem.find(what), std::string::npos) << r.problem;
+}
+
+} // namespace
+
+TEST_F(Trajectory, WrittenRunVerifies) {
+  const fs::path d = root / "a";
+  runToy(d, Toy{});
+  auto r = rt::verifyTrajectory(d);
+  EXPECT_TRUE(r.valid) << r.problem;
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(r.sealedSteps, 5);
+  EXPECT_TRUE(r.notes.empty());
+  // The layout: header, 5 records + tensors, only the final state, final.json.
+  auto files = folderBytes(d);
+  EXPECT_EQ(files.size(), 1u + 5 + 5 + 1 + 1);
+  EXPECT_TRUE(files.count("state-00005.safetensors"));
+  EXPECT_FALSE(files.count("state-00000.safetensors"));
+  // The chain, recomputed here: record k's prev is the seal of what precedes it.
+  json h = readJson(d / "header.json");
+  std::string prev = h["seal"];
+  EXPECT_EQ(prev, sha256Hex(canonicalJson([&] { json c = h; c.erase("seal"); return c; }())));
+  for (int k = 0; k < 5; ++k) {
+    json rec = readJson(rt::trajStepJson(d, k));
+    EXPECT_EQ(rec["prev"], prev);
+    EXPECT_EQ(rec["step"], k);
+    prev = rec["seal"];
+  }
+  EXPECT_EQ(readJson(d / "final.json")["prev"], prev);
+  // Same inputs, same bytes.
+  runToy(root / "b", Toy{});
+  EXPECT_EQ(folderBytes(d), folderBytes(root / "b"));
+}
+
+TEST_F(Trajectory, EditedRecordRejected) {
+  const fs::path d = root / "t";
+  runToy(d, Toy{});
+  json rec = readJson(rt::trajStepJson(d, 2));
+  rec["latent"]["audio"]["max_abs"] = 123.0;
+  writeJson(rt::trajStepJson(d, 2), rec);
+  expectInvalid(d, "step-00002.json", "seal mismatch");
+}
+
+TEST_F(Trajectory, EditedAndResealedRecordBreaksTheChain) {
+  const fs::path d = root / "t";
+  runToy(d, Toy{});
+  json rec = readJson(rt::trajStepJson(d, 1));
+  rec["velocity"]["video"]["sha256"] = std::string(64, '0');
+  writeJson(rt::trajStepJson(d, 1), resealed(rec));
+  // The edited record no longer matches its tensors file; with tensors not saved the chain catches it.
+  expectInvalid(d, "step-00001.safetensors", "does not hash");
+
+  const fs::path e = root / "u";
+  Toy noTensors;
+  noTensors.saveTensors = false;
+  runToy(e, noTensors);
+  json r1 = readJson(rt::trajStepJson(e, 1));
+  r1["velocity"]["video"]["max_abs"] = 1.0;
+  writeJson(rt::trajStepJson(e, 1), resealed(r1));
+  expectInvalid(e, "step-00002.json", "chain broken");
+  // The last record edited and resealed: final.json closes the chain.
+  const fs::path f = root / "v";
+  runToy(f, noTensors);
+  json r4 = readJson(rt::trajStepJson(f, 4));
+  r4["latent"]["video"]["max_abs"] = 9.0;
+  writeJson(rt::trajStepJson(f, 4), resealed(r4));
+  expectInvalid(f, "final.json", "chain broken");
+  // A resealed record whose t disagrees with the header's grid.
+  const fs::path g = root / "w";
+  runToy(g, noTensors);
+  json r0 = readJson(rt::trajStepJson(g, 0));
+  r0["t"]["audio"] = 0.5;
+  writeJson(rt::trajStepJson(g, 0), resealed(r0));
+  expectInvalid(g, "step-00000.json", "t.audio does not equal the header's grid");
+}
+
+TEST_F(Trajectory, DroppedRecordsRejected) {
+  const fs::path d = root / "t";
+  runToy(d, Toy{});
+  fs::remove(rt::trajStepJson(d, 2));
+  expectInvalid(d, "step-00002.json", "gap");
+
+  const fs::path e = root / "u";
+  runToy(e, Toy{});
+  fs::remove(rt::trajStepJson(e, 4));
+  fs::remove(rt::trajStepTensors(e, 4));
+  expectInvalid(e, "state-00004.safetensors", "missing");
+  // Even with a forged state the final record names the dropped step.
+  fs::copy_file(e / "state-00005.safetensors", e / "state-00004.safetensors");
+  auto r = rt::verifyTrajectory(e);
+  EXPECT_FALSE(r.valid);
+  EXPECT_NE(r.problem.find("state-00004.safetensors"), std::string::npos) << r.problem;
+}
+
+TEST_F(Trajectory, ReorderedRecordsRejected) {
+  const fs::path d = root / "t";
+  Toy toy;
+  toy.saveTensors = false;
+  runToy(d, toy);
+  fs::rename(rt::trajStepJson(d, 1), root / "tmp.json");
+  fs::rename(rt::trajStepJson(d, 3), rt::trajStepJson(d, 1));
+  fs::rename(root / "tmp.json", rt::trajStepJson(d, 3));
+  expectInvalid(d, "step-00001.json", "holds step 3 but is record 1");
+}
+
+TEST_F(Trajectory, TruncatedAndForeignFilesRejected) {
+  const fs::path d = root / "t";
+  runToy(d, Toy{});
+  std::string text = readFile(rt::trajStepJson(d, 3));
+  writeFileAtomic(rt::trajStepJson(d, 3), text.substr(0, text.size() / 2));
+  expectInvalid(d, "step-00003.json", "");
+
+  const fs::path e = root / "u";
+  runToy(e, Toy{});
+  std::string st = readFile(rt::trajStepTensors(e, 0));
+  st[st.size() - 3] ^= 0x40;  // one bit of a tensor value
+  writeFileAtomic(rt::trajStepTensors(e, 0), st);
+  expectInvalid(e, "step-00000.safetensors", "sha256 differs");
+
+  const fs::path f = root / "v";
+  runToy(f, Toy{});
+  json h = readJson(f / "header.json");
+  h["seed"] = 8;
+  writeJson(f / "header.json", h);
+  expectInvalid(f, "header.json", "seal mismatch");
+
+  const fs::path g = root / "w";
+  runToy(g, Toy{});
+  std::string s = readFile(g / "state-00005.safetensors");
+  s[s.size() - 1] ^= 1;
+  writeFileAtomic(g / "state-00005.safetensors", s);
+  expectInvalid(g, "state-00005.safetensors", "latents do not hash");
+
+  const fs::path k = root / "x";
+  runToy(k, Toy{});
+  writeFileAtomic(k / "notes.txt", "hello");
+  expectInvalid(k, "notes.txt", "unexpected file");
+
+  EXPECT_FALSE(rt::verifyTrajectory(root / "nothing").valid);
+  EXPECT_THROW(rt::loadTrajectory(k), Error);
+}
+
+TEST_F(Trajectory, PrefixIsValidAndResumeIsByteEqual) {
+  const fs::path full = root / "full";
+  runToy(full, Toy{});
+  for (int64_t stop : {0, 2, 5}) {
+    const fs::path d = root / ("p" + std::to_string(stop));
+    runToy(d, Toy{}, stop);
+    // Leftovers of an interrupted step: a temp file, tensors and state written before the record.
+    writeFileAtomic(d / "steps" / ".step-00009.json.tmp-1-2-deadbeef", "{");
+    if (stop < 5) {
+      fs::copy_file(full / "steps" / fmt::format("step-{:05d}.safetensors", stop), rt::trajStepTensors(d, stop));
+      writeFileAtomic(rt::trajState(d, stop + 1), "partial");
+    }
+    auto r = rt::verifyTrajectory(d);
+    EXPECT_TRUE(r.valid) << r.problem;
+    EXPECT_FALSE(r.complete);
+    EXPECT_EQ(r.sealedSteps, stop);
+    EXPECT_FALSE(r.notes.empty());
+    runToy(d, Toy{}, -1, /*resume=*/true);
+    auto v = rt::verifyTrajectory(d);
+    EXPECT_TRUE(v.valid && v.complete) << v.problem;
+    EXPECT_TRUE(v.notes.empty());
+    EXPECT_EQ(folderBytes(d), folderBytes(full)) << "stop " << stop;
+  }
+  rt::ModalityFloats x;
+  EXPECT_THROW(rt::TrajectoryWriter::resume(full, x), Error);  // already complete
+}
+
+// A real kill: a child process writes the trajectory and is SIGKILLed at staggered moments; every leftover folder is
+// a valid sealed prefix, and resuming it reproduces the uninterrupted run byte for byte.
+TEST_F(Trajectory, KilledRunsLeaveValidPrefixes) {
+  Toy toy;
+  toy.points = 31;  // 30 steps
+  const fs::path full = root / "full";
+  const auto t0 = std::chrono::steady_clock::now();
+  runToy(full, toy);
+  const double runUs = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const auto expected = folderBytes(full);
+  int prefixes = 0;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const fs::path d = root / ("k" + std::to_string(attempt));
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      try {
+        runToy(d, toy);
+      } catch (...) {
+        _exit(3);
+      }
+      _exit(0);
+    }
+    usleep(useconds_t(runUs * (attempt + 0.5) / 8));  // spread the kills over the run
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!fs::exists(d))
+      continue;  // killed before the folder was renamed into place: nothing half-written exists
+    auto r = rt::verifyTrajectory(d);
+    ASSERT_TRUE(r.valid) << "attempt " << attempt << ": " << r.problem;
+    prefixes += !r.complete;
+    if (!r.complete)
+      runToy(d, toy, -1, /*resume=*/true);
+    EXPECT_EQ(folderBytes(d), expected) << "attempt " << attempt;
+  }
+  // Leftover temp folders of a kill before the header commit are named .<name>.tmp-...: no "k" folder half-made.
+  for (const auto &e : fs::directory_iterator(root)) {
+    std::string n = e.path().filename().string();
+    EXPECT_TRUE(n == "full" || n[0] == 'k' || n[0] == '.') << n;
+  }
+  RecordProperty("interrupted_prefixes", prefixes);
+  EXPECT_GE(prefixes, 1);
+}
+
+TEST_F(Trajectory, DriftNamesStepKindAndModality) {
+  runToy(root / "a", Toy{});
+  runToy(root / "b", Toy{});
+  auto a = rt::loadTrajectory(root / "a");
+  auto same = rt::driftTrajectories(a, rt::loadTrajectory(root / "b"));
+  EXPECT_TRUE(same.identical);
+  EXPECT_EQ(same.points.size(), 5u);
+
+  Toy p;
+  p.perturbStep = 2;
+  p.perturbModality = 1;
+  p.perturb = 0.25f;
+  runToy(root / "c", p);
+  auto d = rt::driftTrajectories(a, rt::loadTrajectory(root / "c"));
+  EXPECT_FALSE(d.identical);
+  EXPECT_EQ(d.kind, "velocity");
+  EXPECT_EQ(d.step, 2);
+  EXPECT_EQ(d.modality, "audio");
+  EXPECT_TRUE(d.headerDifferences.empty());
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(d.points[size_t(i)].velocity[0], 0.0);
+    EXPECT_EQ(d.points[size_t(i)].latent[1], 0.0);
+  }
+  // Step 2: audio velocity moved by exactly 0.25 (up to F32 rounding of the sum), video velocity untouched.
+  EXPECT_NEAR(d.points[2].velocity[1], 0.25, 1e-6);
+  EXPECT_EQ(d.points[2].velocity[0], 0.0);
+  EXPECT_GT(d.points[2].latent[1], 0.0);
+  EXPECT_EQ(d.points[2].latent[0], 0.0);
+  EXPECT_GT(d.points[3].velocity[0], 0.0);  // the audio mean feeds the video velocity one step later
+  json j = d.toJson();
+  EXPECT_EQ(j["first_difference"]["kind"], "velocity");
+  EXPECT_EQ(j["first_difference"]["step"], 2);
+  EXPECT_EQ(j["first_difference"]["modality"], "audio");
+  std::string svg = rt::driftSvg(d, "a <vs> c");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("a &lt;vs&gt; c"), std::string::npos);
+  EXPECT_NE(svg.find("first: velocity audio"), std::string::npos);
+
+  // Without saved tensors the difference is known by hash only.
+  Toy pn = p;
+  pn.saveTensors = false;
+  Toy n;
+  n.saveTensors = false;
+  runToy(root / "d", n);
+  runToy(root / "e", pn);
+  auto h = rt::driftTrajectories(rt::loadTrajectory(root / "d"), rt::loadTrajectory(root / "e"));
+  EXPECT_EQ(h.step, 2);
+  EXPECT_EQ(h.points[2].velocity[1], -1.0);
+  EXPECT_TRUE(h.toJson()["per_step"][2]["velocity"]["audio"].is_null());
+
+  // A different seed: the initial noise differs first.
+  Toy s;
+  s.seed = 8;
+  runToy(root / "f", s);
+  auto sd = rt::driftTrajectories(a, rt::loadTrajectory(root / "f"));
+  EXPECT_EQ(sd.kind, "header");
+  EXPECT_EQ(sd.modality, "video");
+  EXPECT_EQ(sd.field, "noise");
+
+  // A prefix of the same run differs only by length.
+  runToy(root / "g", Toy{}, 3);
+  auto ld = rt::driftTrajectories(a, rt::loadTrajectory(root / "g"));
+  EXPECT_EQ(ld.kind, "length");
+  EXPECT_EQ(ld.step, 3);
+}
+
+namespace {
+int runTool(const std::string &args, std::string *out) {
+  std::string cmd = std::string(H3C_TOOL) + " " + args + " 2>&1";
+  FILE *p = popen(cmd.c_str(), "r");
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0)
+    s.append(buf, n);
+  int st = pclose(p);
+  if (out)
+    *out = s;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+} // namespace
+
+TEST_F(Trajectory, Cli) {
+  runToy(root / "a", Toy{});
+  runToy(root / "b", Toy{});
+  Toy p;
+  p.perturbStep = 3;
+  p.perturbModality = 0;
+  p.perturb = 1e-3f;
+  runToy(root / "c", p);
+  runToy(root / "part", Toy{}, 2);
+  std::string out;
+  EXPECT_EQ(runTool("trajectory verify " + (root / "a").string(), &out), 0) << out;
+  EXPECT_NE(out.find("OK: 5 steps"), std::string::npos) << out;
+  EXPECT_EQ(runTool("trajectory verify " + (root / "part").string(), &out), 1) << out;
+  EXPECT_NE(out.find("INCOMPLETE"), std::string::npos) << out;
+  EXPECT_EQ(runTool("trajectory verify --json " + (root / "part").string(), &out), 1) << out;
+  EXPECT_EQ(json::parse(out)["sealed_steps"], 2);
+  EXPECT_EQ(runTool("trajectory verify " + (root / "missing").string(), &out), 2) << out;
+  EXPECT_EQ(runTool("trajectory drift " + (root / "a").string() + " " + (root / "b").string(), &out), 0) << out;
+  EXPECT_NE(out.find("identical"), std::string::npos) << out;
+  EXPECT_EQ(runTool("trajectory drift --json " + (root / "a").string() + " " + (root / "c").string() + " --plot " +
+                        (root / "drift.svg").string(), &out), 1) << out;
+  json j = json::parse(out);
+  EXPECT_EQ(j["first_difference"]["step"], 3);
+  EXPECT_EQ(j["first_difference"]["modality"], "video");
+  EXPECT_NEAR(j["per_step"][3]["velocity"]["video"].get<double>(), 1e-3, 1e-6);
+  EXPECT_EQ(readFile(root / "drift.svg").rfind("<svg", 0), 0u);
+  // Tampered -> verify 1, drift refuses with exit 2.
+  json rec = readJson(rt::trajStepJson(root / "b", 0));
+  rec["step"] = 0.0;
+  writeJson(rt::trajStepJson(root / "b", 0), rec);
+  EXPECT_EQ(runTool("trajectory verify " + (root / "b").string(), &out), 1) << out;
+  EXPECT_NE(out.find("INVALID"), std::string::npos) << out;
+  EXPECT_EQ(runTool("trajectory drift " + (root / "a").string() + " " + (root / "b").string(), &out), 2) << out;
+}
