@@ -35,7 +35,7 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
   // Column split of `what` (a count of heads, halves or columns) over tp ranks.
   void column(Operation *op, int64_t count, llvm::StringRef what) {
     if (count % tp) {
-      error(op) << "cannot split " << count << " " << what << " over tp = " << tp;
+      error(op) << "cannot split " << count << " " << what << " over tp = " << int64_t(tp);
       return;
     }
     op->setAttr("shard", ShardAttr::get(op->getContext(), "column", tp));
@@ -50,11 +50,11 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
     }
     int64_t units = order.getUnits();
     if (units % tp) {
-      error(op) << "cannot split " << units << " canonical K units over tp = " << tp;
+      error(op) << "cannot split " << units << " canonical K units over tp = " << int64_t(tp);
       return;
     }
     if (tp & (tp - 1)) {
-      error(op) << "the pairwise unit tree needs a power-of-two tp, got " << tp;
+      error(op) << "the pairwise unit tree needs a power-of-two tp, got " << int64_t(tp);
       return;
     }
     MLIRContext *ctx = op->getContext();
@@ -83,7 +83,7 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
   void runOnOperation() override {
     ModuleOp m = getOperation();
     if (tp < 1) {
-      m.emitError() << "h3-shard-tp: tp must be >= 1, got " << tp;
+      m.emitError() << "h3-shard-tp: tp must be >= 1, got " << int64_t(tp);
       return signalPassFailure();
     }
     m->setAttr("h3.tp", Builder(m.getContext()).getI64IntegerAttr(tp));

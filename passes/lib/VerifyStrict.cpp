@@ -87,10 +87,10 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
   void runOnOperation() override {
     ModuleOp m = getOperation();
     if (arch != "sm_90a" && arch != "sm_100a") {
-      m.emitError() << "h3-verify-strict: unsupported arch '" << arch << "' (sm_90a, sm_100a)";
+      m.emitError() << "h3-verify-strict: unsupported arch '" << std::string(arch) << "' (sm_90a, sm_100a)";
       return signalPassFailure();
     }
-    m->setAttr("h3.arch", StringAttr::get(m.getContext(), arch));
+    m->setAttr("h3.arch", StringAttr::get(m.getContext(), std::string(arch)));
     m.walk([&](Operation *op) {
       if (isa<ModuleOp, func::FuncOp, func::ReturnOp>(op)) return;
       if (!isa<H3Dialect>(op->getDialect())) {
