@@ -91,7 +91,7 @@ std::string valueName(Value v) {
 
 json opToPlanJson(Operation *op) {
   std::string w = where(op);
-  if (!isa<H3Dialect>(op->getDialect())) fail(w, "is not an h3 op");
+  if (op->getName().getDialectNamespace() != "h3") fail(w, "is not an h3 op");
   json j;
   j["op"] = op->getName().stripDialect().str();
   j["nodes"] = names(op->getAttrOfType<ArrayAttr>("nodes"));

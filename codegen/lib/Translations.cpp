@@ -27,7 +27,7 @@ LogicalResult toCuda(ModuleOp m, llvm::raw_ostream &os) {
   std::set<std::string> printed;
   bool ok = true;
   m.walk([&](Operation *op) {
-    if (!isa<h3ir::H3Dialect>(op->getDialect()) || !ok) return;
+    if (op->getName().getDialectNamespace() != "h3" || !ok) return;
     try {
       nlohmann::json j = opToPlanJson(op);
       auto k = kernels::emitKernel(j, arch);

@@ -34,7 +34,7 @@ ArrayAttr strArray(Builder &b, const std::vector<std::string> &v) {
 std::vector<Operation *> h3Ops(ModuleOp m) {
   std::vector<Operation *> ops;
   m.walk([&](Operation *op) {
-    if (isa<h3ir::H3Dialect>(op->getDialect())) ops.push_back(op);
+    if (op->getName().getDialectNamespace() == "h3") ops.push_back(op);
   });
   return ops;
 }

@@ -93,7 +93,7 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
     m->setAttr("h3.arch", StringAttr::get(m.getContext(), std::string(arch)));
     m.walk([&](Operation *op) {
       if (isa<ModuleOp, func::FuncOp, func::ReturnOp>(op)) return;
-      if (!isa<H3Dialect>(op->getDialect())) {
+      if (op->getName().getDialectNamespace() != "h3") {
         op->emitOpError() << "is not an h3 op: no fixed-order kernel implements it";
         ok = false;
         return;

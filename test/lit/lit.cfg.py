@@ -7,8 +7,8 @@ import lit.formats
 if not hasattr(config, "h3c_obj_root"):
     lit_config.load_config(config, lit_config.params["h3c_site_config"])
 import lit.llvm
-from lit.llvm import llvm_config
 lit.llvm.initialize(lit_config, config)
+from lit.llvm import llvm_config  # set by initialize(); importing it earlier binds None
 
 
 config.name = "H3C"

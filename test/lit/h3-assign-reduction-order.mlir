@@ -1,0 +1,33 @@
+// RUN: h3c-opt %S/Inputs/tiny_blocks.ir --h3-assign-reduction-order | FileCheck %s
+// RUN: h3c-opt %S/Inputs/tiny_blocks.ir --h3-assign-reduction-order --h3-assign-reduction-order | FileCheck %s
+// Every reducing op gets the order of docs/contract.md section 4; U = 8 would need K % 128 == 0, so tiny's
+// row-parallel candidates (K = 32) get the largest power of two that fits, 2. Refiner linears stay U = 1.
+
+// CHECK-LABEL: func.func @refiner_block
+// CHECK: h3.rms_norm {{.*}}order = #h3.order<lane_tree, lanes = 32, acc = f32>
+// CHECK: h3.linear {{.*}}nodes = ["token_refiner.refiner_blocks.0.attn.to_q"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>
+// CHECK: h3.qk_norm {{.*}}order = #h3.order<lane_tree, lanes = 32, acc = f32>
+// CHECK: h3.attention {{.*}}order = #h3.order<flash, kv_block = 64, k_step = 16, acc = f32, p = bf16>
+// CHECK: h3.linear {{.*}}nodes = ["token_refiner.refiner_blocks.0.attn.to_out.0"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>
+// CHECK: h3.residual
+// CHECK-NOT: order
+// CHECK-SAME: values
+// CHECK: h3.swiglu
+// CHECK-NOT: order
+// CHECK-SAME: values
+// CHECK: h3.linear {{.*}}nodes = ["token_refiner.refiner_blocks.0.ff.net.2"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>
+
+// CHECK-LABEL: func.func @transformer_block
+// CHECK: h3.adaln_table {{.*}}order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>
+// CHECK: h3.norm_modulate {{.*}}order = #h3.order<lane_tree, lanes = 32, acc = f32>
+// CHECK: h3.rope
+// CHECK-NOT: order
+// CHECK-SAME: values
+// CHECK: h3.linear {{.*}}nodes = ["transformer_blocks.0.attn.to_out.0"], order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>
+// CHECK: h3.linear {{.*}}nodes = ["transformer_blocks.0.ff.net.2"], order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>
+
+// CHECK-LABEL: func.func @time_mlp
+// CHECK: h3.timestep_sinusoid
+// CHECK-NOT: order
+// CHECK-SAME: values
+// CHECK: h3.linear {{.*}}order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>
