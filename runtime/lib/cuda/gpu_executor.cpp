@@ -16,6 +16,9 @@
 #include "h3c/support/sha256.h"
 #include "h3c/support/synth_rng.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -59,19 +62,61 @@ public:
     values_.clear();
     weights_.clear();
 
+    // H3C_GPU_PROFILE=1: per-op CUDA events, a per-kind table and the forward time on stderr (timing only; the
+    // results are the same bits).
+    const bool profile = std::getenv("H3C_GPU_PROFILE") != nullptr;
+    auto t0 = std::chrono::steady_clock::now();
     prepareKernels(plan);
+    auto t1 = std::chrono::steady_clock::now();
     allocateArena(plan, req);
     uploadInputs(plan, req);
     uploadWeights(plan, weights);
+    hc::check(hc::driver().cuCtxSynchronize(), "uploading weights");
+    auto t2 = std::chrono::steady_clock::now();
 
+    const auto &d = hc::driver();
+    std::vector<CUevent> ev;
+    if (profile) {
+      ev.resize(plan.ops.size() + 1);
+      for (auto &e : ev) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
+      hc::check(d.cuEventRecord(ev[0], nullptr), "cuEventRecord");
+    }
     for (const PlanOp &op : plan.ops) {
       runOp(op);
+      if (profile) hc::check(d.cuEventRecord(ev[op.index + 1], nullptr), "cuEventRecord");
       std::map<std::string, std::vector<int64_t>> shapes;
       for (const auto *names : {&op.in, &op.out})
         for (const auto &n : *names) shapes[n] = shapeOf(plan.value(n));
       ledger.recordOp(op, Binding::Row, shapes);
     }
-    hc::check(hc::driver().cuCtxSynchronize(), "running the plan");
+    hc::check(d.cuCtxSynchronize(), "running the plan");
+    auto t3 = std::chrono::steady_clock::now();
+    if (profile) {
+      std::map<std::string, std::pair<double, int>> perKind;
+      float total = 0;
+      hc::check(d.cuEventElapsedTime(&total, ev.front(), ev.back()), "cuEventElapsedTime");
+      for (const PlanOp &op : plan.ops) {
+        float ms = 0;
+        hc::check(d.cuEventElapsedTime(&ms, ev[op.index], ev[op.index + 1]), "cuEventElapsedTime");
+        std::string key = op.op;
+        if (op.hasAttr("epilogue") && op.attrs.at("epilogue").is_string() && op.attrs.at("epilogue") != "none")
+          key += "+" + op.attrs.at("epilogue").get<std::string>();
+        perKind[key].first += ms;
+        perKind[key].second += 1;
+      }
+      for (auto &e : ev) d.cuEventDestroy(e);
+      size_t freeB = 0, totalB = 0;
+      d.cuMemGetInfo(&freeB, &totalB);
+      std::fprintf(stderr, "h3c gpu: %s, B=%lld S=%lld: forward %.3f ms (device events, %zu ops); JIT %.2f s, arena+weights "
+                   "%.2f s; arena %.3f GiB, weights %.2f GiB, device memory in use %.2f GiB of %.2f\n",
+                   hc::device().name.c_str(), (long long)req.B, (long long)req.S, total, plan.ops.size(),
+                   std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count(),
+                   arenaBytes_ / 1073741824.0, weightBytes() / 1073741824.0, (totalB - freeB) / 1073741824.0,
+                   totalB / 1073741824.0);
+      for (const auto &[k, v] : perKind)
+        std::fprintf(stderr, "h3c gpu:   %-28s %4d ops %10.3f ms\n", k.c_str(), v.second, v.first);
+    }
+    (void)t3;
     (void)dev;
 
     Outputs o;
@@ -81,6 +126,11 @@ public:
   }
 
 private:
+  double weightBytes() const {
+    double b = 0;
+    for (const auto &kv : weights_) b += double(kv.second.bytes());
+    return b;
+  }
   std::vector<int64_t> shapeOf(const PlanValue &v) const {
     int64_t r = req_->rows(v.rows);
     if (v.batch) return {req_->B, r, v.cols};

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# End-to-end GPU checks (called by scripts/gpu-test.sh; needs $H3C = an h3c built with CUDA, plans compiled elsewhere
+# under $H3C_PLANS/{tiny,small,full}, python3 with numpy + safetensors). Ends with "N passed, N failed".
+#   tiny, small: GPU strict vs the CPU reference (outputs within H3C_E2E_BOUND, default 5e-2 relative Frobenius; the
+#   per-kernel bitwise/fp64 checks are h3c_gpu_kernels_check's), GPU ledger verifies strict, 10 GPU repeats
+#   byte-equal, batch 1 vs item 0 of batch 4 byte-equal, packed-row permutation byte-equal.
+#   full (H3C_GPU_FULL=1, or H3C_E2E_ONLY=full_bench): 33B at 8,349 tokens (Nt 512 + Nv 8 x 30 x 32 + Na 157),
+#   synthetic weights, strict, timed (H3C_GPU_PROFILE).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+H3C=${H3C:-$root/build-gpu/bin/h3c}
+plans=${H3C_PLANS:-$root/carry/plans}
+out=${H3C_GPU_OUT:-$root/build-gpu/gpu-test}/e2e
+mkdir -p "$out"
+cmp_py="$root/test/gpu/compare_outputs.py"
+bound=${H3C_E2E_BOUND:-5e-2}
+passed=0; failed=0
+ok() { passed=$((passed + 1)); echo "PASS $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+check() { local what=$1; shift; if "$@" >"$out/last.log" 2>&1; then ok "$what"; sed 's/^/    /' "$out/last.log" | head -8; else bad "$what"; sed 's/^/    /' "$out/last.log" | tail -15; fi; }
+run() { # cfg plan req out ledger device [extra...]
+  local cfg=$1 plan=$2 req=$3 o=$4 l=$5 dev=$6; shift 6
+  "$H3C" run --config "$cfg" --synthetic 7 --plan "$plan" --inputs "$req" --out "$o" --device "$dev" --mode strict \
+    --ledger "$l" "$@"
+}
+
+e2e_config() {
+  local cfg=$1 plan=$plans/$1 d=$out/$1
+  mkdir -p "$d"
+  [ -f "$plan/plan.json" ] || { bad "[$cfg] no plan at $plan"; return; }
+  check "[$cfg] request make" "$H3C" request make --config "$cfg" --text 7 --audio 5 --video 2,3,4 --timesteps 2 --seed 3 -o "$d/req.safetensors"
+  check "[$cfg] request make --batch 4" "$H3C" request make --config "$cfg" --text 7 --audio 5 --video 2,3,4 --timesteps 2 --seed 3 --batch 4 -o "$d/req4.safetensors"
+  check "[$cfg] request make --shuffle" "$H3C" request make --config "$cfg" --text 7 --audio 5 --video 2,3,4 --timesteps 2 --seed 3 --shuffle -o "$d/req_shuf.safetensors"
+  check "[$cfg] CPU reference run" run "$cfg" "$plan" "$d/req.safetensors" "$d/cpu.safetensors" "$d/cpu_ledger.json" cpu
+  check "[$cfg] GPU strict run" env H3C_GPU_PROFILE=1 run "$cfg" "$plan" "$d/req.safetensors" "$d/gpu.safetensors" "$d/gpu_ledger.json" gpu
+  check "[$cfg] GPU ledger verifies (strict: every node row)" "$H3C" ledger verify "$d/gpu_ledger.json"
+  check "[$cfg] GPU vs CPU reference outputs (rel_frob <= $bound)" python3 "$cmp_py" bound "$d/cpu.safetensors" "$d/gpu.safetensors" "$bound"
+  local rep_ok=1
+  for i in $(seq 1 10); do
+    run "$cfg" "$plan" "$d/req.safetensors" "$d/rep$i.safetensors" "$d/rep_ledger.json" gpu >"$out/last.log" 2>&1 || { rep_ok=0; break; }
+    cmp -s "$d/gpu.safetensors" "$d/rep$i.safetensors" || { rep_ok=0; echo "    repeat $i differs"; }
+  done
+  [ $rep_ok = 1 ] && ok "[$cfg] 10 GPU repeats byte-equal" || bad "[$cfg] 10 GPU repeats byte-equal"
+  check "[$cfg] GPU batch-4 run" run "$cfg" "$plan" "$d/req4.safetensors" "$d/gpu4.safetensors" "$d/gpu4_ledger.json" gpu
+  check "[$cfg] batch-4 request item 0 -> batch 1" python3 "$cmp_py" slice "$d/req4.safetensors" "$d/req4_0.safetensors" 0
+  check "[$cfg] GPU run of item 0 alone" run "$cfg" "$plan" "$d/req4_0.safetensors" "$d/gpu4_0.safetensors" "$d/gpu40_ledger.json" gpu
+  check "[$cfg] batch 1 vs item 0 of batch 4 byte-equal" python3 "$cmp_py" item "$d/gpu4_0.safetensors" "$d/gpu4.safetensors" 0
+  check "[$cfg] GPU run, packed rows permuted" run "$cfg" "$plan" "$d/req_shuf.safetensors" "$d/gpu_shuf.safetensors" "$d/gpushuf_ledger.json" gpu
+  check "[$cfg] packed-row permutation byte-equal" python3 "$cmp_py" equal "$d/gpu.safetensors" "$d/gpu_shuf.safetensors"
+}
+
+e2e_full() {
+  local plan=$plans/full d=$out/full
+  mkdir -p "$d"
+  [ -f "$plan/plan.json" ] || { bad "[full] no plan at $plan"; return; }
+  check "[full] request make (S = 8349)" "$H3C" request make --config full --text 512 --audio 157 --video 8,30,32 --timesteps 2 --seed 5 --dtype BF16 -o "$d/req.safetensors"
+  local t0=$(date +%s.%N)
+  check "[full] GPU strict run, 33B synthetic weights, 8349 tokens" env H3C_GPU_PROFILE=1 run full "$plan" "$d/req.safetensors" "$d/gpu.safetensors" "$d/gpu_ledger.json" gpu
+  local t1=$(date +%s.%N)
+  echo "    h3c run wall time (JIT + weight generation + forward): $(python3 -c "print(f'{$t1-$t0:.1f} s')")"
+  check "[full] GPU ledger verifies (strict)" "$H3C" ledger verify "$d/gpu_ledger.json"
+  check "[full] outputs finite" python3 -c "
+from safetensors.numpy import load_file; import numpy as np, sys
+o = load_file('$d/gpu.safetensors'); bad = [k for k, v in o.items() if not np.all(np.isfinite(v))]
+print({k: (list(v.shape), float(np.sqrt(np.mean(v.astype(np.float64)**2)))) for k, v in o.items()}); sys.exit(1 if bad else 0)"
+}
+
+case "${H3C_E2E_ONLY:-}" in
+  full_bench) e2e_full ;;
+  *) e2e_config tiny; e2e_config small; [ "${H3C_GPU_FULL:-0}" = 1 ] && e2e_full ;;
+esac
+echo "${passed} passed, ${failed} failed"
+[ "$failed" = 0 ]
