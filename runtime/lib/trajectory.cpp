@@ -228,6 +228,9 @@ void TrajectoryWriter::append(const TrajectoryStep &s) {
                        {v, a, v, a});
     rec["tensors"] = {{"file", tf.filename().string()}, {"sha256", sha256File(tf)}};
   }
+  if (!s.extra.is_null() && !s.extra.is_object())
+    fail(where, "the record's extra data must be a JSON object");
+  rec["extra"] = s.extra;
   writeState(trajState(dir_, s.step + 1), header_, s.latent);
   rec["prev"] = lastSeal_;
   rec["seal"] = computeSeal(rec);

@@ -50,7 +50,7 @@ bool sameFloat(const json &v, float expected) {
 void checkRecord(const json &rec, const json &header, int64_t i, const std::string &prevSeal, const fs::path &dir,
                  const std::string &where) {
   expectKeys(rec, where,
-             {"schema", "step", "t", "sigma", "sigma_next", "velocity", "latent", "tensors", "prev", "seal"});
+             {"schema", "step", "t", "sigma", "sigma_next", "velocity", "latent", "tensors", "extra", "prev", "seal"});
   if (rec["schema"] != kTrajectoryStepSchema)
     fail(where, "expected schema \"{}\"", kTrajectoryStepSchema);
   if (!rec["seal"].is_string() || rec["seal"] != computeSeal(rec))
@@ -60,6 +60,8 @@ void checkRecord(const json &rec, const json &header, int64_t i, const std::stri
   if (rec["prev"] != prevSeal)
     fail(where, "chain broken: 'prev' is not the seal of {} (a record was edited, dropped or reordered)",
          i == 0 ? std::string("header.json") : trajStepJson(dir, i - 1).filename().string());
+  if (!rec["extra"].is_null() && !rec["extra"].is_object())
+    fail(where, "'extra' must be null or an object");
   for (int m = 0; m < kTrajModalities; ++m) {
     const char *mn = trajModalityName(m);
     const std::pair<const char *, float> grid[] = {{"t", traj::gridValue(header, "timesteps", m, i)},

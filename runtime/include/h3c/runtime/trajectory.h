@@ -9,7 +9,8 @@
 //   state-00000.safetensors         latents ("video", "audio": F32 [B, rows, cols]) before step 0 (the noise)
 //   steps/step-00000.json           {"schema": "h3c-trajectory-step-v1", "step": 0, "t", "sigma", "sigma_next"
 //                                    (per modality), "velocity"/"latent": {"video": {"sha256", "max_abs"}, ...},
-//                                    "tensors": null | {"file", "sha256"}, "prev": <previous seal>, "seal"}
+//                                    "tensors": null | {"file", "sha256"}, "extra": null | {...},
+//                                    "prev": <previous seal>, "seal"}
 //   steps/step-00000.safetensors    with --save-tensors: velocity.video, velocity.audio, latent.video, latent.audio
 //   state-00001.safetensors         latents after k sealed steps (only the latest is kept)
 //   final.json                      {"schema": "h3c-trajectory-final-v1", "num_steps", "latent": {...sha256},
@@ -50,6 +51,7 @@ struct TrajectoryStep {
   std::array<float, kTrajModalities> t{}, sigma{}, sigmaNext{};
   ModalityFloats velocity;  // the model output at this step
   ModalityFloats latent;    // the latents after this step
+  nlohmann::json extra;     // sealed with the record as "extra" (generate: the step's ledger seal); null if unused
 };
 
 // Paths inside a trajectory folder.

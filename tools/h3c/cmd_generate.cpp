@@ -1,0 +1,74 @@
+// `h3c generate`: run the MiniMax-H3 sampler (rectified-flow Euler, two schedules) over a compiled plan and record a
+// sealed trajectory; `h3c generate --resume TRAJ/` continues an interrupted one from its last sealed step.
+#include "command.h"
+
+#include "h3c/runtime/generate.h"
+#include "h3c/support/error.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+namespace {
+
+struct Opts {
+  h3c::rt::GenerateOptions g;
+  std::string out, resume, mode = "strict";
+  long long synthetic = -1, tp = 0, seed = -1;
+  std::vector<std::string> binds;
+};
+
+h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) over a plan; resumable and sealed",
+                       [](CLI::App &app) {
+  auto o = std::make_shared<Opts>();
+  auto *cfg = app.add_option("--config", o->g.config, "full, small, tiny or a config.json (must match the plan)");
+  auto *ck = app.add_option("--checkpoint", o->g.checkpoint, "diffusers or native checkpoint folder");
+  auto *sy = app.add_option("--synthetic", o->synthetic, "synthetic weights with this seed");
+  ck->excludes(sy);
+  auto *pl = app.add_option("--plan", o->g.plan, "plan folder written by `h3c compile`");
+  auto *rq = app.add_option("--request", o->g.request, "request .safetensors: the packed layout and latent shapes");
+  auto *st = app.add_option("--steps", o->g.steps, "sigma grid points, terminal 0 included (N - 1 model evaluations)");
+  auto *vs = app.add_option("--video-shift", o->g.videoShift, "sigma shift of the video schedule")->capture_default_str();
+  auto *as = app.add_option("--audio-shift", o->g.audioShift, "sigma shift of the audio schedule")->capture_default_str();
+  auto *sd = app.add_option("--seed", o->seed, "seed of the initial noise");
+  auto *ou = app.add_option("--out", o->out, "trajectory folder to create");
+  auto *sv = app.add_flag("--save-tensors", o->g.saveTensors, "also store velocities and latents of every step");
+  auto *dv = app.add_option("--device", o->g.run.device, "cpu | gpu");
+  auto *md = app.add_option("--mode", o->mode, "strict | audit | off");
+  auto *tp = app.add_option("--tp", o->tp, "tensor-parallel degree (default: the plan's)");
+  auto *bd = app.add_option("--bind", o->binds, "GLOB=native|reference binding overlay (repeatable)");
+  auto *bf = app.add_option("--bind-from-step", o->g.bindFromStep, "apply the --bind rules from this step on");
+  app.add_option("--threads", o->g.run.threads, "CPU worker threads (never changes a bit)");
+  app.add_option("--ledger", o->g.ledgerDir, "folder for the ledger of every step (step-NNNNN.json)");
+  auto *rs = app.add_option("--resume", o->resume, "continue this trajectory from its last sealed step");
+  for (auto *opt : {cfg, ck, sy, pl, rq, st, vs, as, sd, ou, sv, dv, md, tp, bd, bf})
+    rs->excludes(opt);
+  app.callback([o] {
+    o->g.progress = ::isatty(2);
+    if (const char *stop = std::getenv("H3C_GENERATE_STOP_AFTER"))  // tests: simulate a kill after N steps
+      o->g.stopAfter = std::atoll(stop);
+    if (!o->resume.empty()) {
+      int64_t n = h3c::rt::resumeGenerate(o->resume, o->g);
+      std::printf("%s: %lld steps sealed\n", o->resume.c_str(), static_cast<long long>(n));
+      return;
+    }
+    for (auto [given, name] : {std::pair<bool, const char *>{!o->g.config.empty(), "--config"},
+                               {!o->g.plan.empty(), "--plan"},
+                               {!o->g.request.empty(), "--request"},
+                               {o->g.steps > 0, "--steps"},
+                               {o->seed >= 0, "--seed"},
+                               {!o->out.empty(), "--out"}})
+      if (!given)
+        h3c::fail("h3c generate", "{} is required (or --resume TRAJ)", name);
+    o->g.synthetic = o->synthetic;
+    o->g.seed = uint64_t(o->seed);
+    o->g.run.mode = h3c::rt::parseMode(o->mode);
+    o->g.run.tp = o->tp;
+    for (const auto &b : o->binds)
+      o->g.run.binds.push_back(h3c::rt::parseBindRule(b));
+    int64_t n = h3c::rt::generate(o->out, o->g);
+    std::printf("%s: %lld steps sealed\n", o->out.c_str(), static_cast<long long>(n));
+  });
+});
+
+} // namespace
