@@ -13,6 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <iterator>
+#include <unistd.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -272,6 +275,47 @@ TEST(NvrtcCompile, FullConfigSm90a) { compileAll("full", "sm_90a"); }
 TEST(NvrtcCompile, FullConfigSm100a) { compileAll("full", "sm_100a"); }
 TEST(NvrtcCompile, TinyConfigSm90a) { compileAll("tiny", "sm_90a"); }
 TEST(NvrtcCompile, TinyConfigSm100a) { compileAll("tiny", "sm_100a"); }
+
+// The real plan: `h3c compile` of the checked-in full fingerprint, then every kernel file the plan lists is compiled
+// by NVRTC for sm_90a and sm_100a (skipped when this h3c was built without the MLIR compiler).
+TEST(NvrtcCompile, EveryKernelOfTheFullPlan) {
+  std::string tool = H3C_TOOL;
+  auto dir = tempDir("h3c-full-plan");
+  std::string cmd = tool + " compile " + std::string(H3C_SOURCE_DIR) + "/models/h3/fingerprint.json --arch sm_90a -o " +
+                    dir.string() + " >/dev/null 2>&1";
+  if (std::system((tool + " compile --help >/dev/null 2>&1").c_str()) != 0) GTEST_SKIP() << "h3c has no compile";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(dir / "plan.json");
+  json plan = json::parse(f);
+  ASSERT_TRUE(plan.contains("kernels"));
+  std::set<std::string> kinds;
+  for (const auto &op : plan.at("ops"))
+    if (!op.at("kernel").is_null()) kinds.insert(op.at("op").get<std::string>());
+  for (const char *k : {"linear", "qkv_linear", "adaln_table", "time_embed", "rms_norm", "norm_modulate",
+                        "qk_norm_rope", "attention", "pack", "unpack"})
+    EXPECT_TRUE(kinds.count(k)) << "the full plan has no '" << k << "' kernel";
+  hc::NvrtcJit jit;
+  int n = 0;
+  for (const auto &[id, k] : plan.at("kernels").items()) {
+    hk::KernelSource src;
+    src.id = id;
+    src.entry = k.at("entry").get<std::string>();
+    std::ifstream kf(dir / k.at("file").get<std::string>());
+    src.source.assign(std::istreambuf_iterator<char>(kf), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(src.source.empty()) << id;
+    for (const char *arch : {"sm_90a", "sm_100a"}) {
+      try {
+        auto c = jit.compile(src, arch);
+        EXPECT_GT(c.cubin.size(), 4u);
+      } catch (const std::exception &e) {
+        ADD_FAILURE() << id << " " << arch << ": " << e.what();
+      }
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 15);
+  std::filesystem::remove_all(dir);
+}
 
 TEST(NvrtcJit, CacheHitsAndRebuildsCorruptEntries) {
   auto dir = tempDir("h3c-jit-cache");
