@@ -9,6 +9,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <vector>
 
 using namespace h3c;
@@ -188,4 +191,31 @@ TEST(Sampler, RejectsBadParameters) {
   rt::MiniMaxH3Scheduler s(3.0);
   EXPECT_THROW(s.setTimesteps(1), Error);
   EXPECT_THROW(s.setTimesteps(0), Error);
+}
+
+// Grids printed by test/fixtures/sampler/torch_sigmas.py on a machine with torch (bit patterns); skipped until that
+// JSON is committed.
+TEST(Sampler, MatchesTorchFixture) {
+  const std::string path = std::string(H3C_SOURCE_DIR) + "/test/fixtures/sampler/torch_sigmas.json";
+  std::ifstream in(path);
+  if (!in)
+    GTEST_SKIP() << "no " << path << " (run torch_sigmas.py where torch is installed)";
+  nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_FALSE(j["grids"].empty());
+  for (const auto &g : j["grids"]) {
+    rt::MiniMaxH3Scheduler s(g["shift"].get<double>());
+    s.setTimesteps(g["steps"].get<int64_t>());
+    auto toBits = [](const std::vector<float> &v) {
+      std::vector<uint32_t> b;
+      for (float f : v) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        b.push_back(u);
+      }
+      return b;
+    };
+    EXPECT_EQ(toBits(s.sigmas()), g["sigmas"].get<std::vector<uint32_t>>())
+        << "shift " << g["shift"] << " steps " << g["steps"] << " (torch " << j["torch"] << ")";
+    EXPECT_EQ(toBits(s.timesteps()), g["timesteps"].get<std::vector<uint32_t>>());
+  }
 }
