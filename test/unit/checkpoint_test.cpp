@@ -380,8 +380,21 @@ TEST(CheckpointMap, OpenNativeServesDiffusersTensors) {
     else
       EXPECT_EQ(n->view("transformer_blocks.0.attn.to_k.weight"), nullptr);
     EXPECT_ERROR(n->read("proj_in.weight", 1, n->nbytes("proj_in.weight"), nullptr), "outside the tensor");
+    EXPECT_TRUE(h3::compareTensors(h3::diffusersTensors(cfg), *n).ok());
     EXPECT_ERROR(n->view("nope"), "tensor 'nope' is not in the checkpoint");
   }
+  // compareTensors by diffusers name: a config with one more layer misses its 12 tensors; a wider text_dim
+  // mismatches the one tensor it shapes.
+  auto more = cfg;
+  more.num_layers = 3;
+  auto r = h3::compareTensors(h3::diffusersTensors(more), *d);
+  EXPECT_EQ(r.missing.size(), 12u);
+  EXPECT_TRUE(r.unexpected.empty());
+  EXPECT_TRUE(r.mismatched.empty());
+  auto wide = cfg;
+  wide.text_dim = 16;
+  r = h3::compareTensors(h3::diffusersTensors(wide), *d);
+  EXPECT_EQ(r.mismatched, std::vector<std::string>{"context_embedder.weight: expected BF16 [24, 16], stored BF16 [24, 8]"});
   // Asking for the other layout than the one recorded is an error, not a silent scramble.
   h3::OpenOptions o;
   o.qkvLayout = QkvLayout::Concat;
@@ -446,6 +459,32 @@ TEST(CheckpointMap, FailsClosed) {
   mixed.add = {{"blocks.9.norm1.weight", DType::BF16, {24}}};
   copyEdited(t.path / "d", t.path / "mixed", mixed, "diffusion_pytorch_model");
   mapFails(t.path / "mixed", CheckpointFormat::Native, "mixes diffusers names");
+  // config.json's recorded naming must agree with the stored names.
+  Edit none;
+  copyEdited(t.path / "d", t.path / "claims-native", none, "diffusion_pytorch_model");
+  {
+    auto cj = h3::checkpointConfigJson(cfg, CheckpointFormat::Native, QkvLayout::Interleaved);
+    writeFileAtomic(t.path / "claims-native" / "config.json", cj.dump());
+  }
+  mapFails(t.path / "claims-native", CheckpointFormat::Native,
+           "config.json#/_h3c_format: says native but the stored tensors have diffusers names");
+  EXPECT_ERROR(h3::Checkpoint::open(t.path / "claims-native"), "says native but the stored tensors");
+  // A raw release's config.json has other keys: --config stands in for it.
+  {
+    Edit keep;
+    copyEdited(t.path / "n", t.path / "raw", keep, "model");
+    writeFileAtomic(t.path / "raw" / "config.json", "{\"token_refiner_num_layers\": 2}");
+    mapFails(t.path / "raw", CheckpointFormat::Diffusers, "#/token_refiner_num_layers: unknown config key");
+    h3::mapCheckpoint(t.path / "raw", t.path / "fromRaw", CheckpointFormat::Diffusers, std::nullopt,
+                      st::kDefaultShardSize, cfg);
+    expectSameTensors(t.path / "d", t.path / "fromRaw");
+    std::string out;
+    EXPECT_EQ(runTool("checkpoint map --to diffusers --config tiny " + q(t.path / "raw") + " " + q(t.path / "fr2"),
+                      &out),
+              0)
+        << out;
+    expectSameTensors(t.path / "d", t.path / "fr2");
+  }
   // A native config that is not ours.
   writeFileAtomic(t.path / "nr" / "config.json", "{\"_class_name\": \"WanTransformer3DModel\"}");
   mapFails(t.path / "nr", CheckpointFormat::Diffusers, "#/_class_name: expected \"MiniMaxH3Transformer3DModel\"");

@@ -41,7 +41,7 @@ void printList(const char *title, const std::vector<std::string> &v) {
 }
 
 struct Options {
-  std::string dir, out, fingerprint, config = "full", to, qkv, in, shard;
+  std::string dir, out, fingerprint, config = "full", mapConfig, to, qkv, in, shard;
   uint64_t seed = 0;
 };
 
@@ -99,6 +99,8 @@ void setup(CLI::App &app) {
   map->add_option("--qkv-layout", o->qkv, "native qkv_proj layout: interleaved (default) or concat")
       ->check(CLI::IsMember({"interleaved", "concat"}));
   map->add_option("--shard-size", o->shard, "max bytes of tensor data per shard (default 5GB)");
+  map->add_option("--config", o->mapConfig,
+                  "full, small, tiny or a config JSON file, instead of IN/config.json (e.g. for a raw release)");
   map->add_option("IN", o->in, "input folder")->required();
   map->add_option("OUT", o->out, "output folder (must not exist)")->required();
   map->callback([o] {
@@ -107,7 +109,8 @@ void setup(CLI::App &app) {
     if (!o->qkv.empty())
       layout = h3::parseQkvLayout(o->qkv);
     h3::mapCheckpoint(o->in, o->out, o->to == "native" ? h3::CheckpointFormat::Native : h3::CheckpointFormat::Diffusers,
-                      layout, cap);
+                      layout, cap,
+                      o->mapConfig.empty() ? std::nullopt : std::optional<h3::Config>(h3::loadConfig(o->mapConfig)));
   });
 }
 

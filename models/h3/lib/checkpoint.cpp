@@ -65,7 +65,8 @@ nlohmann::json checkpointConfigJson(const Config &c, CheckpointFormat f, QkvLayo
   return j;
 }
 
-Config readCheckpointConfig(const fs::path &dir, std::optional<QkvLayout> *qkvLayout) {
+Config readCheckpointConfig(const fs::path &dir, std::optional<QkvLayout> *qkvLayout,
+                            std::optional<CheckpointFormat> *format) {
   fs::path p = dir / "config.json";
   if (!fs::is_regular_file(p))
     fail(p.string(), "missing: a model folder needs config.json (diffusers config keys)");
@@ -75,10 +76,14 @@ Config readCheckpointConfig(const fs::path &dir, std::optional<QkvLayout> *qkvLa
     fail(p.string(), "config must be a JSON object");
   if (j.contains("_class_name") && j["_class_name"] != kClassName)
     fail(p.string() + "#/_class_name", "expected \"{}\", got {}", kClassName, j["_class_name"].dump());
+  if (format)
+    format->reset();
   if (j.contains("_h3c_format")) {
     const auto &v = j["_h3c_format"];
     if (!v.is_string() || (v != "native" && v != "diffusers"))
       fail(p.string() + "#/_h3c_format", "expected \"native\" or \"diffusers\", got {}", v.dump());
+    if (format)
+      *format = v == "native" ? CheckpointFormat::Native : CheckpointFormat::Diffusers;
   }
   if (qkvLayout)
     qkvLayout->reset();
@@ -90,6 +95,13 @@ Config readCheckpointConfig(const fs::path &dir, std::optional<QkvLayout> *qkvLa
       *qkvLayout = parseQkvLayout(v.get<std::string>());
   }
   return configFromJson(j, p.string() + "#");
+}
+
+void detail::checkRecordedFormat(const fs::path &dir, std::optional<CheckpointFormat> recorded,
+                                 CheckpointFormat stored) {
+  if (recorded && *recorded != stored)
+    fail((dir / "config.json").string() + "#/_h3c_format", "says {} but the stored tensors have {} names",
+         formatName(*recorded), formatName(stored));
 }
 
 // Checks a native folder's rope.inv_freq against the config (to 1e-6 relative: it is derived data, and other
@@ -116,9 +128,14 @@ static void checkRope(const st::Folder &folder, const Config &c) {
 std::unique_ptr<Checkpoint> Checkpoint::open(const fs::path &dir, const OpenOptions &opts) {
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   std::optional<QkvLayout> recorded;
-  ck->config_ = opts.config ? *opts.config : readCheckpointConfig(dir, &recorded);
+  std::optional<CheckpointFormat> recordedFormat;
+  if (opts.config)
+    ck->config_ = *opts.config;
+  else
+    ck->config_ = readCheckpointConfig(dir, &recorded, &recordedFormat);
   ck->folder_ = std::make_unique<st::Folder>(dir);
   ck->format_ = detectFormat(*ck->folder_);
+  detail::checkRecordedFormat(dir, recordedFormat, ck->format_);
   const st::Folder &f = *ck->folder_;
   if (ck->format_ == CheckpointFormat::Diffusers) {
     for (const auto &name : f.names()) {
@@ -173,6 +190,24 @@ const Checkpoint::Slot &Checkpoint::slot(const std::string &name) const {
   if (it == byName_.end())
     fail(folder_->dir().string(), "tensor '{}' is not in the checkpoint", name);
   return slots_[it->second];
+}
+
+CheckReport compareTensors(const std::vector<TensorSpec> &expected, const Checkpoint &ck) {
+  CheckReport r;
+  std::set<std::string> want;
+  for (const auto &t : expected) {
+    want.insert(t.name);
+    const TensorSpec *s = ck.find(t.name);
+    if (!s)
+      r.missing.push_back(t.name);
+    else if (s->dtype != t.dtype || s->shape != t.shape)
+      r.mismatched.push_back(t.name + ": expected " + std::string(dtypeName(t.dtype)) + " " + shapeText(t.shape) +
+                             ", stored " + std::string(dtypeName(s->dtype)) + " " + shapeText(s->shape));
+  }
+  for (const auto &s : ck.tensors())
+    if (!want.count(s.name))
+      r.unexpected.push_back(s.name);
+  return r;
 }
 
 const TensorSpec *Checkpoint::find(const std::string &name) const {

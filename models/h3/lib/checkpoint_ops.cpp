@@ -91,11 +91,13 @@ CheckReport checkCheckpoint(const fs::path &dir, const ExpectedTensors *expected
 }
 
 void mapCheckpoint(const fs::path &in, const fs::path &out, CheckpointFormat to, std::optional<QkvLayout> layoutOpt,
-                   uint64_t shardSize) {
+                   uint64_t shardSize, const std::optional<Config> &configOpt) {
   std::optional<QkvLayout> recorded;
-  const Config cfg = readCheckpointConfig(in, &recorded);
+  std::optional<CheckpointFormat> recordedFormat;
+  const Config cfg = configOpt ? *configOpt : readCheckpointConfig(in, &recorded, &recordedFormat);
   st::Folder folder(in);
   const CheckpointFormat from = detectFormat(folder);
+  detail::checkRecordedFormat(in, recordedFormat, from);
   if (from == to)
     fail(in.string(), "is already in {} naming", formatName(to));
   if (from == CheckpointFormat::Native && layoutOpt && recorded && *layoutOpt != *recorded)

@@ -134,8 +134,16 @@ private:
 CheckpointFormat detectFormat(const st::Folder &folder);
 // config.json of a folder: the diffusers config keys + _class_name (+ _h3c_format/_h3c_qkv_layout when native).
 nlohmann::json checkpointConfigJson(const Config &c, CheckpointFormat f, QkvLayout layout);
-// Reads DIR/config.json (checks _class_name when present); `qkvLayout` receives _h3c_qkv_layout when present.
-Config readCheckpointConfig(const std::filesystem::path &dir, std::optional<QkvLayout> *qkvLayout = nullptr);
+// Reads DIR/config.json (checks _class_name when present); `qkvLayout` / `format` receive _h3c_qkv_layout /
+// _h3c_format when present. A recorded format must agree with the stored names (checked by open and map).
+Config readCheckpointConfig(const std::filesystem::path &dir, std::optional<QkvLayout> *qkvLayout = nullptr,
+                            std::optional<CheckpointFormat> *format = nullptr);
+
+namespace detail {
+// Throws when config.json's _h3c_format (when recorded) disagrees with the naming of the stored tensors.
+void checkRecordedFormat(const std::filesystem::path &dir, std::optional<CheckpointFormat> recorded,
+                         CheckpointFormat stored);
+} // namespace detail
 
 // ---- the `h3c checkpoint` operations -----------------------------------------------------------------------------
 // Snapshot: {"schema": "h3c-checkpoint-snapshot-v1", "format", "index_sha256" (null when single-file),
@@ -157,6 +165,8 @@ struct ExpectedTensors {
 };
 CheckReport checkCheckpoint(const std::filesystem::path &dir, const ExpectedTensors *expected = nullptr);
 CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Folder &stored);
+// The same by diffusers name for an opened checkpoint (what the runtime checks against a fingerprint's tensors).
+CheckReport compareTensors(const std::vector<TensorSpec> &expected, const Checkpoint &ck);
 
 // Writes a diffusers folder with synthetic weights (config.json, shards, index), streaming: memory stays bounded by
 // a few MB whatever the model size. OUT must not exist; it appears complete or not at all.
@@ -167,8 +177,11 @@ void synthCheckpoint(const Config &c, uint64_t seed, const std::filesystem::path
 // native and back gives the same tensor bytes. Fails closed (no OUT) on anything that does not map exactly.
 // `layout`: the native qkv layout to write, or to read (default: IN's config.json _h3c_qkv_layout, else
 // interleaved; an explicit layout that contradicts the recorded one is an error).
+// `config`: use this config instead of IN/config.json (e.g. for a raw native release whose config.json has other
+// keys); OUT/config.json is always written in h3c's form.
 void mapCheckpoint(const std::filesystem::path &in, const std::filesystem::path &out, CheckpointFormat to,
-                   std::optional<QkvLayout> layout = std::nullopt, uint64_t shardSize = st::kDefaultShardSize);
+                   std::optional<QkvLayout> layout = std::nullopt, uint64_t shardSize = st::kDefaultShardSize,
+                   const std::optional<Config> &config = std::nullopt);
 // Native folders h3c writes use the huggingface_hub default prefix "model" (model.safetensors[.index.json]).
 inline constexpr const char *kNativePrefix = "model";
 
