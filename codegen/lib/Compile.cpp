@@ -32,13 +32,11 @@ std::string print(Operation *op) {
 class DumpConfig : public PassManager::IRPrinterConfig {
 public:
   explicit DumpConfig(fs::path dir) : IRPrinterConfig(/*printModuleScope=*/true), dir_(std::move(dir)) {}
-  void printAfterIfEnabled(Pass *pass, Operation *op, PrintCallbackFn print) override {
+  void printAfterIfEnabled(Pass *pass, Operation *op, PrintCallbackFn) override {
     char prefix[8];
     std::snprintf(prefix, sizeof prefix, "%02d-", ++n_);
-    std::string s;
-    llvm::raw_string_ostream os(s);
-    print(os);
-    writeFileAtomic(dir_ / (prefix + pass->getArgument().str() + ".mlir"), s);
+    // The module as h3c-opt prints it (no banner), so a dump is valid input for h3c-opt.
+    writeFileAtomic(dir_ / (prefix + pass->getArgument().str() + ".mlir"), print(op) + "\n");
   }
   void printBeforeIfEnabled(Pass *, Operation *, PrintCallbackFn) override {}
 
@@ -59,7 +57,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
 
   if (!o.dumpIrDir.empty()) {
     fs::create_directories(o.dumpIrDir);
-    writeFileAtomic(o.dumpIrDir / "00-import.mlir", print(*module));
+    writeFileAtomic(o.dumpIrDir / "00-import.mlir", print(*module) + "\n");
   }
   PassManager pm(&ctx);
   passes::PipelineOptions po;

@@ -8,6 +8,7 @@
 #include "h3c/support/sha256.h"
 
 #include <cstdio>
+#include <filesystem>
 
 namespace {
 
@@ -50,7 +51,8 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n",
                 r.plan.plan["slots"].size(), (long long)s["slot_bytes"], (long long)s["peak_live_bytes"],
                 (long long)a->tokens);
-    std::printf("plan %s -> %s/plan.json\n", r.plan.plan["plan_sha256"].get<std::string>().c_str(), a->out.c_str());
+    std::string planFile = (std::filesystem::path(a->out) / "plan.json").lexically_normal().string();
+    std::printf("plan %s -> %s\n", r.plan.plan["plan_sha256"].get<std::string>().c_str(), planFile.c_str());
   });
 });
 
