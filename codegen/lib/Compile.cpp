@@ -33,7 +33,7 @@ class DumpConfig : public PassManager::IRPrinterConfig {
 public:
   explicit DumpConfig(fs::path dir) : IRPrinterConfig(/*printModuleScope=*/true), dir_(std::move(dir)) {}
   void printAfterIfEnabled(Pass *pass, Operation *op, PrintCallbackFn) override {
-    char prefix[8];
+    char prefix[16];
     std::snprintf(prefix, sizeof prefix, "%02d-", ++n_);
     // The module as h3c-opt prints it (no banner), so a dump is valid input for h3c-opt.
     writeFileAtomic(dir_ / (prefix + pass->getArgument().str() + ".mlir"), print(op) + "\n");
