@@ -12,6 +12,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -322,6 +323,44 @@ TEST(CheckpointMap, NativeLayoutFollowsTheRowFormulas) {
   ASSERT_EQ(r.size(), 16u);
   EXPECT_EQ(r[0], 1.0f);
   EXPECT_NEAR(r[15], std::pow(10000.0, -30.0 / 32.0), 1e-7 * r[15]);
+}
+
+TEST(CheckpointMap, FullConfigIs638To534PlusRope) {
+  const auto cfg = h3::namedConfig("full");
+  const auto d = h3::diffusersTensors(cfg);
+  ASSERT_EQ(d.size(), 638u);
+  const auto n = h3::nativeFromDiffusers(d, cfg, QkvLayout::Interleaved);
+  ASSERT_EQ(n.size(), 535u);  // 534 + rope.inv_freq
+  std::map<std::string, const h3::MappedTensor *> by;
+  int64_t params = 0;
+  for (const auto &m : n) {
+    EXPECT_TRUE(by.emplace(m.spec.name, &m).second) << m.spec.name;
+    EXPECT_TRUE(h3::isNativeName(m.spec.name) || m.spec.name == "token_refiner.final_norm.weight") << m.spec.name;
+    params += m.spec.numel();
+  }
+  EXPECT_EQ(params, 33122992896LL + 16);  // same parameters, plus the 16 rope frequencies
+  const auto &qkv = *by.at("blocks.49.attn.qkv_proj.weight");
+  EXPECT_EQ(qkv.spec.shape, (std::vector<int64_t>{3 * 7168, 5376}));
+  EXPECT_EQ(qkv.spec.dtype, DType::BF16);
+  ASSERT_EQ(qkv.pieces.size(), 3u * 56);  // per head: q, k, v blocks of 128 rows
+  EXPECT_EQ(qkv.pieces[4].source, "transformer_blocks.49.attn.to_k.weight");
+  EXPECT_EQ(qkv.pieces[4].offset, 128u * 5376 * 2);
+  EXPECT_EQ(qkv.pieces[4].length, 128u * 5376 * 2);
+  EXPECT_EQ(by.at("token_refiner.blocks.1.mlp.fc1.weight")->spec.shape, (std::vector<int64_t>{2 * 14336, 5376}));
+  EXPECT_EQ(by.at("final_layer.video_out.weight")->spec.dtype, DType::F32);
+  EXPECT_EQ(by.at("final_layer.adaln_proj.linear.weight")->spec.shape, (std::vector<int64_t>{2 * 5376, 2688}));
+  EXPECT_EQ(by.at("rope.inv_freq")->spec.shape, (std::vector<int64_t>{16}));
+  EXPECT_EQ(h3::diffusersFromNative(d, cfg, QkvLayout::Concat).size(), 638u);
+  // An incomplete list is refused by the mapping itself.
+  auto broken = d;
+  broken.erase(std::remove_if(broken.begin(), broken.end(),
+                              [](const h3::TensorSpec &s) { return s.name == "transformer_blocks.3.attn.to_v.weight"; }),
+               broken.end());
+  EXPECT_ERROR(h3::nativeFromDiffusers(broken, cfg, QkvLayout::Interleaved),
+               "transformer_blocks.3.attn.to_v.weight: incomplete q/k/v set");
+  auto reshaped = d;
+  reshaped[0].shape = {1, 1};
+  EXPECT_ERROR(h3::nativeTensors(reshaped, cfg), "proj_in.weight: shape [1, 1] disagrees with the config's [5376, 96]");
 }
 
 namespace {
