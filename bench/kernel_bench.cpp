@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     auto y = randBuf(size_t(M * 3 * I), true, 1.0);   // outputs (overwritten)
     auto y2 = randBuf(size_t(M * I), true, 1.0);
     auto y3 = randBuf(size_t(M * I), true, 1.0);
-    auto w = randBuf(size_t(2 * F * H), true, 0.01);
+    auto w = randBuf(size_t(std::max(2 * F * H, 18 * H * E)), true, 0.01);  // every weight matrix fits
     auto table = randBuf(size_t(T * 3 * 6 * H), true, 0.3);
     auto tempF = randBuf(size_t(T * E), false, 1.0);
     auto cosb = randBuf(size_t(M * 96), false, 1.0), sinb = randBuf(size_t(M * 96), false, 1.0);

@@ -17,12 +17,13 @@ bound=${H3C_E2E_BOUND:-5e-2}
 passed=0; failed=0
 ok() { passed=$((passed + 1)); echo "PASS $*"; }
 bad() { failed=$((failed + 1)); echo "FAIL $*"; }
-check() { local what=$1; shift; if "$@" >"$out/last.log" 2>&1; then ok "$what"; sed 's/^/    /' "$out/last.log" | head -8; else bad "$what"; sed 's/^/    /' "$out/last.log" | tail -15; fi; }
+check() { local what=$1; shift; if "$@" >"$out/last.log" 2>&1; then ok "$what"; sed 's/^/    /' "$out/last.log" | head -30; else bad "$what"; sed 's/^/    /' "$out/last.log" | tail -15; fi; }
 run() { # cfg plan req out ledger device [extra...]
   local cfg=$1 plan=$2 req=$3 o=$4 l=$5 dev=$6; shift 6
   "$H3C" run --config "$cfg" --synthetic 7 --plan "$plan" --inputs "$req" --out "$o" --device "$dev" --mode strict \
     --ledger "$l" "$@"
 }
+prun() { H3C_GPU_PROFILE=1 run "$@"; }  # with the executor's per-kind timing table on stderr
 
 e2e_config() {
   local cfg=$1 plan=$plans/$1 d=$out/$1
@@ -32,7 +33,7 @@ e2e_config() {
   check "[$cfg] request make --batch 4" "$H3C" request make --config "$cfg" --text 7 --audio 5 --video 2,3,4 --timesteps 2 --seed 3 --batch 4 -o "$d/req4.safetensors"
   check "[$cfg] request make --shuffle" "$H3C" request make --config "$cfg" --text 7 --audio 5 --video 2,3,4 --timesteps 2 --seed 3 --shuffle -o "$d/req_shuf.safetensors"
   check "[$cfg] CPU reference run" run "$cfg" "$plan" "$d/req.safetensors" "$d/cpu.safetensors" "$d/cpu_ledger.json" cpu
-  check "[$cfg] GPU strict run" env H3C_GPU_PROFILE=1 run "$cfg" "$plan" "$d/req.safetensors" "$d/gpu.safetensors" "$d/gpu_ledger.json" gpu
+  check "[$cfg] GPU strict run" prun "$cfg" "$plan" "$d/req.safetensors" "$d/gpu.safetensors" "$d/gpu_ledger.json" gpu
   check "[$cfg] GPU ledger verifies (strict: every node row)" "$H3C" ledger verify "$d/gpu_ledger.json"
   check "[$cfg] GPU vs CPU reference outputs (rel_frob <= $bound)" python3 "$cmp_py" bound "$d/cpu.safetensors" "$d/gpu.safetensors" "$bound"
   local rep_ok=1
@@ -55,7 +56,7 @@ e2e_full() {
   [ -f "$plan/plan.json" ] || { bad "[full] no plan at $plan"; return; }
   check "[full] request make (S = 8349)" "$H3C" request make --config full --text 512 --audio 157 --video 8,30,32 --timesteps 2 --seed 5 --dtype BF16 -o "$d/req.safetensors"
   local t0=$(date +%s.%N)
-  check "[full] GPU strict run, 33B synthetic weights, 8349 tokens" env H3C_GPU_PROFILE=1 run full "$plan" "$d/req.safetensors" "$d/gpu.safetensors" "$d/gpu_ledger.json" gpu
+  check "[full] GPU strict run, 33B synthetic weights, 8349 tokens" prun full "$plan" "$d/req.safetensors" "$d/gpu.safetensors" "$d/gpu_ledger.json" gpu
   local t1=$(date +%s.%N)
   echo "    h3c run wall time (JIT + weight generation + forward): $(python3 -c "print(f'{$t1-$t0:.1f} s')")"
   check "[full] GPU ledger verifies (strict)" "$H3C" ledger verify "$d/gpu_ledger.json"
