@@ -435,10 +435,15 @@ void runLinear(Ctx &cx) {
     xa = asWeightDtype(x, wdt);
   }
 
+  // Column-parallel shards (section 5.1): rank r takes its contiguous slice of every part: fc1's value half and gate
+  // half (so swiglu pairs stay on one rank), each of the 18 (6 x 3) AdaLN chunks, or the whole weight.
   std::vector<GemmSpec> parts;
-  if (epi == "swiglu" && cx.op.shardKind() == "column" && cx.op.shardTp() > 1) {
-    // Column-parallel fc1 + swiglu: each rank needs matching value and gate rows, so split the halves separately.
+  if (cx.op.shardKind() == "column" && cx.op.shardTp() > 1 && endsWith(lin, "ff.net.0.proj")) {
     parts = {{wname, 0, N / 2}, {wname, N / 2, N}};
+  } else if (cx.op.shardKind() == "column" && cx.op.shardTp() > 1 && endsWith(lin, "adaln_proj")) {
+    const int64_t chunks = int64_t(h3::kBlockAdaChunks) * h3::kModalities, H = N / chunks;
+    for (int64_t k = 0; k < chunks; ++k)
+      parts.push_back({wname, k * H, (k + 1) * H});
   } else {
     parts = {{wname, 0, N}};
   }

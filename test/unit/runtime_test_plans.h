@@ -58,7 +58,13 @@ struct PlanBuilder {
     op("linear", {node}, {x}, {node}, w, a, kc(units));
   }
 
-  int unitsFor(int64_t K) const { return K % (8 * 16) == 0 ? 8 : 1; }
+  // Section 5.1: the largest power of two U <= 8 with K % (U * 16) == 0.
+  int unitsFor(int64_t K) const {
+    for (int u = 8; u > 1; u /= 2)
+      if (K % (u * 16) == 0)
+        return u;
+    return 1;
+  }
 
   // The attention sub-graph of a block (refiner: no rope, domain Nt). Returns the attention output value.
   std::string attention(const std::string &p, const std::string &x, const char *rows, bool rope) {
@@ -68,14 +74,15 @@ struct PlanBuilder {
       for (auto &n : {q, k, v})
         val(n, "BF16", rows, I);
       json a = {{"K", c.hidden_size}, {"N", I}};
-      if (tp > 1)
+      if (tp > 1 && std::string(rows) == "S")  // TP shards the transformer blocks only
         a["shard"] = shard("column");
       op("qkv_linear", {q, k, v}, {x}, {q, k, v},
          {{"weight", {q + ".weight", k + ".weight", v + ".weight"}}, {"bias", json::array()}}, a, kc(1));
     } else {
-      linear(q, x, "BF16", rows, I, false, 1, "column");
-      linear(k, x, "BF16", rows, I, false, 1, "column");
-      linear(v, x, "BF16", rows, I, false, 1, "column");
+      const char *sk = std::string(rows) == "S" ? "column" : nullptr;
+      linear(q, x, "BF16", rows, I, false, 1, sk);
+      linear(k, x, "BF16", rows, I, false, 1, sk);
+      linear(v, x, "BF16", rows, I, false, 1, sk);
     }
     std::string nq = p + "attn.norm_q", nk = p + "attn.norm_k", rq = p + "attn.rope_q", rk = p + "attn.rope_k";
     std::string qa = q, ka = k;
@@ -129,7 +136,32 @@ struct PlanBuilder {
       extra.push_back("pack:ts_index");
       extra.push_back("pack:tags");
     }
-    if (fuse) {
+    if (tp > 1 && units > 1) {
+      // Section 5.1: linear (shard row, epilogue none) -> <node>:partials F32 with ranks = tp, then allreduce_tree
+      // with the epilogue operands (fused: it covers the epilogue node; unfused: nodes [] and a separate epilogue).
+      values[lin + ":partials"] = {{"dtype", "F32"}, {"rows", rows}, {"cols", H}, {"batch", true}, {"ranks", tp}};
+      op("linear", {lin}, {in}, {lin + ":partials"}, {{"weight", {lin + ".weight"}}, {"bias", json::array()}},
+         {{"K", K}, {"N", H}, {"out_dtype", "F32"}, {"epilogue", "none"}, {"shard", shard("row")}}, kc(units));
+      json a = {{"tp", tp}, {"units", units}, {"N", H}};
+      std::vector<std::string> ins = {lin + ":partials"};
+      std::string out = fuse ? resNode : lin;
+      if (fuse) {
+        ins.insert(ins.end(), extra.begin(), extra.end());
+        a["epilogue"] = gated ? "gate_residual" : "residual";
+        if (gated) {
+          a["chunk"] = resNode.find("attn") != std::string::npos ? 2 : 5;
+          a["num_chunks"] = 6;
+          a["row_index"] = "adaln";
+        }
+      } else {
+        a["epilogue"] = "none";
+      }
+      val(out, "BF16", rows, H);
+      op("allreduce_tree", fuse ? std::vector<std::string>{resNode} : std::vector<std::string>{}, ins, {out},
+         {{"weight", json::array()}, {"bias", json::array()}}, a, kc(units));
+      if (fuse)
+        return resNode;
+    } else if (fuse) {
       val(resNode, "BF16", rows, H);
       json a = {{"K", K}, {"N", H}, {"out_dtype", "BF16"}, {"epilogue", gated ? "gate_residual" : "residual"}};
       if (gated) {
@@ -137,15 +169,14 @@ struct PlanBuilder {
         a["num_chunks"] = 6;
         a["row_index"] = "adaln";
       }
-      if (tp > 1 && units > 1)  // only the U = 8 linears are row-parallel; the refiner's stay replicated
-        a["shard"] = shard("row");
       std::vector<std::string> ins = {in};
       ins.insert(ins.end(), extra.begin(), extra.end());
       op("linear", {lin, resNode}, ins, {resNode}, {{"weight", {lin + ".weight"}}, {"bias", json::array()}}, a,
          kc(units));
       return resNode;
     }
-    linear(lin, in, "BF16", rows, H, false, units, units > 1 ? "row" : nullptr);
+    if (!(tp > 1 && units > 1))
+      linear(lin, in, "BF16", rows, H, false, units, nullptr);
     val(resNode, "BF16", rows, H);
     std::vector<std::string> ins = {stream, lin};
     if (gated) {
@@ -168,12 +199,12 @@ struct PlanBuilder {
     if (fuse) {
       val(sw, "BF16", rows, F);
       json a = {{"K", c.hidden_size}, {"N", 2 * F}, {"out_dtype", "BF16"}, {"epilogue", "swiglu"}};
-      if (tp > 1)
+      if (tp > 1 && std::string(rows) == "S")
         a["shard"] = shard("column");
       op("linear", {fc1, sw}, {x}, {sw}, {{"weight", {fc1 + ".weight"}}, {"bias", json::array()}}, a, kc(1));
       return sw;
     }
-    linear(fc1, x, "BF16", rows, 2 * F, false, 1, "column");
+    linear(fc1, x, "BF16", rows, 2 * F, false, 1, std::string(rows) == "S" ? "column" : nullptr);
     val(sw, "BF16", rows, F);
     op("swiglu", {sw}, {fc1}, {sw}, json::object(), json::object(), nullptr);
     return sw;

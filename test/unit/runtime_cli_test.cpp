@@ -1,0 +1,198 @@
+// `h3c request make`, `h3c run`, `h3c ledger verify|summary` end to end through the binary (H3C_TOOL), over a
+// hand-built plan, and over `h3c compile`'s plan when this h3c has the compiler.
+#include "runtime_test_plans.h"
+
+#include "h3c/models/safetensors.h"
+#include "h3c/support/canonical_json.h"
+#include "h3c/support/files.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+namespace fs = std::filesystem;
+using namespace h3c;
+
+namespace {
+
+struct Tmp {
+  fs::path dir;
+  Tmp() {
+    dir = fs::temp_directory_path() / ("h3c_rt_cli_" + std::to_string(::getpid()) + "_" +
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~Tmp() { fs::remove_all(dir); }
+  std::string operator/(const std::string &f) const { return (dir / f).string(); }
+};
+
+// Runs the h3c binary; returns the exit code, output in `out`.
+int tool(const std::string &args, std::string *out = nullptr) {
+  std::string log = (fs::temp_directory_path() / ("h3c_rt_cli_log_" + std::to_string(::getpid()))).string();
+  int st = std::system((std::string(H3C_TOOL) + " " + args + " >" + log + " 2>&1").c_str());
+  if (out)
+    *out = readFile(log);
+  fs::remove(log);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void writePlan(const std::string &dir, const nlohmann::json &plan) {
+  fs::create_directories(dir);
+  writeFileAtomic(dir + "/plan.json", plan.dump(1));
+}
+
+std::string bytesOf(const std::string &path) { return readFile(path); }
+
+bool hasCompile() {
+  std::string out;
+  tool("version", &out);
+  return out.find("compiler: MLIR") != std::string::npos;
+}
+
+} // namespace
+
+TEST(RuntimeCli, RequestRunLedgerVerify) {
+  Tmp t;
+  writePlan(t / "plan", rt::testplans::modelPlan(h3::namedConfig("tiny"), true));
+  std::string out;
+  ASSERT_EQ(0, tool("request make --config tiny --text 5 --audio 3 --video 2,2,3 --seed 4 --timesteps 2 -o " +
+                   t / "req.safetensors", &out)) << out;
+  ASSERT_EQ(0, tool("request make --config tiny --text 5 --audio 3 --video 2,2,3 --seed 4 --timesteps 2 --shuffle "
+                   "-o " + t / "req_shuf.safetensors", &out)) << out;
+  ASSERT_EQ(0, tool("run --config tiny --synthetic 7 --plan " + t / "plan" + " --inputs " + t / "req.safetensors" +
+                   " --out " + t / "out.safetensors" + " --device cpu --mode strict --ledger " + t / "ledger.json",
+                   &out)) << out;
+  ASSERT_EQ(0, tool("run --config tiny --synthetic 7 --plan " + t / "plan" + " --inputs " + t / "req_shuf.safetensors" +
+                   " --out " + t / "out_shuf.safetensors" + " --threads 1 --ledger " + t / "ledger_shuf.json",
+                   &out)) << out;
+  // Outputs: the two names, F32, the request's shapes; and byte-equal for the permuted request.
+  st::File f(t / "out.safetensors");
+  ASSERT_NE(f.find("sample"), nullptr);
+  ASSERT_NE(f.find("audio_sample"), nullptr);
+  EXPECT_EQ(f.find("sample")->shape, (std::vector<int64_t>{1, 12, 16}));
+  EXPECT_EQ(f.find("audio_sample")->shape, (std::vector<int64_t>{1, 3, 6}));
+  EXPECT_EQ(f.find("sample")->dtype, DType::F32);
+  EXPECT_EQ(bytesOf(t / "out.safetensors"), bytesOf(t / "out_shuf.safetensors"));
+
+  EXPECT_EQ(0, tool("ledger verify " + t / "ledger.json", &out)) << out;
+  EXPECT_EQ(0, tool("ledger summary " + t / "ledger.json", &out)) << out;
+  EXPECT_NE(out.find("row"), std::string::npos);
+  EXPECT_NE(out.find("accepted: true"), std::string::npos);
+
+  // Tampering: any change breaks the seal -> verify exits 1.
+  auto l = nlohmann::json::parse(readFile(t / "ledger.json"));
+  l["nodes"][3]["actual"] = "native";
+  writeFileAtomic(t / "tampered.json", l.dump());
+  EXPECT_EQ(1, tool("ledger verify " + t / "tampered.json", &out)) << out;
+  EXPECT_NE(out.find("seal"), std::string::npos);
+  // Resealed after the change: the seal holds but the strict rule fails, naming the node.
+  l.erase("seal");
+  l["seal"] = sha256Hex(canonicalJson(l));
+  writeFileAtomic(t / "resealed.json", l.dump());
+  EXPECT_EQ(1, tool("ledger verify " + t / "resealed.json", &out)) << out;
+  EXPECT_NE(out.find(l["nodes"][3]["id"].get<std::string>()), std::string::npos);
+}
+
+TEST(RuntimeCli, StrictRunWithReferenceBindingFailsAndWritesNoOutput) {
+  Tmp t;
+  writePlan(t / "plan", rt::testplans::modelPlan(h3::namedConfig("tiny"), false));
+  std::string out;
+  ASSERT_EQ(0, tool("request make --config tiny --text 2 --audio 2 --video 1,2,2 --seed 1 -o " + t / "req.safetensors"));
+  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --plan " + t / "plan" + " --inputs " + t / "req.safetensors" +
+                   " --out " + t / "out.safetensors" + " --bind 'transformer_blocks.0.ff.*=reference' --ledger " +
+                   t / "ledger.json", &out));
+  EXPECT_NE(out.find("transformer_blocks.0.ff.net.0.proj"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(t / "out.safetensors"));
+  EXPECT_EQ(1, tool("ledger verify " + t / "ledger.json", &out)) << out;  // evidence kept, strict rule violated
+  // Audit mode accepts the run (the ledger says what ran) and writes the outputs.
+  EXPECT_EQ(0, tool("run --config tiny --synthetic 1 --plan " + t / "plan" + " --inputs " + t / "req.safetensors" +
+                   " --out " + t / "out.safetensors" + " --mode audit --ledger " + t / "ledger_a.json", &out))
+      << out;
+  EXPECT_TRUE(fs::exists(t / "out.safetensors"));
+  auto l = nlohmann::json::parse(readFile(t / "ledger_a.json"));
+  EXPECT_TRUE(l["nodes"][5].contains("audit"));
+}
+
+TEST(RuntimeCli, BadInputsFailClosed) {
+  Tmp t;
+  writePlan(t / "plan", rt::testplans::modelPlan(h3::namedConfig("tiny"), false));
+  std::string out;
+  ASSERT_EQ(0, tool("request make --config small --text 2 --audio 2 --video 1,2,2 --seed 1 -o " + t / "small.safetensors"));
+  // A request of another config: channel counts disagree with the plan's config.
+  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --plan " + t / "plan" + " --inputs " + t / "small.safetensors" +
+                   " --out " + t / "o.safetensors --ledger " + t / "l.json", &out));
+  EXPECT_NE(out.find("h3c: error:"), std::string::npos);
+  EXPECT_NE(out.find("channels"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(t / "o.safetensors"));
+  EXPECT_FALSE(fs::exists(t / "l.json"));
+  // Config mismatch with the plan, tp mismatch, missing weights option, bad mode, bad --video.
+  ASSERT_EQ(0, tool("request make --config tiny --text 2 --audio 2 --video 1,2,2 --seed 1 -o " + t / "r.safetensors"));
+  std::string base = " --plan " + t / "plan" + " --inputs " + t / "r.safetensors" + " --out " + t / "o.safetensors" +
+                     " --ledger " + t / "l.json";
+  EXPECT_EQ(2, tool("run --config small --synthetic 1" + base, &out));
+  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --tp 2" + base, &out));
+  EXPECT_NE(out.find("tp"), std::string::npos);
+  EXPECT_EQ(2, tool("run --config tiny" + base, &out));
+  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --mode lax" + base, &out));
+  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --device tpu" + base, &out));
+  EXPECT_EQ(2, tool("request make --config tiny --video 1,2 --seed 1 -o " + t / "x.safetensors", &out));
+  // A tampered plan (content changed, hash not updated).
+  auto p = nlohmann::json::parse(readFile(t / "plan/plan.json"));
+  p["ops"][1]["order"]["units"] = 2;
+  writePlan(t / "plan2", p);
+  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --plan " + t / "plan2" + " --inputs " + t / "r.safetensors" +
+                   " --out " + t / "o.safetensors --ledger " + t / "l.json", &out));
+  EXPECT_NE(out.find("plan_sha256"), std::string::npos) << out;
+  // A checkpoint folder that does not exist / does not match: the check runs first and fails closed.
+  EXPECT_EQ(2, tool("run --config tiny --checkpoint " + t / "nope" + base, &out));
+  EXPECT_FALSE(fs::exists(t / "o.safetensors"));
+}
+
+// Synthetic weights and the same weights written by `h3c checkpoint synth` give the same bytes.
+TEST(RuntimeCli, CheckpointFolderEqualsSyntheticSeed) {
+  Tmp t;
+  writePlan(t / "plan", rt::testplans::modelPlan(h3::namedConfig("tiny"), true));
+  std::string out;
+  if (tool("checkpoint synth --help", &out) != 0)
+    GTEST_SKIP() << "this h3c has no `checkpoint synth`";
+  ASSERT_EQ(0, tool("checkpoint synth --config tiny --seed 6 --shard-size 20000 --out " + t / "ckpt", &out)) << out;
+  ASSERT_EQ(0, tool("request make --config tiny --text 3 --audio 2 --video 1,2,2 --seed 2 -o " + t / "r.safetensors"));
+  std::string base = " --plan " + t / "plan" + " --inputs " + t / "r.safetensors";
+  ASSERT_EQ(0, tool("run --config tiny --synthetic 6" + base + " --out " + t / "a.safetensors --ledger " + t / "a.json",
+                   &out)) << out;
+  ASSERT_EQ(0, tool("run --config tiny --checkpoint " + t / "ckpt" + base + " --out " + t / "b.safetensors --ledger " +
+                   t / "b.json", &out)) << out;
+  EXPECT_EQ(bytesOf(t / "a.safetensors"), bytesOf(t / "b.safetensors"));
+  auto l = nlohmann::json::parse(readFile(t / "b.json"));
+  EXPECT_EQ(l["header"]["checkpoint"]["kind"], "checkpoint");
+  EXPECT_EQ(l["header"]["checkpoint"]["content_sha256"].get<std::string>().size(), 64u);
+}
+
+// The compiler's plans (when this h3c has `compile`): tp 1/2 and fuse/no-fuse give byte-equal outputs, the hand
+// plan's bytes too (same orders by contract), and the ledger is complete.
+TEST(RuntimeCli, CompiledPlansRunAndAgree) {
+  if (!hasCompile())
+    GTEST_SKIP() << "this h3c has no compile command (built without MLIR)";
+  Tmp t;
+  std::string out;
+  ASSERT_EQ(0, tool("fingerprint derive --config tiny -o " + t / "fp.json", &out)) << out;
+  ASSERT_EQ(0, tool("request make --config tiny --text 4 --audio 3 --video 2,2,2 --seed 5 --timesteps 2 --shuffle -o " +
+                   t / "r.safetensors"));
+  std::string first;
+  for (std::string opts : {"--tp 1", "--tp 1 --no-fuse", "--tp 2"}) {
+    std::string dir = t / ("plan" + std::to_string(first.size() ? 1 : 0) + opts.substr(5, 1) + opts.substr(opts.size() - 1));
+    ASSERT_EQ(0, tool("compile " + t / "fp.json " + opts + " -o " + dir, &out)) << out;
+    std::string o = dir + ".out.safetensors";
+    ASSERT_EQ(0, tool("run --config tiny --synthetic 3 --plan " + dir + " --inputs " + t / "r.safetensors" + " --out " +
+                     o + " --ledger " + dir + ".ledger.json", &out)) << opts << "\n" << out;
+    EXPECT_EQ(0, tool("ledger verify " + dir + ".ledger.json", &out)) << out;
+    if (first.empty())
+      first = bytesOf(o);
+    else
+      EXPECT_EQ(first, bytesOf(o)) << opts;
+  }
+}
