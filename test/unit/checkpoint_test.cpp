@@ -251,6 +251,11 @@ TEST(CheckpointSynth, DeterministicAndShardingIndependent) {
       found = true;
     }
   EXPECT_TRUE(found);
+  // A trailing slash names the same folder (the temp folder goes beside it, not inside).
+  h3::synthCheckpoint(cfg, 5, t.path.string() + "/slash/", 4096);
+  EXPECT_EQ(h3::snapshotCheckpoint(t.path / "slash")["content_sha256"], sa["content_sha256"]);
+  EXPECT_ERROR(h3::synthCheckpoint(cfg, 5, "."), "not a usable output folder name");
+  EXPECT_ERROR(h3::synthCheckpoint(cfg, 5, t.path / "x" / ".."), "output already exists");
   // OUT must not exist; a failed synth leaves nothing.
   EXPECT_ERROR(h3::synthCheckpoint(cfg, 5, t.path / "a"), "output already exists");
 }

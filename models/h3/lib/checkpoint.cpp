@@ -104,6 +104,15 @@ void detail::checkRecordedFormat(const fs::path &dir, std::optional<CheckpointFo
          formatName(*recorded), formatName(stored));
 }
 
+fs::path detail::outputFolder(const fs::path &p) {
+  fs::path n = p.lexically_normal();
+  while (!n.empty() && !n.has_filename() && n.has_parent_path() && n.parent_path() != n)
+    n = n.parent_path();
+  if (n.empty() || n.filename() == "." || n.filename() == "..")
+    fail(p.string(), "not a usable output folder name");
+  return n;
+}
+
 // Checks a native folder's rope.inv_freq against the config (to 1e-6 relative: it is derived data, and other
 // writers may have rounded pow differently by an ulp).
 static void checkRope(const st::Folder &folder, const Config &c) {

@@ -145,7 +145,7 @@ void mapCheckpoint(const fs::path &in, const fs::path &out, CheckpointFormat to,
     decls.push_back(st::TensorDecl{m.spec.name, m.spec.dtype, m.spec.shape});
   }
   const std::vector<float> rope = ropeInvFreq(cfg);
-  AtomicDirectory dir(out);
+  AtomicDirectory dir(detail::outputFolder(out));
   writeFileAtomic(dir.tempPath() / "config.json", checkpointConfigJson(cfg, to, layout).dump(2) + "\n");
   st::writeFolder(dir.tempPath(), to == CheckpointFormat::Native ? kNativePrefix : st::kDiffusersPrefix, decls,
                   shardSize, {{"format", "pt"}}, [&](const st::TensorInfo &info, st::Writer &w) {

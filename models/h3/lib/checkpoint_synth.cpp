@@ -71,7 +71,7 @@ void synthCheckpoint(const Config &c, uint64_t seed, const fs::path &out, uint64
     byName[s.name] = &s;
     decls.push_back(st::TensorDecl{s.name, s.dtype, s.shape});
   }
-  AtomicDirectory dir(out);
+  AtomicDirectory dir(detail::outputFolder(out));
   writeFileAtomic(dir.tempPath() / "config.json",
                   checkpointConfigJson(c, CheckpointFormat::Diffusers, QkvLayout::Interleaved).dump(2) + "\n");
   constexpr uint64_t kPiece = 1 << 20;  // elements per piece: at most 4 MB of buffer

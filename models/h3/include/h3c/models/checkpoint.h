@@ -143,6 +143,9 @@ namespace detail {
 // Throws when config.json's _h3c_format (when recorded) disagrees with the naming of the stored tensors.
 void checkRecordedFormat(const std::filesystem::path &dir, std::optional<CheckpointFormat> recorded,
                          CheckpointFormat stored);
+// "out/" -> "out", "a/./b" -> "a/b": an output folder path with a file name, so that AtomicDirectory's temp sibling
+// lands beside it, not inside it.
+std::filesystem::path outputFolder(const std::filesystem::path &p);
 } // namespace detail
 
 // ---- the `h3c checkpoint` operations -----------------------------------------------------------------------------
