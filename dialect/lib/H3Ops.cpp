@@ -35,6 +35,12 @@ LogicalResult verifyCommon(Operation *op, bool nodesMayBeEmpty = false) {
     if (s.empty()) return op->emitOpError() << "has an empty node id";
     if (!seen.insert(s).second) return err(op) << "lists node '" << s << "' twice";
   }
+  // Every integer attribute of an h3 op is a size, index or count: negative values are rejected here, so the
+  // unsigned getters ODS generates for I64Attr are safe to compare with signed extents below.
+  if (auto props = dyn_cast_or_null<DictionaryAttr>(op->getPropertiesAsAttribute()))
+    for (NamedAttribute na : props)
+      if (auto i = dyn_cast<IntegerAttr>(na.getValue()); i && i.getType().isInteger(64) && i.getInt() < 0)
+        return err(op) << na.getName().getValue() << " must not be negative, got " << i.getInt();
   if (values.size() != op->getNumResults())
     return err(op) << "has " << values.size() << " value names for " << op->getNumResults() << " results";
   for (Attribute a : values)
@@ -189,7 +195,7 @@ LogicalResult LinearOp::verify() {
   llvm::StringRef epi = getEpilogue();
   bool partial = getShard() && getShard()->getKind() == "row" && getShard()->getTp() > 1;
   if (partial) {
-    if (y.getParts() != getShard()->getTp() || !y.getElementType().isF32() || y.getCols() != getN())
+    if (y.getParts() != getShard()->getTp() || !y.getElementType().isF32() || y.getCols() != int64_t(getN()))
       return err(op) << "a row-parallel linear over tp = " << getShard()->getTp() << " must produce "
                      << getShard()->getTp() << " f32 rank partials of " << getN() << " columns";
     if (epi != "none" || !getBias().empty())
@@ -212,13 +218,13 @@ LogicalResult LinearOp::verify() {
 LogicalResult AllreduceTreeOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op, /*nodesMayBeEmpty=*/true)) || failed(verifyOrderKind(op, getOrder()))) return failure();
-  if (getOrder() && getOrder()->getUnits() != getUnits())
+  if (getOrder() && getOrder()->getUnits() != int64_t(getUnits()))
     return err(op) << "order has " << getOrder()->getUnits() << " units but the op combines " << getUnits();
   ActType p = act(getPartials()), y = act(getY());
   int64_t tp = getTp(), units = getUnits();
   if (tp < 2 || (tp & (tp - 1))) return err(op) << "tp must be a power of two >= 2, got " << tp;
   if (units % tp) return err(op) << units << " units cannot be split over tp = " << tp;
-  if (p.getParts() != tp || !p.getElementType().isF32() || p.getCols() != getN())
+  if (p.getParts() != tp || !p.getElementType().isF32() || p.getCols() != int64_t(getN()))
     return err(op) << "partials must be " << tp << " f32 rank partials of " << getN() << " columns";
   if (failed(sameRows(op, p, y, "output")) || failed(weightCount(op, getBias(), 0, 1, "bias"))) return failure();
   if (failed(expect(op, y, "output", getN()))) return failure();
@@ -290,7 +296,7 @@ LogicalResult NormModulateOp::verify() {
   if (getShiftChunk() == getScaleChunk()) return err(op) << "shift and scale must be different chunks";
   if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(sameRows(op, x, y, "output"))) return failure();
   if (failed(expect(op, x, "input", 0, BFloat16Type::get(getContext())))) return failure();
-  if (failed(verifyTableGather(op, act(getTable()), x.getCols(), getNumChunks(), {getShiftChunk(), getScaleChunk()},
+  if (failed(verifyTableGather(op, act(getTable()), x.getCols(), getNumChunks(), {int64_t(getShiftChunk()), int64_t(getScaleChunk())},
                                getRowIndex())))
     return failure();
   if (failed(verifyRowMeta(op, getRowIndex(), getRowMeta(), x))) return failure();
@@ -395,7 +401,7 @@ LogicalResult GateResidualOp::verify() {
   if (failed(sameRows(op, x, y, "y")) || failed(sameRows(op, x, z, "output"))) return failure();
   if (failed(expect(op, y, "y", x.getCols())) || failed(expect(op, z, "output", x.getCols(), BFloat16Type::get(getContext()))))
     return failure();
-  if (failed(verifyTableGather(op, act(getTable()), x.getCols(), getNumChunks(), {getChunk()}, getRowIndex())))
+  if (failed(verifyTableGather(op, act(getTable()), x.getCols(), getNumChunks(), {int64_t(getChunk())}, getRowIndex())))
     return failure();
   return verifyRowMeta(op, getRowIndex(), getRowMeta(), x);
 }

@@ -362,3 +362,11 @@ func.func @bad_shard(%x: !h3.act<B, S, 24, bf16>) {
   %y = h3.swiglu %x {shard = #h3.shard<diagonal, tp = 2>, nodes = ["s"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 12, bf16>
   return
 }
+
+// -----
+
+func.func @negative(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[lin] K must not be negative, got -24}}
+  %y = h3.linear %x {K = -24 : i64, N = 8 : i64, bias = [], weight = ["w"], nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 8, bf16>
+  return
+}

@@ -53,7 +53,9 @@ TEST(Importer, OneOpPerNodeWithIdsInOrder) {
     h3::Fingerprint fp = fingerprint(name);
     const h3::Config &c = fp.config;
     size_t expect = 17 * c.num_layers + 14 * c.num_refiner_layers + 15;
-    if (std::string(name) == "full") EXPECT_EQ(expect, 893u);
+    if (std::string(name) == "full") {
+      EXPECT_EQ(expect, 893u);
+    }
     mlir::MLIRContext ctx;
     auto m = codegen::importFingerprint(ctx, fp);
     std::vector<std::string> ids;
