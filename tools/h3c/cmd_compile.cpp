@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 namespace {
 
@@ -44,7 +45,15 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     o.dumpIrDir = a->dumpIr;
     h3c::codegen::CompileResult r = h3c::codegen::compile(fp, h3c::sha256Hex(bytes), o);
     h3c::codegen::writePlanDirectory(r.plan, a->out);
-    for (const auto &w : r.plan.warnings) std::fprintf(stderr, "h3c: warning: %s\n", w.c_str());
+    // One line per op kind without a kernel (the plan has "kernel": null for each): count and the first reason.
+    std::map<std::string, std::pair<size_t, std::string>> missing;
+    for (const auto &w : r.plan.warnings) {
+      auto &m = missing[w.substr(0, w.find(" ["))];
+      if (m.first++ == 0) m.second = w;
+    }
+    for (const auto &[kind, m] : missing)
+      std::fprintf(stderr, "h3c: warning: %zu x %s without a kernel (\"kernel\": null), e.g. %s\n", m.first, kind.c_str(),
+                   m.second.c_str());
     const auto &s = r.plan.plan["stats"];
     std::printf("compiled %zu nodes into %zu ops, %zu kernels (%zu ops without a kernel) in %.3f s\n",
                 fp.nodes.size(), r.plan.plan["ops"].size(), r.plan.kernels.size(), r.plan.warnings.size(), r.seconds);
