@@ -541,10 +541,15 @@ TEST(CheckpointTool, SynthSnapshotCheck) {
   std::string out;
   ASSERT_EQ(runTool("checkpoint synth --config tiny --seed 4 --shard-size 3KB --out " + q(t.path / "ck"), &out), 0)
       << out;
+  EXPECT_NE(out.find(": 62 tensors (diffusers naming), " + std::to_string(h3::parameterCount(h3::diffusersTensors(
+                                                                  h3::namedConfig("tiny")))) +
+                     " parameters"),
+            std::string::npos)
+      << out;
   EXPECT_TRUE(fs::exists(t.path / "ck" / "diffusion_pytorch_model-00001-of-00004.safetensors") ||
               fs::exists(t.path / "ck" / "diffusion_pytorch_model.safetensors.index.json"));
   EXPECT_EQ(runTool("checkpoint check " + q(t.path / "ck"), &out), 0) << out;
-  EXPECT_NE(out.find("ok"), std::string::npos);
+  EXPECT_NE(out.find("ok: all 62 tensors match"), std::string::npos) << out;
   ASSERT_EQ(runTool("checkpoint snapshot " + q(t.path / "ck") + " -o " + q(t.path / "snap.json"), &out), 0) << out;
   auto snap = nlohmann::json::parse(readFile(t.path / "snap.json"));
   EXPECT_EQ(snap["schema"], "h3c-checkpoint-snapshot-v1");

@@ -40,6 +40,16 @@ void printList(const char *title, const std::vector<std::string> &v) {
     std::printf("  %s\n", s.c_str());
 }
 
+// One line about a folder just written: tensors, parameters, files.
+void summarize(const std::string &dir) {
+  st::Folder f(dir);
+  int64_t params = 0;
+  for (const auto &n : f.names())
+    params += f.at(n).info->numel();
+  std::printf("wrote %s: %zu tensors (%s naming), %lld parameters, %zu safetensors file(s)\n", dir.c_str(),
+              f.names().size(), h3::formatName(h3::detectFormat(f)), (long long)params, f.files().size());
+}
+
 struct Options {
   std::string dir, out, fingerprint, config = "full", mapConfig, to, qkv, in, shard;
   uint64_t seed = 0;
@@ -56,8 +66,10 @@ void setup(CLI::App &app) {
     std::string text = h3::snapshotCheckpoint(o->dir).dump(2) + "\n";
     if (o->out.empty())
       std::fwrite(text.data(), 1, text.size(), stdout);
-    else
+    else {
       writeFileAtomic(o->out, text);
+      std::printf("wrote %s\n", o->out.c_str());
+    }
   });
 
   auto *check = app.add_subcommand("check", "Compare the stored tensors with the tensor list (exit 1 on a difference)");
@@ -73,7 +85,7 @@ void setup(CLI::App &app) {
       r = h3::checkCheckpoint(o->dir);
     }
     if (r.ok()) {
-      std::printf("ok: every tensor matches\n");
+      std::printf("ok: all %zu tensors match\n", r.expected);
       return;
     }
     printList("missing", r.missing);
@@ -92,6 +104,7 @@ void setup(CLI::App &app) {
   synth->callback([o] {
     uint64_t cap = o->shard.empty() ? st::kDefaultShardSize : parseSize(o->shard);
     h3::synthCheckpoint(h3::loadConfig(o->config), o->seed, o->out, cap);
+    summarize(o->out);
   });
 
   auto *map = app.add_subcommand("map", "Convert between diffusers and native naming (streaming, bitwise)");
@@ -111,6 +124,7 @@ void setup(CLI::App &app) {
     h3::mapCheckpoint(o->in, o->out, o->to == "native" ? h3::CheckpointFormat::Native : h3::CheckpointFormat::Diffusers,
                       layout, cap,
                       o->mapConfig.empty() ? std::nullopt : std::optional<h3::Config>(h3::loadConfig(o->mapConfig)));
+    summarize(o->out);
   });
 }
 

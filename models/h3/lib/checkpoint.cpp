@@ -203,6 +203,7 @@ const Checkpoint::Slot &Checkpoint::slot(const std::string &name) const {
 
 CheckReport compareTensors(const std::vector<TensorSpec> &expected, const Checkpoint &ck) {
   CheckReport r;
+  r.expected = expected.size();
   std::set<std::string> want;
   for (const auto &t : expected) {
     want.insert(t.name);

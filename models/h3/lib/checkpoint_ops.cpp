@@ -61,6 +61,7 @@ nlohmann::json snapshotCheckpoint(const fs::path &dir) {
 
 CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Folder &stored) {
   CheckReport r;
+  r.expected = expected.size();
   std::set<std::string> want;
   for (const auto &t : expected) {
     want.insert(t.name);

@@ -158,6 +158,7 @@ struct CheckReport {
   std::vector<std::string> missing;     // expected, not stored
   std::vector<std::string> unexpected;  // stored, not expected
   std::vector<std::string> mismatched;  // "name: expected BF16 [..], stored F32 [..]"
+  size_t expected = 0;                  // how many tensors were expected
   bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
 };
 // Compares stored tensors (by stored name and layout) with `expected` diffusers specs (mapped to native names when the
