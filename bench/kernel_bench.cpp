@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -77,6 +78,34 @@ double timeMedian(hc::KernelRunner &r, const hc::LoadedKernel &k, const hk::Kern
   return t[t.size() / 2];
 }
 
+// A tiling variant of an emitted GEMM (bench-only experiment): the same code with other tile defines. The reduction
+// order does not depend on the tiling (K ascending in 16-wide chunks per unit, the same unit tree), so a variant must
+// produce the same bits as the emitted kernel; the bench checks that.
+hk::KernelSource gemmVariant(const hk::KernelSource &base, const std::map<std::string, int> &defs) {
+  hk::KernelSource v = base;
+  std::map<std::string, int> cur;
+  for (const char *k : {"GM_BM", "GM_BN", "GM_BK", "GM_WM", "GM_WN", "GM_STAGES", "GM_EPI"}) {
+    std::string key = std::string("#define ") + k + " ";
+    auto p = v.source.find(key);
+    if (p == std::string::npos) throw std::runtime_error(std::string("no ") + k);
+    auto e = v.source.find('\n', p);
+    int val = std::stoi(v.source.substr(p + key.size(), e - p - key.size()));
+    auto it = defs.find(k);
+    if (it != defs.end()) {
+      val = it->second;
+      v.source.replace(p, e - p, key + std::to_string(val));
+    }
+    cur[k] = val;
+  }
+  std::string tag;
+  for (const auto &[k, val] : defs) tag += "_" + k.substr(3) + std::to_string(val);
+  v.id = base.id + tag;
+  v.launch.threads = cur["GM_WM"] * cur["GM_WN"] * 32;
+  v.launch.smemBytes = cur["GM_STAGES"] * (cur["GM_BM"] + cur["GM_BN"]) * (cur["GM_BK"] + 8) * 2;
+  v.launch.unitsPerBlock = cur["GM_BM"];  // grid.y is set by the caller (it knows the output width)
+  return v;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -87,9 +116,11 @@ int main(int argc, char **argv) {
   }
   std::string outPath;
   long long M = 8349;
+  bool variants = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc) M = std::atoll(argv[++i]);
+    else if (a == "--variants") variants = true;
     else outPath = a;
   }
   try {
@@ -151,6 +182,37 @@ int main(int argc, char **argv) {
       a.meta[hk::kMetaRows] = M;
       long long n = kind == "qkv_linear" ? 3 * N : N;
       bench(name, op, a, 2.0 * M * K * n, 2.0 * (M * K + K * n + M * n));
+      if (!variants) return;
+      auto base = *hk::emitKernel(op, dev.arch());
+      a.meta[hk::kMetaBatch] = 1;
+      a.meta[hk::kMetaItemRows] = M;
+      a.meta[hk::kMetaMetaRows] = M;
+      long long outCols = epi == "swiglu" ? N / 2 : N;
+      long long gemmCols = epi == "swiglu" ? N / 2 : n;  // grid.y spans every GEMM column (qkv: all three outputs)
+      size_t outBytes = size_t(M * outCols * 2);
+      std::vector<char> ref(outBytes), got(outBytes);
+      runner.launch(runner.load(base), a);
+      hc::check(hc::driver().cuCtxSynchronize(), "base");
+      y->download(ref.data(), outBytes);
+      std::vector<std::map<std::string, int>> vs = {{{"GM_BK", 64}}, {{"GM_STAGES", 4}}, {{"GM_BK", 64}, {"GM_STAGES", 4}}};
+      if (units > 1) vs.push_back({{"GM_BM", 64}, {"GM_BN", 128}, {"GM_WM", 2}, {"GM_WN", 4}});
+      for (const auto &vd : vs) {
+        try {
+          auto v = gemmVariant(base, vd);
+          int bn = vd.count("GM_BN") ? vd.at("GM_BN") : (units > 1 ? 64 : 128);
+          int bno = epi == "swiglu" ? bn / 2 : bn;
+          v.launch.gridY = (int)((gemmCols + bno - 1) / bno);
+          const auto &lk = runner.load(v);
+          hc::check(hc::driver().cuMemsetD8(y->get(), 0x5a, outBytes), "poison");
+          double ms = timeMedian(runner, lk, a);
+          y->download(got.data(), outBytes);
+          bool same = got == ref;
+          std::printf("  variant %-40s %9.3f ms  %8.1f TFLOP/s  bits %s\n", v.id.substr(base.id.size()).c_str(), ms,
+                      2.0 * M * K * n / ms / 1e9, same ? "identical to the emitted kernel" : "DIFFERENT");
+        } catch (const std::exception &e) {
+          std::printf("  variant failed: %s\n", e.what());
+        }
+      }
     };
     gemm("qkv (fused to_q/k/v)", "qkv_linear", H, I, "none", 1);
     gemm("to_out + gate_residual (u8)", "linear", I, H, "gate_residual", 8);
