@@ -6,8 +6,13 @@
 #include "h3c/support/error.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
+
+// The vector-extension helpers below pass 32-byte vectors between always-inlined functions; GCC warns about the
+// non-AVX calling convention, which never applies since nothing crosses an ABI boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace h3c::rt::cpu {
 
@@ -52,31 +57,85 @@ float pairwiseTree(std::vector<float> p) {
   return p[0];
 }
 
+namespace {
+
+typedef double v4d __attribute__((vector_size(32)));
+
+inline v4d load4(const double *p) {
+  v4d v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The chunk value for the lane layout of chunkDot: s = (((0 + p[0:4]) + p[4:8]) + p[8:12]) + p[12:16] per lane l,
+// then (s0 + s1) + (s2 + s3), rounded to F32. Vector lanes are exactly chunkDot's s[l], so every ISA the clones
+// target gives the same bits (no FMA: h3c builds with -ffp-contract=off, and the products are exact anyway).
+inline float chunkValue(v4d s) { return float((s[0] + s[1]) + (s[2] + s[3])); }
+
+// Unit sums of up to 4 rows against one weight row (both converted to double and zero-padded to whole chunks):
+// out[r][u] for units u in [0, nu) of length unitLen starting at column k0.
+__attribute__((target_clones("avx2", "default"))) void unitSums4(const double *const *xr, int rows, const double *wd,
+                                                                   int64_t k0, int64_t unitLen, int64_t nu,
+                                                                   float (*out)[64]) {
+  for (int64_t u = 0; u < nu; ++u) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const int64_t kb = k0 + u * unitLen, ke = kb + unitLen;
+    for (int64_t k = kb; k < ke; k += 16) {
+      const v4d w0 = load4(wd + k), w1 = load4(wd + k + 4), w2 = load4(wd + k + 8), w3 = load4(wd + k + 12);
+      for (int r = 0; r < rows; ++r) {
+        const double *x = xr[r] + k;
+        v4d s = {0, 0, 0, 0};
+        s += load4(x) * w0;
+        s += load4(x + 4) * w1;
+        s += load4(x + 8) * w2;
+        s += load4(x + 12) * w3;
+        acc[r] = acc[r] + chunkValue(s);
+      }
+    }
+    for (int r = 0; r < rows; ++r)
+      out[r][u] = acc[r];
+  }
+}
+
+} // namespace
+
 void gemmKChunks(const float *x, int64_t M, int64_t K, const float *w, int64_t N, int64_t U, int64_t ub, int64_t ue,
                  float *y, int threads) {
   if (U < 1 || (U > 1 && K % (U * kStep) != 0))
     fail("k_chunks", "K = {} is not divisible into {} units of whole 16-wide chunks", K, U);
-  const int64_t unitLen = U == 1 ? K : K / U;
   const int64_t nu = ue - ub;
+  if (nu < 1 || nu > 64 || ub < 0 || ue > U)
+    fail("k_chunks", "unit range [{}, {}) of {} is invalid", ub, ue, U);
+  // U = 1: one unit over K with the last chunk zero-padded; U > 1: whole chunks, no padding needed.
+  const int64_t Kp = (K + kStep - 1) / kStep * kStep;
+  const int64_t unitLen = U == 1 ? Kp : K / U;
+  std::vector<double> xd(static_cast<size_t>(M * Kp), 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      xd[size_t(m * Kp + k)] = double(x[m * K + k]);
   parallelFor(N, threads, [&](int64_t n0, int64_t n1) {
-    std::vector<float> part(static_cast<size_t>(nu));
+    std::vector<double> wd(static_cast<size_t>(Kp), 0.0);
+    float part[4][64];
+    const double *xr[4];
     for (int64_t n = n0; n < n1; ++n) {
-      const float *wr = w + n * K;
-      for (int64_t m = 0; m < M; ++m) {
-        const float *xr = x + m * K;
-        if (nu == 1) {
-          y[m * N + n] = unitSum(xr, wr, ub * unitLen, (ub + 1) * unitLen);
-          continue;
+      for (int64_t k = 0; k < K; ++k)
+        wd[size_t(k)] = double(w[n * K + k]);
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        const int rows = int(std::min<int64_t>(4, M - m0));
+        for (int r = 0; r < rows; ++r)
+          xr[r] = xd.data() + (m0 + r) * Kp;
+        unitSums4(xr, rows, wd.data(), ub * unitLen, unitLen, nu, part);
+        for (int r = 0; r < rows; ++r) {
+          // The U unit partials (this range of them) combined by the pairwise tree.
+          int64_t len = nu;
+          float *p = part[r];
+          while (len > 1) {
+            for (int64_t i = 0; i < len / 2; ++i)
+              p[i] = p[2 * i] + p[2 * i + 1];
+            len /= 2;
+          }
+          y[(m0 + r) * N + n] = p[0];
         }
-        for (int64_t u = 0; u < nu; ++u)
-          part[size_t(u)] = unitSum(xr, wr, (ub + u) * unitLen, (ub + u + 1) * unitLen);
-        size_t len = size_t(nu);
-        while (len > 1) {
-          for (size_t i = 0; i < len / 2; ++i)
-            part[i] = part[2 * i] + part[2 * i + 1];
-          len /= 2;
-        }
-        y[m * N + n] = part[0];
       }
     }
   });

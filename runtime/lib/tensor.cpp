@@ -93,6 +93,14 @@ std::vector<float> Tensor::toFloats() const {
     std::memcpy(out.data(), bytes.data(), out.size() * 4);
     return out;
   }
+  if (dtype == DType::BF16) {
+    const uint8_t *p = bytes.data();
+    for (size_t i = 0; i < out.size(); ++i) {
+      uint32_t u = uint32_t(p[2 * i]) << 16 | uint32_t(p[2 * i + 1]) << 24;  // little-endian bf16 -> f32 bits
+      std::memcpy(&out[i], &u, 4);
+    }
+    return out;
+  }
   for (int64_t i = 0; i < numel(); ++i)
     out[size_t(i)] = getFloat(i);
   return out;
