@@ -120,8 +120,11 @@ int64_t run(Prepared &p, TrajectoryWriter &w, ModalityFloats &x, const GenerateO
     Request req = p.request;
     req.tensors["hidden_states"] = Tensor::fromFloats(DType::F32, p.shape[0], x[0].data());
     req.tensors["audio_hidden_states"] = Tensor::fromFloats(DType::F32, p.shape[1], x[1].data());
-    std::vector<float> ts = {st.t[0]};
-    if (st.t[1] != st.t[0])
+    // torch.unique(row_timesteps, sorted=True): only the values some row carries.
+    std::vector<float> ts;
+    if (p.S > int64_t(p.audioRows.size()))
+      ts.push_back(st.t[0]);
+    if (!p.audioRows.empty() && (ts.empty() || st.t[1] != st.t[0]))
       ts.push_back(st.t[1]);
     std::sort(ts.begin(), ts.end());
     const int64_t videoIdx = std::find(ts.begin(), ts.end(), st.t[0]) - ts.begin();
