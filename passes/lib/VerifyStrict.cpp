@@ -2,7 +2,9 @@
 // and every op must be one a qualified fixed-order kernel (or the host) implements on the target arch. Errors name
 // the node.
 #include "Common.h"
+#include "h3c/Passes/PlanJson.h"
 #include "h3c/Passes/Passes.h"
+#include "h3c/kernels/emit.h"
 
 namespace h3c::passes {
 #define GEN_PASS_DEF_H3VERIFYSTRICT
@@ -84,6 +86,19 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
     }
   }
 
+  // The kernel emitter is the authority on what a qualified fixed-order kernel implements: ask it for every op
+  // (it checks the op's shapes, dtypes and order against its templates). allreduce_tree is a collective the
+  // runtime performs (gather the rank partials, combine them by the fixed tree); h3c compile reports ops without
+  // a device kernel.
+  void checkEmitter(Operation *op) {
+    if (isa<AllreduceTreeOp>(op)) return;
+    try {
+      (void)h3c::kernels::emitKernel(h3c::planjson::opToPlanJson(op, /*requireNames=*/false), std::string(arch));
+    } catch (const std::exception &e) {
+      error(op) << "no qualified fixed-order kernel: " << e.what();
+    }
+  }
+
   void runOnOperation() override {
     ModuleOp m = getOperation();
     if (arch != "sm_90a" && arch != "sm_100a") {
@@ -100,6 +115,7 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
       }
       checkOrder(op);
       checkKernel(op);
+      if (ok) checkEmitter(op);
     });
     if (!ok) signalPassFailure();
   }

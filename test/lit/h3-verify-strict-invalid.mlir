@@ -106,3 +106,13 @@ func.func @partials_escape(%x: !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 24, f32
   %p = h3.linear %x {K = 32 : i64, N = 24 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>, shard = #h3.shard<row, tp = 2>, nodes = ["transformer_blocks.0.attn.to_out.0"], values = ["p"]} : (!h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 24, f32, parts = 2>
   return %p : !h3.act<B, S, 24, f32, parts = 2>
 }
+
+// -----
+
+// Orders and shapes pass the static checks, but the kernel emitter has no qualified kernel: bf16 GEMMs need 16-byte
+// rows (K % 8 == 0).
+func.func @emitter(%x: !h3.act<B, S, 12, bf16> {h3.name = "@x"}) -> !h3.act<B, S, 8, bf16> {
+  // expected-error @+1 {{[lin] no qualified fixed-order kernel: op 'linear' (node lin): bf16 linear needs K % 8 == 0 (16-byte rows), got K = 12}}
+  %y = h3.linear %x {K = 12 : i64, N = 8 : i64, bias = [], weight = ["lin.weight"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>, nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 12, bf16>) -> !h3.act<B, S, 8, bf16>
+  return %y : !h3.act<B, S, 8, bf16>
+}

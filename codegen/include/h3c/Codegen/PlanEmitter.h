@@ -2,6 +2,7 @@
 // sources the kernel emitter (codegen/kernels) produces for its ops.
 #pragma once
 
+#include "h3c/Passes/PlanJson.h"
 #include "h3c/kernels/emit.h"
 #include "h3c/models/fingerprint.h"
 
@@ -16,11 +17,8 @@
 
 namespace h3c::codegen {
 
-// The plan name of an SSA value: `h3.name` of a func argument, or `values[i]` of the defining op.
-std::string valueName(mlir::Value v);
-
-// One op's plan entry without "kernel": op, nodes, in, out, weights, attrs, order.
-nlohmann::json opToPlanJson(mlir::Operation *op);
+using planjson::opToPlanJson;  // one op's plan entry without "kernel" (h3c/Passes/PlanJson.h)
+using planjson::valueName;
 
 struct PlanOptions {
   std::string arch = "sm_90a";
