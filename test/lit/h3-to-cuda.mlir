@@ -27,3 +27,8 @@ module attributes {h3.arch = "sm_90a"} {
   }
 }
 
+
+// At tp > 1 the collective is listed, not translated.
+// RUN: h3c-opt %S/Inputs/tiny_blocks.ir --h3-pipeline="tp=2" | h3c-opt --h3-to-cuda | FileCheck %s --check-prefix=TP2
+// TP2: // ---- kernel linear_bf16_k32_n24_u2_{{[0-9a-f]+}} {{.*}} for linear ["transformer_blocks.0.attn.to_out.0"]
+// TP2: // ---- collective allreduce_tree for transformer_blocks.0.gate_residual_attn: performed by the runtime
