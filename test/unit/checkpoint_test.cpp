@@ -622,3 +622,36 @@ TEST(CheckpointTool, CheckListsMissingUnexpectedMismatched) {
   EXPECT_EQ(runTool("checkpoint map --to native " + q(t.path / "bad") + " " + q(t.path / "n3"), &out), 2);
   EXPECT_FALSE(fs::exists(t.path / "n3"));
 }
+
+// Python (safetensors + torch, on the GPU machine) read the folders `h3c checkpoint synth --config tiny --seed 3` and
+// `map --to native` wrote, and printed per-tensor hashes and the content hash (make_fixtures.py read): the same seed
+// must still give exactly those bytes, as Python saw them.
+TEST(CheckpointPython, SynthBytesAsPythonReadThem) {
+  const fs::path report = fs::path(H3C_SOURCE_DIR) / "test/fixtures/safetensors/python_read_of_h3c_output.txt";
+  if (!fs::exists(report))
+    GTEST_SKIP() << "no Python report (make_fixtures.py read on a machine with torch + safetensors)";
+  const std::string text = readFile(report);
+  auto hashAfter = [&](const std::string &folder) {
+    const std::string key = folder + ": ";
+    size_t at = text.find(key);
+    if (at == std::string::npos)
+      return std::string();
+    size_t h = text.find("content_sha256 ", at);
+    return h == std::string::npos ? std::string() : text.substr(h + 15, 64);
+  };
+  const std::string pyDiffusers = hashAfter("tiny_diffusers"), pyNative = hashAfter("tiny_native");
+  ASSERT_EQ(pyDiffusers.size(), 64u);
+  ASSERT_EQ(pyNative.size(), 64u);
+  TempDir t;
+  h3::synthCheckpoint(h3::namedConfig("tiny"), 3, t.path / "d");
+  h3::mapCheckpoint(t.path / "d", t.path / "n", CheckpointFormat::Native);
+  EXPECT_EQ(h3::snapshotCheckpoint(t.path / "d")["content_sha256"], pyDiffusers);
+  EXPECT_EQ(h3::snapshotCheckpoint(t.path / "n")["content_sha256"], pyNative);
+  // One tensor by its own line, too: Python's hash of proj_in.weight's bytes.
+  size_t line = text.find("  proj_in.weight F32 [24, 16] sha256=");
+  ASSERT_NE(line, std::string::npos);
+  const std::string pyHash = text.substr(text.find("sha256=", line) + 7, 64);
+  st::Folder f(t.path / "d");
+  const auto &e = f.at("proj_in.weight");
+  EXPECT_EQ(sha256Hex(std::string(reinterpret_cast<const char *>(f.data(e)), e.info->nbytes())), pyHash);
+}
