@@ -13,7 +13,9 @@ namespace h3c::rt {
 // in the tensor's dtype, then the symmetric form `start + step*idx` for the first half and `end - step*(steps-idx-1)`
 // for the second. That file is compiled once per CPU capability; the AVX2 and AVX-512 variants (what torch runs on
 // any current x86 host) get -mfma, and GCC contracts a*b+c into an fma in C++ at its default -ffp-contract=fast
-// (PyTorch issue #47043 shows the same contraction in arange). So each element is one fused operation.
+// (PyTorch issue #47043 shows the same contraction in arange). So each element is one fused operation. Confirmed
+// against torch 2.11 (CPU capability AVX512) on the H200 host: test/fixtures/sampler/torch_sigmas.json, 186 grids,
+// all equal bit for bit (an unfused evaluation matches only 74 of them).
 std::vector<float> linspaceF32(float start, float end, int64_t steps) {
   if (steps < 1)
     fail("linspace", "steps must be >= 1, got {}", steps);

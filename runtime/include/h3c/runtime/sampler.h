@@ -4,7 +4,8 @@
 // Schedule (set_timesteps(N)), every operation one F32 rounding, as torch evaluates it on the CPU:
 //   base[i]  = torch.linspace(1, 0, N): step = fl(-1 / float(N-1)); i < N/2: fl(1 + step*i), else
 //              fl(0 - step*(N-1-i)), each product-and-add fused (fma): PyTorch builds its CPU kernels with -mfma for
-//              AVX2/AVX-512 and GCC contracts C++ expressions by default (see linspaceF32 in sampler.cpp);
+//              AVX2/AVX-512 and GCC contracts C++ expressions by default; checked bit for bit against torch 2.11
+//              in test/fixtures/sampler/torch_sigmas.json (see linspaceF32 in sampler.cpp);
 //   sigma[i] = fl( fl(s * base) / fl(1 + fl((s-1) * base)) ), s and s-1 rounded to F32 (torch's scalar operands);
 //   consecutive equal sigmas collapsed (torch.unique_consecutive); timesteps t[i] = fl(1 - sigma[i]) for all but the
 //   terminal sigma (0), so N grid points give N-1 model evaluations (fewer if the shift collapsed some).
