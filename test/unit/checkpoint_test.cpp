@@ -148,7 +148,9 @@ void expectSameTensors(const fs::path &a, const fs::path &b) {
   }
 }
 
-size_t expectedDiffusersCount(const h3::Config &c) { return size_t(12 * c.num_layers + 10 * c.num_refiner_layers + 18); }
+size_t expectedDiffusersCount(const h3::Config &c) {
+  return size_t(12 * c.num_layers + 10 * c.num_refiner_layers + 18);
+}
 size_t expectedNativeCount(const h3::Config &c) {
   return expectedDiffusersCount(c) - 2 * size_t(c.num_layers + c.num_refiner_layers) + 1;  // + rope.inv_freq
 }
@@ -358,9 +360,8 @@ TEST(CheckpointMap, FullConfigIs638To534PlusRope) {
   EXPECT_EQ(h3::diffusersFromNative(d, cfg, QkvLayout::Concat).size(), 638u);
   // An incomplete list is refused by the mapping itself.
   auto broken = d;
-  broken.erase(std::remove_if(broken.begin(), broken.end(),
-                              [](const h3::TensorSpec &s) { return s.name == "transformer_blocks.3.attn.to_v.weight"; }),
-               broken.end());
+  auto isV3 = [](const h3::TensorSpec &s) { return s.name == "transformer_blocks.3.attn.to_v.weight"; };
+  broken.erase(std::remove_if(broken.begin(), broken.end(), isV3), broken.end());
   EXPECT_ERROR(h3::nativeFromDiffusers(broken, cfg, QkvLayout::Interleaved),
                "transformer_blocks.3.attn.to_v.weight: incomplete q/k/v set");
   auto reshaped = d;
@@ -438,7 +439,8 @@ TEST(CheckpointMap, OpenNativeServesDiffusersTensors) {
   auto wide = cfg;
   wide.text_dim = 16;
   r = h3::compareTensors(h3::diffusersTensors(wide), *d);
-  EXPECT_EQ(r.mismatched, std::vector<std::string>{"context_embedder.weight: expected BF16 [24, 16], stored BF16 [24, 8]"});
+  EXPECT_EQ(r.mismatched,
+            std::vector<std::string>{"context_embedder.weight: expected BF16 [24, 16], stored BF16 [24, 8]"});
   // Asking for the other layout than the one recorded is an error, not a silent scramble.
   h3::OpenOptions o;
   o.qkvLayout = QkvLayout::Concat;

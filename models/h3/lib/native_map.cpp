@@ -70,8 +70,8 @@ const std::pair<const char *, const char *> kBlockRenames[] = {
 // Splits "transformer_blocks.7.attn.to_q.weight" into the diffusers block prefix, the matching native prefix and the
 // suffix. Returns false for top-level names.
 bool splitBlock(const std::string &name, std::string &dPrefix, std::string &nPrefix, std::string &suffix) {
-  for (auto [d, n] : {std::pair<const char *, const char *>{"transformer_blocks.", "blocks."},
-                      std::pair<const char *, const char *>{"token_refiner.refiner_blocks.", "token_refiner.blocks."}}) {
+  using P = std::pair<const char *, const char *>;
+  for (auto [d, n] : {P{"transformer_blocks.", "blocks."}, P{"token_refiner.refiner_blocks.", "token_refiner.blocks."}}) {
     if (!startsWith(name, d))
       continue;
     size_t p = std::string(d).size();
