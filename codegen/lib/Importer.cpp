@@ -241,6 +241,30 @@ private:
     return a;
   }
 
+  // The fingerprint lists the reductions each node performs; they must be exactly the ones the h3 op reduces
+  // (so h3-assign-reduction-order gives every fingerprint reduction an order) with the same extents.
+  void checkReductions(const h3::Node &n, Operation *op, const std::string &where) {
+    bool reduces = !h3ir::requiredOrderKind(op).empty();
+    if (reduces == n.reductions.empty())
+      fail(where, "lists {} reductions but h3.{} {}", n.reductions.size(), n.kind, reduces ? "reduces" : "reduces nothing");
+    auto intAttr = [&](const char *name) -> int64_t {
+      auto a = op->getAttrOfType<IntegerAttr>(name);
+      return a ? a.getInt() : -1;
+    };
+    for (const auto &r : n.reductions) {
+      std::string want;
+      if (r.kind == "dot") want = std::to_string(intAttr("K"));
+      else if (r.kind == "sum_squares")
+        want = std::to_string(n.kind == "qk_norm" ? intAttr("head_dim")
+                                                  : cast<h3ir::ActType>(op->getOperand(0).getType()).getCols());
+      else if (r.kind == "dot_qk") want = std::to_string(intAttr("head_dim"));
+      else if (r.kind == "softmax" || r.kind == "dot_pv")
+        want = cast<h3ir::ActType>(op->getOperand(0).getType()).getDomain().str();
+      else fail(where, "unknown reduction kind '{}'", r.kind);
+      if (r.extent != want) fail(where, "reduction {} has extent {}, the op reduces over {}", r.kind, r.extent, want);
+    }
+  }
+
   void importNode(const h3::Node &n, size_t index) {
     std::string where = "node " + n.id + " (#/nodes/" + std::to_string(index) + ")";
     std::vector<Value> in;
@@ -262,6 +286,7 @@ private:
     st.addAttribute("nodes", strs({n.id}));
     st.addAttribute("values", strs(n.outputs));
     Operation *op = b_.create(st);
+    checkReductions(n, op, where);
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       if (!values_.emplace(n.outputs[i], op->getResult(i)).second) fail(where, "redefines value '{}'", n.outputs[i]);
     }

@@ -81,6 +81,27 @@ TEST(Importer, RejectsBrokenWiring) {
   }
 }
 
+TEST(Importer, ReductionsMustMatchTheOps) {
+  h3::Fingerprint fp = fingerprint("tiny");
+  for (auto &n : fp.nodes)
+    if (n.kind == "rms_norm") {
+      n.reductions[0].extent = "999";
+      break;
+    }
+  mlir::MLIRContext ctx;
+  try {
+    codegen::importFingerprint(ctx, fp);
+    FAIL() << "expected an error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("reduction sum_squares has extent 999, the op reduces over 24"),
+              std::string::npos)
+        << e.what();
+  }
+  h3::Fingerprint fp2 = fingerprint("tiny");
+  fp2.nodes[0].reductions.push_back({"dot", "3"});  // rope_table reduces nothing
+  EXPECT_THROW(codegen::importFingerprint(ctx, fp2), Error);
+}
+
 TEST(Compile, OpCountsFollowTheFusionRules) {
   for (const char *name : {"tiny", "full"}) {
     h3::Fingerprint fp = fingerprint(name);
