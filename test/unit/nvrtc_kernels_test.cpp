@@ -298,7 +298,16 @@ TEST(NvrtcCompile, EveryKernelOfTheFullPlan) {
   auto dir = tempDir("h3c-full-plan");
   std::string cmd = tool + " compile " + std::string(H3C_SOURCE_DIR) + "/models/h3/fingerprint.json --arch sm_90a -o " +
                     dir.string() + " >/dev/null 2>&1";
-  if (std::system((tool + " compile --help >/dev/null 2>&1").c_str()) != 0) GTEST_SKIP() << "h3c has no compile";
+  {
+    // A build without MLIR has no `compile` (its --help then prints the top-level usage): skip there.
+    std::string help;
+    if (FILE *p = popen((tool + " compile --help 2>&1").c_str(), "r")) {
+      char buf[512];
+      while (size_t n = fread(buf, 1, sizeof buf, p)) help.append(buf, n);
+      pclose(p);
+    }
+    if (help.find("--arch") == std::string::npos) GTEST_SKIP() << "this h3c has no compile (built without MLIR)";
+  }
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(dir / "plan.json");
   json plan = json::parse(f);
