@@ -6,7 +6,9 @@
 #include "h3c/support/error.h"
 #include "h3c/support/sha256.h"
 
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cmath>
 #include <thread>
 
@@ -39,6 +41,7 @@ public:
     const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     ValueMap values = graphInputValues(req);
     auto last = plan.lastUse();
+    const auto t0 = std::chrono::steady_clock::now();
     for (const PlanOp &op : plan.ops) {
       // A node asked for `reference` runs the op's fp64 implementation; `native` has no CPU vendor library, so the
       // CPU's ordered implementation (row) runs instead and the ledger says so.
@@ -66,6 +69,10 @@ public:
         for (const auto &n : *names)
           shapes[n] = values.at(n).shape();
       ledger.recordOp(op, reference ? Binding::Reference : Binding::Row, shapes, audit);
+      if (opt.progress)
+        std::fprintf(stderr, "[%zu/%zu] %s %s  %.1f s\n", op.index + 1, plan.ops.size(), op.op.c_str(),
+                     op.nodes.empty() ? "-" : op.nodes[0].c_str(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       for (const auto &n : op.in) {
         auto it = last.find(n);
         if (it != last.end() && it->second == op.index)

@@ -183,16 +183,22 @@ TEST(RuntimeCli, CompiledPlansRunAndAgree) {
   ASSERT_EQ(0, tool("request make --config tiny --text 4 --audio 3 --video 2,2,2 --seed 5 --timesteps 2 --shuffle -o " +
                    t / "r.safetensors"));
   std::string first;
-  for (std::string opts : {"--tp 1", "--tp 1 --no-fuse", "--tp 2"}) {
-    std::string dir = t / ("plan" + std::to_string(first.size() ? 1 : 0) + opts.substr(5, 1) + opts.substr(opts.size() - 1));
+  int k = 0;
+  for (std::string opts : {"--tp 1", "--tp 1 --no-fuse", "--tp 2", "--tp 2 --no-fuse"}) {
+    std::string dir = t / ("plan" + std::to_string(k++));
     ASSERT_EQ(0, tool("compile " + t / "fp.json " + opts + " -o " + dir, &out)) << out;
     std::string o = dir + ".out.safetensors";
     ASSERT_EQ(0, tool("run --config tiny --synthetic 3 --plan " + dir + " --inputs " + t / "r.safetensors" + " --out " +
-                     o + " --ledger " + dir + ".ledger.json", &out)) << opts << "\n" << out;
+                      o + " --ledger " + dir + ".ledger.json", &out)) << opts << "\n" << out;
     EXPECT_EQ(0, tool("ledger verify " + dir + ".ledger.json", &out)) << out;
     if (first.empty())
       first = bytesOf(o);
     else
       EXPECT_EQ(first, bytesOf(o)) << opts;
   }
+  // The hand-written plan of the same config gives the same bytes (same orders by contract).
+  writePlan(t / "hand", rt::testplans::modelPlan(h3::namedConfig("tiny"), true));
+  ASSERT_EQ(0, tool("run --config tiny --synthetic 3 --plan " + t / "hand" + " --inputs " + t / "r.safetensors" +
+                    " --out " + t / "hand.safetensors --ledger " + t / "hand.json", &out)) << out;
+  EXPECT_EQ(first, bytesOf(t / "hand.safetensors"));
 }

@@ -22,6 +22,7 @@ struct RunOptions {
   int64_t tp = 1;              // must equal the plan's options.tp
   std::vector<BindRule> binds;
   int threads = 0;             // CPU worker threads; 0 = hardware concurrency. Never changes a result bit.
+  bool progress = false;       // one line per op on stderr (op index, first node, elapsed seconds)
 };
 
 struct Outputs {
