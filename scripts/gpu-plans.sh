@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Compiles the plans the GPU checks run (tiny, small, full; sm_90a, tp 1, fused) into carry/plans/<config> with an h3c
+# that has `compile` (MLIR build; default build/bin/h3c, or $H3C), and copies the header-only dependencies a GPU machine
+# lacks into carry/include. Then: run tool `run` with carry ["carry"] and `bash scripts/gpu-test.sh` (H3C_GPU_FULL=1
+# adds the full 33B run). carry/ is git-ignored.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+H3C=${H3C:-$root/build/bin/h3c}
+"$H3C" compile --help 2>&1 | grep -q -- --arch || { echo "gpu-plans: $H3C has no compile (build with MLIR)"; exit 2; }
+mkdir -p "$root/carry/plans" "$root/carry/include"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for c in tiny small full; do
+  "$H3C" fingerprint derive --config "$c" -o "$tmp/$c.json"
+  rm -rf "$root/carry/plans/$c"
+  "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" -o "$root/carry/plans/$c" | tail -1
+done
+cp -r /usr/include/nlohmann /usr/include/fmt /usr/include/CLI /usr/include/openssl "$root/carry/include/"
+cp -r /usr/include/x86_64-linux-gnu/openssl/* "$root/carry/include/openssl/"
+du -sh "$root/carry"
