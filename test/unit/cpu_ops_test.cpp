@@ -1,0 +1,325 @@
+// Single ops of the CPU reference against expectations computed by hand: the k_chunks unit tree (a cancellation
+// that only the declared order gets right), the F32 sequential-fma order, the AdaLN row index, rope's halves, the
+// flash attention bound, and the lane_tree norm.
+#include "h3c/kernels/detmath.h"
+#include "h3c/runtime/cpu_ops.h"
+#include "h3c/support/dtype.h"
+#include "h3c/support/error.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace h3c;
+using namespace h3c::rt;
+
+namespace {
+
+// Weights given by the test, tensor by tensor (names must exist in the config).
+class GivenWeights final : public WeightSource {
+public:
+  explicit GivenWeights(const h3::Config &c) : WeightSource(c) {}
+  std::map<std::string, std::vector<float>> values;
+  Tensor load(const std::string &name) override {
+    const auto &s = spec(name);
+    auto it = values.find(name);
+    if (it == values.end())
+      throw Error(name, "not given");
+    return Tensor::fromFloats(s.dtype, s.shape, it->second.data());
+  }
+  nlohmann::json describe() const override { return {{"kind", "test"}}; }
+};
+
+h3::Config cfg() {
+  h3::Config c = h3::namedConfig("tiny");
+  c.text_dim = 64;  // context_embedder K = 64: four 16-wide units
+  return c;
+}
+
+struct Fixture {
+  h3::Config c = cfg();
+  Plan plan;
+  CanonicalRequest req;
+  GivenWeights w{c};
+  ValueMap vals;
+  Fixture(int64_t Nt, int64_t Nv, int64_t Na, int64_t T) {
+    plan.config = c;
+    req.B = 1;
+    req.Nt = Nt;
+    req.Nv = Nv;
+    req.Na = Na;
+    req.S = Nt + Nv + Na;
+    req.T = T;
+  }
+  void value(const std::string &n, DType dt, const char *rows, int64_t cols, bool batch = true) {
+    PlanValue v;
+    v.name = n;
+    v.dtype = dt;
+    v.rows = rows;
+    v.cols = cols;
+    v.batch = batch;
+    plan.values[n] = v;
+  }
+  void input(const std::string &n, DType dt, const char *rows, int64_t cols, std::vector<float> data,
+             bool batch = true) {
+    value(n, dt, rows, cols, batch);
+    HostValue h;
+    h.dtype = dt;
+    h.rows = req.rows(rows);
+    h.cols = cols;
+    h.f = std::move(data);
+    vals[n] = h;
+  }
+  PlanOp op(const std::string &kind, std::vector<std::string> nodes, std::vector<std::string> in,
+            std::vector<std::string> out, std::map<std::string, std::vector<std::string>> weights,
+            ReductionOrder order = {}) {
+    PlanOp o;
+    o.op = kind;
+    o.nodes = std::move(nodes);
+    o.in = std::move(in);
+    o.out = std::move(out);
+    o.weights = std::move(weights);
+    o.order = order;
+    o.where = "test-op";
+    return o;
+  }
+  void run(const PlanOp &o, Precision p = Precision::Ordered, int threads = 2) {
+    OpEnv env{plan, req, w, p, threads};
+    runCpuOp(o, env, vals);
+  }
+};
+
+ReductionOrder kChunks(int units) {
+  ReductionOrder o;
+  o.kind = "k_chunks";
+  o.kStep = 16;
+  o.units = units;
+  o.acc = "f32";
+  return o;
+}
+
+} // namespace
+
+// x . w over K = 64 with w = 1 and the chunk sums (2^24, 1, 1, -2^24). In F32:
+//   U = 1 (chunks added in order from 0): ((2^24 + 1) + 1) - 2^24 = (2^24 + 1 -> 2^24, tie to even) ... = 0
+//   U = 4 (pairwise tree of the unit sums): (2^24 + 1) + (1 - 2^24) = 2^24 + (-(2^24 - 1)) = 1
+//   U = 2 (units [2^24 + 1 -> 2^24], [1 - 2^24]): 2^24 - (2^24 - 1) = 1
+// so the declared order is observable, and the CPU follows it.
+TEST(CpuOps, KChunksUnitTreeIsTheDeclaredOrder) {
+  for (auto [units, expect] : {std::pair{1, 0.0f}, std::pair{2, 1.0f}, std::pair{4, 1.0f}}) {
+    Fixture f(1, 0, 0, 1);
+    std::vector<float> x(64, 0.f);
+    x[0] = 16777216.f;  // 2^24, exact in bf16
+    x[16] = 1.f;
+    x[32] = 1.f;
+    x[48] = -16777216.f;
+    f.input("x", DType::BF16, "Nt", 64, x);
+    const int64_t H = f.c.hidden_size;
+    f.w.values["context_embedder.weight"] = std::vector<float>(size_t(H * 64), 1.f);
+    f.w.values["context_embedder.bias"] = std::vector<float>(size_t(H), 0.f);
+    f.value("y", DType::BF16, "Nt", H);
+    f.run(f.op("linear", {"context_embedder"}, {"x"}, {"y"},
+               {{"weight", {"context_embedder.weight"}}, {"bias", {"context_embedder.bias"}}}, kChunks(units)));
+    for (int64_t n = 0; n < H; ++n)
+      ASSERT_EQ(f.vals["y"].f[size_t(n)], expect) << "units " << units;
+  }
+}
+
+// F32 weights (time_embedder.linear_1) follow section 6: acc = fma(x_k, w_k, acc) ascending, then + bias.
+TEST(CpuOps, F32LinearIsSequentialFma) {
+  Fixture f(1, 0, 0, 1);
+  const int64_t K = f.c.freq_dim, N = f.c.time_embed_hidden_dim;  // 8 -> 24
+  std::vector<float> x(static_cast<size_t>(K)), w(size_t(N * K)), b(static_cast<size_t>(N));
+  for (int64_t k = 0; k < K; ++k)
+    x[size_t(k)] = 1.0f + float(k) / 3.0f;
+  for (int64_t i = 0; i < N * K; ++i)
+    w[size_t(i)] = std::sin(float(i)) * 0.37f;
+  for (int64_t n = 0; n < N; ++n)
+    b[size_t(n)] = 0.1f * float(n);
+  f.input("t", DType::F32, "T", K, x, false);
+  f.w.values["time_embedder.linear_1.weight"] = w;
+  f.w.values["time_embedder.linear_1.bias"] = b;
+  f.value("h", DType::F32, "T", N, false);
+  f.run(f.op("linear", {"time_embedder.linear_1"}, {"t"}, {"h"},
+             {{"weight", {"time_embedder.linear_1.weight"}}, {"bias", {"time_embedder.linear_1.bias"}}},
+             kChunks(1)));
+  for (int64_t n = 0; n < N; ++n) {
+    float acc = 0.f;
+    for (int64_t k = 0; k < K; ++k)
+      acc = std::fmaf(x[size_t(k)], w[size_t(n * K + k)], acc);
+    EXPECT_EQ(f.vals["h"].f[size_t(n)], acc + b[size_t(n)]) << n;
+  }
+}
+
+// norm_modulate picks table row timestep_index * 3 + tag of each canonical row, chunks (0, 1) for norm1; with a
+// constant input row the norm is exactly 1, so y = bf(fma(1, bf(1 + scale), shift)) = 1 + row id (scale 0).
+TEST(CpuOps, NormModulateUsesTheAdalnRowOfEachRow) {
+  Fixture f(2, 3, 1, 2);
+  const int64_t H = f.c.hidden_size, S = f.req.S;
+  f.req.tags = {1, 1, 0, 0, 0, 2};
+  f.req.tsIndex = {0, 1, 1, 0, 1, 0};
+  f.input("x", DType::BF16, "S", H, std::vector<float>(size_t(S * H), 3.0f));
+  std::vector<float> table(size_t(6 * 6 * H), 0.f);  // [T*3, 6H]
+  for (int64_t row = 0; row < 6; ++row)
+    for (int64_t i = 0; i < H; ++i)
+      table[size_t(row * 6 * H + 0 * H + i)] = float(row);  // shift chunk 0 = row id; scale chunk 1 = 0
+  f.input("tab", DType::BF16, "T3", 6 * H, table, false);
+  f.w.values["transformer_blocks.0.norm1.weight"] = std::vector<float>(size_t(H), 1.f);
+  f.value("y", DType::BF16, "S", H);
+  ReductionOrder lt;
+  lt.kind = "lane_tree";
+  lt.lanes = 32;
+  lt.acc = "f32";
+  f.run(f.op("norm_modulate", {"transformer_blocks.0.norm1"}, {"x", "tab"}, {"y"},
+             {{"weight", {"transformer_blocks.0.norm1.weight"}}}, lt));
+  for (int64_t s = 0; s < S; ++s)
+    EXPECT_EQ(f.vals["y"].f[size_t(s * H + 5)], 1.0f + float(f.req.tsIndex[size_t(s)] * 3 + f.req.tags[size_t(s)]))
+        << "row " << s;
+}
+
+// rope: channels [0, R) rotate with x1 = first half, x2 = second half, rot = cat(-x2, x1), cos/sin rounded to bf16;
+// channels R..d pass through. One head of 16 with R = 12.
+TEST(CpuOps, RopeRotatesHalvesAndPassesTheRest) {
+  Fixture f(0, 1, 0, 1);
+  const int64_t I = f.c.innerDim(), d = f.c.attention_head_dim, R = f.c.rotaryDim();
+  std::vector<float> x(static_cast<size_t>(I)), cs(static_cast<size_t>(R)), sn(static_cast<size_t>(R));
+  for (int64_t i = 0; i < I; ++i)
+    x[size_t(i)] = roundBf16(0.25f * float(i + 1));
+  for (int64_t i = 0; i < R; ++i) {
+    cs[size_t(i)] = std::cos(0.3f * float(i));
+    sn[size_t(i)] = std::sin(0.3f * float(i));
+  }
+  f.input("q", DType::BF16, "S", I, x);
+  f.input("cos", DType::F32, "S", R, cs, false);
+  f.input("sin", DType::F32, "S", R, sn, false);
+  f.value("y", DType::BF16, "S", I);
+  f.run(f.op("rope", {"transformer_blocks.0.attn.rope_q"}, {"q", "cos", "sin"}, {"y"}, {}));
+  for (int64_t h = 0; h < I / d; ++h)
+    for (int64_t i = 0; i < d; ++i) {
+      float v = x[size_t(h * d + i)], want = v;
+      if (i < R) {
+        float rot = i < R / 2 ? -x[size_t(h * d + i + R / 2)] : x[size_t(h * d + i - R / 2)];
+        want = roundBf16(v * roundBf16(cs[size_t(i)]) + rot * roundBf16(sn[size_t(i)]));
+      }
+      EXPECT_EQ(f.vals["y"].f[size_t(h * d + i)], want) << "head " << h << " channel " << i;
+    }
+}
+
+// Flash attention over 150 keys (3 blocks of 64) against an fp64 softmax written here: within bf16 output
+// rounding plus the bf16 P rounding (bound 2^-6 of the value scale).
+TEST(CpuOps, FlashAttentionAgreesWithFp64Softmax) {
+  Fixture f(0, 150, 0, 1);
+  const int64_t I = f.c.innerDim(), d = f.c.attention_head_dim, S = 150, heads = I / d;
+  std::vector<float> q(size_t(S * I)), k(size_t(S * I)), v(size_t(S * I));
+  for (int64_t i = 0; i < S * I; ++i) {
+    q[size_t(i)] = roundBf16(std::sin(0.7f * float(i)) * 2.f);
+    k[size_t(i)] = roundBf16(std::cos(1.3f * float(i)) * 2.f);
+    v[size_t(i)] = roundBf16(std::sin(0.11f * float(i)));
+  }
+  f.input("q", DType::BF16, "S", I, q);
+  f.input("k", DType::BF16, "S", I, k);
+  f.input("v", DType::BF16, "S", I, v);
+  f.value("o", DType::BF16, "S", I);
+  ReductionOrder fl;
+  fl.kind = "flash";
+  fl.kvBlock = 64;
+  fl.kStep = 16;
+  fl.acc = "f32";
+  fl.p = "bf16";
+  auto op = f.op("attention", {"transformer_blocks.0.attn.attention"}, {"q", "k", "v"}, {"o"}, {}, fl);
+  f.run(op, Precision::Ordered, 1);
+  std::vector<float> o1 = f.vals["o"].f;
+  f.run(op, Precision::Ordered, 3);
+  EXPECT_EQ(o1, f.vals["o"].f);  // thread count never matters
+  double worst = 0;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < S; ++i) {
+      std::vector<double> s(static_cast<size_t>(S));
+      double mx = -1e300, l = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        double a = 0;
+        for (int64_t e = 0; e < d; ++e)
+          a += double(q[size_t(i * I + h * d + e)]) * double(k[size_t(j * I + h * d + e)]);
+        s[size_t(j)] = a / std::sqrt(double(d));
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      for (auto &e : s) {
+        e = std::exp(e - mx);
+        l += e;
+      }
+      for (int64_t e = 0; e < d; ++e) {
+        double a = 0;
+        for (int64_t j = 0; j < S; ++j)
+          a += s[size_t(j)] * double(v[size_t(j * I + h * d + e)]);
+        worst = std::max(worst, std::fabs(a / l - double(o1[size_t(i * I + h * d + e)])));
+      }
+    }
+  EXPECT_LT(worst, 1.0 / 64);
+  EXPECT_GT(worst, 0.0);
+}
+
+// rms_norm: y = bf(bf(x * inv) * w), inv = 1/sqrtf(ss/H + eps), ss by the lane tree (fma per lane, then the
+// shuffle-down tree); for H = 24 (< 32 lanes) each lane holds one square, so the tree is checkable by hand.
+TEST(CpuOps, RmsNormLaneTreeAndRoundingPoints) {
+  Fixture f(1, 0, 0, 1);
+  const int64_t H = f.c.hidden_size;
+  std::vector<float> x(static_cast<size_t>(H)), w(static_cast<size_t>(H));
+  for (int64_t i = 0; i < H; ++i) {
+    x[size_t(i)] = roundBf16(0.1f * float(i) - 1.0f);
+    w[size_t(i)] = roundBf16(1.0f + 0.01f * float(i));
+  }
+  f.input("x", DType::BF16, "Nt", H, x);
+  f.w.values["token_refiner.refiner_blocks.0.norm1.weight"] = w;
+  f.value("y", DType::BF16, "Nt", H);
+  ReductionOrder lt;
+  lt.kind = "lane_tree";
+  lt.lanes = 32;
+  lt.acc = "f32";
+  f.run(f.op("rms_norm", {"token_refiner.refiner_blocks.0.norm1"}, {"x"}, {"y"},
+             {{"weight", {"token_refiner.refiner_blocks.0.norm1.weight"}}}, lt));
+  float p[32] = {};
+  for (int64_t i = 0; i < H; ++i)
+    p[i] = x[size_t(i)] * x[size_t(i)];  // fma(x, x, 0) = x*x rounded once
+  for (int off = 16; off >= 1; off /= 2)
+    for (int l = 0; l < off; ++l)
+      p[l] = p[l] + p[l + off];
+  float inv = 1.0f / std::sqrt(p[0] / float(H) + float(f.c.norm_eps));
+  for (int64_t i = 0; i < H; ++i)
+    EXPECT_EQ(f.vals["y"].f[size_t(i)], roundBf16(roundBf16(x[size_t(i)] * inv) * w[size_t(i)])) << i;
+}
+
+// swiglu uses detmath's silu (bitwise equal to the GPU): y = bf(value * bf(silu(gate))).
+TEST(CpuOps, SwigluIsValueTimesSiluGate) {
+  Fixture f(1, 0, 0, 1);
+  const int64_t F = f.c.ffn_dim;
+  std::vector<float> x(size_t(2 * F));
+  for (int64_t i = 0; i < 2 * F; ++i)
+    x[size_t(i)] = roundBf16(0.3f * float(i) - 5.0f);
+  f.input("x", DType::BF16, "Nt", 2 * F, x);
+  f.value("y", DType::BF16, "Nt", F);
+  f.run(f.op("swiglu", {"token_refiner.refiner_blocks.1.ff.swiglu"}, {"x"}, {"y"}, {}));
+  for (int64_t i = 0; i < F; ++i) {
+    float g = x[size_t(F + i)];
+    float silu = g / (1.0f + detmath::expf(-g));
+    EXPECT_EQ(f.vals["y"].f[size_t(i)], roundBf16(x[size_t(i)] * roundBf16(silu))) << i;
+    EXPECT_NEAR(silu, g / (1.0 + std::exp(-double(g))), 1e-6 * (1 + std::fabs(g)));
+  }
+}
+
+TEST(CpuOps, InconsistentOpsAreRejected) {
+  Fixture f(1, 0, 0, 1);
+  f.input("x", DType::BF16, "Nt", 64, std::vector<float>(64, 1.f));
+  f.value("y", DType::BF16, "Nt", f.c.hidden_size);
+  // The plan does not bind the bias this config has.
+  EXPECT_THROW(f.run(f.op("linear", {"context_embedder"}, {"x"}, {"y"}, {{"weight", {"context_embedder.weight"}}},
+                          kChunks(1))),
+               Error);
+  // K not divisible into the units.
+  f.w.values["context_embedder.weight"] = std::vector<float>(size_t(f.c.hidden_size * 64), 1.f);
+  f.w.values["context_embedder.bias"] = std::vector<float>(size_t(f.c.hidden_size), 0.f);
+  EXPECT_THROW(f.run(f.op("linear", {"context_embedder"}, {"x"}, {"y"},
+                          {{"weight", {"context_embedder.weight"}}, {"bias", {"context_embedder.bias"}}}, kChunks(8))),
+               Error);
+  // A node of another kind.
+  EXPECT_THROW(f.run(f.op("linear", {"pack"}, {"x"}, {"y"}, {}, kChunks(1))), Error);
+}
