@@ -56,18 +56,18 @@ void parallelFor(int64_t n, int threads, const std::function<void(int64_t, int64
 
 ValueMap graphInputValues(const CanonicalRequest &q) {
   ValueMap m;
-  auto floats = [&](const char *name, const std::vector<float> &v, int64_t rows, DType dt) {
+  auto floats = [&](const char *name, const std::vector<float> &v, int64_t rows, int64_t cols, DType dt) {
     HostValue h;
     h.dtype = dt;
     h.batch = q.B;
     h.rows = rows;
-    h.cols = rows ? int64_t(v.size()) / (q.B * rows) : 0;
+    h.cols = cols;
     h.f = v;
     m[name] = std::move(h);
   };
-  floats("@hidden_states", q.video, q.Nv, q.videoDtype);
-  floats("@audio_hidden_states", q.audio, q.Na, q.audioDtype);
-  floats("@encoder_hidden_states", q.text, q.Nt, q.textDtype);
+  floats("@hidden_states", q.video, q.Nv, q.videoCols, q.videoDtype);
+  floats("@audio_hidden_states", q.audio, q.Na, q.audioCols, q.audioDtype);
+  floats("@encoder_hidden_states", q.text, q.Nt, q.textCols, q.textDtype);
   HostValue t;
   t.dtype = DType::F32;
   t.rows = q.T;

@@ -165,6 +165,9 @@ CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::
   if (q.T < 1)
     fail(at("timestep"), "at least one timestep is required");
 
+  q.videoCols = hs.shape[2];
+  q.audioCols = ahs.shape[2];
+  q.textCols = ehs.shape[2];
   q.videoDtype = hs.dtype;
   q.audioDtype = ahs.dtype;
   q.textDtype = ehs.dtype;

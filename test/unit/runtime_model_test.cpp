@@ -222,3 +222,25 @@ TEST(RuntimeModel, RejectsMismatchedTpAndConfig) {
   o.tp = 1;
   EXPECT_THROW(runModel(p, *w2, r, o), Error);
 }
+
+// A modality may be absent (no text, no audio, or no video rows): the run still matches the fp64 forward.
+TEST(RuntimeModel, EmptyModalitiesRun) {
+  h3::Config c = h3::namedConfig("tiny");
+  auto w = makeSyntheticWeights(c, 4);
+  Plan p = makePlan(c, true);
+  fp64ref::Ref ref{c, *w, {}};
+  struct Case {
+    int64_t Nt, T, H, W, Na;
+  };
+  for (Case k : {Case{0, 1, 2, 2, 3}, Case{4, 1, 2, 2, 0}, Case{4, 0, 0, 0, 3}}) {
+    Request r = makeReq(c, k.Nt, k.T, k.H, k.W, k.Na, 6, 1, 2, true);
+    RunResult res = run(p, *w, r);
+    auto [sv, sa] = ref.forward(r, 0);
+    EXPECT_EQ(res.outputs.sample.numel(), int64_t(sv.size()));
+    EXPECT_EQ(res.outputs.audio_sample.numel(), int64_t(sa.size()));
+    if (!sv.empty())
+      EXPECT_LT(relErr(res.outputs.sample, sv, 0), 0.015) << k.Nt << " " << k.Na;
+    if (!sa.empty())
+      EXPECT_LT(relErr(res.outputs.audio_sample, sa, 0), 0.015) << k.Nt << " " << k.Na;
+  }
+}

@@ -39,6 +39,7 @@ void writeRequest(const std::filesystem::path &path, const Request &r);
 struct CanonicalRequest {
   int64_t B = 1, Nt = 0, Nv = 0, Na = 0, S = 0, T = 0;
   DType videoDtype = DType::F32, audioDtype = DType::F32, textDtype = DType::F32;
+  int64_t videoCols = 0, audioCols = 0, textCols = 0;  // channels (kept when a modality has no rows)
   std::vector<float> text;      // [B, Nt, text_dim]
   std::vector<float> video;     // [B, Nv, videoPatchDim]
   std::vector<float> audio;     // [B, Na, audio_in_channels]
