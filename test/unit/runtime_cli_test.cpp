@@ -167,6 +167,17 @@ TEST(RuntimeCli, CheckpointFolderEqualsSyntheticSeed) {
   ASSERT_EQ(0, tool("run --config tiny --checkpoint " + t / "ckpt" + base + " --out " + t / "b.safetensors --ledger " +
                    t / "b.json", &out)) << out;
   EXPECT_EQ(bytesOf(t / "a.safetensors"), bytesOf(t / "b.safetensors"));
+  // The same weights in the native (vLLM-Omni / release) naming, read through the mapper: same bytes.
+  ASSERT_EQ(0, tool("checkpoint map " + t / "ckpt" + " " + t / "native" + " --to native", &out)) << out;
+  ASSERT_EQ(0, tool("run --config tiny --checkpoint " + t / "native" + base + " --out " + t / "c.safetensors --ledger " +
+                    t / "c.json", &out)) << out;
+  EXPECT_EQ(bytesOf(t / "a.safetensors"), bytesOf(t / "c.safetensors"));
+  EXPECT_EQ(nlohmann::json::parse(readFile(t / "c.json"))["header"]["checkpoint"]["format"], "native");
+  // A checkpoint of another config fails the check before anything runs.
+  ASSERT_EQ(0, tool("checkpoint synth --config small --seed 6 --out " + t / "small", &out)) << out;
+  EXPECT_EQ(2, tool("run --config tiny --checkpoint " + t / "small" + base + " --out " + t / "d.safetensors --ledger " +
+                    t / "d.json", &out));
+  EXPECT_FALSE(fs::exists(t / "d.safetensors"));
   auto l = nlohmann::json::parse(readFile(t / "b.json"));
   EXPECT_EQ(l["header"]["checkpoint"]["kind"], "checkpoint");
   EXPECT_EQ(l["header"]["checkpoint"]["content_sha256"].get<std::string>().size(), 64u);
