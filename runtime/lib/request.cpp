@@ -273,8 +273,7 @@ Request makeRequest(const h3::Config &c, const RequestShape &sh, uint64_t seed) 
   double off = double(u >> 11) / double(1ull << 53);
   for (int64_t k = 0; k < sh.timesteps; ++k)
     ts[size_t(k)] = float((double(k) + 0.1 + 0.8 * off) / double(sh.timesteps));
-  r.tensors["timestep"] = Tensor::fromFloats(sh.floatDtype == DType::BF16 ? DType::F32 : DType::F32,
-                                             {sh.timesteps}, ts.data());
+  r.tensors["timestep"] = Tensor::fromFloats(DType::F32, {sh.timesteps}, ts.data());  // diffusers: float32
   // Packed layout: text, then video, then audio (shuffled below on request).
   std::vector<int64_t> tsi(static_cast<size_t>(S)), tags(static_cast<size_t>(S)), pos(size_t(S * 3), 0), ti(static_cast<size_t>(Nt)), vi(static_cast<size_t>(Nv)),
       ai(static_cast<size_t>(Na));
