@@ -238,9 +238,11 @@ TEST(RuntimeModel, EmptyModalitiesRun) {
     auto [sv, sa] = ref.forward(r, 0);
     EXPECT_EQ(res.outputs.sample.numel(), int64_t(sv.size()));
     EXPECT_EQ(res.outputs.audio_sample.numel(), int64_t(sa.size()));
-    if (!sv.empty())
+    if (!sv.empty()) {
       EXPECT_LT(relErr(res.outputs.sample, sv, 0), 0.015) << k.Nt << " " << k.Na;
-    if (!sa.empty())
+    }
+    if (!sa.empty()) {
       EXPECT_LT(relErr(res.outputs.audio_sample, sa, 0), 0.015) << k.Nt << " " << k.Na;
+    }
   }
 }
