@@ -26,6 +26,8 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
 Tensor Tensor::fromFloats(DType dtype, std::vector<int64_t> shape, const float *v) {
   Tensor t = zeros(dtype, std::move(shape));
   int64_t n = t.numel();
+  if (n == 0)  // empty modalities: `v` may be null (an empty vector's data())
+    return t;
   if (dtype == DType::F32) {
     std::memcpy(t.bytes.data(), v, size_t(n) * 4);
   } else if (dtype == DType::BF16) {
@@ -44,7 +46,8 @@ Tensor Tensor::fromFloats(DType dtype, std::vector<int64_t> shape, const float *
 
 Tensor Tensor::fromInts(std::vector<int64_t> shape, const int64_t *v) {
   Tensor t = zeros(DType::I64, std::move(shape));
-  std::memcpy(t.bytes.data(), v, t.bytes.size());
+  if (!t.bytes.empty())
+    std::memcpy(t.bytes.data(), v, t.bytes.size());
   return t;
 }
 
@@ -89,6 +92,8 @@ int64_t Tensor::getInt(int64_t i) const {
 
 std::vector<float> Tensor::toFloats() const {
   std::vector<float> out(static_cast<size_t>(numel()));
+  if (out.empty())
+    return out;
   if (dtype == DType::F32) {
     std::memcpy(out.data(), bytes.data(), out.size() * 4);
     return out;
