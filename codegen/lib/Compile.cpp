@@ -80,7 +80,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
     if (failed(pm.run(*module))) fail("h3-pipeline", "compilation failed:{}", diag);
   }
   CompileResult r;
-  PlanOptions plo;
+  plan::Options plo;
   plo.arch = o.arch;
   plo.tp = o.tp;
   plo.fuse = o.fuse;

@@ -1,27 +1,21 @@
-// h3 module -> plan.json (schema h3c-plan-v1). Values in the order they are defined (graph inputs first), ops in
-// launch order (the func's op order), and for each op the generic view of its inherent attributes plus the
-// derived ones kernels need (dtypes, widths; see docs/contract.md section 5, "attrs per op").
+// h3 module -> plan::Plan (docs/contract.md section 5): values in the order they are defined (graph inputs first),
+// ops in launch order (the func's op order), each with its kernel; weights in buffers laid out so that a kernel that
+// reads several tensors as one matrix (qkv's [Wq; Wk; Wv]) finds them back to back.
 #include "h3c/Codegen/PlanEmitter.h"
-#include "h3c/Passes/PlanJson.h"
 
 #include "h3c/Dialect/H3/H3Dialect.h"
-#include "h3c/models/config.h"
-#include "h3c/support/canonical_json.h"
+#include "h3c/Passes/PlanOp.h"
+#include "h3c/kernels/emit.h"
 #include "h3c/support/error.h"
-#include "h3c/support/files.h"
-#include "h3c/support/sha256.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
-namespace fs = std::filesystem;
-using nlohmann::json;
+#include <set>
+
 using namespace mlir;
 using namespace h3c::h3ir;
 
 namespace h3c::codegen {
-
-using planjson::opToPlanJson;
-using planjson::valueName;
 
 namespace {
 
@@ -30,12 +24,41 @@ std::string where(Operation *op) {
   return "op " + op->getName().getStringRef().str() + (n.empty() ? "" : " [" + n + "]");
 }
 
-ActType act(Value v) { return cast<ActType>(v.getType()); }
+// Weight buffers in op order: the tensors a kernel parameter spans go into one buffer, every other tensor alone.
+void addWeightBuffers(plan::Plan &p, const plan::Op &op, const std::optional<plan::Kernel> &k,
+                      const std::map<std::string, h3::TensorSpec> &specs, std::set<std::string> &placed) {
+  auto tensor = [&](const std::string &name) {
+    auto it = specs.find(name);
+    if (it == specs.end()) fail(op.where, "reads '{}', which is not a tensor of this config", name);
+    return plan::WeightTensor{name, it->second.dtype, it->second.shape};
+  };
+  std::set<std::string> grouped;
+  if (k)
+    for (const auto &prm : k->params)
+      if (prm.kind == plan::KernelParam::Kind::Buffer && prm.span > 1) {
+        const auto &list = prm.role == plan::OperandRole::Weight ? op.weights : op.biases;
+        plan::WeightBuffer b;
+        for (int64_t s = 0; s < prm.span; ++s) {
+          const std::string &n = list.at(size_t(prm.index + s));
+          b.name += (s ? "+" : "") + n;
+          b.tensors.push_back(tensor(n));
+          grouped.insert(n);
+          if (!placed.insert(n).second) fail(op.where, "tensor '{}' is read by two ops", n);
+        }
+        p.weights.push_back(b);
+      }
+  for (const auto *list : {&op.weights, &op.biases})
+    for (const auto &n : *list)
+      if (!grouped.count(n)) {
+        if (!placed.insert(n).second) fail(op.where, "tensor '{}' is read by two ops", n);
+        p.weights.push_back({n, {tensor(n)}});
+      }
+}
 
 } // namespace
 
 EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &fingerprintSha256,
-                     const PlanOptions &o) {
+                     const plan::Options &o) {
   func::FuncOp fn;
   for (auto f : m.getOps<func::FuncOp>()) {
     if (fn) fail("h3 module", "has more than one func");
@@ -46,102 +69,79 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
   if (!buffers) fail("h3 module", "has no buffer plan (run h3-plan-buffers)");
 
   EmittedPlan out;
-  json values = json::object();
-  json inputs = json::array();
+  plan::Plan &p = out.plan;
+  p.fingerprintSha256 = fingerprintSha256;
+  p.config = fp.config;
+  p.options = o;
+  plan::Function forward;
+  forward.name = "forward";
+
   auto addValue = [&](Value v, int64_t slot) {
-    ActType t = act(v);
-    json e{{"dtype", h3ir::dtypeName(t.getElementType())}, {"rows", t.getDomain().str()}, {"cols", t.getCols()},
-           {"batch", t.getBatch()}, {"slot", slot}};
-    if (t.getParts() > 1) e["ranks"] = t.getParts();
-    std::string n = valueName(v);
-    if (values.contains(n)) fail("value " + n, "defined twice");
-    values[n] = e;
+    std::string n = passes::valueName(v);
+    plan::Value pv = passes::planValue(v, n);
+    pv.slot = slot;
+    if (!p.values.emplace(n, pv).second) fail("value " + n, "defined twice");
   };
   Block &body = fn.getBody().front();
   for (BlockArgument a : body.getArguments()) {
     auto slot = fn.getArgAttrOfType<IntegerAttr>(a.getArgNumber(), "h3.slot");
-    if (!slot) fail("func argument " + valueName(a), "has no slot (run h3-plan-buffers)");
+    if (!slot) fail("func argument " + passes::valueName(a), "has no slot (run h3-plan-buffers)");
     addValue(a, slot.getInt());
-    inputs.push_back(valueName(a));
+    forward.inputs.push_back(passes::valueName(a));
   }
 
-  json ops = json::array();
-  json kernels = json::object();
+  std::map<std::string, h3::TensorSpec> specs;
+  for (const auto &t : fp.tensors) specs[t.name] = t;
+  std::set<std::string> placed;
   for (Operation &op : body) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       if (ret.getNumOperands() != 2) fail("func return", "expected sample and audio_sample");
+      forward.outputs["sample"] = passes::valueName(ret.getOperand(0));
+      forward.outputs["audio_sample"] = passes::valueName(ret.getOperand(1));
       continue;
     }
     auto slots = op.getAttrOfType<ArrayAttr>("h3.slots");
     if (!slots || slots.size() != op.getNumResults()) fail(where(&op), "has no slots (run h3-plan-buffers)");
     for (unsigned i = 0; i < op.getNumResults(); ++i) addValue(op.getResult(i), cast<IntegerAttr>(slots[i]).getInt());
-    json j = opToPlanJson(&op);
-    j["kernel"] = nullptr;
-    std::optional<kernels::KernelSource> k;
+    plan::Op pop = passes::toPlanOp(&op);
+    pop.index = forward.ops.size();
+    std::optional<plan::Kernel> k;
     try {
-      k = kernels::emitKernel(j, o.arch);
+      k = kernels::emitKernel(pop, passes::operandValues(&op), o.arch);
     } catch (const std::exception &e) {
-      out.warnings.push_back(where(&op) + ": no kernel: " + e.what());
+      if (!plan::runsOnHost(pop.kind)) out.warnings.push_back(where(&op) + ": no kernel: " + e.what());
     }
+    addWeightBuffers(p, pop, k, specs, placed);
     if (k) {
-      auto it = out.kernels.find(k->id);
-      if (it != out.kernels.end() && it->second.source != k->source)
+      auto it = p.kernels.find(k->id);
+      if (it != p.kernels.end() && it->second.source != k->source)
         fail(where(&op), "kernel id {} names two different sources", k->id);
-      out.kernels.emplace(k->id, *k);
-      kernels[k->id] = {{"file", "kernels/" + k->id + ".cu"}, {"sha256", sha256Hex(k->source)}, {"entry", k->entry}};
-      j["kernel"] = k->id;
+      pop.kernel = k->id;
+      p.kernels.emplace(k->id, std::move(*k));
     }
-    ops.push_back(j);
+    forward.ops.push_back(std::move(pop));
   }
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
 
-  json slots = json::array();
   for (Attribute a : cast<ArrayAttr>(buffers.get("slots"))) {
     auto d = cast<DictionaryAttr>(a);
-    json bpr = json::object();
-    for (NamedAttribute na : cast<DictionaryAttr>(d.get("bytes_per_row")))
-      bpr[na.getName().str()] = cast<IntegerAttr>(na.getValue()).getInt();
-    slots.push_back({{"id", cast<IntegerAttr>(d.get("id")).getInt()}, {"bytes_per_row", bpr},
-                     {"fixed_bytes", cast<IntegerAttr>(d.get("fixed_bytes")).getInt()}});
+    plan::Slot s;
+    s.id = cast<IntegerAttr>(d.get("id")).getInt();
+    for (NamedAttribute na : cast<DictionaryAttr>(d.get("bytes_per_row"))) {
+      plan::Domain dom;
+      if (!plan::parseDomain(na.getName().str(), dom)) fail("h3.buffers", "unknown row domain");
+      s.bytesPerRow[dom] = cast<IntegerAttr>(na.getValue()).getInt();
+    }
+    s.fixedBytes = cast<IntegerAttr>(d.get("fixed_bytes")).getInt();
+    p.slots.push_back(s);
   }
-
-  json plan;
-  plan["schema"] = "h3c-plan-v1";
-  plan["fingerprint_sha256"] = fingerprintSha256;
-  plan["config"] = h3::configToJson(fp.config);
-  plan["options"] = {{"arch", o.arch}, {"tp", o.tp}, {"fuse", o.fuse}};
-  plan["inputs"] = inputs;
-  plan["outputs"] = {{"sample", valueName(ret.getOperand(0))}, {"audio_sample", valueName(ret.getOperand(1))}};
-  plan["values"] = values;
-  plan["slots"] = slots;
-  plan["ops"] = ops;
-  plan["kernels"] = kernels;
-  plan["stats"] = {{"ops", ops.size()},
-                   {"nodes", fp.nodes.size()},
-                   {"kernels", kernels.size()},
-                   {"buffer_report_tokens", cast<IntegerAttr>(buffers.get("tokens")).getInt()},
-                   {"peak_live_bytes", cast<IntegerAttr>(buffers.get("peak_live_bytes")).getInt()},
-                   {"slot_bytes", cast<IntegerAttr>(buffers.get("slot_bytes")).getInt()}};
-  plan["plan_sha256"] = sha256Hex(canonicalJson(plan));  // over the object without plan_sha256
-  out.plan = std::move(plan);
+  p.stats = {{"ops", int64_t(forward.ops.size())},
+             {"nodes", int64_t(fp.nodes.size())},
+             {"kernels", int64_t(p.kernels.size())},
+             {"buffer_report_tokens", cast<IntegerAttr>(buffers.get("tokens")).getInt()},
+             {"peak_live_bytes", cast<IntegerAttr>(buffers.get("peak_live_bytes")).getInt()},
+             {"slot_bytes", cast<IntegerAttr>(buffers.get("slot_bytes")).getInt()}};
+  p.functions["forward"] = std::move(forward);
   return out;
-}
-
-void writePlanDirectory(const EmittedPlan &p, const fs::path &outIn) {
-  fs::path out = outIn;
-  while (!out.empty() && out.filename().empty()) out = out.parent_path();  // "OUT/" -> "OUT"
-  if (out.empty()) fail(outIn.string(), "not a folder name");
-  bool replace = false;
-  if (fs::exists(out)) {
-    if (!fs::is_directory(out) || !fs::exists(out / "plan.json"))
-      fail(out.string(), "exists and is not a previous plan folder (no plan.json); refusing to replace it");
-    replace = true;
-  }
-  AtomicDirectory dir(out, replace);
-  if (!p.kernels.empty()) fs::create_directories(dir.tempPath() / "kernels");
-  for (const auto &[id, k] : p.kernels) writeFileAtomic(dir.tempPath() / "kernels" / (id + ".cu"), k.source);
-  writeFileAtomic(dir.tempPath() / "plan.json", p.plan.dump(1) + "\n");
-  dir.commit();
 }
 
 } // namespace h3c::codegen

@@ -4,14 +4,16 @@
 #include "h3c/Codegen/Translations.h"
 
 #include "h3c/Codegen/Importer.h"
-#include "h3c/Codegen/PlanEmitter.h"
 #include "h3c/Dialect/H3/H3Dialect.h"
+#include "h3c/Passes/PlanOp.h"
 #include "h3c/kernels/emit.h"
 #include "h3c/models/fingerprint.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/Support/SourceMgr.h"
+
+#include <nlohmann/json.hpp>
 
 #include <set>
 
@@ -34,12 +36,15 @@ LogicalResult toCuda(ModuleOp m, llvm::raw_ostream &os) {
       return;
     }
     try {
-      nlohmann::json j = opToPlanJson(op, /*requireNames=*/false);  // names do not enter kernels
-      auto k = kernels::emitKernel(j, arch);
+      // Names do not enter kernels: the op is translated without requiring value names.
+      plan::Op pop = passes::toPlanOp(op, /*requireNames=*/false);
+      auto k = kernels::emitKernel(pop, passes::operandValues(op, /*requireNames=*/false), arch);
       if (!k) return;  // host op
       if (!printed.insert(k->id).second) return;
-      os << "// ---- kernel " << k->id << " (entry " << k->entry << ") for " << j["op"].get<std::string>() << " "
-         << j["nodes"].dump() << "\n"
+      std::string nodes;
+      for (const auto &n : pop.nodes) nodes += (nodes.empty() ? "" : ", ") + n;
+      os << "// ---- kernel " << k->id << " (entry " << k->entry << ") for " << plan::opKindName(pop.kind) << " ["
+         << nodes << "]\n"
          << k->source << "\n";
     } catch (const std::exception &e) {
       op->emitOpError() << "[" << h3ir::firstNode(op) << "] no kernel: " << e.what();

@@ -2,7 +2,7 @@
 // and every op must be one a qualified fixed-order kernel (or the host) implements on the target arch. Errors name
 // the node.
 #include "Common.h"
-#include "h3c/Passes/PlanJson.h"
+#include "h3c/Passes/PlanOp.h"
 #include "h3c/Passes/Passes.h"
 #include "h3c/kernels/emit.h"
 
@@ -93,7 +93,8 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
   void checkEmitter(Operation *op) {
     if (isa<AllreduceTreeOp>(op)) return;
     try {
-      (void)h3c::kernels::emitKernel(h3c::planjson::opToPlanJson(op, /*requireNames=*/false), std::string(arch));
+      (void)h3c::kernels::emitKernel(h3c::passes::toPlanOp(op, /*requireNames=*/false),
+                                     h3c::passes::operandValues(op, /*requireNames=*/false), std::string(arch));
     } catch (const std::exception &e) {
       error(op) << "no qualified fixed-order kernel: " << e.what();
     }

@@ -1,6 +1,6 @@
 #include "cpu_kernels.h"
 
-#include "h3c/kernels/detmath.h"
+#include "h3c/support/detmath.h"
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/support/dtype.h"
 #include "h3c/support/error.h"

@@ -36,19 +36,20 @@ AuditError compare(const HostValue &got, const HostValue &ref, const std::string
 class CpuExecutor final : public Executor {
 public:
   std::string device() const override { return "cpu"; }
-  Outputs run(const Plan &plan, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
+  Outputs run(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
               LedgerBuilder &ledger) override {
     const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     ValueMap values = graphInputValues(req);
-    auto last = plan.lastUse();
+    const plan::Function &fn = p.forward();
+    auto last = p.lastUse(fn);
     const auto t0 = std::chrono::steady_clock::now();
-    for (const PlanOp &op : plan.ops) {
+    for (const plan::Op &op : fn.ops) {
       // A node asked for `reference` runs the op's fp64 implementation; `native` has no CPU vendor library, so the
       // CPU's ordered implementation (row) runs instead and the ledger says so.
       bool reference = false;
       for (const auto &n : op.nodes)
         reference |= ledger.requested(n) == Binding::Reference;
-      OpEnv env{plan, req, weights, reference ? Precision::Fp64 : Precision::Ordered, threads};
+      OpEnv env{p, req, weights, reference ? Precision::Fp64 : Precision::Ordered, threads};
       std::optional<AuditError> audit;
       ValueMap auditIn;
       if (opt.mode == Mode::Audit)
@@ -56,7 +57,7 @@ public:
           auditIn[n] = values.at(n);
       runCpuOp(op, env, values);
       if (opt.mode == Mode::Audit) {
-        OpEnv ref{plan, req, weights, Precision::Fp64, threads};
+        OpEnv ref{p, req, weights, Precision::Fp64, threads};
         runCpuOp(op, ref, auditIn);
         for (const auto &o : op.out) {
           AuditError e = compare(values.at(o), auditIn.at(o), o);
@@ -70,8 +71,8 @@ public:
           shapes[n] = values.at(n).shape();
       ledger.recordOp(op, reference ? Binding::Reference : Binding::Row, shapes, audit);
       if (opt.progress)
-        std::fprintf(stderr, "[%zu/%zu] %s %s  %.1f s\n", op.index + 1, plan.ops.size(), op.op.c_str(),
-                     op.nodes.empty() ? "-" : op.nodes[0].c_str(),
+        std::fprintf(stderr, "[%zu/%zu] %s %s  %.1f s\n", op.index + 1, fn.ops.size(), plan::opKindName(op.kind),
+                     op.firstNode().c_str(),
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       for (const auto &n : op.in) {
         auto it = last.find(n);
@@ -84,15 +85,15 @@ public:
           values.erase(n);
     }
     auto take = [&](const std::string &key, int64_t rows, int64_t cols) {
-      const HostValue &v = values.at(plan.outputs.at(key));
+      const HostValue &v = values.at(fn.outputs.at(key));
       if (v.batch != req.B || v.rows != rows || v.cols != cols)
-        fail("plan.json#/outputs/" + key, "output shape [{}, {}, {}] differs from [{}, {}, {}]", v.batch, v.rows,
+        fail("plan.json#/functions/forward/outputs/" + key, "output shape [{}, {}, {}] differs from [{}, {}, {}]", v.batch, v.rows,
              v.cols, req.B, rows, cols);
       return Tensor::fromFloats(DType::F32, {req.B, rows, cols}, v.f.data());
     };
     Outputs out;
-    out.sample = take("sample", req.Nv, plan.config.videoPatchDim());
-    out.audio_sample = take("audio_sample", req.Na, plan.config.audio_in_channels);
+    out.sample = take("sample", req.Nv, p.config.videoPatchDim());
+    out.audio_sample = take("audio_sample", req.Na, p.config.audio_in_channels);
     return out;
   }
 };
@@ -126,14 +127,14 @@ std::unique_ptr<Executor> makeExecutor(const std::string &device) {
   fail("--device", "expected cpu or gpu, got '{}'", device);
 }
 
-RunResult runModel(const Plan &plan, WeightSource &weights, const Request &request, const RunOptions &opt) {
-  if (opt.tp != plan.tp)
-    fail("--tp", "the plan was compiled for tp = {}, asked for {} (compile with --tp {})", plan.tp, opt.tp, opt.tp);
-  if (h3::configToJson(weights.config()).dump() != h3::configToJson(plan.config).dump())
+RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &request, const RunOptions &opt) {
+  if (opt.tp != p.options.tp)
+    fail("--tp", "the plan was compiled for tp = {}, asked for {} (compile with --tp {})", p.options.tp, opt.tp, opt.tp);
+  if (h3::configToJson(weights.config()).dump() != h3::configToJson(p.config).dump())
     fail("--config", "the weights' config differs from the plan's config");
-  CanonicalRequest req = canonicalize(request, plan.config, "--inputs");
+  CanonicalRequest req = canonicalize(request, p.config, "--inputs");
   auto exec = makeExecutor(opt.device);
-  LedgerBuilder ledger(plan, opt.mode, opt.tp, exec->device(), opt.binds);
+  LedgerBuilder ledger(p, opt.mode, opt.tp, exec->device(), opt.binds);
   nlohmann::json info = exec->deviceInfo();
   for (auto it = info.begin(); it != info.end(); ++it)
     ledger.header()[it.key()] = it.value();
@@ -141,7 +142,7 @@ RunResult runModel(const Plan &plan, WeightSource &weights, const Request &reque
   ledger.header()["request"] = {{"sha256", requestSha(request)}, {"B", req.B}, {"S", req.S}, {"Nt", req.Nt},
                                 {"Nv", req.Nv}, {"Na", req.Na}, {"T", req.T}};
   RunResult r;
-  r.outputs = exec->run(plan, weights, req, opt, ledger);
+  r.outputs = exec->run(p, weights, req, opt, ledger);
   r.ledger = ledger.finish();
   return r;
 }

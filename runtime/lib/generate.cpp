@@ -3,6 +3,8 @@
 // weights description), so a resumed run continues exactly where the interrupted one stopped.
 #include "h3c/runtime/generate.h"
 
+#include "h3c/plan/io.h"
+
 #include "h3c/runtime/sampler.h"
 #include "h3c/runtime/trajectory.h"
 #include "h3c/support/error.h"
@@ -23,7 +25,7 @@ namespace {
 
 struct Prepared {
   h3::Config config;
-  Plan plan;
+  plan::Plan plan;
   Request request;
   std::unique_ptr<WeightSource> weights;
   std::array<std::vector<int64_t>, kTrajModalities> shape;
@@ -38,7 +40,7 @@ std::string absolute(const std::string &p) { return fs::absolute(p).lexically_no
 std::unique_ptr<Prepared> prepare(const GenerateOptions &o) {
   auto p = std::make_unique<Prepared>(o.videoShift, o.audioShift);
   p->config = h3::loadConfig(o.config);
-  p->plan = loadPlan(o.plan);
+  p->plan = plan::loadPlan(o.plan);
   if (h3::configToJson(p->config) != h3::configToJson(p->plan.config))
     fail("--config", "'{}' differs from the config the plan was compiled for", o.config);
   if (o.checkpoint.empty() && o.synthetic < 0)
@@ -83,7 +85,7 @@ json runDescription(const GenerateOptions &o, const Prepared &p) {
               {"seed", o.seed},
               {"device", o.run.device},
               {"mode", modeName(o.run.mode)},
-              {"tp", o.run.tp > 0 ? o.run.tp : p.plan.tp},
+              {"tp", o.run.tp > 0 ? o.run.tp : p.plan.options.tp},
               {"binds", binds},
               {"bind_from_step", o.bindFromStep}};
 }
@@ -171,7 +173,7 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
   auto p = prepare(o);
   RunOptions ro = o.run;
   if (ro.tp <= 0)
-    ro.tp = p->plan.tp;
+    ro.tp = p->plan.options.tp;
   ModalityFloats x;
   const char *noise[kTrajModalities] = {kVideoNoiseName, kAudioNoiseName};
   json header;

@@ -1,6 +1,8 @@
 // The operator ledger: building, sealing, verifying, summarizing.
 #include "h3c/runtime/ledger.h"
 
+#include "h3c/plan/io.h"
+
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/sha256.h"
@@ -79,7 +81,7 @@ Binding requestedBinding(const std::string &nodeId, Mode mode, const std::vector
   return b;
 }
 
-LedgerBuilder::LedgerBuilder(const Plan &plan, Mode mode, int64_t tp, std::string device,
+LedgerBuilder::LedgerBuilder(const plan::Plan &plan, Mode mode, int64_t tp, std::string device,
                              std::vector<BindRule> binds)
     : plan_(plan), mode_(mode), binds_(std::move(binds)) {
   json rules = json::array();
@@ -88,8 +90,8 @@ LedgerBuilder::LedgerBuilder(const Plan &plan, Mode mode, int64_t tp, std::strin
   header_ = {{"plan_sha256", plan.planSha256},
              {"fingerprint_sha256", plan.fingerprintSha256},
              {"config", h3::configToJson(plan.config)},
-             {"arch", plan.arch},
-             {"fuse", plan.fuse},
+             {"arch", plan.options.arch},
+             {"fuse", plan.options.fuse},
              {"mode", modeName(mode)},
              {"tp", tp},
              {"device", std::move(device)},
@@ -102,12 +104,12 @@ LedgerBuilder::LedgerBuilder(const Plan &plan, Mode mode, int64_t tp, std::strin
 
 Binding LedgerBuilder::requested(const std::string &nodeId) const { return requestedBinding(nodeId, mode_, binds_); }
 
-void LedgerBuilder::recordOp(const PlanOp &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
+void LedgerBuilder::recordOp(const plan::Op &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
                              const std::optional<AuditError> &audit) {
   auto io = [&](const std::vector<std::string> &names) {
     json a = json::array();
     for (const auto &n : names) {
-      const PlanValue &pv = plan_.value(n);
+      const plan::Value &pv = plan_.value(n);
       auto it = shapes.find(n);
       a.push_back({{"value", n},
                    {"dtype", std::string(dtypeName(pv.dtype))},
@@ -122,13 +124,13 @@ void LedgerBuilder::recordOp(const PlanOp &op, Binding actual, const std::map<st
   for (const auto &n : op.nodes) {
     json e = {{"id", n},
               {"seq", nodes_.size()},
-              {"op", op.op},
+              {"op", plan::opKindName(op.kind)},
               {"op_index", op.index},
               {"requested", bindingName(requested(n))},
               {"actual", bindingName(actual)},
               {"kernel", op.kernel ? json(*op.kernel) : json(nullptr)},
               {"kernel_sha256", op.kernel ? json(kernelSha) : json(nullptr)},
-              {"reduction_order", op.order.json},
+              {"reduction_order", plan::orderToJson(op.order)},
               {"inputs", ins},
               {"outputs", outs}};
     if (audit)

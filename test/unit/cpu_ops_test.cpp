@@ -1,7 +1,7 @@
 // Single ops of the CPU reference against expectations computed by hand: the k_chunks unit tree (a cancellation
 // that only the declared order gets right), the F32 sequential-fma order, the AdaLN row index, rope's halves, the
 // flash attention bound, and the lane_tree norm.
-#include "h3c/kernels/detmath.h"
+#include "h3c/support/detmath.h"
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/support/dtype.h"
 #include "h3c/support/error.h"
@@ -38,7 +38,7 @@ h3::Config cfg() {
 
 struct Fixture {
   h3::Config c = cfg();
-  Plan plan;
+  plan::Plan plan;
   CanonicalRequest req;
   GivenWeights w{c};
   ValueMap vals;
@@ -52,10 +52,10 @@ struct Fixture {
     req.T = T;
   }
   void value(const std::string &n, DType dt, const char *rows, int64_t cols, bool batch = true) {
-    PlanValue v;
+    plan::Value v;
     v.name = n;
     v.dtype = dt;
-    v.rows = rows;
+    plan::parseDomain(rows, v.rows);
     v.cols = cols;
     v.batch = batch;
     plan.values[n] = v;
@@ -70,32 +70,56 @@ struct Fixture {
     h.f = std::move(data);
     vals[n] = h;
   }
-  PlanOp op(const std::string &kind, std::vector<std::string> nodes, std::vector<std::string> in,
-            std::vector<std::string> out, std::map<std::string, std::vector<std::string>> weights,
-            ReductionOrder order = {}) {
-    PlanOp o;
-    o.op = kind;
+  void ints(const std::string &n, const char *rows, std::vector<int64_t> data) {
+    value(n, DType::I64, rows, 1, false);
+    HostValue h;
+    h.dtype = DType::I64;
+    h.rows = req.rows(rows);
+    h.cols = 1;
+    h.i = std::move(data);
+    vals[n] = h;
+  }
+  plan::Op op(plan::OpKind kind, std::vector<std::string> nodes, std::vector<std::string> in,
+              std::vector<std::string> out, std::vector<std::string> weights, std::vector<std::string> biases,
+              plan::OpAttrs attrs = {}, plan::Order order = {}) {
+    plan::Op o;
+    o.kind = kind;
     o.nodes = std::move(nodes);
     o.in = std::move(in);
     o.out = std::move(out);
     o.weights = std::move(weights);
+    o.biases = std::move(biases);
+    o.attrs = attrs;
     o.order = order;
     o.where = "test-op";
     return o;
   }
-  void run(const PlanOp &o, Precision p = Precision::Ordered, int threads = 2) {
+  void run(const plan::Op &o, Precision p = Precision::Ordered, int threads = 2) {
     OpEnv env{plan, req, w, p, threads};
     runCpuOp(o, env, vals);
   }
 };
 
-ReductionOrder kChunks(int units) {
-  ReductionOrder o;
-  o.kind = "k_chunks";
+plan::Order kChunks(int units) {
+  plan::Order o;
+  o.kind = plan::OrderKind::KChunks;
   o.kStep = 16;
   o.units = units;
-  o.acc = "f32";
   return o;
+}
+
+plan::Order laneTree() {
+  plan::Order o;
+  o.kind = plan::OrderKind::LaneTree;
+  o.lanes = 32;
+  return o;
+}
+
+plan::OpAttrs linearAttrs(int64_t K, int64_t N) {
+  plan::OpAttrs a;
+  a.K = K;
+  a.N = N;
+  return a;
 }
 
 } // namespace
@@ -118,8 +142,8 @@ TEST(CpuOps, KChunksUnitTreeIsTheDeclaredOrder) {
     f.w.values["context_embedder.weight"] = std::vector<float>(size_t(H * 64), 1.f);
     f.w.values["context_embedder.bias"] = std::vector<float>(size_t(H), 0.f);
     f.value("y", DType::BF16, "Nt", H);
-    f.run(f.op("linear", {"context_embedder"}, {"x"}, {"y"},
-               {{"weight", {"context_embedder.weight"}}, {"bias", {"context_embedder.bias"}}}, kChunks(units)));
+    f.run(f.op(plan::OpKind::Linear, {"context_embedder"}, {"x"}, {"y"}, {"context_embedder.weight"},
+               {"context_embedder.bias"}, linearAttrs(64, H), kChunks(units)));
     for (int64_t n = 0; n < H; ++n)
       ASSERT_EQ(f.vals["y"].f[size_t(n)], expect) << "units " << units;
   }
@@ -140,9 +164,8 @@ TEST(CpuOps, F32LinearIsSequentialFma) {
   f.w.values["time_embedder.linear_1.weight"] = w;
   f.w.values["time_embedder.linear_1.bias"] = b;
   f.value("h", DType::F32, "T", N, false);
-  f.run(f.op("linear", {"time_embedder.linear_1"}, {"t"}, {"h"},
-             {{"weight", {"time_embedder.linear_1.weight"}}, {"bias", {"time_embedder.linear_1.bias"}}},
-             kChunks(1)));
+  f.run(f.op(plan::OpKind::Linear, {"time_embedder.linear_1"}, {"t"}, {"h"}, {"time_embedder.linear_1.weight"},
+             {"time_embedder.linear_1.bias"}, linearAttrs(K, N), kChunks(1)));
   for (int64_t n = 0; n < N; ++n) {
     float acc = 0.f;
     for (int64_t k = 0; k < K; ++k)
@@ -156,8 +179,9 @@ TEST(CpuOps, F32LinearIsSequentialFma) {
 TEST(CpuOps, NormModulateUsesTheAdalnRowOfEachRow) {
   Fixture f(2, 3, 1, 2);
   const int64_t H = f.c.hidden_size, S = f.req.S;
-  f.req.tags = {1, 1, 0, 0, 0, 2};
-  f.req.tsIndex = {0, 1, 1, 0, 1, 0};
+  const std::vector<int64_t> tags = {1, 1, 0, 0, 0, 2}, ts = {0, 1, 1, 0, 1, 0};
+  f.ints("ts", "S", ts);
+  f.ints("tags", "S", tags);
   f.input("x", DType::BF16, "S", H, std::vector<float>(size_t(S * H), 3.0f));
   std::vector<float> table(size_t(6 * 6 * H), 0.f);  // [T*3, 6H]
   for (int64_t row = 0; row < 6; ++row)
@@ -166,15 +190,17 @@ TEST(CpuOps, NormModulateUsesTheAdalnRowOfEachRow) {
   f.input("tab", DType::BF16, "T3", 6 * H, table, false);
   f.w.values["transformer_blocks.0.norm1.weight"] = std::vector<float>(size_t(H), 1.f);
   f.value("y", DType::BF16, "S", H);
-  ReductionOrder lt;
-  lt.kind = "lane_tree";
-  lt.lanes = 32;
-  lt.acc = "f32";
-  f.run(f.op("norm_modulate", {"transformer_blocks.0.norm1"}, {"x", "tab"}, {"y"},
-             {{"weight", {"transformer_blocks.0.norm1.weight"}}}, lt));
+  plan::OpAttrs a;
+  a.H = H;
+  a.eps = f.c.norm_eps;
+  a.shiftChunk = 0;
+  a.scaleChunk = 1;
+  a.numChunks = 6;
+  a.rowIndex = plan::RowIndex::Adaln;
+  f.run(f.op(plan::OpKind::NormModulate, {"transformer_blocks.0.norm1"}, {"x", "tab", "ts", "tags"}, {"y"},
+             {"transformer_blocks.0.norm1.weight"}, {}, a, laneTree()));
   for (int64_t s = 0; s < S; ++s)
-    EXPECT_EQ(f.vals["y"].f[size_t(s * H + 5)], 1.0f + float(f.req.tsIndex[size_t(s)] * 3 + f.req.tags[size_t(s)]))
-        << "row " << s;
+    EXPECT_EQ(f.vals["y"].f[size_t(s * H + 5)], 1.0f + float(ts[size_t(s)] * 3 + tags[size_t(s)])) << "row " << s;
 }
 
 // rope: channels [0, R) rotate with x1 = first half, x2 = second half, rot = cat(-x2, x1), cos/sin rounded to bf16;
@@ -193,7 +219,11 @@ TEST(CpuOps, RopeRotatesHalvesAndPassesTheRest) {
   f.input("cos", DType::F32, "S", R, cs, false);
   f.input("sin", DType::F32, "S", R, sn, false);
   f.value("y", DType::BF16, "S", I);
-  f.run(f.op("rope", {"transformer_blocks.0.attn.rope_q"}, {"q", "cos", "sin"}, {"y"}, {}));
+  plan::OpAttrs a;
+  a.heads = I / d;
+  a.headDim = d;
+  a.rotaryDim = R;
+  f.run(f.op(plan::OpKind::Rope, {"transformer_blocks.0.attn.rope_q"}, {"q", "cos", "sin"}, {"y"}, {}, {}, a));
   for (int64_t h = 0; h < I / d; ++h)
     for (int64_t i = 0; i < d; ++i) {
       float v = x[size_t(h * d + i)], want = v;
@@ -220,13 +250,15 @@ TEST(CpuOps, FlashAttentionAgreesWithFp64Softmax) {
   f.input("k", DType::BF16, "S", I, k);
   f.input("v", DType::BF16, "S", I, v);
   f.value("o", DType::BF16, "S", I);
-  ReductionOrder fl;
-  fl.kind = "flash";
+  plan::Order fl;
+  fl.kind = plan::OrderKind::Flash;
   fl.kvBlock = 64;
   fl.kStep = 16;
-  fl.acc = "f32";
-  fl.p = "bf16";
-  auto op = f.op("attention", {"transformer_blocks.0.attn.attention"}, {"q", "k", "v"}, {"o"}, {}, fl);
+  plan::OpAttrs a;
+  a.heads = heads;
+  a.headDim = d;
+  auto op = f.op(plan::OpKind::Attention, {"transformer_blocks.0.attn.attention"}, {"q", "k", "v"}, {"o"}, {}, {}, a,
+                 fl);
   f.run(op, Precision::Ordered, 1);
   std::vector<float> o1 = f.vals["o"].f;
   f.run(op, Precision::Ordered, 3);
@@ -271,12 +303,11 @@ TEST(CpuOps, RmsNormLaneTreeAndRoundingPoints) {
   f.input("x", DType::BF16, "Nt", H, x);
   f.w.values["token_refiner.refiner_blocks.0.norm1.weight"] = w;
   f.value("y", DType::BF16, "Nt", H);
-  ReductionOrder lt;
-  lt.kind = "lane_tree";
-  lt.lanes = 32;
-  lt.acc = "f32";
-  f.run(f.op("rms_norm", {"token_refiner.refiner_blocks.0.norm1"}, {"x"}, {"y"},
-             {{"weight", {"token_refiner.refiner_blocks.0.norm1.weight"}}}, lt));
+  plan::OpAttrs a;
+  a.H = H;
+  a.eps = f.c.norm_eps;
+  f.run(f.op(plan::OpKind::RmsNorm, {"token_refiner.refiner_blocks.0.norm1"}, {"x"}, {"y"},
+             {"token_refiner.refiner_blocks.0.norm1.weight"}, {}, a, laneTree()));
   float p[32] = {};
   for (int64_t i = 0; i < H; ++i)
     p[i] = x[size_t(i)] * x[size_t(i)];  // fma(x, x, 0) = x*x rounded once
@@ -297,7 +328,7 @@ TEST(CpuOps, SwigluIsValueTimesSiluGate) {
     x[size_t(i)] = roundBf16(0.3f * float(i) - 5.0f);
   f.input("x", DType::BF16, "Nt", 2 * F, x);
   f.value("y", DType::BF16, "Nt", F);
-  f.run(f.op("swiglu", {"token_refiner.refiner_blocks.1.ff.swiglu"}, {"x"}, {"y"}, {}));
+  f.run(f.op(plan::OpKind::Swiglu, {"token_refiner.refiner_blocks.1.ff.swiglu"}, {"x"}, {"y"}, {}, {}));
   for (int64_t i = 0; i < F; ++i) {
     float g = x[size_t(F + i)];
     float silu = g / (1.0f + detmath::expf(-g));
@@ -308,18 +339,22 @@ TEST(CpuOps, SwigluIsValueTimesSiluGate) {
 
 TEST(CpuOps, InconsistentOpsAreRejected) {
   Fixture f(1, 0, 0, 1);
+  const int64_t H = f.c.hidden_size;
   f.input("x", DType::BF16, "Nt", 64, std::vector<float>(64, 1.f));
-  f.value("y", DType::BF16, "Nt", f.c.hidden_size);
-  // The plan does not bind the bias this config has.
-  EXPECT_THROW(f.run(f.op("linear", {"context_embedder"}, {"x"}, {"y"}, {{"weight", {"context_embedder.weight"}}},
-                          kChunks(1))),
-               Error);
+  f.value("y", DType::BF16, "Nt", H);
+  f.w.values["context_embedder.weight"] = std::vector<float>(size_t(H * 64), 1.f);
+  f.w.values["context_embedder.bias"] = std::vector<float>(size_t(H), 0.f);
   // K not divisible into the units.
-  f.w.values["context_embedder.weight"] = std::vector<float>(size_t(f.c.hidden_size * 64), 1.f);
-  f.w.values["context_embedder.bias"] = std::vector<float>(size_t(f.c.hidden_size), 0.f);
-  EXPECT_THROW(f.run(f.op("linear", {"context_embedder"}, {"x"}, {"y"},
-                          {{"weight", {"context_embedder.weight"}}, {"bias", {"context_embedder.bias"}}}, kChunks(8))),
+  EXPECT_THROW(f.run(f.op(plan::OpKind::Linear, {"context_embedder"}, {"x"}, {"y"}, {"context_embedder.weight"},
+                          {"context_embedder.bias"}, linearAttrs(64, H), kChunks(8))),
                Error);
-  // A node of another kind.
-  EXPECT_THROW(f.run(f.op("linear", {"pack"}, {"x"}, {"y"}, {}, kChunks(1))), Error);
+  // attrs that disagree with the weight's shape.
+  EXPECT_THROW(f.run(f.op(plan::OpKind::Linear, {"context_embedder"}, {"x"}, {"y"}, {"context_embedder.weight"},
+                          {"context_embedder.bias"}, linearAttrs(64, H + 1), kChunks(1))),
+               Error);
+  // An input with the wrong width.
+  f.input("x2", DType::BF16, "Nt", 32, std::vector<float>(32, 1.f));
+  EXPECT_THROW(f.run(f.op(plan::OpKind::Linear, {"context_embedder"}, {"x2"}, {"y"}, {"context_embedder.weight"},
+                          {"context_embedder.bias"}, linearAttrs(64, H), kChunks(1))),
+               Error);
 }

@@ -83,7 +83,7 @@ TEST_F(Generate, FirstStepMatchesAnIndependentEvaluation) {
 
   // Step 0 by hand: noise in, t = (t_video, t_audio) = (0, 0) -> one distinct timestep 0 for every row.
   const h3::Config c = h3::namedConfig("tiny");
-  Plan plan = loadPlan(root / "plan");
+  plan::Plan plan = plan::loadPlan(root / "plan");
   Request req = loadRequest(root / "req.safetensors");
   const auto vs = req.tensors["hidden_states"].shape, as = req.tensors["audio_hidden_states"].shape;
   auto nv = initialNoise(9, "h3c/initial_noise/video", vs[0] * vs[1] * vs[2]);

@@ -1,10 +1,13 @@
 // Kernel emission and NVRTC compilation (no GPU needed): every kernel kind of the H3 forward, at the shapes of the
 // full and tiny configs, is emitted and compiled for sm_90a and sm_100a; the JIT cache hits, detects a corrupt entry
 // and rebuilds it; compile errors name the kernel; the emitter rejects ops it cannot run in the contract's order.
-#include "h3c/kernels/detmath.h"
+#include "h3c/support/detmath.h"
+#include "emit_ops.h"
 #include "h3c/kernels/emit.h"
 #include "h3c/models/config.h"
+#include "h3c/plan/io.h"
 #include "h3c/support/error.h"
+#include "h3c/support/sha256.h"
 
 #ifdef H3C_HAVE_CUDA
 #include "h3c/runtime/cuda/nvrtc_jit.h"
@@ -20,31 +23,18 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
 using nlohmann::json;
 namespace hk = h3c::kernels;
+namespace plan = h3c::plan;
+using plan::OpKind;
+using h3c::DType;
+using namespace h3c::testops;
 
 namespace {
-
-json kchunks(int units) { return {{"kind", "k_chunks"}, {"k_step", 16}, {"units", units}, {"acc", "f32"}}; }
-json laneTree() { return {{"kind", "lane_tree"}, {"lanes", 32}, {"acc", "f32"}}; }
-json flash() { return {{"kind", "flash"}, {"kv_block", 64}, {"k_step", 16}, {"acc", "f32"}, {"p", "bf16"}}; }
-
-json op(const std::string &kind, const std::string &node, json attrs, json order = nullptr, int nw = 0, int nb = 0,
-        int nout = 1) {
-  json o{{"op", kind}, {"nodes", {node}}, {"attrs", std::move(attrs)}};
-  if (!order.is_null()) o["order"] = std::move(order);
-  json w = json::array(), b = json::array();
-  for (int i = 0; i < nw; ++i) w.push_back(node + ".w" + std::to_string(i));
-  for (int i = 0; i < nb; ++i) b.push_back(node + ".b" + std::to_string(i));
-  o["weights"] = {{"weight", w}, {"bias", b}};
-  json out = json::array();
-  for (int i = 0; i < nout; ++i) out.push_back(node + ":" + std::to_string(i));
-  o["out"] = out;
-  return o;
-}
 
 // The largest power-of-two unit count <= 8 that the contract's divisibility rule allows for K.
 int rowUnits(long long K) {
@@ -54,74 +44,86 @@ int rowUnits(long long K) {
 }
 
 // One op of every kernel kind the H3 forward runs (fused and unfused forms), at the shapes of config `c`.
-std::vector<json> h3Ops(const h3c::h3::Config &c) {
+std::vector<EmitOp> h3Ops(const h3c::h3::Config &c) {
+  using plan::Epilogue;
+  const DType F32 = DType::F32, BF = DType::BF16;
   const long long H = c.hidden_size, I = c.innerDim(), F = c.ffn_dim, E = c.time_embed_dim;
-  std::vector<json> v;
-  v.push_back(op("linear", "proj_in", {{"K", c.videoPatchDim()}, {"N", H}, {"w_dtype", "F32"}, {"out_dtype", "F32"}},
+  const double heads = c.num_attention_heads, d = c.attention_head_dim;
+  std::vector<EmitOp> v;
+  v.push_back(op(OpKind::Linear, "proj_in", with(attrs({{"K", c.videoPatchDim()}, {"N", H}}), F32, F32, F32),
                  kchunks(1), 1, 1));
-  v.push_back(op("linear", "audio_proj_in",
-                 {{"K", c.audio_in_channels}, {"N", H}, {"w_dtype", "F32"}, {"out_dtype", "F32"}}, kchunks(1), 1, 1));
-  v.push_back(op("linear", "context_embedder", {{"K", c.text_dim}, {"N", H}, {"x_dtype", "F32"}, {"out_dtype", "BF16"}},
+  v.push_back(op(OpKind::Linear, "audio_proj_in",
+                 with(attrs({{"K", c.audio_in_channels}, {"N", H}}), F32, F32, F32), kchunks(1), 1, 1));
+  v.push_back(op(OpKind::Linear, "context_embedder", with(attrs({{"K", c.text_dim}, {"N", H}}), BF, F32, BF),
                  kchunks(1), 1, 1));
-  v.push_back(op("rms_norm", "token_refiner.refiner_blocks.0.norm1", {{"H", H}, {"eps", c.norm_eps}}, laneTree(), 1));
-  v.push_back(op("qkv_linear", "refiner.qkv", {{"K", H}, {"N", I}, {"out_dtype", "BF16"}}, kchunks(1), 3, 0, 3));
-  v.push_back(op("qk_norm_rope", "refiner.qk_norm",
-                 {{"heads", c.num_attention_heads}, {"head_dim", c.attention_head_dim}, {"eps", c.qk_norm_eps},
-                  {"rotary_dim", 0}},
-                 laneTree(), 2, 0, 2));
-  v.push_back(op("attention", "refiner.attention", {{"heads", c.num_attention_heads}, {"head_dim", c.attention_head_dim}},
+  v.push_back(op(OpKind::RmsNorm, "token_refiner.refiner_blocks.0.norm1",
+                 with(attrs({{"H", H}, {"eps", c.norm_eps}}), BF, BF, BF), laneTree(), 1));
+  v.push_back(op(OpKind::QkvLinear, "refiner.qkv", with(attrs({{"K", H}, {"N", I}}), BF, BF, BF), kchunks(1), 3));
+  v.push_back(op(OpKind::QkNormRope, "refiner.qk_norm",
+                 with(attrs({{"heads", heads}, {"head_dim", d}, {"eps", c.qk_norm_eps}, {"rotary_dim", 0}}), BF, BF,
+                      BF),
+                 laneTree(), 2));
+  v.push_back(op(OpKind::Attention, "refiner.attention", with(attrs({{"heads", heads}, {"head_dim", d}}), BF, BF, BF),
                  flash()));
-  v.push_back(op("linear", "refiner.to_out", {{"K", I}, {"N", H}, {"out_dtype", "BF16"}, {"epilogue", "residual"}},
+  v.push_back(op(OpKind::Linear, "refiner.to_out", with(attrs({{"K", I}, {"N", H}}), BF, BF, BF, Epilogue::Residual),
                  kchunks(1), 1, 1));
-  v.push_back(op("linear", "refiner.fc1", {{"K", H}, {"N", 2 * F}, {"out_dtype", "BF16"}, {"epilogue", "swiglu"}},
+  v.push_back(op(OpKind::Linear, "refiner.fc1", with(attrs({{"K", H}, {"N", 2 * F}}), BF, BF, BF, Epilogue::Swiglu),
                  kchunks(1), 1));
-  v.push_back(op("linear", "refiner.fc2", {{"K", F}, {"N", H}, {"out_dtype", "BF16"}, {"epilogue", "residual"}},
+  v.push_back(op(OpKind::Linear, "refiner.fc2", with(attrs({{"K", F}, {"N", H}}), BF, BF, BF, Epilogue::Residual),
                  kchunks(1), 1));
-  v.push_back(op("pack", "pack", {{"H", H}}));
-  v.push_back(op("time_embed", "time_embed", {{"K", c.freq_dim}, {"hidden", c.time_embed_hidden_dim}, {"N", E}},
+  v.push_back(op(OpKind::Pack, "pack", with(attrs({{"H", H}}), BF, BF, BF)));
+  v.push_back(op(OpKind::TimeEmbed, "time_embed",
+                 with(attrs({{"K", c.freq_dim}, {"N", E}, {"freq_dim", c.freq_dim}, {"hidden", c.time_embed_hidden_dim},
+                             {"out_dim", E}}),
+                      F32, F32, F32),
                  kchunks(1), 2, 2));
-  v.push_back(op("adaln_table", "transformer_blocks.0.adaln_proj", {{"K", E}, {"N", 18 * H}}, kchunks(1), 1, 1));
-  v.push_back(op("norm_modulate", "transformer_blocks.0.norm1",
-                 {{"H", H}, {"eps", c.norm_eps}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 6},
-                  {"row_index", "adaln"}, {"out_dtype", "BF16"}},
+  v.push_back(op(OpKind::AdalnTable, "transformer_blocks.0.adaln_proj",
+                 with(attrs({{"K", E}, {"N", 18 * H}, {"num_chunks", 6}, {"rows_per_timestep", 3}}), BF, F32, BF),
+                 kchunks(1), 1, 1));
+  v.push_back(op(OpKind::NormModulate, "transformer_blocks.0.norm1",
+                 with(attrs({{"H", H}, {"eps", c.norm_eps}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 6}}),
+                      BF, BF, BF),
                  laneTree(), 1));
-  v.push_back(op("qk_norm_rope", "transformer_blocks.0.attn.qk",
-                 {{"heads", c.num_attention_heads}, {"head_dim", c.attention_head_dim}, {"eps", c.qk_norm_eps},
-                  {"rotary_dim", c.rotaryDim()}},
-                 laneTree(), 2, 0, 2));
-  v.push_back(op("linear", "transformer_blocks.0.attn.to_out.0",
-                 {{"K", I}, {"N", H}, {"out_dtype", "BF16"}, {"epilogue", "gate_residual"}, {"chunk", 2},
-                  {"num_chunks", 6}, {"row_index", "adaln"}},
+  v.push_back(op(OpKind::QkNormRope, "transformer_blocks.0.attn.qk",
+                 with(attrs({{"heads", heads}, {"head_dim", d}, {"eps", c.qk_norm_eps}, {"rotary_dim", c.rotaryDim()}}),
+                      BF, BF, BF),
+                 laneTree(), 2));
+  v.push_back(op(OpKind::Linear, "transformer_blocks.0.attn.to_out.0",
+                 with(attrs({{"K", I}, {"N", H}, {"chunk", 2}, {"num_chunks", 6}}), BF, BF, BF, Epilogue::GateResidual),
                  kchunks(rowUnits(I)), 1));
-  v.push_back(op("linear", "transformer_blocks.0.ff.net.2",
-                 {{"K", F}, {"N", H}, {"out_dtype", "BF16"}, {"epilogue", "gate_residual"}, {"chunk", 5},
-                  {"num_chunks", 6}, {"row_index", "adaln"}},
+  v.push_back(op(OpKind::Linear, "transformer_blocks.0.ff.net.2",
+                 with(attrs({{"K", F}, {"N", H}, {"chunk", 5}, {"num_chunks", 6}}), BF, BF, BF, Epilogue::GateResidual),
                  kchunks(rowUnits(F)), 1));
-  v.push_back(op("adaln_table", "norm_out.linear", {{"K", E}, {"N", 2 * H}}, kchunks(1), 1, 1));
-  v.push_back(op("norm_modulate", "norm_out.norm",
-                 {{"H", H}, {"eps", c.final_norm_eps}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 2},
-                  {"row_index", "timestep"}, {"out_dtype", "F32"}},
+  v.push_back(op(OpKind::AdalnTable, "norm_out.linear",
+                 with(attrs({{"K", E}, {"N", 2 * H}, {"num_chunks", 2}, {"rows_per_timestep", 1}}), BF, F32, BF),
+                 kchunks(1), 1, 1));
+  v.push_back(op(OpKind::NormModulate, "norm_out.norm",
+                 with(attrs({{"H", H}, {"eps", c.final_norm_eps}, {"shift_chunk", 0}, {"scale_chunk", 1},
+                             {"num_chunks", 2}}),
+                      BF, BF, F32, Epilogue::None, plan::RowIndex::Timestep),
                  laneTree(), 1));
-  v.push_back(op("linear", "proj_out", {{"K", H}, {"N", c.videoPatchDim()}, {"w_dtype", "F32"}, {"out_dtype", "F32"}},
+  v.push_back(op(OpKind::Linear, "proj_out", with(attrs({{"K", H}, {"N", c.videoPatchDim()}}), F32, F32, F32),
                  kchunks(1), 1, 1));
-  v.push_back(op("linear", "audio_proj_out",
-                 {{"K", H}, {"N", c.audio_in_channels}, {"w_dtype", "F32"}, {"out_dtype", "F32"}}, kchunks(1), 1, 1));
-  v.push_back(op("unpack", "unpack", {{"video_cols", c.videoPatchDim()}, {"audio_cols", c.audio_in_channels}}, nullptr,
-                 0, 0, 2));
+  v.push_back(op(OpKind::Linear, "audio_proj_out", with(attrs({{"K", H}, {"N", c.audio_in_channels}}), F32, F32, F32),
+                 kchunks(1), 1, 1));
+  v.push_back(op(OpKind::Unpack, "unpack",
+                 with(attrs({{"video_cols", c.videoPatchDim()}, {"audio_cols", c.audio_in_channels}}), F32, F32, F32)));
   // Unfused forms (plans compiled without h3-fuse).
-  v.push_back(op("linear", "to_q", {{"K", H}, {"N", I}, {"out_dtype", "BF16"}}, kchunks(1), 1));
-  v.push_back(op("qk_norm", "norm_q", {{"heads", c.num_attention_heads}, {"head_dim", c.attention_head_dim},
-                                        {"eps", c.qk_norm_eps}}, laneTree(), 1));
-  v.push_back(op("rope", "rope_q", {{"heads", c.num_attention_heads}, {"head_dim", c.attention_head_dim},
-                                     {"rotary_dim", c.rotaryDim()}}));
-  v.push_back(op("swiglu", "ff.swiglu", {{"F", F}}));
-  v.push_back(op("silu", "time_embedder.act", {{"cols", c.time_embed_hidden_dim}, {"dtype", "F32"}}));
-  v.push_back(op("residual", "residual_ff", {{"cols", H}}));
-  v.push_back(op("gate_residual", "gate_residual_ff",
-                 {{"H", H}, {"chunk", 5}, {"num_chunks", 6}, {"row_index", "adaln"}}));
-  v.push_back(op("linear", "time_embedder.linear_1",
-                 {{"K", c.freq_dim}, {"N", c.time_embed_hidden_dim}, {"w_dtype", "F32"}, {"out_dtype", "F32"}},
-                 kchunks(1), 1, 1));
+  v.push_back(op(OpKind::Linear, "to_q", with(attrs({{"K", H}, {"N", I}}), BF, BF, BF), kchunks(1), 1));
+  v.push_back(op(OpKind::QkNorm, "norm_q", with(attrs({{"heads", heads}, {"head_dim", d}, {"eps", c.qk_norm_eps}}), BF,
+                                                BF, BF),
+                 laneTree(), 1));
+  v.push_back(op(OpKind::Rope, "rope_q",
+                 with(attrs({{"heads", heads}, {"head_dim", d}, {"rotary_dim", c.rotaryDim()}}), BF, BF, BF)));
+  v.push_back(op(OpKind::Swiglu, "ff.swiglu", with(attrs({{"F", F}, {"cols", F}}), BF, BF, BF)));
+  plan::OpAttrs silu = with(attrs({{"cols", c.time_embed_hidden_dim}}), F32, F32, F32);
+  silu.dtype = F32;
+  v.push_back(op(OpKind::Silu, "time_embedder.act", silu));
+  v.push_back(op(OpKind::Residual, "residual_ff", with(attrs({{"cols", H}}), BF, BF, BF)));
+  v.push_back(op(OpKind::GateResidual, "gate_residual_ff",
+                 with(attrs({{"H", H}, {"chunk", 5}, {"num_chunks", 6}}), BF, BF, BF)));
+  v.push_back(op(OpKind::Linear, "time_embedder.linear_1",
+                 with(attrs({{"K", c.freq_dim}, {"N", c.time_embed_hidden_dim}}), F32, F32, F32), kchunks(1), 1, 1));
   return v;
 }
 
@@ -131,41 +133,79 @@ TEST(KernelEmit, EveryOpKindEmitsForFullAndTiny) {
   for (const char *cfg : {"full", "small", "tiny"}) {
     auto ops = h3Ops(h3c::h3::namedConfig(cfg));
     for (const auto &o : ops) {
-      auto k = hk::emitKernel(o, "sm_90a");
-      ASSERT_TRUE(k.has_value()) << o.dump();
+      auto k = emit(o);
+      ASSERT_TRUE(k.has_value()) << o.op.where;
       EXPECT_NE(k->source.find("extern \"C\" __global__"), std::string::npos);
-      EXPECT_NE(k->source.find("#define"), std::string::npos);
+      EXPECT_NE(k->source.find("#define H3C_PARAMS "), std::string::npos);
       EXPECT_EQ(k->source.find("#include"), std::string::npos) << "kernels must not include headers";
       EXPECT_EQ(k->entry, "h3c_" + k->id);
-      EXPECT_GT(k->launch.threads, 0);
+      EXPECT_EQ(k->file, "kernels/" + k->id + ".cu");
+      EXPECT_EQ(k->arch, "sm_90a");
+      EXPECT_EQ(k->nvrtcOptions, hk::nvrtcOptions("sm_90a"));
+      EXPECT_GT(k->launch.block[0], 0);
       EXPECT_LE(k->launch.smemBytes, 227 * 1024);
+      // Every parameter is declared in the signature, in order, under its name.
+      size_t at = k->source.find("#define H3C_PARAMS ");
+      std::string sig = k->source.substr(at, k->source.find('\n', at) - at);
+      size_t pos = 0;
+      for (const auto &p : k->params) {
+        size_t f = sig.find(" " + p.name, pos);
+        ASSERT_NE(f, std::string::npos) << k->id << " lacks " << p.name << " in " << sig;
+        pos = f + 1;
+      }
     }
   }
 }
 
 TEST(KernelEmit, HostOpsHaveNoKernel) {
-  EXPECT_FALSE(hk::emitKernel(json{{"op", "rope_table"}}, "sm_90a").has_value());
-  EXPECT_FALSE(hk::emitKernel(json{{"op", "timestep_sinusoid"}}, "sm_100a").has_value());
+  EXPECT_FALSE(emit(op(OpKind::RopeTable, "rope", {})).has_value());
+  EXPECT_FALSE(emit(op(OpKind::TimestepSinusoid, "time_proj", {}), "sm_100a").has_value());
 }
 
 TEST(KernelEmit, IdIsStableAndShapeDependent) {
   auto c = h3c::h3::namedConfig("full");
-  auto a = hk::emitKernel(h3Ops(c)[4], "sm_90a"), b = hk::emitKernel(h3Ops(c)[4], "sm_90a");
+  auto a = emit(h3Ops(c)[4]), b = emit(h3Ops(c)[4]);
   EXPECT_EQ(a->id, b->id);
   EXPECT_EQ(a->source, b->source);
+  EXPECT_EQ(a->sha256, h3c::sha256Hex(a->source));
   EXPECT_EQ(a->id.rfind("qkv_linear_bf16_k5376_n21504_u1_", 0), 0u) << a->id;
-  auto t = hk::emitKernel(h3Ops(h3c::h3::namedConfig("tiny"))[4], "sm_90a");
+  auto t = emit(h3Ops(h3c::h3::namedConfig("tiny"))[4]);
   EXPECT_NE(a->id, t->id);
+}
+
+TEST(KernelEmit, LaunchAbiIsWrittenOut) {
+  auto ops = h3Ops(h3c::h3::namedConfig("full"));
+  auto qkv = emit(ops[4]);
+  ASSERT_TRUE(qkv);
+  // x, y0..y2, w spanning [Wq; Wk; Wv], rows = B*S.
+  ASSERT_EQ(qkv->params.size(), 6u);
+  EXPECT_EQ(qkv->params[4].name, "w");
+  EXPECT_EQ(qkv->params[4].role, plan::OperandRole::Weight);
+  EXPECT_EQ(qkv->params[4].span, 3);
+  EXPECT_EQ(qkv->params[5].kind, plan::KernelParam::Kind::Scalar);
+  EXPECT_EQ(qkv->params[5].value.text(), "B*S");
+  plan::Extents e{2, 8349, 512, 7680, 157, 1};
+  EXPECT_EQ(qkv->launch.grid[0].extent.eval(e), 2 * 8349);
+  EXPECT_EQ(qkv->launch.grid[0].div, 128);
+  EXPECT_EQ(qkv->launch.grid[1].extent.eval(e), 21504 / 128);
+  auto attn = emit(ops[6]);
+  EXPECT_EQ(attn->launch.grid[2].extent.text(), "B");  // one batch item per grid.z
+  EXPECT_EQ(attn->params.back().value.text(), "S");
+  auto gate = emit(ops[15]);
+  EXPECT_EQ(gate->params.back().name, "meta_rows");
+  EXPECT_EQ(gate->params.back().value.text(), "S");  // the row metadata has no batch axis
+  auto unpack = emit(ops[21]);
+  EXPECT_EQ(unpack->launch.grid[0].extent.text(), "96*B*Nv + 96*B*Na");
 }
 
 TEST(KernelEmit, TensorCoreLinearsFollowTheUnitTree) {
   auto c = h3c::h3::namedConfig("full");
   auto ops = h3Ops(c);
-  auto fc2 = hk::emitKernel(ops[16], "sm_90a");
+  auto fc2 = emit(ops[16]);
   ASSERT_TRUE(fc2);
   EXPECT_NE(fc2->source.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
   EXPECT_NE(fc2->source.find("#define GM_U 8\n"), std::string::npos);
-  EXPECT_NE(fc2->source.find("#define GM_EPI 2\n"), std::string::npos);
+  EXPECT_NE(fc2->source.find("#define GM_EPI GM_EPI_GATE_RESIDUAL\n"), std::string::npos);
   // The pairwise tree for 8 units: after unit 7, ((p6 + p7) into slot 0), (p45 + p67 into slot 1),
   // (p0123 + p4567 into slot 2).
   EXPECT_NE(fc2->source.find("case 7: gm_add(stk[0], acc); gm_add(stk[1], stk[0]); gm_add(stk[2], stk[1]); break;"),
@@ -174,39 +214,36 @@ TEST(KernelEmit, TensorCoreLinearsFollowTheUnitTree) {
             std::string::npos);
   EXPECT_NE(fc2->source.find("case 4: gm_copy(stk[0], acc); break;"), std::string::npos);
   // The launch never depends on M: the tile is fixed, the grid comes from the row count at run time.
-  EXPECT_EQ(fc2->launch.unitsPerBlock, 128);
-  EXPECT_EQ(fc2->launch.gridY, (5376 + 63) / 64);
+  EXPECT_EQ(fc2->launch.grid[0].div, 128);
+  EXPECT_EQ(fc2->launch.grid[1].extent.eval({}), (5376 + 63) / 64);
 }
 
 TEST(KernelEmit, RejectsOpsOutsideTheContract) {
   auto c = h3c::h3::namedConfig("full");
   auto ops = h3Ops(c);
-  json bad = ops[16];
-  bad["order"]["units"] = 3;
-  EXPECT_THROW(hk::emitKernel(bad, "sm_90a"), h3c::Error);
+  EmitOp bad = ops[16];
+  bad.op.order.units = 3;
+  EXPECT_THROW(emit(bad), h3c::Error);
   bad = ops[16];
-  bad["order"]["kind"] = "lane_tree";
-  EXPECT_THROW(hk::emitKernel(bad, "sm_90a"), h3c::Error);
-  bad = ops[16];
-  bad["attrs"].erase("chunk");
+  bad.op.order = laneTree();
   try {
-    hk::emitKernel(bad, "sm_90a");
-    FAIL() << "missing chunk accepted";
+    emit(bad);
+    FAIL() << "lane_tree linear accepted";
   } catch (const h3c::Error &e) {
     EXPECT_NE(std::string(e.what()).find("transformer_blocks.0.ff.net.2"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("chunk"), std::string::npos) << e.what();
   }
   // units = 8 needs K % 128 == 0 (tiny's K = 32 does not qualify).
-  json tinyFc2 = op("linear", "fc2", {{"K", 32}, {"N", 24}, {"out_dtype", "BF16"}}, kchunks(8), 1);
-  EXPECT_THROW(hk::emitKernel(tinyFc2, "sm_90a"), h3c::Error);
-  EXPECT_THROW(hk::emitKernel(json{{"op", "conv3d"}}, "sm_90a"), h3c::Error);
-  EXPECT_THROW(hk::emitKernel(ops[0], "sm_80"), h3c::Error);
-  json f32split = ops[0];
-  f32split["order"]["units"] = 2;
-  EXPECT_THROW(hk::emitKernel(f32split, "sm_90a"), h3c::Error);
-  json attn = ops[6];
-  attn["order"]["kv_block"] = 128;
-  EXPECT_THROW(hk::emitKernel(attn, "sm_90a"), h3c::Error);
+  EXPECT_THROW(emit(op(OpKind::Linear, "fc2", attrs({{"K", 32}, {"N", 24}}), kchunks(8), 1)), h3c::Error);
+  EXPECT_THROW(emit(ops[0], "sm_80"), h3c::Error);
+  EmitOp f32split = ops[0];
+  f32split.op.order.units = 2;
+  EXPECT_THROW(emit(f32split), h3c::Error);
+  EmitOp attn = ops[6];
+  attn.op.order.kvBlock = 128;
+  EXPECT_THROW(emit(attn), h3c::Error);
+  EmitOp arity = ops[15];
+  arity.vals.in.pop_back();
+  EXPECT_THROW(emit(arity), h3c::Error);
 }
 
 // detmath::expf against the correctly rounded exp (from double): within 1 ulp over the whole finite range, and the
@@ -264,14 +301,14 @@ void compileAll(const char *cfg, const std::string &arch) {
   hc::NvrtcJit jit;  // no cache: really compile
   std::set<std::string> seen;
   for (const auto &o : h3Ops(h3c::h3::namedConfig(cfg))) {
-    auto k = hk::emitKernel(o, arch);
+    auto k = emit(o, arch);
     ASSERT_TRUE(k);
     if (!seen.insert(k->id).second) continue;
     hc::CompiledKernel c;
     try {
-      c = jit.compile(*k, arch);
+      c = jit.compile(*k);
     } catch (const hc::CompileError &e) {
-      FAIL() << cfg << " " << arch << " " << o.dump() << "\n" << e.what();
+      FAIL() << cfg << " " << arch << " " << o.op.where << "\n" << e.what();
     }
     ASSERT_GT(c.cubin.size(), 4u);
     EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << k->id;
@@ -290,14 +327,12 @@ TEST(NvrtcCompile, FullConfigSm100a) {
 TEST(NvrtcCompile, TinyConfigSm90a) { compileAll("tiny", "sm_90a"); }
 TEST(NvrtcCompile, TinyConfigSm100a) { compileAll("tiny", "sm_100a"); }
 
-// The real plan: `h3c compile` of the checked-in full fingerprint, then every kernel file the plan lists is compiled
-// by NVRTC for sm_90a and sm_100a (skipped when this h3c was built without the MLIR compiler).
+// The real plan: `h3c compile` of the checked-in full fingerprint for each arch, then every kernel the plan carries is
+// compiled by NVRTC exactly as the runtime would (its own text and options); skipped when this h3c was built without
+// the MLIR compiler.
 TEST(NvrtcCompile, EveryKernelOfTheFullPlan) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   std::string tool = H3C_TOOL;
-  auto dir = tempDir("h3c-full-plan");
-  std::string cmd = tool + " compile " + std::string(H3C_SOURCE_DIR) + "/models/h3/fingerprint.json --arch sm_90a -o " +
-                    dir.string() + " >/dev/null 2>&1";
   {
     // A build without MLIR has no `compile` (its --help then prints the top-level usage): skip there.
     std::string help;
@@ -308,57 +343,52 @@ TEST(NvrtcCompile, EveryKernelOfTheFullPlan) {
     }
     if (help.find("--arch") == std::string::npos) GTEST_SKIP() << "this h3c has no compile (built without MLIR)";
   }
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream f(dir / "plan.json");
-  json plan = json::parse(f);
-  ASSERT_TRUE(plan.contains("kernels"));
-  std::set<std::string> kinds;
-  for (const auto &op : plan.at("ops"))
-    if (!op.at("kernel").is_null()) kinds.insert(op.at("op").get<std::string>());
-  for (const char *k : {"linear", "qkv_linear", "adaln_table", "time_embed", "rms_norm", "norm_modulate",
-                        "qk_norm_rope", "attention", "pack", "unpack"})
-    EXPECT_TRUE(kinds.count(k)) << "the full plan has no '" << k << "' kernel";
-  hc::NvrtcJit jit;
-  int n = 0;
-  for (const auto &[id, k] : plan.at("kernels").items()) {
-    hk::KernelSource src;
-    src.id = id;
-    src.entry = k.at("entry").get<std::string>();
-    std::ifstream kf(dir / k.at("file").get<std::string>());
-    src.source.assign(std::istreambuf_iterator<char>(kf), std::istreambuf_iterator<char>());
-    ASSERT_FALSE(src.source.empty()) << id;
-    for (const char *arch : {"sm_90a", "sm_100a"}) {
+  for (const char *arch : {"sm_90a", "sm_100a"}) {
+    auto dir = tempDir(std::string("h3c-full-plan-") + arch);
+    std::string cmd = tool + " compile " + std::string(H3C_SOURCE_DIR) + "/models/h3/fingerprint.json --arch " + arch +
+                      " -o " + dir.string() + " >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    plan::Plan p = plan::loadPlan(dir);
+    std::set<std::string> kinds;
+    for (const auto &o : p.forward().ops)
+      if (o.kernel) kinds.insert(plan::opKindName(o.kind));
+    for (const char *k : {"linear", "qkv_linear", "adaln_table", "time_embed", "rms_norm", "norm_modulate",
+                          "qk_norm_rope", "attention", "pack", "unpack"})
+      EXPECT_TRUE(kinds.count(k)) << "the full plan has no '" << k << "' kernel";
+    hc::NvrtcJit jit;
+    for (const auto &[id, k] : p.kernels) {
+      EXPECT_EQ(k.arch, arch);
       try {
-        auto c = jit.compile(src, arch);
+        auto c = jit.compile(k);
         EXPECT_GT(c.cubin.size(), 4u);
       } catch (const std::exception &e) {
         ADD_FAILURE() << id << " " << arch << ": " << e.what();
       }
     }
-    ++n;
+    EXPECT_GE(p.kernels.size(), 15u);
+    std::filesystem::remove_all(dir);
   }
-  EXPECT_GE(n, 15);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(NvrtcJit, CacheHitsAndRebuildsCorruptEntries) {
   auto dir = tempDir("h3c-jit-cache");
-  auto k = hk::emitKernel(h3Ops(h3c::h3::namedConfig("tiny"))[3], "sm_90a");  // rms_norm: quick to compile
+  auto k = emit(h3Ops(h3c::h3::namedConfig("tiny"))[3]);  // rms_norm: quick to compile
+  auto k100 = emit(h3Ops(h3c::h3::namedConfig("tiny"))[3], "sm_100a");
   std::string cubin;
   {
     hc::NvrtcJit jit(dir);
-    auto a = jit.compile(*k, "sm_90a");
+    auto a = jit.compile(*k);
     EXPECT_FALSE(a.fromCache);
-    auto b = jit.compile(*k, "sm_90a");
+    auto b = jit.compile(*k);
     EXPECT_TRUE(b.fromCache);
     EXPECT_EQ(a.cubin, b.cubin);
     cubin = a.cubin;
     // Another arch is another key.
-    auto c = jit.compile(*k, "sm_100a");
+    auto c = jit.compile(*k100);
     EXPECT_FALSE(c.fromCache);
     EXPECT_NE(c.key, a.key);
   }
-  auto entry = dir / (hc::NvrtcJit::cacheKey(*k, "sm_90a") + ".cubin");
+  auto entry = dir / (hc::NvrtcJit::cacheKey(*k) + ".cubin");
   ASSERT_TRUE(std::filesystem::exists(entry));
   // No temp files left behind by the atomic writes.
   int files = 0;
@@ -379,48 +409,57 @@ TEST(NvrtcJit, CacheHitsAndRebuildsCorruptEntries) {
   }
   {
     hc::NvrtcJit jit(dir);
-    auto r = jit.compile(*k, "sm_90a");
+    auto r = jit.compile(*k);
     EXPECT_FALSE(r.fromCache);
     EXPECT_TRUE(r.rebuiltCorrupt);
     EXPECT_EQ(jit.stats().corruptRebuilt, 1);
     EXPECT_EQ(r.cubin, cubin);
-    auto again = jit.compile(*k, "sm_90a");
+    auto again = jit.compile(*k);
     EXPECT_TRUE(again.fromCache);
   }
   // A truncated entry is corrupt too.
   std::filesystem::resize_file(entry, 20);
   {
     hc::NvrtcJit jit(dir);
-    auto r = jit.compile(*k, "sm_90a");
+    auto r = jit.compile(*k);
     EXPECT_TRUE(r.rebuiltCorrupt);
   }
   std::filesystem::remove_all(dir);
 }
 
 TEST(NvrtcJit, CompileErrorNamesTheKernelWithTheLog) {
-  hk::KernelSource bad;
+  plan::Kernel bad;
   bad.id = "broken_kernel_1234";
   bad.entry = "h3c_broken";
+  bad.arch = "sm_90a";
+  bad.nvrtcOptions = hk::nvrtcOptions("sm_90a");
   bad.source = "extern \"C\" __global__ void h3c_broken(float *p) { p[0] = undeclared_thing; }\n";
   hc::NvrtcJit jit;
   try {
-    jit.compile(bad, "sm_90a");
+    jit.compile(bad);
     FAIL() << "compiled a broken kernel";
   } catch (const hc::CompileError &e) {
     std::string w = e.what();
     EXPECT_NE(w.find("broken_kernel_1234"), std::string::npos) << w;
     EXPECT_NE(w.find("undeclared_thing"), std::string::npos) << w;
   }
-  EXPECT_THROW(hc::NvrtcJit::options("sm_80"), h3c::Error);
+  EXPECT_THROW(hk::nvrtcOptions("sm_80"), h3c::Error);
+  // Options that do not target the kernel's arch are refused before NVRTC runs.
+  plan::Kernel wrong = bad;
+  wrong.arch = "sm_100a";
+  EXPECT_THROW(jit.compile(wrong), h3c::Error);
 }
 
 TEST(NvrtcJit, KeyCoversSourceArchAndVersion) {
-  auto k = *hk::emitKernel(h3Ops(h3c::h3::namedConfig("tiny"))[3], "sm_90a");
+  auto k = *emit(h3Ops(h3c::h3::namedConfig("tiny"))[3]);
   auto k2 = k;
   k2.source += "\n// changed\n";
-  EXPECT_NE(hc::NvrtcJit::cacheKey(k, "sm_90a"), hc::NvrtcJit::cacheKey(k2, "sm_90a"));
-  EXPECT_NE(hc::NvrtcJit::cacheKey(k, "sm_90a"), hc::NvrtcJit::cacheKey(k, "sm_100a"));
-  EXPECT_EQ(hc::NvrtcJit::cacheKey(k, "sm_90a"), hc::NvrtcJit::cacheKey(k, "sm_90a"));
+  auto k3 = k;
+  k3.nvrtcOptions.push_back("-DEXTRA=1");
+  EXPECT_NE(hc::NvrtcJit::cacheKey(k), hc::NvrtcJit::cacheKey(k2));
+  EXPECT_NE(hc::NvrtcJit::cacheKey(k), hc::NvrtcJit::cacheKey(k3));
+  EXPECT_NE(hc::NvrtcJit::cacheKey(k), hc::NvrtcJit::cacheKey(*emit(h3Ops(h3c::h3::namedConfig("tiny"))[3], "sm_100a")));
+  EXPECT_EQ(hc::NvrtcJit::cacheKey(k), hc::NvrtcJit::cacheKey(k));
   EXPECT_FALSE(hc::NvrtcJit::nvrtcVersion().empty());
 }
 #endif

@@ -142,7 +142,7 @@ TEST(RuntimeCli, BadInputsFailClosed) {
   EXPECT_EQ(2, tool("request make --config tiny --video 1,2 --seed 1 -o " + t / "x.safetensors", &out));
   // A tampered plan (content changed, hash not updated).
   auto p = nlohmann::json::parse(readFile(t / "plan/plan.json"));
-  p["ops"][1]["order"]["units"] = 2;
+  p["functions"]["forward"]["ops"][1]["order"]["units"] = 2;
   writePlan(t / "plan2", p);
   EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --plan " + t / "plan2" + " --inputs " + t / "r.safetensors" +
                    " --out " + t / "o.safetensors --ledger " + t / "l.json", &out));

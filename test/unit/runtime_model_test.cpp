@@ -18,8 +18,8 @@ using namespace h3c::rt;
 
 namespace {
 
-Plan makePlan(const h3::Config &c, bool fuse = false, int tp = 1) {
-  return planFromJson(testplans::modelPlan(c, fuse, tp), "/nonexistent", "test-plan.json");
+plan::Plan makePlan(const h3::Config &c, bool fuse = false, int tp = 1) {
+  return plan::planFromJson(testplans::modelPlan(c, fuse, tp), "/nonexistent", "test-plan.json");
 }
 
 Request makeReq(const h3::Config &c, int64_t Nt, int64_t T, int64_t H, int64_t W, int64_t Na, uint64_t seed,
@@ -36,11 +36,11 @@ Request makeReq(const h3::Config &c, int64_t Nt, int64_t T, int64_t H, int64_t W
   return makeRequest(c, sh, seed);
 }
 
-RunResult run(const Plan &p, WeightSource &w, const Request &r, Mode mode = Mode::Strict, int threads = 2,
+RunResult run(const plan::Plan &p, WeightSource &w, const Request &r, Mode mode = Mode::Strict, int threads = 2,
               std::vector<BindRule> binds = {}) {
   RunOptions o;
   o.mode = mode;
-  o.tp = p.tp;
+  o.tp = p.options.tp;
   o.threads = threads;
   o.binds = std::move(binds);
   return runModel(p, w, r, o);
@@ -80,7 +80,7 @@ TEST(RuntimeModel, TinyAndSmallMatchIndependentFp64Reference) {
   for (const char *name : {"tiny", "small"})
     for (bool fuse : {false, true}) {
       h3::Config c = h3::namedConfig(name);
-      Plan p = makePlan(c, fuse);
+      plan::Plan p = makePlan(c, fuse);
       auto w = makeSyntheticWeights(c, 5);
       Request r = makeReq(c, 5, 2, 2, 3, 4, 11, 2, 3, true);
       RunResult res = run(p, *w, r);
@@ -114,7 +114,7 @@ TEST(RuntimeModel, FusedEqualsUnfusedAndThreadCountDoesNotMatter) {
 TEST(RuntimeModel, PackedRowPermutationChangesNoBit) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 9);
-  Plan p = makePlan(c, true);
+  plan::Plan p = makePlan(c, true);
   Request r = makeReq(c, 6, 2, 2, 4, 5, 21, 2, 3, false);
   Request s = makeReq(c, 6, 2, 2, 4, 5, 21, 2, 3, true);
   ASSERT_NE(r.tensors.at("video_indices").bytes, s.tensors.at("video_indices").bytes);  // really permuted
@@ -134,7 +134,7 @@ TEST(RuntimeModel, PackedRowPermutationChangesNoBit) {
 TEST(RuntimeModel, BatchItemAloneEqualsItsSliceOfBatchFour) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 2);
-  Plan p = makePlan(c, true);
+  plan::Plan p = makePlan(c, true);
   Request r = makeReq(c, 4, 1, 3, 3, 3, 8, 4, 2, true);
   RunResult all = run(p, *w, r);
   for (int64_t b = 0; b < 4; ++b) {
@@ -155,7 +155,7 @@ TEST(RuntimeModel, TensorParallelDegreesAreByteEqual) {
   for (bool fuse : {false, true}) {
     RunResult base = run(makePlan(c, fuse, 1), *w, r);
     for (int tp : {2, 4, 8}) {
-      Plan p = makePlan(c, fuse, tp);
+      plan::Plan p = makePlan(c, fuse, tp);
       RunResult t = run(p, *w, r);
       EXPECT_TRUE(sameBytes(base.outputs.sample, t.outputs.sample)) << "tp " << tp << " fuse " << fuse;
       EXPECT_TRUE(sameBytes(base.outputs.audio_sample, t.outputs.audio_sample)) << "tp " << tp;
@@ -214,7 +214,7 @@ TEST(RuntimeModel, RejectsMismatchedTpAndConfig) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 1);
   Request r = makeReq(c, 3, 1, 2, 2, 2, 1);
-  Plan p = makePlan(c);
+  plan::Plan p = makePlan(c);
   RunOptions o;
   o.tp = 2;
   EXPECT_THROW(runModel(p, *w, r, o), Error);
@@ -227,7 +227,7 @@ TEST(RuntimeModel, RejectsMismatchedTpAndConfig) {
 TEST(RuntimeModel, EmptyModalitiesRun) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 4);
-  Plan p = makePlan(c, true);
+  plan::Plan p = makePlan(c, true);
   fp64ref::Ref ref{c, *w, {}};
   struct Case {
     int64_t Nt, T, H, W, Na;

@@ -1,4 +1,4 @@
-// plan.json reading fails closed, naming the JSON pointer of the problem.
+// plan.json reading fails closed, naming the JSON pointer of the problem; the writer's output reads back as written.
 #include "runtime_test_plans.h"
 
 #include "h3c/runtime/nodes.h"
@@ -8,149 +8,340 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 
 namespace fs = std::filesystem;
 using namespace h3c;
-using namespace h3c::rt;
 using nlohmann::json;
+using rt::testplans::opsOf;
+using rt::testplans::rehash;
 
 namespace {
 
-json tinyPlan(bool fuse = false) { return testplans::modelPlan(h3::namedConfig("tiny"), fuse); }
+json tinyPlan(bool fuse = false, int tp = 1) { return rt::testplans::modelPlan(h3::namedConfig("tiny"), fuse, tp); }
 
-void rejects(const json &plan, const std::string &needle, const fs::path &dir = "/nonexistent") {
+const std::string kOps = "#/functions/forward/ops/";
+
+void rejects(const json &p, const std::string &needle, const fs::path &dir = "/nonexistent") {
   try {
-    planFromJson(plan, dir, "plan.json");
+    plan::planFromJson(p, dir, "plan.json");
     ADD_FAILURE() << "accepted a bad plan (expected: " << needle << ")";
   } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
 }
 
-size_t opIndexOf(const json &plan, const std::string &node) {
-  for (size_t i = 0; i < plan["ops"].size(); ++i)
-    for (const auto &n : plan["ops"][i]["nodes"])
+size_t opIndexOf(json &p, const std::string &node) {
+  json &ops = opsOf(p);
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (const auto &n : ops[i]["nodes"])
       if (n == node)
         return i;
   return SIZE_MAX;
 }
 
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("h3c_plan_" + std::to_string(::getpid()) + "_" +
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  TempDir() { fs::create_directories(path / "kernels"); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
 } // namespace
 
-TEST(RuntimePlan, ValidPlansLoad) {
+TEST(PlanRead, ValidPlansLoad) {
   for (bool fuse : {false, true}) {
-    Plan p = planFromJson(tinyPlan(fuse), "/nonexistent");
-    EXPECT_EQ(p.tp, 1);
-    EXPECT_EQ(p.fuse, fuse);
-    EXPECT_EQ(p.outputs.at("sample"), "unpack:sample");
+    plan::Plan p = plan::planFromJson(tinyPlan(fuse), "/nonexistent");
+    EXPECT_EQ(p.options.tp, 1);
+    EXPECT_EQ(p.options.fuse, fuse);
+    const plan::Function &fn = p.forward();
+    EXPECT_EQ(fn.outputs.at("sample"), "unpack:sample");
     size_t nodes = 0;
-    for (const auto &op : p.ops)
+    for (const auto &op : fn.ops)
       nodes += op.nodes.size();
-    EXPECT_EQ(nodes, expectedNodes(p.config).size());
-    EXPECT_EQ(p.ops.front().op, "rope_table");
-    // lastUse: the packed stream dies at the first block's norm1 ... and plan outputs are never freed.
-    auto last = p.lastUse();
+    EXPECT_EQ(nodes, rt::expectedNodes(p.config).size());
+    EXPECT_EQ(fn.ops.front().kind, plan::OpKind::RopeTable);
+    auto last = p.lastUse(fn);
     EXPECT_EQ(last.at("unpack:sample"), SIZE_MAX);
   }
-  EXPECT_EQ(expectedNodes(h3::namedConfig("full")).size(), 893u);
+  EXPECT_EQ(rt::expectedNodes(h3::namedConfig("full")).size(), 893u);
 }
 
-TEST(RuntimePlan, HashIsCheckedAgainstTheContent) {
+TEST(PlanRead, TypedAttrsAndOperandPositions) {
+  json j = tinyPlan(true, 2);
+  plan::Plan p = plan::planFromJson(j, "/nonexistent");
+  const plan::Op *fc1 = nullptr, *gate = nullptr, *qkv = nullptr;
+  for (const auto &op : p.forward().ops) {
+    if (op.firstNode() == "transformer_blocks.0.ff.net.0.proj") fc1 = &op;
+    if (op.firstNode() == "transformer_blocks.0.gate_residual_attn") gate = &op;
+    if (op.kind == plan::OpKind::QkvLinear && op.firstNode() == "transformer_blocks.1.attn.to_q") qkv = &op;
+  }
+  ASSERT_TRUE(fc1 && gate && qkv);
+  const h3::Config c = h3::namedConfig("tiny");
+  EXPECT_EQ(fc1->attrs.epilogue, plan::Epilogue::Swiglu);
+  EXPECT_EQ(fc1->attrs.shard.kind, plan::ShardKind::Column);
+  ASSERT_EQ(fc1->attrs.shard.segments.size(), 2u);
+  EXPECT_EQ(fc1->attrs.shard.segments[1], std::make_pair<int64_t, int64_t>(c.ffn_dim, 2 * c.ffn_dim));
+  EXPECT_EQ(qkv->attrs.shard.segments.size(), 3u);
+  // tp 2 splits the row-parallel to_out into a partial linear and the tree combine carrying the epilogue.
+  EXPECT_EQ(gate->kind, plan::OpKind::AllreduceTree);
+  EXPECT_EQ(gate->attrs.epilogue, plan::Epilogue::GateResidual);
+  EXPECT_EQ(gate->attrs.chunk, 2);
+  auto roles = plan::inputRoles(gate->kind, gate->attrs);
+  EXPECT_EQ(roles, (std::vector<std::string>{"partials", "residual", "table", "ts_index", "tags"}));
+  EXPECT_EQ(gate->in[3], "pack:ts_index");
+}
+
+TEST(PlanRead, HashIsCheckedAgainstTheContent) {
   json p = tinyPlan();
   // plan_sha256 = sha256 of the canonical JSON of the plan without plan_sha256 (computed here independently).
   json copy = p;
   copy.erase("plan_sha256");
   EXPECT_EQ(p["plan_sha256"], sha256Hex(copy.dump()));
-  p["ops"][3]["order"]["units"] = 2;
+  opsOf(p)[3]["order"]["units"] = 2;
   rejects(p, "#/plan_sha256");
 }
 
-TEST(RuntimePlan, StructuralErrorsNameTheirPointer) {
+TEST(PlanRead, StructuralErrorsNameTheirPointer) {
   json p = tinyPlan();
   json a = p;
-  a["schema"] = "h3c-plan-v0";
-  rejects(testplans::rehash(a), "#/schema");
+  a["schema"] = "h3c-plan-v1";
+  rejects(rehash(a), "#/schema");
   json b = p;
   b["surprise"] = 1;
-  rejects(testplans::rehash(b), "#/surprise");
+  rejects(rehash(b), "#/surprise");
   json c = p;
-  c["ops"][2]["op"] = "conv2d";
-  rejects(testplans::rehash(c), "#/ops/2/op");
+  opsOf(c)[2]["op"] = "conv2d";
+  rejects(rehash(c), kOps + "2/op");
   size_t i = opIndexOf(p, "proj_in");
+  const std::string at = kOps + std::to_string(i);
   json d = p;
-  d["ops"][i]["order"] = {{"kind", "lane_tree"}, {"lanes", 32}, {"acc", "f32"}};
-  rejects(testplans::rehash(d), "must carry a 'k_chunks'");
+  opsOf(d)[i]["order"] = {{"kind", "lane_tree"}, {"lanes", 32}, {"acc", "f32"}};
+  rejects(rehash(d), "must carry a 'k_chunks'");
   json e = p;
-  e["ops"][i]["order"]["k_step"] = 32;
-  rejects(testplans::rehash(e), "#/ops/" + std::to_string(i) + "/order/k_step");
+  opsOf(e)[i]["order"]["k_step"] = 32;
+  rejects(rehash(e), at + "/order/k_step");
   json f = p;
-  f["ops"][i]["order"] = nullptr;
-  rejects(testplans::rehash(f), "#/ops/" + std::to_string(i) + "/order");
+  opsOf(f)[i]["order"] = nullptr;
+  rejects(rehash(f), at + "/order");
   json g = p;
-  g["ops"][i]["in"][0] = "@nothing";
-  rejects(testplans::rehash(g), "unknown value '@nothing'");
+  opsOf(g)[i]["in"][0] = "@nothing";
+  rejects(rehash(g), "unknown value '@nothing'");
   // Use before definition: the first block's norm1 reads a value defined later.
   size_t n1 = opIndexOf(p, "transformer_blocks.0.norm1");
   json h = p;
-  h["ops"][n1]["in"][0] = "transformer_blocks.1.gate_residual_ff";
-  rejects(testplans::rehash(h), "read before any op defines it");
+  opsOf(h)[n1]["in"][0] = "transformer_blocks.1.gate_residual_ff";
+  rejects(rehash(h), "read before any op defines it");
   json k = p;
   k["values"]["pack"]["rows"] = "Q";
-  rejects(testplans::rehash(k), "#/values/pack/rows");
+  rejects(rehash(k), "#/values/pack/rows");
   json m = p;
   m["values"]["@timestep"]["batch"] = true;
-  rejects(testplans::rehash(m), "#/values/@timestep/batch");
+  rejects(rehash(m), "#/values/@timestep/batch");
   json o = p;
   o["options"]["tp"] = 3;
-  rejects(testplans::rehash(o), "#/options/tp");
+  rejects(rehash(o), "#/options/tp");
+  json q = p;
+  q["values"]["pack"]["slot"] = 9999;
+  rejects(rehash(q), "#/values/pack/slot");
 }
 
-TEST(RuntimePlan, EveryNodeExactlyOnce) {
+TEST(PlanRead, AttrsAreTypedAndComplete) {
+  json p = tinyPlan(true);
+  size_t i = opIndexOf(p, "transformer_blocks.0.attn.to_out.0");
+  const std::string at = kOps + std::to_string(i) + "/attrs/";
+  json a = p;
+  opsOf(a)[i]["attrs"].erase("chunk");
+  rejects(rehash(a), at + "chunk");
+  json b = p;
+  opsOf(b)[i]["attrs"]["epilogue"] = "gelu";
+  rejects(rehash(b), at + "epilogue");
+  json c = p;
+  opsOf(c)[i]["attrs"]["chunk"] = 6;
+  rejects(rehash(c), "out of [0, num_chunks = 6)");
+  json d = p;
+  opsOf(d)[i]["attrs"]["heads"] = 2;
+  rejects(rehash(d), at + "heads");
+  json e = p;
+  opsOf(e)[i]["attrs"]["shard"] = {{"kind", "diagonal"}, {"tp", 1}};
+  rejects(rehash(e), at + "shard/kind");
+  json f = p;
+  opsOf(f)[i]["attrs"]["K"] = "32";
+  rejects(rehash(f), at + "K");
+  // A column shard's segments must tile the columns and split over tp.
+  json g = tinyPlan(true, 2);
+  size_t fc1 = opIndexOf(g, "transformer_blocks.0.ff.net.0.proj");
+  opsOf(g)[fc1]["attrs"]["shard"]["segments"][1][0] = 5;
+  rejects(rehash(g), "segments must tile");
+}
+
+TEST(PlanRead, OperandArityFollowsTheKind) {
+  json p = tinyPlan(true);
+  size_t i = opIndexOf(p, "transformer_blocks.0.attn.to_out.0");
+  json a = p;
+  opsOf(a)[i]["in"].erase(4);  // gate_residual needs tags
+  rejects(rehash(a), "takes 5 inputs (x, residual, table, ts_index, tags), got 4");
+  json b = p;
+  opsOf(b)[i]["attrs"]["epilogue"] = "residual";
+  for (const char *k : {"chunk", "num_chunks", "row_index"})
+    opsOf(b)[i]["attrs"].erase(k);
+  rejects(rehash(b), "takes 2 inputs (x, residual), got 5");
+}
+
+TEST(PlanRead, EveryNodeExactlyOnce) {
   json p = tinyPlan();
   size_t i = opIndexOf(p, "transformer_blocks.1.ff.swiglu");
   json a = p;
-  a["ops"][i]["nodes"] = json::array({"transformer_blocks.1.ff.swiglu", "transformer_blocks.1.norm2"});
-  rejects(testplans::rehash(a), "already implemented");
+  opsOf(a)[i]["nodes"] = json::array({"transformer_blocks.1.ff.swiglu", "transformer_blocks.1.norm2"});
+  rejects(rehash(a), "already implemented");
   json b = p;
-  b["ops"][i]["nodes"] = json::array({"transformer_blocks.7.ff.swiglu"});
-  rejects(testplans::rehash(b), "not a node of this config");
-  // Dropping the unpack op leaves its node uncovered (and the outputs undefined).
+  opsOf(b)[i]["nodes"] = json::array({"transformer_blocks.7.ff.swiglu"});
+  rejects(rehash(b), "not a node of this config");
   json c = p;
-  c["ops"].erase(c["ops"].size() - 1);
-  rejects(testplans::rehash(c), "never defined");
+  opsOf(c).erase(opsOf(c).size() - 1);
+  rejects(rehash(c), "never defined");
   json d = p;
-  size_t s = opIndexOf(p, "transformer_blocks.0.ff.swiglu");
-  d["ops"][s]["nodes"] = json::array();
-  rejects(testplans::rehash(d), "at least one node");
+  opsOf(d)[i]["nodes"] = json::array();
+  rejects(rehash(d), "at least one node");
 }
 
-TEST(RuntimePlan, KernelSourcesAreHashChecked) {
-  fs::path dir = fs::temp_directory_path() / ("h3c_plan_k_" + std::to_string(::getpid()));
-  fs::create_directories(dir / "kernels");
-  writeFileAtomic(dir / "kernels/k1.cu", "extern \"C\" __global__ void k1() {}\n");
+TEST(PlanRead, OpsImplementNodesOfTheirKindWithTheirTensors) {
+  json p = tinyPlan();
+  size_t i = opIndexOf(p, "context_embedder");
+  const std::string at = kOps + std::to_string(i);
+  json a = p;
+  opsOf(a)[i]["weights"]["bias"] = json::array();  // the config's context_embedder has a bias
+  rejects(rehash(a), at + "/weights/bias");
+  json b = p;
+  opsOf(b)[i]["weights"]["weight"] = {"proj_in.weight"};
+  rejects(rehash(b), at + "/weights/weight");
+  // A linear over the pack node (a node of another kind) swapped with the pack op's node.
+  json c = p;
+  size_t pk = opIndexOf(p, "pack");
+  opsOf(c)[i]["nodes"] = {"pack"};
+  opsOf(c)[pk]["nodes"] = {"context_embedder"};
+  rejects(rehash(c), "implements nodes of kinds [linear], got [pack]");
+}
+
+TEST(PlanRead, WeightBuffersMatchTheConfig) {
+  json p = tinyPlan();
+  json a = p;
+  a["weights"][0]["tensors"][0]["shape"][0] = 7;
+  rejects(rehash(a), "differs from the config");
+  json b = p;
+  b["weights"].push_back(b["weights"][0]);
+  rejects(rehash(b), "is in two weight buffers");
+  json c = p;
+  c["weights"].erase(0);
+  rejects(rehash(c), "is in no weight buffer");
+}
+
+namespace {
+
+// A plan with one kernel on proj_in, written into `dir`.
+json withKernel(const fs::path &dir) {
+  writeFileAtomic(dir / "kernels/k1.cu", "extern \"C\" __global__ void k1(const void *x, void *y, long long rows) {}\n");
   json p = tinyPlan();
   size_t i = opIndexOf(p, "proj_in");
-  p["ops"][i]["kernel"] = "k1";
-  p["kernels"]["k1"] = {{"file", "kernels/k1.cu"}, {"sha256", sha256File(dir / "kernels/k1.cu")}, {"entry", "k1"}};
-  Plan ok = planFromJson(testplans::rehash(p), dir);
-  EXPECT_EQ(*ok.ops[i].kernel, "k1");
+  opsOf(p)[i]["kernel"] = "k1";
+  p["kernels"]["k1"] = {
+      {"file", "kernels/k1.cu"},
+      {"sha256", sha256File(dir / "kernels/k1.cu")},
+      {"entry", "k1"},
+      {"arch", "sm_90a"},
+      {"nvrtc_options", {"--gpu-architecture=sm_90a"}},
+      {"launch",
+       {{"block", {256, 1, 1}},
+        {"smem_bytes", 0},
+        {"cluster", {1, 1, 1}},
+        {"grid",
+         {{{"extent", "B*Nv"}, {"div", 64}, {"max_per_sm", 0}},
+          {{"extent", "1"}, {"div", 1}, {"max_per_sm", 0}},
+          {{"extent", "1"}, {"div", 1}, {"max_per_sm", 0}}}}}},
+      {"params",
+       {{{"kind", "buffer"}, {"name", "x"}, {"role", "in"}, {"index", 0}, {"span", 1}},
+        {{"kind", "buffer"}, {"name", "y"}, {"role", "out"}, {"index", 0}, {"span", 1}},
+        {{"kind", "scalar"}, {"name", "rows"}, {"type", "i64"}, {"value", "B*Nv"}}}}};
+  return rehash(p);
+}
+
+} // namespace
+
+TEST(PlanRead, KernelsAreHashCheckedAndFitTheirOps) {
+  TempDir t;
+  json p = withKernel(t.path);
+  size_t i = opIndexOf(p, "proj_in");
+  plan::Plan ok = plan::planFromJson(p, t.path);
+  const plan::Kernel &k = ok.kernel(ok.forward().ops[i]);
+  EXPECT_EQ(k.params.size(), 3u);
+  EXPECT_EQ(k.params[2].value.eval({2, 10, 3, 4, 3, 1}), 8);  // B * Nv
+  EXPECT_EQ(k.source.rfind("extern", 0), 0u);
   json bad = p;
   bad["kernels"]["k1"]["sha256"] = std::string(64, 'a');
-  rejects(testplans::rehash(bad), "#/kernels/k1/sha256", dir);
+  rejects(rehash(bad), "#/kernels/k1/sha256", t.path);
   json missing = p;
   missing["kernels"]["k1"]["file"] = "kernels/k2.cu";
-  rejects(testplans::rehash(missing), "does not exist", dir);
+  rejects(rehash(missing), "does not exist", t.path);
   json escape = p;
   escape["kernels"]["k1"]["file"] = "../k1.cu";
-  rejects(testplans::rehash(escape), "relative to the plan folder", dir);
+  rejects(rehash(escape), "kernels/ folder", t.path);
   json unknown = p;
-  unknown["ops"][i]["kernel"] = "k9";
-  rejects(testplans::rehash(unknown), "#/ops/" + std::to_string(i) + "/kernel", dir);
+  opsOf(unknown)[i]["kernel"] = "k9";
+  rejects(rehash(unknown), kOps + std::to_string(i) + "/kernel", t.path);
+  json arity = p;
+  arity["kernels"]["k1"]["params"][0]["index"] = 1;  // proj_in has one input
+  rejects(rehash(arity), "reads operand 1..1 of a role the op has 1 of", t.path);
+  json grid = p;
+  grid["kernels"]["k1"]["launch"]["grid"][0]["extent"] = "B*Q";
+  rejects(rehash(grid), "launch/grid/0/extent", t.path);
+  json arch = p;
+  arch["kernels"]["k1"]["arch"] = "sm_100a";
+  rejects(rehash(arch), "kernel built for sm_100a in a plan for sm_90a", t.path);
+  json unused = p;
+  opsOf(unused)[i]["kernel"] = nullptr;
+  rejects(rehash(unused), "no op launches this kernel", t.path);
+  json host = p;
+  opsOf(host)[0]["kernel"] = "k1";  // rope_table runs on the host
+  rejects(rehash(host), "runs on the host", t.path);
   // On disk: loadPlan(dir) reads dir/plan.json.
-  writeFileAtomic(dir / "plan.json", testplans::rehash(p).dump());
-  EXPECT_EQ(loadPlan(dir).ops.size(), ok.ops.size());
-  writeFileAtomic(dir / "plan.json", "{not json");
-  EXPECT_THROW(loadPlan(dir), Error);
-  fs::remove_all(dir);
+  writeFileAtomic(t.path / "plan.json", p.dump());
+  EXPECT_EQ(plan::loadPlan(t.path).forward().ops.size(), ok.forward().ops.size());
+  writeFileAtomic(t.path / "plan.json", "{not json");
+  EXPECT_THROW(plan::loadPlan(t.path), Error);
+}
+
+TEST(PlanWrite, WhatIsWrittenReadsBackTheSame) {
+  TempDir t;
+  json p = withKernel(t.path);
+  plan::Plan a = plan::planFromJson(p, t.path);
+  fs::path out = t.path / "copy";
+  std::string sha = plan::writePlanFolder(a, out);
+  plan::Plan b = plan::loadPlan(out);
+  EXPECT_EQ(b.planSha256, sha);
+  // The reader's document and the writer's are the same JSON (field for field), so the hashes agree.
+  EXPECT_EQ(plan::planToJson(b), plan::planToJson(a));
+  EXPECT_EQ(readFile(out / "kernels/k1.cu"), readFile(t.path / "kernels/k1.cu"));
+  // Replacing a plan folder is allowed; a folder holding anything else is never replaced.
+  EXPECT_NO_THROW(plan::writePlanFolder(a, out));
+  writeFileAtomic(out / "notes.txt", "mine");
+  EXPECT_THROW(plan::writePlanFolder(a, out), Error);
+  EXPECT_TRUE(fs::exists(out / "notes.txt"));
+  fs::create_directories(t.path / "other");
+  EXPECT_THROW(plan::writePlanFolder(a, t.path / "other"), Error);
+}
+
+TEST(PlanExtent, ParsesEvaluatesAndRejects) {
+  plan::Extents e{2, 30, 5, 20, 5, 3};
+  EXPECT_EQ(plan::Extent::parse("B*S", "t").eval(e), 60);
+  EXPECT_EQ(plan::Extent::parse("96*B*Nv + 32*B*Na", "t").eval(e), 96 * 40 + 32 * 10);
+  EXPECT_EQ(plan::Extent::parse("T3", "t").eval(e), 9);
+  EXPECT_EQ(plan::Extent::parse(" 7 ", "t").eval(e), 7);
+  EXPECT_EQ(plan::Extent::parse("B*Nv + B*Na", "t").scaled(4).text(), "4*B*Nv + 4*B*Na");
+  EXPECT_EQ(plan::Extent::rowsOf(plan::Domain::S, true).text(), "B*S");
+  EXPECT_EQ(plan::Extent::rowsOf(plan::Domain::One, false).eval(e), 1);
+  for (const char *bad : {"", "B*", "+S", "S+", "B**S", "Q", "S3", "2*(B+S)", "99999999999999999999"})
+    EXPECT_THROW(plan::Extent::parse(bad, "t"), Error) << bad;
+  EXPECT_THROW(plan::Extent::parse("B*S*S*S", "t").eval({1 << 30, 1 << 30, 0, 0, 0, 0}), Error);
 }

@@ -1,15 +1,20 @@
 // Plans written by hand for the runtime tests (before and independently of `h3c compile`): the whole model in the
 // unfused form of docs/contract.md sections 2/3/7, optionally with the fused ops of section 3 and the TP shard attrs
-// of section 4, exactly as a plan.json would spell them. Used by runtime_*_test.cpp only.
+// of section 4, exactly as a plan.json would spell them (schema h3c-plan-v2). The attrs every op carries (out_dtype,
+// x_dtype, w_dtype, shard with its column segments), one slot per value and one weight buffer per tensor are filled
+// in by finish() from the rules of section 5.1. Used by the runtime tests only (no kernels: CPU runs).
 #pragma once
 
 #include "h3c/models/config.h"
-#include "h3c/runtime/plan.h"
+#include "h3c/plan/io.h"
 #include "h3c/support/sha256.h"
 #include "h3c/support/canonical_json.h"
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,11 +53,19 @@ struct PlanBuilder {
   json shard(const char *kind) const { return tp > 1 ? json{{"kind", kind}, {"tp", tp}} : json(nullptr); }
 
   // A linear node: weight [+ bias], output `dtype`.
+  h3::TensorSpec specOf(const std::string &tensor) const {
+    for (const auto &t : h3::diffusersTensors(c))
+      if (t.name == tensor)
+        return t;
+    throw std::runtime_error("no tensor " + tensor);
+  }
+
   void linear(const std::string &node, const std::string &x, const char *dtype, const char *rows, int64_t n,
               bool bias, int units = 1, const char *shardKind = nullptr) {
     val(node, dtype, rows, n);
     json w = {{"weight", {node + ".weight"}}, {"bias", bias ? json::array({node + ".bias"}) : json::array()}};
-    json a = {{"out_dtype", dtype}};
+    const h3::TensorSpec &spec = specOf(node + ".weight");
+    json a = {{"K", spec.shape[1]}, {"N", spec.shape[0]}, {"epilogue", "none"}};
     if (shardKind && tp > 1)
       a["shard"] = shard(shardKind);
     op("linear", {node}, {x}, {node}, w, a, kc(units));
@@ -73,7 +86,7 @@ struct PlanBuilder {
     if (fuse) {
       for (auto &n : {q, k, v})
         val(n, "BF16", rows, I);
-      json a = {{"K", c.hidden_size}, {"N", I}};
+      json a = {{"K", c.hidden_size}, {"N", I}, {"heads", c.num_attention_heads}, {"head_dim", d}};
       if (tp > 1 && std::string(rows) == "S")  // TP shards the transformer blocks only
         a["shard"] = shard("column");
       op("qkv_linear", {q, k, v}, {x}, {q, k, v},
@@ -99,29 +112,35 @@ struct PlanBuilder {
         in.push_back("rope:sin");
       }
       op("qk_norm_rope", nodes, in, {oq, ok}, {{"weight", {nq + ".weight", nk + ".weight"}}},
-         {{"heads", c.num_attention_heads}, {"head_dim", d}, {"eps", c.qk_norm_eps}}, lt());
+         {{"heads", c.num_attention_heads}, {"head_dim", d}, {"eps", c.qk_norm_eps}, {"rotary_dim", rope ? c.rotaryDim() : 0}},
+         lt());
       qa = oq;
       ka = ok;
     } else {
       val(nq, "BF16", rows, I);
       val(nk, "BF16", rows, I);
-      op("qk_norm", {nq}, {q}, {nq}, {{"weight", {nq + ".weight"}}}, {{"eps", c.qk_norm_eps}}, lt());
-      op("qk_norm", {nk}, {k}, {nk}, {{"weight", {nk + ".weight"}}}, {{"eps", c.qk_norm_eps}}, lt());
+      json na = {{"heads", c.num_attention_heads}, {"head_dim", d}, {"eps", c.qk_norm_eps}};
+      op("qk_norm", {nq}, {q}, {nq}, {{"weight", {nq + ".weight"}}}, na, lt());
+      op("qk_norm", {nk}, {k}, {nk}, {{"weight", {nk + ".weight"}}}, na, lt());
       qa = nq;
       ka = nk;
       if (rope) {
         val(rq, "BF16", rows, I);
         val(rk, "BF16", rows, I);
-        op("rope", {rq}, {nq, "rope:cos", "rope:sin"}, {rq}, json::object(), json::object(), nullptr);
-        op("rope", {rk}, {nk, "rope:cos", "rope:sin"}, {rk}, json::object(), json::object(), nullptr);
+        json ra = {{"heads", c.num_attention_heads}, {"head_dim", d}, {"rotary_dim", c.rotaryDim()}};
+        op("rope", {rq}, {nq, "rope:cos", "rope:sin"}, {rq}, json::object(), ra, nullptr);
+        op("rope", {rk}, {nk, "rope:cos", "rope:sin"}, {rk}, json::object(), ra, nullptr);
         qa = rq;
         ka = rk;
       }
     }
     std::string at = p + "attn.attention";
     val(at, "BF16", rows, I);
-    op("attention", {at}, {qa, ka, v}, {at}, json::object(), {{"heads", c.num_attention_heads}, {"head_dim", d}},
-       fl());
+    json aa = {{"heads", c.num_attention_heads}, {"head_dim", d}, {"domain", rows},
+               {"scale", 1.0 / std::sqrt(double(d))}};
+    if (tp > 1 && std::string(rows) == "S")
+      aa["shard"] = shard("column");
+    op("attention", {at}, {qa, ka, v}, {at}, json::object(), aa, fl());
     return at;
   }
 
@@ -141,7 +160,7 @@ struct PlanBuilder {
       // with the epilogue operands (fused: it covers the epilogue node; unfused: nodes [] and a separate epilogue).
       values[lin + ":partials"] = {{"dtype", "F32"}, {"rows", rows}, {"cols", H}, {"batch", true}, {"ranks", tp}};
       op("linear", {lin}, {in}, {lin + ":partials"}, {{"weight", {lin + ".weight"}}, {"bias", json::array()}},
-         {{"K", K}, {"N", H}, {"out_dtype", "F32"}, {"epilogue", "none"}, {"shard", shard("row")}}, kc(units));
+         {{"K", K}, {"N", H}, {"epilogue", "none"}, {"shard", shard("row")}}, kc(units));
       json a = {{"tp", tp}, {"units", units}, {"N", H}};
       std::vector<std::string> ins = {lin + ":partials"};
       std::string out = fuse ? resNode : lin;
@@ -163,7 +182,7 @@ struct PlanBuilder {
         return resNode;
     } else if (fuse) {
       val(resNode, "BF16", rows, H);
-      json a = {{"K", K}, {"N", H}, {"out_dtype", "BF16"}, {"epilogue", gated ? "gate_residual" : "residual"}};
+      json a = {{"K", K}, {"N", H}, {"epilogue", gated ? "gate_residual" : "residual"}};
       if (gated) {
         a["chunk"] = resNode.find("attn") != std::string::npos ? 2 : 5;
         a["num_chunks"] = 6;
@@ -184,10 +203,11 @@ struct PlanBuilder {
       ins.push_back("pack:ts_index");
       ins.push_back("pack:tags");
       op("gate_residual", {resNode}, ins, {resNode}, json::object(),
-         {{"chunk", resNode.find("attn") != std::string::npos ? 2 : 5}, {"num_chunks", 6}, {"row_index", "adaln"}},
+         {{"H", H}, {"chunk", resNode.find("attn") != std::string::npos ? 2 : 5}, {"num_chunks", 6},
+          {"row_index", "adaln"}},
          nullptr);
     } else {
-      op("residual", {resNode}, ins, {resNode}, json::object(), json::object(), nullptr);
+      op("residual", {resNode}, ins, {resNode}, json::object(), {{"cols", H}, {"dtype", "BF16"}}, nullptr);
     }
     return resNode;
   }
@@ -198,7 +218,7 @@ struct PlanBuilder {
     std::string fc1 = p + "ff.net.0.proj", sw = p + "ff.swiglu";
     if (fuse) {
       val(sw, "BF16", rows, F);
-      json a = {{"K", c.hidden_size}, {"N", 2 * F}, {"out_dtype", "BF16"}, {"epilogue", "swiglu"}};
+      json a = {{"K", c.hidden_size}, {"N", 2 * F}, {"epilogue", "swiglu"}};
       if (tp > 1 && std::string(rows) == "S")
         a["shard"] = shard("column");
       op("linear", {fc1, sw}, {x}, {sw}, {{"weight", {fc1 + ".weight"}}, {"bias", json::array()}}, a, kc(1));
@@ -206,7 +226,7 @@ struct PlanBuilder {
     }
     linear(fc1, x, "BF16", rows, 2 * F, false, 1, std::string(rows) == "S" ? "column" : nullptr);
     val(sw, "BF16", rows, F);
-    op("swiglu", {sw}, {fc1}, {sw}, json::object(), json::object(), nullptr);
+    op("swiglu", {sw}, {fc1}, {sw}, json::object(), {{"F", F}, {"cols", F}}, nullptr);
     return sw;
   }
 
@@ -227,7 +247,7 @@ struct PlanBuilder {
     val("rope:cos", "F32", "S", R);
     val("rope:sin", "F32", "S", R);
     op("rope_table", {"rope"}, {"@position_ids", "@text_indices", "@video_indices", "@audio_indices"},
-       {"rope:cos", "rope:sin"}, json::object(), json::object(), nullptr);
+       {"rope:cos", "rope:sin"}, json::object(), {{"rotary_dim", R}, {"theta", c.rope_theta}}, nullptr);
     linear("proj_in", "@hidden_states", "F32", "Nv", H, true);
     linear("audio_proj_in", "@audio_hidden_states", "F32", "Na", H, true);
     linear("context_embedder", "@encoder_hidden_states", "BF16", "Nt", H, true);
@@ -235,19 +255,19 @@ struct PlanBuilder {
     for (int b = 0; b < c.num_refiner_layers; ++b) {
       std::string p = "token_refiner.refiner_blocks." + std::to_string(b) + ".";
       val(p + "norm1", "BF16", "Nt", H);
-      op("rms_norm", {p + "norm1"}, {x}, {p + "norm1"}, {{"weight", {p + "norm1.weight"}}}, {{"eps", c.norm_eps}},
-         lt());
+      op("rms_norm", {p + "norm1"}, {x}, {p + "norm1"}, {{"weight", {p + "norm1.weight"}}},
+         {{"H", H}, {"eps", c.norm_eps}}, lt());
       std::string at = attention(p, p + "norm1", "Nt", false);
       x = outProj(p + "attn.to_out.0", at, x, p + "residual_attn", false, "", "Nt", c.innerDim(), 1);
       val(p + "norm2", "BF16", "Nt", H);
-      op("rms_norm", {p + "norm2"}, {x}, {p + "norm2"}, {{"weight", {p + "norm2.weight"}}}, {{"eps", c.norm_eps}},
-         lt());
+      op("rms_norm", {p + "norm2"}, {x}, {p + "norm2"}, {{"weight", {p + "norm2.weight"}}},
+         {{"H", H}, {"eps", c.norm_eps}}, lt());
       std::string sw = ffIn(p, p + "norm2", "Nt");
       x = outProj(p + "ff.net.2", sw, x, p + "residual_ff", false, "", "Nt", c.ffn_dim, 1);
     }
     val("token_refiner.final_norm", "BF16", "Nt", H);
     op("rms_norm", {"token_refiner.final_norm"}, {x}, {"token_refiner.final_norm"},
-       {{"weight", {"token_refiner.final_norm.weight"}}}, {{"eps", c.final_norm_eps}}, lt());
+       {{"weight", {"token_refiner.final_norm.weight"}}}, {{"H", H}, {"eps", c.final_norm_eps}}, lt());
     val("pack", "BF16", "S", H);
     val("pack:positions", "I64", "S", 3);
     val("pack:tags", "I64", "S", 1);
@@ -255,22 +275,25 @@ struct PlanBuilder {
     op("pack", {"pack"},
        {"token_refiner.final_norm", "proj_in", "audio_proj_in", "@text_indices", "@video_indices", "@audio_indices",
         "@position_ids", "@token_tags", "@timestep_indices"},
-       {"pack", "pack:positions", "pack:tags", "pack:ts_index"}, json::object(), json::object(), nullptr);
+       {"pack", "pack:positions", "pack:tags", "pack:ts_index"}, json::object(), {{"H", H}}, nullptr);
     std::string temb = "time_embedder.linear_2";
+    val("time_proj", "F32", "T", c.freq_dim);
+    op("timestep_sinusoid", {"time_proj"}, {"@timestep"}, {"time_proj"}, json::object(), {{"freq_dim", c.freq_dim}},
+       nullptr);
     if (fuse) {
       val(temb, "F32", "T", c.time_embed_dim);
-      op("time_embed", {"time_proj", "time_embedder.linear_1", "time_embedder.act", "time_embedder.linear_2"},
-         {"@timestep"}, {temb},
+      op("time_embed", {"time_embedder.linear_1", "time_embedder.act", "time_embedder.linear_2"}, {"time_proj"},
+         {temb},
          {{"weight", {"time_embedder.linear_1.weight", "time_embedder.linear_2.weight"}},
           {"bias", {"time_embedder.linear_1.bias", "time_embedder.linear_2.bias"}}},
-         json::object(), kc(1));
+         {{"K", c.freq_dim}, {"N", c.time_embed_dim}, {"freq_dim", c.freq_dim}, {"hidden", c.time_embed_hidden_dim},
+          {"out_dim", c.time_embed_dim}},
+         kc(1));
     } else {
-      val("time_proj", "F32", "T", c.freq_dim);
-      op("timestep_sinusoid", {"time_proj"}, {"@timestep"}, {"time_proj"}, json::object(), json::object(), nullptr);
       linear("time_embedder.linear_1", "time_proj", "F32", "T", c.time_embed_hidden_dim, true);
       val("time_embedder.act", "F32", "T", c.time_embed_hidden_dim);
       op("silu", {"time_embedder.act"}, {"time_embedder.linear_1"}, {"time_embedder.act"}, json::object(),
-         json::object(), nullptr);
+         {{"cols", c.time_embed_hidden_dim}, {"dtype", "F32"}}, nullptr);
       linear("time_embedder.linear_2", "time_embedder.act", "F32", "T", c.time_embed_dim, true);
     }
     x = "pack";
@@ -278,13 +301,13 @@ struct PlanBuilder {
       std::string p = "transformer_blocks." + std::to_string(b) + ".";
       std::string tab = p + "adaln_proj";
       val(tab, "BF16", "T3", 6 * H);
-      json aa = {{"K", c.time_embed_dim}, {"N", 18 * H}};
+      json aa = {{"K", c.time_embed_dim}, {"N", 18 * H}, {"num_chunks", 6}, {"rows_per_timestep", 3}};
       if (tp > 1)
         aa["shard"] = shard("column");
       op("adaln_table", {tab}, {temb}, {tab},
          {{"weight", {tab + ".linear.weight"}}, {"bias", {tab + ".linear.bias"}}}, aa, kc(1));
-      json ma = {{"eps", c.norm_eps}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 6},
-                 {"row_index", "adaln"}, {"out_dtype", "BF16"}};
+      json ma = {{"H", H}, {"eps", c.norm_eps}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 6},
+                 {"row_index", "adaln"}};
       val(p + "norm1", "BF16", "S", H);
       op("norm_modulate", {p + "norm1"}, {x, tab, "pack:ts_index", "pack:tags"}, {p + "norm1"},
          {{"weight", {p + "norm1.weight"}}}, ma, lt());
@@ -301,34 +324,92 @@ struct PlanBuilder {
     }
     val("norm_out.linear", "BF16", "T", 2 * H);
     op("adaln_table", {"norm_out.linear"}, {temb}, {"norm_out.linear"},
-       {{"weight", {"norm_out.linear.weight"}}, {"bias", {"norm_out.linear.bias"}}}, json::object(), kc(1));
+       {{"weight", {"norm_out.linear.weight"}}, {"bias", {"norm_out.linear.bias"}}},
+       {{"K", c.time_embed_dim}, {"N", 2 * H}, {"num_chunks", 2}, {"rows_per_timestep", 1}}, kc(1));
     val("norm_out.norm", "F32", "S", H);
     op("norm_modulate", {"norm_out.norm"}, {x, "norm_out.linear", "pack:ts_index"}, {"norm_out.norm"},
        {{"weight", {"norm_out.norm.weight"}}},
-       {{"eps", c.final_norm_eps}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 2},
-        {"row_index", "timestep"}, {"out_dtype", "F32"}},
+       {{"H", H}, {"eps", c.final_norm_eps}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 2},
+        {"row_index", "timestep"}},
        lt());
     linear("proj_out", "norm_out.norm", "F32", "S", c.videoPatchDim(), true);
     linear("audio_proj_out", "norm_out.norm", "F32", "S", c.audio_in_channels, true);
     val("unpack:sample", "F32", "Nv", c.videoPatchDim());
     val("unpack:audio_sample", "F32", "Na", c.audio_in_channels);
-    op("unpack", {"unpack"}, {"proj_out", "audio_proj_out", "@video_indices", "@audio_indices"},
-       {"unpack:sample", "unpack:audio_sample"}, json::object(), json::object(), nullptr);
+    op("unpack", {"unpack"}, {"proj_out", "audio_proj_out"}, {"unpack:sample", "unpack:audio_sample"},
+       json::object(), {{"video_cols", c.videoPatchDim()}, {"audio_cols", c.audio_in_channels}}, nullptr);
 
+    return finish();
+  }
+
+  // The attrs every op carries, slots, weight buffers and the document (docs/contract.md section 5).
+  json finish() {
+    std::map<std::string, h3::TensorSpec> specs;
+    for (const auto &t : h3::diffusersTensors(c))
+      specs[t.name] = t;
+    json weights = json::array();
+    for (auto &o : ops) {
+      json &a = o["attrs"];
+      a["out_dtype"] = values[o["out"][0].get<std::string>()]["dtype"];
+      if (!o["in"].empty())
+        a["x_dtype"] = values[o["in"][0].get<std::string>()]["dtype"];
+      if (!o["weights"].contains("weight"))
+        o["weights"]["weight"] = json::array();
+      if (!o["weights"].contains("bias"))
+        o["weights"]["bias"] = json::array();
+      if (!o["weights"]["weight"].empty())
+        a["w_dtype"] = std::string(dtypeName(specs.at(o["weights"]["weight"][0].get<std::string>()).dtype));
+      for (const char *role : {"weight", "bias"})
+        for (const auto &t : o["weights"][role]) {
+          const h3::TensorSpec &s = specs.at(t.get<std::string>());
+          weights.push_back({{"buffer", s.name},
+                             {"tensors", {{{"name", s.name}, {"dtype", std::string(dtypeName(s.dtype))}, {"shape", s.shape}}}}});
+        }
+      if (!a.contains("shard") || a["shard"].is_null())
+        a["shard"] = {{"kind", "replicated"}, {"tp", 1}};
+      if (a["shard"]["kind"] == "column") {
+        // Column segments (section 5.1): qkv one per output, fc1 its value and gate halves, the AdaLN table one per
+        // chunk, head ops the whole width.
+        const std::string kind = o["op"];
+        const int64_t I = c.innerDim(), H = c.hidden_size;
+        json segs = json::array();
+        if (kind == "qkv_linear")
+          segs = {{0, I}, {I, 2 * I}, {2 * I, 3 * I}};
+        else if (kind == "linear" && a.value("epilogue", "") == "swiglu")
+          segs = {{0, c.ffn_dim}, {c.ffn_dim, 2 * c.ffn_dim}};
+        else if (kind == "linear")
+          segs = {{0, a["N"]}};
+        else if (kind == "adaln_table")
+          for (int64_t k = 0; k < 18; ++k)
+            segs.push_back({k * H, (k + 1) * H});
+        else
+          segs = {{0, I}};
+        a["shard"]["segments"] = segs;
+      }
+    }
+    json slots = json::array();
+    int64_t id = 0;
+    for (auto it = values.begin(); it != values.end(); ++it, ++id) {
+      it.value()["slot"] = id;
+      slots.push_back({{"id", id}, {"bytes_per_row", {{it.value()["rows"].get<std::string>(), 16}}}, {"fixed_bytes", 0}});
+    }
     json inputs = json::array();
-    for (const auto &n : graphInputs())
-      inputs.push_back(n);
-    json plan = {{"schema", kPlanSchema},
+    for (const auto &g : h3::graphInputs(c))
+      inputs.push_back(g.name);
+    json plan = {{"schema", plan::kPlanSchema},
                  {"fingerprint_sha256", std::string(64, '0')},
                  {"config", h3::configToJson(c)},
                  {"options", {{"arch", "sm_90a"}, {"tp", tp}, {"fuse", fuse}}},
-                 {"inputs", inputs},
-                 {"outputs", {{"sample", "unpack:sample"}, {"audio_sample", "unpack:audio_sample"}}},
                  {"values", values},
-                 {"slots", json::array()},
-                 {"ops", ops},
+                 {"slots", slots},
+                 {"weights", weights},
+                 {"functions",
+                  {{"forward",
+                    {{"inputs", inputs},
+                     {"outputs", {{"sample", "unpack:sample"}, {"audio_sample", "unpack:audio_sample"}}},
+                     {"ops", ops}}}}},
                  {"kernels", json::object()}};
-    plan["plan_sha256"] = sha256Hex(canonicalJson(plan));
+    plan["plan_sha256"] = plan::computePlanSha256(plan);
     return plan;
   }
 };
@@ -343,9 +424,11 @@ inline json modelPlan(const h3::Config &c, bool fuse = false, int tp = 1) {
 
 // Re-hash after editing a plan (tests that tamper on purpose do not call this).
 inline json rehash(json plan) {
-  plan.erase("plan_sha256");
-  plan["plan_sha256"] = sha256Hex(canonicalJson(plan));
+  plan["plan_sha256"] = plan::computePlanSha256(plan);
   return plan;
 }
+
+// The ops array of a plan document (the forward function's).
+inline json &opsOf(json &plan) { return plan["functions"]["forward"]["ops"]; }
 
 } // namespace h3c::rt::testplans

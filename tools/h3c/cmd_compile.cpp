@@ -3,6 +3,7 @@
 #include "command.h"
 
 #include "h3c/Codegen/Compile.h"
+#include "h3c/plan/io.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
@@ -44,7 +45,7 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     o.tokens = a->tokens;
     o.dumpIrDir = a->dumpIr;
     h3c::codegen::CompileResult r = h3c::codegen::compile(fp, h3c::sha256Hex(bytes), o);
-    h3c::codegen::writePlanDirectory(r.plan, a->out);
+    std::string sha = h3c::plan::writePlanFolder(r.plan.plan, a->out);
     // One line per op kind without a kernel (the plan has "kernel": null for each): count and the first reason.
     std::map<std::string, std::pair<size_t, std::string>> missing;
     for (const auto &w : r.plan.warnings) {
@@ -54,14 +55,13 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     for (const auto &[kind, m] : missing)
       std::fprintf(stderr, "h3c: warning: %zu x %s without a kernel (\"kernel\": null), e.g. %s\n", m.first, kind.c_str(),
                    m.second.c_str());
-    const auto &s = r.plan.plan["stats"];
+    const h3c::plan::Plan &p = r.plan.plan;
     std::printf("compiled %zu nodes into %zu ops, %zu kernels (%zu ops without a kernel) in %.3f s\n",
-                fp.nodes.size(), r.plan.plan["ops"].size(), r.plan.kernels.size(), r.plan.warnings.size(), r.seconds);
-    std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n",
-                r.plan.plan["slots"].size(), (long long)s["slot_bytes"], (long long)s["peak_live_bytes"],
-                (long long)a->tokens);
+                fp.nodes.size(), p.forward().ops.size(), p.kernels.size(), r.plan.warnings.size(), r.seconds);
+    std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n", p.slots.size(),
+                (long long)p.stats.at("slot_bytes"), (long long)p.stats.at("peak_live_bytes"), (long long)a->tokens);
     std::string planFile = (std::filesystem::path(a->out) / "plan.json").lexically_normal().string();
-    std::printf("plan %s -> %s\n", r.plan.plan["plan_sha256"].get<std::string>().c_str(), planFile.c_str());
+    std::printf("plan %s -> %s\n", sha.c_str(), planFile.c_str());
   });
 });
 

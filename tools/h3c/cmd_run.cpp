@@ -3,6 +3,7 @@
 
 #include "h3c/models/config.h"
 #include "h3c/models/safetensors.h"
+#include "h3c/plan/io.h"
 #include "h3c/runtime/executor.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
@@ -54,13 +55,13 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
     if (o->checkpoint.empty() && o->synthetic < 0)
       h3c::fail("h3c run", "give --checkpoint DIR or --synthetic SEED");
     h3c::h3::Config c = h3c::h3::loadConfig(o->config);
-    h3c::rt::Plan plan = h3c::rt::loadPlan(o->plan);
+    h3c::plan::Plan plan = h3c::plan::loadPlan(o->plan);
     if (h3c::h3::configToJson(c).dump() != h3c::h3::configToJson(plan.config).dump())
       h3c::fail("--config", "'{}' differs from the config the plan was compiled for", o->config);
     h3c::rt::RunOptions opt;
     opt.device = o->device;
     opt.mode = h3c::rt::parseMode(o->mode);
-    opt.tp = o->tp > 0 ? o->tp : plan.tp;
+    opt.tp = o->tp > 0 ? o->tp : plan.options.tp;
     opt.threads = o->threads;
     opt.progress = o->progress;
     for (const auto &b : o->binds)

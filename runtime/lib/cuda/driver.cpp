@@ -52,7 +52,9 @@ Loaded &loaded() {
               sym(lib, a.cuEventDestroy, "cuEventDestroy_v2", w) && sym(lib, a.cuEventRecord, "cuEventRecord", w) &&
               sym(lib, a.cuEventSynchronize, "cuEventSynchronize", w) &&
               sym(lib, a.cuEventElapsedTime, "cuEventElapsedTime", w) &&
-              sym(lib, a.cuGetErrorString, "cuGetErrorString", w);
+              sym(lib, a.cuGetErrorString, "cuGetErrorString", w) &&
+              sym(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx", w) &&
+              sym(lib, a.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", w);
     if (!ok) return;
     CUresult r = a.cuInit(0);
     if (r != CUDA_SUCCESS) {

@@ -1,9 +1,13 @@
-// KernelRunner: JIT + module load + launch (see kernel_runner.h).
+// KernelRunner: JIT + module load + launch from the plan's launch ABI (see kernel_runner.h).
 #include "h3c/runtime/cuda/kernel_runner.h"
 
 #include "h3c/support/error.h"
 
+#include <cstring>
+
 namespace h3c::runtime::cuda {
+
+namespace plan = h3c::plan;
 
 KernelRunner::KernelRunner(std::filesystem::path cacheDir) : jit_(std::move(cacheDir)), arch_(device().arch()) {}
 
@@ -12,51 +16,140 @@ KernelRunner::~KernelRunner() {
     if (kv.second->module) driver().cuModuleUnload(kv.second->module);
 }
 
-const LoadedKernel &KernelRunner::load(const h3c::kernels::KernelSource &k) {
+const LoadedKernel &KernelRunner::load(const plan::Kernel &k) {
   auto it = loaded_.find(k.id);
-  if (it != loaded_.end()) return *it->second;
-  CompiledKernel c = jit_.compile(k, arch_);
+  if (it != loaded_.end()) {
+    if (it->second->spec->sha256 != k.sha256) fail("kernel " + k.id, "two different sources share this id");
+    return *it->second;
+  }
+  if (k.arch != arch_)
+    fail("kernel " + k.id, "was compiled into the plan for {}, this device is {}: recompile the plan with --arch {}",
+         k.arch, arch_, arch_);
+  CompiledKernel c = jit_.compile(k);
   auto lk = std::make_unique<LoadedKernel>();
-  lk->id = k.id;
-  lk->entry = k.entry;
+  lk->spec = &k;
   lk->cubinKey = c.key;
   lk->fromCache = c.fromCache;
-  lk->launch = k.launch;
   const DriverApi &d = driver();
   device();
   check(d.cuModuleLoadData(&lk->module, c.cubin.data()), "cuModuleLoadData(" + k.id + ")");
   check(d.cuModuleGetFunction(&lk->fn, lk->module, k.entry.c_str()), "cuModuleGetFunction(" + k.entry + ")");
   if (k.launch.smemBytes > 48 * 1024)
-    check(d.cuFuncSetAttribute(lk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k.launch.smemBytes),
+    check(d.cuFuncSetAttribute(lk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(k.launch.smemBytes)),
           "raising the shared-memory limit of " + k.id);
   auto &ref = *lk;
   loaded_.emplace(k.id, std::move(lk));
   return ref;
 }
 
-void KernelRunner::launch(const LoadedKernel &k, const h3c::kernels::KernelArgs &args, CUstream stream) {
-  const auto &l = k.launch;
-  long long rows = l.perItem ? args.meta[h3c::kernels::kMetaItemRows] : args.meta[h3c::kernels::kMetaRows];
-  if (rows < 0) fail("kernel " + k.id, "negative row count {}", rows);
-  if (rows == 0) return;
-  long long units = rows * l.unitsPerRow;
-  long long gx = (units + l.unitsPerBlock - 1) / l.unitsPerBlock;
-  long long gz = l.perItem ? args.meta[h3c::kernels::kMetaBatch] : 1;
-  if (gx > 0x7fffffffLL || gz > 65535 || l.gridY > 65535) fail("kernel " + k.id, "grid too large ({} x {} x {})", gx, l.gridY, gz);
-  h3c::kernels::KernelArgs a = args;
-  void *params[] = {&a};
-  check(driver().cuLaunchKernel(k.fn, (unsigned)gx, (unsigned)l.gridY, (unsigned)gz, (unsigned)l.threads, 1, 1,
-                                (unsigned)l.smemBytes, stream, params, nullptr),
-        "launching " + k.id);
+std::array<unsigned, 3> KernelRunner::grid(const plan::Kernel &k, const plan::Extents &e) const {
+  std::array<unsigned, 3> g{};
+  for (int i = 0; i < 3; ++i) {
+    const plan::GridDim &d = k.launch.grid[size_t(i)];
+    int64_t v = d.extent.eval(e);
+    if (v < 0) fail("kernel " + k.id, "grid dimension {} is negative ({})", i, v);
+    v = (v + d.div - 1) / d.div;
+    if (d.maxPerSm > 0) v = std::min<int64_t>(v, d.maxPerSm * device().smCount);
+    if (v > (i == 0 ? 0x7fffffffLL : 65535LL)) fail("kernel " + k.id, "grid dimension {} too large ({})", i, v);
+    g[size_t(i)] = unsigned(v);
+  }
+  return g;
 }
 
-void KernelRunner::launchBlocks(const LoadedKernel &k, const h3c::kernels::KernelArgs &args, unsigned blocks,
-                                CUstream stream) {
-  h3c::kernels::KernelArgs a = args;
-  void *params[] = {&a};
-  check(driver().cuLaunchKernel(k.fn, blocks, 1, 1, (unsigned)k.launch.threads, 1, 1, (unsigned)k.launch.smemBytes,
-                                stream, params, nullptr),
-        "launching " + k.id);
+namespace {
+
+CUtensorMapSwizzle swizzleOf(const std::string &s) {
+  if (s == "32B") return CU_TENSOR_MAP_SWIZZLE_32B;
+  if (s == "64B") return CU_TENSOR_MAP_SWIZZLE_64B;
+  if (s == "128B") return CU_TENSOR_MAP_SWIZZLE_128B;
+  return CU_TENSOR_MAP_SWIZZLE_NONE;
+}
+
+CUtensorMapL2promotion promotionOf(const std::string &s) {
+  if (s == "64B") return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+  if (s == "128B") return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+  if (s == "256B") return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+}
+
+} // namespace
+
+void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const OperandAddress &address,
+                          CUstream stream) {
+  const plan::Kernel &k = *lk.spec;
+  std::array<unsigned, 3> g = grid(k, e);
+  if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;
+  // Argument storage: every parameter gets its own slot; params[] points at them in signature order.
+  struct Slot {
+    alignas(64) unsigned char bytes[128];
+  };
+  std::vector<Slot> storage(k.params.size());
+  std::vector<void *> params(k.params.size());
+  for (size_t i = 0; i < k.params.size(); ++i) {
+    const plan::KernelParam &p = k.params[i];
+    params[i] = storage[i].bytes;
+    if (p.kind == plan::KernelParam::Kind::Buffer) {
+      CUdeviceptr ptr = address(p.role, p.index);
+      std::memcpy(storage[i].bytes, &ptr, sizeof ptr);
+    } else if (p.kind == plan::KernelParam::Kind::Scalar) {
+      long long v = p.value.eval(e);
+      std::memcpy(storage[i].bytes, &v, sizeof v);
+    } else {
+      CUdeviceptr ptr = address(p.role, p.index);
+      const plan::TensorMapSpec &m = p.map;
+      std::vector<cuuint64_t> dims, strides;
+      std::vector<cuuint32_t> box, elemStrides;
+      std::string key = k.id + "/" + p.name + "@" + std::to_string(ptr);
+      for (const auto &d : m.dims) {
+        dims.push_back(cuuint64_t(d.eval(e)));
+        key += ":" + std::to_string(dims.back());
+      }
+      for (const auto &s : m.strides) strides.push_back(cuuint64_t(s.eval(e)));
+      for (int64_t b : m.box) {
+        box.push_back(cuuint32_t(b));
+        elemStrides.push_back(1);
+      }
+      auto it = maps_.find(key);
+      if (it == maps_.end()) {
+        CUtensorMap map;
+        CUtensorMapDataType dt = m.dtype == DType::F32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+        check(driver().cuTensorMapEncodeTiled(&map, dt, cuuint32_t(dims.size()), reinterpret_cast<void *>(ptr),
+                                              dims.data(), strides.data(), box.data(), elemStrides.data(),
+                                              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzleOf(m.swizzle),
+                                              promotionOf(m.l2Promotion),
+                                              m.oobZero ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
+                                                        : CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA),
+              "encoding tensor map " + p.name + " of " + k.id);
+        it = maps_.emplace(key, map).first;
+      }
+      static_assert(sizeof(CUtensorMap) == 128, "CUtensorMap is 128 bytes");
+      std::memcpy(storage[i].bytes, &it->second, sizeof(CUtensorMap));
+    }
+  }
+  const plan::Launch &l = k.launch;
+  if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1) {
+    check(driver().cuLaunchKernel(lk.fn, g[0], g[1], g[2], unsigned(l.block[0]), unsigned(l.block[1]),
+                                  unsigned(l.block[2]), unsigned(l.smemBytes), stream, params.data(), nullptr),
+          "launching " + k.id);
+    return;
+  }
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = g[0];
+  cfg.gridDimY = g[1];
+  cfg.gridDimZ = g[2];
+  cfg.blockDimX = unsigned(l.block[0]);
+  cfg.blockDimY = unsigned(l.block[1]);
+  cfg.blockDimZ = unsigned(l.block[2]);
+  cfg.sharedMemBytes = unsigned(l.smemBytes);
+  cfg.hStream = stream;
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = unsigned(l.cluster[0]);
+  attr.value.clusterDim.y = unsigned(l.cluster[1]);
+  attr.value.clusterDim.z = unsigned(l.cluster[2]);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  check(driver().cuLaunchKernelEx(&cfg, lk.fn, params.data(), nullptr), "launching " + k.id);
 }
 
 } // namespace h3c::runtime::cuda

@@ -63,26 +63,17 @@ std::string NvrtcJit::nvrtcVersion() {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
-std::vector<std::string> NvrtcJit::options(const std::string &arch) {
-  if (arch != "sm_90a" && arch != "sm_100a" && arch != "sm_90" && arch != "sm_100")
-    fail("nvrtc", "unsupported arch '{}' (expected sm_90a or sm_100a)", arch);
-  // The 'a' targets keep the arch-specific instructions; --fmad=false forbids any contraction the kernels do not
-  // spell out (the contract's numerics name every fma).
-  return {"--gpu-architecture=" + arch, "--std=c++17", "--fmad=false",
-          "--extra-device-vectorization", "-DH3C_NVRTC=1"};
-}
-
-std::string NvrtcJit::cacheKey(const h3c::kernels::KernelSource &k, const std::string &arch) {
+std::string NvrtcJit::cacheKey(const h3c::plan::Kernel &k) {
   Sha256 h;
   auto field = [&](const std::string &s) {
     h.update(std::to_string(s.size()) + ":");
     h.update(s);
   };
   field(k.source);
-  for (const auto &o : options(arch)) field(o);
-  field(arch);
+  for (const auto &o : k.nvrtcOptions) field(o);
+  field(k.arch);
   field(nvrtcVersion());
-  field(kPlanSchema);
+  field(h3c::plan::kPlanSchema);
   return h.hexDigest();
 }
 
@@ -94,12 +85,16 @@ std::filesystem::path NvrtcJit::defaultCacheDir() {
   return std::filesystem::temp_directory_path() / "h3c-kernels";
 }
 
-CompiledKernel NvrtcJit::compile(const h3c::kernels::KernelSource &k, const std::string &arch) {
+CompiledKernel NvrtcJit::compile(const h3c::plan::Kernel &k) {
+  const std::string want = "--gpu-architecture=" + k.arch;
+  bool targeted = false;
+  for (const auto &o : k.nvrtcOptions) targeted |= o == want;
+  if (!targeted) fail("kernel " + k.id, "its NVRTC options do not target its arch {}", k.arch);
   CompiledKernel out;
   out.id = k.id;
   out.entry = k.entry;
-  out.arch = arch;
-  out.key = cacheKey(k, arch);
+  out.arch = k.arch;
+  out.key = cacheKey(k);
   std::filesystem::path entry;
   if (!dir_.empty()) {
     entry = dir_ / (out.key + ".cubin");
@@ -122,9 +117,8 @@ CompiledKernel NvrtcJit::compile(const h3c::kernels::KernelSource &k, const std:
   check(nvrtcCreateProgram(&prog, k.source.c_str(), name.c_str(), 0, nullptr, nullptr), "kernel " + k.id,
         "nvrtcCreateProgram");
   std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram *)> guard(&prog, [](nvrtcProgram *p) { nvrtcDestroyProgram(p); });
-  std::vector<std::string> opts = options(arch);
   std::vector<const char *> copts;
-  for (const auto &o : opts) copts.push_back(o.c_str());
+  for (const auto &o : k.nvrtcOptions) copts.push_back(o.c_str());
   nvrtcResult r = nvrtcCompileProgram(prog, (int)copts.size(), copts.data());
   size_t logSize = 0;
   nvrtcGetProgramLogSize(prog, &logSize);
@@ -132,6 +126,7 @@ CompiledKernel NvrtcJit::compile(const h3c::kernels::KernelSource &k, const std:
   if (logSize) nvrtcGetProgramLog(prog, log.data());
   while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
   if (r != NVRTC_SUCCESS) throw CompileError(k.id, std::string(nvrtcGetErrorString(r)) + "\n" + log);
+  out.log = log;
   size_t size = 0;
   check(nvrtcGetCUBINSize(prog, &size), "kernel " + k.id, "nvrtcGetCUBINSize");
   if (size == 0) fail("kernel " + k.id, "NVRTC produced an empty cubin");

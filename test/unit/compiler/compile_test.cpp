@@ -3,7 +3,7 @@
 // slots never shared by two live values, reduction orders independent of tp, determinism, atomic output.
 #include "h3c/Codegen/Compile.h"
 #include "h3c/Codegen/Importer.h"
-#include "h3c/runtime/plan.h"
+#include "h3c/plan/io.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -33,6 +33,10 @@ codegen::CompileResult compileWith(const h3::Fingerprint &fp, int64_t tp, bool f
   return codegen::compile(fp, "0000", o);
 }
 
+// The plan as it is written to plan.json.
+json planJson(const codegen::CompileResult &r) { return plan::planToJson(r.plan.plan); }
+const json &opsOf(const json &p) { return p["functions"]["forward"]["ops"]; }
+
 fs::path tempDir(const std::string &name) {
   fs::path d = fs::temp_directory_path() / ("h3c_compile_test_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(d);
@@ -41,9 +45,10 @@ fs::path tempDir(const std::string &name) {
 
 // Ops of the fused graph: a transformer block is 9 ops (adaln, norm1, qkv, qk_norm_rope, attention,
 // to_out+gate_residual, norm2, fc1+swiglu, fc2+gate_residual), a refiner block 8 (no adaln; residual epilogues),
-// the top level 12 (time_proj + time MLP are one op). tp > 1 adds one allreduce_tree per row-parallel linear.
+// the top level 13 (rope_table, the three input projections, final_norm, pack, time_proj, the time MLP, norm_out's
+// table and norm, the two output projections, unpack). tp > 1 adds one allreduce_tree per row-parallel linear.
 size_t fusedOps(const h3::Config &c, int64_t tp) {
-  return 9 * c.num_layers + 8 * c.num_refiner_layers + 12 + (tp > 1 ? 2 * c.num_layers : 0);
+  return 9 * c.num_layers + 8 * c.num_refiner_layers + 13 + (tp > 1 ? 2 * c.num_layers : 0);
 }
 
 } // namespace
@@ -108,10 +113,10 @@ TEST(Compile, OpCountsFollowTheFusionRules) {
     std::vector<int64_t> tps = std::string(name) == "tiny" ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 2, 4, 8};
     for (int64_t tp : tps) {
       auto r = compileWith(fp, tp, true);
-      EXPECT_EQ(r.plan.plan["ops"].size(), fusedOps(fp.config, tp)) << name << " tp " << tp;
+      EXPECT_EQ(r.plan.plan.forward().ops.size(), fusedOps(fp.config, tp)) << name << " tp " << tp;
     }
     auto unfused = compileWith(fp, 1, false);
-    EXPECT_EQ(unfused.plan.plan["ops"].size(), fp.nodes.size()) << name;
+    EXPECT_EQ(unfused.plan.plan.forward().ops.size(), fp.nodes.size()) << name;
   }
 }
 
@@ -127,10 +132,11 @@ TEST(Compile, RuntimeLoaderAcceptsThePlans) {
   for (auto [tp, fuse] : std::vector<std::pair<int64_t, bool>>{{1, true}, {2, true}, {1, false}, {2, false}}) {
     auto r = compileWith(fp, tp, fuse);
     fs::path d = tempDir("load");
-    codegen::writePlanDirectory(r.plan, d);
-    rt::Plan p = rt::loadPlan(d);  // throws on any contract violation, checks node coverage and kernel hashes
-    EXPECT_EQ(p.tp, tp);
-    EXPECT_EQ(p.fuse, fuse);
+    plan::writePlanFolder(r.plan.plan, d);
+    plan::Plan p = plan::loadPlan(d);  // throws on any contract violation, checks node coverage and kernel hashes
+    EXPECT_EQ(p.options.tp, tp);
+    EXPECT_EQ(p.options.fuse, fuse);
+    EXPECT_EQ(p.kernels.size(), r.plan.plan.kernels.size());
     // plan_sha256 over the canonical JSON without itself, recomputed here from the file.
     json j = json::parse(readFile(d / "plan.json"));
     std::string recorded = j["plan_sha256"];
@@ -143,7 +149,7 @@ TEST(Compile, RuntimeLoaderAcceptsThePlans) {
 TEST(Compile, SlotsAreNeverSharedByLiveValues) {
   for (int64_t tp : {1, 8}) {
     auto r = compileWith(fingerprint("full"), tp, true);
-    const json &plan = r.plan.plan;
+    const json plan = planJson(r);
     std::map<int64_t, std::pair<std::string, int64_t>> slotSize;  // id -> (domain, bytes per row)
     for (const auto &s : plan["slots"]) {
       ASSERT_EQ(s["bytes_per_row"].size(), 1u);
@@ -158,14 +164,15 @@ TEST(Compile, SlotsAreNeverSharedByLiveValues) {
       EXPECT_GE(bpr, v["cols"].get<int64_t>() * bytes(v["dtype"]) * v.value("ranks", 1)) << it.key();
     }
     // Liveness from the op list alone: a value lives from its definition to its last reader (outputs to the end).
-    const json &ops = plan["ops"];
+    const json &ops = opsOf(plan);
     std::map<std::string, size_t> def, last;
-    for (const auto &n : plan["inputs"]) def[n] = 0;
+    for (const auto &n : plan["functions"]["forward"]["inputs"]) def[n] = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       for (const auto &n : ops[i]["in"]) last[n] = i;
       for (const auto &n : ops[i]["out"]) def[n] = i;
     }
-    for (auto it = plan["outputs"].begin(); it != plan["outputs"].end(); ++it) last[it.value()] = ops.size();
+    const json &outs = plan["functions"]["forward"]["outputs"];
+    for (auto it = outs.begin(); it != outs.end(); ++it) last[it.value()] = ops.size();
     std::map<int64_t, std::vector<std::pair<size_t, size_t>>> bySlot;
     for (auto &[n, d] : def) {
       size_t end = last.count(n) ? last[n] : d;
@@ -186,7 +193,8 @@ TEST(Compile, OrdersDoNotDependOnTpOrArch) {
       o.tp = tp;
       o.arch = arch;
       auto r = codegen::compile(fp, "0000", o);
-      for (const auto &op : r.plan.plan["ops"]) {
+      const json pj = planJson(r);
+      for (const auto &op : opsOf(pj)) {
         if (op["nodes"].empty() || op["op"] == "allreduce_tree") continue;
         std::string n = op["nodes"][0];
         if (!first.count(n)) first[n] = op["order"];
@@ -205,7 +213,8 @@ TEST(Compile, OrdersDoNotDependOnTpOrArch) {
 
 TEST(Compile, RowParallelOpsAreSplitWithAnAllreduce) {
   auto r = compileWith(fingerprint("full"), 4, true);
-  const json &ops = r.plan.plan["ops"];
+  const json pj = planJson(r);
+  const json &ops = opsOf(pj);
   size_t allreduce = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i]["op"] != "allreduce_tree") continue;
@@ -215,7 +224,7 @@ TEST(Compile, RowParallelOpsAreSplitWithAnAllreduce) {
     EXPECT_EQ(lin["attrs"]["shard"]["kind"], "row");
     EXPECT_EQ(lin["attrs"]["shard"]["tp"], 4);
     EXPECT_EQ(ops[i]["in"][0], lin["out"][0]);
-    EXPECT_EQ(r.plan.plan["values"][lin["out"][0].get<std::string>()]["ranks"], 4);
+    EXPECT_EQ(pj["values"][lin["out"][0].get<std::string>()]["ranks"], 4);
     EXPECT_EQ(ops[i]["attrs"]["epilogue"], "gate_residual");
     EXPECT_EQ(ops[i]["order"]["units"], 8);
   }
@@ -225,7 +234,7 @@ TEST(Compile, RowParallelOpsAreSplitWithAnAllreduce) {
 TEST(Compile, Deterministic) {
   h3::Fingerprint fp = fingerprint("full");
   auto a = compileWith(fp, 2, true), b = compileWith(fp, 2, true);
-  EXPECT_EQ(canonicalJson(a.plan.plan), canonicalJson(b.plan.plan));
+  EXPECT_EQ(canonicalJson(planJson(a)), canonicalJson(planJson(b)));
 }
 
 TEST(Compile, RefusesToReplaceAFolderThatIsNotAPlan) {
@@ -233,7 +242,7 @@ TEST(Compile, RefusesToReplaceAFolderThatIsNotAPlan) {
   fs::create_directories(d);
   writeFileAtomic(d / "keep.txt", "mine");
   auto r = compileWith(fingerprint("tiny"), 1, true);
-  EXPECT_THROW(codegen::writePlanDirectory(r.plan, d), Error);
+  EXPECT_THROW(plan::writePlanFolder(r.plan.plan, d), Error);
   EXPECT_EQ(readFile(d / "keep.txt"), "mine");
   EXPECT_FALSE(fs::exists(d / "plan.json"));
   fs::remove_all(d);

@@ -1,43 +1,24 @@
-// The plan emitter: an h3 module after the pipeline -> plan.json (docs/contract.md section 5) plus the kernel
-// sources the kernel emitter (codegen/kernels) produces for its ops.
+// The plan emitter: an h3 module after the pipeline -> a plan (h3c::plan::Plan, docs/contract.md section 5) with the
+// kernel the emitter (kernels/) produces for every op. Written to disk by h3c_plan's writer.
 #pragma once
 
-#include "h3c/Passes/PlanJson.h"
-#include "h3c/kernels/emit.h"
 #include "h3c/models/fingerprint.h"
+#include "h3c/plan/plan.h"
 
 #include "mlir/IR/BuiltinOps.h"
 
-#include <nlohmann/json.hpp>
-
-#include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
 namespace h3c::codegen {
 
-using planjson::opToPlanJson;  // one op's plan entry without "kernel" (h3c/Passes/PlanJson.h)
-using planjson::valueName;
-
-struct PlanOptions {
-  std::string arch = "sm_90a";
-  int64_t tp = 1;
-  bool fuse = true;
-};
-
 struct EmittedPlan {
-  nlohmann::json plan;                                  // with plan_sha256
-  std::map<std::string, kernels::KernelSource> kernels;  // id -> source
-  std::vector<std::string> warnings;                    // ops whose kernel could not be emitted (kernel: null)
+  plan::Plan plan;
+  std::vector<std::string> warnings;  // ops whose kernel could not be emitted (kernel: null)
 };
 
 // `m` must have been through h3-plan-buffers (slots). Throws h3c::Error naming the op on a malformed module.
 EmittedPlan emitPlan(mlir::ModuleOp m, const h3::Fingerprint &fp, const std::string &fingerprintSha256,
-                     const PlanOptions &o);
-
-// Writes OUT/plan.json and OUT/kernels/<id>.cu atomically (a folder renamed into place when complete). An existing
-// OUT is replaced only when it is a previous plan folder (holds plan.json).
-void writePlanDirectory(const EmittedPlan &p, const std::filesystem::path &out);
+                     const plan::Options &o);
 
 } // namespace h3c::codegen

@@ -6,7 +6,7 @@
 // double and unordered. Results never depend on the thread count.
 #pragma once
 
-#include "h3c/runtime/plan.h"
+#include "h3c/plan/plan.h"
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/weights.h"
 
@@ -34,7 +34,7 @@ using ValueMap = std::map<std::string, HostValue>;
 enum class Precision { Ordered, Fp64 };
 
 struct OpEnv {
-  const Plan &plan;
+  const plan::Plan &plan;
   const CanonicalRequest &req;
   WeightSource &weights;
   Precision precision = Precision::Ordered;
@@ -43,7 +43,7 @@ struct OpEnv {
 
 // Runs `op`: reads its inputs from `values` (graph inputs "@..." must be present; see graphInputValues()), writes
 // its outputs. Throws h3c::Error naming op.where on any shape or attribute inconsistency.
-void runCpuOp(const PlanOp &op, OpEnv &env, ValueMap &values);
+void runCpuOp(const plan::Op &op, OpEnv &env, ValueMap &values);
 
 // The graph inputs of a canonical request as host values ("@hidden_states", ...). The runtime canonicalizes before
 // the graph runs, so the per-row metadata inputs (@position_ids, @token_tags, @timestep_indices) are presented in

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "h3c/runtime/ledger.h"
-#include "h3c/runtime/plan.h"
+#include "h3c/plan/plan.h"
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/tensor.h"
 #include "h3c/runtime/weights.h"
@@ -38,7 +38,7 @@ public:
   virtual nlohmann::json deviceInfo() const { return nlohmann::json::object(); }
   // Runs every op of `plan` in order and records each into `ledger` (requested binding from requestedBinding(),
   // actual binding what really ran; in audit mode also the reference error).
-  virtual Outputs run(const Plan &plan, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
+  virtual Outputs run(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
                       LedgerBuilder &ledger) = 0;
 };
 
@@ -55,6 +55,6 @@ struct RunResult {
   nlohmann::json ledger;  // sealed
 };
 // Validates the options against the plan (tp, config), canonicalizes the request, runs, seals the ledger.
-RunResult runModel(const Plan &plan, WeightSource &weights, const Request &request, const RunOptions &opt);
+RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &request, const RunOptions &opt);
 
 } // namespace h3c::rt

@@ -20,7 +20,7 @@
 #pragma once
 
 #include "h3c/runtime/nodes.h"
-#include "h3c/runtime/plan.h"
+#include "h3c/plan/plan.h"
 
 #include <nlohmann/json.hpp>
 
@@ -59,20 +59,20 @@ struct AuditError {
 
 class LedgerBuilder {
 public:
-  LedgerBuilder(const Plan &plan, Mode mode, int64_t tp, std::string device, std::vector<BindRule> binds = {});
+  LedgerBuilder(const plan::Plan &plan, Mode mode, int64_t tp, std::string device, std::vector<BindRule> binds = {});
   nlohmann::json &header() { return header_; }
   Mode mode() const { return mode_; }
   // The binding requested for a node (requestedBinding() with this ledger's mode and rules).
   Binding requested(const std::string &nodeId) const;
   // One executed op: every node it covers gets an entry (requested from the mode and --bind rules, `actual` what
   // ran). `shapes` maps value name -> the shape actually used ([ranks?, B, rows, cols]).
-  void recordOp(const PlanOp &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
+  void recordOp(const plan::Op &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
                 const std::optional<AuditError> &audit = std::nullopt);
   // Builds the sealed document: `missing` = expected nodes without entry, `complete`, `accepted`.
   nlohmann::json finish() const;
 
 private:
-  const Plan &plan_;
+  const plan::Plan &plan_;
   nlohmann::json header_;
   nlohmann::json nodes_ = nlohmann::json::array();
   Mode mode_;

@@ -1,5 +1,5 @@
-// The logical node table of docs/contract.md section 2, derived from the config alone (ids and kinds in table
-// order). The ledger must account for exactly these nodes; the plan reader checks the plan covers them.
+// The logical node table of docs/contract.md section 2 (ids and kinds in table order), as the fingerprint derivation
+// (models/h3) writes it for a config. The ledger must account for exactly these nodes.
 #pragma once
 
 #include "h3c/models/config.h"

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "h3c/models/config.h"
+#include "h3c/plan/extent.h"
 #include "h3c/runtime/tensor.h"
 
 #include <filesystem>
@@ -50,6 +51,8 @@ struct CanonicalRequest {
   std::vector<int64_t> packedRow;
   // The row count of a symbolic domain: "S", "Nt", "Nv", "Na", "T", "T3", "1".
   int64_t rows(const std::string &domain) const;
+  // The extents the plan's launch expressions are evaluated on.
+  plan::Extents extents() const { return {B, S, Nt, Nv, Na, T}; }
 };
 
 CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::string &where = "request");

@@ -1,13 +1,15 @@
-// Loads emitted kernels (NVRTC JIT with the disk cache -> cuModuleLoadData) and launches them with the grid their
-// Launch descriptor derives from the run-time row counts in KernelArgs::meta (docs/contract.md section 6). Shared by
-// the GPU executor, the GPU op tests and the bench.
+// Loads a plan's kernels (NVRTC JIT with the disk cache -> cuModuleLoadData) and launches them with the launch ABI
+// the plan records (docs/contract.md section 5): the grid from the request's extents, the block and dynamic shared
+// memory as written, and the typed parameters resolved for one op (buffers from the op's operands, scalars from the
+// extents, tensor maps encoded on the host). Shared by the GPU executor, the GPU kernel checks and the bench.
 #pragma once
 
-#include "h3c/kernels/emit.h"
+#include "h3c/plan/plan.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/nvrtc_jit.h"
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,12 +17,15 @@
 namespace h3c::runtime::cuda {
 
 struct LoadedKernel {
-  std::string id, entry, cubinKey;
+  const h3c::plan::Kernel *spec = nullptr;  // owned by the plan (or the caller), which outlives the runner's use
+  std::string cubinKey;
   bool fromCache = false;
-  h3c::kernels::Launch launch;
   CUmodule module = nullptr;
   CUfunction fn = nullptr;
 };
+
+// The device address of an op's operand (role, position), e.g. the arena region of op.in[index].
+using OperandAddress = std::function<CUdeviceptr(h3c::plan::OperandRole role, int64_t index)>;
 
 class KernelRunner {
 public:
@@ -29,14 +34,13 @@ public:
   KernelRunner(const KernelRunner &) = delete;
   KernelRunner &operator=(const KernelRunner &) = delete;
 
-  // Compiles (or takes from the cache) and loads; kernels are kept by id.
-  const LoadedKernel &load(const h3c::kernels::KernelSource &k);
-  // grid.x = ceil(rows * unitsPerRow / unitsPerBlock) with rows = meta[0] (meta[2] for per-item kernels),
-  // grid.y = launch.gridY, grid.z = B (meta[1]) for per-item kernels. Zero rows: nothing is launched.
-  void launch(const LoadedKernel &k, const h3c::kernels::KernelArgs &args, CUstream stream = nullptr);
-  // A grid-stride kernel with an explicit block count (the synthetic generator).
-  void launchBlocks(const LoadedKernel &k, const h3c::kernels::KernelArgs &args, unsigned blocks,
-                    CUstream stream = nullptr);
+  // Compiles (or takes from the cache) and loads; kernels are kept by id. The kernel's arch must be the device's.
+  const LoadedKernel &load(const h3c::plan::Kernel &k);
+  // Launches on `stream`. A grid dimension of zero (a request without rows in that domain) launches nothing.
+  void launch(const LoadedKernel &k, const h3c::plan::Extents &extents, const OperandAddress &address,
+              CUstream stream = nullptr);
+  // The grid a launch would use (for tests and messages).
+  std::array<unsigned, 3> grid(const h3c::plan::Kernel &k, const h3c::plan::Extents &extents) const;
   const std::string &arch() const { return arch_; }
   NvrtcJit &jit() { return jit_; }
 
@@ -44,6 +48,7 @@ private:
   NvrtcJit jit_;
   std::string arch_;
   std::map<std::string, std::unique_ptr<LoadedKernel>> loaded_;
+  std::map<std::string, CUtensorMap> maps_;  // encoded tensor maps by (kernel, param, address, extents)
 };
 
 } // namespace h3c::runtime::cuda

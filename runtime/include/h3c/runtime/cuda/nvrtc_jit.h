@@ -1,12 +1,12 @@
-// The NVRTC JIT: compiles an emitted kernel (h3c::kernels::KernelSource) to a cubin for one arch ("sm_90a" on
-// H100/H200, "sm_100a" on B200), with an on-disk cache. No GPU or driver is needed to compile.
+// The NVRTC JIT: compiles a plan's kernel (h3c::plan::Kernel: its exact source text with the plan's NVRTC options)
+// to a cubin, with an on-disk cache. No GPU or driver is needed to compile.
 //
-// Cache: one file per entry, <dir>/<key>.cubin, key = sha256(source, options, arch, NVRTC version, plan schema).
+// Cache: one file per entry, <dir>/<key>.cubin, key = sha256(source, options, NVRTC version, plan schema).
 // A file holds "h3c-cubin-v1\n" + sha256(cubin) + "\n" + cubin, written atomically (AtomicFileWriter); an entry whose
 // stored hash does not match its bytes (truncated, corrupted) is reported, removed and rebuilt.
 #pragma once
 
-#include "h3c/kernels/emit.h"
+#include "h3c/plan/plan.h"
 #include "h3c/support/error.h"
 
 #include <filesystem>
@@ -14,8 +14,6 @@
 #include <vector>
 
 namespace h3c::runtime::cuda {
-
-inline constexpr const char *kPlanSchema = "h3c-plan-v1";
 
 // A compile failure: names the kernel and carries NVRTC's log.
 class CompileError : public h3c::Error {
@@ -32,6 +30,7 @@ struct CompiledKernel {
   std::string id, entry, arch;
   std::string cubin;        // the ELF image for cuModuleLoadData
   std::string key;          // the cache key (sha256 hex)
+  std::string log;          // NVRTC's log (ptxas notes included); empty for cache hits
   bool fromCache = false;
   bool rebuiltCorrupt = false;  // a corrupt cache entry was found and replaced
 };
@@ -44,12 +43,12 @@ class NvrtcJit {
 public:
   // cacheDir empty: no disk cache. The folder is created when missing.
   explicit NvrtcJit(std::filesystem::path cacheDir = {});
-  CompiledKernel compile(const h3c::kernels::KernelSource &k, const std::string &arch);
+  // Compiles exactly k.source with k.nvrtcOptions. The options must target k.arch.
+  CompiledKernel compile(const h3c::plan::Kernel &k);
   const JitStats &stats() const { return stats_; }
 
   static std::string nvrtcVersion();                                   // "13.0"
-  static std::vector<std::string> options(const std::string &arch);    // the NVRTC options used
-  static std::string cacheKey(const h3c::kernels::KernelSource &k, const std::string &arch);
+  static std::string cacheKey(const h3c::plan::Kernel &k);
   // The cache folder named by $H3C_KERNEL_CACHE, else $XDG_CACHE_HOME/h3c/kernels, else ~/.cache/h3c/kernels.
   static std::filesystem::path defaultCacheDir();
 

@@ -2,27 +2,28 @@
 // from the host-computed sinusoid: h = silu(W1 s + b1), temb = W2 h + b2, every dot in the F32 order of section 6
 // (fma over k ascending from 0, then + bias). grid = (T, ceil(N / 256)): each CTA recomputes h for its row
 // (identical bits in every CTA) and produces 256 outputs, one per thread.
-// Defined by the emitter: TE_ENTRY TE_K TE_HID TE_N.
-extern "C" __global__ void __launch_bounds__(256) TE_ENTRY(const H3cArgs a) {
+// Defined by the emitter: TE_ENTRY H3C_PARAMS TE_K TE_HID TE_N. Parameters: sinusoid [T, K], temb [T, N], w1, w2,
+// b1, b2.
+extern "C" __global__ void __launch_bounds__(256) TE_ENTRY(H3C_PARAMS) {
   __shared__ float sx[TE_K];
   __shared__ float sh[TE_HID];
   const long long t = blockIdx.x;
-  const float *s = (const float *)a.in[0] + t * TE_K;
-  const float *W1 = (const float *)a.w[0];
-  const float *W2 = (const float *)a.w[1];  // weights first, then biases (docs/contract.md section 6)
-  const float *b1 = (const float *)a.w[2];
-  const float *b2 = (const float *)a.w[3];
+  const float *s = (const float *)sinusoid + t * TE_K;
+  const float *W1 = (const float *)w1;
+  const float *W2 = (const float *)w2;
+  const float *B1 = (const float *)b1;
+  const float *B2 = (const float *)b2;
   for (int k = threadIdx.x; k < TE_K; k += 256) sx[k] = s[k];
   __syncthreads();
   for (int j = threadIdx.x; j < TE_HID; j += 256) {
     float acc = 0.0f;
     for (int k = 0; k < TE_K; ++k) acc = __fmaf_rn(sx[k], W1[(long long)j * TE_K + k], acc);
-    sh[j] = h3c::detmath::silu(__fadd_rn(acc, b1[j]));
+    sh[j] = h3c::detmath::silu(__fadd_rn(acc, B1[j]));
   }
   __syncthreads();
   int n = blockIdx.y * 256 + threadIdx.x;
   if (n >= TE_N) return;
   float acc = 0.0f;
   for (int k = 0; k < TE_HID; ++k) acc = __fmaf_rn(sh[k], W2[(long long)n * TE_HID + k], acc);
-  ((float *)a.out[0])[t * TE_N + n] = __fadd_rn(acc, b2[n]);
+  ((float *)temb)[t * TE_N + n] = __fadd_rn(acc, B2[n]);
 }

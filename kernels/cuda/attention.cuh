@@ -4,7 +4,8 @@
 // o = o * exp(m_old - m_new) + P v (mma over the block's keys in 16-wide chunks, ascending); finally o / l, bf16.
 // l sums the rounded P that multiply v. K/V tiles are double-buffered with cp.async.
 //
-// Defined by the emitter: AT_ENTRY AT_D (multiple of 16, <= 256) AT_HEADS AT_SCALE (float literal).
+// Defined by the emitter: AT_ENTRY H3C_PARAMS AT_D (multiple of 16, <= 256) AT_HEADS AT_SCALE (float literal).
+// Parameters: q, k, v, o ([B, L, heads * d] each) and item_rows = L (grid.x: query blocks, y: heads, z: items).
 #define AT_LDS (AT_D + 8)
 #define AT_DK (AT_D / 16)
 #define AT_DN (AT_D / 8)
@@ -17,18 +18,18 @@ __device__ __forceinline__ void at_load_rows(h3bf *dst, const h3bf *src, long lo
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(const H3cArgs a) {
+extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
   extern __shared__ __align__(16) unsigned char at_smem[];
   h3bf *Qs = (h3bf *)at_smem;
   h3bf *Ks = Qs + 64 * AT_LDS;
   h3bf *Vs = Ks + 2 * 64 * AT_LDS;
-  const long long L = a.meta[H3C_META_ITEM_ROWS];
+  const long long L = item_rows;
   const long long ld = (long long)AT_HEADS * AT_D;
   const long long base = (long long)blockIdx.z * L * ld + (long long)blockIdx.y * AT_D;
-  const h3bf *Q = (const h3bf *)a.in[0] + base;
-  const h3bf *K = (const h3bf *)a.in[1] + base;
-  const h3bf *V = (const h3bf *)a.in[2] + base;
-  h3bf *O = (h3bf *)a.out[0] + base;
+  const h3bf *Q = (const h3bf *)q + base;
+  const h3bf *K = (const h3bf *)k + base;
+  const h3bf *V = (const h3bf *)v + base;
+  h3bf *O = (h3bf *)o + base;
   const long long q0 = (long long)blockIdx.x * 64;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   const float kNegInf = __int_as_float(0xff800000);

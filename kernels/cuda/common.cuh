@@ -1,25 +1,16 @@
-// h3c kernel prelude (NVRTC, no includes). Emitted before every kernel: the argument block shared with the GPU
-// executor (docs/contract.md section 6), bf16 as raw bits with h3c's own rounding (support/dtype.h: RNE, quiet NaN),
-// cp.async / ldmatrix / mma.sync wrappers.
+// h3c kernel prelude (NVRTC, no includes). Emitted before every kernel: bf16 as raw bits with h3c's own rounding
+// (support/dtype.h: RNE, quiet NaN), the row-metadata lookup, cp.async / ldmatrix / mma.sync wrappers. Kernel
+// parameters are typed and named (docs/contract.md section 6): the emitter defines H3C_PARAMS, the parameter list of
+// the kernel's signature, from the plan's parameter list, so the signature and the plan cannot disagree.
 typedef unsigned short h3bf;
 typedef long long h3i64;
 typedef unsigned int h3u32;
 
-struct H3cArgs {
-  const void *in[8];
-  void *out[4];
-  const void *w[4];
-  long long meta[16];
+// A CUtensorMap as a kernel parameter (128 bytes, 64-byte aligned; NVRTC has no <cuda.h>). Passed by value as
+// `const __grid_constant__ H3cTensorMap`; the runtime encodes it on the host from the plan's tensor-map spec.
+struct __align__(64) H3cTensorMap {
+  unsigned long long opaque[16];
 };
-
-#define H3C_META_ROWS 0
-#define H3C_META_BATCH 1
-#define H3C_META_ITEM_ROWS 2
-#define H3C_META_META_ROWS 3
-#define H3C_META_NT 4
-#define H3C_META_NV 5
-#define H3C_META_NA 6
-#define H3C_META_T 7
 
 __device__ __forceinline__ float bf2f(h3bf b) { return __uint_as_float(((h3u32)b) << 16); }
 __device__ __forceinline__ h3bf f2bf(float f) {
@@ -30,9 +21,10 @@ __device__ __forceinline__ h3bf f2bf(float f) {
 __device__ __forceinline__ float rbf(float f) { return bf2f(f2bf(f)); }
 
 // Row metadata: table row of a packed row (docs/contract.md section 1: adaln row = ts * 3 + tag; norm_out row = ts).
-__device__ __forceinline__ long long h3c_table_row(const H3cArgs &a, const long long *ts, const long long *tags,
+// The metadata vectors have no batch axis: `metaRows` (S) rows shared by every batch item.
+__device__ __forceinline__ long long h3c_table_row(const long long *ts, const long long *tags, long long metaRows,
                                                    long long row, int rowsPerTs) {
-  long long m = row % a.meta[H3C_META_META_ROWS];
+  long long m = row % metaRows;
   return rowsPerTs == 3 ? ts[m] * 3 + tags[m] : ts[m];
 }
 

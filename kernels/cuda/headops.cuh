@@ -3,10 +3,10 @@
 // channels; rope rotates the first HO_R channels (rotate-half: rot = cat(-x2, x1)) with cos/sin rounded to bf16,
 // y = bf(x * cos + rot * sin) (two products, one add, no fma), channels HO_R..d copied.
 //
-// Defined by the emitter: HO_ENTRY HO_HEADS HO_D HO_NORM HO_EPS HO_R (0 = no rope) HO_NT (tensors: 1 or 2).
-extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(const H3cArgs a) {
+// Defined by the emitter: HO_ENTRY H3C_PARAMS HO_HEADS HO_D HO_NORM HO_EPS HO_R (0 = no rope) HO_NT (tensors: 1 or 2).
+// Parameters: x0 (x1 when HO_NT == 2); rope_cos, rope_sin (HO_R > 0); y0 (y1); w0 (w1) when HO_NORM; rows; meta_rows (rope).
+extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
   __shared__ float buf[8][HO_D];
-  const long long rows = a.meta[H3C_META_ROWS];
   const long long unit = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const int t = blockIdx.y;
@@ -14,7 +14,13 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(const H3cArgs a) {
   const long long row = unit / HO_HEADS;
   const int head = (int)(unit % HO_HEADS);
   const long long base = row * (long long)(HO_HEADS * HO_D) + (long long)head * HO_D;
-  const h3bf *x = (const h3bf *)a.in[t];
+#if HO_NT == 2
+  const h3bf *x = (const h3bf *)(t == 0 ? x0 : x1);
+  h3bf *y = (h3bf *)(t == 0 ? y0 : y1);
+#else
+  const h3bf *x = (const h3bf *)x0;
+  h3bf *y = (h3bf *)y0;
+#endif
   float *b = buf[wib];
 #if HO_NORM
   float p = 0.0f;
@@ -24,17 +30,20 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(const H3cArgs a) {
   }
   const float ss = h3c_lane_tree(p);
   const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)HO_D), HO_EPS)));
-  const h3bf *w = (const h3bf *)a.w[t];
+#if HO_NT == 2
+  const h3bf *w = (const h3bf *)(t == 0 ? w0 : w1);
+#else
+  const h3bf *w = (const h3bf *)w0;
+#endif
   for (int j = lane; j < HO_D; j += 32) b[j] = rbf(__fmul_rn(rbf(__fmul_rn(bf2f(x[base + j]), inv)), bf2f(w[j])));
 #else
   for (int j = lane; j < HO_D; j += 32) b[j] = bf2f(x[base + j]);
 #endif
   __syncwarp();
-  h3bf *y = (h3bf *)a.out[t];
 #if HO_R > 0
-  const long long mrow = row % a.meta[H3C_META_META_ROWS];
-  const float *cs = (const float *)a.in[HO_NT] + mrow * HO_R;
-  const float *sn = (const float *)a.in[HO_NT + 1] + mrow * HO_R;
+  const long long mrow = row % meta_rows;
+  const float *cs = (const float *)rope_cos + mrow * HO_R;
+  const float *sn = (const float *)rope_sin + mrow * HO_R;
   for (int j = lane; j < HO_D; j += 32) {
     float v = b[j];
     if (j < HO_R) {

@@ -1,15 +1,16 @@
 // F32 linear on CUDA cores in the documented fixed order (docs/contract.md section 6): y[r,n] = (sum over k = 0..K-1
 // ascending of fma(x[r,k], w[n,k], acc) from 0) + bias[n], one F32 add; the CPU reproduces it bit for bit. 64x64
 // output tile per 256 threads (4x4 each), x/w k-tiles of 32 staged in shared memory; only k < K is ever added.
-// Defined by the emitter: FL_ENTRY FL_K FL_N FL_HAS_BIAS FL_XBF (x is bf16) FL_OUT_BF (bf16 output).
-extern "C" __global__ void __launch_bounds__(256) FL_ENTRY(const H3cArgs a) {
+// Defined by the emitter: FL_ENTRY H3C_PARAMS FL_K FL_N FL_HAS_BIAS FL_XBF (x is bf16) FL_OUT_BF (bf16 output).
+// Parameters: x, y, w, bias (FL_HAS_BIAS), rows.
+extern "C" __global__ void __launch_bounds__(256) FL_ENTRY(H3C_PARAMS) {
   __shared__ float xs[64][33];
   __shared__ float ws[64][33];
-  const long long M = a.meta[H3C_META_ROWS];
+  const long long M = rows;
   const long long m0 = (long long)blockIdx.x * 64;
   const int n0 = blockIdx.y * 64;
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-  const float *W = (const float *)a.w[0];
+  const float *W = (const float *)w;
   float acc[4][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -21,9 +22,9 @@ extern "C" __global__ void __launch_bounds__(256) FL_ENTRY(const H3cArgs a) {
       float xv = 0.0f, wv = 0.0f;
       if (m0 + r < M && k0 + k < FL_K) {
 #if FL_XBF
-        xv = bf2f(((const h3bf *)a.in[0])[(m0 + r) * FL_K + k0 + k]);
+        xv = bf2f(((const h3bf *)x)[(m0 + r) * FL_K + k0 + k]);
 #else
-        xv = ((const float *)a.in[0])[(m0 + r) * FL_K + k0 + k];
+        xv = ((const float *)x)[(m0 + r) * FL_K + k0 + k];
 #endif
       }
       if (n0 + r < FL_N && k0 + k < FL_K) wv = W[(long long)(n0 + r) * FL_K + k0 + k];
@@ -50,12 +51,12 @@ extern "C" __global__ void __launch_bounds__(256) FL_ENTRY(const H3cArgs a) {
       if (n >= FL_N) continue;
       float v = acc[i][j];
 #if FL_HAS_BIAS
-      v = __fadd_rn(v, ((const float *)a.w[1])[n]);
+      v = __fadd_rn(v, ((const float *)bias)[n]);
 #endif
 #if FL_OUT_BF
-      ((h3bf *)a.out[0])[r * FL_N + n] = f2bf(v);
+      ((h3bf *)y)[r * FL_N + n] = f2bf(v);
 #else
-      ((float *)a.out[0])[r * FL_N + n] = v;
+      ((float *)y)[r * FL_N + n] = v;
 #endif
     }
   }

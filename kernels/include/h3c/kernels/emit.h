@@ -1,0 +1,29 @@
+// CUDA C++ kernel emission for one plan op (docs/contract.md sections 3-6). Pure C++, no MLIR, used by the compiler
+// only: `h3c compile` (through the MLIR translation and the plan emitter) asks it for the kernel of every op and
+// writes the result into the plan. The runtime never links it: it JIT-compiles the plan's text.
+#pragma once
+
+#include "h3c/plan/plan.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace h3c::kernels {
+
+// The values an op reads and writes, at the op's operand positions (plan::inputRoles / outputRoles): the emitter
+// needs their row domains (launch grids, row-count arguments), dtypes and widths.
+struct OperandValues {
+  std::vector<plan::Value> in, out;
+};
+
+// The kernel for a plan op: its complete NVRTC-compilable source (no includes), entry, NVRTC options, launch ABI and
+// typed parameter list (plan::Kernel without `file`, which the plan writer assigns), or nullopt for ops the host
+// computes (rope_table, timestep_sinusoid). `arch` is "sm_90a" or "sm_100a". Throws h3c::Error naming the op when no
+// qualified fixed-order kernel exists for it (unsupported attrs, order or shapes).
+std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &operands, const std::string &arch);
+
+// The NVRTC options every h3c kernel is compiled with for `arch` (--fmad=false: the contract names every fma).
+std::vector<std::string> nvrtcOptions(const std::string &arch);
+
+} // namespace h3c::kernels

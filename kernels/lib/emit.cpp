@@ -1,0 +1,530 @@
+// emitKernel: picks the kernel template for a plan op, checks the op's reduction order against what the template
+// implements (docs/contract.md section 4), and specializes the template with #defines, its typed parameter list and
+// its launch geometry. All shapes except the row counts are compile-time constants; nothing depends on M (rows), the
+// batch or the row order.
+#include "h3c/kernels/emit.h"
+
+#include "h3c/support/error.h"
+#include "h3c/support/sha256.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace h3c::kernels {
+namespace tmpl {
+extern const char *const common;
+extern const char *const detmath;
+extern const char *const gemm_bf16;
+extern const char *const attention;
+extern const char *const norm;
+extern const char *const headops;
+extern const char *const elementwise;
+extern const char *const linear_f32;
+extern const char *const time_embed;
+} // namespace tmpl
+
+namespace {
+
+using plan::Domain;
+using plan::Epilogue;
+using plan::Extent;
+using plan::KernelParam;
+using plan::OpKind;
+using plan::OperandRole;
+
+// What the emitter knows about the op it specializes a template for.
+struct OpView {
+  const plan::Op &op;
+  const OperandValues &vals;
+  std::string where;
+
+  const plan::OpAttrs &a() const { return op.attrs; }
+  const plan::Value &in(size_t i) const {
+    if (i >= vals.in.size()) fail(where, "expected at least {} inputs", i + 1);
+    return vals.in[i];
+  }
+  const plan::Value &out(size_t i) const {
+    if (i >= vals.out.size()) fail(where, "expected at least {} outputs", i + 1);
+    return vals.out[i];
+  }
+  // Rows of an operand as the kernel sees them (batch items flattened).
+  Extent rowsOfIn(size_t i) const { return Extent::rowsOf(in(i).rows, in(i).batch); }
+  void requireOrder(plan::OrderKind k) const {
+    if (op.order.kind != k)
+      fail(where, "order.kind must be \"{}\" for a '{}' op, got \"{}\" (docs/contract.md section 4)",
+           plan::orderKindName(k), plan::opKindName(op.kind), plan::orderKindName(op.order.kind));
+  }
+};
+
+// The typed parameter list of a kernel, and the C parameter declarations the emitter writes as H3C_PARAMS (so the
+// signature is generated from the same list the plan records).
+struct Params {
+  std::vector<KernelParam> list;
+  std::vector<std::string> decls;
+
+  void buffer(const std::string &name, OperandRole role, int64_t index, int64_t span = 1) {
+    KernelParam p;
+    p.kind = KernelParam::Kind::Buffer;
+    p.name = name;
+    p.role = role;
+    p.index = index;
+    p.span = span;
+    list.push_back(p);
+    decls.push_back((role == OperandRole::Out ? "void *__restrict__ " : "const void *__restrict__ ") + name);
+  }
+  void in(const std::string &name, int64_t index) { buffer(name, OperandRole::In, index); }
+  void out(const std::string &name, int64_t index) { buffer(name, OperandRole::Out, index); }
+  void weight(const std::string &name, int64_t index, int64_t span = 1) {
+    buffer(name, OperandRole::Weight, index, span);
+  }
+  void bias(const std::string &name, int64_t index) { buffer(name, OperandRole::Bias, index); }
+  void scalar(const std::string &name, const Extent &value) {
+    KernelParam p;
+    p.kind = KernelParam::Kind::Scalar;
+    p.name = name;
+    p.value = value;
+    list.push_back(p);
+    decls.push_back("const long long " + name);
+  }
+  std::string signature() const {
+    std::string s;
+    for (size_t i = 0; i < decls.size(); ++i) s += (i ? ", " : "") + decls[i];
+    return s;
+  }
+};
+
+// A float literal with the exact F32 value (hex float, C++17).
+std::string floatLit(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%af", (double)(float)v);
+  return buf;
+}
+
+struct Builder {
+  std::ostringstream defs;
+  void def(const std::string &k, const std::string &v) { defs << "#define " << k << " " << v << "\n"; }
+  void def(const std::string &k, long long v) { def(k, std::to_string(v)); }
+};
+
+std::string stripPragmaOnce(std::string s) {
+  auto p = s.find("#pragma once");
+  if (p != std::string::npos) s.erase(p, 12);
+  return s;
+}
+
+plan::GridDim dim(const Extent &e, int64_t div = 1) {
+  plan::GridDim g;
+  g.extent = e;
+  g.div = div;
+  return g;
+}
+
+plan::Launch launch(int64_t threads, int64_t smem, plan::GridDim x, plan::GridDim y = dim(Extent::constant(1)),
+                    plan::GridDim z = dim(Extent::constant(1))) {
+  plan::Launch l;
+  l.block = {threads, 1, 1};
+  l.smemBytes = smem;
+  l.grid = {x, y, z};
+  return l;
+}
+
+plan::Kernel finish(const std::string &name, const std::string &entryMacro, Builder &b, const Params &params,
+                    const char *body, const plan::Launch &l, const std::string &arch) {
+  b.def("H3C_PARAMS", params.signature());
+  // The id hashes everything the kernel's code depends on (defines and templates), so it changes with any change.
+  std::string tail = std::string(tmpl::common) + "\n" + stripPragmaOnce(tmpl::detmath) + "\n" + body;
+  std::string hash = sha256Hex(b.defs.str() + tail).substr(0, 8);
+  plan::Kernel k;
+  k.id = name + "_" + hash;
+  k.entry = "h3c_" + k.id;
+  k.file = "kernels/" + k.id + ".cu";
+  std::ostringstream src;
+  src << "// h3c kernel " << k.id << " (generated by h3c::kernels::emitKernel; docs/contract.md sections 3-6)\n";
+  src << "#define " << entryMacro << " " << k.entry << "\n" << b.defs.str() << tail;
+  k.source = src.str();
+  k.sha256 = sha256Hex(k.source);
+  k.arch = arch;
+  k.nvrtcOptions = nvrtcOptions(arch);
+  k.launch = l;
+  k.params = params.list;
+  return k;
+}
+
+// The pairwise-tree merge after unit u of U = 2^L units (gemm_bf16.cuh), as a switch with compile-time register
+// indices. With t = the number of trailing one bits of u, the finished unit partial is combined with the t stack
+// slots below it (p[2i] + p[2i+1], level by level) and the result parked in slot t; after the last unit the whole
+// tree's value is in slot L - 1.
+std::string mergeMacro(int L) {
+  std::ostringstream m;
+  m << "switch (u) { ";
+  for (int u = 0; u < (1 << L); ++u) {
+    int lvl = 0;
+    while ((u >> lvl) & 1) ++lvl;
+    m << "case " << u << ": ";
+    for (int i = 0; i < lvl; ++i)
+      m << "gm_add(stk[" << i << "], " << (i == 0 ? std::string("acc") : fmt::format("stk[{}]", i - 1)) << "); ";
+    if (lvl < L)
+      m << "gm_copy(stk[" << lvl << "], " << (lvl == 0 ? std::string("acc") : fmt::format("stk[{}]", lvl - 1))
+        << "); ";
+    m << "break; ";
+  }
+  m << "}";
+  return m.str();
+}
+
+// The tensor-core GEMM template's specialization (gemm_bf16.cuh).
+enum class XMode { Bf16, F32, SiluF32 };
+struct GemmDesc {
+  int64_t K = 0, N = 0;  // N: all weight rows (swiglu: value + gate halves; qkv: 3 outputs)
+  XMode x = XMode::Bf16;
+  Epilogue epi = Epilogue::None;
+  bool outF32 = false, bias = false;
+  int nout = 1, units = 1;
+  int64_t chunk = 0, numChunks = 1, rowsPerTs = 1;
+};
+
+plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string &arch) {
+  const int64_t K = d.K, N = d.N;
+  const int U = d.units;
+  if (K % 8 != 0) fail(v.where, "bf16 linear needs K % 8 == 0 (16-byte rows), got K = {}", K);
+  int L = 0;
+  while ((1 << L) < U) ++L;
+  if (U < 1 || (1 << L) != U || U > 8) fail(v.where, "order.units must be 1, 2, 4 or 8, got {}", U);
+  if (U > 1 && K % (16LL * U) != 0) fail(v.where, "order.units = {} needs K % (units * k_step) == 0, got K = {}", U, K);
+  if (d.epi == Epilogue::Swiglu && N % 2 != 0)
+    fail(v.where, "swiglu epilogue needs an even N (value and gate halves), got {}", N);
+  Builder b;
+  int BM, BN, WM, WN, BK = 32, stages = 3;
+  if (U == 1) {
+    BM = 128; BN = 128; WM = 2; WN = 4;  // warp tile 64 x 32
+  } else {
+    BM = 128; BN = 64; WM = 4; WN = 2;   // warp tile 32 x 32: room for the log2(U) partials of the tree
+    if ((K / U) % 32 != 0) BK = 16;      // a k-tile never straddles two units
+  }
+  static const char *xName[] = {"GM_X_BF16", "GM_X_F32", "GM_X_SILU_F32"};
+  static const char *epiName[] = {"GM_EPI_NONE", "GM_EPI_RESIDUAL", "GM_EPI_GATE_RESIDUAL", "GM_EPI_SWIGLU"};
+  b.def("GM_K", K); b.def("GM_N", N); b.def("GM_U", U); b.def("GM_L", L);
+  b.def("GM_BM", BM); b.def("GM_BN", BN); b.def("GM_BK", BK); b.def("GM_WM", WM); b.def("GM_WN", WN);
+  b.def("GM_STAGES", stages); b.def("GM_XMODE", xName[int(d.x)]); b.def("GM_EPI", epiName[int(d.epi)]);
+  b.def("GM_OUT_F32", d.outF32 ? 1 : 0); b.def("GM_HAS_BIAS", d.bias ? 1 : 0); b.def("GM_NOUT", d.nout);
+  b.def("GM_CHUNK", d.chunk); b.def("GM_NUM_CHUNKS", d.numChunks); b.def("GM_RPT", d.rowsPerTs);
+  if (U > 1) b.def("GM_MERGE(u)", mergeMacro(L));
+
+  Params p;
+  p.in("x", 0);
+  if (d.epi == Epilogue::Residual || d.epi == Epilogue::GateResidual) p.in("residual", 1);
+  if (d.epi == Epilogue::GateResidual) {
+    p.in("table", 2);
+    p.in("ts_index", 3);
+    p.in("tags", 4);
+  }
+  for (int o = 0; o < d.nout; ++o) p.out("y" + std::to_string(o), o);
+  p.weight("w", 0, d.nout == 3 ? 3 : 1);
+  if (d.bias) p.bias("bias", 0);
+  p.scalar("rows", v.rowsOfIn(0));
+  if (d.epi == Epilogue::GateResidual) p.scalar("meta_rows", v.rowsOfIn(3));
+
+  const int64_t outCols = d.epi == Epilogue::Swiglu ? N / 2 : N;
+  const int64_t bno = d.epi == Epilogue::Swiglu ? BN / 2 : BN;
+  plan::Launch l = launch(WM * WN * 32, int64_t(stages) * (BM + BN) * (BK + 8) * 2, dim(v.rowsOfIn(0), BM),
+                          dim(Extent::constant((outCols + bno - 1) / bno)));
+  static const char *epiSuffix[] = {"", "_res", "_gres", "_swiglu"};
+  std::string xs = d.x == XMode::Bf16 ? "" : "_xf32";
+  std::string name = fmt::format("{}_bf16_k{}_n{}{}{}_u{}", plan::opKindName(v.op.kind), K, N, epiSuffix[int(d.epi)],
+                                 xs, U);
+  return finish(name, "GM_ENTRY", b, p, tmpl::gemm_bf16, l, arch);
+}
+
+int kChunkUnits(const OpView &v) {
+  v.requireOrder(plan::OrderKind::KChunks);
+  if (v.op.order.kStep != 16) fail(v.where, "order.k_step must be 16");
+  return int(v.op.order.units);
+}
+
+plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
+  const plan::OpAttrs &a = v.a();
+  int U = kChunkUnits(v);
+  if (v.op.weights.size() != 1) fail(v.where, "a linear op needs exactly one weight tensor");
+  if (v.op.biases.size() > 1) fail(v.where, "a linear op has at most one bias tensor");
+  const bool bias = !v.op.biases.empty();
+  if (a.wDtype == DType::F32) {
+    if (a.epilogue != Epilogue::None)
+      fail(v.where, "F32 linears take no epilogue (got \"{}\")", plan::epilogueName(a.epilogue));
+    if (U != 1) fail(v.where, "F32 linears run the sequential fma order: order.units must be 1, got {}", U);
+    Builder b;
+    b.def("FL_K", a.K); b.def("FL_N", a.N); b.def("FL_HAS_BIAS", bias ? 1 : 0);
+    b.def("FL_XBF", a.xDtype == DType::F32 ? 0 : 1); b.def("FL_OUT_BF", a.outDtype == DType::F32 ? 0 : 1);
+    Params p;
+    p.in("x", 0);
+    p.out("y", 0);
+    p.weight("w", 0);
+    if (bias) p.bias("bias", 0);
+    p.scalar("rows", v.rowsOfIn(0));
+    plan::Launch l = launch(256, 0, dim(v.rowsOfIn(0), 64), dim(Extent::constant((a.N + 63) / 64)));
+    return finish(fmt::format("linear_f32_k{}_n{}", a.K, a.N), "FL_ENTRY", b, p, tmpl::linear_f32, l, arch);
+  }
+  if (a.epilogue != Epilogue::None && a.outDtype == DType::F32)
+    fail(v.where, "epilogue \"{}\" produces BF16; out_dtype F32 is not allowed", plan::epilogueName(a.epilogue));
+  GemmDesc d;
+  d.K = a.K;
+  d.N = a.N;
+  d.x = a.xDtype == DType::F32 ? XMode::F32 : XMode::Bf16;
+  d.epi = a.epilogue;
+  d.outF32 = a.outDtype == DType::F32;
+  d.bias = bias;
+  d.units = U;
+  if (a.epilogue == Epilogue::GateResidual) {
+    d.chunk = a.chunk;
+    d.numChunks = a.numChunks;
+    d.rowsPerTs = plan::rowsPerTimestep(a.rowIndex);
+  }
+  return emitGemmBf16(v, d, arch);
+}
+
+plan::Kernel emitQkv(const OpView &v, const std::string &arch) {
+  GemmDesc d;
+  d.K = v.a().K;
+  d.N = 3 * v.a().N;
+  d.units = kChunkUnits(v);
+  d.nout = 3;
+  if (!v.op.biases.empty()) fail(v.where, "qkv_linear takes no bias (H3's to_q/to_k/to_v have none)");
+  if (v.op.weights.size() != 3) fail(v.where, "qkv_linear needs three weight tensors [Wq, Wk, Wv]");
+  if (v.a().outDtype != DType::BF16) fail(v.where, "qkv_linear outputs BF16");
+  return emitGemmBf16(v, d, arch);
+}
+
+plan::Kernel emitAdaln(const OpView &v, const std::string &arch) {
+  GemmDesc d;
+  d.K = v.a().K;
+  d.N = v.a().N;
+  d.units = kChunkUnits(v);
+  d.x = XMode::SiluF32;
+  d.bias = !v.op.biases.empty();
+  return emitGemmBf16(v, d, arch);
+}
+
+plan::Kernel emitTimeEmbed(const OpView &v, const std::string &arch) {
+  const plan::OpAttrs &a = v.a();
+  const int64_t K = a.freqDim, H = a.hidden, N = a.outDim;
+  if ((K + H) * 4 > 40 * 1024) fail(v.where, "time_embed: freq_dim + hidden too large for shared memory");
+  if (kChunkUnits(v) != 1) fail(v.where, "time_embed runs the sequential F32 order: order.units must be 1");
+  if (v.op.weights.size() != 2 || v.op.biases.size() != 2)
+    fail(v.where, "time_embed reads [linear_1, linear_2] weights and biases");
+  Builder b;
+  b.def("TE_K", K); b.def("TE_HID", H); b.def("TE_N", N);
+  Params p;
+  p.in("sinusoid", 0);
+  p.out("temb", 0);
+  p.weight("w1", 0);
+  p.weight("w2", 1);
+  p.bias("b1", 0);
+  p.bias("b2", 1);
+  plan::Launch l = launch(256, 0, dim(v.rowsOfIn(0)), dim(Extent::constant((N + 255) / 256)));
+  return finish(fmt::format("time_embed_k{}_h{}_n{}", K, H, N), "TE_ENTRY", b, p, tmpl::time_embed, l, arch);
+}
+
+void checkLaneTree(const OpView &v) {
+  v.requireOrder(plan::OrderKind::LaneTree);
+  if (v.op.order.lanes != 32) fail(v.where, "order.lanes must be 32");
+}
+
+plan::Kernel emitNorm(const OpView &v, bool modulate, const std::string &arch) {
+  checkLaneTree(v);
+  const plan::OpAttrs &a = v.a();
+  const bool hasW = !v.op.weights.empty();
+  Builder b;
+  b.def("RN_H", a.H); b.def("RN_EPS", floatLit(a.eps)); b.def("RN_HAS_W", hasW ? 1 : 0);
+  b.def("RN_XF32", a.xDtype == DType::F32 ? 1 : 0); b.def("RN_OUT_F32", a.outDtype == DType::F32 ? 1 : 0);
+  b.def("RN_MOD", modulate ? 1 : 0);
+  Params p;
+  p.in("x", 0);
+  if (modulate) {
+    b.def("RN_SHIFT", a.shiftChunk); b.def("RN_SCALE", a.scaleChunk); b.def("RN_NUMCH", a.numChunks);
+    b.def("RN_RPT", plan::rowsPerTimestep(a.rowIndex));
+    p.in("table", 1);
+    p.in("ts_index", 2);
+    if (a.rowIndex == plan::RowIndex::Adaln) p.in("tags", 3);
+  } else {
+    b.def("RN_SHIFT", 0); b.def("RN_SCALE", 0); b.def("RN_NUMCH", 1); b.def("RN_RPT", 1);
+  }
+  p.out("y", 0);
+  if (hasW) p.weight("w", 0);
+  p.scalar("rows", v.rowsOfIn(0));
+  if (modulate) p.scalar("meta_rows", v.rowsOfIn(2));
+  plan::Launch l = launch(256, 0, dim(v.rowsOfIn(0), 8));
+  return finish(fmt::format("{}_h{}", plan::opKindName(v.op.kind), a.H), "RN_ENTRY", b, p, tmpl::norm, l, arch);
+}
+
+plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string &arch) {
+  if (norm) checkLaneTree(v);
+  const plan::OpAttrs &a = v.a();
+  const int64_t heads = a.heads, d = a.headDim, R = rope ? a.rotaryDim : 0;
+  if (d > 1024) fail(v.where, "head_dim {} too large", d);
+  if (R < 0 || R > d || R % 2 != 0) fail(v.where, "attrs.rotary_dim must be even and in [0, head_dim], got {}", R);
+  const int nt = int(v.op.out.size());
+  if (nt != 1 && nt != 2) fail(v.where, "expected 1 or 2 outputs, got {}", nt);
+  Builder b;
+  b.def("HO_HEADS", heads); b.def("HO_D", d); b.def("HO_NORM", norm ? 1 : 0);
+  b.def("HO_EPS", norm ? floatLit(a.eps) : std::string("0.0f")); b.def("HO_R", R); b.def("HO_NT", nt);
+  Params p;
+  for (int t = 0; t < nt; ++t) p.in("x" + std::to_string(t), t);
+  if (R > 0) {
+    p.in("rope_cos", nt);
+    p.in("rope_sin", nt + 1);
+  }
+  for (int t = 0; t < nt; ++t) p.out("y" + std::to_string(t), t);
+  if (norm)
+    for (int t = 0; t < nt; ++t) p.weight("w" + std::to_string(t), t);
+  p.scalar("rows", v.rowsOfIn(0));
+  if (R > 0) p.scalar("meta_rows", v.rowsOfIn(size_t(nt)));
+  Extent units = v.rowsOfIn(0).scaled(heads);
+  plan::Launch l = launch(256, 0, dim(units, 8), dim(Extent::constant(nt)));
+  return finish(fmt::format("{}_h{}_d{}_r{}_t{}", plan::opKindName(v.op.kind), heads, d, R, nt), "HO_ENTRY", b, p,
+                tmpl::headops, l, arch);
+}
+
+plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
+  v.requireOrder(plan::OrderKind::Flash);
+  const plan::Order &o = v.op.order;
+  if (o.kvBlock != 64) fail(v.where, "order.kv_block must be 64");
+  if (o.kStep != 16) fail(v.where, "order.k_step must be 16");
+  const int64_t heads = v.a().heads, d = v.a().headDim;
+  if (d % 16 != 0 || d > 256) fail(v.where, "attention needs head_dim % 16 == 0 and <= 256, got {}", d);
+  if (!v.in(0).batch) fail(v.where, "attention runs per batch item: q must carry the batch axis");
+  Builder b;
+  b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_SCALE", floatLit(1.0 / std::sqrt((double)d)));
+  Params p;
+  p.in("q", 0);
+  p.in("k", 1);
+  p.in("v", 2);
+  p.out("o", 0);
+  Extent itemRows = Extent::rowsOf(v.in(0).rows, false);
+  p.scalar("item_rows", itemRows);
+  plan::Launch l = launch(128, 5 * 64 * (d + 8) * 2, dim(itemRows, 64), dim(Extent::constant(heads)),
+                          dim(Extent::parse("B", v.where)));
+  return finish(fmt::format("attention_h{}_d{}", heads, d), "AT_ENTRY", b, p, tmpl::attention, l, arch);
+}
+
+plan::Kernel emitElementwise(const OpView &v, const std::string &arch) {
+  const plan::OpAttrs &a = v.a();
+  Builder b;
+  Params p;
+  const char *kind;
+  int64_t cols, acols = 0;
+  Extent rows = v.rowsOfIn(0);
+  switch (v.op.kind) {
+  case OpKind::Swiglu:
+    kind = "EW_SWIGLU";
+    cols = a.F;
+    p.in("x", 0);
+    p.out("y", 0);
+    break;
+  case OpKind::Silu:
+    kind = "EW_SILU";
+    cols = a.cols;
+    p.in("x", 0);
+    p.out("y", 0);
+    break;
+  case OpKind::Residual:
+    kind = "EW_RESIDUAL";
+    cols = a.cols;
+    p.in("x", 0);
+    p.in("y", 1);
+    p.out("z", 0);
+    break;
+  case OpKind::GateResidual:
+    kind = "EW_GATE_RESIDUAL";
+    cols = a.H;
+    p.in("x", 0);
+    p.in("y", 1);
+    p.in("table", 2);
+    p.in("ts_index", 3);
+    p.in("tags", 4);
+    p.out("z", 0);
+    break;
+  case OpKind::Pack:
+    kind = "EW_PACK";
+    cols = a.H;
+    p.in("text", 0);
+    p.in("video", 1);
+    p.in("audio", 2);
+    p.out("x", 0);
+    rows = Extent::rowsOf(v.out(0).rows, v.out(0).batch);
+    break;
+  default:  // unpack
+    kind = "EW_UNPACK";
+    cols = a.videoCols;
+    acols = a.audioCols;
+    if (acols > cols) fail(v.where, "unpack expects audio_cols <= video_cols");
+    p.in("y_video", 0);
+    p.in("y_audio", 1);
+    p.out("sample", 0);
+    p.out("audio_sample", 1);
+    rows = Extent::parse("B*Nv + B*Na", v.where);
+    break;
+  }
+  p.scalar("rows", rows);
+  if (v.op.kind == OpKind::GateResidual) p.scalar("meta_rows", v.rowsOfIn(3));
+  if (v.op.kind == OpKind::Pack || v.op.kind == OpKind::Unpack) {
+    p.scalar("nt", Extent::parse("Nt", v.where));
+    p.scalar("nv", Extent::parse("Nv", v.where));
+    p.scalar("na", Extent::parse("Na", v.where));
+  }
+  b.def("EW_KIND", kind); b.def("EW_COLS", cols);
+  b.def("EW_F32", v.op.kind == OpKind::Silu && a.dtype == DType::F32 ? 1 : 0);
+  if (v.op.kind == OpKind::GateResidual) {
+    b.def("EW_CHUNK", a.chunk); b.def("EW_NUMCH", a.numChunks); b.def("EW_RPT", plan::rowsPerTimestep(a.rowIndex));
+  } else {
+    b.def("EW_CHUNK", 0); b.def("EW_NUMCH", 1); b.def("EW_RPT", 1);
+  }
+  b.def("EW_ACOLS", acols);
+  Extent units = rows.scaled(cols);
+  plan::Launch l = launch(256, 0, dim(units, 256));
+  return finish(fmt::format("{}_c{}", plan::opKindName(v.op.kind), cols), "EW_ENTRY", b, p, tmpl::elementwise, l, arch);
+}
+
+} // namespace
+
+std::vector<std::string> nvrtcOptions(const std::string &arch) {
+  if (arch != "sm_90a" && arch != "sm_100a") fail("emitKernel", "arch must be sm_90a or sm_100a, got \"{}\"", arch);
+  // The 'a' targets keep the arch-specific instructions; --fmad=false forbids any contraction the kernels do not
+  // spell out (the contract's numerics name every fma).
+  return {"--gpu-architecture=" + arch, "--std=c++17", "--fmad=false", "--extra-device-vectorization",
+          "-DH3C_NVRTC=1"};
+}
+
+std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &operands, const std::string &arch) {
+  nvrtcOptions(arch);  // validates arch
+  OpView v{op, operands, fmt::format("op '{}' (node {})", plan::opKindName(op.kind), op.firstNode())};
+  if (operands.in.size() != op.in.size() || operands.out.size() != op.out.size())
+    fail(v.where, "operand values do not match the op's operands");
+  // The kernels are the same C++ for both archs (mma.sync exists on sm_90a and sm_100a); the arch selects the NVRTC
+  // target and is part of the JIT cache key.
+  switch (op.kind) {
+  case OpKind::RopeTable:
+  case OpKind::TimestepSinusoid: return std::nullopt;
+  case OpKind::Linear: return emitLinear(v, arch);
+  case OpKind::QkvLinear: return emitQkv(v, arch);
+  case OpKind::AdalnTable: return emitAdaln(v, arch);
+  case OpKind::TimeEmbed: return emitTimeEmbed(v, arch);
+  case OpKind::RmsNorm: return emitNorm(v, false, arch);
+  case OpKind::NormModulate: return emitNorm(v, true, arch);
+  case OpKind::QkNorm: return emitHeadOp(v, true, false, arch);
+  case OpKind::Rope: return emitHeadOp(v, false, true, arch);
+  case OpKind::QkNormRope: return emitHeadOp(v, true, op.attrs.rotaryDim > 0, arch);
+  case OpKind::Attention: return emitAttention(v, arch);
+  case OpKind::Swiglu:
+  case OpKind::Silu:
+  case OpKind::Residual:
+  case OpKind::GateResidual:
+  case OpKind::Pack:
+  case OpKind::Unpack: return emitElementwise(v, arch);
+  case OpKind::AllreduceTree: break;
+  }
+  fail(v.where, "no GPU kernel for op kind '{}'", plan::opKindName(op.kind));
+}
+
+} // namespace h3c::kernels

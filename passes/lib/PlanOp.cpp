@@ -1,0 +1,202 @@
+// h3 op -> plan::Op (PlanOp.h): operands in the contract's positions, the op's inherent attributes as typed attrs,
+// the derived attrs the kernels read (dtypes, widths) and the TP geometry spelled out (column segments).
+#include "h3c/Passes/PlanOp.h"
+
+#include "h3c/Dialect/H3/H3Dialect.h"
+#include "h3c/models/config.h"
+#include "h3c/support/error.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace h3c::h3ir;
+
+namespace h3c::passes {
+
+namespace {
+
+std::string where(Operation *op) {
+  std::string n = firstNode(op);
+  return "op " + op->getName().getStringRef().str() + (n.empty() ? "" : " [" + n + "]");
+}
+
+DType dtypeOf(Type t, const std::string &w) {
+  DType d;
+  std::string n = h3ir::dtypeName(t);
+  if (!parseDType(n, d)) fail(w, "element type without a plan dtype");
+  return d;
+}
+
+ActType act(Value v) { return cast<ActType>(v.getType()); }
+
+std::vector<std::string> names(ArrayAttr a) {
+  std::vector<std::string> r;
+  for (Attribute e : a) r.push_back(cast<StringAttr>(e).str());
+  return r;
+}
+
+plan::Order toOrder(OrderAttr o, const std::string &w) {
+  plan::Order r;
+  if (!o) return r;
+  if (!plan::parseOrderKind(o.getKind().str(), r.kind)) fail(w, "unknown order kind '{}'", o.getKind().str());
+  r.kStep = o.getKStep();
+  r.units = o.getUnits();
+  r.lanes = o.getLanes();
+  r.kvBlock = o.getKvBlock();
+  return r;
+}
+
+// Column segments of a column-parallel op: the output-column ranges that each split evenly over the ranks.
+std::vector<std::pair<int64_t, int64_t>> columnSegments(Operation *op, const plan::OpAttrs &a) {
+  if (isa<QkvLinearOp>(op)) return {{0, a.N}, {a.N, 2 * a.N}, {2 * a.N, 3 * a.N}};
+  if (auto l = dyn_cast<LinearOp>(op); l && a.epilogue == plan::Epilogue::Swiglu)
+    return {{0, a.N / 2}, {a.N / 2, a.N}};
+  if (isa<AdalnTableOp>(op)) {
+    // One segment per chunk of every table row (6 x 3 for blocks): each chunk splits alike.
+    int64_t parts = a.numChunks * a.rowsPerTimestep, H = a.N / parts;
+    std::vector<std::pair<int64_t, int64_t>> s;
+    for (int64_t k = 0; k < parts; ++k) s.emplace_back(k * H, (k + 1) * H);
+    return s;
+  }
+  if (a.heads > 0 && a.headDim > 0) return {{0, a.heads * a.headDim}};
+  return {{0, act(op->getResult(0)).getCols()}};
+}
+
+} // namespace
+
+std::string valueName(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    if (fn)
+      if (auto n = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "h3.name")) return n.str();
+    fail("func argument " + std::to_string(arg.getArgNumber()), "has no h3.name");
+  }
+  Operation *op = v.getDefiningOp();
+  auto values = op->getAttrOfType<ArrayAttr>("values");
+  unsigned i = cast<OpResult>(v).getResultNumber();
+  if (!values || i >= values.size()) fail(where(op), "result {} has no plan name", i);
+  return cast<StringAttr>(values[i]).str();
+}
+
+plan::Value planValue(Value v, const std::string &name) {
+  ActType t = act(v);
+  plan::Value r;
+  r.name = name;
+  r.dtype = dtypeOf(t.getElementType(), "value " + name);
+  if (!plan::parseDomain(t.getDomain().str(), r.rows)) fail("value " + name, "unknown row domain");
+  r.cols = t.getCols();
+  r.batch = t.getBatch();
+  r.ranks = t.getParts();
+  return r;
+}
+
+plan::Op toPlanOp(Operation *op, bool requireNames) {
+  auto nameOf = [&](Value v) -> std::string {
+    if (requireNames) return valueName(v);
+    try {
+      return valueName(v);
+    } catch (const Error &) {
+      return "<unnamed>";
+    }
+  };
+  const std::string w = where(op);
+  if (op->getName().getDialectNamespace() != "h3") fail(w, "is not an h3 op");
+  plan::Op r;
+  r.where = w;
+  if (!plan::parseOpKind(op->getName().stripDialect().str(), r.kind)) fail(w, "is not an op kind of the plan");
+  if (auto n = op->getAttrOfType<ArrayAttr>("nodes")) r.nodes = names(n);
+  for (Value v : op->getOperands()) r.in.push_back(nameOf(v));
+  for (Value v : op->getResults()) r.out.push_back(nameOf(v));
+
+  plan::OpAttrs &a = r.attrs;
+  auto props = dyn_cast_or_null<DictionaryAttr>(op->getPropertiesAsAttribute());
+  if (props) {
+    for (NamedAttribute na : props) {
+      const std::string k = na.getName().getValue().str();
+      Attribute v = na.getValue();
+      if (k == "nodes" || k == "values") continue;
+      if (k == "weight") { r.weights = names(cast<ArrayAttr>(v)); continue; }
+      if (k == "bias") { r.biases = names(cast<ArrayAttr>(v)); continue; }
+      if (k == "order") { r.order = toOrder(cast<OrderAttr>(v), w); continue; }
+      if (k == "shard") {
+        auto s = cast<ShardAttr>(v);
+        if (!plan::parseShardKind(s.getKind().str(), a.shard.kind)) fail(w, "unknown shard kind");
+        a.shard.tp = s.getTp();
+        continue;
+      }
+      if (auto i = dyn_cast<IntegerAttr>(v)) {
+        int64_t x = i.getInt();
+        if (k == "K") a.K = x;
+        else if (k == "N") a.N = x;
+        else if (k == "chunk") a.chunk = x;
+        else if (k == "num_chunks") a.numChunks = x;
+        else if (k == "shift_chunk") a.shiftChunk = x;
+        else if (k == "scale_chunk") a.scaleChunk = x;
+        else if (k == "rows_per_timestep") a.rowsPerTimestep = x;
+        else if (k == "heads") a.heads = x;
+        else if (k == "head_dim") a.headDim = x;
+        else if (k == "rotary_dim") a.rotaryDim = x;
+        else if (k == "freq_dim") a.freqDim = x;
+        else if (k == "hidden") a.hidden = x;
+        else if (k == "out_dim") a.outDim = x;
+        else if (k == "tp") a.tp = x;
+        else if (k == "units") a.units = x;
+        else fail(w, "integer attribute '{}' has no plan attr", k);
+      } else if (auto f = dyn_cast<FloatAttr>(v)) {
+        if (k == "eps") a.eps = f.getValueAsDouble();
+        else if (k == "theta") a.theta = f.getValueAsDouble();
+        else fail(w, "float attribute '{}' has no plan attr", k);
+      } else if (auto s = dyn_cast<StringAttr>(v)) {
+        if (k == "epilogue") {
+          if (!plan::parseEpilogue(s.str(), a.epilogue)) fail(w, "unknown epilogue '{}'", s.str());
+        } else if (k == "row_index") {
+          if (!plan::parseRowIndex(s.str(), a.rowIndex)) fail(w, "unknown row index '{}'", s.str());
+        } else {
+          fail(w, "string attribute '{}' has no plan attr", k);
+        }
+      } else {
+        fail(w, "attribute '{}' of unsupported kind in the plan", k);
+      }
+    }
+  }
+
+  // Derived attrs the kernels read (docs/contract.md section 5.1).
+  ActType y = act(op->getResult(0));
+  a.outDtype = dtypeOf(y.getElementType(), w);
+  if (op->getNumOperands()) a.xDtype = dtypeOf(act(op->getOperand(0)).getElementType(), w);
+  if (!r.weights.empty()) a.wDtype = h3::isF32Module(r.weights[0]) ? DType::F32 : DType::BF16;
+  if (auto q = dyn_cast<QkvLinearOp>(op)) {
+    a.N = q.getHeads() * q.getHeadDim();
+  } else if (auto t = dyn_cast<TimeEmbedOp>(op)) {
+    a.K = t.getFreqDim();
+    a.N = t.getOutDim();
+  } else if (isa<RmsNormOp, NormModulateOp, GateResidualOp, PackOp>(op)) {
+    a.H = act(op->getOperand(0)).getCols();
+  } else if (isa<SwigluOp>(op)) {
+    a.F = y.getCols();
+    a.cols = y.getCols();
+  } else if (isa<SiluOp, ResidualOp>(op)) {
+    a.cols = y.getCols();
+    a.dtype = a.outDtype;
+  } else if (auto u = dyn_cast<UnpackOp>(op)) {
+    a.videoCols = act(u.getSample()).getCols();
+    a.audioCols = act(u.getAudioSample()).getCols();
+  } else if (auto at = dyn_cast<AttentionOp>(op)) {
+    if (!plan::parseDomain(act(at.getQ()).getDomain().str(), a.domain)) fail(w, "unknown attention domain");
+    a.scale = 1.0 / std::sqrt(double(at.getHeadDim()));
+  }
+  if (a.shard.kind == plan::ShardKind::Column) a.shard.segments = columnSegments(op, a);
+  return r;
+}
+
+kernels::OperandValues operandValues(Operation *op, bool requireNames) {
+  kernels::OperandValues v;
+  auto nameOf = [&](Value x) { return requireNames ? valueName(x) : std::string(); };
+  for (Value x : op->getOperands()) v.in.push_back(planValue(x, nameOf(x)));
+  for (Value x : op->getResults()) v.out.push_back(planValue(x, nameOf(x)));
+  return v;
+}
+
+} // namespace h3c::passes

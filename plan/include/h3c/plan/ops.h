@@ -1,0 +1,54 @@
+// The op kinds of a plan and, for each, its fixed operand positions, the attributes it must carry and the reduction
+// order it must declare (docs/contract.md sections 3-5). Both executors and the kernel emitter address operands by
+// these positions; nothing looks at value names or node-id suffixes to find an operand.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace h3c::plan {
+
+struct OpAttrs;
+
+enum class OpKind {
+  RopeTable, TimestepSinusoid, Linear, AdalnTable, QkvLinear, TimeEmbed, RmsNorm, NormModulate, QkNorm, Rope,
+  QkNormRope, Attention, Swiglu, Silu, Residual, GateResidual, Pack, Unpack, AllreduceTree,
+};
+enum class Epilogue { None, Residual, GateResidual, Swiglu };
+// Which AdaLN table row a packed row reads: adaln = ts_index * 3 + tag (blocks), timestep = ts_index (norm_out).
+enum class RowIndex { Adaln, Timestep };
+enum class ShardKind { Replicated, Column, Row };
+enum class OrderKind { None, KChunks, LaneTree, Flash };
+
+const char *opKindName(OpKind k);
+bool parseOpKind(const std::string &s, OpKind &out);
+const std::vector<OpKind> &allOpKinds();
+const char *epilogueName(Epilogue e);
+bool parseEpilogue(const std::string &s, Epilogue &out);
+const char *rowIndexName(RowIndex r);
+bool parseRowIndex(const std::string &s, RowIndex &out);
+int64_t rowsPerTimestep(RowIndex r);  // 3 (adaln) or 1 (timestep)
+const char *shardKindName(ShardKind k);
+bool parseShardKind(const std::string &s, ShardKind &out);
+const char *orderKindName(OrderKind k);
+bool parseOrderKind(const std::string &s, OrderKind &out);
+
+// The order kind an op kind must declare (None: it reduces nothing).
+OrderKind requiredOrder(OpKind k);
+// Ops computed on the host (rope_table, timestep_sinusoid): they never have a kernel.
+bool runsOnHost(OpKind k);
+// Outputs the host computes even when the op has a kernel: pack's per-row metadata (positions, tags, ts_index), as
+// output positions.
+std::vector<size_t> hostOutputs(OpKind k);
+
+// Operand names at their fixed positions, for an op of kind `k` with these attrs (the epilogue, row index and rotary
+// width decide which optional operands exist). The names are the roles ("x", "residual", "table", "ts_index",
+// "tags", "cos", ...) that kernels name their parameters after; the plan's `in`/`out` list value names in this order.
+std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a);
+std::vector<std::string> outputRoles(OpKind k, const OpAttrs &a);
+
+// The attrs an op kind carries in plan.json (every one required), beside the ones every op carries (out_dtype,
+// shard, and x_dtype when it has inputs). Keys as spelled in JSON.
+const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a);
+
+} // namespace h3c::plan

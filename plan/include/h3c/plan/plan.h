@@ -1,0 +1,210 @@
+// The compiled plan (docs/contract.md section 5, schema "h3c-plan-v2"): everything a runtime needs to execute the
+// model, and nothing of the compiler. This library owns the format: these structs, the one reader (plan/lib/read.cpp,
+// strict and fail-closed, every error naming its JSON pointer) and the one writer (plan/lib/write.cpp). The compiler
+// writes through it, both executors read through it; it links neither MLIR nor the kernel emitter.
+//
+// A plan folder holds plan.json and kernels/<id>.cu. Each kernel entry carries the exact CUDA source the runtime JIT-
+// compiles, the NVRTC options, its hash and its launch ABI (block, dynamic shared memory, the grid as a function of
+// the request's extents, and a typed parameter list), so a plan compiled on one machine runs on any machine that has
+// the runtime.
+#pragma once
+
+#include "h3c/models/config.h"
+#include "h3c/plan/extent.h"
+#include "h3c/plan/ops.h"
+#include "h3c/support/dtype.h"
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace h3c::plan {
+
+inline constexpr const char *kPlanSchema = "h3c-plan-v2";
+
+// A value of the plan: rows in a symbolic domain, a fixed column count, a leading batch axis for token-domain
+// activations, and the arena slot h3-plan-buffers assigned. `ranks` > 1 marks the per-rank F32 partials a
+// row-parallel linear hands to allreduce_tree (logical shape [ranks, B, rows, cols]).
+struct Value {
+  std::string name;
+  DType dtype = DType::F32;
+  Domain rows = Domain::S;
+  int64_t cols = 0;
+  bool batch = false;
+  int64_t slot = -1;  // -1: no slot
+  int64_t ranks = 1;
+};
+
+struct Slot {
+  int64_t id = 0;
+  std::map<Domain, int64_t> bytesPerRow;  // row domain -> bytes per row (per batch item)
+  int64_t fixedBytes = 0;
+};
+
+// The reduction order (section 4). kind None for ops that reduce nothing.
+struct Order {
+  OrderKind kind = OrderKind::None;
+  int64_t kStep = 0, units = 0, lanes = 0, kvBlock = 0;  // the fields that apply to the kind
+  DType acc = DType::F32;
+  DType p = DType::BF16;  // flash: the dtype P is rounded to before P V
+  bool operator==(const Order &o) const {
+    return kind == o.kind && kStep == o.kStep && units == o.units && lanes == o.lanes && kvBlock == o.kvBlock &&
+           acc == o.acc && p == o.p;
+  }
+};
+
+// How an op is split over tensor-parallel ranks, written out completely so that no executor derives it from names.
+//   column: the op's output columns (weight rows) form `segments` (contiguous [begin, end) ranges, in order); rank r
+//           computes slice r of tp equal slices of every segment (fc1: the value half and the gate half; the AdaLN
+//           table: each of its chunks; q/k/v: heads). Values stay full width (the concatenation over ranks).
+//   row:    rank r reduces the contiguous K units [r * U/tp, (r+1) * U/tp) of the k_chunks order.
+struct Shard {
+  ShardKind kind = ShardKind::Replicated;
+  int64_t tp = 1;
+  std::vector<std::pair<int64_t, int64_t>> segments;  // column only
+};
+
+// Every attribute an op kind may carry (section 5.1); `ops.h` lists which ones each kind requires. Executors read
+// these typed fields; the JSON spelling exists only in the reader and the writer.
+struct OpAttrs {
+  int64_t K = 0, N = 0;
+  Epilogue epilogue = Epilogue::None;
+  int64_t chunk = 0, numChunks = 0, shiftChunk = 0, scaleChunk = 0, rowsPerTimestep = 0;
+  RowIndex rowIndex = RowIndex::Adaln;
+  double eps = 0, theta = 0, scale = 0;
+  int64_t heads = 0, headDim = 0, rotaryDim = 0;
+  Domain domain = Domain::S;
+  int64_t H = 0, F = 0, cols = 0, videoCols = 0, audioCols = 0;
+  int64_t freqDim = 0, hidden = 0, outDim = 0;
+  int64_t tp = 0, units = 0;  // allreduce_tree
+  DType dtype = DType::F32, xDtype = DType::F32, wDtype = DType::BF16, outDtype = DType::F32;
+  Shard shard;
+};
+
+struct Op {
+  size_t index = 0;  // position in launch order
+  OpKind kind = OpKind::Linear;
+  std::vector<std::string> nodes;  // fingerprint node ids this op implements
+  std::vector<std::string> in, out;  // value names at the kind's fixed operand positions (ops.h)
+  std::vector<std::string> weights, biases;  // diffusers tensor names, in the order the kernel reads them
+  OpAttrs attrs;
+  Order order;
+  std::optional<std::string> kernel;  // null: the op runs on the host (ops.h: runsOnHost)
+  std::string where;                  // "plan.json#/functions/forward/ops/17", for messages
+
+  const std::string &firstNode() const;  // "-" when none
+};
+
+// ---- kernels ----------------------------------------------------------------------------------------------------
+
+// One dimension of a launch grid: ceil(extent / div), capped at maxPerSm * (the device's SM count) when maxPerSm > 0
+// (persistent kernels).
+struct GridDim {
+  Extent extent = Extent::constant(1);
+  int64_t div = 1;
+  int64_t maxPerSm = 0;
+};
+
+struct Launch {
+  std::array<int64_t, 3> block{256, 1, 1};
+  int64_t smemBytes = 0;  // dynamic shared memory (> 48 KiB: the runtime raises the function's limit)
+  std::array<GridDim, 3> grid;
+  std::array<int64_t, 3> cluster{1, 1, 1};
+};
+
+// Where a buffer parameter points: an operand of the op that launches the kernel (by position), or a weight.
+enum class OperandRole { In, Out, Weight, Bias };
+
+// A 2-D+ TMA descriptor the runtime encodes on the host (cuTensorMapEncodeTiled) for the operand it points at.
+// Global dims and strides are extents of the request (innermost first, strides in bytes for dims >= 1).
+struct TensorMapSpec {
+  DType dtype = DType::BF16;
+  std::vector<Extent> dims, strides;
+  std::vector<int64_t> box;
+  std::string swizzle = "128B";  // none | 32B | 64B | 128B
+  std::string l2Promotion = "256B";  // none | 64B | 128B | 256B
+  bool oobZero = true;               // out-of-bounds elements read as zero (else NaN fill)
+};
+
+// A typed kernel parameter, in the kernel signature's order.
+//   buffer:     a device pointer to operand (role, index); `span` > 1: the kernel reads operands index..index+span-1
+//               of that role as one contiguous array (the weight buffers guarantee the layout).
+//   scalar:     a 64-bit integer whose value is `value` evaluated on the request's extents.
+//   tensor_map: a 128-byte CUtensorMap (by value, __grid_constant__) describing the operand.
+struct KernelParam {
+  enum class Kind { Buffer, Scalar, TensorMap };
+  Kind kind = Kind::Buffer;
+  std::string name;
+  OperandRole role = OperandRole::In;
+  int64_t index = 0, span = 1;
+  Extent value;
+  TensorMapSpec map;
+};
+
+struct Kernel {
+  std::string id, file, sha256, entry;
+  std::string arch;                      // "sm_90a" | "sm_100a"
+  std::vector<std::string> nvrtcOptions; // exactly what the runtime passes to nvrtcCompileProgram
+  Launch launch;
+  std::vector<KernelParam> params;
+  std::string source;  // the CUDA text (read from `file` and checked against `sha256` when the plan is loaded)
+};
+
+// Weight buffers: every tensor an op reads lives in exactly one buffer; the tensors of a buffer are laid out back to
+// back in the listed order (qkv: [Wq; Wk; Wv] so one GEMM reads them as one matrix). A runtime allocates one region
+// per buffer; hot weight updates (later) replace tensors in place by name.
+struct WeightTensor {
+  std::string name;
+  DType dtype = DType::BF16;
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+struct WeightBuffer {
+  std::string name;
+  std::vector<WeightTensor> tensors;
+};
+
+// A function of the plan: its graph inputs, named outputs and ops in launch order. Today one function, "forward";
+// a generated backward becomes a second function over the same values (saved activations are values both read).
+struct Function {
+  std::string name;
+  std::vector<std::string> inputs;             // "@hidden_states", ...
+  std::map<std::string, std::string> outputs;  // "sample" -> "unpack:sample"
+  std::vector<Op> ops;
+};
+
+struct Options {
+  std::string arch = "sm_90a";
+  int64_t tp = 1;
+  bool fuse = true;
+};
+
+struct Plan {
+  std::filesystem::path dir;  // the plan folder (kernel files are relative to it); empty for in-memory plans
+  std::string planSha256;
+  std::string fingerprintSha256;
+  h3::Config config;
+  Options options;
+  std::map<std::string, Value> values;
+  std::vector<Slot> slots;
+  std::vector<WeightBuffer> weights;
+  std::map<std::string, Function> functions;
+  std::map<std::string, Kernel> kernels;
+  // Compiler statistics (ops, nodes, kernels, buffer report): written and read back as given, never interpreted.
+  std::map<std::string, int64_t> stats;
+
+  const Function &forward() const;  // functions.at("forward")
+  const Value &value(const std::string &name) const;  // throws naming the value
+  const Kernel &kernel(const Op &op) const;           // throws when the op has no kernel
+  // The buffer holding `tensor` and the tensor's element offset in it; throws when no buffer lists it.
+  std::pair<const WeightBuffer *, int64_t> weightLocation(const std::string &tensor) const;
+  // For every value, the index of the last op of `fn` that reads it (SIZE_MAX for the function's outputs): lets
+  // executors free activations as soon as they are dead.
+  std::map<std::string, size_t> lastUse(const Function &fn) const;
+};
+
+} // namespace h3c::plan

@@ -1,0 +1,199 @@
+// The op-kind tables of ops.h: names, operand positions, attrs and orders (docs/contract.md sections 3-6).
+#include "h3c/plan/ops.h"
+
+#include "h3c/plan/plan.h"
+
+#include <utility>
+
+namespace h3c::plan {
+
+namespace {
+
+template <typename E, size_t N> const char *nameOf(const std::pair<E, const char *> (&table)[N], E v) {
+  for (const auto &[e, n] : table)
+    if (e == v) return n;
+  return "?";
+}
+template <typename E, size_t N> bool parseFrom(const std::pair<E, const char *> (&table)[N], const std::string &s,
+                                               E &out) {
+  for (const auto &[e, n] : table)
+    if (s == n) {
+      out = e;
+      return true;
+    }
+  return false;
+}
+
+const std::pair<OpKind, const char *> kOpKinds[] = {
+    {OpKind::RopeTable, "rope_table"},   {OpKind::TimestepSinusoid, "timestep_sinusoid"},
+    {OpKind::Linear, "linear"},          {OpKind::AdalnTable, "adaln_table"},
+    {OpKind::QkvLinear, "qkv_linear"},   {OpKind::TimeEmbed, "time_embed"},
+    {OpKind::RmsNorm, "rms_norm"},       {OpKind::NormModulate, "norm_modulate"},
+    {OpKind::QkNorm, "qk_norm"},         {OpKind::Rope, "rope"},
+    {OpKind::QkNormRope, "qk_norm_rope"}, {OpKind::Attention, "attention"},
+    {OpKind::Swiglu, "swiglu"},          {OpKind::Silu, "silu"},
+    {OpKind::Residual, "residual"},      {OpKind::GateResidual, "gate_residual"},
+    {OpKind::Pack, "pack"},              {OpKind::Unpack, "unpack"},
+    {OpKind::AllreduceTree, "allreduce_tree"},
+};
+const std::pair<Epilogue, const char *> kEpilogues[] = {{Epilogue::None, "none"},
+                                                         {Epilogue::Residual, "residual"},
+                                                         {Epilogue::GateResidual, "gate_residual"},
+                                                         {Epilogue::Swiglu, "swiglu"}};
+const std::pair<RowIndex, const char *> kRowIndices[] = {{RowIndex::Adaln, "adaln"}, {RowIndex::Timestep, "timestep"}};
+const std::pair<ShardKind, const char *> kShardKinds[] = {
+    {ShardKind::Replicated, "replicated"}, {ShardKind::Column, "column"}, {ShardKind::Row, "row"}};
+const std::pair<OrderKind, const char *> kOrderKinds[] = {
+    {OrderKind::None, "none"}, {OrderKind::KChunks, "k_chunks"}, {OrderKind::LaneTree, "lane_tree"},
+    {OrderKind::Flash, "flash"}};
+
+} // namespace
+
+const char *opKindName(OpKind k) { return nameOf(kOpKinds, k); }
+bool parseOpKind(const std::string &s, OpKind &out) { return parseFrom(kOpKinds, s, out); }
+const std::vector<OpKind> &allOpKinds() {
+  static const std::vector<OpKind> v = [] {
+    std::vector<OpKind> r;
+    for (const auto &e : kOpKinds) r.push_back(e.first);
+    return r;
+  }();
+  return v;
+}
+const char *epilogueName(Epilogue e) { return nameOf(kEpilogues, e); }
+bool parseEpilogue(const std::string &s, Epilogue &out) { return parseFrom(kEpilogues, s, out); }
+const char *rowIndexName(RowIndex r) { return nameOf(kRowIndices, r); }
+bool parseRowIndex(const std::string &s, RowIndex &out) { return parseFrom(kRowIndices, s, out); }
+int64_t rowsPerTimestep(RowIndex r) { return r == RowIndex::Adaln ? 3 : 1; }
+const char *shardKindName(ShardKind k) { return nameOf(kShardKinds, k); }
+bool parseShardKind(const std::string &s, ShardKind &out) { return parseFrom(kShardKinds, s, out); }
+const char *orderKindName(OrderKind k) { return nameOf(kOrderKinds, k); }
+bool parseOrderKind(const std::string &s, OrderKind &out) { return parseFrom(kOrderKinds, s, out); }
+
+OrderKind requiredOrder(OpKind k) {
+  switch (k) {
+  case OpKind::Linear:
+  case OpKind::AdalnTable:
+  case OpKind::QkvLinear:
+  case OpKind::TimeEmbed:
+  case OpKind::AllreduceTree:  // the upper levels of the row-parallel linear's unit tree
+    return OrderKind::KChunks;
+  case OpKind::RmsNorm:
+  case OpKind::NormModulate:
+  case OpKind::QkNorm:
+  case OpKind::QkNormRope:
+    return OrderKind::LaneTree;
+  case OpKind::Attention:
+    return OrderKind::Flash;
+  default:
+    return OrderKind::None;
+  }
+}
+
+bool runsOnHost(OpKind k) { return k == OpKind::RopeTable || k == OpKind::TimestepSinusoid; }
+
+std::vector<size_t> hostOutputs(OpKind k) {
+  if (k == OpKind::Pack) return {1, 2, 3};
+  return {};
+}
+
+namespace {
+
+// The operands a linear-like epilogue appends after x (linear) or the partials (allreduce_tree).
+void epilogueInputs(std::vector<std::string> &v, Epilogue e) {
+  if (e == Epilogue::Residual) v.push_back("residual");
+  if (e == Epilogue::GateResidual)
+    for (const char *r : {"residual", "table", "ts_index", "tags"}) v.push_back(r);
+}
+
+} // namespace
+
+std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
+  switch (k) {
+  case OpKind::RopeTable: return {"positions", "text_indices", "video_indices", "audio_indices"};
+  case OpKind::TimestepSinusoid: return {"t"};
+  case OpKind::Linear: {
+    std::vector<std::string> v = {"x"};
+    epilogueInputs(v, a.epilogue);
+    return v;
+  }
+  case OpKind::AllreduceTree: {
+    std::vector<std::string> v = {"partials"};
+    epilogueInputs(v, a.epilogue);
+    return v;
+  }
+  case OpKind::AdalnTable: return {"temb"};
+  case OpKind::QkvLinear: return {"x"};
+  case OpKind::TimeEmbed: return {"sinusoid"};
+  case OpKind::RmsNorm: return {"x"};
+  case OpKind::NormModulate:
+    if (a.rowIndex == RowIndex::Adaln) return {"x", "table", "ts_index", "tags"};
+    return {"x", "table", "ts_index"};
+  case OpKind::QkNorm: return {"x"};
+  case OpKind::Rope: return {"x", "cos", "sin"};
+  case OpKind::QkNormRope:
+    if (a.rotaryDim > 0) return {"q", "k", "cos", "sin"};
+    return {"q", "k"};
+  case OpKind::Attention: return {"q", "k", "v"};
+  case OpKind::Swiglu: return {"x"};
+  case OpKind::Silu: return {"x"};
+  case OpKind::Residual: return {"x", "y"};
+  case OpKind::GateResidual: return {"x", "y", "table", "ts_index", "tags"};
+  case OpKind::Pack:
+    return {"text", "video", "audio", "text_indices", "video_indices", "audio_indices", "position_ids",
+            "token_tags", "timestep_indices"};
+  case OpKind::Unpack: return {"y_video", "y_audio"};
+  }
+  return {};
+}
+
+std::vector<std::string> outputRoles(OpKind k, const OpAttrs &) {
+  switch (k) {
+  case OpKind::RopeTable: return {"cos", "sin"};
+  case OpKind::QkvLinear: return {"q", "k", "v"};
+  case OpKind::QkNormRope: return {"q", "k"};
+  case OpKind::Pack: return {"x", "positions", "tags", "ts_index"};
+  case OpKind::Unpack: return {"sample", "audio_sample"};
+  case OpKind::AdalnTable: return {"table"};
+  case OpKind::TimeEmbed: return {"temb"};
+  case OpKind::Residual:
+  case OpKind::GateResidual: return {"z"};
+  default: return {"y"};
+  }
+}
+
+const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a) {
+  static const std::vector<std::string> none, ropeTable = {"rotary_dim", "theta"}, sinusoid = {"freq_dim"},
+      linear = {"K", "N", "epilogue"}, linearGate = {"K", "N", "epilogue", "chunk", "num_chunks", "row_index"},
+      adaln = {"K", "N", "num_chunks", "rows_per_timestep"}, qkv = {"K", "N", "heads", "head_dim"},
+      timeEmbed = {"K", "N", "freq_dim", "hidden", "out_dim"}, rms = {"H", "eps"},
+      normMod = {"H", "eps", "shift_chunk", "scale_chunk", "num_chunks", "row_index"},
+      qkNorm = {"heads", "head_dim", "eps"}, rope = {"heads", "head_dim", "rotary_dim"},
+      qkNormRope = {"heads", "head_dim", "eps", "rotary_dim"}, attention = {"heads", "head_dim", "domain", "scale"},
+      swiglu = {"F", "cols"}, colsDtype = {"cols", "dtype"}, gateRes = {"H", "chunk", "num_chunks", "row_index"},
+      pack = {"H"}, unpack = {"video_cols", "audio_cols"}, allreduce = {"N", "tp", "units", "epilogue"},
+      allreduceGate = {"N", "tp", "units", "epilogue", "chunk", "num_chunks", "row_index"};
+  switch (k) {
+  case OpKind::RopeTable: return ropeTable;
+  case OpKind::TimestepSinusoid: return sinusoid;
+  case OpKind::Linear: return a.epilogue == Epilogue::GateResidual ? linearGate : linear;
+  case OpKind::AdalnTable: return adaln;
+  case OpKind::QkvLinear: return qkv;
+  case OpKind::TimeEmbed: return timeEmbed;
+  case OpKind::RmsNorm: return rms;
+  case OpKind::NormModulate: return normMod;
+  case OpKind::QkNorm: return qkNorm;
+  case OpKind::Rope: return rope;
+  case OpKind::QkNormRope: return qkNormRope;
+  case OpKind::Attention: return attention;
+  case OpKind::Swiglu: return swiglu;
+  case OpKind::Silu:
+  case OpKind::Residual: return colsDtype;
+  case OpKind::GateResidual: return gateRes;
+  case OpKind::Pack: return pack;
+  case OpKind::Unpack: return unpack;
+  case OpKind::AllreduceTree: return a.epilogue == Epilogue::GateResidual ? allreduceGate : allreduce;
+  }
+  return none;
+}
+
+} // namespace h3c::plan

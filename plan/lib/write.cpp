@@ -1,0 +1,224 @@
+// The plan writer (io.h): the JSON spelling of every struct of plan.h, and the atomic plan folder.
+#include "h3c/plan/io.h"
+
+#include "h3c/support/canonical_json.h"
+#include "h3c/support/error.h"
+#include "h3c/support/files.h"
+#include "h3c/support/sha256.h"
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace h3c::plan {
+
+namespace {
+
+std::string dt(DType d) { return std::string(dtypeName(d)); }
+
+} // namespace
+
+json orderToJson(const Order &o) {
+  if (o.kind == OrderKind::None) return nullptr;
+  json j{{"kind", orderKindName(o.kind)}, {"acc", "f32"}};
+  if (o.kind == OrderKind::KChunks) {
+    j["k_step"] = o.kStep;
+    j["units"] = o.units;
+  } else if (o.kind == OrderKind::LaneTree) {
+    j["lanes"] = o.lanes;
+  } else {
+    j["kv_block"] = o.kvBlock;
+    j["k_step"] = o.kStep;
+    j["p"] = "bf16";
+  }
+  return j;
+}
+
+namespace {
+
+json shardToJson(const Shard &s) {
+  json j{{"kind", shardKindName(s.kind)}, {"tp", s.tp}};
+  if (s.kind == ShardKind::Column) {
+    json segs = json::array();
+    for (auto [b, e] : s.segments) segs.push_back({b, e});
+    j["segments"] = segs;
+  }
+  return j;
+}
+
+json attrsToJson(const Op &op) {
+  const OpAttrs &a = op.attrs;
+  json j = json::object();
+  j["out_dtype"] = dt(a.outDtype);
+  j["shard"] = shardToJson(a.shard);
+  if (!op.in.empty()) j["x_dtype"] = dt(a.xDtype);
+  if (!op.weights.empty()) j["w_dtype"] = dt(a.wDtype);
+  for (const auto &k : attrKeys(op.kind, a)) {
+    if (k == "K") j[k] = a.K;
+    else if (k == "N") j[k] = a.N;
+    else if (k == "epilogue") j[k] = epilogueName(a.epilogue);
+    else if (k == "chunk") j[k] = a.chunk;
+    else if (k == "num_chunks") j[k] = a.numChunks;
+    else if (k == "shift_chunk") j[k] = a.shiftChunk;
+    else if (k == "scale_chunk") j[k] = a.scaleChunk;
+    else if (k == "rows_per_timestep") j[k] = a.rowsPerTimestep;
+    else if (k == "row_index") j[k] = rowIndexName(a.rowIndex);
+    else if (k == "eps") j[k] = a.eps;
+    else if (k == "theta") j[k] = a.theta;
+    else if (k == "scale") j[k] = a.scale;
+    else if (k == "heads") j[k] = a.heads;
+    else if (k == "head_dim") j[k] = a.headDim;
+    else if (k == "rotary_dim") j[k] = a.rotaryDim;
+    else if (k == "domain") j[k] = domainName(a.domain);
+    else if (k == "H") j[k] = a.H;
+    else if (k == "F") j[k] = a.F;
+    else if (k == "cols") j[k] = a.cols;
+    else if (k == "video_cols") j[k] = a.videoCols;
+    else if (k == "audio_cols") j[k] = a.audioCols;
+    else if (k == "freq_dim") j[k] = a.freqDim;
+    else if (k == "hidden") j[k] = a.hidden;
+    else if (k == "out_dim") j[k] = a.outDim;
+    else if (k == "tp") j[k] = a.tp;
+    else if (k == "units") j[k] = a.units;
+    else if (k == "dtype") j[k] = dt(a.dtype);
+    else fail(op.where, "the writer has no spelling for attr '{}'", k);
+  }
+  return j;
+}
+
+const char *roleName(OperandRole r) {
+  switch (r) {
+  case OperandRole::In: return "in";
+  case OperandRole::Out: return "out";
+  case OperandRole::Weight: return "weight";
+  case OperandRole::Bias: return "bias";
+  }
+  return "?";
+}
+
+json paramToJson(const KernelParam &p) {
+  switch (p.kind) {
+  case KernelParam::Kind::Buffer:
+    return {{"kind", "buffer"}, {"name", p.name}, {"role", roleName(p.role)}, {"index", p.index}, {"span", p.span}};
+  case KernelParam::Kind::Scalar:
+    return {{"kind", "scalar"}, {"name", p.name}, {"type", "i64"}, {"value", p.value.text()}};
+  case KernelParam::Kind::TensorMap: {
+    json dims = json::array(), strides = json::array();
+    for (const auto &d : p.map.dims) dims.push_back(d.text());
+    for (const auto &s : p.map.strides) strides.push_back(s.text());
+    return {{"kind", "tensor_map"}, {"name", p.name},        {"role", roleName(p.role)},
+            {"index", p.index},      {"dtype", dt(p.map.dtype)}, {"dims", dims},
+            {"strides", strides},    {"box", p.map.box},     {"swizzle", p.map.swizzle},
+            {"l2_promotion", p.map.l2Promotion}, {"oob", p.map.oobZero ? "zero" : "nan"}};
+  }
+  }
+  return nullptr;
+}
+
+json kernelToJson(const Kernel &k) {
+  json grid = json::array();
+  for (const auto &g : k.launch.grid) grid.push_back({{"extent", g.extent.text()}, {"div", g.div}, {"max_per_sm", g.maxPerSm}});
+  json params = json::array();
+  for (const auto &p : k.params) params.push_back(paramToJson(p));
+  return {{"file", k.file},
+          {"sha256", k.sha256},
+          {"entry", k.entry},
+          {"arch", k.arch},
+          {"nvrtc_options", k.nvrtcOptions},
+          {"launch",
+           {{"block", k.launch.block}, {"smem_bytes", k.launch.smemBytes}, {"grid", grid}, {"cluster", k.launch.cluster}}},
+          {"params", params}};
+}
+
+json opToJson(const Op &op) {
+  return {{"op", opKindName(op.kind)},
+          {"nodes", op.nodes},
+          {"in", op.in},
+          {"out", op.out},
+          {"weights", {{"weight", op.weights}, {"bias", op.biases}}},
+          {"attrs", attrsToJson(op)},
+          {"order", orderToJson(op.order)},
+          {"kernel", op.kernel ? json(*op.kernel) : json(nullptr)}};
+}
+
+} // namespace
+
+std::string computePlanSha256(const json &j) {
+  json copy = j;
+  copy.erase("plan_sha256");
+  return sha256Hex(canonicalJson(copy));
+}
+
+json planToJson(const Plan &p) {
+  json j;
+  j["schema"] = kPlanSchema;
+  j["fingerprint_sha256"] = p.fingerprintSha256;
+  j["config"] = h3::configToJson(p.config);
+  j["options"] = {{"arch", p.options.arch}, {"tp", p.options.tp}, {"fuse", p.options.fuse}};
+  json values = json::object();
+  for (const auto &[name, v] : p.values) {
+    json e{{"dtype", dt(v.dtype)}, {"rows", domainName(v.rows)}, {"cols", v.cols}, {"batch", v.batch}, {"slot", v.slot}};
+    if (v.ranks > 1) e["ranks"] = v.ranks;
+    values[name] = e;
+  }
+  j["values"] = values;
+  json slots = json::array();
+  for (const auto &s : p.slots) {
+    json bpr = json::object();
+    for (auto [d, b] : s.bytesPerRow) bpr[domainName(d)] = b;
+    slots.push_back({{"id", s.id}, {"bytes_per_row", bpr}, {"fixed_bytes", s.fixedBytes}});
+  }
+  j["slots"] = slots;
+  json weights = json::array();
+  for (const auto &b : p.weights) {
+    json ts = json::array();
+    for (const auto &t : b.tensors) ts.push_back({{"name", t.name}, {"dtype", dt(t.dtype)}, {"shape", t.shape}});
+    weights.push_back({{"buffer", b.name}, {"tensors", ts}});
+  }
+  j["weights"] = weights;
+  json fns = json::object();
+  for (const auto &[name, fn] : p.functions) {
+    json ops = json::array();
+    for (const auto &op : fn.ops) ops.push_back(opToJson(op));
+    fns[name] = {{"inputs", fn.inputs}, {"outputs", fn.outputs}, {"ops", ops}};
+  }
+  j["functions"] = fns;
+  json kernels = json::object();
+  for (const auto &[id, k] : p.kernels) kernels[id] = kernelToJson(k);
+  j["kernels"] = kernels;
+  j["stats"] = p.stats;
+  j["plan_sha256"] = computePlanSha256(j);
+  return j;
+}
+
+std::string writePlanFolder(const Plan &p, const fs::path &outIn) {
+  fs::path out = outIn;
+  while (!out.empty() && out.filename().empty()) out = out.parent_path();  // "OUT/" -> "OUT"
+  if (out.empty()) fail(outIn.string(), "not a folder name");
+  bool replace = false;
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    if (!fs::is_directory(out, ec) || !fs::exists(out / "plan.json", ec))
+      fail(out.string(), "exists and is not a previous plan folder (no plan.json); refusing to replace it");
+    // Replacing must not delete anything a plan folder does not own.
+    for (const auto &e : fs::directory_iterator(out)) {
+      std::string n = e.path().filename().string();
+      if (n != "plan.json" && n != "kernels")
+        fail(out.string(), "holds '{}', which is not part of a plan; refusing to replace the folder", n);
+    }
+    replace = true;
+  }
+  json j = planToJson(p);
+  AtomicDirectory dir(out, replace);
+  if (!p.kernels.empty()) fs::create_directories(dir.tempPath() / "kernels");
+  for (const auto &[id, k] : p.kernels) {
+    if (sha256Hex(k.source) != k.sha256) fail("kernel " + id, "recorded sha256 does not match its source");
+    writeFileAtomic(dir.tempPath() / k.file, k.source);
+  }
+  writeFileAtomic(dir.tempPath() / "plan.json", j.dump(1) + "\n");
+  dir.commit();
+  return j["plan_sha256"].get<std::string>();
+}
+
+} // namespace h3c::plan

@@ -1,0 +1,124 @@
+// Plan ops as the kernel emitter sees them, built by the kernel tests (NVRTC compiles in CI, the GPU checks): the
+// op (kind, typed attrs, order, weights) and the values at its operand positions, with the domains a compiled plan
+// gives them (activations batched over S, row metadata and rope tables shared by the batch, AdaLN tables T3, the
+// time embedding T).
+#pragma once
+
+#include "h3c/kernels/emit.h"
+#include "h3c/plan/plan.h"
+
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace h3c::testops {
+
+namespace hk = h3c::kernels;
+using plan::OpKind;
+
+inline plan::Order kchunks(int units) {
+  plan::Order o;
+  o.kind = plan::OrderKind::KChunks;
+  o.kStep = 16;
+  o.units = units;
+  return o;
+}
+inline plan::Order laneTree() {
+  plan::Order o;
+  o.kind = plan::OrderKind::LaneTree;
+  o.lanes = 32;
+  return o;
+}
+inline plan::Order flash() {
+  plan::Order o;
+  o.kind = plan::OrderKind::Flash;
+  o.kvBlock = 64;
+  o.kStep = 16;
+  return o;
+}
+
+// An op as the emitter sees it: the plan op and the values at its operand positions. Operands get the domains a
+// plan gives them (activations batched over S, row metadata and rope tables batch-shared, tables T3, temb T).
+struct EmitOp {
+  plan::Op op;
+  hk::OperandValues vals;
+};
+
+inline plan::Value operand(const std::string &role, const std::string &name) {
+  plan::Value v;
+  v.name = name;
+  v.rows = plan::Domain::S;
+  v.batch = true;
+  v.cols = 1;
+  if (role == "ts_index" || role == "tags" || role == "cos" || role == "sin") v.batch = false;
+  if (role == "table") v.rows = plan::Domain::T3, v.batch = false;
+  if (role == "temb" || role == "sinusoid") v.rows = plan::Domain::T, v.batch = false;
+  return v;
+}
+
+inline EmitOp op(OpKind kind, const std::string &node, plan::OpAttrs attrs, plan::Order order = {}, int nw = 0, int nb = 0) {
+  EmitOp e;
+  e.op.kind = kind;
+  e.op.nodes = {node};
+  e.op.attrs = attrs;
+  e.op.order = order;
+  e.op.where = node;
+  for (int i = 0; i < nw; ++i) e.op.weights.push_back(node + ".w" + std::to_string(i));
+  for (int i = 0; i < nb; ++i) e.op.biases.push_back(node + ".b" + std::to_string(i));
+  for (const auto &r : plan::inputRoles(kind, attrs)) {
+    e.op.in.push_back(node + ":" + r);
+    e.vals.in.push_back(operand(r, e.op.in.back()));
+  }
+  for (const auto &r : plan::outputRoles(kind, attrs)) {
+    e.op.out.push_back(node + ":out:" + r);
+    e.vals.out.push_back(operand(r, e.op.out.back()));
+  }
+  return e;
+}
+
+inline std::optional<plan::Kernel> emit(const EmitOp &e, const std::string &arch = "sm_90a") {
+  return hk::emitKernel(e.op, e.vals, arch);
+}
+
+inline plan::OpAttrs attrs(std::initializer_list<std::pair<const char *, double>> kv) {
+  plan::OpAttrs a;
+  for (auto [k, v] : kv) {
+    std::string key = k;
+    int64_t i = int64_t(v);
+    if (key == "K") a.K = i;
+    else if (key == "N") a.N = i;
+    else if (key == "H") a.H = i;
+    else if (key == "F") a.F = i;
+    else if (key == "cols") a.cols = i;
+    else if (key == "heads") a.heads = i;
+    else if (key == "head_dim") a.headDim = i;
+    else if (key == "rotary_dim") a.rotaryDim = i;
+    else if (key == "eps") a.eps = v;
+    else if (key == "chunk") a.chunk = i;
+    else if (key == "num_chunks") a.numChunks = i;
+    else if (key == "shift_chunk") a.shiftChunk = i;
+    else if (key == "scale_chunk") a.scaleChunk = i;
+    else if (key == "rows_per_timestep") a.rowsPerTimestep = i;
+    else if (key == "freq_dim") a.freqDim = i;
+    else if (key == "hidden") a.hidden = i;
+    else if (key == "out_dim") a.outDim = i;
+    else if (key == "video_cols") a.videoCols = i;
+    else if (key == "audio_cols") a.audioCols = i;
+    else throw std::runtime_error("unknown test attr " + key);
+  }
+  return a;
+}
+
+inline plan::OpAttrs with(plan::OpAttrs a, h3c::DType w, h3c::DType x, h3c::DType out, plan::Epilogue e = plan::Epilogue::None,
+                   plan::RowIndex r = plan::RowIndex::Adaln) {
+  a.wDtype = w;
+  a.xDtype = x;
+  a.outDtype = out;
+  a.epilogue = e;
+  a.rowIndex = r;
+  return a;
+}
+
+} // namespace h3c::testops
