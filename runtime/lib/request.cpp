@@ -2,8 +2,8 @@
 // synthetic requests `h3c request make` builds.
 #include "h3c/runtime/request.h"
 
-#include "h3c/models/safetensors.h"
 #include "h3c/support/error.h"
+#include "h3c/support/safetensors.h"
 #include "h3c/support/synth_rng.h"
 
 #include <algorithm>

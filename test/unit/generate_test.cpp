@@ -4,11 +4,11 @@
 #include "runtime_test_plans.h"
 
 #include "h3c/runtime/executor.h"
-#include "h3c/runtime/generate.h"
-#include "h3c/runtime/sampler.h"
-#include "h3c/runtime/trajectory.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/trajectory/generate.h"
+#include "h3c/trajectory/sampler.h"
+#include "h3c/trajectory/trajectory.h"
 
 #include <gtest/gtest.h>
 

@@ -2,9 +2,9 @@
 // hand-built plan, and over `h3c compile`'s plan when this h3c has the compiler.
 #include "runtime_test_plans.h"
 
-#include "h3c/models/safetensors.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/files.h"
+#include "h3c/support/safetensors.h"
 
 #include <gtest/gtest.h>
 

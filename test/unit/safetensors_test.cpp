@@ -1,9 +1,9 @@
 // safetensors: hand-built malformed files (each rejected with its own message), byte-exact writer output, sharded
 // folders and their index, and the Python-written fixtures (test/fixtures/safetensors, made by make_fixtures.py).
-#include "h3c/models/safetensors.h"
 #include "h3c/support/dtype.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/support/safetensors.h"
 
 #include <gtest/gtest.h>
 

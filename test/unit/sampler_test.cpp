@@ -1,9 +1,9 @@
 // MiniMaxH3Scheduler against diffusers' formulas, recomputed here independently: every F32 operation is evaluated in
 // double and rounded to float once (exact for products of floats, and innocuous double rounding for + - * / since
 // double has more than 2*24+2 bits), instead of the float arithmetic and fmaf that sampler.cpp uses.
-#include "h3c/runtime/sampler.h"
 #include "h3c/support/error.h"
 #include "h3c/support/synth_rng.h"
+#include "h3c/trajectory/sampler.h"
 
 #include <gtest/gtest.h>
 

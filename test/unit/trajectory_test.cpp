@@ -1,12 +1,12 @@
 // The sealed trajectory artifact: written by the real writer with the real sampler, driven by a fixed stand-in
 // velocity function (the artifact does not care where velocities come from); then tampered, truncated, reordered,
 // killed mid-run and resumed, and compared by the drift report.
-#include "h3c/runtime/sampler.h"
-#include "h3c/runtime/trajectory.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
+#include "h3c/trajectory/sampler.h"
+#include "h3c/trajectory/trajectory.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // sealed trajectory; `h3c generate --resume TRAJ/` continues an interrupted one from its last sealed step.
 #include "command.h"
 
-#include "h3c/runtime/generate.h"
 #include "h3c/support/error.h"
+#include "h3c/trajectory/generate.h"
 
 #include <cstdio>
 #include <cstdlib>

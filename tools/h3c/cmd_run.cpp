@@ -2,12 +2,12 @@
 #include "command.h"
 
 #include "h3c/models/config.h"
-#include "h3c/models/safetensors.h"
 #include "h3c/plan/io.h"
 #include "h3c/runtime/executor.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/support/safetensors.h"
 
 #include <cstdio>
 

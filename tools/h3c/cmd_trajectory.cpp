@@ -6,9 +6,9 @@
 // not.
 #include "command.h"
 
-#include "h3c/runtime/trajectory.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/trajectory/trajectory.h"
 
 #include <cstdio>
 #include <filesystem>

@@ -14,7 +14,7 @@
 #pragma once
 
 #include "h3c/models/config.h"
-#include "h3c/models/safetensors.h"
+#include "h3c/support/safetensors.h"
 
 #include <nlohmann/json.hpp>
 

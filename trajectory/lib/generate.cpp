@@ -1,15 +1,14 @@
 // The generate loop: schedules, initial noise, one executor run per step, the Euler update, the sealed record.
 // Everything a resume needs is in the header's "run" object, and checked again on resume (plan and request hashes,
 // weights description), so a resumed run continues exactly where the interrupted one stopped.
-#include "h3c/runtime/generate.h"
+#include "h3c/trajectory/generate.h"
 
 #include "h3c/plan/io.h"
-
-#include "h3c/runtime/sampler.h"
-#include "h3c/runtime/trajectory.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
+#include "h3c/trajectory/sampler.h"
+#include "h3c/trajectory/trajectory.h"
 
 #include <unistd.h>
 

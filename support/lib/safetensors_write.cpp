@@ -1,6 +1,6 @@
 // The safetensors writer: the whole header is computed from the tensor declarations up front, so tensors can then be
 // streamed one after another (and each in pieces) straight into an AtomicFileWriter without ever holding a file.
-#include "h3c/models/safetensors.h"
+#include "h3c/support/safetensors.h"
 
 #include "h3c/support/error.h"
 

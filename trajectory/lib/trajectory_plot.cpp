@@ -1,7 +1,7 @@
 // `h3c trajectory drift --plot`: a small self-contained SVG, written by hand (no plotting dependency). x = step,
 // y = log10 of the per-step max abs difference; four series (latent / velocity x video / audio). Equal steps sit on
 // the bottom line ("0"), steps whose tensors were not saved are left out, the first differing step is marked.
-#include "h3c/runtime/trajectory.h"
+#include "h3c/trajectory/trajectory.h"
 
 #include <fmt/format.h>
 

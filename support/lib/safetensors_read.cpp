@@ -1,6 +1,6 @@
 // The safetensors reader: validates a whole file before any tensor is handed out. Every offset is checked against
 // the mapped size with overflow-safe arithmetic, so a hostile header can never make us read outside the map.
-#include "h3c/models/safetensors.h"
+#include "h3c/support/safetensors.h"
 
 #include "h3c/support/error.h"
 

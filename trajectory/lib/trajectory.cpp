@@ -3,10 +3,10 @@
 // trajectory_drift.cpp; the pieces they share are in trajectory_internal.h.
 #include "trajectory_internal.h"
 
-#include "h3c/models/safetensors.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/support/safetensors.h"
 #include "h3c/support/sha256.h"
 
 #include <cmath>

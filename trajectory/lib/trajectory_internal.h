@@ -1,8 +1,8 @@
-// Shared internals of the trajectory writer, verifier and drift report (not part of the runtime's public API).
+// Shared internals of the trajectory writer, verifier and drift report (not part of h3c_trajectory's public API).
 #pragma once
 
-#include "h3c/models/safetensors.h"
-#include "h3c/runtime/trajectory.h"
+#include "h3c/support/safetensors.h"
+#include "h3c/trajectory/trajectory.h"
 
 #include <cstdlib>
 #include <string>

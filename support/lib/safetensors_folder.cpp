@@ -1,6 +1,6 @@
 // Model folders: a single `<prefix>.safetensors`, or `<prefix>.safetensors.index.json` naming numbered shards (the
 // layout huggingface_hub's split_torch_state_dict_into_shards gives diffusers' save_pretrained).
-#include "h3c/models/safetensors.h"
+#include "h3c/support/safetensors.h"
 
 #include "h3c/support/error.h"
 

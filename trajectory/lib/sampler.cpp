@@ -1,6 +1,6 @@
 // MiniMaxH3Scheduler in F32, reproducing torch's CPU arithmetic (see sampler.h for the formulas). The build uses
 // -ffp-contract=off, so every fused multiply-add below is explicit (std::fmaf) and every other product is rounded.
-#include "h3c/runtime/sampler.h"
+#include "h3c/trajectory/sampler.h"
 
 #include "h3c/support/error.h"
 #include "h3c/support/synth_rng.h"
