@@ -193,12 +193,12 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
   try {
     bool adaln = kind == "adaln_table", qkv = kind == "qkv_linear";
     bool bias = adaln || epi == "none";
-    plan::Epilogue e = epi == "residual" ? plan::Epilogue::Residual
+    plan::Epilogue ek = epi == "residual" ? plan::Epilogue::Residual
                        : epi == "gate_residual" ? plan::Epilogue::GateResidual
                        : epi == "swiglu" ? plan::Epilogue::Swiglu
                                          : plan::Epilogue::None;
-    plan::OpAttrs a = with(attrs({{"K", K}, {"N", N}}), DType::BF16, adaln ? DType::F32 : DType::BF16, DType::BF16, e);
-    if (e == plan::Epilogue::GateResidual) {
+    plan::OpAttrs a = with(attrs({{"K", K}, {"N", N}}), DType::BF16, adaln ? DType::F32 : DType::BF16, DType::BF16, ek);
+    if (ek == plan::Epilogue::GateResidual) {
       a.chunk = 2;
       a.numChunks = 6;
     }

@@ -1,10 +1,12 @@
 // `h3c request make`, `h3c run`, `h3c ledger verify|summary` end to end through the binary (H3C_TOOL), over a
 // hand-built plan, and over `h3c compile`'s plan when this h3c has the compiler.
-#include "runtime_test_plans.h"
+#include "test_plans.h"
 
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/files.h"
 #include "h3c/support/safetensors.h"
+
+#include "tool.h"
 
 #include <gtest/gtest.h>
 
@@ -15,6 +17,8 @@
 
 namespace fs = std::filesystem;
 using namespace h3c;
+
+using h3c::testtool::runTool;
 
 namespace {
 
@@ -30,15 +34,6 @@ struct Tmp {
   std::string operator/(const std::string &f) const { return (dir / f).string(); }
 };
 
-// Runs the h3c binary; returns the exit code, output in `out`.
-int tool(const std::string &args, std::string *out = nullptr) {
-  std::string log = (fs::temp_directory_path() / ("h3c_rt_cli_log_" + std::to_string(::getpid()))).string();
-  int st = std::system((std::string(H3C_TOOL) + " " + args + " >" + log + " 2>&1").c_str());
-  if (out)
-    *out = readFile(log);
-  fs::remove(log);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 void writePlan(const std::string &dir, const nlohmann::json &plan) {
   fs::create_directories(dir);
@@ -47,11 +42,6 @@ void writePlan(const std::string &dir, const nlohmann::json &plan) {
 
 std::string bytesOf(const std::string &path) { return readFile(path); }
 
-bool hasCompile() {
-  std::string out;
-  tool("version", &out);
-  return out.find("compiler: MLIR") != std::string::npos;
-}
 
 } // namespace
 
@@ -59,14 +49,14 @@ TEST(RuntimeCli, RequestRunLedgerVerify) {
   Tmp t;
   writePlan(t / "plan", rt::testplans::modelPlan(h3::namedConfig("tiny"), true));
   std::string out;
-  ASSERT_EQ(0, tool("request make --config tiny --text 5 --audio 3 --video 2,2,3 --seed 4 --timesteps 2 -o " +
+  ASSERT_EQ(0, runTool("request make --config tiny --text 5 --audio 3 --video 2,2,3 --seed 4 --timesteps 2 -o " +
                    t / "req.safetensors", &out)) << out;
-  ASSERT_EQ(0, tool("request make --config tiny --text 5 --audio 3 --video 2,2,3 --seed 4 --timesteps 2 --shuffle "
+  ASSERT_EQ(0, runTool("request make --config tiny --text 5 --audio 3 --video 2,2,3 --seed 4 --timesteps 2 --shuffle "
                    "-o " + t / "req_shuf.safetensors", &out)) << out;
-  ASSERT_EQ(0, tool("run --config tiny --synthetic 7 --plan " + t / "plan" + " --inputs " + t / "req.safetensors" +
+  ASSERT_EQ(0, runTool("run --config tiny --synthetic 7 --plan " + t / "plan" + " --inputs " + t / "req.safetensors" +
                    " --out " + t / "out.safetensors" + " --device cpu --mode strict --ledger " + t / "ledger.json",
                    &out)) << out;
-  ASSERT_EQ(0, tool("run --config tiny --synthetic 7 --plan " + t / "plan" + " --inputs " + t / "req_shuf.safetensors" +
+  ASSERT_EQ(0, runTool("run --config tiny --synthetic 7 --plan " + t / "plan" + " --inputs " + t / "req_shuf.safetensors" +
                    " --out " + t / "out_shuf.safetensors" + " --threads 1 --ledger " + t / "ledger_shuf.json",
                    &out)) << out;
   // Outputs: the two names, F32, the request's shapes; and byte-equal for the permuted request.
@@ -78,8 +68,8 @@ TEST(RuntimeCli, RequestRunLedgerVerify) {
   EXPECT_EQ(f.find("sample")->dtype, DType::F32);
   EXPECT_EQ(bytesOf(t / "out.safetensors"), bytesOf(t / "out_shuf.safetensors"));
 
-  EXPECT_EQ(0, tool("ledger verify " + t / "ledger.json", &out)) << out;
-  EXPECT_EQ(0, tool("ledger summary " + t / "ledger.json", &out)) << out;
+  EXPECT_EQ(0, runTool("ledger verify " + t / "ledger.json", &out)) << out;
+  EXPECT_EQ(0, runTool("ledger summary " + t / "ledger.json", &out)) << out;
   EXPECT_NE(out.find("row"), std::string::npos);
   EXPECT_NE(out.find("accepted: true"), std::string::npos);
 
@@ -87,13 +77,13 @@ TEST(RuntimeCli, RequestRunLedgerVerify) {
   auto l = nlohmann::json::parse(readFile(t / "ledger.json"));
   l["nodes"][3]["actual"] = "native";
   writeFileAtomic(t / "tampered.json", l.dump());
-  EXPECT_EQ(1, tool("ledger verify " + t / "tampered.json", &out)) << out;
+  EXPECT_EQ(1, runTool("ledger verify " + t / "tampered.json", &out)) << out;
   EXPECT_NE(out.find("seal"), std::string::npos);
   // Resealed after the change: the seal holds but the strict rule fails, naming the node.
   l.erase("seal");
   l["seal"] = sha256Hex(canonicalJson(l));
   writeFileAtomic(t / "resealed.json", l.dump());
-  EXPECT_EQ(1, tool("ledger verify " + t / "resealed.json", &out)) << out;
+  EXPECT_EQ(1, runTool("ledger verify " + t / "resealed.json", &out)) << out;
   EXPECT_NE(out.find(l["nodes"][3]["id"].get<std::string>()), std::string::npos);
 }
 
@@ -101,15 +91,15 @@ TEST(RuntimeCli, StrictRunWithReferenceBindingFailsAndWritesNoOutput) {
   Tmp t;
   writePlan(t / "plan", rt::testplans::modelPlan(h3::namedConfig("tiny"), false));
   std::string out;
-  ASSERT_EQ(0, tool("request make --config tiny --text 2 --audio 2 --video 1,2,2 --seed 1 -o " + t / "req.safetensors"));
-  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --plan " + t / "plan" + " --inputs " + t / "req.safetensors" +
+  ASSERT_EQ(0, runTool("request make --config tiny --text 2 --audio 2 --video 1,2,2 --seed 1 -o " + t / "req.safetensors"));
+  EXPECT_EQ(2, runTool("run --config tiny --synthetic 1 --plan " + t / "plan" + " --inputs " + t / "req.safetensors" +
                    " --out " + t / "out.safetensors" + " --bind 'transformer_blocks.0.ff.*=reference' --ledger " +
                    t / "ledger.json", &out));
   EXPECT_NE(out.find("transformer_blocks.0.ff.net.0.proj"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(t / "out.safetensors"));
-  EXPECT_EQ(1, tool("ledger verify " + t / "ledger.json", &out)) << out;  // evidence kept, strict rule violated
+  EXPECT_EQ(1, runTool("ledger verify " + t / "ledger.json", &out)) << out;  // evidence kept, strict rule violated
   // Audit mode accepts the run (the ledger says what ran) and writes the outputs.
-  EXPECT_EQ(0, tool("run --config tiny --synthetic 1 --plan " + t / "plan" + " --inputs " + t / "req.safetensors" +
+  EXPECT_EQ(0, runTool("run --config tiny --synthetic 1 --plan " + t / "plan" + " --inputs " + t / "req.safetensors" +
                    " --out " + t / "out.safetensors" + " --mode audit --ledger " + t / "ledger_a.json", &out))
       << out;
   EXPECT_TRUE(fs::exists(t / "out.safetensors"));
@@ -121,34 +111,34 @@ TEST(RuntimeCli, BadInputsFailClosed) {
   Tmp t;
   writePlan(t / "plan", rt::testplans::modelPlan(h3::namedConfig("tiny"), false));
   std::string out;
-  ASSERT_EQ(0, tool("request make --config small --text 2 --audio 2 --video 1,2,2 --seed 1 -o " + t / "small.safetensors"));
+  ASSERT_EQ(0, runTool("request make --config small --text 2 --audio 2 --video 1,2,2 --seed 1 -o " + t / "small.safetensors"));
   // A request of another config: channel counts disagree with the plan's config.
-  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --plan " + t / "plan" + " --inputs " + t / "small.safetensors" +
+  EXPECT_EQ(2, runTool("run --config tiny --synthetic 1 --plan " + t / "plan" + " --inputs " + t / "small.safetensors" +
                    " --out " + t / "o.safetensors --ledger " + t / "l.json", &out));
   EXPECT_NE(out.find("h3c: error:"), std::string::npos);
   EXPECT_NE(out.find("channels"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(t / "o.safetensors"));
   EXPECT_FALSE(fs::exists(t / "l.json"));
   // Config mismatch with the plan, tp mismatch, missing weights option, bad mode, bad --video.
-  ASSERT_EQ(0, tool("request make --config tiny --text 2 --audio 2 --video 1,2,2 --seed 1 -o " + t / "r.safetensors"));
+  ASSERT_EQ(0, runTool("request make --config tiny --text 2 --audio 2 --video 1,2,2 --seed 1 -o " + t / "r.safetensors"));
   std::string base = " --plan " + t / "plan" + " --inputs " + t / "r.safetensors" + " --out " + t / "o.safetensors" +
                      " --ledger " + t / "l.json";
-  EXPECT_EQ(2, tool("run --config small --synthetic 1" + base, &out));
-  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --tp 2" + base, &out));
+  EXPECT_EQ(2, runTool("run --config small --synthetic 1" + base, &out));
+  EXPECT_EQ(2, runTool("run --config tiny --synthetic 1 --tp 2" + base, &out));
   EXPECT_NE(out.find("tp"), std::string::npos);
-  EXPECT_EQ(2, tool("run --config tiny" + base, &out));
-  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --mode lax" + base, &out));
-  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --device tpu" + base, &out));
-  EXPECT_EQ(2, tool("request make --config tiny --video 1,2 --seed 1 -o " + t / "x.safetensors", &out));
+  EXPECT_EQ(2, runTool("run --config tiny" + base, &out));
+  EXPECT_EQ(2, runTool("run --config tiny --synthetic 1 --mode lax" + base, &out));
+  EXPECT_EQ(2, runTool("run --config tiny --synthetic 1 --device tpu" + base, &out));
+  EXPECT_EQ(2, runTool("request make --config tiny --video 1,2 --seed 1 -o " + t / "x.safetensors", &out));
   // A tampered plan (content changed, hash not updated).
   auto p = nlohmann::json::parse(readFile(t / "plan/plan.json"));
   p["functions"]["forward"]["ops"][1]["order"]["units"] = 2;
   writePlan(t / "plan2", p);
-  EXPECT_EQ(2, tool("run --config tiny --synthetic 1 --plan " + t / "plan2" + " --inputs " + t / "r.safetensors" +
+  EXPECT_EQ(2, runTool("run --config tiny --synthetic 1 --plan " + t / "plan2" + " --inputs " + t / "r.safetensors" +
                    " --out " + t / "o.safetensors --ledger " + t / "l.json", &out));
   EXPECT_NE(out.find("plan_sha256"), std::string::npos) << out;
   // A checkpoint folder that does not exist / does not match: the check runs first and fails closed.
-  EXPECT_EQ(2, tool("run --config tiny --checkpoint " + t / "nope" + base, &out));
+  EXPECT_EQ(2, runTool("run --config tiny --checkpoint " + t / "nope" + base, &out));
   EXPECT_FALSE(fs::exists(t / "o.safetensors"));
 }
 
@@ -157,25 +147,25 @@ TEST(RuntimeCli, CheckpointFolderEqualsSyntheticSeed) {
   Tmp t;
   writePlan(t / "plan", rt::testplans::modelPlan(h3::namedConfig("tiny"), true));
   std::string out;
-  if (tool("checkpoint synth --help", &out) != 0)
+  if (runTool("checkpoint synth --help", &out) != 0)
     GTEST_SKIP() << "this h3c has no `checkpoint synth`";
-  ASSERT_EQ(0, tool("checkpoint synth --config tiny --seed 6 --shard-size 20000 --out " + t / "ckpt", &out)) << out;
-  ASSERT_EQ(0, tool("request make --config tiny --text 3 --audio 2 --video 1,2,2 --seed 2 -o " + t / "r.safetensors"));
+  ASSERT_EQ(0, runTool("checkpoint synth --config tiny --seed 6 --shard-size 20000 --out " + t / "ckpt", &out)) << out;
+  ASSERT_EQ(0, runTool("request make --config tiny --text 3 --audio 2 --video 1,2,2 --seed 2 -o " + t / "r.safetensors"));
   std::string base = " --plan " + t / "plan" + " --inputs " + t / "r.safetensors";
-  ASSERT_EQ(0, tool("run --config tiny --synthetic 6" + base + " --out " + t / "a.safetensors --ledger " + t / "a.json",
+  ASSERT_EQ(0, runTool("run --config tiny --synthetic 6" + base + " --out " + t / "a.safetensors --ledger " + t / "a.json",
                    &out)) << out;
-  ASSERT_EQ(0, tool("run --config tiny --checkpoint " + t / "ckpt" + base + " --out " + t / "b.safetensors --ledger " +
+  ASSERT_EQ(0, runTool("run --config tiny --checkpoint " + t / "ckpt" + base + " --out " + t / "b.safetensors --ledger " +
                    t / "b.json", &out)) << out;
   EXPECT_EQ(bytesOf(t / "a.safetensors"), bytesOf(t / "b.safetensors"));
   // The same weights in the native (vLLM-Omni / release) naming, read through the mapper: same bytes.
-  ASSERT_EQ(0, tool("checkpoint map " + t / "ckpt" + " " + t / "native" + " --to native", &out)) << out;
-  ASSERT_EQ(0, tool("run --config tiny --checkpoint " + t / "native" + base + " --out " + t / "c.safetensors --ledger " +
+  ASSERT_EQ(0, runTool("checkpoint map " + t / "ckpt" + " " + t / "native" + " --to native", &out)) << out;
+  ASSERT_EQ(0, runTool("run --config tiny --checkpoint " + t / "native" + base + " --out " + t / "c.safetensors --ledger " +
                     t / "c.json", &out)) << out;
   EXPECT_EQ(bytesOf(t / "a.safetensors"), bytesOf(t / "c.safetensors"));
   EXPECT_EQ(nlohmann::json::parse(readFile(t / "c.json"))["header"]["checkpoint"]["format"], "native");
   // A checkpoint of another config fails the check before anything runs.
-  ASSERT_EQ(0, tool("checkpoint synth --config small --seed 6 --out " + t / "small", &out)) << out;
-  EXPECT_EQ(2, tool("run --config tiny --checkpoint " + t / "small" + base + " --out " + t / "d.safetensors --ledger " +
+  ASSERT_EQ(0, runTool("checkpoint synth --config small --seed 6 --out " + t / "small", &out)) << out;
+  EXPECT_EQ(2, runTool("run --config tiny --checkpoint " + t / "small" + base + " --out " + t / "d.safetensors --ledger " +
                     t / "d.json", &out));
   EXPECT_FALSE(fs::exists(t / "d.safetensors"));
   auto l = nlohmann::json::parse(readFile(t / "b.json"));
@@ -186,22 +176,22 @@ TEST(RuntimeCli, CheckpointFolderEqualsSyntheticSeed) {
 // The compiler's plans (when this h3c has `compile`): tp 1/2 and fuse/no-fuse give byte-equal outputs, the hand
 // plan's bytes too (same orders by contract), and the ledger is complete.
 TEST(RuntimeCli, CompiledPlansRunAndAgree) {
-  if (!hasCompile())
+  if (!h3c::testtool::toolHasCompile())
     GTEST_SKIP() << "this h3c has no compile command (built without MLIR)";
   Tmp t;
   std::string out;
-  ASSERT_EQ(0, tool("fingerprint derive --config tiny -o " + t / "fp.json", &out)) << out;
-  ASSERT_EQ(0, tool("request make --config tiny --text 4 --audio 3 --video 2,2,2 --seed 5 --timesteps 2 --shuffle -o " +
+  ASSERT_EQ(0, runTool("fingerprint derive --config tiny -o " + t / "fp.json", &out)) << out;
+  ASSERT_EQ(0, runTool("request make --config tiny --text 4 --audio 3 --video 2,2,2 --seed 5 --timesteps 2 --shuffle -o " +
                    t / "r.safetensors"));
   std::string first;
   int k = 0;
   for (std::string opts : {"--tp 1", "--tp 1 --no-fuse", "--tp 2", "--tp 2 --no-fuse"}) {
     std::string dir = t / ("plan" + std::to_string(k++));
-    ASSERT_EQ(0, tool("compile " + t / "fp.json " + opts + " -o " + dir, &out)) << out;
+    ASSERT_EQ(0, runTool("compile " + t / "fp.json " + opts + " -o " + dir, &out)) << out;
     std::string o = dir + ".out.safetensors";
-    ASSERT_EQ(0, tool("run --config tiny --synthetic 3 --plan " + dir + " --inputs " + t / "r.safetensors" + " --out " +
+    ASSERT_EQ(0, runTool("run --config tiny --synthetic 3 --plan " + dir + " --inputs " + t / "r.safetensors" + " --out " +
                       o + " --ledger " + dir + ".ledger.json", &out)) << opts << "\n" << out;
-    EXPECT_EQ(0, tool("ledger verify " + dir + ".ledger.json", &out)) << out;
+    EXPECT_EQ(0, runTool("ledger verify " + dir + ".ledger.json", &out)) << out;
     if (first.empty())
       first = bytesOf(o);
     else
@@ -209,7 +199,7 @@ TEST(RuntimeCli, CompiledPlansRunAndAgree) {
   }
   // The hand-written plan of the same config gives the same bytes (same orders by contract).
   writePlan(t / "hand", rt::testplans::modelPlan(h3::namedConfig("tiny"), true));
-  ASSERT_EQ(0, tool("run --config tiny --synthetic 3 --plan " + t / "hand" + " --inputs " + t / "r.safetensors" +
+  ASSERT_EQ(0, runTool("run --config tiny --synthetic 3 --plan " + t / "hand" + " --inputs " + t / "r.safetensors" +
                     " --out " + t / "hand.safetensors --ledger " + t / "hand.json", &out)) << out;
   EXPECT_EQ(first, bytesOf(t / "hand.safetensors"));
 }

@@ -1,7 +1,7 @@
-// h3c generate on the CPU reference, tiny config, hand-written plan (runtime_test_plans.h): the first step checked
+// h3c generate on the CPU reference, tiny config, hand-written plan (test_plans.h): the first step checked
 // against an independent evaluation (runModel on inputs built here, the Euler update in double-rounded form), resume
 // after an interruption byte-equal, a perturbation from step k named at step k, the CLI.
-#include "runtime_test_plans.h"
+#include "test_plans.h"
 
 #include "h3c/runtime/executor.h"
 #include "h3c/support/error.h"
@@ -9,6 +9,8 @@
 #include "h3c/trajectory/generate.h"
 #include "h3c/trajectory/sampler.h"
 #include "h3c/trajectory/trajectory.h"
+
+#include "tool.h"
 
 #include <gtest/gtest.h>
 
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 using namespace h3c;
+using h3c::testtool::runTool;
 using namespace h3c::rt;
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -178,19 +181,6 @@ TEST_F(Generate, PerturbationAtStepKIsNamedAtStepK) {
 }
 
 namespace {
-int runTool(const std::string &args, std::string *out, const std::string &env = "") {
-  std::string cmd = env + " " + std::string(H3C_TOOL) + " " + args + " 2>&1";
-  FILE *p = popen(cmd.c_str(), "r");
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-    s.append(buf, n);
-  int st = pclose(p);
-  if (out)
-    *out = s;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 } // namespace
 
 TEST_F(Generate, Cli) {

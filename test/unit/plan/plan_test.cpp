@@ -1,5 +1,5 @@
 // plan.json reading fails closed, naming the JSON pointer of the problem; the writer's output reads back as written.
-#include "runtime_test_plans.h"
+#include "test_plans.h"
 
 #include "h3c/runtime/nodes.h"
 #include "h3c/support/error.h"

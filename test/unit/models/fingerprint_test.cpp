@@ -4,6 +4,8 @@
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 
+#include "tool.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -18,6 +20,7 @@
 #include <map>
 
 using namespace h3c;
+using h3c::testtool::runTool;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -329,19 +332,6 @@ TEST(Fingerprint, LoadRejectsInvalidJsonText) {
 }
 
 namespace {
-int runTool(const std::string &args, std::string *out) {
-  std::string cmd = std::string(H3C_TOOL) + " " + args + " 2>&1";
-  FILE *p = popen(cmd.c_str(), "r");
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-    s.append(buf, n);
-  int st = pclose(p);
-  if (out)
-    *out = s;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 } // namespace
 
 TEST(Fingerprint, CliDeriveAndValidate) {

@@ -1,8 +1,8 @@
-// The CPU reference executor over whole-model plans (hand-built in runtime_test_plans.h): agreement with an
+// The CPU reference executor over whole-model plans (hand-built in test_plans.h): agreement with an
 // independent fp64 forward, and the byte-equality promises (fused = unfused, threads, packed-row permutation,
 // batch 1 vs 4, tp 1/2/4/8), and the ledger it writes.
-#include "runtime_fp64_reference.h"
-#include "runtime_test_plans.h"
+#include "fp64_reference.h"
+#include "test_plans.h"
 
 #include "h3c/runtime/executor.h"
 #include "h3c/runtime/nodes.h"

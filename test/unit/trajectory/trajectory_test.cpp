@@ -8,6 +8,8 @@
 #include "h3c/trajectory/sampler.h"
 #include "h3c/trajectory/trajectory.h"
 
+#include "tool.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 using namespace h3c;
+using h3c::testtool::runTool;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -416,19 +419,6 @@ TEST_F(Trajectory, DriftNamesStepKindAndModality) {
 }
 
 namespace {
-int runTool(const std::string &args, std::string *out) {
-  std::string cmd = std::string(H3C_TOOL) + " " + args + " 2>&1";
-  FILE *p = popen(cmd.c_str(), "r");
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-    s.append(buf, n);
-  int st = pclose(p);
-  if (out)
-    *out = s;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 } // namespace
 
 TEST_F(Trajectory, Cli) {

@@ -8,6 +8,8 @@
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
 
+#include "tool.h"
+
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -22,6 +24,7 @@
 
 namespace fs = std::filesystem;
 using namespace h3c;
+using h3c::testtool::runTool;
 using h3::CheckpointFormat;
 using h3::QkvLayout;
 
@@ -86,22 +89,6 @@ std::string errorOf(const std::function<void()> &f) {
     EXPECT_NE(m_.find(text), std::string::npos) << "message: " << m_ << "\nexpected to contain: " << (text);         \
   } while (0)
 
-// Runs the h3c binary; returns its exit code and, in *out, stdout + stderr.
-int runTool(const std::string &args, std::string *out = nullptr) {
-  std::string cmd = std::string(H3C_TOOL) + " " + args + " 2>&1";
-  FILE *p = popen(cmd.c_str(), "r");
-  if (!p)
-    return -1;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-    text.append(buf, n);
-  int st = pclose(p);
-  if (out)
-    *out = text;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 std::string q(const fs::path &p) { return "'" + p.string() + "'"; }
 

@@ -1,8 +1,8 @@
 // Kernel emission and NVRTC compilation (no GPU needed): every kernel kind of the H3 forward, at the shapes of the
 // full and tiny configs, is emitted and compiled for sm_90a and sm_100a; the JIT cache hits, detects a corrupt entry
 // and rebuilds it; compile errors name the kernel; the emitter rejects ops it cannot run in the contract's order.
-#include "h3c/support/detmath.h"
 #include "emit_ops.h"
+#include "tool.h"
 #include "h3c/kernels/emit.h"
 #include "h3c/models/config.h"
 #include "h3c/plan/io.h"
@@ -246,39 +246,6 @@ TEST(KernelEmit, RejectsOpsOutsideTheContract) {
   EXPECT_THROW(emit(arity), h3c::Error);
 }
 
-// detmath::expf against the correctly rounded exp (from double): within 1 ulp over the whole finite range, and the
-// special cases exact.
-TEST(DetMath, ExpWithinOneUlp) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> d(-103.0f, 88.7f);
-  auto ulpDiff = [](float a, float b) {
-    int32_t ia, ib;
-    std::memcpy(&ia, &a, 4);
-    std::memcpy(&ib, &b, 4);
-    return std::abs((long long)ia - (long long)ib);
-  };
-  int worst = 0;
-  for (int i = 0; i < 200000; ++i) {
-    float x = i < 1000 ? -10.0f + i * 0.02f : d(rng);
-    float ref = (float)std::exp((double)x);
-    float got = h3c::detmath::expf(x);
-    if (ref < 1e-37f) continue;  // subnormal outputs: checked separately below
-    worst = std::max<int>(worst, (int)ulpDiff(got, ref));
-  }
-  EXPECT_LE(worst, 1);
-  EXPECT_EQ(h3c::detmath::expf(0.0f), 1.0f);
-  EXPECT_TRUE(std::isinf(h3c::detmath::expf(100.0f)));
-  EXPECT_EQ(h3c::detmath::expf(-200.0f), 0.0f);
-  EXPECT_TRUE(std::isnan(h3c::detmath::expf(NAN)));
-  float sub = h3c::detmath::expf(-100.0f);
-  EXPECT_NEAR(sub / (float)std::exp(-100.0), 1.0, 1e-3);
-  // silu(x) = x / (1 + exp(-x)) against double.
-  for (float x : {-20.0f, -1.5f, -0.01f, 0.0f, 0.3f, 2.0f, 15.0f}) {
-    double ref = x / (1.0 + std::exp(-(double)x));
-    EXPECT_NEAR(h3c::detmath::silu(x), ref, std::fabs(ref) * 3e-7 + 1e-30) << x;
-  }
-}
-
 #ifdef H3C_HAVE_CUDA
 namespace hc = h3c::runtime::cuda;
 
@@ -332,22 +299,15 @@ TEST(NvrtcCompile, TinyConfigSm100a) { compileAll("tiny", "sm_100a"); }
 // the MLIR compiler.
 TEST(NvrtcCompile, EveryKernelOfTheFullPlan) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
-  std::string tool = H3C_TOOL;
-  {
-    // A build without MLIR has no `compile` (its --help then prints the top-level usage): skip there.
-    std::string help;
-    if (FILE *p = popen((tool + " compile --help 2>&1").c_str(), "r")) {
-      char buf[512];
-      while (size_t n = fread(buf, 1, sizeof buf, p)) help.append(buf, n);
-      pclose(p);
-    }
-    if (help.find("--arch") == std::string::npos) GTEST_SKIP() << "this h3c has no compile (built without MLIR)";
-  }
+  if (!h3c::testtool::toolHasCompile()) GTEST_SKIP() << "this h3c has no compile (built without MLIR)";
   for (const char *arch : {"sm_90a", "sm_100a"}) {
     auto dir = tempDir(std::string("h3c-full-plan-") + arch);
-    std::string cmd = tool + " compile " + std::string(H3C_SOURCE_DIR) + "/models/h3/fingerprint.json --arch " + arch +
-                      " -o " + dir.string() + " >/dev/null 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::string out;
+    ASSERT_EQ(h3c::testtool::runTool("compile " + std::string(H3C_SOURCE_DIR) + "/models/h3/fingerprint.json --arch " +
+                                         arch + " -o " + dir.string(),
+                                     &out),
+              0)
+        << out;
     plan::Plan p = plan::loadPlan(dir);
     std::set<std::string> kinds;
     for (const auto &o : p.forward().ops)
