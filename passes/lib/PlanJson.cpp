@@ -33,7 +33,10 @@ json attrToJson(Attribute a, const std::string &w) {
     for (Attribute e : arr) j.push_back(attrToJson(e, w));
     return j;
   }
-  if (auto s = dyn_cast<ShardAttr>(a)) return json{{"kind", s.getKind().str()}, {"tp", s.getTp()}};
+  // The plan spells the dialect's enums with the same words as the IR.
+  if (auto e = dyn_cast<EpilogueAttr>(a)) return stringifyEpilogue(e.getValue()).str();
+  if (auto r = dyn_cast<RowIndexAttr>(a)) return stringifyRowIndex(r.getValue()).str();
+  if (auto s = dyn_cast<ShardAttr>(a)) return json{{"kind", stringifyShardKind(s.getKind()).str()}, {"tp", s.getTp()}};
   fail(w, "attribute of unsupported kind in the plan");
 }
 
@@ -45,16 +48,20 @@ std::string typeName(Type t) {
 }
 
 json orderToJson(OrderAttr o) {
-  json j{{"kind", o.getKind().str()}, {"acc", typeName(o.getAcc())}};
-  if (o.getKind() == "k_chunks") {
+  json j{{"kind", stringifyOrderKind(o.getKind()).str()}, {"acc", typeName(o.getAcc())}};
+  switch (o.getKind()) {
+  case OrderKind::k_chunks:
     j["k_step"] = o.getKStep();
     j["units"] = o.getUnits();
-  } else if (o.getKind() == "lane_tree") {
+    break;
+  case OrderKind::lane_tree:
     j["lanes"] = o.getLanes();
-  } else {
+    break;
+  case OrderKind::flash:
     j["kv_block"] = o.getKvBlock();
     j["k_step"] = o.getKStep();
     j["p"] = typeName(o.getP());
+    break;
   }
   return j;
 }
@@ -131,9 +138,9 @@ json opToPlanJson(Operation *op, bool requireNames) {
   if (weights.contains("weight") && !weights["weight"].empty())
     attrs["w_dtype"] = weightDtype(weights["weight"][0].get<std::string>());
   if (auto l = dyn_cast<LinearOp>(op)) {
-    attrs["epilogue"] = l.getEpilogue().str();
+    attrs["epilogue"] = stringifyEpilogue(l.getEpilogue()).str();
   } else if (auto a = dyn_cast<AllreduceTreeOp>(op)) {
-    attrs["epilogue"] = a.getEpilogue().str();
+    attrs["epilogue"] = stringifyEpilogue(a.getEpilogue()).str();
   } else if (auto q = dyn_cast<QkvLinearOp>(op)) {
     attrs["N"] = q.getHeads() * q.getHeadDim();
   } else if (auto t = dyn_cast<TimeEmbedOp>(op)) {

@@ -41,9 +41,10 @@ fs::path tempDir(const std::string &name) {
 
 // Ops of the fused graph: a transformer block is 9 ops (adaln, norm1, qkv, qk_norm_rope, attention,
 // to_out+gate_residual, norm2, fc1+swiglu, fc2+gate_residual), a refiner block 8 (no adaln; residual epilogues),
-// the top level 12 (time_proj + time MLP are one op). tp > 1 adds one allreduce_tree per row-parallel linear.
+// the top level 13 (time_proj stays a host op, the time MLP is one time_embed). tp > 1 adds one allreduce_tree per
+// row-parallel linear.
 size_t fusedOps(const h3::Config &c, int64_t tp) {
-  return 9 * c.num_layers + 8 * c.num_refiner_layers + 12 + (tp > 1 ? 2 * c.num_layers : 0);
+  return 9 * c.num_layers + 8 * c.num_refiner_layers + 13 + (tp > 1 ? 2 * c.num_layers : 0);
 }
 
 } // namespace
