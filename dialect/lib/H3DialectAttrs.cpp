@@ -11,7 +11,7 @@ using namespace h3c::h3ir;
 namespace {
 
 bool nonNegativeI64(Attribute a) {
-  auto i = dyn_cast<IntegerAttr>(a);
+  auto i = dyn_cast_or_null<IntegerAttr>(a);
   return i && i.getType().isInteger(64) && i.getInt() >= 0;
 }
 
