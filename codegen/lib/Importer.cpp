@@ -270,7 +270,8 @@ private:
       }
       if (r.extent != want) fail(where, "reduction {} has extent {}, the op reduces over {}", r.kind, r.extent, want);
     }
-    if (next != extents.size()) fail(where, "lists {} static reductions, h3.{} performs {}", next, n.kind, extents.size());
+    if (next != extents.size())
+      fail(where, "lists {} static reductions, h3.{} performs {}", next, n.kind, extents.size());
   }
 
   void importNode(const h3::Node &n, size_t index) {

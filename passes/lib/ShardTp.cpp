@@ -69,8 +69,8 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
     std::vector<std::string> nodes = h3c::passes::nodeList(op);
     std::string yName = cast<StringAttr>(l.getValues()[0]).str();
     auto part = LinearOp::create(b, l.getLoc(), partType, l.getX(), ValueRange{}, l.getK(), l.getN(), l.getWeight(),
-                                 b.getArrayAttr({}), Epilogue::none, IntegerAttr(), IntegerAttr(), RowIndexAttr(), order,
-                                 shard,
+                                 b.getArrayAttr({}), Epilogue::none, IntegerAttr(), IntegerAttr(), RowIndexAttr(),
+                                 order, shard,
                                  h3c::passes::strArray(b, {nodes[0]}), h3c::passes::strArray(b, {nodes[0] + ":partials"}));
     std::vector<std::string> rest(nodes.begin() + 1, nodes.end());
     auto ar = AllreduceTreeOp::create(b, l.getLoc(), y, part.getY(), l.getEpilogueOperands(), tp, units, l.getN(),
