@@ -1,4 +1,5 @@
-// Attributes: the reduction order every reducing op must carry (docs/contract.md section 4) and the TP shard.
+// Attributes: the reduction order every reducing op must carry (docs/contract.md section 4) and the TP shard. Their
+// kinds, and the epilogue / row-index enum attributes, are in H3Enums.td.
 #ifndef H3C_DIALECT_H3_ATTRS_TD
 #define H3C_DIALECT_H3_ATTRS_TD
 

@@ -43,6 +43,10 @@ def H3_RopeTableOp : H3_Op<"rope_table"> {
 
 def H3_TimestepSinusoidOp : H3_Op<"timestep_sinusoid"> {
   let summary = "Sinusoidal timestep embedding (host): cat(cos, sin), flip_sin_to_cos, shift 0";
+  let description = [{
+    `time_proj`. It stays an op of its own after h3-fuse (the host computes it, like the rope tables);
+    `h3.time_embed` reads its result.
+  }];
   let arguments = !con((ins H3_ActType:$t, I64Attr:$freq_dim), H3_Common);
   let results = (outs H3_ActType:$y);
 }
