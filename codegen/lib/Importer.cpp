@@ -34,7 +34,8 @@ public:
   OwningOpRef<ModuleOp> run() {
     Location loc = FileLineColLoc::get(&ctx_, "fingerprint.json", 0, 0);
     OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-    (*module)->setAttr("h3.config_name", b_.getStringAttr(fp_.configName));
+    auto *dialect = ctx_.getLoadedDialect<h3ir::H3Dialect>();
+    dialect->getConfigNameAttrHelper().setAttr(*module, b_.getStringAttr(fp_.configName));
 
     // Graph inputs -> function arguments.
     std::vector<Type> argTypes;
@@ -57,12 +58,13 @@ public:
     b_.setInsertionPointToEnd(module->getBody());
     auto fn = func::FuncOp::create(b_, loc, "forward", fnType);
     Block *body = fn.addEntryBlock();
+    StringAttr nameAttr = dialect->getNameAttrHelper().getName();
     for (size_t i = 0; i < argNames.size(); ++i) {
-      fn.setArgAttr(i, "h3.name", b_.getStringAttr(argNames[i]));
+      fn.setArgAttr(i, nameAttr, b_.getStringAttr(argNames[i]));
       values_[argNames[i]] = body->getArgument(i);
     }
-    fn.setResultAttr(0, "h3.name", b_.getStringAttr("sample"));
-    fn.setResultAttr(1, "h3.name", b_.getStringAttr("audio_sample"));
+    fn.setResultAttr(0, nameAttr, b_.getStringAttr("sample"));
+    fn.setResultAttr(1, nameAttr, b_.getStringAttr("audio_sample"));
     b_.setInsertionPointToEnd(body);
 
     for (size_t i = 0; i < fp_.nodes.size(); ++i) importNode(fp_.nodes[i], i);
@@ -182,7 +184,11 @@ private:
     std::vector<NamedAttribute> a;
     auto i64 = [&](const char *name, int64_t v) { a.push_back(b_.getNamedAttr(name, b_.getI64IntegerAttr(v))); };
     auto f64 = [&](const char *name, double v) { a.push_back(b_.getNamedAttr(name, b_.getF64FloatAttr(v))); };
-    auto str = [&](const char *name, const std::string &v) { a.push_back(b_.getNamedAttr(name, b_.getStringAttr(v))); };
+    auto rowIndex = [&](const std::string &v) {
+      std::optional<h3ir::RowIndex> ri = h3ir::symbolizeRowIndex(v);
+      if (!ri) fail("node " + n.id + " attr row_index", "expected \"adaln\" or \"timestep\", got '{}'", v);
+      a.push_back(b_.getNamedAttr("row_index", h3ir::RowIndexAttr::get(&ctx_, *ri)));
+    };
     std::vector<std::string> weight, bias;
     for (const auto &t : n.tensors) {
       if (t.size() > 5 && t.compare(t.size() - 5, 5, ".bias") == 0) bias.push_back(t);
@@ -215,7 +221,7 @@ private:
       i64("shift_chunk", ai(n, "shift_chunk"));
       i64("scale_chunk", ai(n, "scale_chunk"));
       i64("num_chunks", ai(n, "num_chunks"));
-      str("row_index", as(n, "row_index"));
+      rowIndex(as(n, "row_index"));
     } else if (k == "qk_norm") {
       i64("heads", ai(n, "heads"));
       i64("head_dim", ai(n, "head_dim"));
@@ -231,7 +237,7 @@ private:
     } else if (k == "gate_residual") {
       i64("chunk", ai(n, "chunk"));
       i64("num_chunks", ai(n, "num_chunks"));
-      str("row_index", as(n, "row_index"));
+      rowIndex(as(n, "row_index"));
     } else if (k == "timestep_sinusoid") {
       i64("freq_dim", ai(n, "dim"));
     }
@@ -241,28 +247,31 @@ private:
     return a;
   }
 
-  // The fingerprint lists the reductions each node performs; they must be exactly the ones the h3 op reduces
-  // (so h3-assign-reduction-order gives every fingerprint reduction an order) with the same extents.
+  // The fingerprint lists the reductions each node performs; they must be exactly the ones the h3 op declares
+  // through OrderedReduction (so h3-assign-reduction-order gives every fingerprint reduction an order) with the
+  // same extents: the static ones (dot, sum_squares, dot_qk) in order, the row-domain ones (attention's softmax and
+  // P.V over the keys) over the op's rows.
   void checkReductions(const h3::Node &n, Operation *op, const std::string &where) {
-    bool reduces = !h3ir::requiredOrderKind(op).empty();
-    if (reduces == n.reductions.empty())
-      fail(where, "lists {} reductions but h3.{} {}", n.reductions.size(), n.kind, reduces ? "reduces" : "reduces nothing");
-    auto intAttr = [&](const char *name) -> int64_t {
-      auto a = op->getAttrOfType<IntegerAttr>(name);
-      return a ? a.getInt() : -1;
-    };
+    auto red = dyn_cast<h3ir::OrderedReduction>(op);
+    if (bool(red) == n.reductions.empty())
+      fail(where, "lists {} reductions but h3.{} {}", n.reductions.size(), n.kind, red ? "reduces" : "reduces nothing");
+    if (!red) return;
+    llvm::SmallVector<int64_t> extents = red.getReducedExtents();
+    size_t next = 0;
     for (const auto &r : n.reductions) {
       std::string want;
-      if (r.kind == "dot") want = std::to_string(intAttr("K"));
-      else if (r.kind == "sum_squares")
-        want = std::to_string(n.kind == "qk_norm" ? intAttr("head_dim")
-                                                  : cast<h3ir::ActType>(op->getOperand(0).getType()).getCols());
-      else if (r.kind == "dot_qk") want = std::to_string(intAttr("head_dim"));
-      else if (r.kind == "softmax" || r.kind == "dot_pv")
+      if (r.kind == "dot" || r.kind == "sum_squares" || r.kind == "dot_qk") {
+        if (next == extents.size()) fail(where, "lists more static reductions than h3.{} performs", n.kind);
+        want = std::to_string(extents[next++]);
+      } else if (r.kind == "softmax" || r.kind == "dot_pv") {
         want = cast<h3ir::ActType>(op->getOperand(0).getType()).getDomain().str();
-      else fail(where, "unknown reduction kind '{}'", r.kind);
+      } else {
+        fail(where, "unknown reduction kind '{}'", r.kind);
+      }
       if (r.extent != want) fail(where, "reduction {} has extent {}, the op reduces over {}", r.kind, r.extent, want);
     }
+    if (next != extents.size())
+      fail(where, "lists {} static reductions, h3.{} performs {}", next, n.kind, extents.size());
   }
 
   void importNode(const h3::Node &n, size_t index) {

@@ -1,6 +1,7 @@
 // h3c-opt's translations. `--h3-to-cuda` prints, for every h3 op with a device kernel, a header comment (op, nodes,
 // kernel id, entry) and the kernel source the emitter produces from the op's plan entry; the arch is the module's
-// `h3.arch` (set by h3-verify-strict), sm_90a by default. `--import-h3-fingerprint` parses a fingerprint JSON.
+// `h3.arch` when the input names one (no pass records it), sm_90a by default. `--import-h3-fingerprint` parses a
+// fingerprint JSON.
 #include "h3c/Codegen/Translations.h"
 
 #include "h3c/Codegen/Importer.h"

@@ -1,5 +1,6 @@
 // The h3 dialect: registration, the activation type and the order/shard attributes (parsing, printing,
-// verification), and the shared helpers declared in H3Dialect.h.
+// verification), and the shared helpers declared in H3Dialect.h. The discardable `h3.*` attributes are verified in
+// H3DialectAttrs.cpp, the OrderedReduction interface in H3Ops.cpp.
 #include "h3c/Dialect/H3/H3Dialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -10,6 +11,10 @@ using namespace mlir;
 using namespace h3c::h3ir;
 
 #include "h3c/Dialect/H3/H3Dialect.cpp.inc"
+
+#include "h3c/Dialect/H3/H3Enums.cpp.inc"
+
+#include "h3c/Dialect/H3/H3Interfaces.cpp.inc"
 
 #define GET_TYPEDEF_CLASSES
 #include "h3c/Dialect/H3/H3Types.cpp.inc"
@@ -54,20 +59,14 @@ int64_t rowParallelUnits(int64_t k) {
 }
 
 OrderAttr kChunksOrder(MLIRContext *ctx, int64_t units) {
-  return OrderAttr::get(ctx, "k_chunks", kKStep, units, 0, 0, Float32Type::get(ctx), Type());
+  return OrderAttr::get(ctx, OrderKind::k_chunks, kKStep, units, 0, 0, Float32Type::get(ctx), Type());
 }
 OrderAttr laneTreeOrder(MLIRContext *ctx) {
-  return OrderAttr::get(ctx, "lane_tree", 0, 0, kLanes, 0, Float32Type::get(ctx), Type());
+  return OrderAttr::get(ctx, OrderKind::lane_tree, 0, 0, kLanes, 0, Float32Type::get(ctx), Type());
 }
 OrderAttr flashOrder(MLIRContext *ctx) {
-  return OrderAttr::get(ctx, "flash", kKStep, 0, 0, kKvBlock, Float32Type::get(ctx), BFloat16Type::get(ctx));
-}
-
-llvm::StringRef requiredOrderKind(Operation *op) {
-  if (isa<LinearOp, AdalnTableOp, QkvLinearOp, TimeEmbedOp, AllreduceTreeOp>(op)) return "k_chunks";
-  if (isa<RmsNormOp, NormModulateOp, QkNormOp, QkNormRopeOp>(op)) return "lane_tree";
-  if (isa<AttentionOp>(op)) return "flash";
-  return "";
+  return OrderAttr::get(ctx, OrderKind::flash, kKStep, 0, 0, kKvBlock, Float32Type::get(ctx),
+                        BFloat16Type::get(ctx));
 }
 
 std::string firstNode(Operation *op) {
@@ -136,8 +135,15 @@ LogicalResult ActType::verify(llvm::function_ref<InFlightDiagnostic()> emitError
 // ---- #h3.order<kind, key = value, ...> ----
 
 Attribute OrderAttr::parse(AsmParser &p, Type) {
-  std::string kind;
-  if (p.parseLess() || p.parseKeywordOrString(&kind)) return {};
+  std::string kindName;
+  if (p.parseLess()) return {};
+  llvm::SMLoc kindLoc = p.getCurrentLocation();
+  if (p.parseKeywordOrString(&kindName)) return {};
+  std::optional<OrderKind> kind = symbolizeOrderKind(kindName);
+  if (!kind) {
+    p.emitError(kindLoc, "unknown order kind '") << kindName << "' (k_chunks, lane_tree, flash)";
+    return {};
+  }
   int64_t kStep = 0, units = 0, lanes = 0, kvBlock = 0;
   Type acc, pt;
   while (succeeded(p.parseOptionalComma())) {
@@ -161,36 +167,40 @@ Attribute OrderAttr::parse(AsmParser &p, Type) {
     }
   }
   if (p.parseGreater()) return {};
-  return OrderAttr::getChecked([&] { return p.emitError(p.getNameLoc()); }, p.getContext(), kind, kStep, units,
+  return OrderAttr::getChecked([&] { return p.emitError(p.getNameLoc()); }, p.getContext(), *kind, kStep, units,
                                lanes, kvBlock, acc, pt);
 }
 
 void OrderAttr::print(AsmPrinter &p) const {
-  p << "<" << getKind();
-  if (getKind() == "k_chunks") p << ", k_step = " << getKStep() << ", units = " << getUnits();
-  if (getKind() == "lane_tree") p << ", lanes = " << getLanes();
-  if (getKind() == "flash") p << ", kv_block = " << getKvBlock() << ", k_step = " << getKStep();
+  p << "<" << stringifyOrderKind(getKind());
+  switch (getKind()) {
+  case OrderKind::k_chunks: p << ", k_step = " << getKStep() << ", units = " << getUnits(); break;
+  case OrderKind::lane_tree: p << ", lanes = " << getLanes(); break;
+  case OrderKind::flash: p << ", kv_block = " << getKvBlock() << ", k_step = " << getKStep(); break;
+  }
   p << ", acc = " << getAcc();
   if (getP()) p << ", p = " << getP();
   p << ">";
 }
 
-LogicalResult OrderAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, llvm::StringRef kind,
-                                int64_t kStep, int64_t units, int64_t lanes, int64_t kvBlock, Type acc, Type p) {
-  if (!acc) return emitError() << "order '" << kind << "' needs an accumulator type (acc = f32)";
-  if (kind == "k_chunks") {
+LogicalResult OrderAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, OrderKind kind, int64_t kStep,
+                                int64_t units, int64_t lanes, int64_t kvBlock, Type acc, Type p) {
+  if (!acc) return emitError() << "order '" << stringifyOrderKind(kind) << "' needs an accumulator type (acc = f32)";
+  switch (kind) {
+  case OrderKind::k_chunks:
     if (kStep <= 0 || units <= 0) return emitError() << "k_chunks needs k_step > 0 and units > 0";
     if (units & (units - 1)) return emitError() << "k_chunks units must be a power of two (pairwise tree), got " << units;
     if (lanes || kvBlock || p) return emitError() << "k_chunks takes only k_step, units and acc";
-  } else if (kind == "lane_tree") {
+    break;
+  case OrderKind::lane_tree:
     if (lanes <= 0 || (lanes & (lanes - 1))) return emitError() << "lane_tree lanes must be a power of two, got " << lanes;
     if (kStep || units || kvBlock || p) return emitError() << "lane_tree takes only lanes and acc";
-  } else if (kind == "flash") {
+    break;
+  case OrderKind::flash:
     if (kvBlock <= 0 || kStep <= 0) return emitError() << "flash needs kv_block > 0 and k_step > 0";
     if (!p) return emitError() << "flash needs the probability storage type p";
     if (units || lanes) return emitError() << "flash takes only kv_block, k_step, acc and p";
-  } else {
-    return emitError() << "unknown order kind '" << kind << "' (k_chunks, lane_tree, flash)";
+    break;
   }
   return success();
 }
@@ -198,20 +208,23 @@ LogicalResult OrderAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitErr
 // ---- #h3.shard<kind, tp = N> ----
 
 Attribute ShardAttr::parse(AsmParser &p, Type) {
-  std::string kind;
+  std::string kindName;
   int64_t tp = 0;
-  if (p.parseLess() || p.parseKeywordOrString(&kind) || p.parseComma() || p.parseKeyword("tp") || p.parseEqual() ||
-      p.parseInteger(tp) || p.parseGreater())
+  if (p.parseLess()) return {};
+  llvm::SMLoc kindLoc = p.getCurrentLocation();
+  if (p.parseKeywordOrString(&kindName)) return {};
+  std::optional<ShardKind> kind = symbolizeShardKind(kindName);
+  if (!kind) {
+    p.emitError(kindLoc, "unknown shard kind '") << kindName << "' (column, row, replicated)";
     return {};
-  return ShardAttr::getChecked([&] { return p.emitError(p.getNameLoc()); }, p.getContext(), kind, tp);
+  }
+  if (p.parseComma() || p.parseKeyword("tp") || p.parseEqual() || p.parseInteger(tp) || p.parseGreater()) return {};
+  return ShardAttr::getChecked([&] { return p.emitError(p.getNameLoc()); }, p.getContext(), *kind, tp);
 }
 
-void ShardAttr::print(AsmPrinter &p) const { p << "<" << getKind() << ", tp = " << getTp() << ">"; }
+void ShardAttr::print(AsmPrinter &p) const { p << "<" << stringifyShardKind(getKind()) << ", tp = " << getTp() << ">"; }
 
-LogicalResult ShardAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, llvm::StringRef kind,
-                                int64_t tp) {
-  if (kind != "column" && kind != "row" && kind != "replicated")
-    return emitError() << "unknown shard kind '" << kind << "' (column, row, replicated)";
+LogicalResult ShardAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, ShardKind, int64_t tp) {
   if (tp < 1) return emitError() << "tp must be >= 1, got " << tp;
   return success();
 }

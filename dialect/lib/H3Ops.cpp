@@ -1,5 +1,6 @@
 // Verifiers of the h3 ops: shapes (row domain, batch axis, columns), dtypes and attribute ranges, per
-// docs/contract.md section 3. Every message starts with the op's first node id so a failure names the node.
+// docs/contract.md section 3, and the OrderedReduction interface (its verifier and each op's reduced extents).
+// Every message starts with the op's first node id so a failure names the node.
 #include "h3c/Dialect/H3/H3Dialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -48,14 +49,6 @@ LogicalResult verifyCommon(Operation *op, bool nodesMayBeEmpty = false) {
   return success();
 }
 
-LogicalResult verifyOrderKind(Operation *op, std::optional<OrderAttr> order) {
-  if (!order) return success();
-  llvm::StringRef want = requiredOrderKind(op);
-  if (order->getKind() != want)
-    return err(op) << "carries order '" << order->getKind() << "' but needs '" << want << "'";
-  return success();
-}
-
 LogicalResult sameRows(Operation *op, ActType a, ActType b, llvm::StringRef what) {
   if (a.getDomain() != b.getDomain() || a.getBatch() != b.getBatch())
     return err(op) << what << ": rows " << (a.getBatch() ? "B x " : "") << a.getDomain() << " vs "
@@ -83,12 +76,12 @@ LogicalResult weightCount(Operation *op, ArrayAttr a, size_t lo, size_t hi, llvm
   return success();
 }
 
-// The row metadata of an AdaLN row gather: "adaln" = ts_index*3 + tag (two I64 [S] operands), "timestep" = ts_index.
-LogicalResult verifyRowMeta(Operation *op, llvm::StringRef rowIndex, ValueRange meta, ActType rowsOf) {
-  size_t want = rowIndex == "adaln" ? 2 : rowIndex == "timestep" ? 1 : 0;
-  if (want == 0) return err(op) << "row_index must be 'adaln' or 'timestep', got '" << rowIndex << "'";
+// The row metadata of an AdaLN row gather: adaln = ts_index*3 + tag (two I64 [S] operands), timestep = ts_index.
+LogicalResult verifyRowMeta(Operation *op, RowIndex rowIndex, ValueRange meta, ActType rowsOf) {
+  size_t want = rowIndex == RowIndex::adaln ? 2 : 1;
   if (meta.size() != want)
-    return err(op) << "row_index '" << rowIndex << "' needs " << want << " row metadata operands, got " << meta.size();
+    return err(op) << "row_index '" << stringifyRowIndex(rowIndex) << "' needs " << want
+                   << " row metadata operands, got " << meta.size();
   for (Value m : meta) {
     ActType t = act(m);
     if (t.getDomain() != rowsOf.getDomain() || t.getBatch() || t.getCols() != 1 || !t.getElementType().isInteger(64))
@@ -98,7 +91,7 @@ LogicalResult verifyRowMeta(Operation *op, llvm::StringRef rowIndex, ValueRange 
 }
 
 LogicalResult verifyTableGather(Operation *op, ActType table, int64_t chunkCols, int64_t numChunks,
-                                std::initializer_list<int64_t> chunks, llvm::StringRef rowIndex) {
+                                std::initializer_list<int64_t> chunks, RowIndex rowIndex) {
   if (numChunks <= 0) return err(op) << "num_chunks must be positive";
   for (int64_t c : chunks)
     if (c < 0 || c >= numChunks) return err(op) << "chunk " << c << " out of range [0, " << numChunks << ")";
@@ -106,32 +99,34 @@ LogicalResult verifyTableGather(Operation *op, ActType table, int64_t chunkCols,
     return err(op) << "table must have " << numChunks << " x " << chunkCols << " columns, got " << table.getCols();
   if (!table.getElementType().isBF16() || table.getBatch() || table.getParts() != 1)
     return err(op) << "table must be a bf16 AdaLN table without a batch axis";
-  llvm::StringRef want = rowIndex == "adaln" ? "T3" : "T";
+  llvm::StringRef want = rowIndex == RowIndex::adaln ? "T3" : "T";
   if (table.getDomain() != want)
-    return err(op) << "row_index '" << rowIndex << "' needs a table with row domain " << want << ", got "
-                   << table.getDomain();
+    return err(op) << "row_index '" << stringifyRowIndex(rowIndex) << "' needs a table with row domain " << want
+                   << ", got " << table.getDomain();
   return success();
 }
 
 // Epilogue operands shared by h3.linear and h3.allreduce_tree.
-LogicalResult verifyEpilogue(Operation *op, llvm::StringRef epilogue, ValueRange ops, ActType y,
+LogicalResult verifyEpilogue(Operation *op, Epilogue epilogue, ValueRange ops, ActType y,
                              std::optional<int64_t> chunk, std::optional<int64_t> numChunks,
-                             std::optional<llvm::StringRef> rowIndex) {
-  bool gated = epilogue == "gate_residual";
+                             std::optional<RowIndex> rowIndex) {
+  bool gated = epilogue == Epilogue::gate_residual;
   if (gated != (chunk.has_value() && numChunks.has_value() && rowIndex.has_value()))
     return err(op) << "chunk, num_chunks and row_index are required with, and only with, epilogue gate_residual";
-  if (epilogue == "none" || epilogue == "swiglu") {
-    if (!ops.empty()) return err(op) << "epilogue '" << epilogue << "' takes no operands, got " << ops.size();
+  switch (epilogue) {
+  case Epilogue::none:
+  case Epilogue::swiglu:
+    if (!ops.empty())
+      return err(op) << "epilogue '" << stringifyEpilogue(epilogue) << "' takes no operands, got " << ops.size();
     return success();
-  }
-  if (epilogue == "residual") {
+  case Epilogue::residual: {
     if (ops.size() != 1) return err(op) << "epilogue 'residual' takes the residual stream, got " << ops.size() << " operands";
     ActType x = act(ops[0]);
     if (failed(sameRows(op, x, y, "residual stream")) || failed(expect(op, x, "residual stream", y.getCols())))
       return failure();
     return success();
   }
-  if (gated) {
+  case Epilogue::gate_residual: {
     if (ops.size() < 3) return err(op) << "epilogue 'gate_residual' takes residual, table and row metadata";
     ActType x = act(ops[0]);
     if (failed(sameRows(op, x, y, "residual stream")) || failed(expect(op, x, "residual stream", y.getCols())))
@@ -139,7 +134,8 @@ LogicalResult verifyEpilogue(Operation *op, llvm::StringRef epilogue, ValueRange
     if (failed(verifyTableGather(op, act(ops[1]), y.getCols(), *numChunks, {*chunk}, *rowIndex))) return failure();
     return verifyRowMeta(op, *rowIndex, ops.drop_front(2), y);
   }
-  return err(op) << "unknown epilogue '" << epilogue << "' (none, residual, gate_residual, swiglu)";
+  }
+  return success();
 }
 
 LogicalResult verifyHeads(Operation *op, ActType t, int64_t heads, int64_t headDim, llvm::StringRef what) {
@@ -184,7 +180,7 @@ LogicalResult TimestepSinusoidOp::verify() {
 
 LogicalResult LinearOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op))) return failure();
   ActType x = act(getX()), y = act(getY());
   if (getK() <= 0 || getN() <= 0) return err(op) << "K and N must be positive";
   if (failed(expect(op, x, "input", getK()))) return failure();
@@ -192,32 +188,30 @@ LogicalResult LinearOp::verify() {
   if (failed(weightCount(op, getWeight(), 1, 1, "weight")) || failed(weightCount(op, getBias(), 0, 1, "bias")))
     return failure();
   if (failed(sameRows(op, x, y, "output"))) return failure();
-  llvm::StringRef epi = getEpilogue();
-  bool partial = getShard() && getShard()->getKind() == "row" && getShard()->getTp() > 1;
+  Epilogue epi = getEpilogue();
+  bool partial = getShard() && getShard()->getKind() == ShardKind::row && getShard()->getTp() > 1;
   if (partial) {
     if (y.getParts() != getShard()->getTp() || !y.getElementType().isF32() || y.getCols() != int64_t(getN()))
       return err(op) << "a row-parallel linear over tp = " << getShard()->getTp() << " must produce "
                      << getShard()->getTp() << " f32 rank partials of " << getN() << " columns";
-    if (epi != "none" || !getBias().empty())
+    if (epi != Epilogue::none || !getBias().empty())
       return err(op) << "a row-parallel linear leaves bias and epilogue to h3.allreduce_tree";
     return success();
   }
   if (y.getParts() != 1) return err(op) << "only a row-parallel linear produces rank partials";
   if (!isFloat(y.getElementType())) return err(op) << "output must be bf16 or f32";
   int64_t outCols = getN();
-  if (epi == "swiglu") {
+  if (epi == Epilogue::swiglu) {
     if (getN() % 2) return err(op) << "epilogue swiglu needs an even N, got " << getN();
     outCols = getN() / 2;
   }
   if (y.getCols() != outCols) return err(op) << "output must have " << outCols << " columns, got " << y.getCols();
-  std::optional<llvm::StringRef> ri;
-  if (getRowIndex()) ri = *getRowIndex();
-  return verifyEpilogue(op, epi, getEpilogueOperands(), y, getChunk(), getNumChunks(), ri);
+  return verifyEpilogue(op, epi, getEpilogueOperands(), y, getChunk(), getNumChunks(), getRowIndex());
 }
 
 LogicalResult AllreduceTreeOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op, /*nodesMayBeEmpty=*/true)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op, /*nodesMayBeEmpty=*/true))) return failure();
   if (getOrder() && getOrder()->getUnits() != int64_t(getUnits()))
     return err(op) << "order has " << getOrder()->getUnits() << " units but the op combines " << getUnits();
   ActType p = act(getPartials()), y = act(getY());
@@ -229,15 +223,13 @@ LogicalResult AllreduceTreeOp::verify() {
   if (failed(sameRows(op, p, y, "output")) || failed(weightCount(op, getBias(), 0, 1, "bias"))) return failure();
   if (failed(expect(op, y, "output", getN()))) return failure();
   if (!isFloat(y.getElementType())) return err(op) << "output must be bf16 or f32";
-  if (getEpilogue() == "swiglu") return err(op) << "epilogue swiglu cannot follow a row-parallel reduction";
-  std::optional<llvm::StringRef> ri;
-  if (getRowIndex()) ri = *getRowIndex();
-  return verifyEpilogue(op, getEpilogue(), getEpilogueOperands(), y, getChunk(), getNumChunks(), ri);
+  if (getEpilogue() == Epilogue::swiglu) return err(op) << "epilogue swiglu cannot follow a row-parallel reduction";
+  return verifyEpilogue(op, getEpilogue(), getEpilogueOperands(), y, getChunk(), getNumChunks(), getRowIndex());
 }
 
 LogicalResult AdalnTableOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op))) return failure();
   Type f32 = Float32Type::get(getContext());
   if (failed(expect(op, act(getTemb()), "temb", getK(), f32, "T", false))) return failure();
   int64_t rows = getRowsPerTimestep();
@@ -253,7 +245,7 @@ LogicalResult AdalnTableOp::verify() {
 
 LogicalResult QkvLinearOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op))) return failure();
   ActType x = act(getX());
   if (failed(expect(op, x, "input", getK()))) return failure();
   if (failed(weightCount(op, getWeight(), 3, 3, "weight")) || failed(weightCount(op, getBias(), 0, 3, "bias")))
@@ -268,19 +260,20 @@ LogicalResult QkvLinearOp::verify() {
 
 LogicalResult TimeEmbedOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op))) return failure();
   Type f32 = Float32Type::get(getContext());
   if (getFreqDim() <= 0 || getFreqDim() % 2) return err(op) << "freq_dim must be positive and even";
   if (getHidden() <= 0) return err(op) << "hidden must be positive";
   if (failed(weightCount(op, getWeight(), 2, 2, "weight")) || failed(weightCount(op, getBias(), 0, 2, "bias")))
     return failure();
-  if (failed(expect(op, act(getT()), "timestep", 1, f32, "T", false))) return failure();
+  // The host-computed time_proj sinusoid, not the raw timesteps (time_proj is its own op).
+  if (failed(expect(op, act(getSinusoid()), "sinusoid", getFreqDim(), f32, "T", false))) return failure();
   return expect(op, act(getTemb()), "temb", getOutDim(), f32, "T", false);
 }
 
 LogicalResult RmsNormOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op))) return failure();
   ActType x = act(getX()), y = act(getY());
   if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
   if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(sameRows(op, x, y, "output"))) return failure();
@@ -290,7 +283,7 @@ LogicalResult RmsNormOp::verify() {
 
 LogicalResult NormModulateOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op))) return failure();
   ActType x = act(getX()), y = act(getY());
   if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
   if (getShiftChunk() == getScaleChunk()) return err(op) << "shift and scale must be different chunks";
@@ -307,7 +300,7 @@ LogicalResult NormModulateOp::verify() {
 
 LogicalResult QkNormOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op))) return failure();
   if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
   if (failed(weightCount(op, getWeight(), 1, 1, "weight"))) return failure();
   if (failed(verifyHeads(op, act(getX()), getHeads(), getHeadDim(), "input")) ||
@@ -339,7 +332,7 @@ LogicalResult RopeOp::verify() {
 
 LogicalResult QkNormRopeOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op))) return failure();
   if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
   if (failed(weightCount(op, getWeight(), 2, 2, "weight"))) return failure();
   ActType q = act(getQ());
@@ -357,7 +350,7 @@ LogicalResult QkNormRopeOp::verify() {
 
 LogicalResult AttentionOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(verifyOrderKind(op, getOrder()))) return failure();
+  if (failed(verifyCommon(op))) return failure();
   ActType q = act(getQ());
   if (!q.getBatch()) return err(op) << "attention runs on token-domain (batched) rows";
   for (Value v : {getQ(), getK(), getV(), getO()})
@@ -442,3 +435,29 @@ LogicalResult UnpackOp::verify() {
     if (!act(m).getElementType().isInteger(64) || act(m).getBatch()) return err(op) << "row metadata must be i64";
   return success();
 }
+
+// ---- OrderedReduction ----
+
+LogicalResult h3c::h3ir::detail::verifyOrderedReduction(Operation *op) {
+  auto red = cast<OrderedReduction>(op);
+  OrderAttr order = red.getOrderAttr();
+  if (order && order.getKind() != red.getRequiredOrderKind())
+    return err(op) << "carries order '" << stringifyOrderKind(order.getKind()) << "' but needs '"
+                   << stringifyOrderKind(red.getRequiredOrderKind()) << "'";
+  return success();
+}
+
+SmallVector<int64_t> LinearOp::getReducedExtents() { return {int64_t(getK())}; }
+SmallVector<int64_t> AdalnTableOp::getReducedExtents() { return {int64_t(getK())}; }
+SmallVector<int64_t> QkvLinearOp::getReducedExtents() { return {int64_t(getK())}; }
+// linear_1 reduces the sinusoid's freq_dim channels, linear_2 the hidden ones.
+SmallVector<int64_t> TimeEmbedOp::getReducedExtents() { return {int64_t(getFreqDim()), int64_t(getHidden())}; }
+// The K reduction ran in the producing linear (its units split over the ranks); this op only combines the
+// rank partials by the upper levels of that reduction's tree.
+SmallVector<int64_t> AllreduceTreeOp::getReducedExtents() { return {}; }
+SmallVector<int64_t> RmsNormOp::getReducedExtents() { return {act(getX()).getCols()}; }
+SmallVector<int64_t> NormModulateOp::getReducedExtents() { return {act(getX()).getCols()}; }
+SmallVector<int64_t> QkNormOp::getReducedExtents() { return {int64_t(getHeadDim())}; }
+SmallVector<int64_t> QkNormRopeOp::getReducedExtents() { return {int64_t(getHeadDim())}; }
+// q.k over head_dim; the softmax and P.V sums run over the key rows, a symbolic row domain.
+SmallVector<int64_t> AttentionOp::getReducedExtents() { return {int64_t(getHeadDim())}; }

@@ -1,13 +1,14 @@
-// h3-fuse: the fusions of docs/contract.md section 3. Each rewrite checks the exact producer/consumer shape it
-// fuses (node ids of one block, single uses of the intermediates, no sharding yet) and leaves the ops apart
-// otherwise. A fused op carries the reduction order of its parts (which must agree) and lists every node it covers
-// in node order, so the ledger still accounts for all nodes.
+// h3-fuse: the fusions of docs/contract.md section 3, one rewrite pattern each, applied by the greedy driver. Each
+// pattern checks the exact producer/consumer shape it fuses (node ids of one block, single uses of the
+// intermediates, no sharding yet, agreeing reduction orders) and fails to match otherwise. A fused op carries the
+// reduction order of its parts and lists every node it covers in node order, so the ledger still accounts for all
+// nodes. Every fused op is created right before the last op it replaces, so the resulting op order does not depend
+// on the order in which the driver visits the ops (the patterns' roots and anchors are disjoint).
 #include "Common.h"
 #include "h3c/Passes/Passes.h"
 
-#include "mlir/IR/Builders.h"
-
-#include <set>
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace h3c::passes {
 #define GEN_PASS_DEF_H3FUSE
@@ -22,6 +23,8 @@ using h3c::passes::nodeList;
 
 namespace {
 
+ArrayAttr strArray(Builder &b, const std::vector<std::string> &v) { return h3c::passes::strArray(b, v); }
+
 std::vector<std::string> concat(std::initializer_list<Operation *> ops) {
   std::vector<std::string> r;
   for (Operation *op : ops)
@@ -33,21 +36,22 @@ std::string valueName(Operation *op, unsigned i) {
   return cast<StringAttr>(op->getAttrOfType<ArrayAttr>("values")[i]).str();
 }
 
-bool plainLinear(LinearOp l) { return l && l.getEpilogue() == "none" && !l.getShard(); }
+std::string tensor(ArrayAttr names, unsigned i) { return cast<StringAttr>(names[i]).str(); }
+
+bool plainLinear(LinearOp l) { return l && l.getEpilogue() == Epilogue::none && !l.getShard(); }
 
 // The single user of `v`, or null.
 Operation *singleUser(Value v) { return v.hasOneUse() ? *v.getUsers().begin() : nullptr; }
 
-// Every user of the results of `ops` comes after `at` (so results may be redefined at `at`).
+// Every user of the results of `ops` (other than `ops` themselves) comes after `at`, in its block, so the fused
+// op created at `at` dominates them.
 bool usersAfter(std::initializer_list<Operation *> ops, Operation *at) {
   for (Operation *op : ops)
     for (Value r : op->getResults())
-      for (Operation *u : r.getUsers())
-        if (u != at && u->isBeforeInBlock(at)) {
-          bool replaced = false;
-          for (Operation *o : ops) replaced |= o == u;
-          if (!replaced) return false;
-        }
+      for (Operation *u : r.getUsers()) {
+        if (u == at || llvm::is_contained(ops, u)) continue;
+        if (u->getBlock() != at->getBlock() || u->isBeforeInBlock(at)) return false;
+      }
   return true;
 }
 
@@ -64,26 +68,17 @@ FailureOr<OrderAttr> sharedOrder(std::initializer_list<Operation *> ops) {
   return o;
 }
 
-struct Fuse : h3c::passes::impl::H3FuseBase<Fuse> {
-  std::set<Operation *> erased;
+// Benefits mirror the order in which the fusions were specified (qkv first): they only decide between patterns
+// rooted at the same op, which the node-id checks already keep apart.
+enum Benefit : unsigned { kTimeMlp = 1, kEpilogue = 2, kQkNormRope = 3, kQkv = 4 };
 
-  void erase(Operation *op) {
-    erased.insert(op);
-    op->erase();
-  }
+// to_q, to_k, to_v reading the same input -> qkv_linear (at to_v; the uses of all three must follow it).
+struct FuseQkv : OpRewritePattern<LinearOp> {
+  FuseQkv(MLIRContext *ctx) : OpRewritePattern(ctx, kQkv) {}
 
-  void setCommon(Operation *op, OpBuilder &b, const std::vector<std::string> &nodes,
-                 const std::vector<std::string> &values, OrderAttr order) {
-    op->setAttr("nodes", h3c::passes::strArray(b, nodes));
-    op->setAttr("values", h3c::passes::strArray(b, values));
-    if (order) op->setAttr("order", order);
-  }
-
-  // to_q, to_k, to_v reading the same input -> qkv_linear (at to_q; its uses all follow to_v).
-  void fuseQkv(Operation *op) {
-    auto q = dyn_cast<LinearOp>(op);
-    if (!plainLinear(q) || !endsWith(h3c::h3ir::firstNode(op), ".attn.to_q")) return;
-    std::string p = blockPrefix(firstNode(op));
+  LogicalResult matchAndRewrite(LinearOp q, PatternRewriter &rewriter) const override {
+    if (!plainLinear(q) || !endsWith(firstNode(q), ".attn.to_q")) return failure();
+    std::string p = blockPrefix(firstNode(q));
     LinearOp k, v;
     for (Operation *u : q.getX().getUsers()) {
       auto l = dyn_cast<LinearOp>(u);
@@ -91,11 +86,13 @@ struct Fuse : h3c::passes::impl::H3FuseBase<Fuse> {
       if (firstNode(u) == p + "attn.to_k") k = l;
       if (firstNode(u) == p + "attn.to_v") v = l;
     }
-    if (!k || !v || q.getK() != k.getK() || q.getK() != v.getK()) return;
-    if (q.getBias().empty() != k.getBias().empty() || q.getBias().empty() != v.getBias().empty()) return;
+    if (!k || !v || q.getK() != k.getK() || q.getK() != v.getK())
+      return rewriter.notifyMatchFailure(q, "no plain to_k/to_v with the same K reading the same input");
+    if (q.getBias().empty() != k.getBias().empty() || q.getBias().empty() != v.getBias().empty())
+      return rewriter.notifyMatchFailure(q, "q/k/v disagree on having a bias");
     auto order = sharedOrder({q, k, v});
-    if (failed(order)) return;
-    // heads / head_dim from a consumer that knows them (qk_norm, rope or attention).
+    if (failed(order)) return rewriter.notifyMatchFailure(q, "q/k/v reduction orders differ");
+    // heads / head_dim from a consumer that knows them (qk_norm, rope or attention, or their fused forms).
     int64_t heads = 0, headDim = 0;
     for (Operation *u : q.getY().getUsers()) {
       if (auto h = u->getAttrOfType<IntegerAttr>("heads")) {
@@ -103,151 +100,170 @@ struct Fuse : h3c::passes::impl::H3FuseBase<Fuse> {
         headDim = u->getAttrOfType<IntegerAttr>("head_dim").getInt();
       }
     }
-    if (!heads) return;
-    if (!usersAfter({q, k, v}, v)) return;
-    OpBuilder b(v);  // at to_v: the last of the three
-    std::vector<std::string> weight = {cast<StringAttr>(q.getWeight()[0]).str(), cast<StringAttr>(k.getWeight()[0]).str(),
-                                       cast<StringAttr>(v.getWeight()[0]).str()};
+    if (!heads) return rewriter.notifyMatchFailure(q, "no consumer names the head split");
+    if (!usersAfter({q, k, v}, v)) return rewriter.notifyMatchFailure(q, "a q/k/v use precedes to_v");
+
+    std::vector<std::string> weight = {tensor(q.getWeight(), 0), tensor(k.getWeight(), 0), tensor(v.getWeight(), 0)};
     std::vector<std::string> bias;
     for (LinearOp l : {q, k, v})
       for (Attribute a : l.getBias()) bias.push_back(cast<StringAttr>(a).str());
-    auto f = QkvLinearOp::create(b, q.getLoc(), TypeRange{q.getType(), k.getType(), v.getType()}, q.getX(), q.getK(),
-                                 heads, headDim, h3c::passes::strArray(b, weight), h3c::passes::strArray(b, bias),
-                                 OrderAttr(), ShardAttr(), b.getArrayAttr({}), b.getArrayAttr({}));
-    setCommon(f, b, concat({q, k, v}), {valueName(q, 0), valueName(k, 0), valueName(v, 0)}, *order);
-    q.getY().replaceAllUsesWith(f.getQOut());
-    k.getY().replaceAllUsesWith(f.getKOut());
-    v.getY().replaceAllUsesWith(f.getVOut());
-    erase(q);
-    erase(k);
-    erase(v);
+    rewriter.setInsertionPoint(v);
+    auto f = QkvLinearOp::create(rewriter, q.getLoc(), TypeRange{q.getType(), k.getType(), v.getType()}, q.getX(),
+                                 q.getK(), heads, headDim, strArray(rewriter, weight), strArray(rewriter, bias),
+                                 *order, ShardAttr(), strArray(rewriter, concat({q, k, v})),
+                                 strArray(rewriter, {valueName(q, 0), valueName(k, 0), valueName(v, 0)}));
+    rewriter.replaceOp(q, f.getQOut());
+    rewriter.replaceOp(k, f.getKOut());
+    rewriter.replaceOp(v, f.getVOut());
+    return success();
   }
+};
 
-  // norm_q, norm_k (+ rope_q, rope_k) -> qk_norm_rope.
-  void fuseQkNormRope(Operation *op) {
-    auto nq = dyn_cast<QkNormOp>(op);
-    if (!nq || nq.getShard() || !endsWith(firstNode(op), ".attn.norm_q")) return;
-    std::string p = blockPrefix(firstNode(op));
+// norm_q, norm_k (+ rope_q, rope_k when both norms feed only their rope) -> qk_norm_rope, at the last of them.
+struct FuseQkNormRope : OpRewritePattern<QkNormOp> {
+  FuseQkNormRope(MLIRContext *ctx) : OpRewritePattern(ctx, kQkNormRope) {}
+
+  LogicalResult matchAndRewrite(QkNormOp nq, PatternRewriter &rewriter) const override {
+    if (nq.getShard() || !endsWith(firstNode(nq), ".attn.norm_q")) return failure();
+    std::string p = blockPrefix(firstNode(nq));
     QkNormOp nk;
-    for (Operation *o = op->getNextNode(); o && !nk; o = o->getNextNode())
+    for (Operation *o = nq->getNextNode(); o && !nk; o = o->getNextNode())
       if (firstNode(o) == p + "attn.norm_k") nk = dyn_cast<QkNormOp>(o);
     if (!nk || nk.getShard() || nk.getHeads() != nq.getHeads() || nk.getHeadDim() != nq.getHeadDim() ||
         nk.getEps() != nq.getEps())
-      return;
+      return rewriter.notifyMatchFailure(nq, "no unsharded norm_k of the same shape after norm_q");
     auto order = sharedOrder({nq, nk});
-    if (failed(order)) return;
+    if (failed(order)) return rewriter.notifyMatchFailure(nq, "norm_q/norm_k reduction orders differ");
     auto rq = dyn_cast_or_null<RopeOp>(singleUser(nq.getY()));
     auto rk = dyn_cast_or_null<RopeOp>(singleUser(nk.getY()));
     bool rope = rq && rk && firstNode(rq) == p + "attn.rope_q" && firstNode(rk) == p + "attn.rope_k" &&
                 rq.getCos() == rk.getCos() && rq.getSin() == rk.getSin() && rq.getX() == nq.getY() &&
                 rk.getX() == nk.getY() && !rq.getShard() && !rk.getShard();
     Operation *last = rope ? (rq->isBeforeInBlock(rk) ? rk.getOperation() : rq.getOperation()) : nk.getOperation();
-    if (rope ? !usersAfter({nq, nk, rq, rk}, last) : !usersAfter({nq, nk}, last)) return;
-    OpBuilder b(last);
+    if (rope ? !usersAfter({nq, nk, rq, rk}, last) : !usersAfter({nq, nk}, last))
+      return rewriter.notifyMatchFailure(nq, "a use of the norms precedes the fused op's position");
+
     std::vector<Value> tables;
     if (rope) tables = {rq.getCos(), rq.getSin()};
-    std::vector<std::string> weight = {cast<StringAttr>(nq.getWeight()[0]).str(),
-                                       cast<StringAttr>(nk.getWeight()[0]).str()};
+    std::vector<std::string> weight = {tensor(nq.getWeight(), 0), tensor(nk.getWeight(), 0)};
     Operation *outQ = rope ? rq.getOperation() : nq.getOperation();
     Operation *outK = rope ? rk.getOperation() : nk.getOperation();
-    auto f = QkNormRopeOp::create(b, nq.getLoc(), TypeRange{outQ->getResult(0).getType(), outK->getResult(0).getType()},
-                                  nq.getX(), nk.getX(), tables, nq.getHeads(), nq.getHeadDim(),
-                                  rope ? rq.getRotaryDim() : 0, nq.getEpsAttr().getValue(),
-                                  h3c::passes::strArray(b, weight), OrderAttr(), ShardAttr(), b.getArrayAttr({}),
-                                  b.getArrayAttr({}));
     std::vector<std::string> nodes = rope ? concat({nq, nk, rq, rk}) : concat({nq, nk});
-    setCommon(f, b, nodes, {valueName(outQ, 0), valueName(outK, 0)}, *order);
-    outQ->getResult(0).replaceAllUsesWith(f.getQOut());
-    outK->getResult(0).replaceAllUsesWith(f.getKOut());
+    rewriter.setInsertionPoint(last);
+    auto f = QkNormRopeOp::create(
+        rewriter, nq.getLoc(), TypeRange{outQ->getResult(0).getType(), outK->getResult(0).getType()}, nq.getX(),
+        nk.getX(), tables, nq.getHeads(), nq.getHeadDim(), rope ? rq.getRotaryDim() : 0, nq.getEpsAttr().getValue(),
+        strArray(rewriter, weight), *order, ShardAttr(), strArray(rewriter, nodes),
+        strArray(rewriter, {valueName(outQ, 0), valueName(outK, 0)}));
+    rewriter.replaceOp(outQ, f.getQOut());
+    rewriter.replaceOp(outK, f.getKOut());
     if (rope) {
-      erase(rq);
-      erase(rk);
+      rewriter.eraseOp(nq);
+      rewriter.eraseOp(nk);
     }
-    erase(nq);
-    erase(nk);
+    return success();
   }
+};
 
-  // linear + gate_residual / residual / swiglu -> linear with an epilogue (at the consumer).
-  void fuseEpilogue(Operation *op) {
-    auto l = dyn_cast<LinearOp>(op);
-    if (!plainLinear(l)) return;
+// linear + gate_residual / residual / swiglu of the same block -> linear with that epilogue (at the consumer).
+struct FuseEpilogue : OpRewritePattern<LinearOp> {
+  FuseEpilogue(MLIRContext *ctx) : OpRewritePattern(ctx, kEpilogue) {}
+
+  LogicalResult matchAndRewrite(LinearOp l, PatternRewriter &rewriter) const override {
+    if (!plainLinear(l)) return failure();
     Operation *u = singleUser(l.getY());
-    if (!u || u->getBlock() != op->getBlock()) return;
-    std::string p = blockPrefix(firstNode(op));
-    if (p.empty() || blockPrefix(firstNode(u)) != p) return;
-    OpBuilder b(u);
+    if (!u || u->getBlock() != l->getBlock()) return failure();
+    std::string p = blockPrefix(firstNode(l));
+    if (p.empty() || blockPrefix(firstNode(u)) != p)
+      return rewriter.notifyMatchFailure(l, "the consumer is not in the linear's transformer/refiner block");
     std::vector<Value> epi;
-    std::string epilogue;
+    Epilogue epilogue = Epilogue::none;
+    IntegerAttr chunk, numChunks;
+    RowIndexAttr rowIndex;
     if (auto g = dyn_cast<GateResidualOp>(u)) {
-      if (g.getY() != l.getY() || g.getX() == l.getY()) return;
-      epilogue = "gate_residual";
+      // The linear must be the gated branch, not the residual stream.
+      if (g.getY() != l.getY() || g.getX() == l.getY()) return failure();
+      epilogue = Epilogue::gate_residual;
       epi.push_back(g.getX());
       epi.push_back(g.getTable());
       for (Value m : g.getRowMeta()) epi.push_back(m);
+      chunk = g.getChunkAttr();
+      numChunks = g.getNumChunksAttr();
+      rowIndex = g.getRowIndexAttr();
     } else if (auto r = dyn_cast<ResidualOp>(u)) {
-      if (r.getY() != l.getY() || r.getX() == l.getY()) return;
-      epilogue = "residual";
+      if (r.getY() != l.getY() || r.getX() == l.getY()) return failure();
+      epilogue = Epilogue::residual;
       epi.push_back(r.getX());
     } else if (auto s = dyn_cast<SwigluOp>(u)) {
-      if (s.getShard()) return;
-      epilogue = "swiglu";
+      if (s.getShard()) return failure();
+      epilogue = Epilogue::swiglu;
     } else {
-      return;
+      return failure();
     }
-    auto f = LinearOp::create(b, l.getLoc(), u->getResult(0).getType(), l.getX(), epi, l.getK(), l.getN(),
-                              l.getWeight(), l.getBias(), epilogue, IntegerAttr(), IntegerAttr(), StringAttr(),
-                              OrderAttr(), ShardAttr(), b.getArrayAttr({}), b.getArrayAttr({}));
-    if (auto g = dyn_cast<GateResidualOp>(u)) {
-      f.setChunk(g.getChunk());
-      f.setNumChunks(g.getNumChunks());
-      f.setRowIndex(g.getRowIndex());
-    }
-    setCommon(f, b, concat({l, u}), {valueName(u, 0)}, l.getOrderAttr());
-    u->getResult(0).replaceAllUsesWith(f.getY());
-    erase(u);
-    erase(l);
+    rewriter.setInsertionPoint(u);
+    auto f = LinearOp::create(rewriter, l.getLoc(), u->getResult(0).getType(), l.getX(), epi, l.getK(), l.getN(),
+                              l.getWeight(), l.getBias(), epilogue, chunk, numChunks, rowIndex, l.getOrderAttr(),
+                              ShardAttr(), strArray(rewriter, concat({l, u})), strArray(rewriter, {valueName(u, 0)}));
+    rewriter.replaceOp(u, f.getY());
+    rewriter.eraseOp(l);
+    return success();
   }
+};
 
-  // time_proj -> linear_1 -> act -> linear_2 -> time_embed (at linear_2).
-  void fuseTimeEmbed(Operation *op) {
-    auto ts = dyn_cast<TimestepSinusoidOp>(op);
-    if (!ts) return;
-    auto l1 = dyn_cast_or_null<LinearOp>(singleUser(ts.getY()));
-    if (!plainLinear(l1) || firstNode(l1) != "time_embedder.linear_1") return;
+// time_embedder.linear_1 -> act -> linear_2 -> time_embed (at linear_2), reading linear_1's input: the time_proj
+// sinusoid. time_proj itself stays an op of its own (the host computes it, like the rope tables).
+struct FuseTimeMlp : OpRewritePattern<LinearOp> {
+  FuseTimeMlp(MLIRContext *ctx) : OpRewritePattern(ctx, kTimeMlp) {}
+
+  LogicalResult matchAndRewrite(LinearOp l1, PatternRewriter &rewriter) const override {
+    if (!plainLinear(l1) || firstNode(l1) != "time_embedder.linear_1") return failure();
     auto act = dyn_cast_or_null<SiluOp>(singleUser(l1.getY()));
-    if (!act || firstNode(act) != "time_embedder.act") return;
+    if (!act || firstNode(act) != "time_embedder.act") return rewriter.notifyMatchFailure(l1, "no single act user");
     auto l2 = dyn_cast_or_null<LinearOp>(singleUser(act.getY()));
-    if (!plainLinear(l2) || firstNode(l2) != "time_embedder.linear_2") return;
+    if (!plainLinear(l2) || firstNode(l2) != "time_embedder.linear_2")
+      return rewriter.notifyMatchFailure(l1, "act does not feed only a plain linear_2");
     auto order = sharedOrder({l1, l2});
-    if (failed(order)) return;
-    OpBuilder b(l2);
+    if (failed(order)) return rewriter.notifyMatchFailure(l1, "linear_1/linear_2 reduction orders differ");
+    // time_embed is all F32 on [T] rows; the sinusoid has freq_dim = K columns (the op verifier's shape).
+    auto isF32T = [](Value v) {
+      auto t = cast<ActType>(v.getType());
+      return t.getDomain() == "T" && !t.getBatch() && t.getParts() == 1 && t.getElementType().isF32();
+    };
+    if (!isF32T(l1.getX()) || !isF32T(l1.getY()) || !isF32T(l2.getY()) || l1.getK() % 2)
+      return rewriter.notifyMatchFailure(l1, "not an F32 [T] time MLP on an even-width sinusoid");
+
     std::vector<std::string> weight, bias;
     for (LinearOp l : {l1, l2}) {
-      weight.push_back(cast<StringAttr>(l.getWeight()[0]).str());
+      weight.push_back(tensor(l.getWeight(), 0));
       for (Attribute a : l.getBias()) bias.push_back(cast<StringAttr>(a).str());
     }
-    auto f = TimeEmbedOp::create(b, l2.getLoc(), l2.getType(), ts.getT(), ts.getFreqDim(), l1.getN(), l2.getN(),
-                                 h3c::passes::strArray(b, weight), h3c::passes::strArray(b, bias), OrderAttr(),
-                                 b.getArrayAttr({}), b.getArrayAttr({}));
-    setCommon(f, b, concat({ts, l1, act, l2}), {valueName(l2, 0)}, *order);
-    l2.getY().replaceAllUsesWith(f.getTemb());
-    erase(l2);
-    erase(act);
-    erase(l1);
-    erase(ts);
+    rewriter.setInsertionPoint(l2);
+    auto f = TimeEmbedOp::create(rewriter, l2.getLoc(), l2.getType(), l1.getX(), l1.getK(), l1.getN(), l2.getN(),
+                                 strArray(rewriter, weight), strArray(rewriter, bias), *order,
+                                 strArray(rewriter, concat({l1, act, l2})), strArray(rewriter, {valueName(l2, 0)}));
+    rewriter.replaceOp(l2, f.getTemb());
+    rewriter.eraseOp(act);
+    rewriter.eraseOp(l1);
+    return success();
   }
+};
 
-  void sweep(void (Fuse::*rewrite)(Operation *)) {
-    erased.clear();
-    for (Operation *op : h3c::passes::h3Ops(getOperation()))
-      if (!erased.count(op)) (this->*rewrite)(op);
-  }
-
+struct Fuse : h3c::passes::impl::H3FuseBase<Fuse> {
   void runOnOperation() override {
-    sweep(&Fuse::fuseQkv);
-    sweep(&Fuse::fuseQkNormRope);
-    sweep(&Fuse::fuseEpilogue);
-    sweep(&Fuse::fuseTimeEmbed);
+    MLIRContext *ctx = &getContext();
+    RewritePatternSet patterns(ctx);
+    patterns.add<FuseQkv, FuseQkNormRope, FuseEpilogue, FuseTimeMlp>(ctx);
+    // Only the fusions: no folding, constant CSE or region simplification (h3 ops have no folders, and nothing
+    // else may move or drop an op of the plan).
+    GreedyRewriteConfig config;
+    config.setUseTopDownTraversal(true)
+        .enableFolding(false)
+        .enableConstantCSE(false)
+        .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns), config))) {
+      getOperation().emitError() << "h3-fuse: the fusion patterns did not converge";
+      signalPassFailure();
+    }
   }
 };
 

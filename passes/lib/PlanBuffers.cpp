@@ -45,6 +45,10 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
       return signalPassFailure();
     }
     Builder b(m.getContext());
+    // The discardable attributes this pass writes (declared and verified by the dialect).
+    auto *dialect = m.getContext()->getLoadedDialect<H3Dialect>();
+    StringAttr slotName = dialect->getSlotAttrHelper().getName();
+    auto slotsAttr = dialect->getSlotsAttrHelper();
     std::vector<Slot> slots;
     int64_t peak = 0;
     bool ok = true;
@@ -95,7 +99,7 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
           ok = false;
           return;
         }
-        fn.setArgAttr(a.getArgNumber(), "h3.slot", b.getI64IntegerAttr(allocate(a)));
+        fn.setArgAttr(a.getArgNumber(), slotName, b.getI64IntegerAttr(allocate(a)));
       }
       for (BlockArgument a : body.getArguments())
         if (!last.count(a)) release(a);  // never read
@@ -110,7 +114,7 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
           }
           ids.push_back(b.getI64IntegerAttr(allocate(r)));
         }
-        op.setAttr("h3.slots", b.getArrayAttr(ids));
+        slotsAttr.setAttr(&op, b.getArrayAttr(ids));
         // Release operands read for the last time here, and results nobody reads, after the op ran.
         llvm::SmallPtrSet<Value, 8> done;
         for (Value v : op.getOperands())
@@ -131,12 +135,12 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
       }));
       total += slots[i].bytesPerRow * rows(slots[i].domain);
     }
-    m->setAttr("h3.buffers", b.getDictionaryAttr({
-                                 b.getNamedAttr("slots", b.getArrayAttr(table)),
-                                 b.getNamedAttr("tokens", b.getI64IntegerAttr(tokens)),
-                                 b.getNamedAttr("peak_live_bytes", b.getI64IntegerAttr(peak)),
-                                 b.getNamedAttr("slot_bytes", b.getI64IntegerAttr(total)),
-                             }));
+    dialect->getBuffersAttrHelper().setAttr(m, b.getDictionaryAttr({
+                                                   b.getNamedAttr("slots", b.getArrayAttr(table)),
+                                                   b.getNamedAttr("tokens", b.getI64IntegerAttr(tokens)),
+                                                   b.getNamedAttr("peak_live_bytes", b.getI64IntegerAttr(peak)),
+                                                   b.getNamedAttr("slot_bytes", b.getI64IntegerAttr(total)),
+                                               }));
   }
 };
 

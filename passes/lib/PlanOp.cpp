@@ -40,7 +40,8 @@ std::vector<std::string> names(ArrayAttr a) {
 plan::Order toOrder(OrderAttr o, const std::string &w) {
   plan::Order r;
   if (!o) return r;
-  if (!plan::parseOrderKind(o.getKind().str(), r.kind)) fail(w, "unknown order kind '{}'", o.getKind().str());
+  const std::string kind = stringifyOrderKind(o.getKind()).str();
+  if (!plan::parseOrderKind(kind, r.kind)) fail(w, "unknown order kind '{}'", kind);
   r.kStep = o.getKStep();
   r.units = o.getUnits();
   r.lanes = o.getLanes();
@@ -122,7 +123,7 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
       if (k == "order") { r.order = toOrder(cast<OrderAttr>(v), w); continue; }
       if (k == "shard") {
         auto s = cast<ShardAttr>(v);
-        if (!plan::parseShardKind(s.getKind().str(), a.shard.kind)) fail(w, "unknown shard kind");
+        if (!plan::parseShardKind(stringifyShardKind(s.getKind()).str(), a.shard.kind)) fail(w, "unknown shard kind");
         a.shard.tp = s.getTp();
         continue;
       }
@@ -148,14 +149,10 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
         if (k == "eps") a.eps = f.getValueAsDouble();
         else if (k == "theta") a.theta = f.getValueAsDouble();
         else fail(w, "float attribute '{}' has no plan attr", k);
-      } else if (auto s = dyn_cast<StringAttr>(v)) {
-        if (k == "epilogue") {
-          if (!plan::parseEpilogue(s.str(), a.epilogue)) fail(w, "unknown epilogue '{}'", s.str());
-        } else if (k == "row_index") {
-          if (!plan::parseRowIndex(s.str(), a.rowIndex)) fail(w, "unknown row index '{}'", s.str());
-        } else {
-          fail(w, "string attribute '{}' has no plan attr", k);
-        }
+      } else if (auto e = dyn_cast<EpilogueAttr>(v)) {
+        if (!plan::parseEpilogue(stringifyEpilogue(e.getValue()).str(), a.epilogue)) fail(w, "unknown epilogue");
+      } else if (auto ri = dyn_cast<RowIndexAttr>(v)) {
+        if (!plan::parseRowIndex(stringifyRowIndex(ri.getValue()).str(), a.rowIndex)) fail(w, "unknown row index");
       } else {
         fail(w, "attribute '{}' of unsupported kind in the plan", k);
       }

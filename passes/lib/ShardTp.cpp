@@ -38,7 +38,7 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
       error(op) << "cannot split " << count << " " << what << " over tp = " << int64_t(tp);
       return;
     }
-    op->setAttr("shard", ShardAttr::get(op->getContext(), "column", tp));
+    op->setAttr("shard", ShardAttr::get(op->getContext(), ShardKind::column, tp));
   }
 
   void rowParallel(LinearOp l) {
@@ -58,7 +58,7 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
       return;
     }
     MLIRContext *ctx = op->getContext();
-    ShardAttr shard = ShardAttr::get(ctx, "row", tp);
+    ShardAttr shard = ShardAttr::get(ctx, ShardKind::row, tp);
     if (tp == 1) {
       op->setAttr("shard", shard);
       return;
@@ -69,7 +69,8 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
     std::vector<std::string> nodes = h3c::passes::nodeList(op);
     std::string yName = cast<StringAttr>(l.getValues()[0]).str();
     auto part = LinearOp::create(b, l.getLoc(), partType, l.getX(), ValueRange{}, l.getK(), l.getN(), l.getWeight(),
-                                 b.getArrayAttr({}), "none", IntegerAttr(), IntegerAttr(), StringAttr(), order, shard,
+                                 b.getArrayAttr({}), Epilogue::none, IntegerAttr(), IntegerAttr(), RowIndexAttr(),
+                                 order, shard,
                                  h3c::passes::strArray(b, {nodes[0]}), h3c::passes::strArray(b, {nodes[0] + ":partials"}));
     std::vector<std::string> rest(nodes.begin() + 1, nodes.end());
     auto ar = AllreduceTreeOp::create(b, l.getLoc(), y, part.getY(), l.getEpilogueOperands(), tp, units, l.getN(),
@@ -86,7 +87,8 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
       m.emitError() << "h3-shard-tp: tp must be >= 1, got " << int64_t(tp);
       return signalPassFailure();
     }
-    m->setAttr("h3.tp", Builder(m.getContext()).getI64IntegerAttr(tp));
+    getContext().getLoadedDialect<H3Dialect>()->getTpAttrHelper().setAttr(
+        m, Builder(m.getContext()).getI64IntegerAttr(tp));
     for (Operation *op : h3c::passes::h3Ops(m)) {
       std::string node = firstNode(op);
       if (!h3c::passes::startsWith(node, "transformer_blocks.")) continue;  // refiner, top level: replicated

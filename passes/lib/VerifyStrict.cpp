@@ -1,6 +1,7 @@
-// h3-verify-strict: the gate before planning. Every reducing op must carry the order the contract pins (section 4)
-// and every op must be one a qualified fixed-order kernel (or the host) implements on the target arch. Errors name
-// the node.
+// h3-verify-strict: the gate before planning. Every reducing op (OrderedReduction) must carry the order the
+// contract pins (section 4) and every op must be one a qualified fixed-order kernel (or the host) implements on the
+// target arch. Errors name the node. A pure check: it reads the module and changes nothing (the arch is the pass
+// option; it is not recorded in the IR).
 #include "Common.h"
 #include "h3c/Passes/PlanOp.h"
 #include "h3c/Passes/Passes.h"
@@ -29,39 +30,40 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
   }
 
   void checkOrder(Operation *op) {
-    llvm::StringRef kind = requiredOrderKind(op);
-    auto order = op->getAttrOfType<OrderAttr>("order");
-    if (kind.empty()) {
-      if (order) error(op) << "reduces nothing but carries an order";
+    auto red = dyn_cast<OrderedReduction>(op);
+    if (!red) {
+      // Not declared by the op, so a discardable attribute: nothing would follow it.
+      if (op->getAttr("order")) error(op) << "reduces nothing but carries an order";
       return;
     }
+    OrderKind kind = red.getRequiredOrderKind();
+    OrderAttr order = red.getOrderAttr();
     if (!order) {
-      error(op) << "reduction without an order (" << kind << " required)";
+      error(op) << "reduction without an order (" << stringifyOrderKind(kind) << " required)";
       return;
     }
-    if (order.getKind() != kind) {
-      error(op) << "carries order '" << order.getKind() << "', needs '" << kind << "'";
-      return;
-    }
+    // (The op verifier already rejects an order of the wrong kind.)
     if (!order.getAcc().isF32()) error(op) << "accumulator must be f32";
-    if (kind == "k_chunks") {
-      if (order.getKStep() != kKStep) error(op) << "k_step must be " << kKStep << " (the MMA K width), got " << order.getKStep();
+    switch (kind) {
+    case OrderKind::k_chunks: {
+      if (order.getKStep() != kKStep)
+        error(op) << "k_step must be " << kKStep << " (the MMA K width), got " << order.getKStep();
       int64_t units = order.getUnits();
-      std::vector<std::string> nodes = h3c::passes::nodeList(op);
-      int64_t want = 1;
-      if (auto l = dyn_cast<LinearOp>(op); l && !nodes.empty() && h3c::passes::isRowParallelCandidate(nodes[0]))
-        want = rowParallelUnits(l.getK());
-      if (auto ar = dyn_cast<AllreduceTreeOp>(op)) want = ar.getUnits();
+      int64_t want = h3c::passes::contractOrder(red).getUnits();
       if (units != want) error(op) << "needs " << want << " canonical K units, has " << units;
-      if (auto l = dyn_cast<LinearOp>(op))
-        if (units > 1 && l.getK() % (units * kKStep))
-          error(op) << "K = " << l.getK() << " is not " << units << " whole units of k_step chunks";
-    } else if (kind == "lane_tree") {
+      if (units > 1)
+        for (int64_t k : red.getReducedExtents())
+          if (k % (units * kKStep)) error(op) << "K = " << k << " is not " << units << " whole units of k_step chunks";
+      break;
+    }
+    case OrderKind::lane_tree:
       if (order.getLanes() != kLanes) error(op) << "lane_tree needs " << kLanes << " lanes, got " << order.getLanes();
-    } else if (kind == "flash") {
+      break;
+    case OrderKind::flash:
       if (order.getKvBlock() != kKvBlock || order.getKStep() != kKStep)
         error(op) << "flash needs kv_block = " << kKvBlock << " and k_step = " << kKStep;
       if (!order.getP() || !order.getP().isBF16()) error(op) << "flash stores P as bf16";
+      break;
     }
   }
 
@@ -72,10 +74,11 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
                   << kKStep << ", at most " << kMaxHeadDim << ")";
     }
     if (auto shard = op->getAttrOfType<ShardAttr>("shard")) {
-      auto tpAttr = op->getParentOfType<ModuleOp>()->getAttrOfType<IntegerAttr>("h3.tp");
+      auto *dialect = op->getContext()->getLoadedDialect<H3Dialect>();
+      auto tpAttr = dialect->getTpAttrHelper().getAttr(op->getParentOfType<ModuleOp>());
       if (tpAttr && shard.getTp() != tpAttr.getInt())
         error(op) << "is sharded over tp = " << shard.getTp() << " but the module is tp = " << tpAttr.getInt();
-      if (auto l = dyn_cast<LinearOp>(op); l && shard.getKind() == "row" && shard.getTp() > 1) {
+      if (auto l = dyn_cast<LinearOp>(op); l && shard.getKind() == ShardKind::row && shard.getTp() > 1) {
         for (Operation *u : l.getY().getUsers())
           if (!isa<AllreduceTreeOp>(u)) error(op) << "rank partials may only feed h3.allreduce_tree";
       }
@@ -106,7 +109,6 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
       m.emitError() << "h3-verify-strict: unsupported arch '" << std::string(arch) << "' (sm_90a, sm_100a)";
       return signalPassFailure();
     }
-    m->setAttr("h3.arch", StringAttr::get(m.getContext(), std::string(arch)));
     m.walk([&](Operation *op) {
       if (isa<ModuleOp, func::FuncOp, func::ReturnOp>(op)) return;
       if (op->getName().getDialectNamespace() != "h3") {
@@ -118,7 +120,8 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
       checkKernel(op);
       if (ok) checkEmitter(op);
     });
-    if (!ok) signalPassFailure();
+    if (!ok) return signalPassFailure();
+    markAllAnalysesPreserved();
   }
 };
 

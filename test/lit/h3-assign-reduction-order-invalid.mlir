@@ -15,3 +15,12 @@ func.func @wrong_lanes(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16> {
   %y = h3.rms_norm %x {eps = 1.0e-05 : f64, weight = [], order = #h3.order<lane_tree, lanes = 16, acc = f32>, nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16>
   return %y : !h3.act<B, S, 24, bf16>
 }
+
+// -----
+
+// allreduce_tree completes a row-parallel linear's tree: h3-shard-tp creates it with that order, nothing assigns one.
+func.func @allreduce_without_order(%p: !h3.act<B, S, 24, f32, parts = 2>) -> !h3.act<B, S, 24, bf16> {
+  // expected-error @+1 {{'h3.allreduce_tree' op has no order: h3-shard-tp creates it with one}}
+  %y = h3.allreduce_tree %p {N = 24 : i64, tp = 2 : i64, units = 2 : i64, bias = [], nodes = [], values = ["y"]} : (!h3.act<B, S, 24, f32, parts = 2>) -> !h3.act<B, S, 24, bf16>
+  return %y : !h3.act<B, S, 24, bf16>
+}

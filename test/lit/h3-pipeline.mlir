@@ -5,12 +5,13 @@
 // The registered pipeline = assign-reduction-order, fuse (unless fuse=false), shard-tp, verify-strict,
 // plan-buffers, with the options passed through.
 
-// CHECK: module attributes {h3.arch = "sm_100a", h3.buffers = {{{.*}}tokens = 16 : i64}, h3.tp = 2 : i64}
+// h3-verify-strict records nothing: the module carries the buffer plan and the tp degree only.
+// CHECK: module attributes {h3.buffers = {{{.*}}tokens = 16 : i64}, h3.tp = 2 : i64}
 // CHECK-LABEL: func.func @transformer_block
 // CHECK: h3.qkv_linear {{.*}}h3.slots = [{{[0-9]+}}, {{[0-9]+}}, {{[0-9]+}}]{{.*}}order = #h3.order<k_chunks{{.*}}shard = #h3.shard<column, tp = 2>
 // CHECK: h3.allreduce_tree
 
-// DEFAULT: module attributes {h3.arch = "sm_90a", h3.buffers = {{{.*}}tokens = 8192 : i64}, h3.tp = 1 : i64}
+// DEFAULT: module attributes {h3.buffers = {{{.*}}tokens = 8192 : i64}, h3.tp = 1 : i64}
 // DEFAULT-NOT: allreduce_tree
 // DEFAULT: h3.qkv_linear
 

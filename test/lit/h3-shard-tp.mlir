@@ -20,9 +20,9 @@
 // CHECK: %[[A:.*]] = h3.attention {{.*}}shard = #h3.shard<column, tp = 2>
 // CHECK-NEXT: %[[P1:.*]] = h3.linear %[[A]] {K = 32 : i64, N = 24 : i64, bias = [], nodes = ["transformer_blocks.0.attn.to_out.0"], order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>, shard = #h3.shard<row, tp = 2>, values = ["transformer_blocks.0.attn.to_out.0:partials"]
 // CHECK-SAME: -> !h3.act<B, S, 24, f32, parts = 2>
-// CHECK-NEXT: %[[G1:.*]] = h3.allreduce_tree %[[P1]], %[[X]], %[[TAB]], %[[TS]], %[[TAGS]] {N = 24 : i64, bias = [], chunk = 2 : i64, epilogue = "gate_residual", nodes = ["transformer_blocks.0.gate_residual_attn"], num_chunks = 6 : i64, order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>, row_index = "adaln", tp = 2 : i64, units = 2 : i64, values = ["transformer_blocks.0.gate_residual_attn"]}
+// CHECK-NEXT: %[[G1:.*]] = h3.allreduce_tree %[[P1]], %[[X]], %[[TAB]], %[[TS]], %[[TAGS]] {N = 24 : i64, bias = [], chunk = 2 : i64, epilogue = #h3.epilogue<gate_residual>, nodes = ["transformer_blocks.0.gate_residual_attn"], num_chunks = 6 : i64, order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>, row_index = #h3.row_index<adaln>, tp = 2 : i64, units = 2 : i64, values = ["transformer_blocks.0.gate_residual_attn"]}
 // CHECK-SAME: -> !h3.act<B, S, 24, bf16>
-// CHECK: h3.linear {{.*}}epilogue = "swiglu"{{.*}}shard = #h3.shard<column, tp = 2>
+// CHECK: h3.linear {{.*}}epilogue = #h3.epilogue<swiglu>{{.*}}shard = #h3.shard<column, tp = 2>
 // CHECK-NEXT: %[[P2:.*]] = h3.linear {{.*}}shard = #h3.shard<row, tp = 2>, values = ["transformer_blocks.0.ff.net.2:partials"]
 // CHECK-NEXT: %[[G2:.*]] = h3.allreduce_tree %[[P2]], %[[G1]], %[[TAB]], %[[TS]], %[[TAGS]] {{.*}}nodes = ["transformer_blocks.0.gate_residual_ff"]
 // CHECK-NEXT: return %[[G2]]
@@ -32,7 +32,7 @@
 // tp = 1: the same split kinds, no partials and no collective.
 // TP1-LABEL: func.func @transformer_block
 // TP1-NOT: allreduce_tree
-// TP1: h3.linear {{.*}}epilogue = "gate_residual"{{.*}}shard = #h3.shard<row, tp = 1>
+// TP1: h3.linear {{.*}}epilogue = #h3.epilogue<gate_residual>{{.*}}shard = #h3.shard<row, tp = 1>
 // TP1-NOT: parts
 
 // Unfused: q/k/v linears are split by heads (found from their consumers), the row-parallel linear's allreduce

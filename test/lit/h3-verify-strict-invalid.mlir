@@ -27,6 +27,16 @@ func.func @units(%x: !h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 24, bf16> {
 
 // -----
 
+// Units that do not cut the reduced extent (the op's OrderedReduction extents) into whole k_step chunks.
+func.func @units_extent(%x: !h3.act<B, S, 40, bf16>) -> !h3.act<B, S, 24, bf16> {
+  // expected-error @+2 {{[transformer_blocks.0.ff.net.2] needs 1 canonical K units, has 2}}
+  // expected-error @+1 {{[transformer_blocks.0.ff.net.2] K = 40 is not 2 whole units of k_step chunks}}
+  %y = h3.linear %x {K = 40 : i64, N = 24 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>, nodes = ["transformer_blocks.0.ff.net.2"], values = ["y"]} : (!h3.act<B, S, 40, bf16>) -> !h3.act<B, S, 24, bf16>
+  return %y : !h3.act<B, S, 24, bf16>
+}
+
+// -----
+
 func.func @k_step(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, bf16> {
   // expected-error @+1 {{[proj] k_step must be 16 (the MMA K width), got 8}}
   %y = h3.linear %x {K = 24 : i64, N = 32 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 8, units = 1, acc = f32>, nodes = ["proj"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, bf16>

@@ -65,9 +65,29 @@ func.func @linear_input_dtype(%x: !h3.act<B, S, 24, i64>) {
 
 // -----
 
+// The epilogue is an enum: an unknown one does not parse.
 func.func @linear_epilogue(%x: !h3.act<B, S, 24, bf16>) {
-  // expected-error @+1 {{[lin] unknown epilogue 'gelu' (none, residual, gate_residual, swiglu)}}
-  %y = h3.linear %x {K = 24 : i64, N = 8 : i64, bias = [], weight = ["w"], epilogue = "gelu", nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 8, bf16>
+  // expected-error @+2 {{expected ::h3c::h3ir::Epilogue to be one of: none, residual, gate_residual, swiglu}}
+  // expected-error @+1 {{failed to parse H3_EpilogueAttr parameter 'value'}}
+  %y = h3.linear %x {K = 24 : i64, N = 8 : i64, bias = [], weight = ["w"], epilogue = #h3.epilogue<gelu>, nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 8, bf16>
+  return
+}
+
+// -----
+
+// The string spelling of earlier IR is not an epilogue.
+func.func @linear_epilogue_string(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{'h3.linear' op attribute 'epilogue' failed to satisfy constraint}}
+  %y = h3.linear %x {K = 24 : i64, N = 8 : i64, bias = [], weight = ["w"], epilogue = "none", nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 8, bf16>
+  return
+}
+
+// -----
+
+func.func @row_index_enum(%x: !h3.act<B, S, 24, bf16>, %y: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) {
+  // expected-error @+2 {{expected ::h3c::h3ir::RowIndex to be one of: adaln, timestep}}
+  // expected-error @+1 {{failed to parse H3_RowIndexAttr parameter 'value'}}
+  %z = h3.gate_residual %x, %y, %t, %ts, %tags {chunk = 2 : i64, num_chunks = 6 : i64, row_index = #h3.row_index<tag>, nodes = ["g"], values = ["z"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, bf16>
   return
 }
 
@@ -75,7 +95,7 @@ func.func @linear_epilogue(%x: !h3.act<B, S, 24, bf16>) {
 
 func.func @linear_swiglu_width(%x: !h3.act<B, S, 24, bf16>) {
   // expected-error @+1 {{[lin] output must have 4 columns, got 8}}
-  %y = h3.linear %x {K = 24 : i64, N = 8 : i64, bias = [], weight = ["w"], epilogue = "swiglu", nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 8, bf16>
+  %y = h3.linear %x {K = 24 : i64, N = 8 : i64, bias = [], weight = ["w"], epilogue = #h3.epilogue<swiglu>, nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 8, bf16>
   return
 }
 
@@ -83,7 +103,7 @@ func.func @linear_swiglu_width(%x: !h3.act<B, S, 24, bf16>) {
 
 func.func @linear_gate_chunk(%x: !h3.act<B, S, 32, bf16>, %r: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) {
   // expected-error @+1 {{[lin] chunk 6 out of range [0, 6)}}
-  %y = h3.linear %x, %r, %t, %ts, %tags {K = 32 : i64, N = 24 : i64, bias = [], weight = ["w"], epilogue = "gate_residual", chunk = 6 : i64, num_chunks = 6 : i64, row_index = "adaln", nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, bf16>
+  %y = h3.linear %x, %r, %t, %ts, %tags {K = 32 : i64, N = 24 : i64, bias = [], weight = ["w"], epilogue = #h3.epilogue<gate_residual>, chunk = 6 : i64, num_chunks = 6 : i64, row_index = #h3.row_index<adaln>, nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, bf16>
   return
 }
 
@@ -91,7 +111,7 @@ func.func @linear_gate_chunk(%x: !h3.act<B, S, 32, bf16>, %r: !h3.act<B, S, 24, 
 
 func.func @linear_gate_meta(%x: !h3.act<B, S, 32, bf16>, %r: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>) {
   // expected-error @+1 {{[lin] row_index 'adaln' needs 2 row metadata operands, got 1}}
-  %y = h3.linear %x, %r, %t, %ts {K = 32 : i64, N = 24 : i64, bias = [], weight = ["w"], epilogue = "gate_residual", chunk = 2 : i64, num_chunks = 6 : i64, row_index = "adaln", nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, bf16>
+  %y = h3.linear %x, %r, %t, %ts {K = 32 : i64, N = 24 : i64, bias = [], weight = ["w"], epilogue = #h3.epilogue<gate_residual>, chunk = 2 : i64, num_chunks = 6 : i64, row_index = #h3.row_index<adaln>, nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, bf16>
   return
 }
 
@@ -108,6 +128,23 @@ func.func @linear_partials(%x: !h3.act<B, S, 32, bf16>) {
 func.func @linear_order_kind(%x: !h3.act<B, S, 24, bf16>) {
   // expected-error @+1 {{[lin] carries order 'lane_tree' but needs 'k_chunks'}}
   %y = h3.linear %x {K = 24 : i64, N = 8 : i64, bias = [], weight = ["w"], order = #h3.order<lane_tree, lanes = 32, acc = f32>, nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 8, bf16>
+  return
+}
+
+// -----
+
+// OrderedReduction's verifier: an order of another kind than the op type requires.
+func.func @attention_order_kind(%q: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{[a] carries order 'k_chunks' but needs 'flash'}}
+  %o = h3.attention %q, %q, %q {heads = 2 : i64, head_dim = 16 : i64, order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>, nodes = ["a"], values = ["o"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16>
+  return
+}
+
+// -----
+
+func.func @time_embed_order_kind(%s: !h3.act<T, 8, f32>) {
+  // expected-error @+1 {{[te] carries order 'lane_tree' but needs 'k_chunks'}}
+  %y = h3.time_embed %s {freq_dim = 8 : i64, hidden = 24 : i64, out_dim = 16 : i64, bias = [], weight = ["a", "b"], order = #h3.order<lane_tree, lanes = 32, acc = f32>, nodes = ["te"], values = ["y"]} : (!h3.act<T, 8, f32>) -> !h3.act<T, 16, f32>
   return
 }
 
@@ -153,9 +190,18 @@ func.func @qkv_heads(%x: !h3.act<B, S, 24, bf16>) {
 
 // -----
 
-func.func @time_embed_weights(%t: !h3.act<T, 1, f32>) {
+func.func @time_embed_weights(%s: !h3.act<T, 8, f32>) {
   // expected-error @+1 {{[te] 'weight' must list 2 tensor names, got 1}}
-  %y = h3.time_embed %t {freq_dim = 8 : i64, hidden = 24 : i64, out_dim = 16 : i64, bias = [], weight = ["a"], nodes = ["te"], values = ["y"]} : (!h3.act<T, 1, f32>) -> !h3.act<T, 16, f32>
+  %y = h3.time_embed %s {freq_dim = 8 : i64, hidden = 24 : i64, out_dim = 16 : i64, bias = [], weight = ["a"], nodes = ["te"], values = ["y"]} : (!h3.act<T, 8, f32>) -> !h3.act<T, 16, f32>
+  return
+}
+
+// -----
+
+// time_embed reads the time_proj sinusoid [T, freq_dim], not the raw timesteps.
+func.func @time_embed_timesteps(%t: !h3.act<T, 1, f32>) {
+  // expected-error @+1 {{[te] sinusoid must have 8 columns, got 1}}
+  %y = h3.time_embed %t {freq_dim = 8 : i64, hidden = 24 : i64, out_dim = 16 : i64, bias = [], weight = ["a", "b"], nodes = ["te"], values = ["y"]} : (!h3.act<T, 1, f32>) -> !h3.act<T, 16, f32>
   return
 }
 
@@ -179,7 +225,7 @@ func.func @rms_norm_out(%x: !h3.act<B, S, 24, bf16>) {
 
 func.func @norm_modulate_chunks(%x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) {
   // expected-error @+1 {{[n] shift and scale must be different chunks}}
-  %y = h3.norm_modulate %x, %t, %ts, %tags {eps = 1.0e-05 : f64, weight = [], shift_chunk = 1 : i64, scale_chunk = 1 : i64, num_chunks = 6 : i64, row_index = "adaln", nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, bf16>
+  %y = h3.norm_modulate %x, %t, %ts, %tags {eps = 1.0e-05 : f64, weight = [], shift_chunk = 1 : i64, scale_chunk = 1 : i64, num_chunks = 6 : i64, row_index = #h3.row_index<adaln>, nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, bf16>
   return
 }
 
@@ -187,7 +233,7 @@ func.func @norm_modulate_chunks(%x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144
 
 func.func @norm_modulate_row_index(%x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>) {
   // expected-error @+1 {{[n] row_index 'timestep' needs a table with row domain T, got T3}}
-  %y = h3.norm_modulate %x, %t, %ts {eps = 1.0e-05 : f64, weight = [], shift_chunk = 0 : i64, scale_chunk = 1 : i64, num_chunks = 6 : i64, row_index = "timestep", nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, f32>
+  %y = h3.norm_modulate %x, %t, %ts {eps = 1.0e-05 : f64, weight = [], shift_chunk = 0 : i64, scale_chunk = 1 : i64, num_chunks = 6 : i64, row_index = #h3.row_index<timestep>, nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, f32>
   return
 }
 
@@ -195,7 +241,7 @@ func.func @norm_modulate_row_index(%x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 
 
 func.func @norm_modulate_table(%x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T, 40, bf16>, %ts: !h3.act<S, 1, i64>) {
   // expected-error @+1 {{[n] table must have 2 x 24 columns, got 40}}
-  %y = h3.norm_modulate %x, %t, %ts {eps = 1.0e-05 : f64, weight = [], shift_chunk = 0 : i64, scale_chunk = 1 : i64, num_chunks = 2 : i64, row_index = "timestep", nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 24, bf16>, !h3.act<T, 40, bf16>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, f32>
+  %y = h3.norm_modulate %x, %t, %ts {eps = 1.0e-05 : f64, weight = [], shift_chunk = 0 : i64, scale_chunk = 1 : i64, num_chunks = 2 : i64, row_index = #h3.row_index<timestep>, nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 24, bf16>, !h3.act<T, 40, bf16>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, f32>
   return
 }
 
@@ -275,7 +321,7 @@ func.func @residual_cols(%x: !h3.act<B, Nt, 24, bf16>, %y: !h3.act<B, Nt, 32, bf
 
 func.func @gate_residual_meta(%x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, f32>, %tags: !h3.act<S, 1, i64>) {
   // expected-error @+1 {{[g] row metadata must be i64 [S] without a batch axis}}
-  %z = h3.gate_residual %x, %x, %t, %ts, %tags {chunk = 2 : i64, num_chunks = 6 : i64, row_index = "adaln", nodes = ["g"], values = ["z"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, f32>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, bf16>
+  %z = h3.gate_residual %x, %x, %t, %ts, %tags {chunk = 2 : i64, num_chunks = 6 : i64, row_index = #h3.row_index<adaln>, nodes = ["g"], values = ["z"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, f32>, !h3.act<S, 1, i64>) -> !h3.act<B, S, 24, bf16>
   return
 }
 

@@ -17,17 +17,25 @@ def H3AssignReductionOrder : Pass<"h3-assign-reduction-order", "mlir::ModuleOp">
 
 def H3VerifyStrict : Pass<"h3-verify-strict", "mlir::ModuleOp"> {
   let summary = "Fail on any reduction without an order or any op no qualified fixed-order kernel implements";
+  let description = [{
+    Every reducing op (OrderedReduction) carries the order docs/contract.md section 4 pins, nothing else carries
+    one, and the kernel emitter has a qualified fixed-order kernel for every op on `arch`. A pure check: the IR
+    is left unchanged.
+  }];
   let options = [
     Option<"arch", "arch", "std::string", /*default=*/"\"sm_90a\"", "Target architecture (sm_90a, sm_100a)">,
   ];
+  let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }
 
 def H3Fuse : Pass<"h3-fuse", "mlir::ModuleOp"> {
   let summary = "Fuse qkv, qk-norm + rope, linear epilogues (gate_residual, residual, swiglu) and the time MLP";
   let description = [{
     to_q/to_k/to_v -> h3.qkv_linear; norm_q/norm_k(/rope_q/rope_k) -> h3.qk_norm_rope; to_out/fc2 +
-    gate_residual or residual and fc1 + swiglu -> h3.linear with an epilogue; time_proj + time_embedder ->
-    h3.time_embed. norm_modulate is already one op. A fused op lists every node id it covers, in node order.
+    gate_residual or residual and fc1 + swiglu -> h3.linear with an epilogue; time_embedder linear_1/act/linear_2
+    -> h3.time_embed on the time_proj sinusoid (h3.timestep_sinusoid stays a host op). norm_modulate is already
+    one op. A fused op lists every node id it covers, in node order. One rewrite pattern per fusion, applied by
+    the greedy driver; each pattern checks the exact producer/consumer shape it fuses.
   }];
   let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }
@@ -58,6 +66,7 @@ def H3PlanBuffers : Pass<"h3-plan-buffers", "mlir::ModuleOp"> {
   let options = [
     Option<"tokens", "tokens", "int64_t", /*default=*/"8192", "Packed rows S for the peak report">,
   ];
+  let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }
 
 #endif

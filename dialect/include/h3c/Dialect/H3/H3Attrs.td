@@ -1,9 +1,11 @@
-// Attributes: the reduction order every reducing op must carry (docs/contract.md section 4) and the TP shard.
+// Attributes: the reduction order every reducing op must carry (docs/contract.md section 4) and the TP shard. Their
+// kinds, and the epilogue / row-index enum attributes, are in H3Enums.td.
 #ifndef H3C_DIALECT_H3_ATTRS_TD
 #define H3C_DIALECT_H3_ATTRS_TD
 
 include "mlir/IR/AttrTypeBase.td"
 include "h3c/Dialect/H3/H3Dialect.td"
+include "h3c/Dialect/H3/H3Enums.td"
 
 def H3_OrderAttr : AttrDef<H3_Dialect, "Order"> {
   let mnemonic = "order";
@@ -12,9 +14,10 @@ def H3_OrderAttr : AttrDef<H3_Dialect, "Order"> {
     `#h3.order<k_chunks, k_step = 16, units = 8, acc = f32>` (linear-like ops),
     `#h3.order<lane_tree, lanes = 32, acc = f32>` (row norms),
     `#h3.order<flash, kv_block = 64, k_step = 16, acc = f32, p = bf16>` (attention).
-    Parameters that do not apply to a kind are 0 / null and are not printed.
+    Parameters that do not apply to a kind are 0 / null and are not printed. The kind is an `OrderKind`; an
+    unknown kind is a parse error.
   }];
-  let parameters = (ins StringRefParameter<"order kind">:$kind, "int64_t":$kStep, "int64_t":$units,
+  let parameters = (ins EnumParameter<H3_OrderKind>:$kind, "int64_t":$kStep, "int64_t":$units,
                         "int64_t":$lanes, "int64_t":$kvBlock, "::mlir::Type":$acc, "::mlir::Type":$p);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
@@ -27,8 +30,9 @@ def H3_ShardAttr : AttrDef<H3_Dialect, "Shard"> {
     `#h3.shard<column, tp = 4>`: each rank computes a contiguous (head-aligned) slice of the output columns.
     `#h3.shard<row, tp = 4>`: each rank reduces units/tp contiguous K units (a row-parallel linear; its result is
     rank partials combined by `h3.allreduce_tree`). `#h3.shard<replicated, tp = 4>`: every rank computes all of it.
+    The kind is a `ShardKind`; an unknown kind is a parse error.
   }];
-  let parameters = (ins StringRefParameter<"shard kind">:$kind, "int64_t":$tp);
+  let parameters = (ins EnumParameter<H3_ShardKind>:$kind, "int64_t":$tp);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
 }

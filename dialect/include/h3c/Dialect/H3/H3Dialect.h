@@ -1,5 +1,5 @@
-// The h3 dialect's C++ API: the generated dialect, type, attribute and op classes, plus small helpers that the
-// importer, the passes and the plan emitter share (dtype names, order constructors).
+// The h3 dialect's C++ API: the generated dialect, enum, type, attribute, interface and op classes, plus small
+// helpers that the importer, the passes and the plan emitter share (dtype names, order constructors).
 #pragma once
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
@@ -11,11 +11,20 @@
 
 #include "h3c/Dialect/H3/H3Dialect.h.inc"
 
+#include "h3c/Dialect/H3/H3Enums.h.inc"
+
 #define GET_TYPEDEF_CLASSES
 #include "h3c/Dialect/H3/H3Types.h.inc"
 
 #define GET_ATTRDEF_CLASSES
 #include "h3c/Dialect/H3/H3Attrs.h.inc"
+
+namespace h3c::h3ir::detail {
+// OrderedReduction's verifier: an order, when present, has the kind the op type requires.
+llvm::LogicalResult verifyOrderedReduction(mlir::Operation *op);
+} // namespace h3c::h3ir::detail
+
+#include "h3c/Dialect/H3/H3Interfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "h3c/Dialect/H3/H3Ops.h.inc"
@@ -44,8 +53,6 @@ OrderAttr kChunksOrder(mlir::MLIRContext *ctx, int64_t units);
 OrderAttr laneTreeOrder(mlir::MLIRContext *ctx);
 OrderAttr flashOrder(mlir::MLIRContext *ctx);
 
-// The order kind an op must carry ("k_chunks", "lane_tree", "flash"), or "" for ops that reduce nothing.
-llvm::StringRef requiredOrderKind(mlir::Operation *op);
 // The first node id of an h3 op (for messages), "" if none.
 std::string firstNode(mlir::Operation *op);
 

@@ -15,6 +15,26 @@ def H3_Dialect : Dialect {
   }];
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 1;
+
+  // The `h3.*` discardable attributes the importer and the passes write, declared so the dialect verifies them
+  // (H3DialectAttrs.cpp) and code reaches them through typed helpers (getSlotsAttrHelper(), ...):
+  //   module:        h3.config_name (importer), h3.tp (h3-shard-tp), h3.buffers (h3-plan-buffers),
+  //                  h3.arch (read by --h3-to-cuda when the input names a target; no pass writes it)
+  //   func argument: h3.name (importer: the plan value name), h3.slot (h3-plan-buffers)
+  //   func result:   h3.name (importer: the plan output name)
+  //   h3 op:         h3.slots (h3-plan-buffers: one slot per result)
+  let discardableAttrs = (ins
+    "::mlir::StringAttr":$config_name,
+    "::mlir::IntegerAttr":$tp,
+    "::mlir::StringAttr":$arch,
+    "::mlir::DictionaryAttr":$buffers,
+    "::mlir::StringAttr":$name,
+    "::mlir::IntegerAttr":$slot,
+    "::mlir::ArrayAttr":$slots
+  );
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 #endif

@@ -8,6 +8,7 @@ include "mlir/IR/BuiltinAttributes.td"
 include "h3c/Dialect/H3/H3Dialect.td"
 include "h3c/Dialect/H3/H3Types.td"
 include "h3c/Dialect/H3/H3Attrs.td"
+include "h3c/Dialect/H3/H3Interfaces.td"
 
 // Every op: `nodes` = the fingerprint node ids it implements (never empty, except an allreduce_tree without an
 // epilogue), `values` = the plan value name of each result.
@@ -16,6 +17,16 @@ defvar H3_Common = (ins StrArrayAttr:$nodes, StrArrayAttr:$values);
 class H3_Op<string mnemonic, list<Trait> traits = []> : Op<H3_Dialect, mnemonic, traits> {
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+}
+
+// An op that reduces under an order of kind `orderKind` (docs/contract.md section 4): it implements
+// OrderedReduction; getReducedExtents() is written per op in H3Ops.cpp.
+class H3_ReducingOp<string mnemonic, I32EnumAttrCase orderKind>
+    : H3_Op<mnemonic, [H3_OrderedReductionOpInterface]> {
+  let extraClassDeclaration = [{
+    static ::h3c::h3ir::OrderKind getRequiredOrderKind() { return ::h3c::h3ir::OrderKind::}] # orderKind.symbol # [{; }
+    ::llvm::SmallVector<int64_t> getReducedExtents();
+  }];
 }
 
 // ---- host-computed tables ----
@@ -32,28 +43,33 @@ def H3_RopeTableOp : H3_Op<"rope_table"> {
 
 def H3_TimestepSinusoidOp : H3_Op<"timestep_sinusoid"> {
   let summary = "Sinusoidal timestep embedding (host): cat(cos, sin), flip_sin_to_cos, shift 0";
+  let description = [{
+    `time_proj`. It stays an op of its own after h3-fuse (the host computes it, like the rope tables);
+    `h3.time_embed` reads its result.
+  }];
   let arguments = !con((ins H3_ActType:$t, I64Attr:$freq_dim), H3_Common);
   let results = (outs H3_ActType:$y);
 }
 
 // ---- GEMMs ----
-def H3_LinearOp : H3_Op<"linear"> {
+def H3_LinearOp : H3_ReducingOp<"linear", H3_OrderKChunks> {
   let summary = "y = out(x W^T + b) with an optional fused epilogue";
   let description = [{
-    `epilogue`: "none"; "residual" (operands: residual stream x); "gate_residual" (operands: residual stream x,
-    the AdaLN table, row metadata; gate = chunk `chunk` of `num_chunks` of the table row); "swiglu" (the result
-    has N/2 columns). With `shard = #h3.shard<row, tp = N>` and N > 1 the result is N stacked F32 rank partials
-    and bias/epilogue/rounding move to the following `h3.allreduce_tree`.
+    `epilogue` (`#h3.epilogue<...>`): none; residual (operands: residual stream x); gate_residual (operands:
+    residual stream x, the AdaLN table, row metadata; gate = chunk `chunk` of `num_chunks` of the table row);
+    swiglu (the result has N/2 columns). With `shard = #h3.shard<row, tp = N>` and N > 1 the result is N stacked
+    F32 rank partials and bias/epilogue/rounding move to the following `h3.allreduce_tree`.
   }];
   let arguments = !con((ins H3_ActType:$x, Variadic<H3_ActType>:$epilogue_operands, I64Attr:$K, I64Attr:$N,
                             StrArrayAttr:$weight, StrArrayAttr:$bias,
-                            DefaultValuedAttr<StrAttr, "\"none\"">:$epilogue, OptionalAttr<I64Attr>:$chunk,
-                            OptionalAttr<I64Attr>:$num_chunks, OptionalAttr<StrAttr>:$row_index,
+                            DefaultValuedAttr<H3_EpilogueAttr, "::h3c::h3ir::Epilogue::none">:$epilogue,
+                            OptionalAttr<I64Attr>:$chunk,
+                            OptionalAttr<I64Attr>:$num_chunks, OptionalAttr<H3_RowIndexAttr>:$row_index,
                             OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
   let results = (outs H3_ActType:$y);
 }
 
-def H3_AdalnTableOp : H3_Op<"adaln_table"> {
+def H3_AdalnTableOp : H3_ReducingOp<"adaln_table", H3_OrderKChunks> {
   let summary = "AdaLN modulation table: linear(bf(silu(temb))), viewed as [T * rows_per_timestep, cols]";
   let arguments = !con((ins H3_ActType:$temb, I64Attr:$K, I64Attr:$N, I64Attr:$rows_per_timestep,
                             I64Attr:$num_chunks, StrArrayAttr:$weight, StrArrayAttr:$bias,
@@ -61,7 +77,7 @@ def H3_AdalnTableOp : H3_Op<"adaln_table"> {
   let results = (outs H3_ActType:$table);
 }
 
-def H3_QkvLinearOp : H3_Op<"qkv_linear"> {
+def H3_QkvLinearOp : H3_ReducingOp<"qkv_linear", H3_OrderKChunks> {
   let summary = "Fused to_q/to_k/to_v: one GEMM with weight rows [Wq; Wk; Wv], three results";
   let arguments = !con((ins H3_ActType:$x, I64Attr:$K, I64Attr:$heads, I64Attr:$head_dim,
                             StrArrayAttr:$weight, StrArrayAttr:$bias,
@@ -69,15 +85,20 @@ def H3_QkvLinearOp : H3_Op<"qkv_linear"> {
   let results = (outs H3_ActType:$q_out, H3_ActType:$k_out, H3_ActType:$v_out);
 }
 
-def H3_TimeEmbedOp : H3_Op<"time_embed"> {
-  let summary = "Fused time_proj + time_embedder (linear_1, silu, linear_2), F32";
-  let arguments = !con((ins H3_ActType:$t, I64Attr:$freq_dim, I64Attr:$hidden, I64Attr:$out_dim,
+def H3_TimeEmbedOp : H3_ReducingOp<"time_embed", H3_OrderKChunks> {
+  let summary = "Fused time_embedder (linear_1, silu, linear_2) on the host-computed sinusoid, F32";
+  let description = [{
+    The operand is the `h3.timestep_sinusoid` result (`time_proj`, [T, freq_dim] F32), which stays a host op of
+    its own; this op covers linear_1 (K = freq_dim), act and linear_2 (K = hidden), each in the sequential F32
+    order of docs/contract.md section 6.
+  }];
+  let arguments = !con((ins H3_ActType:$sinusoid, I64Attr:$freq_dim, I64Attr:$hidden, I64Attr:$out_dim,
                             StrArrayAttr:$weight, StrArrayAttr:$bias, OptionalAttr<H3_OrderAttr>:$order),
                        H3_Common);
   let results = (outs H3_ActType:$temb);
 }
 
-def H3_AllreduceTreeOp : H3_Op<"allreduce_tree"> {
+def H3_AllreduceTreeOp : H3_ReducingOp<"allreduce_tree", H3_OrderKChunks> {
   let summary = "Combines the tp rank partials of a row-parallel linear by the upper levels of the unit tree";
   let description = [{
     Rank r holds the sum of its units/tp contiguous units (combined by the sub-tree); the tp partials are combined
@@ -86,34 +107,35 @@ def H3_AllreduceTreeOp : H3_Op<"allreduce_tree"> {
   }];
   let arguments = !con((ins H3_ActType:$partials, Variadic<H3_ActType>:$epilogue_operands, I64Attr:$tp,
                             I64Attr:$units, I64Attr:$N, StrArrayAttr:$bias,
-                            DefaultValuedAttr<StrAttr, "\"none\"">:$epilogue, OptionalAttr<I64Attr>:$chunk,
-                            OptionalAttr<I64Attr>:$num_chunks, OptionalAttr<StrAttr>:$row_index,
+                            DefaultValuedAttr<H3_EpilogueAttr, "::h3c::h3ir::Epilogue::none">:$epilogue,
+                            OptionalAttr<I64Attr>:$chunk,
+                            OptionalAttr<I64Attr>:$num_chunks, OptionalAttr<H3_RowIndexAttr>:$row_index,
                             OptionalAttr<H3_OrderAttr>:$order), H3_Common);
   let results = (outs H3_ActType:$y);
 }
 
 // ---- norms ----
-def H3_RmsNormOp : H3_Op<"rms_norm"> {
+def H3_RmsNormOp : H3_ReducingOp<"rms_norm", H3_OrderLaneTree> {
   let summary = "y = bf(bf(x * inv) * w), inv = 1/sqrt(ss/H + eps), ss by the lane_tree order";
   let arguments = !con((ins H3_ActType:$x, F64Attr:$eps, StrArrayAttr:$weight,
                             OptionalAttr<H3_OrderAttr>:$order), H3_Common);
   let results = (outs H3_ActType:$y);
 }
 
-def H3_NormModulateOp : H3_Op<"norm_modulate"> {
+def H3_NormModulateOp : H3_ReducingOp<"norm_modulate", H3_OrderLaneTree> {
   let summary = "y = out(fma(rms_norm(x), bf(1 + scale), shift)), shift/scale = table chunks of the row";
   let description = [{
-    `row_index`: "adaln" (row = ts_index * 3 + tag; operands ts_index, tags) or "timestep" (row = ts_index;
-    operand ts_index).
+    `row_index` (`#h3.row_index<...>`): adaln (row = ts_index * 3 + tag; operands ts_index, tags) or timestep
+    (row = ts_index; operand ts_index).
   }];
   let arguments = !con((ins H3_ActType:$x, H3_ActType:$table, Variadic<H3_ActType>:$row_meta, F64Attr:$eps,
                             StrArrayAttr:$weight, I64Attr:$shift_chunk, I64Attr:$scale_chunk,
-                            I64Attr:$num_chunks, StrAttr:$row_index, OptionalAttr<H3_OrderAttr>:$order),
+                            I64Attr:$num_chunks, H3_RowIndexAttr:$row_index, OptionalAttr<H3_OrderAttr>:$order),
                        H3_Common);
   let results = (outs H3_ActType:$y);
 }
 
-def H3_QkNormOp : H3_Op<"qk_norm"> {
+def H3_QkNormOp : H3_ReducingOp<"qk_norm", H3_OrderLaneTree> {
   let summary = "rms_norm per head over head_dim channels";
   let arguments = !con((ins H3_ActType:$x, I64Attr:$heads, I64Attr:$head_dim, F64Attr:$eps,
                             StrArrayAttr:$weight, OptionalAttr<H3_OrderAttr>:$order,
@@ -129,7 +151,7 @@ def H3_RopeOp : H3_Op<"rope"> {
   let results = (outs H3_ActType:$y);
 }
 
-def H3_QkNormRopeOp : H3_Op<"qk_norm_rope"> {
+def H3_QkNormRopeOp : H3_ReducingOp<"qk_norm_rope", H3_OrderLaneTree> {
   let summary = "Fused norm_q, norm_k (+ rope_q, rope_k when cos/sin are given)";
   let arguments = !con((ins H3_ActType:$q, H3_ActType:$k, Variadic<H3_ActType>:$rope_tables, I64Attr:$heads,
                             I64Attr:$head_dim, I64Attr:$rotary_dim, F64Attr:$eps, StrArrayAttr:$weight,
@@ -138,7 +160,7 @@ def H3_QkNormRopeOp : H3_Op<"qk_norm_rope"> {
 }
 
 // ---- attention and elementwise ----
-def H3_AttentionOp : H3_Op<"attention"> {
+def H3_AttentionOp : H3_ReducingOp<"attention", H3_OrderFlash> {
   let summary = "softmax(q k^T / sqrt(d)) v per head per batch item over all rows of the domain (non-causal)";
   let arguments = !con((ins H3_ActType:$q, H3_ActType:$k, H3_ActType:$v, I64Attr:$heads, I64Attr:$head_dim,
                             OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
@@ -166,7 +188,7 @@ def H3_ResidualOp : H3_Op<"residual"> {
 def H3_GateResidualOp : H3_Op<"gate_residual"> {
   let summary = "z = bf(fma(gate, y, x)), gate = table chunk of the row";
   let arguments = !con((ins H3_ActType:$x, H3_ActType:$y, H3_ActType:$table, Variadic<H3_ActType>:$row_meta,
-                            I64Attr:$chunk, I64Attr:$num_chunks, StrAttr:$row_index), H3_Common);
+                            I64Attr:$chunk, I64Attr:$num_chunks, H3_RowIndexAttr:$row_index), H3_Common);
   let results = (outs H3_ActType:$z);
 }
 
