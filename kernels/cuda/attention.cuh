@@ -5,7 +5,7 @@
 // l sums the rounded P that multiply v. K/V tiles are double-buffered with cp.async.
 //
 // Defined by the emitter: AT_ENTRY H3C_PARAMS AT_D (multiple of 16, <= 256) AT_HEADS AT_SCALE (float literal).
-// Parameters: q, k, v, o ([B, L, heads * d] each) and item_rows = L (grid.x: query blocks, y: heads, z: items).
+// Parameters: q, k, v, out ([B, L, heads * d] each) and item_rows = L (grid.x: query blocks, y: heads, z: items).
 #define AT_LDS (AT_D + 8)
 #define AT_DK (AT_D / 16)
 #define AT_DN (AT_D / 8)
@@ -29,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
   const h3bf *Q = (const h3bf *)q + base;
   const h3bf *K = (const h3bf *)k + base;
   const h3bf *V = (const h3bf *)v + base;
-  h3bf *O = (h3bf *)o + base;
+  h3bf *O = (h3bf *)out + base;
   const long long q0 = (long long)blockIdx.x * 64;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   const float kNegInf = __int_as_float(0xff800000);

@@ -400,7 +400,7 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   p.in("q", 0);
   p.in("k", 1);
   p.in("v", 2);
-  p.out("o", 0);
+  p.out("out", 0);
   Extent itemRows = Extent::rowsOf(v.in(0).rows, false);
   p.scalar("item_rows", itemRows);
   plan::Launch l = launch(128, 5 * 64 * (d + 8) * 2, dim(itemRows, 64), dim(Extent::constant(heads)),

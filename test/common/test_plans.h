@@ -6,6 +6,7 @@
 #pragma once
 
 #include "h3c/models/config.h"
+#include "h3c/models/fingerprint.h"
 #include "h3c/plan/io.h"
 #include "h3c/support/sha256.h"
 #include "h3c/support/canonical_json.h"

@@ -83,7 +83,8 @@ TEST(PlanRead, TypedAttrsAndOperandPositions) {
   EXPECT_EQ(fc1->attrs.epilogue, plan::Epilogue::Swiglu);
   EXPECT_EQ(fc1->attrs.shard.kind, plan::ShardKind::Column);
   ASSERT_EQ(fc1->attrs.shard.segments.size(), 2u);
-  EXPECT_EQ(fc1->attrs.shard.segments[1], std::make_pair<int64_t, int64_t>(c.ffn_dim, 2 * c.ffn_dim));
+  const std::pair<int64_t, int64_t> gateHalf{c.ffn_dim, 2 * c.ffn_dim};
+  EXPECT_EQ(fc1->attrs.shard.segments[1], gateHalf);
   EXPECT_EQ(qkv->attrs.shard.segments.size(), 3u);
   // tp 2 splits the row-parallel to_out into a partial linear and the tree combine carrying the epilogue.
   EXPECT_EQ(gate->kind, plan::OpKind::AllreduceTree);
