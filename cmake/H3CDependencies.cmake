@@ -19,8 +19,15 @@ endif()
 add_library(h3c_deps INTERFACE)
 target_include_directories(h3c_deps SYSTEM INTERFACE
   ${H3C_JSON_INCLUDE} ${H3C_FMT_INCLUDE} ${H3C_CLI11_INCLUDE} ${H3C_OPENSSL_INCLUDE})
-target_compile_definitions(h3c_deps INTERFACE FMT_HEADER_ONLY=1)
 target_link_libraries(h3c_deps INTERFACE ${H3C_CRYPTO_LIB})
+# fmt: the compiled library where one is installed (Debian's libfmt-dev), so that its implementation is compiled
+# once instead of in every translation unit; header-only mode where only the headers are (GPU machines).
+find_library(H3C_FMT_LIB NAMES fmt HINTS ${H3C_EXTRA_INCLUDE}/../lib)
+if(H3C_FMT_LIB)
+  target_link_libraries(h3c_deps INTERFACE ${H3C_FMT_LIB})
+else()
+  target_compile_definitions(h3c_deps INTERFACE FMT_HEADER_ONLY=1)
+endif()
 
 # CUDA: headers and libraries from the toolkit; the driver library may be the toolkit's stub (no GPU needed to link).
 set(H3C_CUDA_ROOT "/usr/local/cuda" CACHE PATH "CUDA toolkit root")
@@ -53,4 +60,16 @@ if(H3C_ENABLE_MLIR)
   link_directories(${LLVM_BUILD_LIBRARY_DIR})
   add_definitions(${LLVM_DEFINITIONS})
   set(LLVM_TABLEGEN_EXE /usr/lib/llvm-22/bin/llvm-tblgen)
+endif()
+
+# GoogleTest: Debian's package here; on a GPU machine without it, the sources carried by scripts/gpu-plans.sh
+# (carry/googletest, a copy of Debian's /usr/src/googletest) are built in-tree.
+find_package(GTest QUIET)
+if(NOT GTest_FOUND AND EXISTS "${PROJECT_SOURCE_DIR}/carry/googletest/CMakeLists.txt")
+  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+  set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/carry/googletest ${PROJECT_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
+  add_library(GTest::gtest ALIAS gtest)
+  add_library(GTest::gtest_main ALIAS gtest_main)
+  set(GTest_FOUND ON)
 endif()

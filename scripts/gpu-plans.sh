@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles the plans the GPU checks run (tiny, small, full; sm_90a, tp 1, fused) into carry/plans/<config> with an h3c
 # that has `compile` (MLIR build; default build/bin/h3c, or $H3C), and copies the header-only dependencies a GPU machine
-# lacks into carry/include. Then: run tool `run` with carry ["carry"] and `bash scripts/gpu-test.sh` (H3C_GPU_FULL=1
+# lacks into carry/include and GoogleTest's sources into carry/googletest (built in-tree there). Then: run tool `run` with carry ["carry"] and `bash scripts/gpu-test.sh` (H3C_GPU_FULL=1
 # adds the full 33B run). carry/ is git-ignored.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,4 +17,5 @@ for c in tiny small full; do
 done
 cp -r /usr/include/nlohmann /usr/include/fmt /usr/include/CLI /usr/include/openssl "$root/carry/include/"
 cp -r /usr/include/x86_64-linux-gnu/openssl/* "$root/carry/include/openssl/"
+rm -rf "$root/carry/googletest" && cp -r /usr/src/googletest "$root/carry/googletest"
 du -sh "$root/carry"

@@ -2,8 +2,9 @@
 # GPU tests (issue 6): run on a machine with an NVIDIA GPU; without one (no nvidia-smi / libcuda.so.1) it prints one
 # SKIP line and exits 0. Builds h3c without MLIR (plans are compiled elsewhere and carried: H3C_PLANS=<folder with
 # tiny/, small/, full/ plan folders>), then:
-#   1. h3c_gpu_kernels_check: every kernel kind at the full and tiny shapes vs contract-formula references (non-MMA
-#      bitwise, MMA vs fp64 within 1e-2), repeat and row-count/row-order invariance;
+#   1. h3c_gpu_tests (GoogleTest): every kernel kind at the full and tiny shapes vs contract-formula references
+#      (non-MMA bitwise, MMA vs fp64 within 1e-2), repeat and row-count/row-order invariance; each PASS/FAIL line
+#      counts once;
 #   2. end to end (when plans and `h3c run` are there): tiny + small, GPU strict vs the CPU reference, 10 repeats
 #      byte-equal, batch 1 vs 4 and packed-row permutation byte-equal; the full 33B at 8,349 tokens (synthetic
 #      weights, strict) when H3C_GPU_FULL=1.
@@ -26,17 +27,18 @@ bad() { failed=$((failed + 1)); echo "FAIL $*"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3C_ENABLE_MLIR=OFF -DH3C_ENABLE_TESTS=OFF \
   ${extra:+-DH3C_EXTRA_INCLUDE=$extra} >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; echo "0 passed, 1 failed"; exit 1; }
-if ! cmake --build "$build" -j"$(nproc)" --target h3c_gpu_kernels_check >"$out/build.log" 2>&1; then
+if ! cmake --build "$build" -j"$(nproc)" --target h3c_gpu_tests >"$out/build.log" 2>&1; then
   tail -30 "$out/build.log"; echo "0 passed, 1 failed"; exit 1
 fi
 have_h3c=0
 if cmake --build "$build" -j"$(nproc)" --target h3c >"$out/build-h3c.log" 2>&1; then have_h3c=1; else
   echo "gpu-test: h3c did not build (end-to-end steps fail):"; tail -15 "$out/build-h3c.log"; fi
 
-# 1. kernel checks
-"$build/bin/h3c_gpu_kernels_check" ${H3C_GPU_QUICK:+--quick} | tee "$out/kernels.log"
-k=$(tail -1 "$out/kernels.log")
-passed=$((passed + $(sed -E 's/^([0-9]+) passed.*/\1/' <<<"$k"))); failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$k")))
+# 1. kernel checks: the PASS/FAIL lines the tests print (one per checked property), and the test binary's verdict.
+"$build/bin/h3c_gpu_tests" ${H3C_GPU_FILTER:+--gtest_filter=$H3C_GPU_FILTER} 2>&1 | tee "$out/kernels.log"
+kstatus=${PIPESTATUS[0]}
+passed=$((passed + $(grep -c '^PASS ' "$out/kernels.log"))); failed=$((failed + $(grep -c '^FAIL ' "$out/kernels.log")))
+[ "$kstatus" = 0 ] || bad "h3c_gpu_tests exited with status $kstatus"
 
 # 2. end to end
 if [ -f "$root/scripts/gpu-e2e.sh" ]; then
