@@ -107,7 +107,9 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
     pop.index = forward.ops.size();
     std::optional<plan::Kernel> k;
     try {
-      k = kernels::emitKernel(pop, passes::operandValues(&op), o.arch);
+      kernels::EmitOptions eo;
+      eo.wgmma = o.wgmma;
+      k = kernels::emitKernel(pop, passes::operandValues(&op), o.arch, eo);
     } catch (const std::exception &e) {
       if (!plan::runsOnHost(pop.kind)) out.warnings.push_back(where(&op) + ": no kernel: " + e.what());
     }

@@ -395,7 +395,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   p.config = h3::configFromJson(member(j, "config", root), root + "/config");
 
   const json &opts = member(j, "options", root);
-  onlyKeys(opts, {"arch", "tp", "fuse"}, root + "/options");
+  onlyKeys(opts, {"arch", "tp", "fuse", "wgmma"}, root + "/options");
   p.options.arch = str(member(opts, "arch", root + "/options"), root + "/options/arch");
   if (p.options.arch != "sm_90a" && p.options.arch != "sm_100a")
     fail(root + "/options/arch", "expected sm_90a or sm_100a, got \"{}\"", p.options.arch);
@@ -403,6 +403,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   if (p.options.tp != 1 && p.options.tp != 2 && p.options.tp != 4 && p.options.tp != 8)
     fail(root + "/options/tp", "expected 1, 2, 4 or 8, got {}", p.options.tp);
   p.options.fuse = boolean(member(opts, "fuse", root + "/options"), root + "/options/fuse");
+  if (opts.contains("wgmma")) p.options.wgmma = boolean(opts["wgmma"], root + "/options/wgmma");
 
   if (j.contains("stats")) {
     const json &st = j["stats"];

@@ -155,7 +155,7 @@ json planToJson(const Plan &p) {
   j["schema"] = kPlanSchema;
   j["fingerprint_sha256"] = p.fingerprintSha256;
   j["config"] = h3::configToJson(p.config);
-  j["options"] = {{"arch", p.options.arch}, {"tp", p.options.tp}, {"fuse", p.options.fuse}};
+  j["options"] = {{"arch", p.options.arch}, {"tp", p.options.tp}, {"fuse", p.options.fuse}, {"wgmma", p.options.wgmma}};
   json values = json::object();
   for (const auto &[name, v] : p.values) {
     json e{{"dtype", dt(v.dtype)}, {"rows", domainName(v.rows)}, {"cols", v.cols}, {"batch", v.batch}, {"slot", v.slot}};

@@ -92,8 +92,8 @@ protected:
   }
 
   // The kernel of an op for this device's arch (kept alive for the runner).
-  const plan::Kernel &kernel(const EmitOp &o) {
-    auto k = emit(o, hc::device().arch());
+  const plan::Kernel &kernel(const EmitOp &o, const hk::EmitOptions &options = {}) {
+    auto k = emit(o, hc::device().arch(), options);
     if (!k) throw std::runtime_error("no kernel for " + o.op.where);
     auto it = kernels_.emplace(k->id, *k).first;
     return it->second;
@@ -228,7 +228,7 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
     auto dW = up(W), dB = up(bvec), dRes = up(res), dTab = up(table), dTs = up(ts), dTags = up(tags);
     auto dX = adaln ? up(xf) : up(xb);
     int nout = qkv ? 3 : 1;
-    auto runOnce = [&](Buf x, Buf r, long long m, Buf tsb, Buf tgb) {
+    auto runWith = [&](const plan::Kernel &kk, Buf x, Buf r, long long m, Buf tsb, Buf tgb) {
       Launch l;
       l.in = {x};
       if (epi == "residual") l.in.push_back(r);
@@ -238,7 +238,7 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       if (bias && !qkv) l.b = {dB};
       // The AdaLN table's input is the time embedding (T rows); every other linear reads batch-1 S rows.
       l.e = adaln ? plan::Extents{1, 0, 0, 0, 0, m} : rowsS(m);
-      run(kern, l);
+      run(kk, l);
       std::vector<uint16_t> all;
       for (int o = 0; o < nout; ++o) {
         auto v = down<uint16_t>(*l.out[o], size_t(m * outCols));
@@ -246,7 +246,19 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       }
       return all;
     };
+    auto runOnce = [&](Buf x, Buf r, long long m, Buf tsb, Buf tgb) { return runWith(kern, x, r, m, tsb, tgb); };
     auto y1 = runOnce(dX, dRes, M, dTs, dTags);
+    // The Hopper kernel (TMA + wgmma) against the mma.sync kernel of the same op and order: the same bits
+    // (../shared/HOPPER-KERNELS.md section 1), at this M and at a 1-row run.
+    if (kern.source.find("wgmma.mma_async") != std::string::npos) {
+      hk::EmitOptions mma;
+      mma.wgmma = false;
+      const plan::Kernel &ref = kernel(op(k, kind, a, kchunks(units), qkv ? 3 : 1, bias && !qkv ? 1 : 0), mma);
+      auto ym = runWith(ref, dX, dRes, M, dTs, dTags);
+      size_t at = firstDiff(y1, ym);
+      report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) kernel == mma.sync kernel byte for byte{}",
+                                                at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
+    }
     auto y2 = runOnce(dX, dRes, M, dTs, dTags);
     report(bytesEqual(y1, y2), name + ": two runs byte-equal");
     // Row 0 alone.
@@ -686,6 +698,7 @@ TEST_F(Kernels, TinyLinears) {
   checkLinear("tiny", "qkv_linear", 24, 32, "none", 1, 37, 8);
   checkLinear("tiny", "linear", 32, 24, "residual", 1, 37, 8);
   checkLinear("tiny", "linear", 32, 24, "gate_residual", 2, 37, 8);
+  checkLinear("tiny", "linear", 32, 24, "gate_residual", 1, 37, 8);
   checkLinear("tiny", "linear", 24, 64, "swiglu", 1, 37, 8);
   checkLinear("tiny", "adaln_table", 16, 18 * 24, "none", 1, 3, 3);
   checkLinear("tiny", "linear", 8, 24, "none", 1, 11, 4);
@@ -709,6 +722,8 @@ TEST_F(Kernels, FullLinears) {
   checkLinear("full", "linear", 5376, 28672, "swiglu", 1, M, 2);
   checkLinear("full", "linear", 14336, 5376, "gate_residual", 8, M, 3);
   checkLinear("full", "linear", 7168, 5376, "residual", 1, M, 2);
+  checkLinear("full", "linear", 7168, 5376, "gate_residual", 1, M, 3);
+  checkLinear("full", "linear", 14336, 5376, "gate_residual", 1, quick() ? M : 2077, 3);  // 17 row tiles
   checkLinear("full", "adaln_table", 2688, 18 * 5376, "none", 1, 2, 2);
   checkLinear("full", "linear", 5120, 5376, "none", 1, M, 2);
 }

@@ -162,6 +162,10 @@ private:
   // Every op's kernel, exactly as the plan carries it.
   void prepareKernels(const plan::Function &fn) {
     kernels_.clear();
+    std::vector<const plan::Kernel *> all;  // JIT-compiled in parallel threads, then loaded
+    for (const plan::Op &op : fn.ops)
+      if (op.kernel) all.push_back(&plan_->kernel(op));
+    runner_->loadAll(all);
     for (const plan::Op &op : fn.ops)
       if (op.kernel) kernels_[op.index] = &runner_->load(plan_->kernel(op));
   }

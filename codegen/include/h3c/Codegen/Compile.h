@@ -13,6 +13,7 @@ struct CompileOptions {
   std::string arch = "sm_90a";  // sm_90a or sm_100a
   int64_t tp = 1;               // 1, 2, 4, 8
   bool fuse = true;
+  bool wgmma = true;            // sm_90a: Hopper kernels for the bf16 linears (false: mma.sync, same bits)
   int64_t tokens = 8192;        // rows for the buffer peak report
   std::filesystem::path dumpIrDir;  // when set: 00-import.mlir and NN-<pass>.mlir after every pass
 };

@@ -181,6 +181,7 @@ struct Options {
   std::string arch = "sm_90a";
   int64_t tp = 1;
   bool fuse = true;
+  bool wgmma = true;  // sm_90a: the bf16 linears on the Hopper kernel (false: mma.sync; the same bits)
 };
 
 struct Plan {
