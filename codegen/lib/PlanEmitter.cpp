@@ -35,7 +35,7 @@ void addWeightBuffers(plan::Plan &p, const plan::Op &op, const std::optional<pla
   std::set<std::string> grouped;
   if (k)
     for (const auto &prm : k->params)
-      if (prm.kind == plan::KernelParam::Kind::Buffer && prm.span > 1) {
+      if (prm.kind != plan::KernelParam::Kind::Scalar && prm.span > 1) {
         const auto &list = prm.role == plan::OperandRole::Weight ? op.weights : op.biases;
         plan::WeightBuffer b;
         for (int64_t s = 0; s < prm.span; ++s) {

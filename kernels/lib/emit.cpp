@@ -95,13 +95,15 @@ struct Params {
   }
   // A TMA descriptor of a bf16 row-major matrix [rows, cols] (cols innermost) with the 128-byte swizzle, read in
   // boxes of boxCols x boxRows; out-of-range elements read as zeros.
+  // span > 1: operands index..index+span-1 of the role form the matrix (qkv: [Wq; Wk; Wv]).
   void tensorMap(const std::string &name, OperandRole role, int64_t index, const Extent &rowsExt, int64_t cols,
-                 int64_t boxCols, int64_t boxRows) {
+                 int64_t boxCols, int64_t boxRows, int64_t span = 1) {
     KernelParam p;
     p.kind = KernelParam::Kind::TensorMap;
     p.name = name;
     p.role = role;
     p.index = index;
+    p.span = span;
     p.map.dtype = DType::BF16;
     p.map.dims = {Extent::constant(cols), rowsExt};
     p.map.strides = {Extent::constant(cols * 2)};
@@ -151,13 +153,30 @@ plan::Launch launch(int64_t threads, int64_t smem, plan::GridDim x, plan::GridDi
   return l;
 }
 
+// The launch ABI as text: two ops whose kernels share a source but not their launch (a linear over the text rows
+// and one over all packed rows) must not share a kernel id, since the plan keeps one launch per kernel.
+std::string abiText(const Params &params, const plan::Launch &l) {
+  std::ostringstream o;
+  for (const auto &p : params.list) {
+    o << int(p.kind) << ' ' << p.name << ' ' << int(p.role) << ' ' << p.index << ' ' << p.span << ' ' << p.value.text();
+    for (const auto &d : p.map.dims) o << ' ' << d.text();
+    for (const auto &s : p.map.strides) o << ' ' << s.text();
+    for (auto b : p.map.box) o << ' ' << b;
+    o << ' ' << p.map.swizzle << ' ' << p.map.l2Promotion << ' ' << p.map.oobZero << ';';
+  }
+  for (const auto &g : l.grid) o << g.extent.text() << '/' << g.div << '/' << g.maxPerSm << ';';
+  o << l.block[0] << ',' << l.block[1] << ',' << l.block[2] << ';' << l.smemBytes << ';' << l.cluster[0] << ','
+    << l.cluster[1] << ',' << l.cluster[2];
+  return o.str();
+}
+
 plan::Kernel finish(const std::string &name, const std::string &entryMacro, Builder &b, const Params &params,
                     const std::string &body, const plan::Launch &l, const std::string &arch) {
   b.def("H3C_PARAMS", params.signature());
-  // The id hashes everything the kernel's code depends on (defines and templates), so it changes with any change.
+  // The id hashes everything the kernel depends on (defines, templates and its launch ABI), so it changes with any
+  // change.
   std::string tail = std::string(tmpl::common) + "\n" + stripPragmaOnce(tmpl::detmath) + "\n" + body;
-
-  std::string hash = sha256Hex(b.defs.str() + tail).substr(0, 8);
+  std::string hash = sha256Hex(b.defs.str() + tail + "\n" + abiText(params, l)).substr(0, 8);
   plan::Kernel k;
   k.id = name + "_" + hash;
   k.entry = "h3c_" + k.id;
@@ -227,7 +246,7 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps) {
     p.in("tags", 4);
   }
   for (int o = 0; o < d.nout; ++o) p.out("y" + std::to_string(o), o);
-  if (maps) p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, 128);
+  if (maps) p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, 128, d.nout == 3 ? 3 : 1);
   else p.weight("w", 0, d.nout == 3 ? 3 : 1);
   if (d.bias) p.bias("bias", 0);
   p.scalar("rows", v.rowsOfIn(0));

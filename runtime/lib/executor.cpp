@@ -1,5 +1,6 @@
 // The CPU reference executor and runModel(), the entry point shared by both devices.
 #include "h3c/runtime/executor.h"
+#include "h3c/runtime/value_dump.h"
 
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/support/canonical_json.h"
@@ -42,6 +43,7 @@ public:
     ValueMap values = graphInputValues(req);
     const plan::Function &fn = p.forward();
     auto last = p.lastUse(fn);
+    const auto dump = ValueDump::fromEnv();
     const auto t0 = std::chrono::steady_clock::now();
     for (const plan::Op &op : fn.ops) {
       // A node asked for `reference` runs the op's fp64 implementation; `native` has no CPU vendor library, so the
@@ -56,6 +58,12 @@ public:
         for (const auto &n : op.in)
           auditIn[n] = values.at(n);
       runCpuOp(op, env, values);
+      if (dump)
+        for (const auto &o : op.out) {
+          const HostValue &v = values.at(o);
+          if (v.dtype == DType::I64) dump->write(int64_t(op.index), o, DType::I64, v.i.data(), v.i.size());
+          else dump->write(int64_t(op.index), o, DType::F32, v.f.data(), v.f.size());
+        }
       if (opt.mode == Mode::Audit) {
         OpEnv ref{p, req, weights, Precision::Fp64, threads};
         runCpuOp(op, ref, auditIn);

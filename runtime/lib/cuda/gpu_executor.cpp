@@ -13,6 +13,7 @@
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
+#include "h3c/runtime/value_dump.h"
 #include "h3c/support/error.h"
 #include "h3c/support/synth_rng.h"
 
@@ -100,8 +101,17 @@ public:
       for (auto &e : ev) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
       hc::check(d.cuEventRecord(ev[0], nullptr), "cuEventRecord");
     }
+    const auto dump = ValueDump::fromEnv();
     for (const plan::Op &op : fn.ops) {
       runOp(op);
+      if (dump)
+        for (const auto &o : op.out) {
+          const plan::Value &v = p.value(o);
+          const DevValue &dv = values_.at(o);
+          std::vector<char> host(dv.bytes);
+          if (!host.empty()) hc::check(d.cuMemcpyDtoH(host.data(), dv.ptr, host.size()), "H3C_DUMP_VALUES " + o);
+          dump->write(int64_t(op.index), o, v.dtype, host.data(), host.size() / dtypeSize(v.dtype));
+        }
       if (profile) hc::check(d.cuEventRecord(ev[op.index + 1], nullptr), "cuEventRecord");
       std::map<std::string, std::vector<int64_t>> shapes;
       for (const auto *names : {&op.in, &op.out})

@@ -204,6 +204,7 @@ TEST(KernelEmit, LaunchAbiIsWrittenOut) {
   EXPECT_EQ(h->params[4].kind, plan::KernelParam::Kind::TensorMap);
   EXPECT_EQ(h->params[4].role, plan::OperandRole::Weight);
   EXPECT_EQ(h->params[4].map.dims[1].eval(e), 21504);
+  EXPECT_EQ(h->params[4].span, 3);  // one matrix over [Wq; Wk; Wv]
   EXPECT_EQ(h->params[4].map.box, (std::vector<int64_t>{64, 128}));
   EXPECT_EQ(h->params[4].map.swizzle, "128B");
   EXPECT_NE(h->source.find("const __grid_constant__ H3cTensorMap w_map"), std::string::npos);

@@ -134,7 +134,8 @@ struct TensorMapSpec {
 //   buffer:     a device pointer to operand (role, index); `span` > 1: the kernel reads operands index..index+span-1
 //               of that role as one contiguous array (the weight buffers guarantee the layout).
 //   scalar:     a 64-bit integer whose value is `value` evaluated on the request's extents.
-//   tensor_map: a 128-byte CUtensorMap (by value, __grid_constant__) describing the operand.
+//   tensor_map: a 128-byte CUtensorMap (by value, __grid_constant__) describing the operand (with `span` > 1, the
+//               operands index..index+span-1 as one matrix, as for buffers).
 struct KernelParam {
   enum class Kind { Buffer, Scalar, TensorMap };
   Kind kind = Kind::Buffer;
