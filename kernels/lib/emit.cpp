@@ -261,7 +261,7 @@ std::string gemmName(const OpView &v, const GemmDesc &d, const std::string &impl
                      d.units);
 }
 
-// The Hopper kernel (gemm_sm90.cuh): 128 x 256 tiles, stages of 48 KiB (4 by default), a persistent grid of at most
+// The Hopper kernel (gemm_sm90.cuh): 128 x 256 tiles, stages of 48 KiB (3 by default), a persistent grid of at most
 // one CTA per SM. The weight's row count and K are constants of the plan; the row count of x is the request's.
 plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;

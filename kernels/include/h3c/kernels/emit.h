@@ -25,7 +25,7 @@ struct EmitOptions {
   bool wgmma = true;
   // Tuning of the Hopper linear (none changes a bit: the chain per output is fixed): shared-memory stages (2-4),
   // row tiles per L2 group of the persistent walk, k-blocks kept in flight by each consumer (0 or 1).
-  int sm90Stages = 4, sm90GroupM = 16, sm90Inflight = 0;
+  int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // the best sum over the four block linears (bench/NOTES.md)
 };
 
 // The kernel for a plan op: its complete NVRTC-compilable source (no includes), entry, NVRTC options, launch ABI and
