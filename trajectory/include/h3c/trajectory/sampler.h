@@ -32,9 +32,9 @@
 // with log_scale = log(double(scale)) recorded beside it, so a trainer recomputes logprob bit for bit from the
 // sealed record and its own sum_sq; Flow-GRPO's per-element mean is logprob / n.
 //
-// Initial noise (and the SDE noise): support/philox.h, a standard normal keyed by the item's seed, addressed by the
-// element's index within the item's generated rows, the modality (0 video, 1 audio) and the draw (0 initial noise,
-// 1 + i the SDE noise of step i).
+// Initial noise (and the SDE noise): support/philox.h (on the device: runtime/cuda/noise.h, the same bits), a
+// standard normal keyed by the item's seed, addressed by the element's index within the item's generated rows, the
+// modality (0 video, 1 audio) and the draw (0 initial noise, 1 + i the SDE noise of step i).
 #pragma once
 
 #include <cstdint>
