@@ -320,11 +320,11 @@ private:
       uploadRepeated(op.out.at(0), timestepSinusoid(c, q.timestep));
       return;
     case plan::OpKind::Pack: {
-      // The per-row metadata outputs (plan::hostOutputs): positions, tags, ts_index in canonical order.
-      const std::vector<int64_t> *meta[] = {&q.positions, &q.tags, &q.tsIndex};
+      // The per-row metadata outputs (plan::hostOutputs): positions (F32), tags, ts_index (I64), canonical order.
       for (size_t k : plan::hostOutputs(op.kind)) {
         HostValue h;
-        h.i = *meta[k - 1];
+        if (k == 1) h.f = q.positions;
+        else h.i = k == 2 ? q.tags : q.tsIndex;
         upload(op.out.at(k), h);
       }
       break;

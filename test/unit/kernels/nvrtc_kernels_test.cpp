@@ -10,6 +10,7 @@
 #include "h3c/support/sha256.h"
 
 #ifdef H3C_HAVE_CUDA
+#include "h3c/runtime/cuda/noise.h"
 #include "h3c/runtime/cuda/nvrtc_jit.h"
 #endif
 
@@ -321,6 +322,14 @@ TEST(NvrtcCompile, FullConfigSm90a) {
 TEST(NvrtcCompile, FullConfigSm100a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   compileAll("full", "sm_100a");
+}
+// The runtime's own device noise kernel (support/philox.h, runtime/cuda/noise.h) compiles for both archs.
+TEST(NvrtcCompile, PhiloxNoiseKernel) {
+  hc::NvrtcJit jit;
+  for (const char *arch : {"sm_90a", "sm_100a"}) {
+    auto c = jit.compile(hc::philoxFillKernel(arch));
+    EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << arch;
+  }
 }
 TEST(NvrtcCompile, TinyConfigSm90a) { compileAll("tiny", "sm_90a"); }
 TEST(NvrtcCompile, TinyConfigSm100a) { compileAll("tiny", "sm_100a"); }
