@@ -281,10 +281,10 @@ TEST(KernelEmit, RejectsOpsOutsideTheContract) {
 #ifdef H3C_HAVE_CUDA
 namespace hc = h3c::runtime::cuda;
 
-// Under AddressSanitizer NVRTC runs several times slower (every allocation is intercepted); the full-config compiles
-// are covered by the Release build, so the sanitizer build keeps only the tiny ones.
+// Under AddressSanitizer NVRTC runs several times slower (every allocation is intercepted); the config-wide compiles
+// are covered by the Release build, so the sanitizer build keeps the JIT cache and error tests (one kernel each).
 #if defined(__SANITIZE_ADDRESS__)
-#define H3C_SKIP_HEAVY_UNDER_ASAN() GTEST_SKIP() << "full-size NVRTC compiles run in the Release build"
+#define H3C_SKIP_HEAVY_UNDER_ASAN() GTEST_SKIP() << "config-wide NVRTC compiles run in the Release build"
 #else
 #define H3C_SKIP_HEAVY_UNDER_ASAN() (void)0
 #endif
@@ -331,8 +331,14 @@ TEST(NvrtcCompile, PhiloxNoiseKernel) {
     EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << arch;
   }
 }
-TEST(NvrtcCompile, TinyConfigSm90a) { compileAll("tiny", "sm_90a"); }
-TEST(NvrtcCompile, TinyConfigSm100a) { compileAll("tiny", "sm_100a"); }
+TEST(NvrtcCompile, TinyConfigSm90a) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  compileAll("tiny", "sm_90a");
+}
+TEST(NvrtcCompile, TinyConfigSm100a) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  compileAll("tiny", "sm_100a");
+}
 
 // The real plan: `h3c compile` of the checked-in full fingerprint for each arch, then every kernel the plan carries is
 // compiled by NVRTC exactly as the runtime would (its own text and options); skipped when this h3c was built without
@@ -373,6 +379,7 @@ TEST(NvrtcCompile, EveryKernelOfTheFullPlan) {
 // The GPU executor JIT-compiles a plan's kernels from worker threads: several compiles at once into one cache folder
 // give the same cubins as one after the other, and the counts add up.
 TEST(NvrtcJit, CompilesFromSeveralThreadsAtOnce) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
   std::vector<h3c::plan::Kernel> ks;
   std::set<std::string> ids;
   for (const auto &o : h3Ops(h3c::h3::namedConfig("tiny"))) {

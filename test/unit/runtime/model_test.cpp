@@ -80,6 +80,11 @@ double relErr(const Tensor &got, const std::vector<double> &ref, int64_t offset)
 TEST(RuntimeModel, TinyAndSmallMatchIndependentFp64Reference) {
   for (const char *name : {"tiny", "small"})
     for (bool fuse : {false, true}) {
+#if defined(__SANITIZE_ADDRESS__)
+      // The sanitizer build runs the same code paths on tiny; small's 50 blocks through the fp64 reference take
+      // 90 s under ASan and are checked by the Release build.
+      if (std::string(name) == "small") continue;
+#endif
       h3::Config c = h3::namedConfig(name);
       plan::Plan p = makePlan(c, fuse);
       auto w = makeSyntheticWeights(c, 5);
