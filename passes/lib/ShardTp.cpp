@@ -141,13 +141,12 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
     } else if (endsWith(node, ".attn.to_out.0") || endsWith(node, ".ff.net.2")) {
       if (!shard(op, N, "output columns", 1)) return;
       // Epilogue operands: the stream's and the table's rank columns; the row metadata whole.
-      auto epi = l.getEpilogueOperands();
-      unsigned first = epi.getBeginOperandIndex();
-      for (unsigned i = 0; i < epi.size(); ++i) {
-        Value v = epi[i];
-        if (i == 0) op->setOperand(first, part(op, v, 1));
-        else if (i == 1) op->setOperand(first + 1, part(op, v, *l.getNumChunks()));
-        else op->setOperand(first + i, whole(v));
+      // (They follow x: operand 1 on.)
+      for (unsigned i = 1; i < op->getNumOperands(); ++i) {
+        Value v = op->getOperand(i);
+        if (i == 1) op->setOperand(i, part(op, v, 1));
+        else if (i == 2) op->setOperand(i, part(op, v, *l.getNumChunks()));
+        else op->setOperand(i, whole(v));
       }
       setI64(op, "N", N / tp);
       localResult(l.getY(), 1);

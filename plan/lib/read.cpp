@@ -709,7 +709,6 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
         fail(w + "/order", "op '{}' ({}) must carry a '{}' reduction order", kind, op.firstNode(), orderKindName(want));
       }
       if (isLayoutOp(op.kind)) checkLayoutOp(p, op);
-      checkShardWeights(p, op);
       const json &kj = member(o, "kernel", w);
       if (!kj.is_null()) {
         op.kernel = str(kj, w + "/kernel");
@@ -747,7 +746,10 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   for (const auto &[id, n] : expected)
     if (!nodeOwner.count(id)) fail(root + "/functions/forward/ops", "node '{}' is implemented by no op", id);
   for (const auto &[name, fn] : p.functions)
-    for (const Op &op : fn.ops) checkOpNodes(op, expected);
+    for (const Op &op : fn.ops) {
+      checkOpNodes(op, expected);
+      checkShardWeights(p, op);
+    }
   return p;
 }
 
