@@ -64,8 +64,16 @@ struct ShardSeq : h3c::passes::impl::H3ShardSeqBase<ShardSeq> {
       m.emitError() << "h3-shard-seq: sp must be >= 1, got " << int64_t(sp);
       return signalPassFailure();
     }
-    getContext().getLoadedDialect<H3Dialect>()->getSpAttrHelper().setAttr(
-        m, Builder(m.getContext()).getI64IntegerAttr(sp));
+    auto spAttr = getContext().getLoadedDialect<H3Dialect>()->getSpAttrHelper();
+    bool split = false;
+    m.walk([&](Operation *op) {
+      for (Value r : op->getResults()) split |= onRankRows(r);
+    });
+    if ((spAttr.getAttr(m) && spAttr.getAttr(m).getInt() > 1) || split) {
+      m.emitError() << "h3-shard-seq: the module is already split by rows (it holds values of a rank's rows, Sr)";
+      return signalPassFailure();
+    }
+    spAttr.setAttr(m, Builder(m.getContext()).getI64IntegerAttr(sp));
     if (sp == 1) return;
     for (Operation *op : h3c::passes::h3Ops(m)) {
       if (isa<PackOp, RopeTableOp>(op)) {

@@ -161,8 +161,17 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
       m.emitError() << "h3-shard-tp: tp must be >= 1, got " << int64_t(tp);
       return signalPassFailure();
     }
-    getContext().getLoadedDialect<H3Dialect>()->getTpAttrHelper().setAttr(
-        m, Builder(m.getContext()).getI64IntegerAttr(tp));
+    auto tpAttr = getContext().getLoadedDialect<H3Dialect>()->getTpAttrHelper();
+    bool sharded = false;
+    m.walk([&](Operation *op) {
+      auto axis = op->getAttrOfType<AxisAttr>("axis");
+      sharded |= op->hasAttr("shard") || (axis && axis.getValue() == Axis::cols);
+    });
+    if ((tpAttr.getAttr(m) && tpAttr.getAttr(m).getInt() > 1) || sharded) {
+      m.emitError() << "h3-shard-tp: the module is already split over tensor-parallel ranks";
+      return signalPassFailure();
+    }
+    tpAttr.setAttr(m, Builder(m.getContext()).getI64IntegerAttr(tp));
     if (tp == 1) return;
     for (Operation *op : h3c::passes::h3Ops(m)) {
       std::string node = firstNode(op);

@@ -48,7 +48,8 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
     case OrderKind::k_chunks: {
       if (order.getKStep() != kKStep)
         error(op) << "k_step must be " << kKStep << " (the MMA K width), got " << order.getKStep();
-      if (order != h3c::passes::contractOrder(red)) error(op) << "needs the order " << h3c::passes::contractOrder(red);
+      else if (order != h3c::passes::contractOrder(red))
+        error(op) << "needs the order " << h3c::passes::contractOrder(red);
       break;
     }
     case OrderKind::lane_tree:
