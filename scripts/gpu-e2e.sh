@@ -5,6 +5,8 @@
 #   per-kernel bitwise/fp64 checks are h3c_gpu_kernels_check's), GPU ledger verifies strict, 10 GPU repeats
 #   byte-equal, batch 1 vs item 0 of batch 4 byte-equal, packed-row permutation byte-equal; the pipeline's fl2va and
 #   ref2va layouts GPU vs CPU, and a GPU SDE trajectory recomputed in Python (scripts/h3c_sealed.py).
+#   tiny at sp 2 x tp 2 (4 ranks): the one-GPU executor refuses it (exit 2, nothing written); the CPU reference's
+#   rank simulation gives the bytes of the sp = tp = 1 plan.
 #   full (H3C_GPU_FULL=1, or H3C_E2E_ONLY=full_bench): 33B at 8,349 tokens (Nt 512 + Nv 8 x 30 x 32 + Na 157),
 #   synthetic weights, strict, timed (H3C_GPU_PROFILE).
 set -uo pipefail
@@ -64,6 +66,22 @@ e2e_config() {
   check "[$cfg] SDE trajectory recomputed in Python" python3 "$root/scripts/h3c_sealed.py" trajectory "$d/traj_sde" --recompute
 }
 
+e2e_ranks() {
+  local plan=$plans/tiny-sp2tp2 d=$out/tiny
+  [ -f "$plan/plan.json" ] || { bad "[tiny sp2 x tp2] no plan at $plan"; return; }
+  [ -f "$d/req_shuf.safetensors" ] || { bad "[tiny sp2 x tp2] no request (the tiny checks did not run)"; return; }
+  check "[tiny sp2 x tp2] CPU reference, 4 simulated ranks" run tiny "$plan" "$d/req_shuf.safetensors" "$d/cpu_ranks.safetensors" "$d/cpu_ranks_ledger.json" cpu
+  check "[tiny sp2 x tp2] CPU ranks byte-equal to CPU sp = tp = 1 (shuffled rows)" bash -c "
+    '$H3C' run --config tiny --synthetic 7 --plan '$plans/tiny' --inputs '$d/req_shuf.safetensors' --out '$d/cpu_shuf.safetensors' --device cpu --ledger '$d/cpu_shuf_ledger.json' >/dev/null &&
+    cmp '$d/cpu_shuf.safetensors' '$d/cpu_ranks.safetensors'"
+  rm -f "$d/gpu_ranks.safetensors"
+  "$H3C" run --config tiny --synthetic 7 --plan "$plan" --inputs "$d/req.safetensors" --out "$d/gpu_ranks.safetensors"     --device gpu --ledger "$d/gpu_ranks_ledger.json" >"$out/last.log" 2>&1
+  local rc=$?
+  if [ $rc = 2 ] && grep -q "single-rank plans" "$out/last.log" && [ ! -e "$d/gpu_ranks.safetensors" ]; then
+    ok "[tiny sp2 x tp2] the one-GPU executor refuses a 4-rank plan (exit 2, nothing written)"; sed 's/^/    /' "$out/last.log"
+  else bad "[tiny sp2 x tp2] the one-GPU executor refuses a 4-rank plan (exit $rc)"; sed 's/^/    /' "$out/last.log" | tail -5; fi
+}
+
 e2e_full() {
   local plan=$plans/full d=$out/full
   mkdir -p "$d"
@@ -82,7 +100,7 @@ print({k: (list(v.shape), float(np.sqrt(np.mean(v.astype(np.float64)**2)))) for 
 
 case "${H3C_E2E_ONLY:-}" in
   full_bench) e2e_full ;;
-  *) e2e_config tiny; e2e_config small; [ "${H3C_GPU_FULL:-0}" = 1 ] && e2e_full ;;
+  *) e2e_config tiny; e2e_ranks; e2e_config small; [ "${H3C_GPU_FULL:-0}" = 1 ] && e2e_full ;;
 esac
 echo "${passed} passed, ${failed} failed"
 [ "$failed" = 0 ]

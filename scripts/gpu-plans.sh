@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Compiles the plans the GPU checks run (tiny, small, full; sm_90a, tp 1, fused) into carry/plans/<config> with an h3c
+# Compiles the plans the GPU checks run (tiny, small, full; sm_90a, sp = tp = 1, fused; and tiny at sp 2 x tp 2, which
+# the one-GPU executor must refuse and the CPU reference must run to the same bytes) into carry/plans/<name> with an h3c
 # that has `compile` (MLIR build; default build/bin/h3c, or $H3C), and copies the header-only dependencies a GPU machine
 # lacks into carry/include and GoogleTest's sources into carry/googletest (built in-tree there). Then: run tool `run` with carry ["carry"] and `bash scripts/gpu-test.sh` (H3C_GPU_FULL=1
 # adds the full 33B run). carry/ is git-ignored.
@@ -15,6 +16,8 @@ for c in tiny small full; do
   rm -rf "$root/carry/plans/$c"
   "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" -o "$root/carry/plans/$c" | tail -1
 done
+rm -rf "$root/carry/plans/tiny-sp2tp2"
+"$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --sp 2 --tp 2 -o "$root/carry/plans/tiny-sp2tp2" | tail -1
 cp -r /usr/include/nlohmann /usr/include/fmt /usr/include/CLI /usr/include/openssl "$root/carry/include/"
 cp -r /usr/include/x86_64-linux-gnu/openssl/* "$root/carry/include/openssl/"
 rm -rf "$root/carry/googletest" && cp -r /usr/src/googletest "$root/carry/googletest"

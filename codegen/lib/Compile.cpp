@@ -50,6 +50,7 @@ private:
 CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintSha256, const CompileOptions &o) {
   if (o.arch != "sm_90a" && o.arch != "sm_100a") fail("--arch", "expected sm_90a or sm_100a, got '{}'", o.arch);
   if (o.tp != 1 && o.tp != 2 && o.tp != 4 && o.tp != 8) fail("--tp", "expected 1, 2, 4 or 8, got {}", o.tp);
+  if (o.sp != 1 && o.sp != 2 && o.sp != 4 && o.sp != 8) fail("--sp", "expected 1, 2, 4 or 8, got {}", o.sp);
   auto t0 = std::chrono::steady_clock::now();
   MLIRContext ctx;
   ctx.disableMultithreading();
@@ -62,6 +63,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   PassManager pm(&ctx);
   passes::PipelineOptions po;
   po.arch = o.arch;
+  po.sp = o.sp;
   po.tp = o.tp;
   po.fuse = o.fuse;
   po.tokens = o.tokens;
@@ -82,6 +84,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   CompileResult r;
   plan::Options plo;
   plo.arch = o.arch;
+  plo.sp = o.sp;
   plo.tp = o.tp;
   plo.fuse = o.fuse;
   plo.wgmma = o.wgmma;

@@ -106,7 +106,7 @@ private:
   Type actType(const std::string &domain, int64_t cols, DType d, bool batch, const std::string &where) {
     if (!h3ir::isRowDomain(domain)) fail(where, "unknown row domain '{}'", domain);
     if (cols <= 0) fail(where, "non-positive column count {}", cols);
-    return h3ir::ActType::get(&ctx_, domain, cols, elt(d, where), batch, 1);
+    return h3ir::ActType::get(&ctx_, domain, cols, elt(d, where), batch);
   }
 
   static int64_t parseInt(const std::string &s, const std::string &where) {

@@ -10,6 +10,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <algorithm>
 #include <set>
 
 using namespace mlir;
@@ -24,13 +25,41 @@ std::string where(Operation *op) {
   return "op " + op->getName().getStringRef().str() + (n.empty() ? "" : " [" + n + "]");
 }
 
+// The rows of `name` (one of `list`, stacked in order) that a column-sharded op's segments cover: its split.
+plan::Segments tensorSplit(const plan::Op &op, const std::vector<std::string> &list, const std::string &name,
+                           const std::map<std::string, h3::TensorSpec> &specs) {
+  int64_t off = 0;
+  for (const auto &n : list) {
+    int64_t rows = specs.at(n).shape.at(0);
+    if (n != name) {
+      off += rows;
+      continue;
+    }
+    plan::Segments s;
+    for (auto [b, e] : op.attrs.shard.segments)
+      if (b >= off && e <= off + rows) s.emplace_back(b - off, e - off);
+      else if (b < off + rows && e > off) fail(op.where, "column segment [{}, {}) straddles two tensors", b, e);
+    if (s.empty() || s.front().first != 0 || s.back().second != rows)
+      fail(op.where, "the column segments do not tile the rows of '{}'", name);
+    return s;
+  }
+  fail(op.where, "does not read '{}'", name);
+}
+
 // Weight buffers in op order: the tensors a kernel parameter spans go into one buffer, every other tensor alone.
+// A column-sharded op's tensors carry their split (section 5.2).
 void addWeightBuffers(plan::Plan &p, const plan::Op &op, const std::optional<plan::Kernel> &k,
                       const std::map<std::string, h3::TensorSpec> &specs, std::set<std::string> &placed) {
   auto tensor = [&](const std::string &name) {
     auto it = specs.find(name);
     if (it == specs.end()) fail(op.where, "reads '{}', which is not a tensor of this config", name);
-    return plan::WeightTensor{name, it->second.dtype, it->second.shape};
+    plan::WeightTensor t{name, it->second.dtype, it->second.shape, {}, 1};
+    if (op.attrs.shard.kind == plan::ShardKind::Column && plan::splitsWeights(op.kind)) {
+      bool bias = std::find(op.biases.begin(), op.biases.end(), name) != op.biases.end();
+      t.split = tensorSplit(op, bias ? op.biases : op.weights, name, specs);
+      t.splitParts = op.attrs.shard.tp;
+    }
+    return t;
   };
   std::set<std::string> grouped;
   if (k)
@@ -73,6 +102,7 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
   p.fingerprintSha256 = fingerprintSha256;
   p.config = fp.config;
   p.options = o;
+  p.ranks = plan::rankGrid(o.sp, o.tp);
   plan::Function forward;
   forward.name = "forward";
 

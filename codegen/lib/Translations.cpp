@@ -31,9 +31,10 @@ LogicalResult toCuda(ModuleOp m, llvm::raw_ostream &os) {
   bool ok = true;
   m.walk([&](Operation *op) {
     if (op->getName().getDialectNamespace() != "h3" || !ok) return;
-    if (isa<h3ir::AllreduceTreeOp>(op)) {
-      // A collective the runtime performs (as h3-verify-strict treats it): no kernel source to print.
-      os << "// ---- collective allreduce_tree for " << h3ir::firstNode(op) << ": performed by the runtime\n";
+    if (isa<h3ir::AllGatherOp, h3ir::SplitOp>(op)) {
+      // A copy between ranks (or within one) the runtime performs: no kernel source to print.
+      os << "// ---- " << op->getName().stripDialect() << " of " << passes::planName(op->getOperand(0))
+         << ": performed by the runtime\n";
       return;
     }
     try {

@@ -40,7 +40,7 @@ void H3Dialect::initialize() {
 namespace h3c::h3ir {
 
 bool isRowDomain(llvm::StringRef d) {
-  return d == "S" || d == "Nt" || d == "Nv" || d == "Na" || d == "T" || d == "T3" || d == "1";
+  return d == "S" || d == "Nt" || d == "Nv" || d == "Na" || d == "T" || d == "T3" || d == "1" || d == "Sr";
 }
 
 std::string dtypeName(Type t) {
@@ -52,14 +52,8 @@ std::string dtypeName(Type t) {
   return "";
 }
 
-int64_t rowParallelUnits(int64_t k) {
-  int64_t u = kRowParallelUnits;
-  while (u > 1 && k % (u * kKStep) != 0) u /= 2;
-  return u;
-}
-
-OrderAttr kChunksOrder(MLIRContext *ctx, int64_t units) {
-  return OrderAttr::get(ctx, OrderKind::k_chunks, kKStep, units, 0, 0, Float32Type::get(ctx), Type());
+OrderAttr kChunksOrder(MLIRContext *ctx) {
+  return OrderAttr::get(ctx, OrderKind::k_chunks, kKStep, 1, 0, 0, Float32Type::get(ctx), Type());
 }
 OrderAttr laneTreeOrder(MLIRContext *ctx) {
   return OrderAttr::get(ctx, OrderKind::lane_tree, 0, 0, kLanes, 0, Float32Type::get(ctx), Type());
@@ -78,7 +72,7 @@ std::string firstNode(Operation *op) {
 
 } // namespace h3c::h3ir
 
-// ---- !h3.act<[B,] domain, cols, dtype[, parts = N]> ----
+// ---- !h3.act<[B,] domain, cols, dtype> ----
 
 Type ActType::parse(AsmParser &p) {
   if (p.parseLess()) return {};
@@ -102,33 +96,25 @@ Type ActType::parse(AsmParser &p) {
   }
   int64_t cols = 0;
   Type elt;
-  if (p.parseComma() || p.parseInteger(cols) || p.parseComma() || p.parseType(elt)) return {};
-  int64_t parts = 1;
-  if (succeeded(p.parseOptionalComma())) {
-    if (p.parseKeyword("parts") || p.parseEqual() || p.parseInteger(parts)) return {};
-  }
-  if (p.parseGreater()) return {};
+  if (p.parseComma() || p.parseInteger(cols) || p.parseComma() || p.parseType(elt) || p.parseGreater()) return {};
   return ActType::getChecked([&] { return p.emitError(p.getNameLoc()); }, p.getContext(), domain, cols, elt,
-                             batch, parts);
+                             batch);
 }
 
 void ActType::print(AsmPrinter &p) const {
   p << "<";
   if (getBatch()) p << "B, ";
-  p << getDomain() << ", " << getCols() << ", " << getElementType();
-  if (getParts() != 1) p << ", parts = " << getParts();
-  p << ">";
+  p << getDomain() << ", " << getCols() << ", " << getElementType() << ">";
 }
 
 LogicalResult ActType::verify(llvm::function_ref<InFlightDiagnostic()> emitError, llvm::StringRef domain,
-                              int64_t cols, Type elt, bool batch, int64_t parts) {
-  if (!isRowDomain(domain)) return emitError() << "unknown row domain '" << domain << "' (S, Nt, Nv, Na, T, T3, 1)";
+                              int64_t cols, Type elt, bool batch) {
+  if (!isRowDomain(domain))
+    return emitError() << "unknown row domain '" << domain << "' (S, Nt, Nv, Na, T, T3, 1, Sr)";
   if (cols <= 0) return emitError() << "column count must be positive, got " << cols;
   if (dtypeName(elt).empty()) return emitError() << "element type must be bf16, f32, i64 or i32, got " << elt;
-  if (parts < 1) return emitError() << "parts must be >= 1, got " << parts;
-  if (parts > 1 && !elt.isF32()) return emitError() << "rank partials must be f32";
-  if (batch && !(domain == "S" || domain == "Nt" || domain == "Nv" || domain == "Na"))
-    return emitError() << "only token domains (S, Nt, Nv, Na) carry a batch axis, not '" << domain << "'";
+  if (batch && !(domain == "S" || domain == "Nt" || domain == "Nv" || domain == "Na" || domain == "Sr"))
+    return emitError() << "only token domains (S, Nt, Nv, Na, Sr) carry a batch axis, not '" << domain << "'";
   return success();
 }
 
@@ -188,8 +174,9 @@ LogicalResult OrderAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitErr
   if (!acc) return emitError() << "order '" << stringifyOrderKind(kind) << "' needs an accumulator type (acc = f32)";
   switch (kind) {
   case OrderKind::k_chunks:
-    if (kStep <= 0 || units <= 0) return emitError() << "k_chunks needs k_step > 0 and units > 0";
-    if (units & (units - 1)) return emitError() << "k_chunks units must be a power of two (pairwise tree), got " << units;
+    if (kStep <= 0) return emitError() << "k_chunks needs k_step > 0";
+    if (units != 1)
+      return emitError() << "k_chunks has one unit (K in one chain; docs/contract.md section 4), got units = " << units;
     if (lanes || kvBlock || p) return emitError() << "k_chunks takes only k_step, units and acc";
     break;
   case OrderKind::lane_tree:
@@ -209,22 +196,33 @@ LogicalResult OrderAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitErr
 
 Attribute ShardAttr::parse(AsmParser &p, Type) {
   std::string kindName;
-  int64_t tp = 0;
+  int64_t tp = 0, segments = 1;
   if (p.parseLess()) return {};
   llvm::SMLoc kindLoc = p.getCurrentLocation();
   if (p.parseKeywordOrString(&kindName)) return {};
   std::optional<ShardKind> kind = symbolizeShardKind(kindName);
   if (!kind) {
-    p.emitError(kindLoc, "unknown shard kind '") << kindName << "' (column, row, replicated)";
+    p.emitError(kindLoc, "unknown shard kind '") << kindName << "' (column, replicated)";
     return {};
   }
-  if (p.parseComma() || p.parseKeyword("tp") || p.parseEqual() || p.parseInteger(tp) || p.parseGreater()) return {};
-  return ShardAttr::getChecked([&] { return p.emitError(p.getNameLoc()); }, p.getContext(), *kind, tp);
+  if (p.parseComma() || p.parseKeyword("tp") || p.parseEqual() || p.parseInteger(tp)) return {};
+  if (succeeded(p.parseOptionalComma()))
+    if (p.parseKeyword("segments") || p.parseEqual() || p.parseInteger(segments)) return {};
+  if (p.parseGreater()) return {};
+  return ShardAttr::getChecked([&] { return p.emitError(p.getNameLoc()); }, p.getContext(), *kind, tp, segments);
 }
 
-void ShardAttr::print(AsmPrinter &p) const { p << "<" << stringifyShardKind(getKind()) << ", tp = " << getTp() << ">"; }
+void ShardAttr::print(AsmPrinter &p) const {
+  p << "<" << stringifyShardKind(getKind()) << ", tp = " << getTp();
+  if (getSegments() != 1) p << ", segments = " << getSegments();
+  p << ">";
+}
 
-LogicalResult ShardAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, ShardKind, int64_t tp) {
+LogicalResult ShardAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError, ShardKind kind, int64_t tp,
+                                int64_t segments) {
   if (tp < 1) return emitError() << "tp must be >= 1, got " << tp;
+  if (segments < 1) return emitError() << "segments must be >= 1, got " << segments;
+  if (kind == ShardKind::replicated && (tp != 1 || segments != 1))
+    return emitError() << "a replicated op records tp = 1 and one segment";
   return success();
 }

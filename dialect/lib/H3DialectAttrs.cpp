@@ -49,11 +49,11 @@ LogicalResult H3Dialect::verifyOperationAttribute(Operation *op, NamedAttribute 
     if (!isa<StringAttr>(value)) return op->emitOpError() << "'h3.config_name' must be a string";
     return success();
   }
-  if (name == getTpAttrHelper().getName()) {
+  if (name == getTpAttrHelper().getName() || name == getSpAttrHelper().getName()) {
     if (!onModule) return moduleOnly();
-    auto tp = dyn_cast<IntegerAttr>(value);
-    if (!tp || !tp.getType().isInteger(64) || tp.getInt() < 1)
-      return op->emitOpError() << "'h3.tp' must be an i64 >= 1";
+    auto n = dyn_cast<IntegerAttr>(value);
+    if (!n || !n.getType().isInteger(64) || n.getInt() < 1)
+      return op->emitOpError() << "'" << name.getValue() << "' must be an i64 >= 1";
     return success();
   }
   if (name == getArchAttrHelper().getName()) {

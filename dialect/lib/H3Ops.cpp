@@ -63,7 +63,6 @@ LogicalResult expect(Operation *op, ActType t, llvm::StringRef what, int64_t col
   if (!domain.empty() && t.getDomain() != domain)
     return err(op) << what << " must have row domain " << domain << ", got " << t.getDomain();
   if (batch && t.getBatch() != *batch) return err(op) << what << (*batch ? " needs" : " must not have") << " a batch axis";
-  if (t.getParts() != 1) return err(op) << what << " must not be rank partials";
   return success();
 }
 
@@ -97,7 +96,7 @@ LogicalResult verifyTableGather(Operation *op, ActType table, int64_t chunkCols,
     if (c < 0 || c >= numChunks) return err(op) << "chunk " << c << " out of range [0, " << numChunks << ")";
   if (table.getCols() != numChunks * chunkCols)
     return err(op) << "table must have " << numChunks << " x " << chunkCols << " columns, got " << table.getCols();
-  if (!table.getElementType().isBF16() || table.getBatch() || table.getParts() != 1)
+  if (!table.getElementType().isBF16() || table.getBatch())
     return err(op) << "table must be a bf16 AdaLN table without a batch axis";
   llvm::StringRef want = rowIndex == RowIndex::adaln ? "T3" : "T";
   if (table.getDomain() != want)
@@ -106,7 +105,7 @@ LogicalResult verifyTableGather(Operation *op, ActType table, int64_t chunkCols,
   return success();
 }
 
-// Epilogue operands shared by h3.linear and h3.allreduce_tree.
+// The epilogue operands of h3.linear.
 LogicalResult verifyEpilogue(Operation *op, Epilogue epilogue, ValueRange ops, ActType y,
                              std::optional<int64_t> chunk, std::optional<int64_t> numChunks,
                              std::optional<RowIndex> rowIndex) {
@@ -190,16 +189,6 @@ LogicalResult LinearOp::verify() {
     return failure();
   if (failed(sameRows(op, x, y, "output"))) return failure();
   Epilogue epi = getEpilogue();
-  bool partial = getShard() && getShard()->getKind() == ShardKind::row && getShard()->getTp() > 1;
-  if (partial) {
-    if (y.getParts() != getShard()->getTp() || !y.getElementType().isF32() || y.getCols() != int64_t(getN()))
-      return err(op) << "a row-parallel linear over tp = " << getShard()->getTp() << " must produce "
-                     << getShard()->getTp() << " f32 rank partials of " << getN() << " columns";
-    if (epi != Epilogue::none || !getBias().empty())
-      return err(op) << "a row-parallel linear leaves bias and epilogue to h3.allreduce_tree";
-    return success();
-  }
-  if (y.getParts() != 1) return err(op) << "only a row-parallel linear produces rank partials";
   if (!isFloat(y.getElementType())) return err(op) << "output must be bf16 or f32";
   int64_t outCols = getN();
   if (epi == Epilogue::swiglu) {
@@ -208,24 +197,6 @@ LogicalResult LinearOp::verify() {
   }
   if (y.getCols() != outCols) return err(op) << "output must have " << outCols << " columns, got " << y.getCols();
   return verifyEpilogue(op, epi, getEpilogueOperands(), y, getChunk(), getNumChunks(), getRowIndex());
-}
-
-LogicalResult AllreduceTreeOp::verify() {
-  Operation *op = getOperation();
-  if (failed(verifyCommon(op, /*nodesMayBeEmpty=*/true))) return failure();
-  if (getOrder() && getOrder()->getUnits() != int64_t(getUnits()))
-    return err(op) << "order has " << getOrder()->getUnits() << " units but the op combines " << getUnits();
-  ActType p = act(getPartials()), y = act(getY());
-  int64_t tp = getTp(), units = getUnits();
-  if (tp < 2 || (tp & (tp - 1))) return err(op) << "tp must be a power of two >= 2, got " << tp;
-  if (units % tp) return err(op) << units << " units cannot be split over tp = " << tp;
-  if (p.getParts() != tp || !p.getElementType().isF32() || p.getCols() != int64_t(getN()))
-    return err(op) << "partials must be " << tp << " f32 rank partials of " << getN() << " columns";
-  if (failed(sameRows(op, p, y, "output")) || failed(weightCount(op, getBias(), 0, 1, "bias"))) return failure();
-  if (failed(expect(op, y, "output", getN()))) return failure();
-  if (!isFloat(y.getElementType())) return err(op) << "output must be bf16 or f32";
-  if (getEpilogue() == Epilogue::swiglu) return err(op) << "epilogue swiglu cannot follow a row-parallel reduction";
-  return verifyEpilogue(op, getEpilogue(), getEpilogueOperands(), y, getChunk(), getNumChunks(), getRowIndex());
 }
 
 LogicalResult AdalnTableOp::verify() {
@@ -278,7 +249,7 @@ LogicalResult RmsNormOp::verify() {
   ActType x = act(getX()), y = act(getY());
   if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
   if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(sameRows(op, x, y, "output"))) return failure();
-  if (!isFloat(x.getElementType()) || x.getParts() != 1) return err(op) << "input must be bf16 or f32";
+  if (!isFloat(x.getElementType())) return err(op) << "input must be bf16 or f32";
   return expect(op, y, "output", x.getCols(), BFloat16Type::get(getContext()));
 }
 
@@ -352,11 +323,14 @@ LogicalResult QkNormRopeOp::verify() {
 LogicalResult AttentionOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op))) return failure();
-  ActType q = act(getQ());
+  ActType q = act(getQ()), k = act(getK());
   if (!q.getBatch()) return err(op) << "attention runs on token-domain (batched) rows";
   for (Value v : {getQ(), getK(), getV(), getO()})
-    if (failed(verifyHeads(op, act(v), getHeads(), getHeadDim(), "q/k/v/o")) || failed(sameRows(op, q, act(v), "q/k/v/o")))
-      return failure();
+    if (failed(verifyHeads(op, act(v), getHeads(), getHeadDim(), "q/k/v/o"))) return failure();
+  if (failed(sameRows(op, q, act(getO()), "o")) || failed(sameRows(op, k, act(getV()), "v"))) return failure();
+  // Sequence parallel: a rank's query rows (Sr) attend all keys of S (gathered); otherwise one domain.
+  bool spQuery = q.getDomain() == "Sr" && k.getDomain() == "S" && q.getBatch() == k.getBatch();
+  if (!spQuery && failed(sameRows(op, q, k, "k"))) return failure();
   return success();
 }
 
@@ -437,6 +411,44 @@ LogicalResult UnpackOp::verify() {
   return success();
 }
 
+// ---- layout ops ----
+
+namespace {
+
+// all_gather / split: `full` is the whole value, `part` what one rank holds (docs/contract.md section 5.2).
+LogicalResult verifyLayout(Operation *op, ActType part, ActType full, Axis axis, int64_t parts, int64_t segments) {
+  if (failed(verifyCommon(op, /*nodesMayBeEmpty=*/true))) return failure();
+  if (!op->getAttrOfType<ArrayAttr>("nodes").empty()) return err(op) << "a layout op implements no node";
+  if (parts < 2) return err(op) << "parts must be >= 2, got " << parts;
+  if (part.getElementType() != full.getElementType() || part.getBatch() != full.getBatch())
+    return err(op) << "part and full value differ in dtype or batch axis";
+  if (axis == Axis::rows) {
+    if (segments != 1) return err(op) << "a rows " << op->getName().stripDialect() << " has no column segments";
+    if (part.getDomain() != "Sr" || full.getDomain() != "S")
+      return err(op) << "moves between a rank's rows (Sr) and all of S, got " << part.getDomain() << " and "
+                     << full.getDomain();
+    if (part.getCols() != full.getCols()) return err(op) << "a rows " << op->getName().stripDialect() << " keeps the columns";
+    return success();
+  }
+  if (part.getDomain() != full.getDomain()) return err(op) << "a cols " << op->getName().stripDialect() << " keeps the rows";
+  if (segments < 1 || full.getCols() % (segments * parts))
+    return err(op) << full.getCols() << " columns do not form " << segments << " segments of " << parts << " parts";
+  if (part.getCols() * parts != full.getCols())
+    return err(op) << "each of " << parts << " ranks holds " << full.getCols() / parts << " of " << full.getCols()
+                   << " columns, got " << part.getCols();
+  return success();
+}
+
+} // namespace
+
+LogicalResult AllGatherOp::verify() {
+  return verifyLayout(getOperation(), act(getPart()), act(getFull()), getAxis(), getParts(), getSegments());
+}
+
+LogicalResult SplitOp::verify() {
+  return verifyLayout(getOperation(), act(getPart()), act(getFull()), getAxis(), getParts(), getSegments());
+}
+
 // ---- OrderedReduction ----
 
 LogicalResult h3c::h3ir::detail::verifyOrderedReduction(Operation *op) {
@@ -453,9 +465,6 @@ SmallVector<int64_t> AdalnTableOp::getReducedExtents() { return {int64_t(getK())
 SmallVector<int64_t> QkvLinearOp::getReducedExtents() { return {int64_t(getK())}; }
 // linear_1 reduces the sinusoid's freq_dim channels, linear_2 the hidden ones.
 SmallVector<int64_t> TimeEmbedOp::getReducedExtents() { return {int64_t(getFreqDim()), int64_t(getHidden())}; }
-// The K reduction ran in the producing linear (its units split over the ranks); this op only combines the
-// rank partials by the upper levels of that reduction's tree.
-SmallVector<int64_t> AllreduceTreeOp::getReducedExtents() { return {}; }
 SmallVector<int64_t> RmsNormOp::getReducedExtents() { return {act(getX()).getCols()}; }
 SmallVector<int64_t> NormModulateOp::getReducedExtents() { return {act(getX()).getCols()}; }
 SmallVector<int64_t> QkNormOp::getReducedExtents() { return {int64_t(getHeadDim())}; }

@@ -5,7 +5,8 @@
 // l sums the rounded P that multiply v. K/V tiles are double-buffered with cp.async.
 //
 // Defined by the emitter: AT_ENTRY H3C_PARAMS AT_D (multiple of 16, <= 256) AT_HEADS AT_SCALE (float literal).
-// Parameters: q, k, v, out ([B, L, heads * d] each) and item_rows = L (grid.x: query blocks, y: heads, z: items).
+// Parameters: q, out ([B, Lq, heads * d]), k, v ([B, Lk, heads * d]), item_rows = Lq and kv_rows = Lk (grid.x: query
+// blocks, y: heads, z: items). Lq < Lk under sequence parallelism: a rank's query rows attend every key of S.
 #define AT_LDS (AT_D + 8)
 #define AT_DK (AT_D / 16)
 #define AT_DN (AT_D / 8)
@@ -23,21 +24,22 @@ extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
   h3bf *Qs = (h3bf *)at_smem;
   h3bf *Ks = Qs + 64 * AT_LDS;
   h3bf *Vs = Ks + 2 * 64 * AT_LDS;
-  const long long L = item_rows;
+  const long long L = item_rows, Lk = kv_rows;
   const long long ld = (long long)AT_HEADS * AT_D;
   const long long base = (long long)blockIdx.z * L * ld + (long long)blockIdx.y * AT_D;
+  const long long kvBase = (long long)blockIdx.z * Lk * ld + (long long)blockIdx.y * AT_D;
   const h3bf *Q = (const h3bf *)q + base;
-  const h3bf *K = (const h3bf *)k + base;
-  const h3bf *V = (const h3bf *)v + base;
+  const h3bf *K = (const h3bf *)k + kvBase;
+  const h3bf *V = (const h3bf *)v + kvBase;
   h3bf *O = (h3bf *)out + base;
   const long long q0 = (long long)blockIdx.x * 64;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   const float kNegInf = __int_as_float(0xff800000);
-  const int nkv = (int)((L + 63) / 64);
+  const int nkv = (int)((Lk + 63) / 64);
 
   at_load_rows(Qs, Q, q0, L, ld);
-  at_load_rows(Ks, K, 0, L, ld);
-  at_load_rows(Vs, V, 0, L, ld);
+  at_load_rows(Ks, K, 0, Lk, ld);
+  at_load_rows(Vs, V, 0, Lk, ld);
   cp_async_commit();
 
   float o[AT_DN][4];
@@ -51,8 +53,8 @@ extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
   for (int kb = 0; kb < nkv; ++kb) {
     if (kb + 1 < nkv) {
       int nb = (kb + 1) & 1;
-      at_load_rows(Ks + nb * 64 * AT_LDS, K, (long long)(kb + 1) * 64, L, ld);
-      at_load_rows(Vs + nb * 64 * AT_LDS, V, (long long)(kb + 1) * 64, L, ld);
+      at_load_rows(Ks + nb * 64 * AT_LDS, K, (long long)(kb + 1) * 64, Lk, ld);
+      at_load_rows(Vs + nb * 64 * AT_LDS, V, (long long)(kb + 1) * 64, Lk, ld);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -89,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         long long key = k0 + j * 8 + t4 * 2 + (e & 1);
-        s[j][e] = key < L ? __fmul_rn(s[j][e], AT_SCALE) : kNegInf;
+        s[j][e] = key < Lk ? __fmul_rn(s[j][e], AT_SCALE) : kNegInf;
       }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {

@@ -1,12 +1,10 @@
 // Tensor-core linear (mma.sync m16n8k16, bf16 x bf16 -> f32) in the contract's k_chunks order (docs/contract.md
-// section 4): K is cut into GM_U contiguous units; inside a unit one accumulator starts at 0 and every mma adds the
-// next 16-wide chunk, K ascending (the k-tile loop walks K in order and each tile issues its 16-wide chunks in
-// order). Unit partials are combined by the pairwise tree as units complete (a stack of log2(U) partials). Tiles are
-// fixed per op, never chosen from the row count M. Epilogues per section 3 (bias, residual, gate_residual, swiglu).
+// section 4): one accumulator per output starts at 0 and every mma adds the next 16-wide chunk, K ascending (the
+// k-tile loop walks K in order and each tile issues its 16-wide chunks in order). Tiles are fixed per op, never
+// chosen from the row count M. Epilogues per section 3 (bias, residual, gate_residual, swiglu).
 //
-// Defined by the emitter: GM_ENTRY H3C_PARAMS GM_K GM_U GM_L(log2 U) GM_BM GM_BN GM_BK GM_WM GM_WN GM_STAGES
-// GM_XMODE (one of GM_X_*), GM_MERGE(u) (the tree steps), and the epilogue's defines (gemm_epilogue.cuh, emitted
-// before this file).
+// Defined by the emitter: GM_ENTRY H3C_PARAMS GM_K GM_BM GM_BN GM_BK GM_WM GM_WN GM_STAGES GM_XMODE (one of
+// GM_X_*), and the epilogue's defines (gemm_epilogue.cuh, emitted before this file).
 // Parameters (H3C_PARAMS, in this order): x; residual (epilogues residual, gate_residual); table, ts_index, tags
 // (gate_residual); y0 (y1, y2 for qkv); w (qkv: [Wq; Wk; Wv] as one matrix); bias (when GM_HAS_BIAS); rows; meta_rows
 // (gate_residual).
@@ -31,23 +29,6 @@ __device__ __forceinline__ void gm_zero(gm_acc_t &d) {
     for (int j = 0; j < GM_NF; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) d[i][j][e] = 0.0f;
-}
-__device__ __forceinline__ void gm_copy(gm_acc_t &d, const gm_acc_t &s) {
-#pragma unroll
-  for (int i = 0; i < GM_MF; ++i)
-#pragma unroll
-    for (int j = 0; j < GM_NF; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) d[i][j][e] = s[i][j][e];
-}
-// d = d + s (d holds the earlier unit's partial: p[2i] + p[2i+1]).
-__device__ __forceinline__ void gm_add(gm_acc_t &d, const gm_acc_t &s) {
-#pragma unroll
-  for (int i = 0; i < GM_MF; ++i)
-#pragma unroll
-    for (int j = 0; j < GM_NF; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) d[i][j][e] = __fadd_rn(d[i][j][e], s[i][j][e]);
 }
 
 // Weight row held by row r of the block's B tile (swiglu: each warp's columns are half value rows, half gate rows).
@@ -144,13 +125,9 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS) GM_ENTRY(H3C_PARAMS) {
   const void *B = GM_BIAS_PARAM;
   const GmEpilogue ep = GM_EPILOGUE_PARAMS;
   const int KT = (GM_K + GM_BK - 1) / GM_BK;
-  const int TPU = KT / GM_U;  // k-tiles per unit (the emitter checks (K / U) % BK == 0 when U > 1)
 
   gm_acc_t acc;
   gm_zero(acc);
-#if GM_U > 1
-  gm_acc_t stk[GM_L];
-#endif
 #pragma unroll
   for (int s = 0; s < GM_STAGES - 1; ++s) {
     if (s < KT) gm_load_tile(As + s * GM_BM * GM_LDS, Bs + s * GM_BN * GM_LDS, X, W, M, m0, n0, s * GM_BK);
@@ -167,20 +144,9 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS) GM_ENTRY(H3C_PARAMS) {
     cp_async_commit();
     int s = kt % GM_STAGES;
     gm_compute(As + s * GM_BM * GM_LDS, Bs + s * GM_BN * GM_LDS, acc, wm, wn, lane);
-#if GM_U > 1
-    if ((kt + 1) % TPU == 0) {
-      int u = kt / TPU;
-      GM_MERGE(u)
-      gm_zero(acc);
-    }
-#endif
   }
   cp_async_wait<0>();
-#if GM_U > 1
-  gm_acc_t &res = stk[GM_L - 1];
-#else
   gm_acc_t &res = acc;
-#endif
 
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll

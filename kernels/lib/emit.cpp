@@ -193,28 +193,6 @@ plan::Kernel finish(const std::string &name, const std::string &entryMacro, Buil
   return k;
 }
 
-// The pairwise-tree merge after unit u of U = 2^L units (gemm_bf16.cuh), as a switch with compile-time register
-// indices. With t = the number of trailing one bits of u, the finished unit partial is combined with the t stack
-// slots below it (p[2i] + p[2i+1], level by level) and the result parked in slot t; after the last unit the whole
-// tree's value is in slot L - 1.
-std::string mergeMacro(int L) {
-  std::ostringstream m;
-  m << "switch (u) { ";
-  for (int u = 0; u < (1 << L); ++u) {
-    int lvl = 0;
-    while ((u >> lvl) & 1) ++lvl;
-    m << "case " << u << ": ";
-    for (int i = 0; i < lvl; ++i)
-      m << "gm_add(stk[" << i << "], " << (i == 0 ? std::string("acc") : fmt::format("stk[{}]", i - 1)) << "); ";
-    if (lvl < L)
-      m << "gm_copy(stk[" << lvl << "], " << (lvl == 0 ? std::string("acc") : fmt::format("stk[{}]", lvl - 1))
-        << "); ";
-    m << "break; ";
-  }
-  m << "}";
-  return m.str();
-}
-
 // The tensor-core GEMM template's specialization (gemm_bf16.cuh).
 enum class XMode { Bf16, F32, SiluF32 };
 struct GemmDesc {
@@ -222,7 +200,7 @@ struct GemmDesc {
   XMode x = XMode::Bf16;
   Epilogue epi = Epilogue::None;
   bool outF32 = false, bias = false;
-  int nout = 1, units = 1;
+  int nout = 1;
   int64_t chunk = 0, numChunks = 1, rowsPerTs = 1;
 };
 
@@ -257,8 +235,7 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps) {
 std::string gemmName(const OpView &v, const GemmDesc &d, const std::string &impl) {
   static const char *epiSuffix[] = {"", "_res", "_gres", "_swiglu"};
   std::string xs = d.x == XMode::Bf16 ? "" : "_xf32";
-  return fmt::format("{}_{}_k{}_n{}{}{}_u{}", plan::opKindName(v.op.kind), impl, d.K, d.N, epiSuffix[int(d.epi)], xs,
-                     d.units);
+  return fmt::format("{}_{}_k{}_n{}{}{}", plan::opKindName(v.op.kind), impl, d.K, d.N, epiSuffix[int(d.epi)], xs);
 }
 
 // The Hopper kernel (gemm_sm90.cuh): 128 x 256 tiles, stages of 48 KiB (3 by default), a persistent grid of at most
@@ -286,29 +263,16 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
 
 plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const int64_t K = d.K, N = d.N;
-  const int U = d.units;
   if (K % 8 != 0) fail(v.where, "bf16 linear needs K % 8 == 0 (16-byte rows), got K = {}", K);
-  int L = 0;
-  while ((1 << L) < U) ++L;
-  if (U < 1 || (1 << L) != U || U > 8) fail(v.where, "order.units must be 1, 2, 4 or 8, got {}", U);
-  if (U > 1 && K % (16LL * U) != 0) fail(v.where, "order.units = {} needs K % (units * k_step) == 0, got K = {}", U, K);
   if (d.epi == Epilogue::Swiglu && N % 2 != 0)
     fail(v.where, "swiglu epilogue needs an even N (value and gate halves), got {}", N);
-  if (arch == "sm_90a" && v.options.wgmma && U == 1 && d.x == XMode::Bf16) return emitGemmSm90(v, d, arch);
+  if (arch == "sm_90a" && v.options.wgmma && d.x == XMode::Bf16) return emitGemmSm90(v, d, arch);
   Builder b;
-  int BM, BN, WM, WN, BK = 32, stages = 3;
-  if (U == 1) {
-    BM = 128; BN = 128; WM = 2; WN = 4;  // warp tile 64 x 32
-  } else {
-    BM = 128; BN = 64; WM = 4; WN = 2;   // warp tile 32 x 32: room for the log2(U) partials of the tree
-    if ((K / U) % 32 != 0) BK = 16;      // a k-tile never straddles two units
-  }
+  const int BM = 128, BN = 128, WM = 2, WN = 4, BK = 32, stages = 3;  // warp tile 64 x 32
   static const char *xName[] = {"GM_X_BF16", "GM_X_F32", "GM_X_SILU_F32"};
   defineEpilogue(b, d);
-  b.def("GM_U", U); b.def("GM_L", L);
   b.def("GM_BM", BM); b.def("GM_BN", BN); b.def("GM_BK", BK); b.def("GM_WM", WM); b.def("GM_WN", WN);
   b.def("GM_STAGES", stages); b.def("GM_XMODE", xName[int(d.x)]);
-  if (U > 1) b.def("GM_MERGE(u)", mergeMacro(L));
 
   Params p = gemmParams(v, d, /*maps=*/false);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? N / 2 : N;
@@ -319,22 +283,22 @@ plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string 
   return finish(gemmName(v, d, "bf16"), "GM_ENTRY", b, p, body, l, arch);
 }
 
-int kChunkUnits(const OpView &v) {
+// Every GEMM reduces K in one chain (k_chunks, one unit).
+void checkKChunks(const OpView &v) {
   v.requireOrder(plan::OrderKind::KChunks);
   if (v.op.order.kStep != 16) fail(v.where, "order.k_step must be 16");
-  return int(v.op.order.units);
+  if (v.op.order.units != 1) fail(v.where, "order.units must be 1 (docs/contract.md section 4), got {}", v.op.order.units);
 }
 
 plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
-  int U = kChunkUnits(v);
+  checkKChunks(v);
   if (v.op.weights.size() != 1) fail(v.where, "a linear op needs exactly one weight tensor");
   if (v.op.biases.size() > 1) fail(v.where, "a linear op has at most one bias tensor");
   const bool bias = !v.op.biases.empty();
   if (a.wDtype == DType::F32) {
     if (a.epilogue != Epilogue::None)
       fail(v.where, "F32 linears take no epilogue (got \"{}\")", plan::epilogueName(a.epilogue));
-    if (U != 1) fail(v.where, "F32 linears run the sequential fma order: order.units must be 1, got {}", U);
     Builder b;
     b.def("FL_K", a.K); b.def("FL_N", a.N); b.def("FL_HAS_BIAS", bias ? 1 : 0);
     b.def("FL_XBF", a.xDtype == DType::F32 ? 0 : 1); b.def("FL_OUT_BF", a.outDtype == DType::F32 ? 0 : 1);
@@ -356,7 +320,6 @@ plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
   d.epi = a.epilogue;
   d.outF32 = a.outDtype == DType::F32;
   d.bias = bias;
-  d.units = U;
   if (a.epilogue == Epilogue::GateResidual) {
     d.chunk = a.chunk;
     d.numChunks = a.numChunks;
@@ -369,7 +332,7 @@ plan::Kernel emitQkv(const OpView &v, const std::string &arch) {
   GemmDesc d;
   d.K = v.a().K;
   d.N = 3 * v.a().N;
-  d.units = kChunkUnits(v);
+  checkKChunks(v);
   d.nout = 3;
   if (!v.op.biases.empty()) fail(v.where, "qkv_linear takes no bias (H3's to_q/to_k/to_v have none)");
   if (v.op.weights.size() != 3) fail(v.where, "qkv_linear needs three weight tensors [Wq, Wk, Wv]");
@@ -381,7 +344,7 @@ plan::Kernel emitAdaln(const OpView &v, const std::string &arch) {
   GemmDesc d;
   d.K = v.a().K;
   d.N = v.a().N;
-  d.units = kChunkUnits(v);
+  checkKChunks(v);
   d.x = XMode::SiluF32;
   d.bias = !v.op.biases.empty();
   return emitGemmBf16(v, d, arch);
@@ -391,7 +354,7 @@ plan::Kernel emitTimeEmbed(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
   const int64_t K = a.freqDim, H = a.hidden, N = a.outDim;
   if ((K + H) * 4 > 40 * 1024) fail(v.where, "time_embed: freq_dim + hidden too large for shared memory");
-  if (kChunkUnits(v) != 1) fail(v.where, "time_embed runs the sequential F32 order: order.units must be 1");
+  checkKChunks(v);
   if (v.op.weights.size() != 2 || v.op.biases.size() != 2)
     fail(v.where, "time_embed reads [linear_1, linear_2] weights and biases");
   Builder b;
@@ -475,6 +438,8 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   const int64_t heads = v.a().heads, d = v.a().headDim;
   if (d % 16 != 0 || d > 256) fail(v.where, "attention needs head_dim % 16 == 0 and <= 256, got {}", d);
   if (!v.in(0).batch) fail(v.where, "attention runs per batch item: q must carry the batch axis");
+  if (v.in(1).rows != v.in(2).rows || (v.in(1).rows != v.in(0).rows && v.in(0).rows != Domain::Sr))
+    fail(v.where, "k and v share a row domain, which is q's unless q is a rank's rows Sr");
   Builder b;
   b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_SCALE", floatLit(1.0 / std::sqrt((double)d)));
   Params p;
@@ -484,6 +449,7 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   p.out("out", 0);
   Extent itemRows = Extent::rowsOf(v.in(0).rows, false);
   p.scalar("item_rows", itemRows);
+  p.scalar("kv_rows", Extent::rowsOf(v.in(1).rows, false));
   plan::Launch l = launch(128, 5 * 64 * (d + 8) * 2, dim(itemRows, 64), dim(Extent::constant(heads)),
                           dim(Extent::parse("B", v.where)));
   return finish(fmt::format("attention_h{}_d{}", heads, d), "AT_ENTRY", b, p, tmpl::attention, l, arch);
@@ -587,7 +553,9 @@ std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &
   // (sm_90a only); the arch selects the NVRTC target and is part of the JIT cache key.
   switch (op.kind) {
   case OpKind::RopeTable:
-  case OpKind::TimestepSinusoid: return std::nullopt;
+  case OpKind::TimestepSinusoid:
+  case OpKind::AllGather:  // layout ops: copies the runtime performs
+  case OpKind::Split: return std::nullopt;
   case OpKind::Linear: return emitLinear(v, arch);
   case OpKind::QkvLinear: return emitQkv(v, arch);
   case OpKind::AdalnTable: return emitAdaln(v, arch);
@@ -604,7 +572,6 @@ std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &
   case OpKind::GateResidual:
   case OpKind::Pack:
   case OpKind::Unpack: return emitElementwise(v, arch);
-  case OpKind::AllreduceTree: break;
   }
   fail(v.where, "no GPU kernel for op kind '{}'", plan::opKindName(op.kind));
 }

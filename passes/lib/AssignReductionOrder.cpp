@@ -1,6 +1,5 @@
 // h3-assign-reduction-order: the order attribute of docs/contract.md section 4 on every reducing op (every op with
-// the OrderedReduction interface). It depends on the op kind, the node (row-parallel candidates get U = 8 units)
-// and the reduced extent only.
+// the OrderedReduction interface). It depends on the op kind only: k_chunks (one unit), lane_tree or flash.
 #include "Common.h"
 #include "h3c/Passes/Passes.h"
 
@@ -20,14 +19,6 @@ struct AssignReductionOrder : h3c::passes::impl::H3AssignReductionOrderBase<Assi
     getOperation().walk([&](OrderedReduction red) {
       Operation *op = red;
       OrderAttr have = red.getOrderAttr();
-      if (isa<AllreduceTreeOp>(op)) {
-        // Created by h3-shard-tp with the order of the linear it completes.
-        if (!have) {
-          op->emitOpError() << "has no order: h3-shard-tp creates it with one";
-          ok = false;
-        }
-        return;
-      }
       OrderAttr want = h3c::passes::contractOrder(red);
       if (!have) {
         red.setOrderAttr(want);

@@ -13,22 +13,10 @@ std::string blockPrefix(const std::string &node) {
   return "";
 }
 
-bool isRowParallelCandidate(const std::string &node) {
-  static const std::regex re(R"(^transformer_blocks\.[0-9]+\.(attn\.to_out\.0|ff\.net\.2)$)");
-  return std::regex_match(node, re);
-}
-
 h3ir::OrderAttr contractOrder(h3ir::OrderedReduction op) {
   MLIRContext *ctx = op->getContext();
   switch (op.getRequiredOrderKind()) {
-  case h3ir::OrderKind::k_chunks: {
-    int64_t units = 1;
-    if (auto ar = dyn_cast<h3ir::AllreduceTreeOp>(op.getOperation()))
-      units = ar.getUnits();
-    else if (auto l = dyn_cast<h3ir::LinearOp>(op.getOperation()); l && isRowParallelCandidate(h3ir::firstNode(l)))
-      units = h3ir::rowParallelUnits(l.getK());
-    return h3ir::kChunksOrder(ctx, units);
-  }
+  case h3ir::OrderKind::k_chunks: return h3ir::kChunksOrder(ctx);
   case h3ir::OrderKind::lane_tree: return h3ir::laneTreeOrder(ctx);
   case h3ir::OrderKind::flash: return h3ir::flashOrder(ctx);
   }

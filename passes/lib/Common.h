@@ -18,13 +18,10 @@ inline bool startsWith(const std::string &s, const std::string &prefix) { return
 
 // "transformer_blocks.7." for "transformer_blocks.7.attn.to_q"; "" for top-level nodes.
 std::string blockPrefix(const std::string &node);
-// True for attn.to_out.0 / ff.net.2 of a transformer block: the row-parallel candidates (U = 8 units).
-bool isRowParallelCandidate(const std::string &node);
-
-// The order docs/contract.md section 4 pins for a reducing op: k_chunks with U = rowParallelUnits(K) for a
-// row-parallel candidate linear, the op's own units for an allreduce_tree (it completes that linear's tree) and
-// U = 1 otherwise; lane_tree with 32 lanes; flash. h3-assign-reduction-order gives it out, h3-verify-strict checks it.
+// The order docs/contract.md section 4 pins for a reducing op: k_chunks with one unit (U = 1, every linear);
+// lane_tree with 32 lanes; flash. h3-assign-reduction-order gives it out, h3-verify-strict checks it.
 h3c::h3ir::OrderAttr contractOrder(h3c::h3ir::OrderedReduction op);
+
 
 std::vector<std::string> nodeList(mlir::Operation *op);
 mlir::ArrayAttr strArray(mlir::Builder &b, const std::vector<std::string> &v);

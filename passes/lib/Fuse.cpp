@@ -227,7 +227,7 @@ struct FuseTimeMlp : OpRewritePattern<LinearOp> {
     // time_embed is all F32 on [T] rows; the sinusoid has freq_dim = K columns (the op verifier's shape).
     auto isF32T = [](Value v) {
       auto t = cast<ActType>(v.getType());
-      return t.getDomain() == "T" && !t.getBatch() && t.getParts() == 1 && t.getElementType().isF32();
+      return t.getDomain() == "T" && !t.getBatch() && t.getElementType().isF32();
     };
     if (!isF32T(l1.getX()) || !isF32T(l1.getY()) || !isF32T(l2.getY()) || l1.getK() % 2)
       return rewriter.notifyMatchFailure(l1, "not an F32 [T] time MLP on an even-width sinusoid");

@@ -1,4 +1,4 @@
-// The registered pipeline `h3-pipeline{arch=... tp=... fuse=... tokens=...}`: what `h3c compile` runs.
+// The registered pipeline `h3-pipeline{arch=... sp=... tp=... fuse=... tokens=...}`: what `h3c compile` runs.
 #include "h3c/Passes/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
@@ -11,6 +11,9 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
   H3ShardTpOptions shard;
   shard.tp = o.tp;
   pm.addPass(createH3ShardTp(shard));
+  H3ShardSeqOptions seq;
+  seq.sp = o.sp;
+  pm.addPass(createH3ShardSeq(seq));
   H3VerifyStrictOptions strict;
   strict.arch = o.arch;
   pm.addPass(createH3VerifyStrict(strict));
@@ -22,7 +25,7 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
 void registerAll() {
   registerH3Passes();
   mlir::PassPipelineRegistration<PipelineOptions>(
-      "h3-pipeline", "The h3c compile pipeline: order, fuse, shard, verify, plan buffers", buildPipeline);
+      "h3-pipeline", "The h3c compile pipeline: order, fuse, shard-tp, shard-seq, verify, plan buffers", buildPipeline);
 }
 
 } // namespace h3c::passes

@@ -30,11 +30,15 @@ struct Slot {
 struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
   using Base::Base;
 
-  // Rows of a domain for the peak report: every token domain bounded by S (B = 1), one timestep.
+  int64_t sp = 1;  // the module's h3.sp
+
+  // Rows of a domain for the peak report: every token domain bounded by S (B = 1), one timestep; a rank's range of
+  // S (Sr) the largest one, ceil(S / sp).
   int64_t rows(llvm::StringRef d) const {
     if (d == "T") return 1;
     if (d == "T3") return 3;
     if (d == "1") return 1;
+    if (d == "Sr") return (tokens + sp - 1) / sp;
     return tokens;
   }
 
@@ -47,6 +51,7 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
     Builder b(m.getContext());
     // The discardable attributes this pass writes (declared and verified by the dialect).
     auto *dialect = m.getContext()->getLoadedDialect<H3Dialect>();
+    if (auto a = dialect->getSpAttrHelper().getAttr(m)) sp = a.getInt();
     StringAttr slotName = dialect->getSlotAttrHelper().getName();
     auto slotsAttr = dialect->getSlotsAttrHelper();
     std::vector<Slot> slots;
@@ -63,7 +68,7 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
       int64_t live = 0;
       auto bytesPerRow = [](Value v) {
         auto t = cast<ActType>(v.getType());
-        return t.getCols() * eltBytes(t.getElementType()) * t.getParts();
+        return t.getCols() * eltBytes(t.getElementType());
       };
       auto allocate = [&](Value v) {
         auto t = cast<ActType>(v.getType());

@@ -1,5 +1,5 @@
 // h3 op -> plan::Op (PlanOp.h): operands in the contract's positions, the op's inherent attributes as typed attrs,
-// the derived attrs the kernels read (dtypes, widths) and the TP geometry spelled out (column segments).
+// the derived attrs the kernels read (dtypes, widths) and the sp/tp geometry spelled out (column segments).
 #include "h3c/Passes/PlanOp.h"
 
 #include "h3c/Dialect/H3/H3Dialect.h"
@@ -49,20 +49,19 @@ plan::Order toOrder(OrderAttr o, const std::string &w) {
   return r;
 }
 
-// Column segments of a column-parallel op: the output-column ranges that each split evenly over the ranks.
-std::vector<std::pair<int64_t, int64_t>> columnSegments(Operation *op, const plan::OpAttrs &a) {
-  if (isa<QkvLinearOp>(op)) return {{0, a.N}, {a.N, 2 * a.N}, {2 * a.N, 3 * a.N}};
-  if (auto l = dyn_cast<LinearOp>(op); l && a.epilogue == plan::Epilogue::Swiglu)
-    return {{0, a.N / 2}, {a.N / 2, a.N}};
-  if (isa<AdalnTableOp>(op)) {
-    // One segment per chunk of every table row (6 x 3 for blocks): each chunk splits alike.
-    int64_t parts = a.numChunks * a.rowsPerTimestep, H = a.N / parts;
-    std::vector<std::pair<int64_t, int64_t>> s;
-    for (int64_t k = 0; k < parts; ++k) s.emplace_back(k * H, (k + 1) * H);
-    return s;
-  }
-  if (a.heads > 0 && a.headDim > 0) return {{0, a.heads * a.headDim}};
-  return {{0, act(op->getResult(0)).getCols()}};
+// `count` equal segments of `width` columns.
+plan::Segments equalSegments(int64_t width, int64_t count) {
+  plan::Segments s;
+  for (int64_t k = 0; k < count; ++k) s.emplace_back(k * width / count, (k + 1) * width / count);
+  return s;
+}
+
+// The full (tp = 1) width a column-parallel op's segments tile: the GEMM's weight rows (qkv: the three stacked
+// tensors), otherwise its output columns; the op's attrs and types are the rank's.
+int64_t fullColumns(Operation *op, const plan::OpAttrs &a, int64_t tp) {
+  if (isa<QkvLinearOp>(op)) return 3 * a.N * tp;
+  if (isa<LinearOp, AdalnTableOp>(op)) return a.N * tp;
+  return act(op->getResult(0)).getCols() * tp;
 }
 
 } // namespace
@@ -81,6 +80,20 @@ std::string valueName(Value v) {
   return cast<StringAttr>(values[i]).str();
 }
 
+std::string planName(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    if (auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+      if (auto n = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "h3.name")) return n.str();
+    return "arg" + std::to_string(arg.getArgNumber());
+  }
+  Operation *op = v.getDefiningOp();
+  auto values = op->getAttrOfType<ArrayAttr>("values");
+  unsigned i = cast<OpResult>(v).getResultNumber();
+  if (values && i < values.size())
+    if (auto s = dyn_cast<StringAttr>(values[i])) return s.str();
+  return op->getName().stripDialect().str() + std::to_string(i);
+}
+
 plan::Value planValue(Value v, const std::string &name) {
   ActType t = act(v);
   plan::Value r;
@@ -89,7 +102,6 @@ plan::Value planValue(Value v, const std::string &name) {
   if (!plan::parseDomain(t.getDomain().str(), r.rows)) fail("value " + name, "unknown row domain");
   r.cols = t.getCols();
   r.batch = t.getBatch();
-  r.ranks = t.getParts();
   return r;
 }
 
@@ -112,6 +124,7 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
   for (Value v : op->getResults()) r.out.push_back(nameOf(v));
 
   plan::OpAttrs &a = r.attrs;
+  int64_t segmentCount = 1;
   auto props = dyn_cast_or_null<DictionaryAttr>(op->getPropertiesAsAttribute());
   if (props) {
     for (NamedAttribute na : props) {
@@ -125,6 +138,7 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
         auto s = cast<ShardAttr>(v);
         if (!plan::parseShardKind(stringifyShardKind(s.getKind()).str(), a.shard.kind)) fail(w, "unknown shard kind");
         a.shard.tp = s.getTp();
+        segmentCount = s.getSegments();
         continue;
       }
       if (auto i = dyn_cast<IntegerAttr>(v)) {
@@ -142,8 +156,8 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
         else if (k == "freq_dim") a.freqDim = x;
         else if (k == "hidden") a.hidden = x;
         else if (k == "out_dim") a.outDim = x;
-        else if (k == "tp") a.tp = x;
-        else if (k == "units") a.units = x;
+        else if (k == "parts") a.parts = x;
+        else if (k == "segments") segmentCount = x;
         else fail(w, "integer attribute '{}' has no plan attr", k);
       } else if (auto f = dyn_cast<FloatAttr>(v)) {
         if (k == "eps") a.eps = f.getValueAsDouble();
@@ -153,6 +167,8 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
         if (!plan::parseEpilogue(stringifyEpilogue(e.getValue()).str(), a.epilogue)) fail(w, "unknown epilogue");
       } else if (auto ri = dyn_cast<RowIndexAttr>(v)) {
         if (!plan::parseRowIndex(stringifyRowIndex(ri.getValue()).str(), a.rowIndex)) fail(w, "unknown row index");
+      } else if (auto ax = dyn_cast<AxisAttr>(v)) {
+        if (!plan::parseAxis(stringifyAxis(ax.getValue()).str(), a.axis)) fail(w, "unknown axis");
       } else {
         fail(w, "attribute '{}' of unsupported kind in the plan", k);
       }
@@ -184,7 +200,14 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
     if (!plan::parseDomain(act(at.getQ()).getDomain().str(), a.domain)) fail(w, "unknown attention domain");
     a.scale = 1.0 / std::sqrt(double(at.getHeadDim()));
   }
-  if (a.shard.kind == plan::ShardKind::Column) a.shard.segments = columnSegments(op, a);
+  if (isa<AllGatherOp, SplitOp>(op)) {
+    // The whole value's width and dtype; column segments of the whole value.
+    ActType full = act(isa<AllGatherOp>(op) ? op->getResult(0) : op->getOperand(0));
+    a.cols = full.getCols();
+    a.dtype = a.outDtype;
+    if (a.axis == plan::Axis::Cols) a.segments = equalSegments(a.cols, segmentCount);
+  }
+  if (a.shard.kind == plan::ShardKind::Column) a.shard.segments = equalSegments(fullColumns(op, a, a.shard.tp), segmentCount);
   return r;
 }
 

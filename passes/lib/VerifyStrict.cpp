@@ -48,12 +48,8 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
     case OrderKind::k_chunks: {
       if (order.getKStep() != kKStep)
         error(op) << "k_step must be " << kKStep << " (the MMA K width), got " << order.getKStep();
-      int64_t units = order.getUnits();
-      int64_t want = h3c::passes::contractOrder(red).getUnits();
-      if (units != want) error(op) << "needs " << want << " canonical K units, has " << units;
-      if (units > 1)
-        for (int64_t k : red.getReducedExtents())
-          if (k % (units * kKStep)) error(op) << "K = " << k << " is not " << units << " whole units of k_step chunks";
+      else if (order != h3c::passes::contractOrder(red))
+        error(op) << "needs the order " << h3c::passes::contractOrder(red);
       break;
     }
     case OrderKind::lane_tree:
@@ -73,16 +69,24 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
         error(op) << "no fixed-order attention kernel for head_dim " << a.getHeadDim() << " (needs a multiple of "
                   << kKStep << ", at most " << kMaxHeadDim << ")";
     }
-    if (auto shard = op->getAttrOfType<ShardAttr>("shard")) {
-      auto *dialect = op->getContext()->getLoadedDialect<H3Dialect>();
-      auto tpAttr = dialect->getTpAttrHelper().getAttr(op->getParentOfType<ModuleOp>());
-      if (tpAttr && shard.getTp() != tpAttr.getInt())
-        error(op) << "is sharded over tp = " << shard.getTp() << " but the module is tp = " << tpAttr.getInt();
-      if (auto l = dyn_cast<LinearOp>(op); l && shard.getKind() == ShardKind::row && shard.getTp() > 1) {
-        for (Operation *u : l.getY().getUsers())
-          if (!isa<AllreduceTreeOp>(u)) error(op) << "rank partials may only feed h3.allreduce_tree";
-      }
-    }
+    auto *dialect = op->getContext()->getLoadedDialect<H3Dialect>();
+    ModuleOp m = op->getParentOfType<ModuleOp>();
+    auto degree = [&](bool seq) -> int64_t {
+      IntegerAttr a = seq ? dialect->getSpAttrHelper().getAttr(m) : dialect->getTpAttrHelper().getAttr(m);
+      return a ? a.getInt() : 1;
+    };
+    if (auto shard = op->getAttrOfType<ShardAttr>("shard"))
+      if (shard.getTp() != degree(false))
+        error(op) << "is sharded over tp = " << shard.getTp() << " but the module is tp = " << degree(false);
+    // Layout ops move rows over the sp ranks and columns over the tp ranks (docs/contract.md section 5.2).
+    auto layout = [&](Axis axis, int64_t parts) {
+      bool seq = axis == Axis::rows;
+      if (parts != degree(seq))
+        error(op) << "moves " << parts << " parts of " << stringifyAxis(axis) << " but the module is "
+                  << (seq ? "sp" : "tp") << " = " << degree(seq);
+    };
+    if (auto g = dyn_cast<AllGatherOp>(op)) layout(g.getAxis(), g.getParts());
+    if (auto s = dyn_cast<SplitOp>(op)) layout(s.getAxis(), s.getParts());
     if (auto l = dyn_cast<LinearOp>(op)) {
       Type in = cast<ActType>(l.getX().getType()).getElementType();
       if (!in.isBF16() && !in.isF32()) error(op) << "no linear kernel for input " << in;
@@ -90,11 +94,9 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
   }
 
   // The kernel emitter is the authority on what a qualified fixed-order kernel implements: ask it for every op
-  // (it checks the op's shapes, dtypes and order against its templates). allreduce_tree is a collective the
-  // runtime performs (gather the rank partials, combine them by the fixed tree); h3c compile reports ops without
-  // a device kernel.
+  // (it checks the op's shapes, dtypes and order against its templates; host ops and the layout ops, copies the
+  // runtime performs, have none). h3c compile reports ops without a device kernel.
   void checkEmitter(Operation *op) {
-    if (isa<AllreduceTreeOp>(op)) return;
     try {
       (void)h3c::kernels::emitKernel(h3c::passes::toPlanOp(op, /*requireNames=*/false),
                                      h3c::passes::operandValues(op, /*requireNames=*/false), std::string(arch));

@@ -10,8 +10,8 @@ namespace h3c::plan {
 namespace {
 
 // The symbols an extent may name, in a fixed order (Term::syms index into it).
-const char *const kSyms[] = {"B", "S", "Nt", "Nv", "Na", "T", "T3"};
-constexpr int kNumSyms = 7;
+const char *const kSyms[] = {"B", "S", "Nt", "Nv", "Na", "T", "T3", "Sr"};
+constexpr int kNumSyms = 8;
 
 int64_t symValue(int s, const Extents &e) {
   switch (s) {
@@ -21,7 +21,8 @@ int64_t symValue(int s, const Extents &e) {
   case 3: return e.Nv;
   case 4: return e.Na;
   case 5: return e.T;
-  default: return 3 * e.T;
+  case 6: return 3 * e.T;
+  default: return e.Sr;
   }
 }
 
@@ -38,12 +39,13 @@ const char *domainName(Domain d) {
   case Domain::T: return "T";
   case Domain::T3: return "T3";
   case Domain::One: return "1";
+  case Domain::Sr: return "Sr";
   }
   return "?";
 }
 
 bool parseDomain(const std::string &s, Domain &out) {
-  for (Domain d : {Domain::S, Domain::Nt, Domain::Nv, Domain::Na, Domain::T, Domain::T3, Domain::One})
+  for (Domain d : {Domain::S, Domain::Nt, Domain::Nv, Domain::Na, Domain::T, Domain::T3, Domain::One, Domain::Sr})
     if (s == domainName(d)) {
       out = d;
       return true;
@@ -51,7 +53,9 @@ bool parseDomain(const std::string &s, Domain &out) {
   return false;
 }
 
-bool isTokenDomain(Domain d) { return d == Domain::S || d == Domain::Nt || d == Domain::Nv || d == Domain::Na; }
+bool isTokenDomain(Domain d) {
+  return d == Domain::S || d == Domain::Nt || d == Domain::Nv || d == Domain::Na || d == Domain::Sr;
+}
 
 int64_t Extents::rows(Domain d) const {
   switch (d) {
@@ -62,6 +66,7 @@ int64_t Extents::rows(Domain d) const {
   case Domain::T: return T;
   case Domain::T3: return 3 * T;
   case Domain::One: return 1;
+  case Domain::Sr: return Sr;
   }
   return 0;
 }
@@ -104,7 +109,7 @@ Extent Extent::parse(const std::string &text, const std::string &where) {
           }
         }
         if (sym < 0)
-          fail(where, "extent '{}': expected a symbol (B, S, Nt, Nv, Na, T, T3) or an integer at '{}'", text,
+          fail(where, "extent '{}': expected a symbol (B, S, Nt, Nv, Na, T, T3, Sr) or an integer at '{}'", text,
                s.substr(i));
         t.syms.push_back(sym);
         i += len;

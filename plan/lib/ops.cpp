@@ -34,15 +34,16 @@ const std::pair<OpKind, const char *> kOpKinds[] = {
     {OpKind::Swiglu, "swiglu"},          {OpKind::Silu, "silu"},
     {OpKind::Residual, "residual"},      {OpKind::GateResidual, "gate_residual"},
     {OpKind::Pack, "pack"},              {OpKind::Unpack, "unpack"},
-    {OpKind::AllreduceTree, "allreduce_tree"},
+    {OpKind::AllGather, "all_gather"},   {OpKind::Split, "split"},
 };
 const std::pair<Epilogue, const char *> kEpilogues[] = {{Epilogue::None, "none"},
                                                          {Epilogue::Residual, "residual"},
                                                          {Epilogue::GateResidual, "gate_residual"},
                                                          {Epilogue::Swiglu, "swiglu"}};
 const std::pair<RowIndex, const char *> kRowIndices[] = {{RowIndex::Adaln, "adaln"}, {RowIndex::Timestep, "timestep"}};
-const std::pair<ShardKind, const char *> kShardKinds[] = {
-    {ShardKind::Replicated, "replicated"}, {ShardKind::Column, "column"}, {ShardKind::Row, "row"}};
+const std::pair<ShardKind, const char *> kShardKinds[] = {{ShardKind::Replicated, "replicated"},
+                                                           {ShardKind::Column, "column"}};
+const std::pair<Axis, const char *> kAxes[] = {{Axis::Rows, "rows"}, {Axis::Cols, "cols"}};
 const std::pair<OrderKind, const char *> kOrderKinds[] = {
     {OrderKind::None, "none"}, {OrderKind::KChunks, "k_chunks"}, {OrderKind::LaneTree, "lane_tree"},
     {OrderKind::Flash, "flash"}};
@@ -66,6 +67,8 @@ bool parseRowIndex(const std::string &s, RowIndex &out) { return parseFrom(kRowI
 int64_t rowsPerTimestep(RowIndex r) { return r == RowIndex::Adaln ? 3 : 1; }
 const char *shardKindName(ShardKind k) { return nameOf(kShardKinds, k); }
 bool parseShardKind(const std::string &s, ShardKind &out) { return parseFrom(kShardKinds, s, out); }
+const char *axisName(Axis a) { return nameOf(kAxes, a); }
+bool parseAxis(const std::string &s, Axis &out) { return parseFrom(kAxes, s, out); }
 const char *orderKindName(OrderKind k) { return nameOf(kOrderKinds, k); }
 bool parseOrderKind(const std::string &s, OrderKind &out) { return parseFrom(kOrderKinds, s, out); }
 
@@ -75,7 +78,6 @@ OrderKind requiredOrder(OpKind k) {
   case OpKind::AdalnTable:
   case OpKind::QkvLinear:
   case OpKind::TimeEmbed:
-  case OpKind::AllreduceTree:  // the upper levels of the row-parallel linear's unit tree
     return OrderKind::KChunks;
   case OpKind::RmsNorm:
   case OpKind::NormModulate:
@@ -91,6 +93,10 @@ OrderKind requiredOrder(OpKind k) {
 
 bool runsOnHost(OpKind k) { return k == OpKind::RopeTable || k == OpKind::TimestepSinusoid; }
 
+bool isLayoutOp(OpKind k) { return k == OpKind::AllGather || k == OpKind::Split; }
+
+bool splitsWeights(OpKind k) { return k == OpKind::Linear || k == OpKind::QkvLinear || k == OpKind::AdalnTable; }
+
 std::vector<size_t> hostOutputs(OpKind k) {
   if (k == OpKind::Pack) return {1, 2, 3};
   return {};
@@ -98,7 +104,7 @@ std::vector<size_t> hostOutputs(OpKind k) {
 
 namespace {
 
-// The operands a linear-like epilogue appends after x (linear) or the partials (allreduce_tree).
+// The operands a linear's epilogue appends after x.
 void epilogueInputs(std::vector<std::string> &v, Epilogue e) {
   if (e == Epilogue::Residual) v.push_back("residual");
   if (e == Epilogue::GateResidual)
@@ -113,11 +119,6 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
   case OpKind::TimestepSinusoid: return {"t"};
   case OpKind::Linear: {
     std::vector<std::string> v = {"x"};
-    epilogueInputs(v, a.epilogue);
-    return v;
-  }
-  case OpKind::AllreduceTree: {
-    std::vector<std::string> v = {"partials"};
     epilogueInputs(v, a.epilogue);
     return v;
   }
@@ -142,6 +143,8 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
     return {"text", "video", "audio", "text_indices", "video_indices", "audio_indices", "position_ids",
             "token_tags", "timestep_indices"};
   case OpKind::Unpack: return {"y_video", "y_audio"};
+  case OpKind::AllGather: return {"part"};
+  case OpKind::Split: return {"full"};
   }
   return {};
 }
@@ -153,6 +156,8 @@ std::vector<std::string> outputRoles(OpKind k, const OpAttrs &) {
   case OpKind::QkNormRope: return {"q", "k"};
   case OpKind::Pack: return {"x", "positions", "tags", "ts_index"};
   case OpKind::Unpack: return {"sample", "audio_sample"};
+  case OpKind::AllGather: return {"full"};
+  case OpKind::Split: return {"part"};
   case OpKind::AdalnTable: return {"table"};
   case OpKind::TimeEmbed: return {"temb"};
   case OpKind::Residual:
@@ -170,8 +175,8 @@ const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a) {
       qkNorm = {"heads", "head_dim", "eps"}, rope = {"heads", "head_dim", "rotary_dim"},
       qkNormRope = {"heads", "head_dim", "eps", "rotary_dim"}, attention = {"heads", "head_dim", "domain", "scale"},
       swiglu = {"F", "cols"}, colsDtype = {"cols", "dtype"}, gateRes = {"H", "chunk", "num_chunks", "row_index"},
-      pack = {"H"}, unpack = {"video_cols", "audio_cols"}, allreduce = {"N", "tp", "units", "epilogue"},
-      allreduceGate = {"N", "tp", "units", "epilogue", "chunk", "num_chunks", "row_index"};
+      pack = {"H"}, unpack = {"video_cols", "audio_cols"}, layoutRows = {"axis", "parts", "cols", "dtype"},
+      layoutCols = {"axis", "parts", "cols", "dtype", "segments"};
   switch (k) {
   case OpKind::RopeTable: return ropeTable;
   case OpKind::TimestepSinusoid: return sinusoid;
@@ -191,7 +196,8 @@ const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::GateResidual: return gateRes;
   case OpKind::Pack: return pack;
   case OpKind::Unpack: return unpack;
-  case OpKind::AllreduceTree: return a.epilogue == Epilogue::GateResidual ? allreduceGate : allreduce;
+  case OpKind::AllGather:
+  case OpKind::Split: return a.axis == Axis::Cols ? layoutCols : layoutRows;
   }
   return none;
 }

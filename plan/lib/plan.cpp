@@ -18,6 +18,36 @@ int64_t WeightTensor::numel() const {
   return n;
 }
 
+std::vector<int64_t> WeightTensor::localShape() const {
+  std::vector<int64_t> s = shape;
+  if (!split.empty() && !s.empty()) s[0] /= splitParts;
+  return s;
+}
+
+Segments partOf(const Segments &segs, int64_t part, int64_t parts) {
+  if (parts < 1 || part < 0 || part >= parts) fail("column segments", "part {} of {} does not exist", part, parts);
+  Segments r;
+  for (auto [b, e] : segs) {
+    if ((e - b) % parts) fail("column segments", "[{}, {}) does not split into {} equal parts", b, e, parts);
+    int64_t w = (e - b) / parts;
+    r.emplace_back(b + part * w, b + (part + 1) * w);
+  }
+  return r;
+}
+
+std::vector<Rank> rankGrid(int64_t sp, int64_t tp) {
+  std::vector<Rank> r;
+  for (int64_t i = 0; i < sp; ++i)
+    for (int64_t j = 0; j < tp; ++j) r.push_back({i * tp + j, i, j});
+  return r;
+}
+
+std::pair<int64_t, int64_t> rankRows(int64_t spIndex, int64_t sp, int64_t S) {
+  if (sp < 1 || spIndex < 0 || spIndex >= sp) fail("sequence-parallel rank", "{} of {} does not exist", spIndex, sp);
+  // floor(i*S/sp): S*sp stays far below 2^63 for any request the runtime accepts.
+  return {spIndex * S / sp, (spIndex + 1) * S / sp};
+}
+
 const Function &Plan::forward() const {
   auto it = functions.find("forward");
   if (it == functions.end()) fail("plan.json#/functions", "has no forward function");

@@ -44,8 +44,9 @@ Order parseOrder(const json &j, const std::string &where) {
     o.kStep = integer(member(j, "k_step", where), where + "/k_step");
     o.units = integer(member(j, "units", where), where + "/units");
     if (o.kStep != 16) fail(where + "/k_step", "expected 16 (the MMA K width), got {}", o.kStep);
-    if (o.units < 1 || o.units > 64 || (o.units & (o.units - 1)))
-      fail(where + "/units", "expected a power of two in [1, 64], got {}", o.units);
+    if (o.units != 1)
+      fail(where + "/units", "expected 1 (every linear reduces K in one chain; docs/contract.md section 4), got {}",
+           o.units);
   } else if (o.kind == OrderKind::LaneTree) {
     onlyKeys(j, {"kind", "lanes", "acc"}, where);
     o.lanes = integer(member(j, "lanes", where), where + "/lanes");
@@ -65,44 +66,61 @@ Order parseOrder(const json &j, const std::string &where) {
   return o;
 }
 
+// Segments tiling [0, total) from 0 in order (total < 0: any end), each splitting evenly over `parts`.
+Segments parseSegments(const json &j, int64_t parts, int64_t total, const std::string &where) {
+  const json &segs = array(j, where);
+  if (segs.empty()) fail(where, "expected at least one segment");
+  Segments out;
+  int64_t at = 0;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    std::string w = where + "/" + std::to_string(i);
+    if (!segs[i].is_array() || segs[i].size() != 2) fail(w, "expected [begin, end]");
+    int64_t b = nonNegative(segs[i][0], w + "/0"), e = positive(segs[i][1], w + "/1");
+    if (b != at || e <= b) fail(w, "segments must tile the columns from 0 in order; got [{}, {}) after {}", b, e, at);
+    if ((e - b) % parts) fail(w, "segment of {} columns does not split into {} equal parts", e - b, parts);
+    out.emplace_back(b, e);
+    at = e;
+  }
+  if (total >= 0 && at != total) fail(where, "segments cover [0, {}), expected [0, {})", at, total);
+  return out;
+}
+
+int64_t segmentsWidth(const Segments &s) { return s.empty() ? 0 : s.back().second; }
+
 Shard parseShard(const json &j, int64_t planTp, const std::string &where) {
   Shard s;
   std::string kind = str(member(j, "kind", where), where + "/kind");
-  if (!parseShardKind(kind, s.kind)) fail(where + "/kind", "expected replicated, column or row, got '{}'", kind);
+  if (!parseShardKind(kind, s.kind)) fail(where + "/kind", "expected replicated or column, got '{}'", kind);
   s.tp = positive(member(j, "tp", where), where + "/tp", 8);
-  if (s.tp != 1 && s.tp != planTp) fail(where + "/tp", "shard degree {} differs from options.tp {}", s.tp, planTp);
   if (s.kind == ShardKind::Column) {
     onlyKeys(j, {"kind", "tp", "segments"}, where);
-    const json &segs = array(member(j, "segments", where), where + "/segments");
-    if (segs.empty()) fail(where + "/segments", "a column shard needs at least one segment");
-    int64_t at = 0;
-    for (size_t i = 0; i < segs.size(); ++i) {
-      std::string w = where + "/segments/" + std::to_string(i);
-      if (!segs[i].is_array() || segs[i].size() != 2) fail(w, "expected [begin, end]");
-      int64_t b = nonNegative(segs[i][0], w + "/0"), e = positive(segs[i][1], w + "/1");
-      if (b != at || e <= b) fail(w, "segments must tile the columns from 0 in order; got [{}, {}) after {}", b, e, at);
-      if ((e - b) % s.tp) fail(w, "segment of {} columns does not split over tp = {}", e - b, s.tp);
-      s.segments.emplace_back(b, e);
-      at = e;
-    }
+    if (s.tp != planTp || s.tp < 2)
+      fail(where + "/tp", "a column shard splits over options.tp = {} ranks (> 1), got {}", planTp, s.tp);
+    s.segments = parseSegments(member(j, "segments", where), s.tp, -1, where + "/segments");
   } else {
     onlyKeys(j, {"kind", "tp"}, where);
+    if (s.tp != 1) fail(where + "/tp", "a replicated op records tp = 1, got {}", s.tp);
   }
   return s;
 }
 
 // Typed attrs of an op (ops.h attrKeys + the common ones). `hasWeights`/`hasInputs` decide the common keys.
-OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, int64_t planTp,
+OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, const Options &opt,
                    const std::string &where) {
   if (!j.is_object()) fail(where, "expected an object");
   OpAttrs a;
-  // The epilogue and the rotary width decide which other keys exist: read them first.
+  // The epilogue and a layout op's axis decide which other keys exist: read them first.
   if (j.contains("epilogue")) {
     std::string e = str(j["epilogue"], where + "/epilogue");
     if (!parseEpilogue(e, a.epilogue))
       fail(where + "/epilogue", "expected none, residual, gate_residual or swiglu, got \"{}\"", e);
   }
-  std::set<std::string> allowed = {"out_dtype", "shard"};
+  if (isLayoutOp(kind) && j.contains("axis")) {
+    std::string ax = str(j["axis"], where + "/axis");
+    if (!parseAxis(ax, a.axis)) fail(where + "/axis", "expected rows or cols, got \"{}\"", ax);
+  }
+  std::set<std::string> allowed = {"out_dtype"};
+  if (!isLayoutOp(kind)) allowed.insert("shard");
   if (hasInputs) allowed.insert("x_dtype");
   if (hasWeights) allowed.insert("w_dtype");
   for (const auto &k : attrKeys(kind, a)) allowed.insert(k);
@@ -143,15 +161,24 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     else if (k == "freq_dim") a.freqDim = positive(v, w("freq_dim"));
     else if (k == "hidden") a.hidden = positive(v, w("hidden"));
     else if (k == "out_dim") a.outDim = positive(v, w("out_dim"));
-    else if (k == "tp") a.tp = positive(v, w("tp"), 8);
-    else if (k == "units") a.units = positive(v, w("units"), 64);
-    else if (k == "dtype") a.dtype = floatDtype(v, w("dtype"));
+    else if (k == "parts") a.parts = positive(v, w("parts"), 8);
+    else if (k == "dtype") a.dtype = floatDtype(v, w("dtype"), isLayoutOp(kind));
     else if (k == "x_dtype") a.xDtype = floatDtype(v, w("x_dtype"), true);
     else if (k == "w_dtype") a.wDtype = floatDtype(v, w("w_dtype"));
-    else if (k == "out_dtype") a.outDtype = floatDtype(v, w("out_dtype"));
-    else if (k == "shard") a.shard = parseShard(v, planTp, w("shard"));
+    else if (k == "out_dtype") a.outDtype = floatDtype(v, w("out_dtype"), isLayoutOp(kind));
+    else if (k == "shard") a.shard = parseShard(v, opt.tp, w("shard"));
   }
-  if (kind == OpKind::Linear || kind == OpKind::AllreduceTree) {
+  if (isLayoutOp(kind)) {
+    // Rows move over the sequence-parallel group, columns over the tensor-parallel group (section 5.2).
+    const int64_t group = a.axis == Axis::Rows ? opt.sp : opt.tp;
+    if (a.parts != group || group < 2)
+      fail(w("parts"), "a {} {} moves {} parts (options.{} = {}, which must be > 1), got {}", opKindName(kind),
+           axisName(a.axis), a.axis == Axis::Rows ? "sp" : "tp", a.axis == Axis::Rows ? "sp" : "tp", group, a.parts);
+    if (a.axis == Axis::Cols) a.segments = parseSegments(j["segments"], a.parts, a.cols, w("segments"));
+    if (a.dtype != a.outDtype || a.dtype != a.xDtype)
+      fail(w("dtype"), "a layout op copies: dtype, x_dtype and out_dtype must agree");
+  }
+  if (kind == OpKind::Linear) {
     if (a.epilogue == Epilogue::GateResidual && a.chunk >= a.numChunks)
       fail(w("chunk"), "chunk {} out of [0, num_chunks = {})", a.chunk, a.numChunks);
   } else if (j.contains("epilogue")) {
@@ -369,9 +396,8 @@ NodeShape nodeShape(const Op &op) {
                                                            : "swiglu";
     return {{"linear", e}, {}};
   }
-  case OpKind::AllreduceTree:
-    if (a.epilogue == Epilogue::None) return {{}, {}};
-    return {{a.epilogue == Epilogue::Residual ? "residual" : "gate_residual"}, {}};
+  case OpKind::AllGather:
+  case OpKind::Split: return {{}, {}};
   case OpKind::QkvLinear: return {{"linear", "linear", "linear"}, {}};
   case OpKind::TimeEmbed: return {{"linear", "silu", "linear"}, {}};
   case OpKind::QkNormRope:
@@ -394,7 +420,6 @@ void checkOpNodes(const Op &op, const std::map<std::string, const h3::Node *> &n
   if (kinds != shape.required)
     fail(op.where + "/nodes", "a '{}' op implements nodes of kinds [{}], got [{}]", opKindName(op.kind),
          fmt::join(shape.required, ", "), fmt::join(kinds, ", "));
-  if (op.kind == OpKind::AllreduceTree) return;  // its bias is the partial linear's (none in H3)
   std::vector<std::string> weights, biases;
   for (const auto &id : op.nodes)
     for (const auto &t : nodes.at(id)->tensors) {
@@ -409,13 +434,114 @@ void checkOpNodes(const Op &op, const std::map<std::string, const h3::Node *> &n
          fmt::join(op.biases, ", "));
 }
 
+// The "ranks" section: exactly the grid of section 5.2 for options.sp x options.tp, spelled out.
+std::vector<Rank> parseRanks(const json &j, const Options &opt, const std::string &where) {
+  onlyKeys(j, {"sp", "tp", "count", "order", "list"}, where);
+  if (integer(member(j, "sp", where), where + "/sp") != opt.sp) fail(where + "/sp", "differs from options.sp");
+  if (integer(member(j, "tp", where), where + "/tp") != opt.tp) fail(where + "/tp", "differs from options.tp");
+  if (integer(member(j, "count", where), where + "/count") != opt.sp * opt.tp)
+    fail(where + "/count", "expected sp x tp = {}", opt.sp * opt.tp);
+  if (str(member(j, "order", where), where + "/order") != "sp_major")
+    fail(where + "/order", "expected \"sp_major\" (rank = sp_index * tp + tp_index)");
+  std::vector<Rank> grid = rankGrid(opt.sp, opt.tp);
+  const json &list = array(member(j, "list", where), where + "/list");
+  if (list.size() != grid.size()) fail(where + "/list", "expected {} ranks, got {}", grid.size(), list.size());
+  for (size_t r = 0; r < grid.size(); ++r) {
+    const std::string w = where + "/list/" + std::to_string(r);
+    const json &e = list[r];
+    onlyKeys(e, {"rank", "sp_index", "tp_index", "rows", "cols"}, w);
+    const Rank &g = grid[r];
+    for (auto [key, want] : {std::pair{"rank", g.rank}, std::pair{"sp_index", g.spIndex}, std::pair{"tp_index", g.tpIndex}})
+      if (integer(member(e, key, w), w + "/" + key) != want) fail(w + "/" + key, "expected {}", want);
+    const json &rows = member(e, "rows", w);
+    onlyKeys(rows, {"domain", "begin", "end"}, w + "/rows");
+    if (str(member(rows, "domain", w + "/rows"), w + "/rows/domain") != "S") fail(w + "/rows/domain", "expected \"S\"");
+    for (auto [key, num] : {std::pair{"begin", g.spIndex}, std::pair{"end", g.spIndex + 1}}) {
+      const std::string wk = w + "/rows/" + key;
+      const json &f = member(rows, key, w + "/rows");
+      if (!f.is_array() || f.size() != 2 || integer(f[0], wk + "/0") != num || integer(f[1], wk + "/1") != opt.sp)
+        fail(wk, "expected [{}, {}] (row floor({} * S / {}))", num, opt.sp, num, opt.sp);
+    }
+    const json &cols = member(e, "cols", w);
+    onlyKeys(cols, {"part", "parts"}, w + "/cols");
+    if (integer(member(cols, "part", w + "/cols"), w + "/cols/part") != g.tpIndex)
+      fail(w + "/cols/part", "expected {}", g.tpIndex);
+    if (integer(member(cols, "parts", w + "/cols"), w + "/cols/parts") != opt.tp)
+      fail(w + "/cols/parts", "expected {}", opt.tp);
+  }
+  return grid;
+}
+
+// all_gather / split: the part and full values agree with the axis, parts and segments (section 5.2).
+void checkLayoutOp(const Plan &p, const Op &op) {
+  const OpAttrs &a = op.attrs;
+  const bool gather = op.kind == OpKind::AllGather;
+  const Value &part = p.value(gather ? op.in[0] : op.out[0]), &full = p.value(gather ? op.out[0] : op.in[0]);
+  const std::string w = op.where + (gather ? "/in/0" : "/out/0");
+  if (part.dtype != a.dtype || full.dtype != a.dtype) fail(op.where + "/attrs/dtype", "differs from its values' dtype");
+  if (part.batch != full.batch) fail(w, "'{}' and '{}' differ in the batch axis", part.name, full.name);
+  if (a.axis == Axis::Rows) {
+    if (full.rows != Domain::S || part.rows != Domain::Sr)
+      fail(w, "a rows {} moves between a rank's rows (Sr) and all of S: '{}' is {}, '{}' is {}", opKindName(op.kind),
+           part.name, domainName(part.rows), full.name, domainName(full.rows));
+    if (part.cols != a.cols || full.cols != a.cols) fail(op.where + "/attrs/cols", "differs from its values' widths");
+  } else {
+    if (part.rows != full.rows) fail(w, "a cols {} keeps the rows", opKindName(op.kind));
+    if (full.cols != a.cols || part.cols * a.parts != a.cols)
+      fail(op.where + "/attrs/cols", "expected the full value '{}' of {} columns and parts of {} / {}", full.name,
+           a.cols, a.cols, a.parts);
+  }
+}
+
+// Column-sharded GEMMs read split weights whose segments, stacked in the op's weight order, are the op's segments;
+// every other op reads whole tensors. GEMM widths (K, N) are the rank's.
+void checkShardWeights(const Plan &p, const Op &op) {
+  if (isLayoutOp(op.kind)) return;
+  const Shard &sh = op.attrs.shard;
+  const bool column = sh.kind == ShardKind::Column && splitsWeights(op.kind);
+  auto tensorOf = [&](const std::string &name) -> const WeightTensor & {
+    auto [buf, off] = p.weightLocation(name);
+    for (const auto &t : buf->tensors)
+      if (t.name == name) return t;
+    fail(op.where, "no weight tensor '{}'", name);
+  };
+  for (const auto *list : {&op.weights, &op.biases}) {
+    if (list->empty()) continue;
+    const std::string w = op.where + (list == &op.weights ? "/weights/weight" : "/weights/bias");
+    Segments stacked;
+    int64_t off = 0;
+    for (const auto &name : *list) {
+      const WeightTensor &t = tensorOf(name);
+      if (column != !t.split.empty())
+        fail(w, "'{}' is {}split but the op is {}", name, t.split.empty() ? "not " : "", shardKindName(sh.kind));
+      for (auto [b, e] : t.split) stacked.emplace_back(off + b, off + e);
+      off += t.shape[0];
+    }
+    if (column && stacked != sh.segments)
+      fail(w, "the split of its tensors (stacked in order) differs from attrs/shard/segments");
+  }
+  if (sh.kind == ShardKind::Column && !splitsWeights(op.kind)) {
+    const Value &y = p.value(op.out[0]);
+    if (y.cols * sh.tp != segmentsWidth(sh.segments))
+      fail(op.where + "/attrs/shard/segments", "cover {} columns, but the rank's output '{}' holds {} of {} ranks",
+           segmentsWidth(sh.segments), y.name, y.cols, sh.tp);
+  }
+  if (op.kind == OpKind::Linear || op.kind == OpKind::AdalnTable || op.kind == OpKind::QkvLinear)
+    for (const auto &name : op.weights) {
+      std::vector<int64_t> local = tensorOf(name).localShape();
+      if (local.size() != 2 || local[1] != op.attrs.K || local[0] != op.attrs.N)
+        fail(op.where + "/attrs", "K = {}, N = {} but the rank holds {} rows of {} columns of '{}'", op.attrs.K,
+             op.attrs.N, local[0], local.size() > 1 ? local[1] : 0, name);
+    }
+}
+
 } // namespace
 
 Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   const std::string root = file + "#";
   if (!j.is_object()) fail(root, "expected a JSON object");
-  onlyKeys(j, {"schema", "fingerprint_sha256", "plan_sha256", "config", "options", "values", "slots", "weights",
-               "functions", "kernels", "stats"},
+  onlyKeys(j, {"schema", "fingerprint_sha256", "plan_sha256", "config", "options", "ranks", "values", "slots",
+               "weights", "functions", "kernels", "stats"},
            root);
   Plan p;
   p.dir = dir;
@@ -430,13 +556,16 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   p.config = h3::configFromJson(member(j, "config", root), root + "/config");
 
   const json &opts = member(j, "options", root);
-  onlyKeys(opts, {"arch", "tp", "fuse", "wgmma"}, root + "/options");
+  onlyKeys(opts, {"arch", "sp", "tp", "fuse", "wgmma"}, root + "/options");
   p.options.arch = str(member(opts, "arch", root + "/options"), root + "/options/arch");
   if (p.options.arch != "sm_90a" && p.options.arch != "sm_100a")
     fail(root + "/options/arch", "expected sm_90a or sm_100a, got \"{}\"", p.options.arch);
-  p.options.tp = integer(member(opts, "tp", root + "/options"), root + "/options/tp");
-  if (p.options.tp != 1 && p.options.tp != 2 && p.options.tp != 4 && p.options.tp != 8)
-    fail(root + "/options/tp", "expected 1, 2, 4 or 8, got {}", p.options.tp);
+  for (auto [key, field] : {std::pair{"sp", &p.options.sp}, std::pair{"tp", &p.options.tp}}) {
+    const std::string w = root + "/options/" + key;
+    *field = integer(member(opts, key, root + "/options"), w);
+    if (*field != 1 && *field != 2 && *field != 4 && *field != 8) fail(w, "expected 1, 2, 4 or 8, got {}", *field);
+  }
+  p.ranks = parseRanks(member(j, "ranks", root), p.options, root + "/ranks");
   p.options.fuse = boolean(member(opts, "fuse", root + "/options"), root + "/options/fuse");
   if (opts.contains("wgmma")) p.options.wgmma = boolean(opts["wgmma"], root + "/options/wgmma");
 
@@ -472,7 +601,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   for (auto it = values.begin(); it != values.end(); ++it) {
     std::string w = root + "/values/" + it.key();
     const json &v = it.value();
-    onlyKeys(v, {"dtype", "rows", "cols", "batch", "slot", "ranks"}, w);
+    onlyKeys(v, {"dtype", "rows", "cols", "batch", "slot"}, w);
     Value pv;
     pv.name = it.key();
     pv.dtype = floatDtype(member(v, "dtype", w), w + "/dtype", true);
@@ -483,10 +612,8 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       fail(w + "/batch", "only token-domain values (S, Nt, Nv, Na) can carry the batch axis");
     pv.slot = nonNegative(member(v, "slot", w), w + "/slot", 1 << 20);
     if (!slotIds.count(pv.slot)) fail(w + "/slot", "no slot with id {}", pv.slot);
-    if (v.contains("ranks")) {
-      pv.ranks = positive(v["ranks"], w + "/ranks", 8);
-      if (pv.ranks > p.options.tp) fail(w + "/ranks", "expected 1..tp ({}), got {}", p.options.tp, pv.ranks);
-    }
+    if (pv.rows == Domain::Sr && p.options.sp == 1)
+      fail(w + "/rows", "the row domain Sr (a rank's range of S) exists only under sequence parallelism (options.sp > 1)");
     p.values[pv.name] = pv;
   }
 
@@ -502,13 +629,22 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
     if (ts.empty()) fail(w + "/tensors", "a weight buffer holds at least one tensor");
     for (size_t t = 0; t < ts.size(); ++t) {
       std::string wt = w + "/tensors/" + std::to_string(t);
-      onlyKeys(ts[t], {"name", "dtype", "shape"}, wt);
+      onlyKeys(ts[t], {"name", "dtype", "shape", "split"}, wt);
       WeightTensor x;
       x.name = str(member(ts[t], "name", wt), wt + "/name");
       x.dtype = floatDtype(member(ts[t], "dtype", wt), wt + "/dtype");
       const json &sh = array(member(ts[t], "shape", wt), wt + "/shape");
       if (sh.empty() || sh.size() > 4) fail(wt + "/shape", "expected 1 to 4 dimensions");
       for (size_t d = 0; d < sh.size(); ++d) x.shape.push_back(positive(sh[d], wt + "/shape/" + std::to_string(d), 1 << 30));
+      if (ts[t].contains("split")) {
+        const json &sp = ts[t]["split"];
+        const std::string ws = wt + "/split";
+        onlyKeys(sp, {"parts", "segments"}, ws);
+        x.splitParts = positive(member(sp, "parts", ws), ws + "/parts", 8);
+        if (x.splitParts != p.options.tp || x.splitParts < 2)
+          fail(ws + "/parts", "a weight splits over options.tp = {} ranks (> 1), got {}", p.options.tp, x.splitParts);
+        x.split = parseSegments(member(sp, "segments", ws), x.splitParts, x.shape[0], ws + "/segments");
+      }
       if (!tensorNames.insert(x.name).second) fail(wt + "/name", "tensor '{}' is in two weight buffers", x.name);
       b.tensors.push_back(x);
     }
@@ -567,7 +703,8 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       std::string kind = str(member(o, "op", w), w + "/op");
       if (!parseOpKind(kind, op.kind)) fail(w + "/op", "unknown op kind '{}'", kind);
       op.nodes = strList(member(o, "nodes", w), w + "/nodes");
-      if (op.nodes.empty() && op.kind != OpKind::AllreduceTree) fail(w + "/nodes", "an op implements at least one node");
+      if (op.nodes.empty() != isLayoutOp(op.kind))
+        fail(w + "/nodes", isLayoutOp(op.kind) ? "a layout op implements no node" : "an op implements at least one node");
       for (size_t n = 0; n < op.nodes.size(); ++n) {
         auto [it, fresh] = nodeOwner.emplace(op.nodes[n], w);
         if (!fresh) fail(w + "/nodes/" + std::to_string(n), "node '{}' is already implemented by {}", op.nodes[n], it->second);
@@ -581,7 +718,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       for (const auto *list : {&op.weights, &op.biases})
         for (const auto &t : *list)
           if (!tensorNames.count(t)) fail(w + "/weights", "tensor '{}' is in no weight buffer (#/weights)", t);
-      op.attrs = parseAttrs(op.kind, member(o, "attrs", w), !op.in.empty(), !op.weights.empty(), p.options.tp,
+      op.attrs = parseAttrs(op.kind, member(o, "attrs", w), !op.in.empty(), !op.weights.empty(), p.options,
                             w + "/attrs");
       // Fixed operand positions: the arity follows from the kind and its attrs.
       auto inRoles = inputRoles(op.kind, op.attrs), outRoles = outputRoles(op.kind, op.attrs);
@@ -607,10 +744,12 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
         if (want == OrderKind::None) fail(w + "/order", "op '{}' reduces nothing and must carry no order", kind);
         fail(w + "/order", "op '{}' ({}) must carry a '{}' reduction order", kind, op.firstNode(), orderKindName(want));
       }
+      if (isLayoutOp(op.kind)) checkLayoutOp(p, op);
       const json &kj = member(o, "kernel", w);
       if (!kj.is_null()) {
         op.kernel = str(kj, w + "/kernel");
         if (runsOnHost(op.kind)) fail(w + "/kernel", "a '{}' op runs on the host and has no kernel", kind);
+        if (isLayoutOp(op.kind)) fail(w + "/kernel", "a '{}' op is performed by the runtime and has no kernel", kind);
         auto kit = p.kernels.find(*op.kernel);
         if (kit == p.kernels.end()) fail(w + "/kernel", "kernel '{}' is not in #/kernels", *op.kernel);
         usedKernels.insert(*op.kernel);
@@ -643,7 +782,10 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   for (const auto &[id, n] : expected)
     if (!nodeOwner.count(id)) fail(root + "/functions/forward/ops", "node '{}' is implemented by no op", id);
   for (const auto &[name, fn] : p.functions)
-    for (const Op &op : fn.ops) checkOpNodes(op, expected);
+    for (const Op &op : fn.ops) {
+      checkOpNodes(op, expected);
+      checkShardWeights(p, op);
+    }
   return p;
 }
 

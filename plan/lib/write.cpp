@@ -37,21 +37,35 @@ json orderToJson(const Order &o) {
 
 namespace {
 
+json segmentsToJson(const Segments &s) {
+  json segs = json::array();
+  for (auto [b, e] : s) segs.push_back({b, e});
+  return segs;
+}
+
 json shardToJson(const Shard &s) {
   json j{{"kind", shardKindName(s.kind)}, {"tp", s.tp}};
-  if (s.kind == ShardKind::Column) {
-    json segs = json::array();
-    for (auto [b, e] : s.segments) segs.push_back({b, e});
-    j["segments"] = segs;
-  }
+  if (s.kind == ShardKind::Column) j["segments"] = segmentsToJson(s.segments);
   return j;
+}
+
+json ranksToJson(const Plan &p) {
+  json list = json::array();
+  for (const Rank &r : rankGrid(p.options.sp, p.options.tp))
+    list.push_back({{"rank", r.rank},
+                    {"sp_index", r.spIndex},
+                    {"tp_index", r.tpIndex},
+                    {"rows", {{"domain", "S"}, {"begin", {r.spIndex, p.options.sp}}, {"end", {r.spIndex + 1, p.options.sp}}}},
+                    {"cols", {{"part", r.tpIndex}, {"parts", p.options.tp}}}});
+  return {{"sp", p.options.sp}, {"tp", p.options.tp}, {"count", p.options.sp * p.options.tp}, {"order", "sp_major"},
+          {"list", list}};
 }
 
 json attrsToJson(const Op &op) {
   const OpAttrs &a = op.attrs;
   json j = json::object();
   j["out_dtype"] = dt(a.outDtype);
-  j["shard"] = shardToJson(a.shard);
+  if (!isLayoutOp(op.kind)) j["shard"] = shardToJson(a.shard);
   if (!op.in.empty()) j["x_dtype"] = dt(a.xDtype);
   if (!op.weights.empty()) j["w_dtype"] = dt(a.wDtype);
   for (const auto &k : attrKeys(op.kind, a)) {
@@ -79,8 +93,9 @@ json attrsToJson(const Op &op) {
     else if (k == "freq_dim") j[k] = a.freqDim;
     else if (k == "hidden") j[k] = a.hidden;
     else if (k == "out_dim") j[k] = a.outDim;
-    else if (k == "tp") j[k] = a.tp;
-    else if (k == "units") j[k] = a.units;
+    else if (k == "axis") j[k] = axisName(a.axis);
+    else if (k == "parts") j[k] = a.parts;
+    else if (k == "segments") j[k] = segmentsToJson(a.segments);
     else if (k == "dtype") j[k] = dt(a.dtype);
     else fail(op.where, "the writer has no spelling for attr '{}'", k);
   }
@@ -155,12 +170,13 @@ json planToJson(const Plan &p) {
   j["schema"] = kPlanSchema;
   j["fingerprint_sha256"] = p.fingerprintSha256;
   j["config"] = h3::configToJson(p.config);
-  j["options"] = {{"arch", p.options.arch}, {"tp", p.options.tp}, {"fuse", p.options.fuse}, {"wgmma", p.options.wgmma}};
+  j["options"] = {{"arch", p.options.arch}, {"sp", p.options.sp}, {"tp", p.options.tp}, {"fuse", p.options.fuse},
+                  {"wgmma", p.options.wgmma}};
+  j["ranks"] = ranksToJson(p);
   json values = json::object();
   for (const auto &[name, v] : p.values) {
-    json e{{"dtype", dt(v.dtype)}, {"rows", domainName(v.rows)}, {"cols", v.cols}, {"batch", v.batch}, {"slot", v.slot}};
-    if (v.ranks > 1) e["ranks"] = v.ranks;
-    values[name] = e;
+    values[name] = {{"dtype", dt(v.dtype)}, {"rows", domainName(v.rows)}, {"cols", v.cols}, {"batch", v.batch},
+                    {"slot", v.slot}};
   }
   j["values"] = values;
   json slots = json::array();
@@ -173,7 +189,11 @@ json planToJson(const Plan &p) {
   json weights = json::array();
   for (const auto &b : p.weights) {
     json ts = json::array();
-    for (const auto &t : b.tensors) ts.push_back({{"name", t.name}, {"dtype", dt(t.dtype)}, {"shape", t.shape}});
+    for (const auto &t : b.tensors) {
+      json e{{"name", t.name}, {"dtype", dt(t.dtype)}, {"shape", t.shape}};
+      if (!t.split.empty()) e["split"] = {{"parts", t.splitParts}, {"segments", segmentsToJson(t.split)}};
+      ts.push_back(e);
+    }
     weights.push_back({{"buffer", b.name}, {"tensors", ts}});
   }
   j["weights"] = weights;

@@ -45,18 +45,6 @@ inline float unitSum(const float *a, const float *b, int64_t k0, int64_t k1) {
 
 } // namespace
 
-float pairwiseTree(std::vector<float> p) {
-  size_t n = p.size();
-  if (n == 0 || (n & (n - 1)))
-    fail("k_chunks", "pairwise tree over {} partials (must be a power of two)", n);
-  while (n > 1) {
-    for (size_t i = 0; i < n / 2; ++i)
-      p[i] = p[2 * i] + p[2 * i + 1];
-    n /= 2;
-  }
-  return p[0];
-}
-
 namespace {
 
 typedef double v4d __attribute__((vector_size(32)));
@@ -72,50 +60,39 @@ inline v4d load4(const double *p) {
 // target gives the same bits (no FMA: h3c builds with -ffp-contract=off, and the products are exact anyway).
 inline float chunkValue(v4d s) { return float((s[0] + s[1]) + (s[2] + s[3])); }
 
-// Unit sums of up to 4 rows against one weight row (both converted to double and zero-padded to whole chunks):
-// out[r][u] for units u in [0, nu) of length unitLen starting at column k0.
-__attribute__((target_clones("avx2", "default"))) void unitSums4(const double *const *xr, int rows, const double *wd,
-                                                                   int64_t k0, int64_t unitLen, int64_t nu,
-                                                                   float (*out)[64]) {
-  for (int64_t u = 0; u < nu; ++u) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    const int64_t kb = k0 + u * unitLen, ke = kb + unitLen;
-    for (int64_t k = kb; k < ke; k += 16) {
-      const v4d w0 = load4(wd + k), w1 = load4(wd + k + 4), w2 = load4(wd + k + 8), w3 = load4(wd + k + 12);
-      for (int r = 0; r < rows; ++r) {
-        const double *x = xr[r] + k;
-        v4d s = {0, 0, 0, 0};
-        s += load4(x) * w0;
-        s += load4(x + 4) * w1;
-        s += load4(x + 8) * w2;
-        s += load4(x + 12) * w3;
-        acc[r] = acc[r] + chunkValue(s);
-      }
+// Chains of up to 4 rows against one weight row (both converted to double and zero-padded to whole chunks): out[r]
+// = the F32 accumulator from 0 after adding the 16-wide chunks of [0, Kp) in ascending order.
+__attribute__((target_clones("avx2", "default"))) void chainSums4(const double *const *xr, int rows, const double *wd,
+                                                                    int64_t Kp, float *out) {
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int64_t k = 0; k < Kp; k += 16) {
+    const v4d w0 = load4(wd + k), w1 = load4(wd + k + 4), w2 = load4(wd + k + 8), w3 = load4(wd + k + 12);
+    for (int r = 0; r < rows; ++r) {
+      const double *x = xr[r] + k;
+      v4d s = {0, 0, 0, 0};
+      s += load4(x) * w0;
+      s += load4(x + 4) * w1;
+      s += load4(x + 8) * w2;
+      s += load4(x + 12) * w3;
+      acc[r] = acc[r] + chunkValue(s);
     }
-    for (int r = 0; r < rows; ++r)
-      out[r][u] = acc[r];
   }
+  for (int r = 0; r < rows; ++r)
+    out[r] = acc[r];
 }
 
 } // namespace
 
-void gemmKChunks(const float *x, int64_t M, int64_t K, const float *w, int64_t N, int64_t U, int64_t ub, int64_t ue,
-                 float *y, int threads) {
-  if (U < 1 || (U > 1 && K % (U * kStep) != 0))
-    fail("k_chunks", "K = {} is not divisible into {} units of whole 16-wide chunks", K, U);
-  const int64_t nu = ue - ub;
-  if (nu < 1 || nu > 64 || ub < 0 || ue > U)
-    fail("k_chunks", "unit range [{}, {}) of {} is invalid", ub, ue, U);
-  // U = 1: one unit over K with the last chunk zero-padded; U > 1: whole chunks, no padding needed.
+void gemmKChunks(const float *x, int64_t M, int64_t K, const float *w, int64_t N, float *y, int threads) {
+  // One chain over K with the last chunk zero-padded (padding contributes exact zeros).
   const int64_t Kp = (K + kStep - 1) / kStep * kStep;
-  const int64_t unitLen = U == 1 ? Kp : K / U;
   std::vector<double> xd(static_cast<size_t>(M * Kp), 0.0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k)
       xd[size_t(m * Kp + k)] = double(x[m * K + k]);
   parallelFor(N, threads, [&](int64_t n0, int64_t n1) {
     std::vector<double> wd(static_cast<size_t>(Kp), 0.0);
-    float part[4][64];
+    float out[4];
     const double *xr[4];
     for (int64_t n = n0; n < n1; ++n) {
       for (int64_t k = 0; k < K; ++k)
@@ -124,18 +101,9 @@ void gemmKChunks(const float *x, int64_t M, int64_t K, const float *w, int64_t N
         const int rows = int(std::min<int64_t>(4, M - m0));
         for (int r = 0; r < rows; ++r)
           xr[r] = xd.data() + (m0 + r) * Kp;
-        unitSums4(xr, rows, wd.data(), ub * unitLen, unitLen, nu, part);
-        for (int r = 0; r < rows; ++r) {
-          // The U unit partials (this range of them) combined by the pairwise tree.
-          int64_t len = nu;
-          float *p = part[r];
-          while (len > 1) {
-            for (int64_t i = 0; i < len / 2; ++i)
-              p[i] = p[2 * i] + p[2 * i + 1];
-            len /= 2;
-          }
-          y[(m0 + r) * N + n] = p[0];
-        }
+        chainSums4(xr, rows, wd.data(), Kp, out);
+        for (int r = 0; r < rows; ++r)
+          y[(m0 + r) * N + n] = out[r];
       }
     }
   });

@@ -8,19 +8,15 @@
 
 namespace h3c::rt::cpu {
 
-// k_chunks: y[m][n] = pairwise-tree over units u in [unitBegin, unitEnd) of (sum over the unit's 16-wide chunks in
-// ascending order, F32 accumulator from 0, each chunk summed in double and rounded to F32). x is [M][K] (row stride
-// K), w is [N][K]. U = total units over K; [unitBegin, unitEnd) must be an aligned power-of-two range (a TP rank's
-// units, or all of them). Output F32, no bias.
-void gemmKChunks(const float *x, int64_t M, int64_t K, const float *w, int64_t N, int64_t U, int64_t unitBegin,
-                 int64_t unitEnd, float *y, int threads);
+// k_chunks: y[m][n] = the F32 accumulator from 0 after adding K's 16-wide chunks in ascending order (the last one
+// zero-padded), each chunk summed in double and rounded to F32. x is [M][K] (row stride K), w is [N][K]. Output F32,
+// no bias.
+void gemmKChunks(const float *x, int64_t M, int64_t K, const float *w, int64_t N, float *y, int threads);
 // F32-weight linears (docs/contract.md section 6): acc = fma(x[k], w[n,k], acc) for k ascending from 0; no bias.
 void gemmSeqFma(const float *x, int64_t M, int64_t K, const float *w, int64_t N, float *y, int threads);
 // Plain double dot products (unordered reference), rounded to F32 after adding `bias` (may be null) in double.
 void gemmFp64(const float *x, int64_t M, int64_t K, const float *w, int64_t N, const float *bias, float *y,
               int threads);
-// Pairwise tree: level by level p[i] = p[2i] + p[2i+1] (F32); n must be a power of two.
-float pairwiseTree(std::vector<float> p);
 
 // lane_tree sum of squares of x[0..n) (32 lanes, fma accumulation, shuffle-down tree).
 float laneTreeSumSquares(const float *x, int64_t n);

@@ -1,7 +1,8 @@
 // The CPU reference implementation of every plan op (docs/contract.md sections 3 and 4). An op is read exactly as
-// the GPU executor reads it: operands at the fixed positions of plan/ops.h, typed attrs, the weights the op lists and
-// the TP geometry its shard spells out. A fused op computes exactly the composition of its nodes, with the same
-// rounding points.
+// the GPU executor reads it: operands at the fixed positions of plan/ops.h, typed attrs and the weights the op lists.
+// In a multi-rank plan an op runs once per rank on that rank's values and weights (the executor passes a rank's
+// WeightSource and row count); nothing here knows about other ranks. A fused op computes exactly the composition of
+// its nodes, with the same rounding points.
 #include "h3c/runtime/cpu_ops.h"
 
 #include "cpu_kernels.h"
@@ -15,15 +16,7 @@
 
 namespace h3c::rt {
 
-std::vector<int64_t> HostValue::shape() const {
-  std::vector<int64_t> s;
-  if (ranks > 1)
-    s.push_back(ranks);
-  s.push_back(batch);
-  s.push_back(rows);
-  s.push_back(cols);
-  return s;
-}
+std::vector<int64_t> HostValue::shape() const { return {batch, rows, cols}; }
 
 void parallelFor(int64_t n, int threads, const std::function<void(int64_t, int64_t)> &fn) {
   if (n <= 0)
@@ -105,7 +98,6 @@ namespace {
 using plan::Epilogue;
 using plan::OpKind;
 using plan::RowIndex;
-using plan::ShardKind;
 
 float bfIf(bool round, float v) { return round ? roundBf16(v) : v; }
 
@@ -134,9 +126,14 @@ struct Ctx {
     const plan::Value &pv = env.plan.value(op.out[i]);
     HostValue h;
     h.dtype = pv.dtype;
-    h.ranks = pv.ranks;
     h.batch = pv.batch ? env.req.B : 1;
-    h.rows = env.req.rows(plan::domainName(pv.rows));
+    if (pv.rows == plan::Domain::Sr) {
+      if (env.rankRows < 0)
+        error(fmt::format("output '{}' lives on a rank's rows (Sr), but no rank range was given", op.out[i]));
+      h.rows = env.rankRows;
+    } else {
+      h.rows = env.req.rows(plan::domainName(pv.rows));
+    }
     h.cols = pv.cols;
     if (pv.dtype == DType::I64)
       h.i.assign(size_t(h.numel()), 0);
@@ -152,112 +149,30 @@ struct Ctx {
   }
   std::string bias(size_t i) const { return i < op.biases.size() ? op.biases[i] : std::string(); }
   std::vector<float> load(const std::string &tensor) const { return env.weights.load(tensor).toFloats(); }
-  std::vector<float> loadRows(const std::string &tensor, int64_t b, int64_t e) const {
-    return env.weights.loadRows(tensor, b, e).toFloats();
-  }
   DType wdtype(const std::string &tensor) const { return env.weights.spec(tensor).dtype; }
   const h3::TensorSpec &spec(const std::string &tensor) const { return env.weights.spec(tensor); }
 };
 
 // ---- linear family ---------------------------------------------------------------------------------------------
 
-// Rows [n0, n1) of a weight: one column segment of a column-parallel op (plan::Shard::segments), or all of it.
-struct GemmSpec {
-  std::string tensor;
-  int64_t n0 = 0, n1 = 0;  // weight rows
-};
-
-// Accumulates y[M][N] = x W^T over the parts (weight row ranges, in output-column order) following the op's k_chunks
-// order, simulating the TP split the plan's shard describes: a column shard gives rank r slice r of every part, a row
-// shard gives rank r the contiguous K units [r*U/tp, (r+1)*U/tp). Output: F32 reductions, no bias. When `partials` is
-// given (a separate allreduce_tree follows), the per-rank sub-tree results are written there ([tp][M][N]) instead of
-// being combined.
-void gemmSharded(Ctx &cx, const std::vector<float> &x, int64_t M, int64_t K, const std::vector<GemmSpec> &parts,
-                 std::vector<float> &y, int64_t N, std::vector<float> *partials) {
-  const ShardKind shard = cx.op.attrs.shard.kind;
-  const int64_t tp = cx.op.attrs.shard.tp;
-  const int64_t U = cx.op.order.units;
-  y.assign(size_t(M * N), 0.f);
-  // Output column offset of each part, in order.
-  int64_t col = 0;
-  for (const auto &p : parts) {
-    const int64_t pn = p.n1 - p.n0;
-    std::vector<float> yp(size_t(M * pn));
-    if (cx.exact) {
-      auto w = cx.loadRows(p.tensor, p.n0, p.n1);
-      cpu::gemmFp64(x.data(), M, K, w.data(), pn, nullptr, yp.data(), cx.env.threads);
-    } else if (cx.wdtype(p.tensor) == DType::F32) {
-      // F32 linears run the sequential-fma order (section 6), never sharded by rows of K.
-      if (shard == ShardKind::Row && tp > 1)
-        cx.error("an F32 linear cannot be row-parallel");
-      auto w = cx.loadRows(p.tensor, p.n0, p.n1);
-      cpu::gemmSeqFma(x.data(), M, K, w.data(), pn, yp.data(), cx.env.threads);
-    } else if (shard == ShardKind::Row && tp > 1) {
-      if (U % tp)
-        cx.error(fmt::format("row-parallel over tp={} needs the unit count {} to be a multiple", tp, U));
-      if (K % (U * 16))
-        cx.error(fmt::format("K = {} is not {} units of whole 16-wide chunks", K, U));
-      auto w = cx.loadRows(p.tensor, p.n0, p.n1);
-      const int64_t Kr = K / tp;
-      std::vector<std::vector<float>> rank(static_cast<size_t>(tp));
-      for (int64_t r = 0; r < tp; ++r) {
-        // Rank r holds columns [r*Kr, (r+1)*Kr) of W and of x: U/tp contiguous units.
-        std::vector<float> xs(size_t(M * Kr)), ws(size_t(pn * Kr));
-        for (int64_t m = 0; m < M; ++m)
-          std::copy_n(x.begin() + m * K + r * Kr, Kr, xs.begin() + m * Kr);
-        for (int64_t n = 0; n < pn; ++n)
-          std::copy_n(w.begin() + n * K + r * Kr, Kr, ws.begin() + n * Kr);
-        rank[size_t(r)].resize(size_t(M * pn));
-        cpu::gemmKChunks(xs.data(), M, Kr, ws.data(), pn, U / tp, 0, U / tp, rank[size_t(r)].data(),
-                         cx.env.threads);
-      }
-      if (partials) {
-        partials->assign(size_t(tp * M * N), 0.f);
-        for (int64_t r = 0; r < tp; ++r)
-          for (int64_t m = 0; m < M; ++m)
-            std::copy_n(rank[size_t(r)].begin() + m * pn, pn, partials->begin() + (r * M + m) * N + col);
-      }
-      // allreduce_tree: the upper levels of the same pairwise tree over the rank partials.
-      std::vector<float> q(static_cast<size_t>(tp));
-      for (int64_t i = 0; i < M * pn; ++i) {
-        for (int64_t r = 0; r < tp; ++r)
-          q[size_t(r)] = rank[size_t(r)][size_t(i)];
-        yp[size_t(i)] = cpu::pairwiseTree(q);
-      }
-    } else if (shard == ShardKind::Column && tp > 1) {
-      if (pn % tp)
-        cx.error(fmt::format("column-parallel over tp={}: {} rows of {} do not split evenly", tp, pn, p.tensor));
-      const int64_t pr = pn / tp;
-      for (int64_t r = 0; r < tp; ++r) {
-        auto w = cx.loadRows(p.tensor, p.n0 + r * pr, p.n0 + (r + 1) * pr);  // rank r's slice only
-        std::vector<float> yr(size_t(M * pr));
-        cpu::gemmKChunks(x.data(), M, K, w.data(), pr, U, 0, U, yr.data(), cx.env.threads);
-        for (int64_t m = 0; m < M; ++m)
-          std::copy_n(yr.begin() + m * pr, pr, yp.begin() + m * pn + r * pr);
-      }
-    } else {
-      auto w = cx.loadRows(p.tensor, p.n0, p.n1);
-      cpu::gemmKChunks(x.data(), M, K, w.data(), pn, U, 0, U, yp.data(), cx.env.threads);
-    }
-    for (int64_t m = 0; m < M; ++m)
-      std::copy_n(yp.begin() + m * pn, pn, y.begin() + m * N + col);
-    col += pn;
-  }
-  if (col != N)
-    cx.error(fmt::format("weight rows {} do not match the output width {}", col, N));
-}
-
-// The parts of one weight tensor a column shard splits (its segments), or the whole tensor.
-std::vector<GemmSpec> columnParts(Ctx &cx, const std::string &tensor, int64_t N) {
-  const plan::Shard &sh = cx.op.attrs.shard;
-  if (sh.kind != ShardKind::Column || sh.tp == 1)
-    return {{tensor, 0, N}};
-  std::vector<GemmSpec> parts;
-  for (auto [b, e] : sh.segments)
-    parts.push_back({tensor, b, e});
-  if (parts.empty() || parts.back().n1 != N)
-    cx.error(fmt::format("the column segments do not cover the {} rows of {}", N, tensor));
-  return parts;
+// y[M][N] = x W^T (no bias) in the op's order: k_chunks with one unit for BF16 weights, the sequential fma order for
+// F32 weights (section 6), plain double dot products for the reference. W is the rank's: a tensor a column shard
+// splits arrives as this rank's rows (the executor's rank WeightSource).
+std::vector<float> gemm(Ctx &cx, const std::vector<float> &x, int64_t M, int64_t K, const std::string &tensor) {
+  const h3::TensorSpec &spec = cx.spec(tensor);
+  const int64_t N = spec.shape[0];
+  if (spec.shape.size() != 2 || spec.shape[1] != K)
+    cx.error(fmt::format("{} is not a [N, {}] matrix", tensor, K));
+  if (cx.op.order.kind != plan::OrderKind::KChunks || cx.op.order.units != 1)
+    cx.error("a GEMM runs the k_chunks order with one unit");
+  std::vector<float> w = cx.load(tensor), y(size_t(M * N));
+  if (cx.exact)
+    cpu::gemmFp64(x.data(), M, K, w.data(), N, nullptr, y.data(), cx.env.threads);
+  else if (spec.dtype == DType::F32)
+    cpu::gemmSeqFma(x.data(), M, K, w.data(), N, y.data(), cx.env.threads);
+  else
+    cpu::gemmKChunks(x.data(), M, K, w.data(), N, y.data(), cx.env.threads);
+  return y;
 }
 
 // An AdaLN table operand: rows of [num_chunks * H] values; the table row of a packed row is ts_index * 3 + tag
@@ -376,19 +291,7 @@ void runLinear(Ctx &cx) {
     xa = asWeightDtype(x, wdt);
   }
 
-  const plan::Value &outPv = cx.env.plan.value(cx.op.out.at(0));
-  const bool toPartials = outPv.ranks > 1;
-  std::vector<float> acc, partials;
-  gemmSharded(cx, xa, M, K, columnParts(cx, wname, N), acc, N, toPartials ? &partials : nullptr);
-  if (toPartials) {
-    if (a.shard.kind != ShardKind::Row)
-      cx.error("only a row-parallel linear writes rank partials");
-    HostValue &o = cx.out(0);
-    if (o.numel() != int64_t(partials.size()))
-      cx.error(fmt::format("partials value has {} elements, expected {}", o.numel(), partials.size()));
-    o.f = std::move(partials);
-    return;
-  }
+  std::vector<float> acc = gemm(cx, xa, M, K, wname);
   // The linear node's own output (diffusers: the weight's dtype): acc + bias in F32, rounded for BF16 weights.
   addBias(cx, acc, M, N, bname, wdt == DType::BF16);
 
@@ -420,7 +323,6 @@ void runQkvLinear(Ctx &cx) {
     cx.error("qkv_linear reads [Wq, Wk, Wv] and has three outputs");
   const HostValue &x = cx.in(0);
   const int64_t M = x.batch * x.rows;
-  const plan::Shard &sh = cx.op.attrs.shard;
   for (int i = 0; i < 3; ++i) {
     const std::string &w = cx.weight(size_t(i));
     const auto &spec = cx.spec(w);
@@ -428,59 +330,13 @@ void runQkvLinear(Ctx &cx) {
       cx.error(fmt::format("{} has K = {}, input has {} columns", w, spec.shape[1], x.cols));
     const int64_t N = spec.shape[0];
     checkAttr(cx, "N", cx.op.attrs.N, N);
-    // Column segment i (one per output) is rank-split over tp; in this tensor's own rows it is [0, N).
-    if (sh.kind == ShardKind::Column && sh.tp > 1 &&
-        (sh.segments.size() != 3 || sh.segments[size_t(i)].second - sh.segments[size_t(i)].first != N))
-      cx.error("a column-parallel qkv_linear has one segment of N columns per output");
-    std::vector<float> xa = asWeightDtype(x, spec.dtype), acc;
-    gemmSharded(cx, xa, M, x.cols, {{w, 0, N}}, acc, N, nullptr);
+    std::vector<float> acc = gemm(cx, asWeightDtype(x, spec.dtype), M, x.cols, w);
     HostValue &o = cx.out(static_cast<size_t>(i));
     if (o.numel() != M * N)
       cx.error(fmt::format("output '{}' shape disagrees with {}", cx.op.out[size_t(i)], w));
     for (int64_t j = 0; j < M * N; ++j)
       o.f[size_t(j)] = roundBf16(acc[size_t(j)]);
   }
-}
-
-void runAllreduce(Ctx &cx) {
-  const HostValue &p = cx.in(0);
-  const int64_t tp = p.ranks;
-  if (tp != cx.env.plan.options.tp || tp != cx.op.attrs.tp)
-    cx.error(fmt::format("partials carry {} ranks, the plan tp is {}", tp, cx.env.plan.options.tp));
-  HostValue &o = cx.out(0);
-  const int64_t n = o.numel();
-  if (p.numel() != tp * n)
-    cx.error("partials and output sizes disagree");
-  std::vector<float> acc(static_cast<size_t>(n)), q(static_cast<size_t>(tp));
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t r = 0; r < tp; ++r)
-      q[size_t(r)] = p.f[size_t(r * n + i)];
-    acc[size_t(i)] = cx.exact ? [&] {
-      double s = 0;
-      for (float v : q) s += v;
-      return float(s);
-    }() : cpu::pairwiseTree(q);
-  }
-  // Epilogue after the combine: bias, rounding (row-parallel linears are BF16), residual / gate_residual.
-  const int64_t N = o.cols, M = n / N;
-  checkAttr(cx, "N", cx.op.attrs.N, N);
-  std::string bname = cx.bias(0);
-  if (!bname.empty()) {
-    auto b = cx.load(bname);
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t j = 0; j < N; ++j)
-        acc[size_t(m * N + j)] = acc[size_t(m * N + j)] + b[size_t(j)];
-  }
-  for (auto &e : acc)
-    e = roundBf16(e);
-  if (cx.op.attrs.epilogue == Epilogue::None) {
-    for (int64_t i = 0; i < n; ++i)
-      o.f[size_t(i)] = bfIf(o.dtype == DType::BF16, acc[size_t(i)]);
-    return;
-  }
-  if (cx.op.attrs.epilogue == Epilogue::Swiglu)
-    cx.error("allreduce_tree has no swiglu epilogue");
-  residualEpilogue(cx, acc, M, N, o);
 }
 
 // ---- norms ---------------------------------------------------------------------------------------------------
@@ -607,24 +463,25 @@ void runQkNormRope(Ctx &cx) {
 
 // ---- attention -----------------------------------------------------------------------------------------------
 
+// Every query row of q (a rank's rows under sequence parallelism) attends all rows of k and v, in canonical order.
 void runAttention(Ctx &cx) {
   const HostValue &q = cx.in(0), &k = cx.in(1), &v = cx.in(2);
   HostValue &o = cx.out(0);
-  const int64_t d = cx.op.attrs.headDim, heads = cx.op.attrs.heads, n = q.rows, ld = q.cols;
-  if (q.cols != heads * d || k.numel() != q.numel() || v.numel() != q.numel() || o.numel() != q.numel())
-    cx.error("q, k, v and the output must have the same [B, rows, heads*d] shape");
+  const int64_t d = cx.op.attrs.headDim, heads = cx.op.attrs.heads, n = q.rows, nk = k.rows, ld = q.cols;
+  if (q.cols != heads * d || k.cols != ld || k.batch != q.batch || v.numel() != k.numel() || o.numel() != q.numel())
+    cx.error("q and the output [B, rows, heads*d], k and v [B, key rows, heads*d] disagree");
   const double scale = 1.0 / std::sqrt(double(d));
   const float scalef = float(scale);
   parallelFor(q.batch * heads * n, cx.env.threads, [&](int64_t a, int64_t b) {
     std::vector<float> out(static_cast<size_t>(d));
     for (int64_t t = a; t < b; ++t) {
       const int64_t bi = t / (heads * n), h = (t / n) % heads, r = t % n;
-      const size_t base = size_t(bi * n * ld + h * d);
-      const float *qr = &q.f[base + size_t(r * ld)], *kb = &k.f[base], *vb = &v.f[base];
+      const size_t base = size_t(bi * n * ld + h * d), kvBase = size_t(bi * nk * ld + h * d);
+      const float *qr = &q.f[base + size_t(r * ld)], *kb = &k.f[kvBase], *vb = &v.f[kvBase];
       if (cx.exact)
-        cpu::attentionRowFp64(qr, kb, vb, ld, n, d, scale, out.data());
+        cpu::attentionRowFp64(qr, kb, vb, ld, nk, d, scale, out.data());
       else
-        cpu::flashRow(qr, kb, vb, ld, n, d, scalef, out.data());
+        cpu::flashRow(qr, kb, vb, ld, nk, d, scalef, out.data());
       for (int64_t c = 0; c < d; ++c)
         o.f[base + size_t(r * ld + c)] = roundBf16(out[size_t(c)]);
     }
@@ -704,8 +561,7 @@ std::vector<float> linearF32(Ctx &cx, const std::vector<float> &x, int64_t M, co
   const int64_t N = spec.shape[0], K = spec.shape[1];
   if (int64_t(x.size()) != M * K)
     cx.error(fmt::format("{} expects K = {}", w, K));
-  std::vector<float> acc;
-  gemmSharded(cx, x, M, K, {{w, 0, N}}, acc, N, nullptr);
+  std::vector<float> acc = gemm(cx, x, M, K, w);
   addBias(cx, acc, M, N, b, spec.dtype == DType::BF16);
   return acc;
 }
@@ -792,7 +648,6 @@ void runCpuOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
   case OpKind::Linear:
   case OpKind::AdalnTable: return runLinear(cx);
   case OpKind::QkvLinear: return runQkvLinear(cx);
-  case OpKind::AllreduceTree: return runAllreduce(cx);
   case OpKind::RmsNorm: return runRmsNorm(cx);
   case OpKind::NormModulate: return runNormModulate(cx);
   case OpKind::QkNorm: return runQkNorm(cx);
@@ -808,6 +663,9 @@ void runCpuOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
   case OpKind::TimeEmbed: return runTimeEmbed(cx);
   case OpKind::Pack: return runPack(cx);
   case OpKind::Unpack: return runUnpack(cx);
+  case OpKind::AllGather:
+  case OpKind::Split:
+    fail(op.where, "a {} moves values between ranks: the executor runs it (runLayoutOp)", plan::opKindName(op.kind));
   }
   fail(op.where + "/op", "the CPU executor has no implementation of '{}'", plan::opKindName(op.kind));
 }

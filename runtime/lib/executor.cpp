@@ -34,69 +34,101 @@ AuditError compare(const HostValue &got, const HostValue &ref, const std::string
   return e;
 }
 
+// The CPU reference. A multi-rank plan (sp x tp > 1, docs/contract.md section 5.2) is simulated rank by rank: every
+// rank has its own value map and its own weights (the rank's rows of split tensors), every op runs once per rank on
+// that rank's values, and the layout ops copy rows or columns between the maps. Nothing is shared but the request.
 class CpuExecutor final : public Executor {
 public:
   std::string device() const override { return "cpu"; }
   Outputs run(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
               LedgerBuilder &ledger) override {
     const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-    ValueMap values = graphInputValues(req);
+    const std::vector<plan::Rank> grid = plan::rankGrid(p.options.sp, p.options.tp);
+    std::vector<ValueMap> values(grid.size(), graphInputValues(req));
+    std::vector<std::unique_ptr<WeightSource>> rankWeights;
+    std::vector<int64_t> rankRows;
+    for (const plan::Rank &r : grid) {
+      rankWeights.push_back(p.options.tp > 1 ? makeRankWeights(weights, p, r.tpIndex) : nullptr);
+      auto [b, e] = plan::rankRows(r.spIndex, p.options.sp, req.S);
+      rankRows.push_back(p.options.sp > 1 ? e - b : -1);
+    }
     const plan::Function &fn = p.forward();
     auto last = p.lastUse(fn);
     const auto dump = ValueDump::fromEnv();
     const auto t0 = std::chrono::steady_clock::now();
     for (const plan::Op &op : fn.ops) {
-      // A node asked for `reference` runs the op's fp64 implementation; `native` has no CPU vendor library, so the
-      // CPU's ordered implementation (row) runs instead and the ledger says so.
-      bool reference = false;
-      for (const auto &n : op.nodes)
-        reference |= ledger.requested(n) == Binding::Reference;
-      OpEnv env{p, req, weights, reference ? Precision::Fp64 : Precision::Ordered, threads};
       std::optional<AuditError> audit;
-      ValueMap auditIn;
-      if (opt.mode == Mode::Audit)
-        for (const auto &n : op.in)
-          auditIn[n] = values.at(n);
-      runCpuOp(op, env, values);
-      if (dump)
+      if (plan::isLayoutOp(op.kind)) {
+        runLayoutOp(op, p, req, values);
+      } else {
+        // A node asked for `reference` runs the op's fp64 implementation; `native` has no CPU vendor library, so
+        // the CPU's ordered implementation (row) runs instead and the ledger says so.
+        bool reference = false;
+        for (const auto &n : op.nodes)
+          reference |= ledger.requested(n) == Binding::Reference;
+        for (const plan::Rank &r : grid) {
+          WeightSource &w = rankWeights[size_t(r.rank)] ? *rankWeights[size_t(r.rank)] : weights;
+          ValueMap &vals = values[size_t(r.rank)];
+          OpEnv env{p, req, w, reference ? Precision::Fp64 : Precision::Ordered, threads, rankRows[size_t(r.rank)]};
+          ValueMap auditIn;
+          if (opt.mode == Mode::Audit)
+            for (const auto &n : op.in)
+              auditIn[n] = vals.at(n);
+          runCpuOp(op, env, vals);
+          if (opt.mode == Mode::Audit) {
+            OpEnv ref = env;
+            ref.precision = Precision::Fp64;
+            runCpuOp(op, ref, auditIn);
+            for (const auto &o : op.out) {
+              AuditError e = compare(vals.at(o), auditIn.at(o), o);
+              if (!audit || e.maxRel > audit->maxRel || (std::isnan(e.maxRel)))
+                audit = e;
+            }
+          }
+        }
+      }
+      if (dump)  // rank 0's values (sp = tp = 1: all of them)
         for (const auto &o : op.out) {
-          const HostValue &v = values.at(o);
+          const HostValue &v = values[0].at(o);
           if (v.dtype == DType::I64) dump->write(int64_t(op.index), o, DType::I64, v.i.data(), v.i.size());
           else dump->write(int64_t(op.index), o, DType::F32, v.f.data(), v.f.size());
         }
-      if (opt.mode == Mode::Audit) {
-        OpEnv ref{p, req, weights, Precision::Fp64, threads};
-        runCpuOp(op, ref, auditIn);
-        for (const auto &o : op.out) {
-          AuditError e = compare(values.at(o), auditIn.at(o), o);
-          if (!audit || e.maxRel > audit->maxRel || (std::isnan(e.maxRel)))
-            audit = e;
-        }
+      if (!op.nodes.empty()) {
+        std::map<std::string, std::vector<int64_t>> shapes;  // rank 0's
+        for (const auto *names : {&op.in, &op.out})
+          for (const auto &n : *names)
+            shapes[n] = values[0].at(n).shape();
+        bool reference = false;
+        for (const auto &n : op.nodes)
+          reference |= ledger.requested(n) == Binding::Reference;
+        ledger.recordOp(op, reference ? Binding::Reference : Binding::Row, shapes, audit);
       }
-      std::map<std::string, std::vector<int64_t>> shapes;
-      for (const auto *names : {&op.in, &op.out})
-        for (const auto &n : *names)
-          shapes[n] = values.at(n).shape();
-      ledger.recordOp(op, reference ? Binding::Reference : Binding::Row, shapes, audit);
       if (opt.progress)
         std::fprintf(stderr, "[%zu/%zu] %s %s  %.1f s\n", op.index + 1, fn.ops.size(), plan::opKindName(op.kind),
                      op.firstNode().c_str(),
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      for (const auto &n : op.in) {
-        auto it = last.find(n);
-        if (it != last.end() && it->second == op.index)
-          values.erase(n);
+      for (ValueMap &vals : values) {
+        for (const auto &n : op.in) {
+          auto it = last.find(n);
+          if (it != last.end() && it->second == op.index)
+            vals.erase(n);
+        }
+        // Values nobody reads (e.g. unused pack metadata) are dropped at once.
+        for (const auto &n : op.out)
+          if (!last.count(n))
+            vals.erase(n);
       }
-      // Values nobody reads (e.g. unused pack metadata) are dropped at once.
-      for (const auto &n : op.out)
-        if (!last.count(n))
-          values.erase(n);
     }
+    // Every rank ends with the same whole outputs (unpack is replicated): rank 0's, after checking the others agree.
     auto take = [&](const std::string &key, int64_t rows, int64_t cols) {
-      const HostValue &v = values.at(fn.outputs.at(key));
+      const std::string &name = fn.outputs.at(key);
+      const HostValue &v = values[0].at(name);
       if (v.batch != req.B || v.rows != rows || v.cols != cols)
         fail("plan.json#/functions/forward/outputs/" + key, "output shape [{}, {}, {}] differs from [{}, {}, {}]", v.batch, v.rows,
              v.cols, req.B, rows, cols);
+      for (size_t r = 1; r < values.size(); ++r)
+        if (values[r].at(name).f != v.f)
+          fail("plan.json#/functions/forward/outputs/" + key, "rank {} ends with other values than rank 0", r);
       return Tensor::fromFloats(DType::F32, {req.B, rows, cols}, v.f.data());
     };
     Outputs out;
@@ -138,11 +170,13 @@ std::unique_ptr<Executor> makeExecutor(const std::string &device) {
 RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &request, const RunOptions &opt) {
   if (opt.tp != p.options.tp)
     fail("--tp", "the plan was compiled for tp = {}, asked for {} (compile with --tp {})", p.options.tp, opt.tp, opt.tp);
+  if (opt.sp != 0 && opt.sp != p.options.sp)
+    fail("--sp", "the plan was compiled for sp = {}, asked for {} (compile with --sp {})", p.options.sp, opt.sp, opt.sp);
   if (h3::configToJson(weights.config()).dump() != h3::configToJson(p.config).dump())
     fail("--config", "the weights' config differs from the plan's config");
   CanonicalRequest req = canonicalize(request, p.config, "--inputs");
   auto exec = makeExecutor(opt.device);
-  LedgerBuilder ledger(p, opt.mode, opt.tp, exec->device(), opt.binds);
+  LedgerBuilder ledger(p, opt.mode, exec->device(), opt.binds);
   nlohmann::json info = exec->deviceInfo();
   for (auto it = info.begin(); it != info.end(); ++it)
     ledger.header()[it.key()] = it.value();

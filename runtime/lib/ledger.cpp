@@ -81,8 +81,7 @@ Binding requestedBinding(const std::string &nodeId, Mode mode, const std::vector
   return b;
 }
 
-LedgerBuilder::LedgerBuilder(const plan::Plan &plan, Mode mode, int64_t tp, std::string device,
-                             std::vector<BindRule> binds)
+LedgerBuilder::LedgerBuilder(const plan::Plan &plan, Mode mode, std::string device, std::vector<BindRule> binds)
     : plan_(plan), mode_(mode), binds_(std::move(binds)) {
   json rules = json::array();
   for (const auto &r : binds_)
@@ -93,7 +92,8 @@ LedgerBuilder::LedgerBuilder(const plan::Plan &plan, Mode mode, int64_t tp, std:
              {"arch", plan.options.arch},
              {"fuse", plan.options.fuse},
              {"mode", modeName(mode)},
-             {"tp", tp},
+             {"sp", plan.options.sp},
+             {"tp", plan.options.tp},
              {"device", std::move(device)},
              {"binds", rules},
              {"driver_version", nullptr},
@@ -251,8 +251,9 @@ std::string ledgerSummary(const json &l) {
     }
   }
   const json &h = l.value("header", json::object());
-  std::string out = fmt::format("ledger: device {}, mode {}, tp {}, plan {}\n", h.value("device", "?"),
-                                h.value("mode", "?"), h.value("tp", 0), h.value("plan_sha256", "?").substr(0, 16));
+  std::string out = fmt::format("ledger: device {}, mode {}, sp {}, tp {}, plan {}\n", h.value("device", "?"),
+                                h.value("mode", "?"), h.value("sp", 1), h.value("tp", 0),
+                                h.value("plan_sha256", "?").substr(0, 16));
   out += fmt::format("{:<10} {:<10} {:>6}\n", "actual", "requested", "nodes");
   for (const auto &[a, m] : counts)
     for (const auto &[r, n] : m)

@@ -7,7 +7,10 @@
 //   - tensor-core kernels (bf16 linears with every epilogue, qkv, adaln_table, attention): against an fp64
 //     reference, relative Frobenius error and max error reported, bound 1e-2 (bf16 operands and outputs);
 //   - every kernel: two runs byte-equal, and the rows of an M-row run equal (bytes) to a 1-row run of the first row
-//     and to a run with the rows reversed (nothing depends on the row count or order).
+//     and to a run with the rows reversed (nothing depends on the row count or order);
+//   - the shapes one rank of a multi-rank plan runs (docs/contract.md section 5.2): GEMMs with the full K and a
+//     tensor-parallel rank's N, and attention of a sequence-parallel rank's query rows over all keys, byte-equal to
+//     the same rows of the one-rank run.
 // H3C_GPU_QUICK=1 shrinks the full-config row counts.
 #include "emit_ops.h"
 #include "h3c/runtime/cuda/driver.h"
@@ -175,8 +178,9 @@ void report(bool ok, const std::string &what) {
 class Kernels : public Gpu {
 protected:
   void checkLinear(const std::string &cfg, const std::string &kind, long long K, long long N, const std::string &epi,
-                   int units, long long M, int checkRows);
+                   long long M, int checkRows);
   void checkAttention(const std::string &cfg, int heads, int d, long long L, int B);
+  void checkRankAttention(const std::string &cfg, int heads, int d, long long L, int B, long long q0, long long Lq);
   void checkNorms(const std::string &cfg, int H, long long M);
   void checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B);
   void checkElementwise(const std::string &cfg, int H, int F, long long M);
@@ -186,10 +190,11 @@ protected:
 
 // ---- tensor-core linears ----
 
-// epi: none | residual | gate_residual | swiglu; kind: linear | qkv_linear | adaln_table.
+// epi: none | residual | gate_residual | swiglu; kind: linear | qkv_linear | adaln_table. The order is k_chunks with
+// one unit (section 4): one chain over K.
 void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long long K, long long N,
-                          const std::string &epi, int units, long long M, int checkRows) {
-  std::string name = fmt::format("[{}] {} K={} N={} epilogue={} units={} M={}", cfg, kind, K, N, epi, units, M);
+                          const std::string &epi, long long M, int checkRows) {
+  std::string name = fmt::format("[{}] {} K={} N={} epilogue={} M={}", cfg, kind, K, N, epi, M);
   try {
     bool adaln = kind == "adaln_table", qkv = kind == "qkv_linear";
     bool bias = adaln || epi == "none";
@@ -207,7 +212,7 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       a.rowsPerTimestep = 3;
     }
     OpKind k = adaln ? OpKind::AdalnTable : qkv ? OpKind::QkvLinear : OpKind::Linear;
-    const plan::Kernel &kern = kernel(op(k, kind, a, kchunks(units), qkv ? 3 : 1, bias && !qkv ? 1 : 0));
+    const plan::Kernel &kern = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0));
     long long Wrows = qkv ? 3 * N : N;
     long long outCols = epi == "swiglu" ? N / 2 : N;
     double wstd = 1.0 / std::sqrt((double)K);
@@ -253,7 +258,7 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
     if (kern.source.find("wgmma.mma_async") != std::string::npos) {
       hk::EmitOptions mma;
       mma.wgmma = false;
-      const plan::Kernel &ref = kernel(op(k, kind, a, kchunks(units), qkv ? 3 : 1, bias && !qkv ? 1 : 0), mma);
+      const plan::Kernel &ref = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), mma);
       auto ym = runWith(ref, dX, dRes, M, dTs, dTags);
       size_t at = firstDiff(y1, ym);
       report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) kernel == mma.sync kernel byte for byte{}",
@@ -384,6 +389,47 @@ void Kernels::checkAttention(const std::string &cfg, int heads, int d, long long
     ErrStat e = compare(got, ref);
     report(e.frob < 1e-2, fmt::format("{}: vs fp64 rel_frob={:.3e} max_abs={:.3e} ref_rms={:.3e} (bound 1e-2)", name,
                                       e.frob, e.maxAbs, e.refRms));
+  } catch (const std::exception &ex) {
+    report(false, name + ": " + ex.what());
+  }
+}
+
+// A sequence-parallel rank's query rows [q0, q0 + Lq) of each item (domain Sr) over all L keys (S): the kernel the
+// rank runs gives exactly the bytes of those rows in the one-rank run (attention is independent per query row and
+// the keys are summed in canonical order).
+void Kernels::checkRankAttention(const std::string &cfg, int heads, int d, long long L, int B, long long q0,
+                                 long long Lq) {
+  std::string name = fmt::format("[{}] attention of a rank's rows [{}, {}) of L={} B={}", cfg, q0, q0 + Lq, L, B);
+  try {
+    plan::OpAttrs a = with(attrs({{"heads", heads}, {"head_dim", d}}), DType::BF16, DType::BF16, DType::BF16);
+    const plan::Kernel &whole = kernel(op(OpKind::Attention, "attention", a, flash()));
+    EmitOp rankOp = op(OpKind::Attention, "attention", a, flash());
+    rankOp.vals.in[0].rows = plan::Domain::Sr;
+    rankOp.vals.out[0].rows = plan::Domain::Sr;
+    const plan::Kernel &rank = kernel(rankOp);
+    long long ld = (long long)heads * d;
+    auto q = randBf(size_t(B * L * ld)), kk = randBf(size_t(B * L * ld)), v = randBf(size_t(B * L * ld));
+    std::vector<uint16_t> qr(size_t(B * Lq * ld));
+    for (int b = 0; b < B; ++b)
+      std::copy_n(&q[size_t((b * L + q0) * ld)], Lq * ld, &qr[size_t(b * Lq * ld)]);
+    auto dk = up(kk), dv = up(v);
+    Launch lf;
+    lf.in = {up(q), dk, dv};
+    lf.out = {outBuf(size_t(B * L * ld * 2))};
+    lf.e = rowsS(L, B);
+    run(whole, lf);
+    auto of = down<uint16_t>(*lf.out[0], size_t(B * L * ld));
+    Launch lr;
+    lr.in = {up(qr), dk, dv};
+    lr.out = {outBuf(size_t(B * Lq * ld * 2))};
+    lr.e = rowsS(L, B);
+    lr.e.Sr = Lq;
+    run(rank, lr);
+    auto orr = down<uint16_t>(*lr.out[0], size_t(B * Lq * ld));
+    bool ok = true;
+    for (int b = 0; b < B && ok; ++b)
+      ok = std::memcmp(&orr[size_t(b * Lq * ld)], &of[size_t((b * L + q0) * ld)], size_t(Lq * ld) * 2) == 0;
+    report(ok, name + ": byte-equal to those rows of the one-rank run");
   } catch (const std::exception &ex) {
     report(false, name + ": " + ex.what());
   }
@@ -695,17 +741,20 @@ void Kernels::checkF32(const std::string &cfg, long long K, long long N, long lo
 
 // tiny config: hidden 24, heads 2 x 16, ffn 32, rotary 12, time 8 -> 24 -> 16.
 TEST_F(Kernels, TinyLinears) {
-  checkLinear("tiny", "qkv_linear", 24, 32, "none", 1, 37, 8);
-  checkLinear("tiny", "linear", 32, 24, "residual", 1, 37, 8);
-  checkLinear("tiny", "linear", 32, 24, "gate_residual", 2, 37, 8);
-  checkLinear("tiny", "linear", 32, 24, "gate_residual", 1, 37, 8);
-  checkLinear("tiny", "linear", 24, 64, "swiglu", 1, 37, 8);
-  checkLinear("tiny", "adaln_table", 16, 18 * 24, "none", 1, 3, 3);
-  checkLinear("tiny", "linear", 8, 24, "none", 1, 11, 4);
+  checkLinear("tiny", "qkv_linear", 24, 32, "none", 37, 8);
+  checkLinear("tiny", "linear", 32, 24, "residual", 37, 8);
+  checkLinear("tiny", "linear", 32, 24, "gate_residual", 37, 8);
+  checkLinear("tiny", "linear", 24, 64, "swiglu", 37, 8);
+  checkLinear("tiny", "adaln_table", 16, 18 * 24, "none", 3, 3);
+  checkLinear("tiny", "linear", 8, 24, "none", 11, 4);
+  // A tensor-parallel rank's to_out (tp = 2): the full K, 12 of the 24 output columns.
+  checkLinear("tiny tp2", "linear", 32, 12, "gate_residual", 37, 8);
 }
 TEST_F(Kernels, TinyAttention) {
   checkAttention("tiny", 2, 16, 37, 2);
   checkAttention("tiny", 2, 16, 130, 1);
+  checkRankAttention("tiny sp4", 2, 16, 130, 2, 97, 33);
+  checkRankAttention("tiny sp8", 2, 16, 21, 1, 0, 2);
 }
 TEST_F(Kernels, TinyBitwiseKernels) {
   checkNorms("tiny", 24, 37);
@@ -717,17 +766,29 @@ TEST_F(Kernels, TinyBitwiseKernels) {
 // full config shapes (H 5376, inner 7168, ffn 14336, heads 56 x 128, rotary 96, time 256 -> 5376 -> 2688).
 TEST_F(Kernels, FullLinears) {
   long long M = quick() ? 130 : 333;
-  checkLinear("full", "qkv_linear", 5376, 7168, "none", 1, M, 3);
-  checkLinear("full", "linear", 7168, 5376, "gate_residual", 8, M, 3);
-  checkLinear("full", "linear", 5376, 28672, "swiglu", 1, M, 2);
-  checkLinear("full", "linear", 14336, 5376, "gate_residual", 8, M, 3);
-  checkLinear("full", "linear", 7168, 5376, "residual", 1, M, 2);
-  checkLinear("full", "linear", 7168, 5376, "gate_residual", 1, M, 3);
-  checkLinear("full", "linear", 14336, 5376, "gate_residual", 1, quick() ? M : 2077, 3);  // 17 row tiles
-  checkLinear("full", "adaln_table", 2688, 18 * 5376, "none", 1, 2, 2);
-  checkLinear("full", "linear", 5120, 5376, "none", 1, M, 2);
+  checkLinear("full", "qkv_linear", 5376, 7168, "none", M, 3);
+  checkLinear("full", "linear", 7168, 5376, "gate_residual", M, 3);
+  checkLinear("full", "linear", 5376, 28672, "swiglu", M, 2);
+  checkLinear("full", "linear", 14336, 5376, "gate_residual", M, 3);
+  checkLinear("full", "linear", 14336, 5376, "gate_residual", quick() ? M : 2077, 3);  // 17 row tiles
+  checkLinear("full", "linear", 7168, 5376, "residual", M, 2);
+  checkLinear("full", "adaln_table", 2688, 18 * 5376, "none", 2, 2);
+  checkLinear("full", "linear", 5120, 5376, "none", M, 2);
+  // One tensor-parallel rank of 8 (section 5.2): 7 heads of q/k/v, fc1's value and gate halves of 1792 columns,
+  // to_out / fc2 with the full K and 672 output columns, the AdaLN table's 18 chunks of 672.
+  checkLinear("full tp8", "qkv_linear", 5376, 896, "none", M, 3);
+  checkLinear("full tp8", "linear", 5376, 3584, "swiglu", M, 2);
+  checkLinear("full tp8", "linear", 7168, 672, "gate_residual", M, 3);
+  checkLinear("full tp8", "linear", 14336, 672, "gate_residual", M, 3);
+  checkLinear("full tp8", "adaln_table", 2688, 18 * 672, "none", 2, 2);
 }
-TEST_F(Kernels, FullAttention) { checkAttention("full", 56, 128, quick() ? 200 : 777, 2); }
+TEST_F(Kernels, FullAttention) {
+  long long L = quick() ? 200 : 777;
+  checkAttention("full", 56, 128, L, 2);
+  // A rank of sp = 8 (the last one, uneven) and a tp = 8 rank's 7 heads.
+  checkRankAttention("full sp8", 56, 128, L, 2, 7 * L / 8, L - 7 * L / 8);
+  checkRankAttention("full sp2 tp8", 7, 128, L, 1, 0, L / 2);
+}
 TEST_F(Kernels, FullBitwiseKernels) {
   long long M = quick() ? 130 : 333;
   checkNorms("full", 5376, M);

@@ -29,7 +29,7 @@
 // CHECK-SAME: rotary_dim = 12
 // CHECK-SAME: values = ["transformer_blocks.0.attn.rope_q", "transformer_blocks.0.attn.rope_k"]
 // CHECK-NEXT: %[[A:.*]] = h3.attention %[[QR]], %[[KR]], %[[V]]
-// CHECK-NEXT: %[[G1:.*]] = h3.linear %[[A]], %[[X]], %[[TAB]], %[[TS]], %[[TAGS]] {{{.*}}chunk = 2 : i64, epilogue = #h3.epilogue<gate_residual>, nodes = ["transformer_blocks.0.attn.to_out.0", "transformer_blocks.0.gate_residual_attn"], num_chunks = 6 : i64, order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>, row_index = #h3.row_index<adaln>
+// CHECK-NEXT: %[[G1:.*]] = h3.linear %[[A]], %[[X]], %[[TAB]], %[[TS]], %[[TAGS]] {{{.*}}chunk = 2 : i64, epilogue = #h3.epilogue<gate_residual>, nodes = ["transformer_blocks.0.attn.to_out.0", "transformer_blocks.0.gate_residual_attn"], num_chunks = 6 : i64, order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>, row_index = #h3.row_index<adaln>
 // CHECK-NEXT: %[[N2:.*]] = h3.norm_modulate %[[G1]], %[[TAB]]
 // CHECK-NEXT: %[[F1:.*]] = h3.linear %[[N2]] {{{.*}}epilogue = #h3.epilogue<swiglu>
 // CHECK-NEXT: %[[G2:.*]] = h3.linear %[[F1]], %[[G1]], %[[TAB]], %[[TS]], %[[TAGS]] {{{.*}}chunk = 5 : i64, epilogue = #h3.epilogue<gate_residual>, nodes = ["transformer_blocks.0.ff.net.2", "transformer_blocks.0.gate_residual_ff"]

@@ -11,10 +11,18 @@ func.func @heads(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, bf16> {
 
 // -----
 
-func.func @units(%x: !h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 24, bf16> {
-  // expected-error @+1 {{[transformer_blocks.0.ff.net.2] cannot split 8 canonical K units over tp = 3}}
-  %y = h3.linear %x {K = 128 : i64, N = 24 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 8, acc = f32>, nodes = ["transformer_blocks.0.ff.net.2"], values = ["y"]} : (!h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 24, bf16>
-  return %y : !h3.act<B, S, 24, bf16>
+func.func @out_columns(%x: !h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 25, bf16> {
+  // expected-error @+1 {{[transformer_blocks.0.ff.net.2] cannot split 25 output columns over tp = 3}}
+  %y = h3.linear %x {K = 128 : i64, N = 25 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>, nodes = ["transformer_blocks.0.ff.net.2"], values = ["y"]} : (!h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 25, bf16>
+  return %y : !h3.act<B, S, 25, bf16>
+}
+
+// -----
+
+func.func @adaln_chunks(%t: !h3.act<T, 16, f32>) -> !h3.act<T3, 48, bf16> {
+  // expected-error @+1 {{[transformer_blocks.0.adaln_proj] cannot split 8 columns of each AdaLN chunk over tp = 3}}
+  %y = h3.adaln_table %t {K = 16 : i64, N = 144 : i64, rows_per_timestep = 3 : i64, num_chunks = 6 : i64, bias = [], weight = ["w"], nodes = ["transformer_blocks.0.adaln_proj"], values = ["y"]} : (!h3.act<T, 16, f32>) -> !h3.act<T3, 48, bf16>
+  return %y : !h3.act<T3, 48, bf16>
 }
 
 // -----

@@ -19,20 +19,21 @@ func.func @linear_no_order(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, bf1
 
 // -----
 
-func.func @units(%x: !h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 24, bf16> {
-  // expected-error @+1 {{[transformer_blocks.0.attn.to_out.0] needs 8 canonical K units, has 1}}
-  %y = h3.linear %x {K = 128 : i64, N = 24 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>, nodes = ["transformer_blocks.0.attn.to_out.0"], values = ["y"]} : (!h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 24, bf16>
-  return %y : !h3.act<B, S, 24, bf16>
+// Layout ops move rows over the module's sp ranks and columns over its tp ranks.
+module attributes {h3.sp = 2 : i64, h3.tp = 1 : i64} {
+  func.func @rows_parts(%k: !h3.act<B, Sr, 32, bf16>) -> !h3.act<B, S, 32, bf16> {
+    // expected-error @+1 {{moves 4 parts of rows but the module is sp = 2}}
+    %g = h3.all_gather %k {axis = #h3.axis<rows>, parts = 4 : i64, nodes = [], values = ["g"]} : (!h3.act<B, Sr, 32, bf16>) -> !h3.act<B, S, 32, bf16>
+    return %g : !h3.act<B, S, 32, bf16>
+  }
 }
 
 // -----
 
-// Units that do not cut the reduced extent (the op's OrderedReduction extents) into whole k_step chunks.
-func.func @units_extent(%x: !h3.act<B, S, 40, bf16>) -> !h3.act<B, S, 24, bf16> {
-  // expected-error @+2 {{[transformer_blocks.0.ff.net.2] needs 1 canonical K units, has 2}}
-  // expected-error @+1 {{[transformer_blocks.0.ff.net.2] K = 40 is not 2 whole units of k_step chunks}}
-  %y = h3.linear %x {K = 40 : i64, N = 24 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>, nodes = ["transformer_blocks.0.ff.net.2"], values = ["y"]} : (!h3.act<B, S, 40, bf16>) -> !h3.act<B, S, 24, bf16>
-  return %y : !h3.act<B, S, 24, bf16>
+func.func @cols_parts(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 12, bf16> {
+  // expected-error @+1 {{moves 2 parts of cols but the module is tp = 1}}
+  %p = h3.split %x {axis = #h3.axis<cols>, parts = 2 : i64, nodes = [], values = ["p"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 12, bf16>
+  return %p : !h3.act<B, S, 12, bf16>
 }
 
 // -----
@@ -111,10 +112,12 @@ module attributes {h3.tp = 2 : i64} {
 
 // -----
 
-func.func @partials_escape(%x: !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 24, f32, parts = 2> {
-  // expected-error @+1 {{[transformer_blocks.0.attn.to_out.0] rank partials may only feed h3.allreduce_tree}}
-  %p = h3.linear %x {K = 32 : i64, N = 24 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 2, acc = f32>, shard = #h3.shard<row, tp = 2>, nodes = ["transformer_blocks.0.attn.to_out.0"], values = ["p"]} : (!h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 24, f32, parts = 2>
-  return %p : !h3.act<B, S, 24, f32, parts = 2>
+module attributes {h3.tp = 4 : i64} {
+  func.func @gather_parts(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 48, bf16> {
+    // expected-error @+1 {{moves 2 parts of cols but the module is tp = 4}}
+    %g = h3.all_gather %x {axis = #h3.axis<cols>, parts = 2 : i64, nodes = [], values = ["g"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 48, bf16>
+    return %g : !h3.act<B, S, 48, bf16>
+  }
 }
 
 // -----

@@ -117,9 +117,18 @@ func.func @linear_gate_meta(%x: !h3.act<B, S, 32, bf16>, %r: !h3.act<B, S, 24, b
 
 // -----
 
-func.func @linear_partials(%x: !h3.act<B, S, 32, bf16>) {
-  // expected-error @+1 {{[lin] a row-parallel linear over tp = 2 must produce 2 f32 rank partials of 24 columns}}
-  %y = h3.linear %x {K = 32 : i64, N = 24 : i64, bias = [], weight = ["w"], shard = #h3.shard<row, tp = 2>, nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 24, bf16>
+func.func @replicated_over_ranks(%x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{a replicated op records tp = 1 and one segment}}
+  %y = h3.linear %x {K = 32 : i64, N = 24 : i64, bias = [], weight = ["w"], shard = #h3.shard<replicated, tp = 2>, nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 24, bf16>
+  return
+}
+
+// -----
+
+// Sequence parallel: a rank's queries (Sr) attend all keys (S); keys of another domain are an error.
+func.func @attention_rank_keys(%q: !h3.act<B, Sr, 32, bf16>, %k: !h3.act<B, Nt, 32, bf16>) {
+  // expected-error @+1 {{[a] k: rows B x Sr vs B x Nt}}
+  %o = h3.attention %q, %k, %k {heads = 2 : i64, head_dim = 16 : i64, nodes = ["a"], values = ["o"]} : (!h3.act<B, Sr, 32, bf16>, !h3.act<B, Nt, 32, bf16>, !h3.act<B, Nt, 32, bf16>) -> !h3.act<B, Sr, 32, bf16>
   return
 }
 
@@ -150,17 +159,51 @@ func.func @time_embed_order_kind(%s: !h3.act<T, 8, f32>) {
 
 // -----
 
-func.func @allreduce_tp(%p: !h3.act<B, S, 24, f32, parts = 2>) {
-  // expected-error @+1 {{tp must be a power of two >= 2, got 3}}
-  %y = h3.allreduce_tree %p {N = 24 : i64, tp = 3 : i64, units = 8 : i64, bias = [], nodes = [], values = ["y"]} : (!h3.act<B, S, 24, f32, parts = 2>) -> !h3.act<B, S, 24, bf16>
+// Layout ops (section 5.2): rows move between Sr and S, columns keep the rows and split evenly; no node.
+func.func @gather_rows_domain(%k: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{moves between a rank's rows (Sr) and all of S, got S and S}}
+  %g = h3.all_gather %k {axis = #h3.axis<rows>, parts = 2 : i64, nodes = [], values = ["g"]} : (!h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16>
   return
 }
 
 // -----
 
-func.func @allreduce_parts(%p: !h3.act<B, S, 24, f32, parts = 2>) {
-  // expected-error @+1 {{partials must be 4 f32 rank partials of 24 columns}}
-  %y = h3.allreduce_tree %p {N = 24 : i64, tp = 4 : i64, units = 8 : i64, bias = [], nodes = [], values = ["y"]} : (!h3.act<B, S, 24, f32, parts = 2>) -> !h3.act<B, S, 24, bf16>
+func.func @gather_cols_width(%x: !h3.act<B, S, 12, bf16>) {
+  // expected-error @+1 {{each of 2 ranks holds 16 of 32 columns, got 12}}
+  %g = h3.all_gather %x {axis = #h3.axis<cols>, parts = 2 : i64, nodes = [], values = ["g"]} : (!h3.act<B, S, 12, bf16>) -> !h3.act<B, S, 32, bf16>
+  return
+}
+
+// -----
+
+func.func @split_cols_segments(%x: !h3.act<T3, 36, bf16>) {
+  // expected-error @+1 {{36 columns do not form 6 segments of 4 parts}}
+  %p = h3.split %x {axis = #h3.axis<cols>, parts = 4 : i64, segments = 6 : i64, nodes = [], values = ["p"]} : (!h3.act<T3, 36, bf16>) -> !h3.act<T3, 9, bf16>
+  return
+}
+
+// -----
+
+func.func @split_dtype(%x: !h3.act<S, 1, i64>) {
+  // expected-error @+1 {{part and full value differ in dtype or batch axis}}
+  %p = h3.split %x {axis = #h3.axis<rows>, parts = 2 : i64, nodes = [], values = ["p"]} : (!h3.act<S, 1, i64>) -> !h3.act<Sr, 1, f32>
+  return
+}
+
+// -----
+
+func.func @layout_nodes(%x: !h3.act<B, Sr, 8, bf16>) {
+  // expected-error @+1 {{a layout op implements no node}}
+  %g = h3.all_gather %x {axis = #h3.axis<rows>, parts = 2 : i64, nodes = ["k"], values = ["g"]} : (!h3.act<B, Sr, 8, bf16>) -> !h3.act<B, S, 8, bf16>
+  return
+}
+
+// -----
+
+func.func @layout_axis(%x: !h3.act<B, Sr, 8, bf16>) {
+  // expected-error @+2 {{expected ::h3c::h3ir::Axis to be one of: rows, cols}}
+  // expected-error @+1 {{failed to parse H3_AxisAttr parameter}}
+  %g = h3.all_gather %x {axis = #h3.axis<diagonal>, parts = 2 : i64, nodes = [], values = ["g"]} : (!h3.act<B, Sr, 8, bf16>) -> !h3.act<B, S, 8, bf16>
   return
 }
 
@@ -288,7 +331,7 @@ func.func @attention_batch(%q: !h3.act<T, 32, bf16>) {
 // -----
 
 func.func @attention_kv(%q: !h3.act<B, S, 32, bf16>, %k: !h3.act<B, Nt, 32, bf16>) {
-  // expected-error @+1 {{[a] q/k/v/o: rows B x S vs B x Nt}}
+  // expected-error @+1 {{[a] k: rows B x S vs B x Nt}}
   %o = h3.attention %q, %k, %k {heads = 2 : i64, head_dim = 16 : i64, nodes = ["a"], values = ["o"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, Nt, 32, bf16>, !h3.act<B, Nt, 32, bf16>) -> !h3.act<B, S, 32, bf16>
   return
 }
@@ -368,21 +411,21 @@ func.func @unpack_cols(%v: !h3.act<B, S, 16, f32>, %a: !h3.act<B, S, 6, f32>) {
 
 // -----
 
-// expected-error @+1 {{unknown row domain 'X' (S, Nt, Nv, Na, T, T3, 1)}}
+// expected-error @+1 {{unknown row domain 'X' (S, Nt, Nv, Na, T, T3, 1, Sr)}}
 func.func @bad_domain(%x: !h3.act<B, X, 24, bf16>) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{rank partials must be f32}}
-func.func @bad_parts(%x: !h3.act<B, S, 24, bf16, parts = 2>) {
+// expected-error @+1 {{expected '>'}}
+func.func @no_partials_type(%x: !h3.act<B, S, 24, f32, parts = 2>) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{only token domains (S, Nt, Nv, Na) carry a batch axis, not 'T'}}
+// expected-error @+1 {{only token domains (S, Nt, Nv, Na, Sr) carry a batch axis, not 'T'}}
 func.func @bad_batch(%x: !h3.act<B, T, 24, f32>) {
   return
 }
@@ -404,16 +447,17 @@ func.func @bad_order_kind(%x: !h3.act<B, S, 24, bf16>) {
 
 // -----
 
-func.func @bad_order_units(%x: !h3.act<B, S, 24, bf16>) {
-  // expected-error @+1 {{k_chunks units must be a power of two (pairwise tree), got 3}}
-  %y = h3.linear %x {K = 24 : i64, N = 8 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 3, acc = f32>, nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 8, bf16>
+// Section 4: every GEMM reduces K in one chain; the unit tree is gone.
+func.func @bad_order_units(%x: !h3.act<B, S, 128, bf16>) {
+  // expected-error @+1 {{k_chunks has one unit (K in one chain; docs/contract.md section 4), got units = 8}}
+  %y = h3.linear %x {K = 128 : i64, N = 8 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 8, acc = f32>, nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 8, bf16>
   return
 }
 
 // -----
 
 func.func @bad_shard(%x: !h3.act<B, S, 24, bf16>) {
-  // expected-error @+1 {{unknown shard kind 'diagonal' (column, row, replicated)}}
+  // expected-error @+1 {{unknown shard kind 'diagonal' (column, replicated)}}
   %y = h3.swiglu %x {shard = #h3.shard<diagonal, tp = 2>, nodes = ["s"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 12, bf16>
   return
 }

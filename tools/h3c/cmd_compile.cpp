@@ -1,4 +1,4 @@
-// `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --tp N [--no-fuse] [--dump-ir DIR] [--tokens S] -o OUT/`:
+// `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --sp N --tp M [--no-fuse] [--dump-ir DIR] [--tokens S] -o OUT/`:
 // imports the fingerprint, runs h3-pipeline and writes OUT/plan.json + OUT/kernels/*.cu atomically.
 #include "command.h"
 
@@ -16,7 +16,7 @@ namespace {
 
 struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
-  int64_t tp = 1, tokens = 8192;
+  int64_t sp = 1, tp = 1, tokens = 8192;
   bool noFuse = false, noWgmma = false;
 };
 
@@ -24,7 +24,9 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
   auto a = std::make_shared<Args>();
   app.add_option("fingerprint", a->fingerprint, "Fingerprint JSON (models/h3/fingerprint.json)")->required();
   app.add_option("--arch", a->arch, "Target architecture")->check(CLI::IsMember({"sm_90a", "sm_100a"}));
-  app.add_option("--tp", a->tp, "Tensor-parallel degree")->check(CLI::IsMember({1, 2, 4, 8}));
+  app.add_option("--sp", a->sp, "Sequence-parallel degree (ranks split the packed rows)")
+      ->check(CLI::IsMember({1, 2, 4, 8}));
+  app.add_option("--tp", a->tp, "Tensor-parallel degree (ranks split the columns)")->check(CLI::IsMember({1, 2, 4, 8}));
   app.add_flag("--no-fuse", a->noFuse, "Skip h3-fuse (one op per node)");
   app.add_flag("--no-wgmma", a->noWgmma, "sm_90a: run the bf16 linears on the mma.sync kernel instead of the Hopper "
                                          "(TMA + wgmma) one; the same bits, slower (for comparisons)");
@@ -42,6 +44,7 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     h3c::h3::Fingerprint fp = h3c::h3::fingerprintFromJson(j, a->fingerprint);
     h3c::codegen::CompileOptions o;
     o.arch = a->arch;
+    o.sp = a->sp;
     o.tp = a->tp;
     o.fuse = !a->noFuse;
     o.wgmma = !a->noWgmma;

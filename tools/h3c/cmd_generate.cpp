@@ -15,7 +15,7 @@ namespace {
 struct Opts {
   h3c::rt::GenerateOptions g;
   std::string out, resume, mode = "strict", seeds;
-  long long synthetic = -1, tp = 0, seed = -1;
+  long long synthetic = -1, sp = 0, tp = 0, seed = -1;
   std::vector<std::string> binds;
 };
 
@@ -41,13 +41,14 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   auto *sv = app.add_flag("--save-tensors", o->g.saveTensors, "also store velocities and latents of every step");
   auto *dv = app.add_option("--device", o->g.run.device, "cpu | gpu");
   auto *md = app.add_option("--mode", o->mode, "strict | audit | off");
+  auto *sp = app.add_option("--sp", o->sp, "sequence-parallel degree (default: the plan's)");
   auto *tp = app.add_option("--tp", o->tp, "tensor-parallel degree (default: the plan's)");
   auto *bd = app.add_option("--bind", o->binds, "GLOB=native|reference binding overlay (repeatable)");
   auto *bf = app.add_option("--bind-from-step", o->g.bindFromStep, "apply the --bind rules from this step on");
   app.add_option("--threads", o->g.run.threads, "CPU worker threads (never changes a bit)");
   app.add_option("--ledger", o->g.ledgerDir, "folder for the ledger of every step (step-NNNNN.json)");
   auto *rs = app.add_option("--resume", o->resume, "continue this trajectory from its last sealed step");
-  for (auto *opt : {cfg, sy, st, vs, as, sd, ss, nz, sa, nl, ou, sv, dv, md, tp, bd, bf})
+  for (auto *opt : {cfg, sy, st, vs, as, sd, ss, nz, sa, nl, ou, sv, dv, md, sp, tp, bd, bf})
     rs->excludes(opt);  // --plan, --request, --checkpoint may accompany --resume: files that moved (hash-checked)
   app.callback([o] {
     o->g.progress = ::isatty(2);
@@ -84,6 +85,7 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
       }
     }
     o->g.run.mode = h3c::rt::parseMode(o->mode);
+    o->g.run.sp = o->sp;
     o->g.run.tp = o->tp;
     for (const auto &b : o->binds)
       o->g.run.binds.push_back(h3c::rt::parseBindRule(b));

@@ -16,7 +16,7 @@ namespace {
 struct Opts {
   std::string config, checkpoint, plan, inputs, out, device = "cpu", mode = "strict", ledger;
   long long synthetic = -1;
-  long long tp = 0;
+  long long sp = 0, tp = 0;
   int threads = 0;
   bool progress = false;
   std::vector<std::string> binds;
@@ -46,6 +46,7 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
   app.add_option("--out", o->out, "output .safetensors (sample, audio_sample)")->required();
   app.add_option("--device", o->device, "cpu | gpu");
   app.add_option("--mode", o->mode, "strict | audit | off");
+  app.add_option("--sp", o->sp, "sequence-parallel degree (must equal the plan's; default: the plan's)");
   app.add_option("--tp", o->tp, "tensor-parallel degree (must equal the plan's; default: the plan's)");
   app.add_option("--bind", o->binds, "GLOB=native|reference binding overlay (repeatable)");
   app.add_option("--threads", o->threads, "CPU worker threads (0 = all cores; never changes a bit)");
@@ -62,6 +63,7 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
     opt.device = o->device;
     opt.mode = h3c::rt::parseMode(o->mode);
     opt.tp = o->tp > 0 ? o->tp : plan.options.tp;
+    opt.sp = o->sp > 0 ? o->sp : plan.options.sp;
     opt.threads = o->threads;
     opt.progress = o->progress;
     for (const auto &b : o->binds)

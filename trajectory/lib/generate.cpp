@@ -166,6 +166,7 @@ json runDescription(const GenerateOptions &o, const Prepared &p) {
               {"noise_level", p.sde ? json(o.noiseLevel) : json(nullptr)},
               {"device", o.run.device},
               {"mode", modeName(o.run.mode)},
+              {"sp", o.run.sp > 0 ? o.run.sp : p.plan.options.sp},
               {"tp", o.run.tp > 0 ? o.run.tp : p.plan.options.tp},
               {"binds", binds},
               {"bind_from_step", o.bindFromStep}};
@@ -275,6 +276,8 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
   RunOptions ro = o.run;
   if (ro.tp <= 0)
     ro.tp = p->plan.options.tp;
+  if (ro.sp <= 0)
+    ro.sp = p->plan.options.sp;
   ModalityFloats x = initialLatents(*p, o.noise);
   json header;
   header["num_steps"] = p->video.numSteps();
@@ -323,6 +326,7 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
     o.run.device = r.at("device");
     o.run.mode = parseMode(r.at("mode"));
     o.run.tp = r.at("tp");
+    o.run.sp = r.value("sp", int64_t(1));  // trajectories written before sequence parallelism: sp = 1
     for (const auto &b : r.at("binds"))
       o.run.binds.push_back(parseBindRule(b.get<std::string>()));
     o.bindFromStep = r.at("bind_from_step");

@@ -73,8 +73,11 @@ public:
 
   Outputs run(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
               LedgerBuilder &ledger) override {
-    if (p.options.tp != 1 || opt.tp != 1)
-      fail("--tp", "the GPU executor runs tp = 1 plans (got plan tp {}, --tp {})", p.options.tp, opt.tp);
+    // One GPU runs one rank; multi-rank plans (sp x tp > 1) need the multi-GPU executor (NCCL, not yet written).
+    if (p.options.sp * p.options.tp != 1)
+      fail("--device gpu", "the GPU executor runs single-rank plans (sp = tp = 1); this plan has sp = {}, tp = {} "
+           "({} ranks): run it with --device cpu, or compile with --sp 1 --tp 1", p.options.sp, p.options.tp,
+           p.options.sp * p.options.tp);
     if (!runner_) runner_ = std::make_unique<hc::KernelRunner>();
     req_ = &req;
     plan_ = &p;
@@ -166,7 +169,7 @@ private:
   }
   int64_t totalRows(const plan::Value &v) const { return extents_.rows(v.rows) * (v.batch ? req_->B : 1); }
   size_t valueBytes(const plan::Value &v) const {
-    return size_t(totalRows(v)) * size_t(v.cols) * dtypeSize(v.dtype) * size_t(std::max<int64_t>(1, v.ranks));
+    return size_t(totalRows(v)) * size_t(v.cols) * dtypeSize(v.dtype);
   }
 
   // Every op's kernel, exactly as the plan carries it.
@@ -188,7 +191,6 @@ private:
       slotBytes[s.id] = b;
     }
     for (const auto &[name, v] : p.values) {
-      if (v.ranks > 1) fail("plan value " + name, "rank partials (tp > 1) are not supported on the GPU");
       slotBytes[v.slot] = std::max(slotBytes[v.slot], valueBytes(v));
     }
     size_t total = 0;

@@ -39,13 +39,6 @@ using namespace h3c::testops;
 
 namespace {
 
-// The largest power-of-two unit count <= 8 that the contract's divisibility rule allows for K.
-int rowUnits(long long K) {
-  int u = 8;
-  while (u > 1 && K % (16LL * u) != 0) u /= 2;
-  return u;
-}
-
 // One op of every kernel kind the H3 forward runs (fused and unfused forms), at the shapes of config `c`.
 std::vector<EmitOp> h3Ops(const h3c::h3::Config &c) {
   using plan::Epilogue;
@@ -93,10 +86,10 @@ std::vector<EmitOp> h3Ops(const h3c::h3::Config &c) {
                  laneTree(), 2));
   v.push_back(op(OpKind::Linear, "transformer_blocks.0.attn.to_out.0",
                  with(attrs({{"K", I}, {"N", H}, {"chunk", 2}, {"num_chunks", 6}}), BF, BF, BF, Epilogue::GateResidual),
-                 kchunks(rowUnits(I)), 1));
+                 kchunks(1), 1));
   v.push_back(op(OpKind::Linear, "transformer_blocks.0.ff.net.2",
                  with(attrs({{"K", F}, {"N", H}, {"chunk", 5}, {"num_chunks", 6}}), BF, BF, BF, Epilogue::GateResidual),
-                 kchunks(rowUnits(F)), 1));
+                 kchunks(1), 1));
   v.push_back(op(OpKind::AdalnTable, "norm_out.linear",
                  with(attrs({{"K", E}, {"N", 2 * H}, {"num_chunks", 2}, {"rows_per_timestep", 1}}), BF, F32, BF),
                  kchunks(1), 1, 1));
@@ -171,8 +164,8 @@ TEST(KernelEmit, IdIsStableAndShapeDependent) {
   EXPECT_EQ(a->id, b->id);
   EXPECT_EQ(a->source, b->source);
   EXPECT_EQ(a->sha256, h3c::sha256Hex(a->source));
-  EXPECT_EQ(a->id.rfind("qkv_linear_sm90_k5376_n21504_u1_", 0), 0u) << a->id;  // the Hopper kernel on sm_90a
-  EXPECT_EQ(emit(h3Ops(c)[4], "sm_100a")->id.rfind("qkv_linear_bf16_k5376_n21504_u1_", 0), 0u);
+  EXPECT_EQ(a->id.rfind("qkv_linear_sm90_k5376_n21504_", 0), 0u) << a->id;  // the Hopper kernel on sm_90a
+  EXPECT_EQ(emit(h3Ops(c)[4], "sm_100a")->id.rfind("qkv_linear_bf16_k5376_n21504_", 0), 0u);
   auto t = emit(h3Ops(h3c::h3::namedConfig("tiny"))[4]);
   EXPECT_NE(a->id, t->id);
 }
@@ -230,24 +223,62 @@ TEST(KernelEmit, LaunchAbiIsWrittenOut) {
   EXPECT_EQ(unpack->launch.grid[0].extent.text(), "96*B*Nv + 96*B*Na");
 }
 
-TEST(KernelEmit, TensorCoreLinearsFollowTheUnitTree) {
+TEST(KernelEmit, TensorCoreLinearsAreOneChain) {
   auto c = h3c::h3::namedConfig("full");
   auto ops = h3Ops(c);
-  auto fc2 = emit(ops[16]);
+  auto fc2 = emit(ops[16], "sm_100a");  // the mma.sync kernel (sm_90a runs the Hopper one, same chain)
   ASSERT_TRUE(fc2);
   EXPECT_NE(fc2->source.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
-  EXPECT_NE(fc2->source.find("#define GM_U 8\n"), std::string::npos);
+  EXPECT_NE(emit(ops[16])->source.find("wgmma.mma_async"), std::string::npos);
   EXPECT_NE(fc2->source.find("#define GM_EPI GM_EPI_GATE_RESIDUAL\n"), std::string::npos);
-  // The pairwise tree for 8 units: after unit 7, ((p6 + p7) into slot 0), (p45 + p67 into slot 1),
-  // (p0123 + p4567 into slot 2).
-  EXPECT_NE(fc2->source.find("case 7: gm_add(stk[0], acc); gm_add(stk[1], stk[0]); gm_add(stk[2], stk[1]); break;"),
-            std::string::npos);
-  EXPECT_NE(fc2->source.find("case 3: gm_add(stk[0], acc); gm_add(stk[1], stk[0]); gm_copy(stk[2], stk[1]); break;"),
-            std::string::npos);
-  EXPECT_NE(fc2->source.find("case 4: gm_copy(stk[0], acc); break;"), std::string::npos);
-  // The launch never depends on M: the tile is fixed, the grid comes from the row count at run time.
+  // Section 4: one accumulator chain over K, no unit partials to combine.
+  EXPECT_EQ(fc2->source.find("GM_U"), std::string::npos);
+  EXPECT_EQ(fc2->source.find("stk["), std::string::npos);
+  // The launch never depends on M: the tile is fixed (128 x 128), the grid comes from the row count at run time.
   EXPECT_EQ(fc2->launch.grid[0].div, 128);
-  EXPECT_EQ(fc2->launch.grid[1].extent.eval({}), (5376 + 63) / 64);
+  EXPECT_EQ(fc2->launch.grid[1].extent.eval({}), (5376 + 127) / 128);
+  // A tensor-parallel rank's to_out (section 5.2): full K, the rank's 5376 / 8 output columns.
+  EmitOp local = ops[15];
+  ASSERT_EQ(local.op.nodes[0], "transformer_blocks.0.attn.to_out.0");
+  local.op.attrs.N = 5376 / 8;
+  auto k = emit(local);
+  ASSERT_TRUE(k);
+  EXPECT_NE(k->source.find("#define GM_N 672\n"), std::string::npos);
+  EXPECT_NE(k->source.find("#define GM_K 7168\n"), std::string::npos);
+}
+
+// Sequence parallel (section 5.2): a rank's query rows (Sr) over all key rows (S); the layout ops have no kernel.
+TEST(KernelEmit, RankQueriesOverAllKeysAndNoKernelForLayoutOps) {
+  auto c = h3c::h3::namedConfig("full");
+  auto ops = h3Ops(c);
+  size_t ai = 0;
+  while (ai < ops.size() && ops[ai].op.kind != OpKind::Attention) ++ai;
+  ASSERT_LT(ai, ops.size());
+  EmitOp attn = ops[ai];
+  auto full = emit(attn);
+  ASSERT_TRUE(full);
+  std::map<std::string, std::string> rows;
+  for (const auto &p : full->params)
+    if (p.kind == plan::KernelParam::Kind::Scalar) rows[p.name] = p.value.text();
+  EXPECT_EQ(rows["item_rows"], "S");
+  EXPECT_EQ(rows["kv_rows"], "S");
+  attn.vals.in[0].rows = plan::Domain::Sr;
+  attn.vals.out[0].rows = plan::Domain::Sr;
+  auto sp = emit(attn);
+  ASSERT_TRUE(sp);
+  for (const auto &p : sp->params)
+    if (p.kind == plan::KernelParam::Kind::Scalar) rows[p.name] = p.value.text();
+  EXPECT_EQ(rows["item_rows"], "Sr");
+  EXPECT_EQ(rows["kv_rows"], "S");
+  EXPECT_EQ(sp->launch.grid[0].extent.text(), "Sr");  // query blocks of the rank's rows
+  attn.vals.in[1].rows = plan::Domain::Sr;  // keys that are not all of S for a rank's queries
+  EXPECT_THROW(emit(attn), h3c::Error);
+  for (OpKind k : {OpKind::AllGather, OpKind::Split}) {
+    plan::OpAttrs a;
+    a.axis = plan::Axis::Rows;
+    a.parts = 2;
+    EXPECT_FALSE(emit(op(k, "layout", a)));
+  }
 }
 
 TEST(KernelEmit, RejectsOpsOutsideTheContract) {
@@ -264,8 +295,8 @@ TEST(KernelEmit, RejectsOpsOutsideTheContract) {
   } catch (const h3c::Error &e) {
     EXPECT_NE(std::string(e.what()).find("transformer_blocks.0.ff.net.2"), std::string::npos) << e.what();
   }
-  // units = 8 needs K % 128 == 0 (tiny's K = 32 does not qualify).
-  EXPECT_THROW(emit(op(OpKind::Linear, "fc2", attrs({{"K", 32}, {"N", 24}}), kchunks(8), 1)), h3c::Error);
+  // Every GEMM reduces K in one chain: any other unit count is outside the contract.
+  EXPECT_THROW(emit(op(OpKind::Linear, "fc2", attrs({{"K", 128}, {"N", 24}}), kchunks(8), 1)), h3c::Error);
   EXPECT_THROW(emit(ops[0], "sm_80"), h3c::Error);
   EmitOp f32split = ops[0];
   f32split.op.order.units = 2;

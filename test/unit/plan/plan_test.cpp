@@ -20,7 +20,9 @@ using rt::testplans::rehash;
 
 namespace {
 
-json tinyPlan(bool fuse = false, int tp = 1) { return rt::testplans::modelPlan(h3::namedConfig("tiny"), fuse, tp); }
+json tinyPlan(bool fuse = false, int tp = 1, int sp = 1) {
+  return rt::testplans::modelPlan(h3::namedConfig("tiny"), fuse, tp, sp);
+}
 
 const std::string kOps = "#/functions/forward/ops/";
 
@@ -75,7 +77,7 @@ TEST(PlanRead, TypedAttrsAndOperandPositions) {
   const plan::Op *fc1 = nullptr, *gate = nullptr, *qkv = nullptr;
   for (const auto &op : p.forward().ops) {
     if (op.firstNode() == "transformer_blocks.0.ff.net.0.proj") fc1 = &op;
-    if (op.firstNode() == "transformer_blocks.0.gate_residual_attn") gate = &op;
+    if (op.firstNode() == "transformer_blocks.0.attn.to_out.0") gate = &op;
     if (op.kind == plan::OpKind::QkvLinear && op.firstNode() == "transformer_blocks.1.attn.to_q") qkv = &op;
   }
   ASSERT_TRUE(fc1 && gate && qkv);
@@ -86,13 +88,25 @@ TEST(PlanRead, TypedAttrsAndOperandPositions) {
   const std::pair<int64_t, int64_t> gateHalf{c.ffn_dim, 2 * c.ffn_dim};
   EXPECT_EQ(fc1->attrs.shard.segments[1], gateHalf);
   EXPECT_EQ(qkv->attrs.shard.segments.size(), 3u);
-  // tp 2 splits the row-parallel to_out into a partial linear and the tree combine carrying the epilogue.
-  EXPECT_EQ(gate->kind, plan::OpKind::AllreduceTree);
+  EXPECT_EQ(qkv->attrs.heads, c.num_attention_heads / 2);  // the rank's heads
+  // tp 2: to_out is column-parallel with the full K over the all-gathered attention output, its epilogue reads the
+  // rank's columns of the stream and of the AdaLN table.
+  EXPECT_EQ(gate->kind, plan::OpKind::Linear);
   EXPECT_EQ(gate->attrs.epilogue, plan::Epilogue::GateResidual);
   EXPECT_EQ(gate->attrs.chunk, 2);
+  EXPECT_EQ(gate->attrs.K, c.innerDim());
+  EXPECT_EQ(gate->attrs.N, c.hidden_size / 2);
   auto roles = plan::inputRoles(gate->kind, gate->attrs);
-  EXPECT_EQ(roles, (std::vector<std::string>{"partials", "residual", "table", "ts_index", "tags"}));
+  EXPECT_EQ(roles, (std::vector<std::string>{"x", "residual", "table", "ts_index", "tags"}));
+  EXPECT_EQ(gate->in[0], "transformer_blocks.0.attn.attention:gather_cols");
+  EXPECT_EQ(gate->in[1], "pack:split_cols");
   EXPECT_EQ(gate->in[3], "pack:ts_index");
+  EXPECT_EQ(p.value(gate->out[0]).cols, c.hidden_size / 2);
+  const plan::Op &next = p.forward().ops[gate->index + 1];
+  EXPECT_EQ(next.kind, plan::OpKind::AllGather);
+  EXPECT_EQ(next.attrs.axis, plan::Axis::Cols);
+  EXPECT_EQ(next.attrs.dtype, DType::BF16);
+  EXPECT_EQ(next.in[0], gate->out[0]);
 }
 
 TEST(PlanRead, HashIsCheckedAgainstTheContent) {
@@ -147,6 +161,86 @@ TEST(PlanRead, StructuralErrorsNameTheirPointer) {
   json q = p;
   q["values"]["pack"]["slot"] = 9999;
   rejects(rehash(q), "#/values/pack/slot");
+}
+
+// Section 5.2: the ranks, the layout ops, the rank-local values and the weight splits are all checked.
+TEST(PlanRead, RanksLayoutOpsAndSplitsAreChecked) {
+  for (bool fuse : {false, true}) {
+    plan::Plan p = plan::planFromJson(tinyPlan(fuse, 2, 2), "/nonexistent");
+    EXPECT_EQ(p.options.sp, 2);
+    EXPECT_EQ(p.options.tp, 2);
+    ASSERT_EQ(p.ranks.size(), 4u);
+    EXPECT_EQ(p.ranks[3].spIndex, 1);
+    EXPECT_EQ(p.ranks[3].tpIndex, 1);
+    EXPECT_EQ(p.value("transformer_blocks.0.norm1").rows, plan::Domain::Sr);
+    EXPECT_EQ(p.value("transformer_blocks.0.attn.rope_k:gather_rows").rows, plan::Domain::S);
+  }
+  // floor(i*S/sp): 21 rows over 4 ranks -> 5, 5, 5, 6.
+  EXPECT_EQ(plan::rankRows(0, 4, 21), (std::pair<int64_t, int64_t>{0, 5}));
+  EXPECT_EQ(plan::rankRows(3, 4, 21), (std::pair<int64_t, int64_t>{15, 21}));
+  EXPECT_EQ(plan::partOf({{0, 4}, {4, 8}}, 1, 2), (plan::Segments{{2, 4}, {6, 8}}));
+
+  json p = tinyPlan(true, 2, 2);
+  json a = p;
+  a["ranks"]["list"][1]["sp_index"] = 1;
+  rejects(rehash(a), "#/ranks/list/1/sp_index");
+  json b = p;
+  b["ranks"]["list"][2]["rows"]["end"] = {1, 2};
+  rejects(rehash(b), "#/ranks/list/2/rows/end");
+  json c = tinyPlan(true);
+  c["values"]["pack"]["rows"] = "Sr";
+  rejects(rehash(c), "exists only under sequence parallelism");
+  size_t kv = opIndexOf(p, "transformer_blocks.0.attn.attention") - 2;  // the row gather of rope_k
+  ASSERT_EQ(opsOf(p)[kv]["op"], "all_gather");
+  const std::string at = kOps + std::to_string(kv);
+  json d = p;
+  opsOf(d)[kv]["attrs"]["parts"] = 4;
+  rejects(rehash(d), at + "/attrs/parts");
+  json e = p;
+  opsOf(e)[kv]["nodes"] = {"transformer_blocks.0.attn.rope_k"};
+  rejects(rehash(e), "a layout op implements no node");
+  json f = p;
+  opsOf(f)[kv]["in"][0] = "transformer_blocks.0.attn.rope_k:gather_rows";
+  opsOf(f)[kv]["out"][0] = "transformer_blocks.0.attn.rope_k";
+  rejects(rehash(f), "read before any op defines it");
+  json g = p;
+  g["values"]["transformer_blocks.0.attn.rope_k:gather_rows"]["rows"] = "Sr";
+  rejects(rehash(g), "moves between a rank's rows (Sr) and all of S");
+  json h = p;
+  opsOf(h)[kv]["attrs"]["axis"] = "diagonal";
+  rejects(rehash(h), at + "/attrs/axis");
+  // Column gathers: segments tile the full width and split over tp.
+  size_t tg = opIndexOf(p, "transformer_blocks.0.adaln_proj") + 1;
+  ASSERT_EQ(opsOf(p)[tg]["op"], "all_gather");
+  json k = p;
+  opsOf(k)[tg]["attrs"]["segments"][5][1] = 143;
+  rejects(rehash(k), kOps + std::to_string(tg) + "/attrs/segments");
+  json m = p;
+  m["values"]["transformer_blocks.0.adaln_proj:gather_cols"]["cols"] = 72;
+  rejects(rehash(m), kOps + std::to_string(tg) + "/attrs/cols");
+  // A column-parallel GEMM reads its tensors split by its own segments; widths are the rank's.
+  size_t fc1 = opIndexOf(p, "transformer_blocks.0.ff.net.0.proj");
+  auto tensorOf = [](json &plan, const std::string &name) -> json & {
+    for (auto &buf : plan["weights"])
+      if (buf["tensors"][0]["name"] == name)
+        return buf["tensors"][0];
+    throw std::runtime_error(name);
+  };
+  json n = p;
+  tensorOf(n, "transformer_blocks.0.ff.net.0.proj.weight").erase("split");
+  rejects(rehash(n), "is not split but the op is column");
+  json o = p;
+  tensorOf(o, "transformer_blocks.0.ff.net.0.proj.weight")["split"]["segments"] = {{0, 64}};
+  rejects(rehash(o), "differs from attrs/shard/segments");
+  json q = p;
+  tensorOf(q, "transformer_blocks.0.norm1.weight")["split"] = {{"parts", 2}, {"segments", {{0, 24}}}};
+  rejects(rehash(q), "is split but the op is replicated");
+  json r = p;
+  opsOf(r)[fc1]["attrs"]["N"] = 64;
+  rejects(rehash(r), "the rank holds 32 rows");
+  json s = p;
+  opsOf(s)[fc1]["order"]["units"] = 8;
+  rejects(rehash(s), kOps + std::to_string(fc1) + "/order/units");
 }
 
 TEST(PlanRead, AttrsAreTypedAndComplete) {
@@ -351,6 +445,10 @@ TEST(PlanExtent, ParsesEvaluatesAndRejects) {
   EXPECT_EQ(plan::Extent::parse("B*S", "t").eval(e), 60);
   EXPECT_EQ(plan::Extent::parse("96*B*Nv + 32*B*Na", "t").eval(e), 96 * 40 + 32 * 10);
   EXPECT_EQ(plan::Extent::parse("T3", "t").eval(e), 9);
+  plan::Extents rank = e;
+  rank.Sr = 7;  // a sequence-parallel rank's rows of S
+  EXPECT_EQ(plan::Extent::parse("B*Sr", "t").eval(rank), 14);
+  EXPECT_EQ(plan::Extent::rowsOf(plan::Domain::Sr, true).text(), "B*Sr");
   EXPECT_EQ(plan::Extent::parse(" 7 ", "t").eval(e), 7);
   EXPECT_EQ(plan::Extent::parse("B*Nv + B*Na", "t").scaled(4).text(), "4*B*Nv + 4*B*Na");
   EXPECT_EQ(plan::Extent::rowsOf(plan::Domain::S, true).text(), "B*S");

@@ -187,7 +187,7 @@ TEST(RuntimeCli, CompiledPlansRunAndAgree) {
   int k = 0;
   for (std::string opts : {"--tp 1", "--tp 1 --no-fuse", "--tp 2", "--tp 2 --no-fuse"}) {
     std::string dir = t / ("plan" + std::to_string(k++));
-    ASSERT_EQ(0, runTool("compile " + t / "fp.json " + opts + " -o " + dir, &out)) << out;
+    ASSERT_EQ(0, runTool("compile " + t / "fp.json " + opts + " -o " + dir, &out)) << opts << "\n" << out;
     std::string o = dir + ".out.safetensors";
     ASSERT_EQ(0, runTool("run --config tiny --synthetic 3 --plan " + dir + " --inputs " + t / "r.safetensors" + " --out " +
                       o + " --ledger " + dir + ".ledger.json", &out)) << opts << "\n" << out;

@@ -1,6 +1,6 @@
-// Single ops of the CPU reference against expectations computed by hand: the k_chunks unit tree (a cancellation
-// that only the declared order gets right), the F32 sequential-fma order, the AdaLN row index, rope's halves, the
-// flash attention bound, and the lane_tree norm.
+// Single ops of the CPU reference against expectations computed by hand: the k_chunks chain (a cancellation that
+// only the declared order gets right), the F32 sequential-fma order, the AdaLN row index, rope's halves, the flash
+// attention bound (and a rank's query rows over all keys), the lane_tree norm, and the layout ops' copies.
 #include "h3c/support/detmath.h"
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/support/dtype.h"
@@ -124,13 +124,12 @@ plan::OpAttrs linearAttrs(int64_t K, int64_t N) {
 
 } // namespace
 
-// x . w over K = 64 with w = 1 and the chunk sums (2^24, 1, 1, -2^24). In F32:
-//   U = 1 (chunks added in order from 0): ((2^24 + 1) + 1) - 2^24 = (2^24 + 1 -> 2^24, tie to even) ... = 0
-//   U = 4 (pairwise tree of the unit sums): (2^24 + 1) + (1 - 2^24) = 2^24 + (-(2^24 - 1)) = 1
-//   U = 2 (units [2^24 + 1 -> 2^24], [1 - 2^24]): 2^24 - (2^24 - 1) = 1
-// so the declared order is observable, and the CPU follows it.
-TEST(CpuOps, KChunksUnitTreeIsTheDeclaredOrder) {
-  for (auto [units, expect] : {std::pair{1, 0.0f}, std::pair{2, 1.0f}, std::pair{4, 1.0f}}) {
+// x . w over K = 64 with w = 1 and the chunk sums (2^24, 1, 1, -2^24). In F32 the k_chunks order (one chain, chunks
+// added in order from 0) gives ((2^24 + 1 -> 2^24, tie to even) + 1 -> 2^24) - 2^24 = 0, while any tree over the
+// chunks (e.g. (2^24 + 1) + (1 - 2^24) = 1) or an exact sum gives 1: the declared order is observable and the CPU
+// follows it. Any order other than one unit is rejected (docs/contract.md section 4).
+TEST(CpuOps, KChunksIsOneAscendingChain) {
+  for (auto [units, expect] : {std::pair{1, 0.0f}, std::pair{2, -1.0f}, std::pair{4, -1.0f}}) {
     Fixture f(1, 0, 0, 1);
     std::vector<float> x(64, 0.f);
     x[0] = 16777216.f;  // 2^24, exact in bf16
@@ -142,8 +141,13 @@ TEST(CpuOps, KChunksUnitTreeIsTheDeclaredOrder) {
     f.w.values["context_embedder.weight"] = std::vector<float>(size_t(H * 64), 1.f);
     f.w.values["context_embedder.bias"] = std::vector<float>(size_t(H), 0.f);
     f.value("y", DType::BF16, "Nt", H);
-    f.run(f.op(plan::OpKind::Linear, {"context_embedder"}, {"x"}, {"y"}, {"context_embedder.weight"},
-               {"context_embedder.bias"}, linearAttrs(64, H), kChunks(units)));
+    auto op = f.op(plan::OpKind::Linear, {"context_embedder"}, {"x"}, {"y"}, {"context_embedder.weight"},
+                   {"context_embedder.bias"}, linearAttrs(64, H), kChunks(units));
+    if (expect < 0) {
+      EXPECT_THROW(f.run(op), Error) << "units " << units;
+      continue;
+    }
+    f.run(op);
     for (int64_t n = 0; n < H; ++n)
       ASSERT_EQ(f.vals["y"].f[size_t(n)], expect) << "units " << units;
   }
@@ -290,6 +294,113 @@ TEST(CpuOps, FlashAttentionAgreesWithFp64Softmax) {
   EXPECT_GT(worst, 0.0);
 }
 
+// Sequence parallel: a rank's query rows (domain Sr) attend all key rows; each row's output is byte-equal to the
+// same row of the one-rank run (attention is row-independent in its queries).
+TEST(CpuOps, RankQueryRowsAttendAllKeysLikeTheFullRun) {
+  Fixture f(0, 150, 0, 1);
+  const int64_t I = f.c.innerDim(), d = f.c.attention_head_dim, S = 150;
+  std::vector<float> q(size_t(S * I)), k(size_t(S * I)), v(size_t(S * I));
+  for (int64_t i = 0; i < S * I; ++i) {
+    q[size_t(i)] = roundBf16(std::sin(0.3f * float(i)) * 3.f);
+    k[size_t(i)] = roundBf16(std::cos(0.9f * float(i)) * 3.f);
+    v[size_t(i)] = roundBf16(std::sin(0.05f * float(i)));
+  }
+  f.input("q", DType::BF16, "S", I, q);
+  f.input("k", DType::BF16, "S", I, k);
+  f.input("v", DType::BF16, "S", I, v);
+  f.value("o", DType::BF16, "S", I);
+  plan::Order fl;
+  fl.kind = plan::OrderKind::Flash;
+  fl.kvBlock = 64;
+  fl.kStep = 16;
+  plan::OpAttrs a;
+  a.heads = I / d;
+  a.headDim = d;
+  f.run(f.op(plan::OpKind::Attention, {"transformer_blocks.0.attn.attention"}, {"q", "k", "v"}, {"o"}, {}, {}, a, fl));
+  const std::vector<float> full = f.vals["o"].f;
+  // Rows [70, 107) as one rank's queries.
+  const int64_t b = 70, n = 37;
+  f.value("qr", DType::BF16, "Sr", I);
+  HostValue qr;
+  qr.dtype = DType::BF16;
+  qr.rows = n;
+  qr.cols = I;
+  qr.f.assign(q.begin() + b * I, q.begin() + (b + n) * I);
+  f.vals["qr"] = qr;
+  f.value("or", DType::BF16, "Sr", I);
+  OpEnv env{f.plan, f.req, f.w, Precision::Ordered, 2, n};
+  runCpuOp(f.op(plan::OpKind::Attention, {"transformer_blocks.0.attn.attention"}, {"qr", "k", "v"}, {"or"}, {}, {}, a,
+                fl),
+           env, f.vals);
+  EXPECT_EQ(f.vals["or"].f, std::vector<float>(full.begin() + b * I, full.begin() + (b + n) * I));
+}
+
+// all_gather and split over the ranks' value maps (section 5.2), against copies written out by hand: rows over sp
+// (floor(i*S/sp) ranges of every batch item), columns over tp (part j of every segment).
+TEST(CpuOps, LayoutOpsCopyRowsAndColumnSegments) {
+  h3::Config c = cfg();
+  plan::Plan p;
+  p.config = c;
+  p.options.sp = 2;
+  p.options.tp = 2;
+  CanonicalRequest req;
+  req.B = 2;
+  req.S = 5;
+  auto op = [&](plan::OpKind kind, plan::Axis axis, int64_t cols, plan::Segments segs) {
+    plan::Op o;
+    o.kind = kind;
+    o.in = {"a"};
+    o.out = {"b"};
+    o.attrs.axis = axis;
+    o.attrs.parts = 2;
+    o.attrs.cols = cols;
+    o.attrs.segments = std::move(segs);
+    o.where = "test-layout";
+    return o;
+  };
+  // Full value [B = 2, S = 5, 4 columns]: element (b, r, c) = 100 b + 10 r + c.
+  HostValue full;
+  full.dtype = DType::BF16;
+  full.batch = 2;
+  full.rows = 5;
+  full.cols = 4;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t r = 0; r < 5; ++r)
+      for (int64_t c2 = 0; c2 < 4; ++c2)
+        full.f.push_back(float(100 * b + 10 * r + c2));
+  std::vector<ValueMap> ranks(4);
+  for (auto &m : ranks)
+    m["a"] = full;
+  runLayoutOp(op(plan::OpKind::Split, plan::Axis::Rows, 4, {}), p, req, ranks);
+  // sp rank 0 holds rows [0, 2), rank 1 rows [2, 5) of each item.
+  EXPECT_EQ(ranks[1]["b"].rows, 2);
+  EXPECT_EQ(ranks[2]["b"].rows, 3);
+  EXPECT_EQ(ranks[2]["b"].f[0], 20.f);             // item 0, row 2
+  EXPECT_EQ(ranks[2]["b"].f[3 * 4 + 1], 121.f);    // item 1, row 2, column 1
+  for (auto &m : ranks)
+    m["a"] = m["b"];
+  runLayoutOp(op(plan::OpKind::AllGather, plan::Axis::Rows, 4, {}), p, req, ranks);
+  for (auto &m : ranks)
+    EXPECT_EQ(m["b"].f, full.f);
+  // Columns: segments [0, 2) and [2, 4); tp rank 1 holds columns 1 and 3.
+  for (auto &m : ranks)
+    m["a"] = full;
+  runLayoutOp(op(plan::OpKind::Split, plan::Axis::Cols, 4, {{0, 2}, {2, 4}}), p, req, ranks);
+  EXPECT_EQ(ranks[3]["b"].cols, 2);
+  EXPECT_EQ(ranks[3]["b"].f[0], 1.f);
+  EXPECT_EQ(ranks[3]["b"].f[1], 3.f);
+  EXPECT_EQ(ranks[2]["b"].f[2], 10.f);  // tp rank 0, row 1: columns 0 and 2
+  EXPECT_EQ(ranks[2]["b"].f[3], 12.f);
+  for (auto &m : ranks)
+    m["a"] = m["b"];
+  runLayoutOp(op(plan::OpKind::AllGather, plan::Axis::Cols, 4, {{0, 2}, {2, 4}}), p, req, ranks);
+  for (auto &m : ranks)
+    EXPECT_EQ(m["b"].f, full.f);
+  // A part of the wrong size is an error naming the op.
+  ranks[1]["a"].cols = 3;
+  EXPECT_THROW(runLayoutOp(op(plan::OpKind::AllGather, plan::Axis::Cols, 4, {{0, 2}, {2, 4}}), p, req, ranks), Error);
+}
+
 // rms_norm: y = bf(bf(x * inv) * w), inv = 1/sqrtf(ss/H + eps), ss by the lane tree (fma per lane, then the
 // shuffle-down tree); for H = 24 (< 32 lanes) each lane holds one square, so the tree is checkable by hand.
 TEST(CpuOps, RmsNormLaneTreeAndRoundingPoints) {
@@ -344,7 +455,7 @@ TEST(CpuOps, InconsistentOpsAreRejected) {
   f.value("y", DType::BF16, "Nt", H);
   f.w.values["context_embedder.weight"] = std::vector<float>(size_t(H * 64), 1.f);
   f.w.values["context_embedder.bias"] = std::vector<float>(size_t(H), 0.f);
-  // K not divisible into the units.
+  // More than one unit (the order has one chain).
   EXPECT_THROW(f.run(f.op(plan::OpKind::Linear, {"context_embedder"}, {"x"}, {"y"}, {"context_embedder.weight"},
                           {"context_embedder.bias"}, linearAttrs(64, H), kChunks(8))),
                Error);

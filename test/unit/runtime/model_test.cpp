@@ -1,6 +1,6 @@
 // The CPU reference executor over whole-model plans (hand-built in test_plans.h): agreement with an
 // independent fp64 forward, and the byte-equality promises (fused = unfused, threads, packed-row permutation,
-// batch 1 vs 4, tp 1/2/4/8), and the ledger it writes.
+// batch 1 vs 4, sequence- and tensor-parallel ranks sp x tp), and the ledger it writes.
 #include "fp64_reference.h"
 #include "test_plans.h"
 
@@ -19,8 +19,8 @@ using namespace h3c::rt;
 
 namespace {
 
-plan::Plan makePlan(const h3::Config &c, bool fuse = false, int tp = 1) {
-  return plan::planFromJson(testplans::modelPlan(c, fuse, tp), "/nonexistent", "test-plan.json");
+plan::Plan makePlan(const h3::Config &c, bool fuse = false, int tp = 1, int sp = 1) {
+  return plan::planFromJson(testplans::modelPlan(c, fuse, tp, sp), "/nonexistent", "test-plan.json");
 }
 
 Request makeReq(const h3::Config &c, int64_t Nt, int64_t T, int64_t H, int64_t W, int64_t Na, uint64_t seed,
@@ -42,6 +42,7 @@ RunResult run(const plan::Plan &p, WeightSource &w, const Request &r, Mode mode 
   RunOptions o;
   o.mode = mode;
   o.tp = p.options.tp;
+  o.sp = p.options.sp;
   o.threads = threads;
   o.binds = std::move(binds);
   return runModel(p, w, r, o);
@@ -50,7 +51,7 @@ RunResult run(const plan::Plan &p, WeightSource &w, const Request &r, Mode mode 
 bool sameBytes(const Tensor &a, const Tensor &b) { return a.shape == b.shape && a.bytes == b.bytes; }
 
 h3::Config tpConfig() {
-  // 8 heads so that qkv/fc1/adaln split head-aligned over 8 ranks; inner 128 and ffn 128 give 8 units of 16.
+  // 8 heads so that qkv/fc1/adaln split head-aligned over 8 ranks (hidden 32, ffn 128 split too).
   h3::Config c = h3::namedConfig("tiny");
   c.num_attention_heads = 8;
   c.attention_head_dim = 16;
@@ -154,18 +155,29 @@ TEST(RuntimeModel, BatchItemAloneEqualsItsSliceOfBatchFour) {
   }
 }
 
-TEST(RuntimeModel, TensorParallelDegreesAreByteEqual) {
-  h3::Config c = tpConfig();
-  auto w = makeSyntheticWeights(c, 13);
-  Request r = makeReq(c, 5, 2, 2, 2, 3, 17, 2, 2, true);
-  for (bool fuse : {false, true}) {
-    RunResult base = run(makePlan(c, fuse, 1), *w, r);
-    for (int tp : {2, 4, 8}) {
-      plan::Plan p = makePlan(c, fuse, tp);
-      RunResult t = run(p, *w, r);
-      EXPECT_TRUE(sameBytes(base.outputs.sample, t.outputs.sample)) << "tp " << tp << " fuse " << fuse;
-      EXPECT_TRUE(sameBytes(base.outputs.audio_sample, t.outputs.audio_sample)) << "tp " << tp;
-      EXPECT_EQ(t.ledger["header"]["tp"], tp);
+// Hand-built multi-rank plans (section 5.2; test_plans.h spells the layout independently of the compiler): every
+// sp x tp that divides the shapes gives the one-rank bytes, fused and unfused, on a shuffled batch of 2 whose S = 23
+// rows split unevenly (sp 8: ranks of 2 and 3 rows).
+TEST(RuntimeModel, SequenceAndTensorParallelRanksAreByteEqual) {
+  for (bool wide : {false, true}) {
+    h3::Config c = wide ? tpConfig() : h3::namedConfig("tiny");
+    auto w = makeSyntheticWeights(c, 13);
+    Request r = makeReq(c, 5, 2, 2, 3, 6, 17, 2, 2, true);
+    std::vector<int> tps = wide ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1, 2};
+    for (bool fuse : {false, true}) {
+      RunResult base = run(makePlan(c, fuse), *w, r);
+      for (int sp : {1, 2, 4, 8})
+        for (int tp : tps) {
+          if (sp * tp == 1 || (wide && sp * tp > 16))
+            continue;
+          RunResult t = run(makePlan(c, fuse, tp, sp), *w, r);
+          EXPECT_TRUE(sameBytes(base.outputs.sample, t.outputs.sample)) << "sp " << sp << " tp " << tp << " fuse " << fuse;
+          EXPECT_TRUE(sameBytes(base.outputs.audio_sample, t.outputs.audio_sample)) << "sp " << sp << " tp " << tp;
+          EXPECT_EQ(t.ledger["header"]["tp"], tp);
+          EXPECT_EQ(t.ledger["header"]["sp"], sp);
+          EXPECT_EQ(t.ledger["nodes"].size(), base.ledger["nodes"].size());
+          EXPECT_TRUE(t.ledger["accepted"].get<bool>());
+        }
     }
   }
 }
@@ -224,6 +236,10 @@ TEST(RuntimeModel, RejectsMismatchedTpAndConfig) {
   RunOptions o;
   o.tp = 2;
   EXPECT_THROW(runModel(p, *w, r, o), Error);
+  o.tp = 1;
+  o.sp = 2;
+  EXPECT_THROW(runModel(p, *w, r, o), Error);
+  o.sp = 0;  // the plan's
   auto w2 = makeSyntheticWeights(h3::namedConfig("small"), 1);
   o.tp = 1;
   EXPECT_THROW(runModel(p, *w2, r, o), Error);

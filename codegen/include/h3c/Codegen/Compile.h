@@ -11,7 +11,8 @@ namespace h3c::codegen {
 
 struct CompileOptions {
   std::string arch = "sm_90a";  // sm_90a or sm_100a
-  int64_t tp = 1;               // 1, 2, 4, 8
+  int64_t sp = 1;               // sequence-parallel degree: 1, 2, 4, 8
+  int64_t tp = 1;               // tensor-parallel degree: 1, 2, 4, 8
   bool fuse = true;
   bool wgmma = true;            // sm_90a: Hopper kernels for the bf16 linears (false: mma.sync, same bits)
   int64_t tokens = 8192;        // rows for the buffer peak report

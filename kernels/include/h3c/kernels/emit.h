@@ -30,7 +30,7 @@ struct EmitOptions {
 
 // The kernel for a plan op: its complete NVRTC-compilable source (no includes), entry, NVRTC options, launch ABI and
 // typed parameter list (plan::Kernel without `file`, which the plan writer assigns), or nullopt for ops the host
-// computes (rope_table, timestep_sinusoid). `arch` is "sm_90a" or "sm_100a". Throws h3c::Error naming the op when no
+// computes (rope_table, timestep_sinusoid) and the layout ops the runtime performs (all_gather, split). `arch` is "sm_90a" or "sm_100a". Throws h3c::Error naming the op when no
 // qualified fixed-order kernel exists for it (unsupported attrs, order or shapes).
 std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &operands, const std::string &arch,
                                        const EmitOptions &options = {});

@@ -1,4 +1,4 @@
-// The h3 passes and the registered pipeline `h3-pipeline{arch=sm_90a tp=1 fuse=true}`.
+// The h3 passes and the registered pipeline `h3-pipeline{arch=sm_90a sp=1 tp=1 fuse=true}`.
 #pragma once
 
 #include "h3c/Dialect/H3/H3Dialect.h"
@@ -21,12 +21,13 @@ namespace h3c::passes {
 
 struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<std::string> arch{*this, "arch", llvm::cl::desc("sm_90a or sm_100a"), llvm::cl::init("sm_90a")};
+  Option<int64_t> sp{*this, "sp", llvm::cl::desc("sequence-parallel degree (1, 2, 4, 8)"), llvm::cl::init(1)};
   Option<int64_t> tp{*this, "tp", llvm::cl::desc("tensor-parallel degree (1, 2, 4, 8)"), llvm::cl::init(1)};
   Option<bool> fuse{*this, "fuse", llvm::cl::desc("run h3-fuse"), llvm::cl::init(true)};
   Option<int64_t> tokens{*this, "tokens", llvm::cl::desc("rows for the buffer peak report"), llvm::cl::init(8192)};
 };
 
-// assign-reduction-order, [fuse], shard-tp, verify-strict, plan-buffers (in that order).
+// assign-reduction-order, [fuse], shard-tp, shard-seq, verify-strict, plan-buffers (in that order).
 void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o);
 // Registers every h3 pass and the h3-pipeline.
 void registerAll();

@@ -7,10 +7,9 @@ include "mlir/Pass/PassBase.td"
 def H3AssignReductionOrder : Pass<"h3-assign-reduction-order", "mlir::ModuleOp"> {
   let summary = "Give every reducing op its fixed reduction order (docs/contract.md section 4)";
   let description = [{
-    linear-like ops get `#h3.order<k_chunks, k_step = 16, units = U, acc = f32>` with U = 8 for the row-parallel
-    candidates (attn.to_out.0 and ff.net.2 of the transformer blocks) and U = 1 elsewhere; row norms get
-    `lane_tree` (32 lanes); attention gets `flash` (kv_block 64). The order depends only on the reduced extent and
-    pinned constants, never on rows, batch, TP degree or arch. An existing, different order is an error.
+    linear-like ops get `#h3.order<k_chunks, k_step = 16, units = 1, acc = f32>` (K in one chain); row norms get
+    `lane_tree` (32 lanes); attention gets `flash` (kv_block 64). The order depends only on the op kind and pinned
+    constants, never on rows, batch, the sp/tp degrees or arch. An existing, different order is an error.
   }];
   let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }
@@ -41,16 +40,34 @@ def H3Fuse : Pass<"h3-fuse", "mlir::ModuleOp"> {
 }
 
 def H3ShardTp : Pass<"h3-shard-tp", "mlir::ModuleOp"> {
-  let summary = "Split the transformer blocks over tp ranks: column-parallel qkv/fc1/adaln, row-parallel to_out/fc2";
+  let summary = "Split the transformer blocks over tp ranks by columns only; every collective a bf16 all-gather";
   let description = [{
-    Column-parallel ops (head-aligned for q/k/v, attention and the q/k norms) get `#h3.shard<column, tp = N>`.
-    Row-parallel linears (k_chunks with U units) get `#h3.shard<row, tp = N>`; for N > 1 they produce N f32 rank
-    partials (U/N units each, combined by the sub-tree) and an explicit `h3.allreduce_tree` combines them by the
-    upper tree levels and applies bias, epilogue and rounding, so every N gives the tp = 1 bits. An impossible split
+    Every GEMM of a transformer block becomes column-parallel with the full K (`#h3.shard<column, tp = N,
+    segments = k>`): the AdaLN table (each chunk split alike), q/k/v (by heads), fc1 (value and gate halves alike),
+    to_out and fc2 (by output columns); the q/k norms, rope, attention, swiglu and gate_residual follow their
+    operands' columns. Attributes and types become the rank's. `h3.all_gather {axis = cols}` makes a rank's columns
+    whole where an op reads the whole value (norm_modulate, to_out / fc2's input, the block's output);
+    `h3.split {axis = cols}` keeps a rank's columns of a whole value where an op reads it by columns. No reduction
+    is split, so every N gives the tp = 1 bits. The refiner and top-level ops stay replicated. An impossible split
     is an error naming the op.
   }];
   let options = [
     Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel degree">,
+  ];
+  let dependentDialects = ["::h3c::h3ir::H3Dialect"];
+}
+
+def H3ShardSeq : Pass<"h3-shard-seq", "mlir::ModuleOp"> {
+  let summary = "Split the packed rows over sp ranks (sequence parallel); all-gather k/v and the output heads";
+  let description = [{
+    The packed stream and its row metadata (pack's outputs, the rope tables) are split by rows where they are made
+    (`h3.split {axis = rows}`, domain S -> Sr, a rank's contiguous range of S); every value computed from them is a
+    rank's rows. Attention all-gathers its keys and values by rows (`h3.all_gather {axis = rows}`, canonical
+    order) so each rank attends its own query rows over every key; unpack reads the all-gathered output heads.
+    Every row's bits equal sp = 1's. Runs after h3-shard-tp (the two compose: sp x tp ranks).
+  }];
+  let options = [
+    Option<"sp", "sp", "int64_t", /*default=*/"1", "Sequence-parallel degree">,
   ];
   let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }

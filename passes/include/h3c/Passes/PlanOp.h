@@ -16,7 +16,11 @@ namespace h3c::passes {
 // The plan name of an SSA value: `h3.name` of a func argument, or `values[i]` of the defining op.
 std::string valueName(mlir::Value v);
 
-// The plan value of an SSA value (dtype, domain, width, batch, rank partials); slot -1.
+// valueName(v), or "arg<N>" for an unnamed function argument (hand-written test inputs): the base of the names
+// the shard passes give the values they create.
+std::string planName(mlir::Value v);
+
+// The plan value of an SSA value (dtype, domain, width, batch); slot -1.
 plan::Value planValue(mlir::Value v, const std::string &name);
 
 // Throws h3c::Error naming the op when it is not an h3 op, or (requireNames) when a value has no plan name; without

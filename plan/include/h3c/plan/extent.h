@@ -1,5 +1,5 @@
 // Request extents and the small expression language the plan uses for launch grids, scalar kernel arguments and
-// tensor-map dimensions: a sum of products of the symbols B, S, Nt, Nv, Na, T, T3 and integer constants, written
+// tensor-map dimensions: a sum of products of the symbols B, S, Nt, Nv, Na, T, T3, Sr and integer constants, written
 // as text ("B*S", "96*B*Nv + 32*B*Na", "56"). A plan is compiled once per shape class; these expressions are what
 // turns it into launch parameters for one request.
 #pragma once
@@ -10,16 +10,19 @@
 
 namespace h3c::plan {
 
-// Symbolic row domains (docs/contract.md section 1). `One` is the domain of single-row values ("1").
-enum class Domain { S, Nt, Nv, Na, T, T3, One };
+// Symbolic row domains (docs/contract.md section 1). `One` is the domain of single-row values ("1"). `Sr` is the
+// contiguous range of the packed rows S that one rank holds under sequence parallelism (section 1; only in plans
+// with options.sp > 1).
+enum class Domain { S, Nt, Nv, Na, T, T3, One, Sr };
 const char *domainName(Domain d);
 bool parseDomain(const std::string &s, Domain &out);
-// True for the token domains (S, Nt, Nv, Na): the only ones whose values may carry the batch axis.
+// True for the token domains (S, Nt, Nv, Na, Sr): the only ones whose values may carry the batch axis.
 bool isTokenDomain(Domain d);
 
-// The extents of one request (B items of S packed rows each, T distinct timesteps).
+// The extents of one request (B items of S packed rows each, T distinct timesteps) as one rank sees them: Sr = the
+// rows of S this rank holds (its sequence-parallel range; = S when sp = 1).
 struct Extents {
-  int64_t B = 1, S = 0, Nt = 0, Nv = 0, Na = 0, T = 0;
+  int64_t B = 1, S = 0, Nt = 0, Nv = 0, Na = 0, T = 0, Sr = 0;
   int64_t rows(Domain d) const;  // rows of one batch item in domain d
 };
 

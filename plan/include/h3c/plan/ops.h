@@ -12,12 +12,21 @@ struct OpAttrs;
 
 enum class OpKind {
   RopeTable, TimestepSinusoid, Linear, AdalnTable, QkvLinear, TimeEmbed, RmsNorm, NormModulate, QkNorm, Rope,
-  QkNormRope, Attention, Swiglu, Silu, Residual, GateResidual, Pack, Unpack, AllreduceTree,
+  QkNormRope, Attention, Swiglu, Silu, Residual, GateResidual, Pack, Unpack,
+  // Layout ops (docs/contract.md section 5.2): they move rows or columns between the ranks of a multi-rank plan and
+  // compute nothing. all_gather: every rank of a group receives the parts of all ranks (a copy, no arithmetic);
+  // split: every rank keeps its own part of a value it holds in full (a local copy).
+  AllGather, Split,
 };
 enum class Epilogue { None, Residual, GateResidual, Swiglu };
 // Which AdaLN table row a packed row reads: adaln = ts_index * 3 + tag (blocks), timestep = ts_index (norm_out).
 enum class RowIndex { Adaln, Timestep };
-enum class ShardKind { Replicated, Column, Row };
+// How an op's work is divided over the tensor-parallel ranks: every rank computes all of it (replicated), or rank j
+// computes slice j of every column segment (column).
+enum class ShardKind { Replicated, Column };
+// The axis a layout op moves: rows (the packed rows S, over the sequence-parallel group) or columns (over the
+// tensor-parallel group).
+enum class Axis { Rows, Cols };
 enum class OrderKind { None, KChunks, LaneTree, Flash };
 
 const char *opKindName(OpKind k);
@@ -30,6 +39,8 @@ bool parseRowIndex(const std::string &s, RowIndex &out);
 int64_t rowsPerTimestep(RowIndex r);  // 3 (adaln) or 1 (timestep)
 const char *shardKindName(ShardKind k);
 bool parseShardKind(const std::string &s, ShardKind &out);
+const char *axisName(Axis a);
+bool parseAxis(const std::string &s, Axis &out);
 const char *orderKindName(OrderKind k);
 bool parseOrderKind(const std::string &s, OrderKind &out);
 
@@ -37,6 +48,11 @@ bool parseOrderKind(const std::string &s, OrderKind &out);
 OrderKind requiredOrder(OpKind k);
 // Ops computed on the host (rope_table, timestep_sinusoid): they never have a kernel.
 bool runsOnHost(OpKind k);
+// all_gather and split: no nodes, no weights, no order, no kernel (the runtime performs them), no shard.
+bool isLayoutOp(OpKind k);
+// The GEMM kinds (linear, qkv_linear, adaln_table): a column shard splits their weight rows (and biases); other
+// column-sharded ops (the q/k norms) read per-head weights every rank holds whole.
+bool splitsWeights(OpKind k);
 // Outputs the host computes even when the op has a kernel: pack's per-row metadata (positions, tags, ts_index), as
 // output positions.
 std::vector<size_t> hostOutputs(OpKind k);

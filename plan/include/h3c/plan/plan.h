@@ -1,4 +1,4 @@
-// The compiled plan (docs/contract.md section 5, schema "h3c-plan-v2"): everything a runtime needs to execute the
+// The compiled plan (docs/contract.md section 5, schema "h3c-plan-v3"): everything a runtime needs to execute the
 // model, and nothing of the compiler. This library owns the format: these structs, the one reader (plan/lib/read.cpp,
 // strict and fail-closed, every error naming its JSON pointer) and the one writer (plan/lib/write.cpp). The compiler
 // writes through it, both executors read through it; it links neither MLIR nor the kernel emitter.
@@ -24,11 +24,12 @@
 
 namespace h3c::plan {
 
-inline constexpr const char *kPlanSchema = "h3c-plan-v2";
+inline constexpr const char *kPlanSchema = "h3c-plan-v3";
 
 // A value of the plan: rows in a symbolic domain, a fixed column count, a leading batch axis for token-domain
-// activations, and the arena slot h3-plan-buffers assigned. `ranks` > 1 marks the per-rank F32 partials a
-// row-parallel linear hands to allreduce_tree (logical shape [ranks, B, rows, cols]).
+// activations, and the arena slot h3-plan-buffers assigned. In a multi-rank plan (section 5.2) every value is what
+// one rank holds: `cols` is the rank's width (a column-sharded value holds its slice of every segment) and rows in
+// the domain Sr are the rank's range of S.
 struct Value {
   std::string name;
   DType dtype = DType::F32;
@@ -36,7 +37,6 @@ struct Value {
   int64_t cols = 0;
   bool batch = false;
   int64_t slot = -1;  // -1: no slot
-  int64_t ranks = 1;
 };
 
 struct Slot {
@@ -57,15 +57,23 @@ struct Order {
   }
 };
 
-// How an op is split over tensor-parallel ranks, written out completely so that no executor derives it from names.
-//   column: the op's output columns (weight rows) form `segments` (contiguous [begin, end) ranges, in order); rank r
-//           computes slice r of tp equal slices of every segment (fc1: the value half and the gate half; the AdaLN
-//           table: each of its chunks; q/k/v: heads). Values stay full width (the concatenation over ranks).
-//   row:    rank r reduces the contiguous K units [r * U/tp, (r+1) * U/tp) of the k_chunks order.
+// Column segments: contiguous [begin, end) ranges that tile the full (tp = 1) columns from 0, in order. Over `parts`
+// ranks, part j of a segment [b, e) is [b + j*(e-b)/parts, b + (j+1)*(e-b)/parts) (every segment splits evenly), and
+// what rank j holds is the concatenation of its part of every segment.
+using Segments = std::vector<std::pair<int64_t, int64_t>>;
+// The full-width column ranges (in the full value's order) that part `part` of `parts` holds, in its local order.
+Segments partOf(const Segments &segs, int64_t part, int64_t parts);
+
+// How an op is divided over the tensor-parallel ranks, written out completely so that no executor derives it from
+// names (section 5.2):
+//   replicated: every rank computes the whole op (tp = 1 recorded);
+//   column:     rank j computes part j of every output-column `segment` (the weight rows, stacked in the op's weight
+//               order: qkv [Wq; Wk; Wv] has three segments, fc1 its value and gate halves, the AdaLN table its 18
+//               chunks). The op's attrs, operands and kernel are the rank's: local widths (N, heads, H, F, ...).
 struct Shard {
   ShardKind kind = ShardKind::Replicated;
   int64_t tp = 1;
-  std::vector<std::pair<int64_t, int64_t>> segments;  // column only
+  Segments segments;  // column only
 };
 
 // Every attribute an op kind may carry (section 5.1); `ops.h` lists which ones each kind requires. Executors read
@@ -80,7 +88,11 @@ struct OpAttrs {
   Domain domain = Domain::S;
   int64_t H = 0, F = 0, cols = 0, videoCols = 0, audioCols = 0;
   int64_t freqDim = 0, hidden = 0, outDim = 0;
-  int64_t tp = 0, units = 0;  // allreduce_tree
+  // all_gather / split (section 5.2): the axis, the number of parts (sp for rows, tp for columns), the full width
+  // `cols`, and for columns the segments of the full value.
+  Axis axis = Axis::Rows;
+  int64_t parts = 0;
+  Segments segments;
   DType dtype = DType::F32, xDtype = DType::F32, wDtype = DType::BF16, outDtype = DType::F32;
   Shard shard;
 };
@@ -93,7 +105,7 @@ struct Op {
   std::vector<std::string> weights, biases;  // diffusers tensor names, in the order the kernel reads them
   OpAttrs attrs;
   Order order;
-  std::optional<std::string> kernel;  // null: the op runs on the host (ops.h: runsOnHost)
+  std::optional<std::string> kernel;  // null: the host computes it (runsOnHost) or the runtime (isLayoutOp)
   std::string where;                  // "plan.json#/functions/forward/ops/17", for messages
 
   const std::string &firstNode() const;  // "-" when none
@@ -158,11 +170,18 @@ struct Kernel {
 // Weight buffers: every tensor an op reads lives in exactly one buffer; the tensors of a buffer are laid out back to
 // back in the listed order (qkv: [Wq; Wk; Wv] so one GEMM reads them as one matrix). A runtime allocates one region
 // per buffer; hot weight updates (later) replace tensors in place by name.
+// `split` (tensor parallelism): the tensor's rows (dim 0; a bias's entries) form these segments and tensor-parallel
+// rank j holds part j of each (partOf), back to back; empty = every rank holds the whole tensor. `shape` is always
+// the checkpoint's (full) shape.
 struct WeightTensor {
   std::string name;
   DType dtype = DType::BF16;
   std::vector<int64_t> shape;
+  Segments split;
+  int64_t splitParts = 1;
   int64_t numel() const;
+  // The shape rank j holds (dim 0 divided by splitParts when split).
+  std::vector<int64_t> localShape() const;
 };
 struct WeightBuffer {
   std::string name;
@@ -180,10 +199,20 @@ struct Function {
 
 struct Options {
   std::string arch = "sm_90a";
-  int64_t tp = 1;
+  int64_t sp = 1, tp = 1;
   bool fuse = true;
   bool wgmma = true;  // sm_90a: the bf16 linears on the Hopper kernel (false: mma.sync; the same bits)
 };
+
+// The ranks of a plan (section 5.2): sp x tp, rank = sp_index * tp + tp_index (the tensor-parallel group of a rank is
+// its tp neighbours). Sequence-parallel rank i holds rows [floor(i*S/sp), floor((i+1)*S/sp)) of every batch item's
+// packed rows; tensor-parallel rank j holds part j of every column segment.
+struct Rank {
+  int64_t rank = 0, spIndex = 0, tpIndex = 0;
+};
+std::vector<Rank> rankGrid(int64_t sp, int64_t tp);
+// [begin, end) of the S rows sequence-parallel rank i of sp holds.
+std::pair<int64_t, int64_t> rankRows(int64_t spIndex, int64_t sp, int64_t S);
 
 struct Plan {
   std::filesystem::path dir;  // the plan folder (kernel files are relative to it); empty for in-memory plans
@@ -191,6 +220,7 @@ struct Plan {
   std::string fingerprintSha256;
   h3::Config config;
   Options options;
+  std::vector<Rank> ranks;  // rankGrid(options.sp, options.tp) (the reader checks the plan lists exactly these)
   std::map<std::string, Value> values;
   std::vector<Slot> slots;
   std::vector<WeightBuffer> weights;

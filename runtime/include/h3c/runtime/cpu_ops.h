@@ -18,32 +18,39 @@
 
 namespace h3c::rt {
 
-// A host activation: [ranks][batch][rows][cols]. Float dtypes keep values in `f` (already rounded to the dtype);
-// I64 values (pack metadata) in `i`.
+// A host activation: [batch][rows][cols]. Float dtypes keep values in `f` (already rounded to the dtype); I64 values
+// (pack metadata) in `i`.
 struct HostValue {
   DType dtype = DType::F32;
-  int64_t ranks = 1, batch = 1, rows = 0, cols = 0;
+  int64_t batch = 1, rows = 0, cols = 0;
   std::vector<float> f;
   std::vector<int64_t> i;
-  int64_t numel() const { return ranks * batch * rows * cols; }
-  std::vector<int64_t> shape() const;  // [ranks?, batch, rows, cols] (ranks only when > 1)
+  int64_t numel() const { return batch * rows * cols; }
+  std::vector<int64_t> shape() const;  // [batch, rows, cols]
 };
 
 using ValueMap = std::map<std::string, HostValue>;
 
 enum class Precision { Ordered, Fp64 };
 
+// What an op runs against. In a multi-rank plan: the rank's weights (makeRankWeights) and its rows of S (the
+// row count of values in the domain Sr).
 struct OpEnv {
   const plan::Plan &plan;
   const CanonicalRequest &req;
   WeightSource &weights;
   Precision precision = Precision::Ordered;
   int threads = 1;
+  int64_t rankRows = -1;  // -1: the plan has no Sr values
 };
 
-// Runs `op`: reads its inputs from `values` (graph inputs "@..." must be present; see graphInputValues()), writes
-// its outputs. Throws h3c::Error naming op.where on any shape or attribute inconsistency.
+// Runs `op` (any kind but the layout ops): reads its inputs from `values` (graph inputs "@..." must be present; see
+// graphInputValues()), writes its outputs. Throws h3c::Error naming op.where on any shape or attribute inconsistency.
 void runCpuOp(const plan::Op &op, OpEnv &env, ValueMap &values);
+
+// Runs a layout op (all_gather, split; docs/contract.md section 5.2) over the value maps of all ranks of the plan
+// (index = rank, plan::rankGrid order): explicit copies of the rows or columns each rank holds.
+void runLayoutOp(const plan::Op &op, const plan::Plan &p, const CanonicalRequest &req, std::vector<ValueMap> &ranks);
 
 // The graph inputs of a canonical request as host values ("@hidden_states", ...). The runtime canonicalizes before
 // the graph runs, so the per-row metadata inputs (@position_ids, @token_tags, @timestep_indices) are presented in

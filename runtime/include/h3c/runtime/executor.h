@@ -19,6 +19,7 @@ namespace h3c::rt {
 struct RunOptions {
   std::string device = "cpu";  // "cpu" | "gpu"
   Mode mode = Mode::Strict;
+  int64_t sp = 0;              // must equal the plan's options.sp (0: the plan's)
   int64_t tp = 1;              // must equal the plan's options.tp
   std::vector<BindRule> binds;
   int threads = 0;             // CPU worker threads; 0 = hardware concurrency. Never changes a result bit.
@@ -54,7 +55,7 @@ struct RunResult {
   Outputs outputs;
   nlohmann::json ledger;  // sealed
 };
-// Validates the options against the plan (tp, config), canonicalizes the request, runs, seals the ledger.
+// Validates the options against the plan (sp, tp, config), canonicalizes the request, runs, seals the ledger.
 RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &request, const RunOptions &opt);
 
 } // namespace h3c::rt

@@ -3,7 +3,7 @@
 //
 // {
 //   "schema": "h3c-ledger-v1",
-//   "header": {"plan_sha256", "fingerprint_sha256", "checkpoint": {...}, "config": {...}, "mode", "tp", "device",
+//   "header": {"plan_sha256", "fingerprint_sha256", "checkpoint": {...}, "config": {...}, "mode", "sp", "tp", "device",
 //              "driver_version", "nvrtc_version", "request": {"sha256", "B", "S", ...}, "threads"},
 //   "nodes": [{"id", "kind", "op", "op_index", "order_in_plan", "requested", "actual", "kernel", "kernel_sha256",
 //              "reduction_order", "inputs": [{"value", "dtype", "shape"}], "outputs": [...],
@@ -59,7 +59,8 @@ struct AuditError {
 
 class LedgerBuilder {
 public:
-  LedgerBuilder(const plan::Plan &plan, Mode mode, int64_t tp, std::string device, std::vector<BindRule> binds = {});
+  // The header's sp and tp are the plan's (runModel checks the run options against them).
+  LedgerBuilder(const plan::Plan &plan, Mode mode, std::string device, std::vector<BindRule> binds = {});
   nlohmann::json &header() { return header_; }
   Mode mode() const { return mode_; }
   // The binding requested for a node (requestedBinding() with this ledger's mode and rules).

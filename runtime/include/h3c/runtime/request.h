@@ -55,7 +55,7 @@ struct CanonicalRequest {
   // The row count of a symbolic domain: "S", "Nt", "Nv", "Na", "T", "T3", "1".
   int64_t rows(const std::string &domain) const;
   // The extents the plan's launch expressions are evaluated on.
-  plan::Extents extents() const { return {B, S, Nt, Nv, Na, T}; }
+  plan::Extents extents() const { return {B, S, Nt, Nv, Na, T, S}; }  // one rank: Sr = S
 };
 
 CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::string &where = "request");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "h3c/models/config.h"
+#include "h3c/plan/plan.h"
 #include "h3c/runtime/tensor.h"
 
 #include <cstdint>
@@ -38,6 +39,11 @@ protected:
 std::unique_ptr<WeightSource> makeSyntheticWeights(const h3::Config &c, uint64_t seed);
 // A diffusers or native checkpoint folder, read through models/h3's checkpoint reader after its check passes.
 std::unique_ptr<WeightSource> makeCheckpointWeights(const h3::Config &c, const std::filesystem::path &dir);
+
+// The weights tensor-parallel rank `tpIndex` of `p` holds (docs/contract.md section 5.2): a tensor the plan splits
+// (plan::WeightTensor::split) is that rank's rows, back to back, and spec() gives its local shape; every other
+// tensor is `all`'s. Keeps a reference to `all`.
+std::unique_ptr<WeightSource> makeRankWeights(WeightSource &all, const plan::Plan &p, int64_t tpIndex);
 
 // Synthetic value of one element (as float, before dtype rounding): exposed so the GPU path and tests can agree.
 float syntheticValue(uint64_t seed, const h3::TensorSpec &spec, int64_t index);

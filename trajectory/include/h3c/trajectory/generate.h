@@ -39,7 +39,7 @@ struct GenerateOptions {
   std::string sampler = "ode";  // ode | sde
   double noiseLevel = 0.7;  // the SDE's a (Flow-GRPO's default)
   bool saveTensors = false;
-  RunOptions run;           // device, mode, tp (0 = the plan's), binds, threads
+  RunOptions run;           // device, mode, sp and tp (0 = the plan's), binds, threads
   int64_t bindFromStep = 0; // run.binds apply from this step on (a deliberate perturbation at step k)
   std::string ledgerDir;    // when set, each step's ledger is written there as step-NNNNN.json
   bool progress = false;    // a progress bar on stderr

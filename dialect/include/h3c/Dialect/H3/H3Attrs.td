@@ -11,7 +11,7 @@ def H3_OrderAttr : AttrDef<H3_Dialect, "Order"> {
   let mnemonic = "order";
   let summary = "The fixed order of a reduction's floating-point additions";
   let description = [{
-    `#h3.order<k_chunks, k_step = 16, units = 8, acc = f32>` (linear-like ops),
+    `#h3.order<k_chunks, k_step = 16, units = 1, acc = f32>` (linear-like ops; one unit: K in one chain),
     `#h3.order<lane_tree, lanes = 32, acc = f32>` (row norms),
     `#h3.order<flash, kv_block = 64, k_step = 16, acc = f32, p = bf16>` (attention).
     Parameters that do not apply to a kind are 0 / null and are not printed. The kind is an `OrderKind`; an
@@ -27,12 +27,13 @@ def H3_ShardAttr : AttrDef<H3_Dialect, "Shard"> {
   let mnemonic = "shard";
   let summary = "How an op is split over tensor-parallel ranks";
   let description = [{
-    `#h3.shard<column, tp = 4>`: each rank computes a contiguous (head-aligned) slice of the output columns.
-    `#h3.shard<row, tp = 4>`: each rank reduces units/tp contiguous K units (a row-parallel linear; its result is
-    rank partials combined by `h3.allreduce_tree`). `#h3.shard<replicated, tp = 4>`: every rank computes all of it.
-    The kind is a `ShardKind`; an unknown kind is a parse error.
+    `#h3.shard<column, tp = 4, segments = 2>`: the op's full output columns form `segments` equal contiguous
+    segments (qkv: 3, one per output; fc1: 2, value and gate halves; the AdaLN table: one per chunk; else 1) and
+    rank j computes part j of each. The op's attributes and types are the rank's (local widths).
+    `#h3.shard<replicated, tp = 1>`: every rank computes all of it. The kind is a `ShardKind`; an unknown kind is a
+    parse error.
   }];
-  let parameters = (ins EnumParameter<H3_ShardKind>:$kind, "int64_t":$tp);
+  let parameters = (ins EnumParameter<H3_ShardKind>:$kind, "int64_t":$tp, DefaultValuedParameter<"int64_t", "1">:$segments);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
 }

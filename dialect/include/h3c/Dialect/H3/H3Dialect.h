@@ -33,7 +33,7 @@ llvm::LogicalResult verifyOrderedReduction(mlir::Operation *op);
 
 namespace h3c::h3ir {
 
-// The row domains of docs/contract.md section 1.
+// The row domains of docs/contract.md section 1 (Sr: a rank's range of S under sequence parallelism).
 bool isRowDomain(llvm::StringRef d);
 // "BF16", "F32", "I64", "I32" (the plan's dtype names); "" for anything else.
 std::string dtypeName(mlir::Type t);
@@ -42,14 +42,9 @@ std::string dtypeName(mlir::Type t);
 inline constexpr int64_t kKStep = 16;
 inline constexpr int64_t kLanes = 32;
 inline constexpr int64_t kKvBlock = 64;
-inline constexpr int64_t kRowParallelUnits = 8;
 
-// Units of a row-parallel candidate (attn.to_out.0 / ff.net.2 of a transformer block) with reduced extent K:
-// 8 when K % (8 * k_step) == 0 (every released width), else the largest power of two u < 8 with
-// K % (u * k_step) == 0 (narrow test configs, e.g. tiny's K = 32 -> 2). Depends on K only.
-int64_t rowParallelUnits(int64_t k);
-
-OrderAttr kChunksOrder(mlir::MLIRContext *ctx, int64_t units);
+// k_chunks with one unit (U = 1: every linear reduces K in one ascending chain of 16-wide chunks).
+OrderAttr kChunksOrder(mlir::MLIRContext *ctx);
 OrderAttr laneTreeOrder(mlir::MLIRContext *ctx);
 OrderAttr flashOrder(mlir::MLIRContext *ctx);
 

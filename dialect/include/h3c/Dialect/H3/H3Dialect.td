@@ -9,16 +9,17 @@ def H3_Dialect : Dialect {
   let cppNamespace = "::h3c::h3ir";
   let summary = "The MiniMax-H3 transformer graph with explicit reduction orders";
   let description = [{
-    One op per fingerprint node kind (docs/contract.md section 3) plus the fused ops of `h3-fuse` and the
-    collective of `h3-shard-tp`. Every op carries `nodes` (the fingerprint node ids it implements) and `values`
-    (the plan names of its results). Activations have the type `!h3.act<[B,] domain, cols, dtype[, parts = N]>`.
+    One op per fingerprint node kind (docs/contract.md section 3) plus the fused ops of `h3-fuse` and the layout
+    ops of `h3-shard-tp` / `h3-shard-seq` (`h3.all_gather`, `h3.split`). Every op carries `nodes` (the fingerprint
+    node ids it implements; none for layout ops) and `values` (the plan names of its results). Activations have
+    the type `!h3.act<[B,] domain, cols, dtype>`.
   }];
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 1;
 
   // The `h3.*` discardable attributes the importer and the passes write, declared so the dialect verifies them
   // (H3DialectAttrs.cpp) and code reaches them through typed helpers (getSlotsAttrHelper(), ...):
-  //   module:        h3.config_name (importer), h3.tp (h3-shard-tp), h3.buffers (h3-plan-buffers),
+  //   module:        h3.config_name (importer), h3.tp (h3-shard-tp), h3.sp (h3-shard-seq), h3.buffers (h3-plan-buffers),
   //                  h3.arch (read by --h3-to-cuda when the input names a target; no pass writes it)
   //   func argument: h3.name (importer: the plan value name), h3.slot (h3-plan-buffers)
   //   func result:   h3.name (importer: the plan output name)
@@ -26,6 +27,7 @@ def H3_Dialect : Dialect {
   let discardableAttrs = (ins
     "::mlir::StringAttr":$config_name,
     "::mlir::IntegerAttr":$tp,
+    "::mlir::IntegerAttr":$sp,
     "::mlir::StringAttr":$arch,
     "::mlir::DictionaryAttr":$buffers,
     "::mlir::StringAttr":$name,

@@ -7,7 +7,7 @@
 include "mlir/IR/EnumAttr.td"
 include "h3c/Dialect/H3/H3Dialect.td"
 
-// ---- linear / allreduce_tree epilogue ----
+// ---- linear epilogue ----
 def H3_EpilogueNone : I32EnumAttrCase<"none", 0>;
 def H3_EpilogueResidual : I32EnumAttrCase<"residual", 1>;
 def H3_EpilogueGateResidual : I32EnumAttrCase<"gate_residual", 2>;
@@ -30,9 +30,17 @@ def H3_RowIndex : I32EnumAttr<"RowIndex", "how a token row selects its AdaLN tab
 // ---- tensor-parallel split (parameter of #h3.shard) ----
 def H3_ShardReplicated : I32EnumAttrCase<"replicated", 0>;
 def H3_ShardColumn : I32EnumAttrCase<"column", 1>;
-def H3_ShardRow : I32EnumAttrCase<"row", 2>;
 def H3_ShardKind : I32EnumAttr<"ShardKind", "how an op is split over tensor-parallel ranks",
-    [H3_ShardReplicated, H3_ShardColumn, H3_ShardRow]> {
+    [H3_ShardReplicated, H3_ShardColumn]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::h3c::h3ir";
+}
+
+// ---- the axis a layout op (h3.all_gather, h3.split) moves ----
+def H3_AxisRows : I32EnumAttrCase<"rows", 0>;  // the packed rows S, over the sequence-parallel ranks
+def H3_AxisCols : I32EnumAttrCase<"cols", 1>;  // columns, over the tensor-parallel ranks
+def H3_Axis : I32EnumAttr<"Axis", "the axis an all_gather or split moves",
+    [H3_AxisRows, H3_AxisCols]> {
   let genSpecializedAttr = 0;
   let cppNamespace = "::h3c::h3ir";
 }
@@ -52,6 +60,9 @@ def H3_EpilogueAttr : EnumAttr<H3_Dialect, H3_Epilogue, "epilogue"> {
   let assemblyFormat = "`<` $value `>`";
 }
 def H3_RowIndexAttr : EnumAttr<H3_Dialect, H3_RowIndex, "row_index"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+def H3_AxisAttr : EnumAttr<H3_Dialect, H3_Axis, "axis"> {
   let assemblyFormat = "`<` $value `>`";
 }
 

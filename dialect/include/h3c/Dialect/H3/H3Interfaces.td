@@ -13,7 +13,7 @@ def H3_OrderedReductionOpInterface : OpInterface<"OrderedReduction"> {
     An op whose floating-point sums follow a fixed order (docs/contract.md section 4), carried as the optional
     `order` attribute (`#h3.order<...>`) until h3-assign-reduction-order sets it. The op type fixes the order
     kind; the order's parameters depend only on the reduced extents (and, for units, on the node), never on
-    rows, batch, TP degree or arch.
+    rows, batch, the sp/tp degrees or arch.
   }];
   let methods = [
     StaticInterfaceMethod<
@@ -22,8 +22,7 @@ def H3_OrderedReductionOpInterface : OpInterface<"OrderedReduction"> {
     InterfaceMethod<
       [{The static extents this op reduces, one per reduction with a static extent, in the op's computation
         order (K of each GEMM, the normalized width of a norm, head_dim of attention's q.k). Sums over a row
-        domain (attention's keys) are symbolic and not listed; h3.allreduce_tree lists none (it combines the
-        rank partials of a reduction its producer performed).}],
+        domain (attention's keys) are symbolic and not listed.}],
       "::llvm::SmallVector<int64_t>", "getReducedExtents">,
     InterfaceMethod<
       "The order attribute; null before h3-assign-reduction-order.",

@@ -1,5 +1,6 @@
-// The h3 ops: one per fingerprint node kind (docs/contract.md section 3), the fused ops of h3-fuse, and the
-// collective of h3-shard-tp. Operands are in the contract's operand order; the plan's "in" lists them the same way.
+// The h3 ops: one per fingerprint node kind (docs/contract.md section 3), the fused ops of h3-fuse, and the layout
+// ops of h3-shard-tp / h3-shard-seq. Operands are in the contract's operand order; the plan's "in" lists them the
+// same way.
 #ifndef H3C_DIALECT_H3_OPS_TD
 #define H3C_DIALECT_H3_OPS_TD
 
@@ -10,8 +11,8 @@ include "h3c/Dialect/H3/H3Types.td"
 include "h3c/Dialect/H3/H3Attrs.td"
 include "h3c/Dialect/H3/H3Interfaces.td"
 
-// Every op: `nodes` = the fingerprint node ids it implements (never empty, except an allreduce_tree without an
-// epilogue), `values` = the plan value name of each result.
+// Every op: `nodes` = the fingerprint node ids it implements (never empty, except for the layout ops, which implement
+// none), `values` = the plan value name of each result.
 defvar H3_Common = (ins StrArrayAttr:$nodes, StrArrayAttr:$values);
 
 class H3_Op<string mnemonic, list<Trait> traits = []> : Op<H3_Dialect, mnemonic, traits> {
@@ -57,8 +58,8 @@ def H3_LinearOp : H3_ReducingOp<"linear", H3_OrderKChunks> {
   let description = [{
     `epilogue` (`#h3.epilogue<...>`): none; residual (operands: residual stream x); gate_residual (operands:
     residual stream x, the AdaLN table, row metadata; gate = chunk `chunk` of `num_chunks` of the table row);
-    swiglu (the result has N/2 columns). With `shard = #h3.shard<row, tp = N>` and N > 1 the result is N stacked
-    F32 rank partials and bias/epilogue/rounding move to the following `h3.allreduce_tree`.
+    swiglu (the result has N/2 columns). With `shard = #h3.shard<column, ...>` N and the result are the rank's
+    columns (the epilogue operands are the rank's columns too).
   }];
   let arguments = !con((ins H3_ActType:$x, Variadic<H3_ActType>:$epilogue_operands, I64Attr:$K, I64Attr:$N,
                             StrArrayAttr:$weight, StrArrayAttr:$bias,
@@ -96,22 +97,6 @@ def H3_TimeEmbedOp : H3_ReducingOp<"time_embed", H3_OrderKChunks> {
                             StrArrayAttr:$weight, StrArrayAttr:$bias, OptionalAttr<H3_OrderAttr>:$order),
                        H3_Common);
   let results = (outs H3_ActType:$temb);
-}
-
-def H3_AllreduceTreeOp : H3_ReducingOp<"allreduce_tree", H3_OrderKChunks> {
-  let summary = "Combines the tp rank partials of a row-parallel linear by the upper levels of the unit tree";
-  let description = [{
-    Rank r holds the sum of its units/tp contiguous units (combined by the sub-tree); the tp partials are combined
-    level by level p[i] = p[2i] + p[2i+1], so the result equals tp = 1 bit for bit. Then bias, the epilogue
-    (same meaning as on h3.linear) and the output rounding.
-  }];
-  let arguments = !con((ins H3_ActType:$partials, Variadic<H3_ActType>:$epilogue_operands, I64Attr:$tp,
-                            I64Attr:$units, I64Attr:$N, StrArrayAttr:$bias,
-                            DefaultValuedAttr<H3_EpilogueAttr, "::h3c::h3ir::Epilogue::none">:$epilogue,
-                            OptionalAttr<I64Attr>:$chunk,
-                            OptionalAttr<I64Attr>:$num_chunks, OptionalAttr<H3_RowIndexAttr>:$row_index,
-                            OptionalAttr<H3_OrderAttr>:$order), H3_Common);
-  let results = (outs H3_ActType:$y);
 }
 
 // ---- norms ----
@@ -205,6 +190,30 @@ def H3_UnpackOp : H3_Op<"unpack"> {
   let summary = "Selects the canonical video rows and audio rows of the output heads, in input order";
   let arguments = !con((ins H3_ActType:$video, H3_ActType:$audio, Variadic<H3_ActType>:$row_meta), H3_Common);
   let results = (outs H3_ActType:$sample, H3_ActType:$audio_sample);
+}
+
+// ---- layout ops (h3-shard-tp, h3-shard-seq; docs/contract.md section 5.2) ----
+def H3_AllGatherOp : H3_Op<"all_gather"> {
+  let summary = "Every rank of a group receives the parts of all ranks: a copy, no arithmetic";
+  let description = [{
+    axis rows (`parts` = sp): each rank's rows of S (domain Sr) -> all rows of S in canonical order, same columns.
+    axis cols (`parts` = tp): the full value's columns form `segments` equal segments; each rank holds part j of
+    every segment; the result is the full width. `nodes` is empty.
+  }];
+  let arguments = (ins H3_ActType:$part, H3_AxisAttr:$axis, I64Attr:$parts,
+                       DefaultValuedAttr<I64Attr, "1">:$segments, StrArrayAttr:$nodes, StrArrayAttr:$values);
+  let results = (outs H3_ActType:$full);
+}
+
+def H3_SplitOp : H3_Op<"split"> {
+  let summary = "Every rank keeps its own part of a value it holds in full: a local copy";
+  let description = [{
+    The inverse of h3.all_gather with the same attributes: axis rows keeps the rank's range of S (Sr), axis cols
+    part j of every segment. `nodes` is empty.
+  }];
+  let arguments = (ins H3_ActType:$full, H3_AxisAttr:$axis, I64Attr:$parts,
+                       DefaultValuedAttr<I64Attr, "1">:$segments, StrArrayAttr:$nodes, StrArrayAttr:$values);
+  let results = (outs H3_ActType:$part);
 }
 
 #endif

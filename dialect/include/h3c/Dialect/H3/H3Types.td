@@ -1,5 +1,4 @@
-// The activation type: a row domain (symbolic row count), a fixed column count, an element type, the batch axis
-// and, for the rank partials of a row-parallel linear, the number of stacked rank partials.
+// The activation type: a row domain (symbolic row count), a fixed column count, an element type and the batch axis.
 #ifndef H3C_DIALECT_H3_TYPES_TD
 #define H3C_DIALECT_H3_TYPES_TD
 
@@ -11,11 +10,11 @@ def H3_ActType : TypeDef<H3_Dialect, "Act"> {
   let summary = "A row-domain activation [B?, rows, cols]";
   let description = [{
     `!h3.act<B, S, 5376, bf16>`: batched (leading `B`), rows of domain `S`, 5376 columns, bf16 storage.
-    Domains: S, Nt, Nv, Na, T, T3, 1 (docs/contract.md section 1). `parts = N` marks N stacked rank partials (F32)
-    produced by a row-parallel linear and consumed by `h3.allreduce_tree`.
+    Domains: S, Nt, Nv, Na, T, T3, 1, and Sr, the contiguous range of S one rank holds under sequence parallelism
+    (docs/contract.md section 1). After h3-shard-tp the column count of a column-sharded value is the rank's.
   }];
   let parameters = (ins StringRefParameter<"row domain">:$domain, "int64_t":$cols, "::mlir::Type":$elementType,
-                        "bool":$batch, DefaultValuedParameter<"int64_t", "1">:$parts);
+                        "bool":$batch);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
 }
