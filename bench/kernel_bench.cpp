@@ -2,12 +2,15 @@
 // events: 3 warm-up launches, then the median of 20 timed launches each. Inputs are random (never zeros). Each kernel
 // is JIT-compiled and launched exactly as a plan carries it (its text, NVRTC options and launch ABI).
 // Prints a table (ms, TFLOP/s or GB/s) and writes JSON lines to argv[1] when given.
-//   h3c_kernel_bench [out.jsonl] [--rows M]
+//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep]
+// --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight) beside the
+// mma.sync kernel of the same op; the output bits of all variants are the same (the GPU checks compare them).
 #include "emit_ops.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
 #include "h3c/support/dtype.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -100,9 +103,11 @@ int main(int argc, char **argv) {
   }
   std::string outPath;
   long long M = 8349;
+  bool sweep = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc) M = std::atoll(argv[++i]);
+    else if (a == "--sweep") sweep = true;
     else outPath = a;
   }
   try {
@@ -131,15 +136,22 @@ int main(int argc, char **argv) {
     std::vector<Result> results;
     std::map<std::string, plan::Kernel> kernels;  // the runner keeps pointers to these
     const plan::Extents ext{1, M, 0, 0, 0, T};
-    auto bench = [&](const std::string &name, const EmitOp &op, const Operands &ops, double flops, double bytes) {
-      auto k = emit(op, dev.arch());
-      const plan::Kernel &kk = kernels.emplace(k->id, *k).first->second;
-      double ms = timeMedian(runner, runner.load(kk), ext, ops);
-      results.push_back({name, ms, flops, bytes});
-      std::printf("%-34s %9.3f ms  %8.1f TFLOP/s  %8.1f GB/s\n", name.c_str(), ms, flops / ms / 1e9, bytes / ms / 1e6);
+    auto bench = [&](const std::string &name, const EmitOp &op, const Operands &ops, double flops, double bytes,
+                     const h3c::kernels::EmitOptions &opt = {}) {
+      try {
+        auto k = emit(op, dev.arch(), opt);
+        const plan::Kernel &kk = kernels.emplace(k->id, *k).first->second;
+        double ms = timeMedian(runner, runner.load(kk), ext, ops);
+        results.push_back({name, ms, flops, bytes});
+        std::printf("%-52s %9.3f ms  %8.1f TFLOP/s  %8.1f GB/s\n", name.c_str(), ms, flops / ms / 1e9,
+                    bytes / ms / 1e6);
+      } catch (const std::exception &e) {
+        std::printf("%-52s FAILED: %s\n", name.c_str(), e.what());
+      }
       std::fflush(stdout);
     };
-    auto gemm = [&](const std::string &name, OpKind kind, long long K, long long N, plan::Epilogue epi, int units) {
+    auto gemm = [&](const std::string &name, OpKind kind, long long K, long long N, plan::Epilogue epi, int units,
+                    const h3c::kernels::EmitOptions &opt = {}) {
       plan::OpAttrs a = with(attrs({{"K", K}, {"N", N}}), BF, BF, BF, epi);
       if (epi == plan::Epilogue::GateResidual) {
         a.chunk = 2;
@@ -153,13 +165,39 @@ int main(int argc, char **argv) {
       o.w = {w->get(), w->get(), w->get()};
       long long n = kind == OpKind::QkvLinear ? 3 * N : N;
       bench(name, op(kind, name, a, kchunks(units), kind == OpKind::QkvLinear ? 3 : 1), o, 2.0 * M * K * n,
-            2.0 * (M * K + K * n + M * n));
+            2.0 * (M * K + K * n + M * n), opt);
     };
-    gemm("qkv (fused to_q/k/v)", OpKind::QkvLinear, H, I, plan::Epilogue::None, 1);
-    gemm("to_out + gate_residual (u8)", OpKind::Linear, I, H, plan::Epilogue::GateResidual, 8);
-    gemm("fc1 + swiglu", OpKind::Linear, H, 2 * F, plan::Epilogue::Swiglu, 1);
-    gemm("fc2 + gate_residual (u8)", OpKind::Linear, F, H, plan::Epilogue::GateResidual, 8);
-    gemm("fc2 plain (u1)", OpKind::Linear, F, H, plan::Epilogue::None, 1);
+    struct Linear {
+      const char *name;
+      OpKind kind;
+      long long K, N;
+      plan::Epilogue epi;
+      int units;
+    };
+    const std::vector<Linear> linears = {
+        {"qkv (fused to_q/k/v)", OpKind::QkvLinear, H, I, plan::Epilogue::None, 1},
+        {"to_out + gate_residual (u1)", OpKind::Linear, I, H, plan::Epilogue::GateResidual, 1},
+        {"fc1 + swiglu", OpKind::Linear, H, 2 * F, plan::Epilogue::Swiglu, 1},
+        {"fc2 + gate_residual (u1)", OpKind::Linear, F, H, plan::Epilogue::GateResidual, 1},
+        {"to_out + gate_residual (u8)", OpKind::Linear, I, H, plan::Epilogue::GateResidual, 8},
+        {"fc2 + gate_residual (u8)", OpKind::Linear, F, H, plan::Epilogue::GateResidual, 8},
+    };
+    for (const Linear &l : linears) {
+      gemm(l.name, l.kind, l.K, l.N, l.epi, l.units);
+      if (!sweep || l.units != 1 || dev.arch() != "sm_90a") continue;
+      h3c::kernels::EmitOptions mma;
+      mma.wgmma = false;
+      gemm(std::string(l.name) + " [mma.sync]", l.kind, l.K, l.N, l.epi, l.units, mma);
+      for (int st : {3, 4})
+        for (int gm : {8, 16, 32})
+          for (int fl : {0, 1}) {
+            h3c::kernels::EmitOptions o;
+            o.sm90Stages = st;
+            o.sm90GroupM = gm;
+            o.sm90Inflight = fl;
+            gemm(fmt::format("{} [sm90 st{} g{} f{}]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, l.units, o);
+          }
+    }
     {
       Operands o;
       o.in = {x->get(), x2->get(), y2->get()};

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU bench in one run (issue 6 item 5): h3c's kernels and torch's (cuBLAS, SDPA, eager norm) at M = 8349, then
+# The GPU bench in one run: h3c's kernels and torch's (cuBLAS, SDPA, eager norm) at M = 8349, 2048, 925 and 70, then
 # the full forward through `h3c run --device gpu` when a full plan is given (H3C_PLANS/full), with peak GPU memory.
 # Writes bench/<...>.jsonl under $H3C_BENCH_OUT (default build-gpu/bench-out) and prints the tables.
 set -uo pipefail
@@ -14,11 +14,13 @@ extra=${H3C_EXTRA_INCLUDE:-}
 [ -z "$extra" ] && [ -d "$root/carry/include" ] && extra=$root/carry/include
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3C_ENABLE_MLIR=OFF -DH3C_ENABLE_TESTS=OFF \
   ${extra:+-DH3C_EXTRA_INCLUDE=$extra} >/dev/null && cmake --build "$build" -j"$(nproc)" --target h3c_kernel_bench >/dev/null || exit 1
-rows=${H3C_BENCH_ROWS:-8349}
-echo "== h3c kernels (M = $rows)"
-"$build/bin/h3c_kernel_bench" "$out/h3c_kernels.jsonl" --rows "$rows"
-echo "== torch (M = $rows)"
-python3 "$root/bench/torch_bench.py" "$out/torch.jsonl" "$rows"
+# The rollout lengths of issue 12, each with the Hopper linear's tuning sweep beside the mma.sync kernel.
+for rows in ${H3C_BENCH_ROWS:-8349 2048 925 70}; do
+  echo "== h3c kernels (M = $rows)"
+  "$build/bin/h3c_kernel_bench" "$out/h3c_kernels_$rows.jsonl" --rows "$rows" --sweep
+  echo "== torch (M = $rows)"
+  python3 "$root/bench/torch_bench.py" "$out/torch_$rows.jsonl" "$rows"
+done
 if [ -n "${H3C_PLANS:-}" ] && [ -f "$root/scripts/gpu-e2e.sh" ]; then
   echo "== full forward"
   H3C_E2E_ONLY=full_bench H3C="$build/bin/h3c" bash "$root/scripts/gpu-e2e.sh"

@@ -3,7 +3,8 @@
 # under $H3C_PLANS/{tiny,small,full}, python3 with numpy + safetensors). Ends with "N passed, N failed".
 #   tiny, small: GPU strict vs the CPU reference (outputs within H3C_E2E_BOUND, default 5e-2 relative Frobenius; the
 #   per-kernel bitwise/fp64 checks are h3c_gpu_kernels_check's), GPU ledger verifies strict, 10 GPU repeats
-#   byte-equal, batch 1 vs item 0 of batch 4 byte-equal, packed-row permutation byte-equal.
+#   byte-equal, batch 1 vs item 0 of batch 4 byte-equal, packed-row permutation byte-equal; the pipeline's fl2va and
+#   ref2va layouts GPU vs CPU, and a GPU SDE trajectory recomputed in Python (scripts/h3c_sealed.py).
 #   tiny at sp 2 x tp 2 (4 ranks): the one-GPU executor refuses it (exit 2, nothing written); the CPU reference's
 #   rank simulation gives the bytes of the sp = tp = 1 plan.
 #   full (H3C_GPU_FULL=1, or H3C_E2E_ONLY=full_bench): 33B at 8,349 tokens (Nt 512 + Nv 8 x 30 x 32 + Na 157),
@@ -50,6 +51,19 @@ e2e_config() {
   check "[$cfg] batch 1 vs item 0 of batch 4 byte-equal" python3 "$cmp_py" item "$d/gpu4_0.safetensors" "$d/gpu4.safetensors" 0
   check "[$cfg] GPU run, packed rows permuted" run "$cfg" "$plan" "$d/req_shuf.safetensors" "$d/gpu_shuf.safetensors" "$d/gpushuf_ledger.json" gpu
   check "[$cfg] packed-row permutation byte-equal" python3 "$cmp_py" equal "$d/gpu.safetensors" "$d/gpu_shuf.safetensors"
+  # The pipeline's layouts (issue 15): float64 fractional positions, conditioning rows, vision rows, batch 2.
+  check "[$cfg] request make --layout fl2va" "$H3C" request make --config "$cfg" --layout fl2va --text 6 --text-vision 1:3 --latent 5,4,6 --audio-latents 3 --keyframes first,last --batch 2 --t-video 0.3 --t-audio 0.6 --seed 4 -o "$d/req_fl2va.safetensors"
+  check "[$cfg] request make --layout ref2va" "$H3C" request make --config "$cfg" --layout ref2va --text 5 --latent 2,4,6 --audio-latents 2 --ref image:4,6 --ref audio:3 --ref video:2,4,4+audio:2 --t-video 0.5 --t-audio 0.25 --seed 6 -o "$d/req_ref2va.safetensors"
+  local lay
+  for lay in fl2va ref2va; do
+    check "[$cfg] $lay CPU reference run" run "$cfg" "$plan" "$d/req_$lay.safetensors" "$d/cpu_$lay.safetensors" "$d/cpu_${lay}_ledger.json" cpu
+    check "[$cfg] $lay GPU strict run" run "$cfg" "$plan" "$d/req_$lay.safetensors" "$d/gpu_$lay.safetensors" "$d/gpu_${lay}_ledger.json" gpu
+    check "[$cfg] $lay GPU vs CPU reference outputs (rel_frob <= $bound)" python3 "$cmp_py" bound "$d/cpu_$lay.safetensors" "$d/gpu_$lay.safetensors" "$bound"
+  done
+  # The SDE sampler on the GPU: sealed log-probabilities recomputed in Python from the saved tensors.
+  rm -rf "$d/traj_sde"
+  check "[$cfg] GPU generate --sampler sde (fl2va, batch 2)" "$H3C" generate --config "$cfg" --synthetic 7 --plan "$plan" --request "$d/req_fl2va.safetensors" --steps 5 --seeds 3,4 --sampler sde --save-tensors --device gpu --out "$d/traj_sde"
+  check "[$cfg] SDE trajectory recomputed in Python" python3 "$root/scripts/h3c_sealed.py" trajectory "$d/traj_sde" --recompute
 }
 
 e2e_ranks() {

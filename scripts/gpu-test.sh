@@ -7,7 +7,8 @@
 #      counts once;
 #   2. end to end (when plans and `h3c run` are there): tiny + small, GPU strict vs the CPU reference, 10 repeats
 #      byte-equal, batch 1 vs 4 and packed-row permutation byte-equal; the full 33B at 8,349 tokens (synthetic
-#      weights, strict) when H3C_GPU_FULL=1.
+#      weights, strict) when H3C_GPU_FULL=1;
+#   3. against diffusers (scripts/gpu-diffusers-check.sh) when diffusers' source is carried in carry/diffusers.
 # Ends with "N passed, N failed"; exit status 1 on any failure.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,6 +52,16 @@ if [ -f "$root/scripts/gpu-e2e.sh" ]; then
   else
     bad "end-to-end: h3c did not build"
   fi
+fi
+# 3. against diffusers itself (when its source is carried in carry/diffusers; scripts/gpu-diffusers-check.sh)
+if [ -d "${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/src}" ] && [ "$have_h3c" = 1 ]; then
+  H3C="$build/bin/h3c" H3C_GPU_OUT="$out" bash "$root/scripts/gpu-diffusers-check.sh" | tee "$out/diffusers.log"
+  e=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out/diffusers.log" | tail -1)
+  if [ -n "$e" ]; then
+    passed=$((passed + ${e%% passed*})); failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$e")))
+  else bad "diffusers check ended without a summary"; fi
+else
+  echo "gpu-test: diffusers checks skipped (no carry/diffusers/src)"
 fi
 echo "${passed} passed, ${failed} failed"
 [ "$failed" = 0 ]

@@ -283,8 +283,10 @@ private:
     std::vector<Type> types;
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       const std::string &rows = n.outputRows[i];
-      // Per-row metadata (I64) and the rope tables are shared by all batch items: no batch axis.
-      bool batch = tokenDomain(rows) && n.outputDtypes[i] != DType::I64 && n.kind != "rope_table";
+      // Per-row metadata (pack's outputs after the first: F32 positions, I64 tags and ts_index) and the rope tables
+      // are shared by all batch items: no batch axis.
+      bool meta = (n.kind == "pack" && i > 0) || n.kind == "rope_table";
+      bool batch = tokenDomain(rows) && !meta;
       types.push_back(actType(rows, outCols(n, i, in), n.outputDtypes[i], batch, where + " output " + n.outputs[i]));
     }
     OperationState st(NameLoc::get(b_.getStringAttr(n.id)), "h3." + n.kind);

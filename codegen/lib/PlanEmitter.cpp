@@ -64,7 +64,7 @@ void addWeightBuffers(plan::Plan &p, const plan::Op &op, const std::optional<pla
   std::set<std::string> grouped;
   if (k)
     for (const auto &prm : k->params)
-      if (prm.kind == plan::KernelParam::Kind::Buffer && prm.span > 1) {
+      if (prm.kind != plan::KernelParam::Kind::Scalar && prm.span > 1) {
         const auto &list = prm.role == plan::OperandRole::Weight ? op.weights : op.biases;
         plan::WeightBuffer b;
         for (int64_t s = 0; s < prm.span; ++s) {
@@ -137,7 +137,9 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
     pop.index = forward.ops.size();
     std::optional<plan::Kernel> k;
     try {
-      k = kernels::emitKernel(pop, passes::operandValues(&op), o.arch);
+      kernels::EmitOptions eo;
+      eo.wgmma = o.wgmma;
+      k = kernels::emitKernel(pop, passes::operandValues(&op), o.arch, eo);
     } catch (const std::exception &e) {
       if (!plan::runsOnHost(pop.kind)) out.warnings.push_back(where(&op) + ": no kernel: " + e.what());
     }

@@ -152,7 +152,8 @@ LogicalResult RopeTableOp::verify() {
   if (failed(verifyCommon(op))) return failure();
   ActType pos = act(getPositions());
   Type i64 = IntegerType::get(getContext(), 64);
-  if (failed(expect(op, pos, "positions", 3, i64, "S", false)) ||
+  // positions are F32: diffusers casts position_ids (any real dtype) to float32 before the rotary product.
+  if (failed(expect(op, pos, "positions", 3, Float32Type::get(getContext()), "S", false)) ||
       failed(expect(op, act(getTextIndices()), "text_indices", 1, i64, "Nt", false)) ||
       failed(expect(op, act(getVideoIndices()), "video_indices", 1, i64, "Nv", false)) ||
       failed(expect(op, act(getAudioIndices()), "audio_indices", 1, i64, "Na", false)))
@@ -377,7 +378,7 @@ LogicalResult PackOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op))) return failure();
   MLIRContext *c = getContext();
-  Type i64 = IntegerType::get(c, 64), bf16 = BFloat16Type::get(c);
+  Type i64 = IntegerType::get(c, 64), bf16 = BFloat16Type::get(c), f32 = Float32Type::get(c);
   int64_t h = act(getText()).getCols();
   if (failed(expect(op, act(getText()), "text", h, {}, "Nt", true)) ||
       failed(expect(op, act(getVideo()), "video", h, {}, "Nv", true)) ||
@@ -385,11 +386,11 @@ LogicalResult PackOp::verify() {
       failed(expect(op, act(getVideoIndices()), "video_indices", 1, i64, "Nv", false)) ||
       failed(expect(op, act(getAudioIndices()), "audio_indices", 1, i64, "Na", false)) ||
       failed(expect(op, act(getTextIndices()), "text_indices", 1, i64, "Nt", false)) ||
-      failed(expect(op, act(getPositionIds()), "position_ids", 3, i64, "S", false)) ||
+      failed(expect(op, act(getPositionIds()), "position_ids", 3, f32, "S", false)) ||
       failed(expect(op, act(getTokenTags()), "token_tags", 1, i64, "S", false)) ||
       failed(expect(op, act(getTimestepIndices()), "timestep_indices", 1, i64, "S", false)) ||
       failed(expect(op, act(getX()), "packed rows", h, bf16, "S", true)) ||
-      failed(expect(op, act(getPositions()), "positions", 3, i64, "S", false)) ||
+      failed(expect(op, act(getPositions()), "positions", 3, f32, "S", false)) ||
       failed(expect(op, act(getTags()), "tags", 1, i64, "S", false)) ||
       failed(expect(op, act(getTsIndex()), "ts_index", 1, i64, "S", false)))
     return failure();

@@ -3,18 +3,11 @@
 // k-tile loop walks K in order and each tile issues its 16-wide chunks in order). Tiles are fixed per op, never
 // chosen from the row count M. Epilogues per section 3 (bias, residual, gate_residual, swiglu).
 //
-// Defined by the emitter: GM_ENTRY H3C_PARAMS GM_K GM_N GM_BM GM_BN GM_BK GM_WM GM_WN GM_STAGES GM_XMODE (one of
-// GM_X_*) GM_EPI (one of GM_EPI_*) GM_OUT_F32 GM_HAS_BIAS GM_NOUT (3 for qkv) GM_CHUNK GM_NUM_CHUNKS GM_RPT.
+// Defined by the emitter: GM_ENTRY H3C_PARAMS GM_K GM_BM GM_BN GM_BK GM_WM GM_WN GM_STAGES GM_XMODE (one of GM_X_*),
+// and the epilogue's defines (gemm_epilogue.cuh, emitted before this file).
 // Parameters (H3C_PARAMS, in this order): x; residual (epilogues residual, gate_residual); table, ts_index, tags
 // (gate_residual); y0 (y1, y2 for qkv); w (qkv: [Wq; Wk; Wv] as one matrix); bias (when GM_HAS_BIAS); rows; meta_rows
 // (gate_residual).
-#define GM_X_BF16 0       // x is bf16
-#define GM_X_F32 1        // x is f32, rounded to bf16
-#define GM_X_SILU_F32 2   // x is f32: bf16(silu(x)) (the AdaLN tables)
-#define GM_EPI_NONE 0
-#define GM_EPI_RESIDUAL 1
-#define GM_EPI_GATE_RESIDUAL 2
-#define GM_EPI_SWIGLU 3
 #define GM_THREADS (GM_WM * GM_WN * 32)
 #define GM_WTM (GM_BM / GM_WM)
 #define GM_WTN (GM_BN / GM_WN)
@@ -22,13 +15,8 @@
 #define GM_NF (GM_WTN / 8)
 #define GM_LDS (GM_BK + 8)
 #if GM_EPI == GM_EPI_SWIGLU
-#define GM_OUTN (GM_N / 2)
 #define GM_BNO (GM_BN / 2)
-#elif GM_NOUT == 3
-#define GM_OUTN (GM_N / 3)
-#define GM_BNO GM_BN
 #else
-#define GM_OUTN GM_N
 #define GM_BNO GM_BN
 #endif
 
@@ -123,50 +111,6 @@ __device__ __forceinline__ void gm_compute(const h3bf *As, const h3bf *Bs, gm_ac
   }
 }
 
-// acc + bias (one F32 add after the reduction); no add at all without a bias (keeps the sign of a zero sum).
-__device__ __forceinline__ float gm_bias(const void *bias, float acc, long long wrow) {
-#if GM_HAS_BIAS
-  return __fadd_rn(acc, bf2f(((const h3bf *)bias)[wrow]));
-#else
-  return acc;
-#endif
-}
-
-// Where the epilogue writes and what it reads besides the accumulator.
-struct GmEpilogue {
-  void *y[3];
-  const void *residual, *table;
-  const long long *ts, *tags;
-  long long metaRows;
-};
-
-// Stores one output element of row r, output column c (pre-rounding value v already includes the bias).
-__device__ __forceinline__ void gm_store(const GmEpilogue &e, long long r, long long c, float v) {
-#if GM_OUT_F32 && GM_EPI == GM_EPI_NONE
-  float y = v;
-#else
-  float y = rbf(v);
-#endif
-#if GM_EPI == GM_EPI_RESIDUAL
-  y = rbf(__fadd_rn(bf2f(((const h3bf *)e.residual)[r * GM_OUTN + c]), y));
-#elif GM_EPI == GM_EPI_GATE_RESIDUAL
-  {
-    long long trow = h3c_table_row(e.ts, e.tags, e.metaRows, r, GM_RPT);
-    float g = bf2f(((const h3bf *)e.table)[trow * (long long)(GM_NUM_CHUNKS * GM_OUTN) + GM_CHUNK * GM_OUTN + c]);
-    y = rbf(__fmaf_rn(g, y, bf2f(((const h3bf *)e.residual)[r * GM_OUTN + c])));
-  }
-#endif
-#if GM_NOUT == 3
-  int o = (int)(c / GM_OUTN);
-  long long cc = c % GM_OUTN;
-  ((h3bf *)e.y[o])[r * GM_OUTN + cc] = f2bf(y);
-#elif GM_OUT_F32
-  ((float *)e.y[0])[r * GM_OUTN + c] = y;
-#else
-  ((h3bf *)e.y[0])[r * GM_OUTN + c] = f2bf(y);
-#endif
-}
-
 extern "C" __global__ void __launch_bounds__(GM_THREADS) GM_ENTRY(H3C_PARAMS) {
   extern __shared__ __align__(16) unsigned char gm_smem[];
   h3bf *As = (h3bf *)gm_smem;
@@ -178,23 +122,8 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS) GM_ENTRY(H3C_PARAMS) {
   const int wm = warp / GM_WN, wn = warp % GM_WN;
   const h3bf *W = (const h3bf *)w;
   const void *X = x;
-#if GM_HAS_BIAS
-  const void *B = bias;
-#else
-  const void *B = nullptr;
-#endif
-  GmEpilogue ep = {};
-#if GM_NOUT == 3
-  ep.y[0] = y0; ep.y[1] = y1; ep.y[2] = y2;
-#else
-  ep.y[0] = y0;
-#endif
-#if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
-  ep.residual = residual;
-#endif
-#if GM_EPI == GM_EPI_GATE_RESIDUAL
-  ep.table = table; ep.ts = (const long long *)ts_index; ep.tags = (const long long *)tags; ep.metaRows = meta_rows;
-#endif
+  const void *B = GM_BIAS_PARAM;
+  const GmEpilogue ep = GM_EPILOGUE_PARAMS;
   const int KT = (GM_K + GM_BK - 1) / GM_BK;
 
   gm_acc_t acc;
@@ -233,10 +162,7 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS) GM_ENTRY(H3C_PARAMS) {
         for (int e = 0; e < 2; ++e) {
           long long c = (long long)n0 + wn * (GM_WTN / 2) + j * 8 + t4 * 2 + e;
           if (c >= GM_OUTN) continue;
-          float v = rbf(gm_bias(B, res[i][j][h * 2 + e], c));
-          float gt = rbf(gm_bias(B, res[i][j + GM_NF / 2][h * 2 + e], GM_OUTN + c));
-          float out = rbf(__fmul_rn(v, rbf(h3c::detmath::silu(gt))));
-          ((h3bf *)ep.y[0])[r * GM_OUTN + c] = f2bf(out);
+          ((h3bf *)ep.y[0])[r * GM_OUTN + c] = gm_swiglu(B, res[i][j][h * 2 + e], res[i][j + GM_NF / 2][h * 2 + e], c);
         }
       }
 #else

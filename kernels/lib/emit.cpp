@@ -18,6 +18,9 @@ namespace tmpl {
 extern const char *const common;
 extern const char *const detmath;
 extern const char *const gemm_bf16;
+extern const char *const gemm_epilogue;
+extern const char *const gemm_sm90;
+extern const char *const hopper;
 extern const char *const attention;
 extern const char *const norm;
 extern const char *const headops;
@@ -40,6 +43,7 @@ struct OpView {
   const plan::Op &op;
   const OperandValues &vals;
   std::string where;
+  EmitOptions options;
 
   const plan::OpAttrs &a() const { return op.attrs; }
   const plan::Value &in(size_t i) const {
@@ -89,6 +93,24 @@ struct Params {
     list.push_back(p);
     decls.push_back("const long long " + name);
   }
+  // A TMA descriptor of a bf16 row-major matrix [rows, cols] (cols innermost) with the 128-byte swizzle, read in
+  // boxes of boxCols x boxRows; out-of-range elements read as zeros.
+  // span > 1: operands index..index+span-1 of the role form the matrix (qkv: [Wq; Wk; Wv]).
+  void tensorMap(const std::string &name, OperandRole role, int64_t index, const Extent &rowsExt, int64_t cols,
+                 int64_t boxCols, int64_t boxRows, int64_t span = 1) {
+    KernelParam p;
+    p.kind = KernelParam::Kind::TensorMap;
+    p.name = name;
+    p.role = role;
+    p.index = index;
+    p.span = span;
+    p.map.dtype = DType::BF16;
+    p.map.dims = {Extent::constant(cols), rowsExt};
+    p.map.strides = {Extent::constant(cols * 2)};
+    p.map.box = {boxCols, boxRows};
+    list.push_back(p);
+    decls.push_back("const __grid_constant__ H3cTensorMap " + name);
+  }
   std::string signature() const {
     std::string s;
     for (size_t i = 0; i < decls.size(); ++i) s += (i ? ", " : "") + decls[i];
@@ -131,12 +153,30 @@ plan::Launch launch(int64_t threads, int64_t smem, plan::GridDim x, plan::GridDi
   return l;
 }
 
+// The launch ABI as text: two ops whose kernels share a source but not their launch (a linear over the text rows
+// and one over all packed rows) must not share a kernel id, since the plan keeps one launch per kernel.
+std::string abiText(const Params &params, const plan::Launch &l) {
+  std::ostringstream o;
+  for (const auto &p : params.list) {
+    o << int(p.kind) << ' ' << p.name << ' ' << int(p.role) << ' ' << p.index << ' ' << p.span << ' ' << p.value.text();
+    for (const auto &d : p.map.dims) o << ' ' << d.text();
+    for (const auto &s : p.map.strides) o << ' ' << s.text();
+    for (auto b : p.map.box) o << ' ' << b;
+    o << ' ' << p.map.swizzle << ' ' << p.map.l2Promotion << ' ' << p.map.oobZero << ';';
+  }
+  for (const auto &g : l.grid) o << g.extent.text() << '/' << g.div << '/' << g.maxPerSm << ';';
+  o << l.block[0] << ',' << l.block[1] << ',' << l.block[2] << ';' << l.smemBytes << ';' << l.cluster[0] << ','
+    << l.cluster[1] << ',' << l.cluster[2];
+  return o.str();
+}
+
 plan::Kernel finish(const std::string &name, const std::string &entryMacro, Builder &b, const Params &params,
-                    const char *body, const plan::Launch &l, const std::string &arch) {
+                    const std::string &body, const plan::Launch &l, const std::string &arch) {
   b.def("H3C_PARAMS", params.signature());
-  // The id hashes everything the kernel's code depends on (defines and templates), so it changes with any change.
+  // The id hashes everything the kernel depends on (defines, templates and its launch ABI), so it changes with any
+  // change.
   std::string tail = std::string(tmpl::common) + "\n" + stripPragmaOnce(tmpl::detmath) + "\n" + body;
-  std::string hash = sha256Hex(b.defs.str() + tail).substr(0, 8);
+  std::string hash = sha256Hex(b.defs.str() + tail + "\n" + abiText(params, l)).substr(0, 8);
   plan::Kernel k;
   k.id = name + "_" + hash;
   k.entry = "h3c_" + k.id;
@@ -164,23 +204,19 @@ struct GemmDesc {
   int64_t chunk = 0, numChunks = 1, rowsPerTs = 1;
 };
 
-plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string &arch) {
-  const int64_t K = d.K, N = d.N;
-  if (K % 8 != 0) fail(v.where, "bf16 linear needs K % 8 == 0 (16-byte rows), got K = {}", K);
-  if (d.epi == Epilogue::Swiglu && N % 2 != 0)
-    fail(v.where, "swiglu epilogue needs an even N (value and gate halves), got {}", N);
-  Builder b;
-  const int BM = 128, BN = 128, WM = 2, WN = 4, BK = 32, stages = 3;  // warp tile 64 x 32
-  static const char *xName[] = {"GM_X_BF16", "GM_X_F32", "GM_X_SILU_F32"};
+// The defines of the shared epilogue (gemm_epilogue.cuh).
+void defineEpilogue(Builder &b, const GemmDesc &d) {
   static const char *epiName[] = {"GM_EPI_NONE", "GM_EPI_RESIDUAL", "GM_EPI_GATE_RESIDUAL", "GM_EPI_SWIGLU"};
-  b.def("GM_K", K); b.def("GM_N", N);
-  b.def("GM_BM", BM); b.def("GM_BN", BN); b.def("GM_BK", BK); b.def("GM_WM", WM); b.def("GM_WN", WN);
-  b.def("GM_STAGES", stages); b.def("GM_XMODE", xName[int(d.x)]); b.def("GM_EPI", epiName[int(d.epi)]);
+  b.def("GM_K", d.K); b.def("GM_N", d.N); b.def("GM_EPI", epiName[int(d.epi)]);
   b.def("GM_OUT_F32", d.outF32 ? 1 : 0); b.def("GM_HAS_BIAS", d.bias ? 1 : 0); b.def("GM_NOUT", d.nout);
   b.def("GM_CHUNK", d.chunk); b.def("GM_NUM_CHUNKS", d.numChunks); b.def("GM_RPT", d.rowsPerTs);
+}
 
+// The parameter list of both GEMM templates; x and w are buffers (mma.sync) or tensor maps (Hopper: x_map, w_map).
+Params gemmParams(const OpView &v, const GemmDesc &d, bool maps) {
   Params p;
-  p.in("x", 0);
+  if (maps) p.tensorMap("x_map", OperandRole::In, 0, v.rowsOfIn(0), d.K, 64, 128);
+  else p.in("x", 0);
   if (d.epi == Epilogue::Residual || d.epi == Epilogue::GateResidual) p.in("residual", 1);
   if (d.epi == Epilogue::GateResidual) {
     p.in("table", 2);
@@ -188,19 +224,63 @@ plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string 
     p.in("tags", 4);
   }
   for (int o = 0; o < d.nout; ++o) p.out("y" + std::to_string(o), o);
-  p.weight("w", 0, d.nout == 3 ? 3 : 1);
+  if (maps) p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, 128, d.nout == 3 ? 3 : 1);
+  else p.weight("w", 0, d.nout == 3 ? 3 : 1);
   if (d.bias) p.bias("bias", 0);
   p.scalar("rows", v.rowsOfIn(0));
   if (d.epi == Epilogue::GateResidual) p.scalar("meta_rows", v.rowsOfIn(3));
+  return p;
+}
 
+std::string gemmName(const OpView &v, const GemmDesc &d, const std::string &impl) {
+  static const char *epiSuffix[] = {"", "_res", "_gres", "_swiglu"};
+  std::string xs = d.x == XMode::Bf16 ? "" : "_xf32";
+  return fmt::format("{}_{}_k{}_n{}{}{}", plan::opKindName(v.op.kind), impl, d.K, d.N, epiSuffix[int(d.epi)], xs);
+}
+
+// The Hopper kernel (gemm_sm90.cuh): 128 x 256 tiles, stages of 48 KiB (3 by default), a persistent grid of at most
+// one CTA per SM. The weight's row count and K are constants of the plan; the row count of x is the request's.
+plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
+  const EmitOptions &o = v.options;
+  const int stages = o.sm90Stages, groupM = o.sm90GroupM;
+  if (stages < 2 || stages > 4 || groupM < 1 || groupM > 64 || (o.sm90Inflight != 0 && o.sm90Inflight != 1))
+    fail(v.where, "Hopper linear tuning out of range (stages 2-4, group 1-64, in flight 0/1)");
+  Builder b;
+  defineEpilogue(b, d);
+  b.def("G9_STAGES", stages);
+  b.def("G9_GROUP_M", groupM);
+  b.def("G9_INFLIGHT", o.sm90Inflight);
+  Params p = gemmParams(v, d, /*maps=*/true);
+  const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
+  const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + 255) / 256;
+  plan::GridDim g = dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);  // >= the tile count, capped at the SMs
+  g.maxPerSm = 1;
+  const int64_t smem = int64_t(stages) * (128 + 256) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
+  plan::Launch l = launch(384, smem, g);
+  std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::gemm_sm90;
+  return finish(gemmName(v, d, "sm90"), "G9_ENTRY", b, p, body, l, arch);
+}
+
+plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string &arch) {
+  const int64_t K = d.K, N = d.N;
+  if (K % 8 != 0) fail(v.where, "bf16 linear needs K % 8 == 0 (16-byte rows), got K = {}", K);
+  if (d.epi == Epilogue::Swiglu && N % 2 != 0)
+    fail(v.where, "swiglu epilogue needs an even N (value and gate halves), got {}", N);
+  if (arch == "sm_90a" && v.options.wgmma && d.x == XMode::Bf16) return emitGemmSm90(v, d, arch);
+  Builder b;
+  const int BM = 128, BN = 128, WM = 2, WN = 4, BK = 32, stages = 3;  // warp tile 64 x 32
+  static const char *xName[] = {"GM_X_BF16", "GM_X_F32", "GM_X_SILU_F32"};
+  defineEpilogue(b, d);
+  b.def("GM_BM", BM); b.def("GM_BN", BN); b.def("GM_BK", BK); b.def("GM_WM", WM); b.def("GM_WN", WN);
+  b.def("GM_STAGES", stages); b.def("GM_XMODE", xName[int(d.x)]);
+
+  Params p = gemmParams(v, d, /*maps=*/false);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? N / 2 : N;
   const int64_t bno = d.epi == Epilogue::Swiglu ? BN / 2 : BN;
   plan::Launch l = launch(WM * WN * 32, int64_t(stages) * (BM + BN) * (BK + 8) * 2, dim(v.rowsOfIn(0), BM),
                           dim(Extent::constant((outCols + bno - 1) / bno)));
-  static const char *epiSuffix[] = {"", "_res", "_gres", "_swiglu"};
-  std::string xs = d.x == XMode::Bf16 ? "" : "_xf32";
-  std::string name = fmt::format("{}_bf16_k{}_n{}{}{}", plan::opKindName(v.op.kind), K, N, epiSuffix[int(d.epi)], xs);
-  return finish(name, "GM_ENTRY", b, p, tmpl::gemm_bf16, l, arch);
+  std::string body = std::string(tmpl::gemm_epilogue) + "\n" + tmpl::gemm_bf16;
+  return finish(gemmName(v, d, "bf16"), "GM_ENTRY", b, p, body, l, arch);
 }
 
 // Every GEMM reduces K in one chain (k_chunks, one unit).
@@ -463,13 +543,14 @@ std::vector<std::string> nvrtcOptions(const std::string &arch) {
           "-DH3C_NVRTC=1"};
 }
 
-std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &operands, const std::string &arch) {
+std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &operands, const std::string &arch,
+                                       const EmitOptions &options) {
   nvrtcOptions(arch);  // validates arch
-  OpView v{op, operands, fmt::format("op '{}' (node {})", plan::opKindName(op.kind), op.firstNode())};
+  OpView v{op, operands, fmt::format("op '{}' (node {})", plan::opKindName(op.kind), op.firstNode()), options};
   if (operands.in.size() != op.in.size() || operands.out.size() != op.out.size())
     fail(v.where, "operand values do not match the op's operands");
-  // The kernels are the same C++ for both archs (mma.sync exists on sm_90a and sm_100a); the arch selects the NVRTC
-  // target and is part of the JIT cache key.
+  // The kernels are the same C++ for both archs (mma.sync exists on sm_90a and sm_100a) except the Hopper linear
+  // (sm_90a only); the arch selects the NVRTC target and is part of the JIT cache key.
   switch (op.kind) {
   case OpKind::RopeTable:
   case OpKind::TimestepSinusoid:

@@ -155,6 +155,11 @@ Extent Extent::scaled(int64_t k) const {
   return parse(t, "extent " + text_);
 }
 
+Extent Extent::plus(int64_t c) const {
+  if (c < 0) fail("extent " + text_, "added constant must not be negative, got {}", c);
+  return c == 0 ? *this : parse(text_ + " + " + std::to_string(c), "extent " + text_);
+}
+
 int64_t Extent::eval(const Extents &x) const {
   int64_t sum = 0;
   for (const Term &t : terms_) {

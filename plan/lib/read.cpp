@@ -249,11 +249,13 @@ KernelParam parseParam(const json &j, const std::string &where) {
     if (str(member(j, "type", where), where + "/type") != "i64") fail(where + "/type", "expected \"i64\"");
     p.value = Extent::parse(str(member(j, "value", where), where + "/value"), where + "/value");
   } else if (kind == "tensor_map") {
-    onlyKeys(j, {"kind", "name", "role", "index", "dtype", "dims", "strides", "box", "swizzle", "l2_promotion", "oob"},
+    onlyKeys(j, {"kind", "name", "role", "index", "span", "dtype", "dims", "strides", "box", "swizzle", "l2_promotion",
+                 "oob"},
              where);
     p.kind = KernelParam::Kind::TensorMap;
     p.role = parseRole(member(j, "role", where), where + "/role");
     p.index = nonNegative(member(j, "index", where), where + "/index", 64);
+    p.span = positive(member(j, "span", where), where + "/span", 64);
     p.map.dtype = floatDtype(member(j, "dtype", where), where + "/dtype");
     const json &dims = array(member(j, "dims", where), where + "/dims");
     const json &strides = array(member(j, "strides", where), where + "/strides");
@@ -314,6 +316,42 @@ Kernel parseKernel(const std::string &id, const json &j, const Options &opt, con
   return k;
 }
 
+// A tensor map over weights must stay inside the tensors it spans: its dims are constants, and the last byte it can
+// address lies within them (a map wider than its weights would read whatever the runtime placed behind them). A
+// rank's weights are its part of a split tensor (section 5.2), so the bound is the rank's size.
+void checkWeightMapFits(const Plan &p, const Kernel &k, const Op &op, const KernelParam &q) {
+  const auto &names = q.role == OperandRole::Weight ? op.weights : op.biases;
+  int64_t bytes = 0;
+  for (int64_t s = 0; s < q.span; ++s) {
+    auto [buf, off] = p.weightLocation(names[size_t(q.index + s)]);
+    (void)off;
+    for (const auto &t : buf->tensors)
+      if (t.name == names[size_t(q.index + s)]) {
+        int64_t n = 1;
+        for (int64_t d : t.localShape()) n *= d;
+        bytes += n * int64_t(dtypeSize(t.dtype));
+      }
+  }
+  const Extents small{1, 1, 1, 1, 1, 1}, large{8, 100000, 1000, 100000, 1000, 100};
+  auto constant = [&](const Extent &e, const char *what) {
+    int64_t v = e.eval(small);
+    if (v != e.eval(large))
+      fail(op.where + "/kernel", "kernel {} tensor map '{}': {} of a weight map must be a constant, got \"{}\"", k.id,
+           q.name, what, e.text());
+    return v;
+  };
+  int64_t last = int64_t(dtypeSize(q.map.dtype));
+  for (size_t i = 0; i < q.map.dims.size(); ++i) {
+    int64_t d = constant(q.map.dims[i], "a dimension");
+    int64_t stride = i == 0 ? int64_t(dtypeSize(q.map.dtype)) : constant(q.map.strides[i - 1], "a stride");
+    if (d < 1) fail(op.where + "/kernel", "kernel {} tensor map '{}': dimension {} is {}", k.id, q.name, i, d);
+    last += (d - 1) * stride;
+  }
+  if (last > bytes)
+    fail(op.where + "/kernel", "kernel {} tensor map '{}' addresses {} bytes, but the {} weight tensor(s) it spans hold {}",
+         k.id, q.name, last, q.span, bytes);
+}
+
 // A kernel's buffer and tensor-map parameters must point at operands the op has.
 void checkKernelFitsOp(const Plan &p, const Kernel &k, const Op &op) {
   for (size_t i = 0; i < k.params.size(); ++i) {
@@ -323,10 +361,12 @@ void checkKernelFitsOp(const Plan &p, const Kernel &k, const Op &op) {
                   : q.role == OperandRole::Out ? op.out.size()
                   : q.role == OperandRole::Weight ? op.weights.size()
                                                   : op.biases.size();
-    int64_t span = q.kind == KernelParam::Kind::Buffer ? q.span : 1;
+    int64_t span = q.kind == KernelParam::Kind::Scalar ? 1 : q.span;
     if (size_t(q.index + span) > have)
       fail(op.where + "/kernel", "kernel {} parameter '{}' reads operand {}..{} of a role the op has {} of", k.id,
            q.name, q.index, q.index + span - 1, have);
+    if (q.kind == KernelParam::Kind::TensorMap && (q.role == OperandRole::Weight || q.role == OperandRole::Bias))
+      checkWeightMapFits(p, k, op, q);
     if (span > 1) {
       if (q.role != OperandRole::Weight && q.role != OperandRole::Bias)
         fail(op.where + "/kernel", "kernel {} parameter '{}': only weights can span several operands", k.id, q.name);
@@ -521,7 +561,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   p.config = h3::configFromJson(member(j, "config", root), root + "/config");
 
   const json &opts = member(j, "options", root);
-  onlyKeys(opts, {"arch", "sp", "tp", "fuse"}, root + "/options");
+  onlyKeys(opts, {"arch", "sp", "tp", "fuse", "wgmma"}, root + "/options");
   p.options.arch = str(member(opts, "arch", root + "/options"), root + "/options/arch");
   if (p.options.arch != "sm_90a" && p.options.arch != "sm_100a")
     fail(root + "/options/arch", "expected sm_90a or sm_100a, got \"{}\"", p.options.arch);
@@ -532,6 +572,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   }
   p.ranks = parseRanks(member(j, "ranks", root), p.options, root + "/ranks");
   p.options.fuse = boolean(member(opts, "fuse", root + "/options"), root + "/options/fuse");
+  if (opts.contains("wgmma")) p.options.wgmma = boolean(opts["wgmma"], root + "/options/wgmma");
 
   if (j.contains("stats")) {
     const json &st = j["stats"];

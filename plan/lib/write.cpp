@@ -123,7 +123,7 @@ json paramToJson(const KernelParam &p) {
     for (const auto &d : p.map.dims) dims.push_back(d.text());
     for (const auto &s : p.map.strides) strides.push_back(s.text());
     return {{"kind", "tensor_map"}, {"name", p.name},        {"role", roleName(p.role)},
-            {"index", p.index},      {"dtype", dt(p.map.dtype)}, {"dims", dims},
+            {"index", p.index},      {"span", p.span},           {"dtype", dt(p.map.dtype)}, {"dims", dims},
             {"strides", strides},    {"box", p.map.box},     {"swizzle", p.map.swizzle},
             {"l2_promotion", p.map.l2Promotion}, {"oob", p.map.oobZero ? "zero" : "nan"}};
   }
@@ -170,7 +170,8 @@ json planToJson(const Plan &p) {
   j["schema"] = kPlanSchema;
   j["fingerprint_sha256"] = p.fingerprintSha256;
   j["config"] = h3::configToJson(p.config);
-  j["options"] = {{"arch", p.options.arch}, {"sp", p.options.sp}, {"tp", p.options.tp}, {"fuse", p.options.fuse}};
+  j["options"] = {{"arch", p.options.arch}, {"sp", p.options.sp}, {"tp", p.options.tp}, {"fuse", p.options.fuse},
+                  {"wgmma", p.options.wgmma}};
   j["ranks"] = ranksToJson(p);
   json values = json::object();
   for (const auto &[name, v] : p.values) {

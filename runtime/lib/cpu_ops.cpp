@@ -77,7 +77,12 @@ ValueMap graphInputValues(const CanonicalRequest &q) {
   };
   ints("@timestep_indices", q.tsIndex, q.S, 1);
   ints("@token_tags", q.tags, q.S, 1);
-  ints("@position_ids", q.positions, q.S, 3);
+  HostValue pos;  // F32 [S, 3], shared by the batch items (no batch axis)
+  pos.dtype = DType::F32;
+  pos.rows = q.S;
+  pos.cols = 3;
+  pos.f = q.positions;
+  m["@position_ids"] = std::move(pos);
   std::vector<int64_t> ti(size_t(q.Nt)), vi(size_t(q.Nv)), ai(size_t(q.Na));
   for (int64_t k = 0; k < q.Nt; ++k) ti[size_t(k)] = k;
   for (int64_t k = 0; k < q.Nv; ++k) vi[size_t(k)] = q.Nt + k;
@@ -533,13 +538,13 @@ void runGateResidual(Ctx &cx) {
 // ---- host tables, time embedding, pack/unpack -------------------------------------------------------------------
 
 void runRopeTable(Ctx &cx) {
-  // Operand 0 is the positions [S, 3] I64 in canonical order (canonicalization already ordered the rows, so the
+  // Operand 0 is the positions [S, 3] F32 in canonical order (canonicalization already ordered the rows, so the
   // index operands are not needed).
   const HostValue &pos = cx.in(0);
-  if (pos.dtype != DType::I64 || pos.cols != 3 || pos.rows != cx.env.req.S)
-    cx.error("rope_table reads positions [S, 3] I64");
+  if (pos.dtype != DType::F32 || pos.cols != 3 || pos.rows != cx.env.req.S || pos.batch != 1)
+    cx.error("rope_table reads positions [S, 3] F32");
   std::vector<float> c, s;
-  ropeTable(cx.c, pos.i.data(), pos.rows, c, s);
+  ropeTable(cx.c, pos.f.data(), pos.rows, c, s);
   HostValue &oc = cx.out(0);
   if (oc.numel() != int64_t(c.size()))
     cx.error(fmt::format("cos must be [S, {}]", cx.c.rotaryDim()));
@@ -604,13 +609,17 @@ void runPack(Ctx &cx) {
         for (int64_t c = 0; c < H; ++c)
           o.f[size_t((b * q.S + off + r) * H + c)] = roundBf16(src->f[size_t((b * src->rows + r) * H + c)]);
   }
-  // The per-row metadata in canonical order: positions, tags, ts_index (output positions 1, 2, 3).
-  const std::vector<int64_t> *meta[] = {&q.positions, &q.tags, &q.tsIndex};
-  for (size_t k = 1; k < 4; ++k) {
+  // The per-row metadata in canonical order: positions (F32), tags, ts_index (I64) at output positions 1, 2, 3.
+  HostValue &mp = cx.out(1);
+  if (mp.dtype != DType::F32 || mp.numel() != int64_t(q.positions.size()))
+    cx.error(fmt::format("pack output '{}' must be F32 [S, 3]", cx.op.out[1]));
+  mp.f = q.positions;
+  const std::vector<int64_t> *meta[] = {&q.tags, &q.tsIndex};
+  for (size_t k = 2; k < 4; ++k) {
     HostValue &m = cx.out(k);
-    if (m.numel() != int64_t(meta[k - 1]->size()))
-      cx.error(fmt::format("pack output '{}' has {} values, expected {}", cx.op.out[k], m.numel(), meta[k - 1]->size()));
-    m.i = *meta[k - 1];
+    if (m.numel() != int64_t(meta[k - 2]->size()))
+      cx.error(fmt::format("pack output '{}' has {} values, expected {}", cx.op.out[k], m.numel(), meta[k - 2]->size()));
+    m.i = *meta[k - 2];
   }
 }
 

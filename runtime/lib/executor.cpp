@@ -1,5 +1,6 @@
 // The CPU reference executor and runModel(), the entry point shared by both devices.
 #include "h3c/runtime/executor.h"
+#include "h3c/runtime/value_dump.h"
 
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/support/canonical_json.h"
@@ -53,6 +54,7 @@ public:
     }
     const plan::Function &fn = p.forward();
     auto last = p.lastUse(fn);
+    const auto dump = ValueDump::fromEnv();
     const auto t0 = std::chrono::steady_clock::now();
     for (const plan::Op &op : fn.ops) {
       std::optional<AuditError> audit;
@@ -85,6 +87,12 @@ public:
           }
         }
       }
+      if (dump)  // rank 0's values (H3C_DUMP_VALUES; of a multi-rank plan, the first rank's part)
+        for (const auto &o : op.out) {
+          const HostValue &v = values[0].at(o);
+          if (v.dtype == DType::I64) dump->write(int64_t(op.index), o, DType::I64, v.i.data(), v.i.size());
+          else dump->write(int64_t(op.index), o, DType::F32, v.f.data(), v.f.size());
+        }
       if (!op.nodes.empty()) {
         std::map<std::string, std::vector<int64_t>> shapes;  // rank 0's
         for (const auto *names : {&op.in, &op.out})

@@ -4,19 +4,16 @@
 
 namespace h3c::rt {
 
-void ropeTable(const h3::Config &c, const int64_t *positions, int64_t S, std::vector<float> &cos,
+void ropeTable(const h3::Config &c, const float *positions, int64_t S, std::vector<float> &cos,
                std::vector<float> &sin) {
   const int f = c.rope_freq_dim, R = 6 * f;
-  // inv_freq as diffusers builds it: F32 buffer of 1/theta^(2i/(2f)) (computed in double here, rounded to F32).
-  std::vector<float> inv(static_cast<size_t>(f));
-  for (int i = 0; i < f; ++i)
-    inv[size_t(i)] = float(1.0 / std::pow(c.rope_theta, double(2 * i) / double(2 * f)));
+  const std::vector<float> inv = ropeInvFreq(c);
   cos.assign(size_t(S * R), 0.f);
   sin.assign(size_t(S * R), 0.f);
   for (int64_t s = 0; s < S; ++s)
     for (int axis = 0; axis < 3; ++axis) {
-      // position_ids.to(float32) * inv_freq: one F32 product, as torch computes it.
-      float pos = float(positions[s * 3 + axis]);
+      // position_ids (already F32) * inv_freq: one F32 product, as torch computes it.
+      const float pos = positions[s * 3 + axis];
       for (int i = 0; i < f; ++i) {
         float angle = pos * inv[size_t(i)];
         float cv = float(std::cos(double(angle))), sv = float(std::sin(double(angle)));
@@ -27,6 +24,21 @@ void ropeTable(const h3::Config &c, const int64_t *positions, int64_t S, std::ve
         }
       }
     }
+}
+
+std::vector<float> ropeInvFreq(const h3::Config &c) {
+  // diffusers: 1.0 / (theta ** (torch.arange(0, 2f, 2, dtype=float32) / (2f))), all in float32: the exponent
+  // fl(2i / 2f), the power rounded to F32 (computed in double and rounded once; torch's float32 pow is within an
+  // ulp of it: scripts/gpu-diffusers-check.sh compares this buffer with diffusers'), then one F32 division.
+  const int f = c.rope_freq_dim;
+  const float theta = float(c.rope_theta);
+  std::vector<float> inv(static_cast<size_t>(f));
+  for (int i = 0; i < f; ++i) {
+    const float e = float(2 * i) / float(2 * f);
+    const float p = float(std::pow(double(theta), double(e)));
+    inv[size_t(i)] = 1.0f / p;
+  }
+  return inv;
 }
 
 std::vector<float> timestepSinusoid(const h3::Config &c, const std::vector<float> &t) {

@@ -122,7 +122,8 @@ CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::
     expectI64(get(r, n, where), at(n));
     expectRank(get(r, n, where), 1, at(n));
   }
-  expectI64(pos, at("position_ids"));
+  if (pos.dtype != DType::F64 && pos.dtype != DType::F32 && pos.dtype != DType::I64)
+    fail(at("position_ids"), "expected F64, F32 or I64, got {}", dtypeName(pos.dtype));
   expectRank(pos, 2, at("position_ids"));
 
   CanonicalRequest q;
@@ -186,7 +187,7 @@ CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::
   q.packedRow.reserve(size_t(q.S));
   const std::pair<const Tensor *, const char *> mods[] = {{&ti, "text_indices"}, {&vi, "video_indices"},
                                                           {&ai, "audio_indices"}};
-  const int64_t modTag[] = {1, 0, 2};
+  const int64_t modTag[] = {1, 0, 2};  // text rows may also carry 0 (a vision block of the prompt)
   std::vector<int64_t> canonTag;
   for (int m = 0; m < 3; ++m) {
     const Tensor &idx = *mods[m].first;
@@ -206,18 +207,26 @@ CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::
     if (owner[size_t(p)] < 0)  // unreachable given the counts, kept as a guard
       fail(where, "packed position {} is covered by no index tensor", p);
 
-  auto tsiv = tsi.toInts(), tagv = tags.toInts(), posv = pos.toInts();
+  auto tsiv = tsi.toInts(), tagv = tags.toInts();
+  // position_ids.to(float32): F64 and I64 round to nearest even, F32 as is. Non-finite coordinates are rejected.
+  std::vector<float> posv(size_t(q.S * 3));
+  for (int64_t k = 0; k < q.S * 3; ++k) {
+    posv[size_t(k)] = pos.dtype == DType::I64 ? float(pos.getInt(k)) : pos.getFloat(k);
+    if (!std::isfinite(posv[size_t(k)]))
+      fail(at("position_ids") + "[" + std::to_string(k / 3) + "][" + std::to_string(k % 3) + "]",
+           "coordinates must be finite (as float32)");
+  }
   q.tags.resize(size_t(q.S));
   q.tsIndex.resize(size_t(q.S));
   q.positions.resize(size_t(q.S * 3));
   for (int64_t cr = 0; cr < q.S; ++cr) {
     int64_t p = q.packedRow[size_t(cr)];
     int64_t tag = tagv[size_t(p)], t = tsiv[size_t(p)];
-    if (tag != canonTag[size_t(cr)])
+    if (tag != canonTag[size_t(cr)] && !(canonTag[size_t(cr)] == 1 && tag == 0))
       fail(at("token_tags") + "[" + std::to_string(p) + "]",
            "packed row {} is a {} row by the index tensors, so its tag must be {}, got {}", p,
-           canonTag[size_t(cr)] == 0 ? "video" : canonTag[size_t(cr)] == 1 ? "text" : "audio", canonTag[size_t(cr)],
-           tag);
+           canonTag[size_t(cr)] == 0 ? "video" : canonTag[size_t(cr)] == 1 ? "text" : "audio",
+           canonTag[size_t(cr)] == 1 ? "1 (or 0 for a vision block)" : std::to_string(canonTag[size_t(cr)]), tag);
     if (t < 0 || t >= q.T)
       fail(at("timestep_indices") + "[" + std::to_string(p) + "]", "index {} is out of range [0, {})", t, q.T);
     q.tags[size_t(cr)] = tag;
@@ -237,9 +246,7 @@ CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::
 
 // ---- synthetic requests -------------------------------------------------------------------------------------------
 
-namespace {
-
-Tensor synthFloats(const std::string &name, uint64_t seed, std::vector<int64_t> shape, DType dt) {
+Tensor synthRequestFloats(const std::string &name, uint64_t seed, std::vector<int64_t> shape, DType dt) {
   int64_t n = 1;
   for (auto d : shape)
     n *= d;
@@ -249,8 +256,6 @@ Tensor synthFloats(const std::string &name, uint64_t seed, std::vector<int64_t> 
     v[size_t(i)] = synth::normalish(key, uint64_t(i), 1.0 * H3C_SYNTH_UNIT_SCALE);
   return Tensor::fromFloats(dt, std::move(shape), v.data());
 }
-
-} // namespace
 
 Request makeRequest(const h3::Config &c, const RequestShape &sh, uint64_t seed) {
   if (sh.text < 0 || sh.audio < 0 || sh.videoT < 0 || sh.videoH < 0 || sh.videoW < 0)
@@ -263,10 +268,10 @@ Request makeRequest(const h3::Config &c, const RequestShape &sh, uint64_t seed) 
   if (S < 1)
     fail("request make", "the request has no rows");
   Request r;
-  r.tensors["hidden_states"] = synthFloats("hidden_states", seed, {B, Nv, c.videoPatchDim()}, sh.floatDtype);
+  r.tensors["hidden_states"] = synthRequestFloats("hidden_states", seed, {B, Nv, c.videoPatchDim()}, sh.floatDtype);
   r.tensors["audio_hidden_states"] =
-      synthFloats("audio_hidden_states", seed, {B, Na, c.audio_in_channels}, sh.floatDtype);
-  r.tensors["encoder_hidden_states"] = synthFloats("encoder_hidden_states", seed, {B, Nt, c.text_dim}, sh.floatDtype);
+      synthRequestFloats("audio_hidden_states", seed, {B, Na, c.audio_in_channels}, sh.floatDtype);
+  r.tensors["encoder_hidden_states"] = synthRequestFloats("encoder_hidden_states", seed, {B, Nt, c.text_dim}, sh.floatDtype);
   // Distinct timesteps in (0, 1): evenly spaced, offset by a seed-dependent fraction of the spacing.
   std::vector<float> ts(size_t(sh.timesteps));
   uint64_t u = synth::splitmix64(seed ^ 0x7473ull);
@@ -343,7 +348,16 @@ Request permuteRequest(const Request &r, const std::vector<int64_t> &perm) {
   };
   move1("token_tags", 1);
   move1("timestep_indices", 1);
-  move1("position_ids", 3);
+  {  // position_ids keeps its dtype: move whole rows of bytes
+    const Tensor &src = r.tensors.at("position_ids");
+    const size_t row = 3 * dtypeSize(src.dtype);
+    if (src.bytes.size() != size_t(S) * row)
+      fail("permute", "position_ids is not [S, 3]");
+    Tensor dst = src;
+    for (int64_t p = 0; p < S; ++p)
+      std::memcpy(dst.bytes.data() + size_t(perm[size_t(p)]) * row, src.bytes.data() + size_t(p) * row, row);
+    out.tensors["position_ids"] = std::move(dst);
+  }
   for (const char *name : {"text_indices", "video_indices", "audio_indices"}) {
     auto v = r.tensors.at(name).toInts();
     for (auto &x : v)

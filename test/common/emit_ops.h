@@ -78,8 +78,9 @@ inline EmitOp op(OpKind kind, const std::string &node, plan::OpAttrs attrs, plan
   return e;
 }
 
-inline std::optional<plan::Kernel> emit(const EmitOp &e, const std::string &arch = "sm_90a") {
-  return hk::emitKernel(e.op, e.vals, arch);
+inline std::optional<plan::Kernel> emit(const EmitOp &e, const std::string &arch = "sm_90a",
+                                        const hk::EmitOptions &options = {}) {
+  return hk::emitKernel(e.op, e.vals, arch, options);
 }
 
 inline plan::OpAttrs attrs(std::initializer_list<std::pair<const char *, double>> kv) {

@@ -36,8 +36,9 @@ struct PlanBuilder {
   }
   void val(const std::string &name, const char *dtype, const std::string &rows, int64_t cols) {
     bool batch = tokenRows(rows);
-    if (std::string(dtype) == "I64" || name.rfind("rope:", 0) == 0)
-      batch = false;  // per-row metadata and the rope tables are shared by the batch
+    if (std::string(dtype) == "I64" || name.rfind("rope:", 0) == 0 || name == "@position_ids" ||
+        name == "pack:positions")
+      batch = false;  // per-row metadata (F32 positions, I64 tags and indices) and the rope tables: no batch axis
     values[name] = {{"dtype", dtype}, {"rows", rows}, {"cols", cols}, {"batch", batch}};
   }
   static json kc() { return {{"kind", "k_chunks"}, {"k_step", 16}, {"units", 1}, {"acc", "f32"}}; }
@@ -276,7 +277,7 @@ struct PlanBuilder {
              {"@timestep", "F32", "T", 1},
              {"@timestep_indices", "I64", "S", 1},
              {"@token_tags", "I64", "S", 1},
-             {"@position_ids", "I64", "S", 3},
+             {"@position_ids", "F32", "S", 3},
              {"@video_indices", "I64", "Nv", 1},
              {"@audio_indices", "I64", "Na", 1},
              {"@text_indices", "I64", "Nt", 1}})
@@ -306,7 +307,7 @@ struct PlanBuilder {
     op("rms_norm", {"token_refiner.final_norm"}, {x}, {"token_refiner.final_norm"},
        {{"weight", {"token_refiner.final_norm.weight"}}}, {{"H", H}, {"eps", c.final_norm_eps}}, lt());
     val("pack", "BF16", "S", H);
-    val("pack:positions", "I64", "S", 3);
+    val("pack:positions", "F32", "S", 3);
     val("pack:tags", "I64", "S", 1);
     val("pack:ts_index", "I64", "S", 1);
     op("pack", {"pack"},

@@ -95,8 +95,8 @@ protected:
   }
 
   // The kernel of an op for this device's arch (kept alive for the runner).
-  const plan::Kernel &kernel(const EmitOp &o) {
-    auto k = emit(o, hc::device().arch());
+  const plan::Kernel &kernel(const EmitOp &o, const hk::EmitOptions &options = {}) {
+    auto k = emit(o, hc::device().arch(), options);
     if (!k) throw std::runtime_error("no kernel for " + o.op.where);
     auto it = kernels_.emplace(k->id, *k).first;
     return it->second;
@@ -233,7 +233,7 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
     auto dW = up(W), dB = up(bvec), dRes = up(res), dTab = up(table), dTs = up(ts), dTags = up(tags);
     auto dX = adaln ? up(xf) : up(xb);
     int nout = qkv ? 3 : 1;
-    auto runOnce = [&](Buf x, Buf r, long long m, Buf tsb, Buf tgb) {
+    auto runWith = [&](const plan::Kernel &kk, Buf x, Buf r, long long m, Buf tsb, Buf tgb) {
       Launch l;
       l.in = {x};
       if (epi == "residual") l.in.push_back(r);
@@ -243,7 +243,7 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       if (bias && !qkv) l.b = {dB};
       // The AdaLN table's input is the time embedding (T rows); every other linear reads batch-1 S rows.
       l.e = adaln ? plan::Extents{1, 0, 0, 0, 0, m} : rowsS(m);
-      run(kern, l);
+      run(kk, l);
       std::vector<uint16_t> all;
       for (int o = 0; o < nout; ++o) {
         auto v = down<uint16_t>(*l.out[o], size_t(m * outCols));
@@ -251,7 +251,19 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       }
       return all;
     };
+    auto runOnce = [&](Buf x, Buf r, long long m, Buf tsb, Buf tgb) { return runWith(kern, x, r, m, tsb, tgb); };
     auto y1 = runOnce(dX, dRes, M, dTs, dTags);
+    // The Hopper kernel (TMA + wgmma) against the mma.sync kernel of the same op and order: the same bits
+    // (../shared/HOPPER-KERNELS.md section 1), at this M and at a 1-row run.
+    if (kern.source.find("wgmma.mma_async") != std::string::npos) {
+      hk::EmitOptions mma;
+      mma.wgmma = false;
+      const plan::Kernel &ref = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), mma);
+      auto ym = runWith(ref, dX, dRes, M, dTs, dTags);
+      size_t at = firstDiff(y1, ym);
+      report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) kernel == mma.sync kernel byte for byte{}",
+                                                at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
+    }
     auto y2 = runOnce(dX, dRes, M, dTs, dTags);
     report(bytesEqual(y1, y2), name + ": two runs byte-equal");
     // Row 0 alone.
@@ -761,6 +773,7 @@ TEST_F(Kernels, FullLinears) {
   checkLinear("full", "linear", 7168, 5376, "residual", M, 2);
   checkLinear("full", "adaln_table", 2688, 18 * 5376, "none", 2, 2);
   checkLinear("full", "linear", 5120, 5376, "none", M, 2);
+  checkLinear("full", "linear", 14336, 5376, "gate_residual", quick() ? M : 2077, 3);  // 17 row tiles
   // One tensor-parallel rank of 8 (section 5.2): 7 heads of q/k/v, fc1's value and gate halves of 1792 columns,
   // to_out / fc2 with the full K and 672 output columns, the AdaLN table's 18 chunks of 672.
   checkLinear("full tp8", "qkv_linear", 5376, 896, "none", M, 3);

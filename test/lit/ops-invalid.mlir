@@ -370,9 +370,18 @@ func.func @gate_residual_meta(%x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, 
 
 // -----
 
-func.func @rope_table_positions(%p: !h3.act<S, 2, i64>, %t: !h3.act<Nt, 1, i64>, %v: !h3.act<Nv, 1, i64>, %a: !h3.act<Na, 1, i64>) {
+func.func @rope_table_positions(%p: !h3.act<S, 2, f32>, %t: !h3.act<Nt, 1, i64>, %v: !h3.act<Nv, 1, i64>, %a: !h3.act<Na, 1, i64>) {
   // expected-error @+1 {{[rope] positions must have 3 columns, got 2}}
-  %c, %s = h3.rope_table %p, %t, %v, %a {rotary_dim = 12 : i64, theta = 1.0e+04 : f64, nodes = ["rope"], values = ["c", "s"]} : (!h3.act<S, 2, i64>, !h3.act<Nt, 1, i64>, !h3.act<Nv, 1, i64>, !h3.act<Na, 1, i64>) -> (!h3.act<S, 12, f32>, !h3.act<S, 12, f32>)
+  %c, %s = h3.rope_table %p, %t, %v, %a {rotary_dim = 12 : i64, theta = 1.0e+04 : f64, nodes = ["rope"], values = ["c", "s"]} : (!h3.act<S, 2, f32>, !h3.act<Nt, 1, i64>, !h3.act<Nv, 1, i64>, !h3.act<Na, 1, i64>) -> (!h3.act<S, 12, f32>, !h3.act<S, 12, f32>)
+  return
+}
+
+// -----
+
+// Positions are float32 (diffusers casts position_ids of any dtype to float32 before the rotary product).
+func.func @rope_table_positions_f32(%p: !h3.act<S, 3, i64>, %t: !h3.act<Nt, 1, i64>, %v: !h3.act<Nv, 1, i64>, %a: !h3.act<Na, 1, i64>) {
+  // expected-error @+1 {{[rope] positions must be 'f32', got 'i64'}}
+  %c, %s = h3.rope_table %p, %t, %v, %a {rotary_dim = 12 : i64, theta = 1.0e+04 : f64, nodes = ["rope"], values = ["c", "s"]} : (!h3.act<S, 3, i64>, !h3.act<Nt, 1, i64>, !h3.act<Nv, 1, i64>, !h3.act<Na, 1, i64>) -> (!h3.act<S, 12, f32>, !h3.act<S, 12, f32>)
   return
 }
 
@@ -386,9 +395,9 @@ func.func @timestep_sinusoid_dim(%t: !h3.act<T, 1, f32>) {
 
 // -----
 
-func.func @pack_domain(%t: !h3.act<B, Nt, 24, bf16>, %v: !h3.act<B, Nv, 24, f32>, %a: !h3.act<B, Na, 24, f32>, %i: !h3.act<Nt, 1, i64>, %p: !h3.act<S, 3, i64>, %s: !h3.act<S, 1, i64>) {
+func.func @pack_domain(%t: !h3.act<B, Nt, 24, bf16>, %v: !h3.act<B, Nv, 24, f32>, %a: !h3.act<B, Na, 24, f32>, %i: !h3.act<Nt, 1, i64>, %p: !h3.act<S, 3, f32>, %s: !h3.act<S, 1, i64>) {
   // expected-error @+1 {{[pack] video_indices must have row domain Nv, got Nt}}
-  %x, %pos, %tags, %ts = h3.pack %t, %v, %a, %i, %i, %i, %p, %s, %s {nodes = ["pack"], values = ["x", "p", "t", "s"]} : (!h3.act<B, Nt, 24, bf16>, !h3.act<B, Nv, 24, f32>, !h3.act<B, Na, 24, f32>, !h3.act<Nt, 1, i64>, !h3.act<Nt, 1, i64>, !h3.act<Nt, 1, i64>, !h3.act<S, 3, i64>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, bf16>, !h3.act<S, 3, i64>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>)
+  %x, %pos, %tags, %ts = h3.pack %t, %v, %a, %i, %i, %i, %p, %s, %s {nodes = ["pack"], values = ["x", "p", "t", "s"]} : (!h3.act<B, Nt, 24, bf16>, !h3.act<B, Nv, 24, f32>, !h3.act<B, Na, 24, f32>, !h3.act<Nt, 1, i64>, !h3.act<Nt, 1, i64>, !h3.act<Nt, 1, i64>, !h3.act<S, 3, f32>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, bf16>, !h3.act<S, 3, f32>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>)
   return
 }
 

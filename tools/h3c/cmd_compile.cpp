@@ -17,7 +17,7 @@ namespace {
 struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
   int64_t sp = 1, tp = 1, tokens = 8192;
-  bool noFuse = false;
+  bool noFuse = false, noWgmma = false;
 };
 
 h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json + CUDA kernels)", [](CLI::App &app) {
@@ -28,6 +28,8 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
       ->check(CLI::IsMember({1, 2, 4, 8}));
   app.add_option("--tp", a->tp, "Tensor-parallel degree (ranks split the columns)")->check(CLI::IsMember({1, 2, 4, 8}));
   app.add_flag("--no-fuse", a->noFuse, "Skip h3-fuse (one op per node)");
+  app.add_flag("--no-wgmma", a->noWgmma, "sm_90a: run the bf16 linears on the mma.sync kernel instead of the Hopper "
+                                         "(TMA + wgmma) one; the same bits, slower (for comparisons)");
   app.add_option("--dump-ir", a->dumpIr, "Write the IR after import and after every pass into this folder");
   app.add_option("--tokens", a->tokens, "Packed rows S for the buffer peak report")->check(CLI::PositiveNumber);
   app.add_option("-o,--out", a->out, "Output plan folder")->required();
@@ -45,6 +47,7 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     o.sp = a->sp;
     o.tp = a->tp;
     o.fuse = !a->noFuse;
+    o.wgmma = !a->noWgmma;
     o.tokens = a->tokens;
     o.dumpIrDir = a->dumpIr;
     h3c::codegen::CompileResult r = h3c::codegen::compile(fp, h3c::sha256Hex(bytes), o);

@@ -1,5 +1,6 @@
-// `h3c generate`: run the MiniMax-H3 sampler (rectified-flow Euler, two schedules) over a compiled plan and record a
-// sealed trajectory; `h3c generate --resume TRAJ/` continues an interrupted one from its last sealed step.
+// `h3c generate`: run the MiniMax-H3 sampler (rectified-flow Euler, two schedules; or the Flow-GRPO SDE with per-step
+// log-probabilities) over a compiled plan and record a sealed trajectory; `h3c generate --resume TRAJ/` continues an
+// interrupted one from its last sealed step (--plan / --request / --checkpoint where those files moved).
 #include "command.h"
 
 #include "h3c/support/error.h"
@@ -13,7 +14,7 @@ namespace {
 
 struct Opts {
   h3c::rt::GenerateOptions g;
-  std::string out, resume, mode = "strict";
+  std::string out, resume, mode = "strict", seeds;
   long long synthetic = -1, sp = 0, tp = 0, seed = -1;
   std::vector<std::string> binds;
 };
@@ -25,12 +26,17 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   auto *ck = app.add_option("--checkpoint", o->g.checkpoint, "diffusers or native checkpoint folder");
   auto *sy = app.add_option("--synthetic", o->synthetic, "synthetic weights with this seed");
   ck->excludes(sy);
-  auto *pl = app.add_option("--plan", o->g.plan, "plan folder written by `h3c compile`");
-  auto *rq = app.add_option("--request", o->g.request, "request .safetensors: the packed layout and latent shapes");
+  app.add_option("--plan", o->g.plan, "plan folder written by `h3c compile` (with --resume: where it moved)");
+  app.add_option("--request", o->g.request, "request .safetensors: the packed layout and latent shapes");
   auto *st = app.add_option("--steps", o->g.steps, "sigma grid points, terminal 0 included (N - 1 model evaluations)");
   auto *vs = app.add_option("--video-shift", o->g.videoShift, "sigma shift of the video schedule")->capture_default_str();
   auto *as = app.add_option("--audio-shift", o->g.audioShift, "sigma shift of the audio schedule")->capture_default_str();
-  auto *sd = app.add_option("--seed", o->seed, "seed of the initial noise");
+  auto *sd = app.add_option("--seed", o->seed, "noise seed: batch item b uses seed + b");
+  auto *ss = app.add_option("--seeds", o->seeds, "per-item noise seeds s0,s1,... (one per batch item)");
+  ss->excludes(sd);
+  auto *nz = app.add_option("--noise", o->g.noise, "initial latents of the generated rows (safetensors video/audio)");
+  auto *sa = app.add_option("--sampler", o->g.sampler, "ode (diffusers' Euler) | sde (Flow-GRPO, with log-probs)");
+  auto *nl = app.add_option("--noise-level", o->g.noiseLevel, "SDE noise level a")->capture_default_str();
   auto *ou = app.add_option("--out", o->out, "trajectory folder to create");
   auto *sv = app.add_flag("--save-tensors", o->g.saveTensors, "also store velocities and latents of every step");
   auto *dv = app.add_option("--device", o->g.run.device, "cpu | gpu");
@@ -42,8 +48,8 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   app.add_option("--threads", o->g.run.threads, "CPU worker threads (never changes a bit)");
   app.add_option("--ledger", o->g.ledgerDir, "folder for the ledger of every step (step-NNNNN.json)");
   auto *rs = app.add_option("--resume", o->resume, "continue this trajectory from its last sealed step");
-  for (auto *opt : {cfg, ck, sy, pl, rq, st, vs, as, sd, ou, sv, dv, md, sp, tp, bd, bf})
-    rs->excludes(opt);
+  for (auto *opt : {cfg, sy, st, vs, as, sd, ss, nz, sa, nl, ou, sv, dv, md, sp, tp, bd, bf})
+    rs->excludes(opt);  // --plan, --request, --checkpoint may accompany --resume: files that moved (hash-checked)
   app.callback([o] {
     o->g.progress = ::isatty(2);
     if (const char *stop = std::getenv("H3C_GENERATE_STOP_AFTER"))  // tests: simulate a kill after N steps
@@ -57,12 +63,27 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
                                {!o->g.plan.empty(), "--plan"},
                                {!o->g.request.empty(), "--request"},
                                {o->g.steps > 0, "--steps"},
-                               {o->seed >= 0, "--seed"},
                                {!o->out.empty(), "--out"}})
       if (!given)
         h3c::fail("h3c generate", "{} is required (or --resume TRAJ)", name);
     o->g.synthetic = o->synthetic;
-    o->g.seed = uint64_t(o->seed);
+    if (o->seed >= 0)
+      o->g.seed = uint64_t(o->seed);
+    if (!o->seeds.empty()) {
+      size_t start = 0;
+      while (true) {
+        size_t comma = o->seeds.find(',', start);
+        std::string one = o->seeds.substr(start, comma - start);
+        char *end = nullptr;
+        unsigned long long v = std::strtoull(one.c_str(), &end, 10);
+        if (one.empty() || *end != '\0' || one[0] == '-')
+          h3c::fail("--seeds", "expected comma-separated non-negative integers, got '{}'", o->seeds);
+        o->g.seeds.push_back(v);
+        if (comma == std::string::npos)
+          break;
+        start = comma + 1;
+      }
+    }
     o->g.run.mode = h3c::rt::parseMode(o->mode);
     o->g.run.sp = o->sp;
     o->g.run.tp = o->tp;

@@ -75,7 +75,7 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
     h3c::rt::RunResult r = h3c::rt::runModel(plan, *w, req, opt);
     // The ledger is written even when the strict rule fails (it is the evidence); outputs only when accepted or
     // when the mode does not demand it.
-    h3c::writeFileAtomic(o->ledger, r.ledger.dump(1) + "\n");
+    h3c::writeFileAtomic(o->ledger, h3c::sealedJsonDump(r.ledger, 1) + "\n");  // Python-identical floats
     h3c::rt::LedgerVerdict v = h3c::rt::verifyLedger(r.ledger);
     if (opt.mode == h3c::rt::Mode::Strict && !v.strictOk) {
       std::string names;

@@ -1,11 +1,15 @@
-// The generate loop: schedules, initial noise, one executor run per step, the Euler update, the sealed record.
-// Everything a resume needs is in the header's "run" object, and checked again on resume (plan and request hashes,
-// weights description), so a resumed run continues exactly where the interrupted one stopped.
+// The generate loop: schedules, initial latents (conditioning rows from the request, generated rows from the noise),
+// one executor run per step, the ODE or SDE update of the generated rows, the sealed record. Everything a resume needs
+// is in the header's "run" object, and checked again on resume (plan, request and checkpoint content hashes), so a
+// resumed run continues exactly where the interrupted one stopped, wherever its input files now live.
 #include "h3c/trajectory/generate.h"
 
 #include "h3c/plan/io.h"
+#include "h3c/runtime/request_layout.h"
+#include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/support/safetensors.h"
 #include "h3c/support/sha256.h"
 #include "h3c/trajectory/sampler.h"
 #include "h3c/trajectory/trajectory.h"
@@ -14,7 +18,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -27,16 +33,30 @@ struct Prepared {
   plan::Plan plan;
   Request request;
   std::unique_ptr<WeightSource> weights;
-  std::array<std::vector<int64_t>, kTrajModalities> shape;
-  MiniMaxH3Scheduler video, audio;
-  std::vector<int64_t> audioRows;  // packed positions of the audio rows
+  std::array<std::vector<int64_t>, kTrajModalities> shape;  // [B, rows, cols]
+  std::array<int64_t, kTrajModalities> cond{};             // leading conditioning rows per modality
+  std::vector<int64_t> videoIdx, audioIdx;
+  std::vector<uint64_t> seeds;  // per item; empty when the noise came from a file and the sampler is the ODE
+  bool sde = false;
   int64_t S = 0;
+  MiniMaxH3Scheduler video, audio;
   Prepared(double vs, double as) : video(vs), audio(as) {}
+  int64_t B() const { return shape[0][0]; }
+  int64_t generated(int m) const { return (shape[m][1] - cond[m]) * shape[m][2]; }  // elements per item
+  int64_t offset(int m, int64_t b) const { return (b * shape[m][1] + cond[m]) * shape[m][2]; }
 };
 
 std::string absolute(const std::string &p) { return fs::absolute(p).lexically_normal().string(); }
 
-std::unique_ptr<Prepared> prepare(const GenerateOptions &o) {
+// The weights description without where a checkpoint lives (its content hash identifies it).
+json weightsIdentity(const WeightSource &w) {
+  json d = w.describe();
+  d.erase("path");
+  return d;
+}
+
+// `resuming`: the initial latents are in the trajectory already (no noise source needed).
+std::unique_ptr<Prepared> prepare(const GenerateOptions &o, bool resuming) {
   auto p = std::make_unique<Prepared>(o.videoShift, o.audioShift);
   p->config = h3::loadConfig(o.config);
   p->plan = plan::loadPlan(o.plan);
@@ -47,23 +67,81 @@ std::unique_ptr<Prepared> prepare(const GenerateOptions &o) {
   p->weights = o.checkpoint.empty() ? makeSyntheticWeights(p->config, uint64_t(o.synthetic))
                                     : makeCheckpointWeights(p->config, o.checkpoint);
   p->request = loadRequest(o.request);
+  canonicalize(p->request, p->config, o.request);  // fail closed before the first step
   const char *names[kTrajModalities] = {"hidden_states", "audio_hidden_states"};
-  for (int m = 0; m < kTrajModalities; ++m) {
+  for (int m = 0; m < kTrajModalities; ++m)
     p->shape[m] = p->request.tensors.at(names[m]).shape;
-    if (p->shape[m].size() != 3)
-      fail(o.request, "'{}' must be [B, rows, cols], got {}", names[m], p->request.tensors.at(names[m]).shapeString());
-  }
+  conditionRows(p->request, p->cond[0], p->cond[1], o.request);
   p->S = p->request.tensors.at("token_tags").numel();
-  p->audioRows = p->request.tensors.at("audio_indices").toInts();
-  for (int64_t r : p->audioRows)
-    if (r < 0 || r >= p->S)
-      fail(o.request, "audio_indices holds {} outside [0, {})", r, p->S);
+  p->videoIdx = p->request.tensors.at("video_indices").toInts();
+  p->audioIdx = p->request.tensors.at("audio_indices").toInts();
+  if (o.sampler != "ode" && o.sampler != "sde")
+    fail("--sampler", "expected ode or sde, got '{}'", o.sampler);
+  p->sde = o.sampler == "sde";
+  if (p->sde && (!(o.noiseLevel > 0) || !std::isfinite(o.noiseLevel)))
+    fail("--noise-level", "the SDE noise level must be positive, got {}", o.noiseLevel);
+  if (!o.seeds.empty() && o.seed)
+    fail("--seeds", "give --seed or --seeds, not both");
+  if (!o.seeds.empty()) {
+    if (int64_t(o.seeds.size()) != p->B())
+      fail("--seeds", "{} seeds for a batch of {} items (one per item)", o.seeds.size(), p->B());
+    p->seeds = o.seeds;
+  } else if (o.seed) {
+    for (int64_t b = 0; b < p->B(); ++b)
+      p->seeds.push_back(*o.seed + uint64_t(b));
+  } else if ((o.noise.empty() && !resuming) || p->sde) {
+    fail("--seed", "give --seed or --seeds (the {} needs them)", o.noise.empty() ? "initial noise" : "SDE noise");
+  }
   p->video.setTimesteps(o.steps);
   p->audio.setTimesteps(o.steps);
   if (p->video.numSteps() != p->audio.numSteps())
     fail("--steps", "the video schedule (shift {}) has {} steps and the audio one (shift {}) {}: their grids collapsed "
          "differently; choose another --steps", o.videoShift, p->video.numSteps(), o.audioShift, p->audio.numSteps());
   return p;
+}
+
+// The initial latents: conditioning rows from the request, generated rows from the noise file or Philox.
+ModalityFloats initialLatents(const Prepared &p, const std::string &noiseFile) {
+  ModalityFloats x;
+  const char *reqNames[kTrajModalities] = {"hidden_states", "audio_hidden_states"};
+  std::optional<st::File> nf;
+  if (!noiseFile.empty()) {
+    nf.emplace(noiseFile);
+    for (const auto &t : nf->tensors())
+      if (t.name != "video" && t.name != "audio")
+        fail(noiseFile, "unexpected tensor '{}' (a noise file holds \"video\" and \"audio\")", t.name);
+  }
+  for (int m = 0; m < kTrajModalities; ++m) {
+    const auto &sh = p.shape[m];
+    const std::vector<float> given = p.request.tensors.at(reqNames[m]).toFloats();
+    x[m].assign(size_t(sh[0] * sh[1] * sh[2]), 0.0f);
+    std::vector<float> noise;
+    if (nf) {
+      const std::vector<int64_t> want = {sh[0], sh[1] - p.cond[m], sh[2]};
+      const st::TensorInfo *t = nf->find(trajModalityName(m));
+      if (!t)
+        fail(noiseFile, "tensor '{}' missing", trajModalityName(m));
+      if (t->dtype != DType::F32 || t->shape != want)
+        fail(noiseFile, "'{}' must be F32 {} (batch, generated rows, channels), got {} {}", trajModalityName(m),
+             json(want).dump(), dtypeName(t->dtype), json(t->shape).dump());
+      noise.resize(size_t(t->numel()));
+      if (!noise.empty())
+        std::memcpy(noise.data(), nf->data(*t), noise.size() * sizeof(float));
+      for (float v : noise)
+        if (!std::isfinite(v))
+          fail(noiseFile, "'{}' holds a non-finite value", trajModalityName(m));
+    }
+    for (int64_t b = 0; b < sh[0]; ++b) {
+      const size_t item = size_t(b * sh[1] * sh[2]), condElems = size_t(p.cond[m] * sh[2]);
+      std::copy_n(given.begin() + long(item), condElems, x[m].begin() + long(item));
+      float *dst = x[m].data() + p.offset(m, b);
+      if (nf)
+        std::copy_n(noise.begin() + long(size_t(b) * size_t(p.generated(m))), p.generated(m), dst);
+      else
+        philoxNormals(p.seeds[size_t(b)], uint32_t(m), 0, p.generated(m), dst);
+    }
+  }
+  return x;
 }
 
 json runDescription(const GenerateOptions &o, const Prepared &p) {
@@ -81,7 +159,11 @@ json runDescription(const GenerateOptions &o, const Prepared &p) {
               {"steps", o.steps},
               {"video_shift", o.videoShift},
               {"audio_shift", o.audioShift},
-              {"seed", o.seed},
+              {"seeds", p.seeds.empty() ? json(nullptr) : json(p.seeds)},
+              {"noise", o.noise.empty() ? json(nullptr) : json(absolute(o.noise))},
+              {"noise_sha256", o.noise.empty() ? json(nullptr) : json(sha256File(o.noise))},
+              {"sampler", o.sampler},
+              {"noise_level", p.sde ? json(o.noiseLevel) : json(nullptr)},
               {"device", o.run.device},
               {"mode", modeName(o.run.mode)},
               {"sp", o.run.sp > 0 ? o.run.sp : p.plan.options.sp},
@@ -103,6 +185,41 @@ void progress(bool on, int64_t done, int64_t total, std::chrono::steady_clock::t
   std::fflush(stderr);
 }
 
+// The update of the generated rows of every item: the Euler step, or the SDE step with its log-probabilities.
+void update(const Prepared &p, int64_t i, double noiseLevel, TrajectoryStep &st, ModalityFloats &x) {
+  if (p.sde)
+    st.sde.emplace();
+  for (int m = 0; m < kTrajModalities; ++m) {
+    const MiniMaxH3Scheduler &sch = m == 0 ? p.video : p.audio;
+    if (st.velocity[m].size() != x[m].size())
+      fail("h3c generate", "step {}: the model's {} output holds {} values, the latents {}", i, trajModalityName(m),
+           st.velocity[m].size(), x[m].size());
+    const int64_t n = p.generated(m);
+    SdeConstants k;
+    if (p.sde) {
+      k = sdeConstants(sch, i, noiseLevel);
+      SdeRecord &r = (*st.sde)[size_t(m)];
+      r.std = k.std;
+      r.scale = k.scale;
+      r.logScale = k.logScale;
+      r.count = n;
+    }
+    std::vector<float> z(static_cast<size_t>(n)), mean(static_cast<size_t>(n));
+    for (int64_t b = 0; b < p.B(); ++b) {
+      float *xb = x[m].data() + p.offset(m, b);
+      const float *vb = st.velocity[m].data() + p.offset(m, b);
+      if (!p.sde) {
+        sch.step(i, vb, xb, size_t(n));
+        continue;
+      }
+      philoxNormals(p.seeds[size_t(b)], uint32_t(m), uint32_t(1 + i), n, z.data());
+      const double sumSq = sdeStep(sch, i, k, vb, z.data(), xb, mean.data(), size_t(n));
+      (*st.sde)[size_t(m)].sumSq.push_back(sumSq);
+      (*st.sde)[size_t(m)].logprob.push_back(sdeLogProb(sumSq, k, n));
+    }
+  }
+}
+
 int64_t run(Prepared &p, TrajectoryWriter &w, ModalityFloats &x, const GenerateOptions &o, const RunOptions &ro) {
   if (!o.ledgerDir.empty())
     fs::create_directories(o.ledgerDir);
@@ -122,39 +239,24 @@ int64_t run(Prepared &p, TrajectoryWriter &w, ModalityFloats &x, const GenerateO
     Request req = p.request;
     req.tensors["hidden_states"] = Tensor::fromFloats(DType::F32, p.shape[0], x[0].data());
     req.tensors["audio_hidden_states"] = Tensor::fromFloats(DType::F32, p.shape[1], x[1].data());
-    // torch.unique(row_timesteps, sorted=True): only the values some row carries.
-    std::vector<float> ts;
-    if (p.S > int64_t(p.audioRows.size()))
-      ts.push_back(st.t[0]);
-    if (!p.audioRows.empty() && (ts.empty() || st.t[1] != st.t[0]))
-      ts.push_back(st.t[1]);
-    std::sort(ts.begin(), ts.end());
-    const int64_t videoIdx = std::find(ts.begin(), ts.end(), st.t[0]) - ts.begin();
-    const int64_t audioIdx = std::find(ts.begin(), ts.end(), st.t[1]) - ts.begin();
-    std::vector<int64_t> rowTs(size_t(p.S), videoIdx);
-    for (int64_t r : p.audioRows)
-      rowTs[size_t(r)] = audioIdx;
-    req.tensors["timestep"] = Tensor::fromFloats(DType::F32, {int64_t(ts.size())}, ts.data());
-    req.tensors["timestep_indices"] = Tensor::fromInts({p.S}, rowTs.data());
+    const RowTimesteps ts = rowTimesteps(p.S, p.videoIdx, p.audioIdx, p.cond[0], p.cond[1], st.t[0], st.t[1],
+                                         conditionVideoTimestep(st.t[0]), kReferenceAudioTimestep);
+    req.tensors["timestep"] = Tensor::fromFloats(DType::F32, {int64_t(ts.timestep.size())}, ts.timestep.data());
+    req.tensors["timestep_indices"] = Tensor::fromInts({p.S}, ts.index.data());
 
     RunOptions stepOpt = ro;
     if (i < o.bindFromStep)
       stepOpt.binds.clear();
     RunResult rr = runModel(p.plan, *p.weights, req, stepOpt);
     if (!o.ledgerDir.empty())
-      writeFileAtomic(fs::path(o.ledgerDir) / fmt::format("step-{:05d}.json", i), rr.ledger.dump(1) + "\n");
+      writeFileAtomic(fs::path(o.ledgerDir) / fmt::format("step-{:05d}.json", i), sealedJsonDump(rr.ledger, 1) + "\n");
     LedgerVerdict v = verifyLedger(rr.ledger);
     if (ro.mode == Mode::Strict && !v.strictOk)
       fail("--mode strict", "step {}: {} node(s) did not run `row` (first: {}); the step is not sealed", i,
            v.offenders.size(), v.offenders.empty() ? "" : v.offenders.front());
     st.velocity[0] = rr.outputs.sample.toFloats();
     st.velocity[1] = rr.outputs.audio_sample.toFloats();
-    for (int m = 0; m < kTrajModalities; ++m) {
-      if (st.velocity[m].size() != x[m].size())
-        fail("h3c generate", "step {}: the model's {} output holds {} values, the latents {}", i,
-             trajModalityName(m), st.velocity[m].size(), x[m].size());
-      (m == 0 ? p.video : p.audio).step(i, st.velocity[m].data(), x[m].data(), x[m].size());
-    }
+    update(p, i, o.noiseLevel, st, x);
     st.latent = x;
     st.extra = {{"ledger_seal", rr.ledger.value("seal", "")},
                 {"ledger_accepted", rr.ledger.value("accepted", false)}};
@@ -170,29 +272,29 @@ int64_t run(Prepared &p, TrajectoryWriter &w, ModalityFloats &x, const GenerateO
 int64_t generate(const fs::path &out, const GenerateOptions &o) {
   if (fs::exists(out))
     fail(out.string(), "already exists (use --resume to continue it, or choose a new --out)");
-  auto p = prepare(o);
+  auto p = prepare(o, /*resuming=*/false);
   RunOptions ro = o.run;
   if (ro.tp <= 0)
     ro.tp = p->plan.options.tp;
   if (ro.sp <= 0)
     ro.sp = p->plan.options.sp;
-  ModalityFloats x;
-  const char *noise[kTrajModalities] = {kVideoNoiseName, kAudioNoiseName};
+  ModalityFloats x = initialLatents(*p, o.noise);
   json header;
   header["num_steps"] = p->video.numSteps();
   header["save_tensors"] = o.saveTensors;
+  header["sampler"] = {{"kind", o.sampler}, {"noise_level", p->sde ? json(o.noiseLevel) : json(nullptr)}};
   for (int m = 0; m < kTrajModalities; ++m) {
     const auto &sch = m == 0 ? p->video : p->audio;
-    int64_t count = p->shape[m][0] * p->shape[m][1] * p->shape[m][2];
-    x[m] = initialNoise(o.seed, noise[m], count);
     header["sigmas"][trajModalityName(m)] = sch.sigmas();
     header["timesteps"][trajModalityName(m)] = sch.timesteps();
-    header["noise"][trajModalityName(m)] = {{"name", noise[m]}, {"shape", p->shape[m]}};
+    header["noise"][trajModalityName(m)] = {{"shape", p->shape[m]}};
+    header["condition_rows"][trajModalityName(m)] = p->cond[m];
   }
+  header["noise_source"] = o.noise.empty() ? json{{"kind", "philox"}, {"seeds", p->seeds}}
+                                           : json{{"kind", "file"}, {"sha256", sha256File(o.noise)}};
   header["config"] = h3::configToJson(p->config);
   header["fingerprint_sha256"] = p->plan.fingerprintSha256;
   header["plan_sha256"] = p->plan.planSha256;
-  header["seed"] = o.seed;
   header["run"] = runDescription(o, *p);
   TrajectoryWriter w = TrajectoryWriter::create(out, header, x);
   return run(*p, w, x, o, ro);
@@ -206,14 +308,20 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
   GenerateOptions o;
   try {
     o.config = r.at("config");
-    o.plan = r.at("plan");
-    o.request = r.at("request");
-    o.checkpoint = r.at("checkpoint").is_null() ? "" : r.at("checkpoint").get<std::string>();
+    o.plan = given.plan.empty() ? r.at("plan").get<std::string>() : given.plan;
+    o.request = given.request.empty() ? r.at("request").get<std::string>() : given.request;
+    o.checkpoint = !given.checkpoint.empty()       ? given.checkpoint
+                   : r.at("checkpoint").is_null() ? std::string()
+                                                  : r.at("checkpoint").get<std::string>();
     o.synthetic = r.at("synthetic");
     o.steps = r.at("steps");
     o.videoShift = r.at("video_shift");
     o.audioShift = r.at("audio_shift");
-    o.seed = r.at("seed");
+    if (!r.at("seeds").is_null())
+      o.seeds = r.at("seeds").get<std::vector<uint64_t>>();
+    o.sampler = r.at("sampler");
+    if (!r.at("noise_level").is_null())
+      o.noiseLevel = r.at("noise_level");
     o.saveTensors = header.at("save_tensors");
     o.run.device = r.at("device");
     o.run.mode = parseMode(r.at("mode"));
@@ -229,15 +337,21 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
   o.ledgerDir = given.ledgerDir;
   o.progress = given.progress;
   o.stopAfter = given.stopAfter;
-  auto p = prepare(o);
+  // The inputs are identified by content, not by path: a rollout node and a trainer node see different paths.
+  for (auto [path, what] : {std::pair{&o.plan, "plan"}, {&o.request, "request"}})
+    if (!fs::exists(*path))
+      fail(*path, "the {} recorded in the trajectory is not there; give --{} with its new location", what, what);
+  auto p = prepare(o, /*resuming=*/true);
   if (p->plan.planSha256 != r["plan_sha256"])
     fail(o.plan, "the plan changed since the trajectory was started (plan_sha256 {} != {})", p->plan.planSha256,
          r["plan_sha256"].get<std::string>());
   if (sha256File(o.request) != r["request_sha256"])
-    fail(o.request, "the request changed since the trajectory was started");
-  if (p->weights->describe() != r["weights"])
-    fail("weights", "the weights changed since the trajectory was started: {} != {}", p->weights->describe().dump(),
-         r["weights"].dump());
+    fail(o.request, "the request changed since the trajectory was started (its sha256 differs)");
+  json recorded = r["weights"];
+  recorded.erase("path");
+  if (weightsIdentity(*p->weights) != recorded)
+    fail("weights", "the weights changed since the trajectory was started: {} != {}",
+         weightsIdentity(*p->weights).dump(), recorded.dump());
   ModalityFloats x;
   TrajectoryWriter w = TrajectoryWriter::resume(traj, x);
   for (int m = 0; m < kTrajModalities; ++m)

@@ -3,7 +3,7 @@
 #include "h3c/trajectory/sampler.h"
 
 #include "h3c/support/error.h"
-#include "h3c/support/synth_rng.h"
+#include "h3c/support/philox.h"
 
 #include <cmath>
 
@@ -72,15 +72,71 @@ void MiniMaxH3Scheduler::step(int64_t i, const float *v, float *x, size_t n) con
   }
 }
 
-std::vector<float> initialNoise(uint64_t seed, const std::string &name, int64_t count) {
+SdeConstants sdeConstants(const MiniMaxH3Scheduler &s, int64_t i, double noiseLevel) {
+  if (i < 0 || i >= s.numSteps())
+    fail("sampler", "step {} out of range [0, {})", i, s.numSteps());
+  if (!(noiseLevel > 0) || !std::isfinite(noiseLevel))
+    fail("--noise-level", "the SDE noise level must be positive, got {}", noiseLevel);
+  const float a = float(noiseLevel);
+  const float sigma = s.sigmas()[size_t(i)], next = s.sigmas()[size_t(i) + 1];
+  const float dt = next - sigma;
+  const float s1 = sigma == 1.0f ? s.sigmas()[1] : sigma;
+  SdeConstants k;
+  const float ratio = sigma / (1.0f - s1);
+  k.std = std::sqrt(ratio) * a;
+  const float sq = std::sqrt(-dt);
+  k.scale = k.std * sq;
+  const float var = k.std * k.std;
+  const float twoSigma = 2.0f * sigma;
+  const float q = var / twoSigma;
+  k.coef = q * dt;
+  if (!(k.scale > 0) || !std::isfinite(k.scale) || !std::isfinite(k.coef))
+    fail("sampler", "step {}: degenerate SDE noise scale {} (sigma {}, noise level {})", i, k.scale, sigma, noiseLevel);
+  k.logScale = std::log(double(k.scale));
+  return k;
+}
+
+double sdeStep(const MiniMaxH3Scheduler &s, int64_t i, const SdeConstants &k, const float *v, const float *z, float *x,
+               float *mean, size_t n) {
+  const float t = s.timesteps()[size_t(i)];
+  double sumSq = 0.0;
+  for (size_t e = 0; e < n; ++e) {
+    const float tv = t * v[e];
+    const float eps = x[e] - tv;
+    float ode = x[e];
+    s.step(i, &v[e], &ode, 1);  // the Euler update, the same F32 operations
+    const float drift = k.coef * eps;
+    const float mu = ode + drift;
+    const float noise = k.scale * z[e];
+    const float nx = mu + noise;
+    mean[e] = mu;
+    x[e] = nx;
+    const double d = double(nx) - double(mu);
+    const double d2 = d * d;
+    sumSq = sumSq + d2;
+  }
+  return sumSq;
+}
+
+double sdeLogProb(double sumSq, const SdeConstants &k, int64_t n) {
+  const double q = double(k.scale) * double(k.scale);
+  const double quad = sumSq / (2.0 * q);
+  const double norm = double(n) * (k.logScale + kLogSqrt2Pi);
+  return -quad - norm;
+}
+
+void philoxNormals(uint64_t seed, uint32_t modality, uint32_t draw, int64_t count, float *out) {
   if (count < 0)
-    fail(name, "negative element count {}", count);
-  const auto key = synth::tensorKey(seed, name.data(), name.size());
-  const double scale = 1.0 * H3C_SYNTH_UNIT_SCALE;
-  std::vector<float> out(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i)
-    out[size_t(i)] = synth::normalish(key, uint64_t(i), scale);
-  return out;
+    fail("noise", "negative element count {}", count);
+  for (int64_t e = 0; e < count; e += 2) {
+    const uint64_t pair = uint64_t(e) >> 1;
+    philox::Block c{{uint32_t(pair), uint32_t(pair >> 32), modality, draw}};
+    float z0, z1;
+    philox::normalPair(philox::philox4x32(c, uint32_t(seed), uint32_t(seed >> 32)), z0, z1);
+    out[e] = z0;
+    if (e + 1 < count)
+      out[e + 1] = z1;
+  }
 }
 
 } // namespace h3c::rt

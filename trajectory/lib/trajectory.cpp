@@ -94,23 +94,67 @@ void checkHeader(const json &h, const std::string &where) {
   for (int m = 0; m < kTrajModalities; ++m) {
     std::string w = fmt::format("{}#/noise/{}", where, trajModalityName(m));
     if (!noise.is_object() || !noise.contains(trajModalityName(m)) || !noise.at(trajModalityName(m)).is_object())
-      fail(w, "expected an object {{name, shape, sha256}}");
+      fail(w, "expected an object {{shape, sha256, items}}");
     const json &e = noise.at(trajModalityName(m));
-    if (!e.contains("name") || !e.at("name").is_string())
-      fail(w + "/name", "expected a string");
     if (!e.contains("shape") || !e.at("shape").is_array() || e.at("shape").size() != 3)
       fail(w + "/shape", "expected [B, rows, cols]");
     for (size_t d = 0; d < 3; ++d)
       if (!e.at("shape")[d].is_number_integer() || e.at("shape")[d].get<int64_t>() < 0)
         fail(w + "/shape/" + std::to_string(d), "expected a non-negative integer");
   }
+  const json &sampler = need("sampler");
+  if (!sampler.is_object() || !sampler.contains("kind") || !sampler.contains("noise_level"))
+    fail(where + "#/sampler", "expected {{kind, noise_level}}");
+  if (sampler["kind"] == "ode") {
+    if (!sampler["noise_level"].is_null())
+      fail(where + "#/sampler/noise_level", "the ODE sampler has no noise level (null)");
+  } else if (sampler["kind"] == "sde") {
+    if (!sampler["noise_level"].is_number() || !(sampler["noise_level"].get<double>() > 0))
+      fail(where + "#/sampler/noise_level", "expected a positive number");
+  } else {
+    fail(where + "#/sampler/kind", "expected \"ode\" or \"sde\", got {}", sampler["kind"].dump());
+  }
+  const json &cond = need("condition_rows");
+  for (int m = 0; m < kTrajModalities; ++m) {
+    const char *mn = trajModalityName(m);
+    if (!cond.is_object() || !cond.contains(mn) || !cond[mn].is_number_integer() || cond[mn].get<int64_t>() < 0 ||
+        cond[mn].get<int64_t>() > noiseShape(h, m)[1])
+      fail(fmt::format("{}#/condition_rows/{}", where, mn), "expected an integer in [0, rows]");
+  }
 }
 
-json tensorSummary(const std::vector<float> &v) {
+bool isSde(const json &h) { return h.at("sampler").at("kind") == "sde"; }
+
+int64_t generatedCount(const json &h, int m) {
+  const auto sh = noiseShape(h, m);
+  return (sh[1] - h.at("condition_rows").at(trajModalityName(m)).get<int64_t>()) * sh[2];
+}
+
+std::vector<std::string> itemHashes(const std::vector<float> &v, int64_t items) {
+  std::vector<std::string> out;
+  if (items <= 0)
+    return out;
+  const size_t per = v.size() / size_t(items);
+  for (int64_t b = 0; b < items; ++b)
+    out.push_back(sha256Hex(std::string_view(reinterpret_cast<const char *>(v.data() + size_t(b) * per),
+                                             per * sizeof(float))));
+  return out;
+}
+
+json tensorSummary(const std::vector<float> &v, int64_t items) {
   double mx = 0;
   for (float x : v)
     mx = std::isnan(x) ? NAN : std::max(mx, double(std::fabs(x)));
-  return json{{"sha256", floatsSha256(v)}, {"max_abs", std::isnan(mx) ? json(nullptr) : json(mx)}};
+  return json{{"sha256", floatsSha256(v)},
+              {"max_abs", std::isnan(mx) ? json(nullptr) : json(mx)},
+              {"items", itemHashes(v, items)}};
+}
+
+json sdeJson(const SdeRecord &r) {
+  json items = json::array();
+  for (size_t b = 0; b < r.sumSq.size(); ++b)
+    items.push_back({{"sum_sq", r.sumSq[b]}, {"logprob", r.logprob[b]}});
+  return json{{"std", r.std}, {"scale", r.scale}, {"log_scale", r.logScale}, {"count", r.count}, {"items", items}};
 }
 
 std::vector<float> readF32(const st::File &f, const std::string &name, const std::vector<int64_t> &shape) {
@@ -156,7 +200,7 @@ void writeState(const fs::path &path, const json &header, const ModalityFloats &
                                                                       traj::noiseShape(header, 1)});
 }
 
-std::string pretty(const json &j) { return j.dump(1) + "\n"; }
+std::string pretty(const json &j) { return sealedJsonDump(j, 1) + "\n"; }
 
 } // namespace
 
@@ -170,10 +214,12 @@ TrajectoryWriter TrajectoryWriter::create(const fs::path &dir, json header, cons
     fail(dir.string(), "already exists (use --resume to continue a trajectory, or choose a new --out)");
   header["schema"] = kTrajectorySchema;
   header.erase("seal");
-  for (int m = 0; m < kTrajModalities; ++m)
-    if (header.contains("noise") && header["noise"].contains(trajModalityName(m)))
-      header["noise"][trajModalityName(m)]["sha256"] = floatsSha256(initial[m]);
   traj::checkHeader(header, dir.string() + "/header.json");
+  for (int m = 0; m < kTrajModalities; ++m) {
+    json &e = header["noise"][trajModalityName(m)];
+    e["sha256"] = floatsSha256(initial[m]);
+    e["items"] = traj::itemHashes(initial[m], traj::noiseShape(header, m)[0]);
+  }
   for (int m = 0; m < kTrajModalities; ++m)
     if (int64_t(initial[m].size()) != traj::numel(traj::noiseShape(header, m)))
       fail(dir.string(), "initial {} latents hold {} values, the header's shape {} needs {}", trajModalityName(m),
@@ -183,6 +229,7 @@ TrajectoryWriter TrajectoryWriter::create(const fs::path &dir, json header, cons
   AtomicDirectory out(dir);
   fs::create_directories(out.tempPath() / "steps");
   writeFileAtomic(out.tempPath() / "header.json", pretty(header));
+  writeState(out.tempPath() / "initial.safetensors", header, initial);
   writeState(trajState(out.tempPath(), 0), header, initial);
   out.commit();
   std::string seal = header["seal"];
@@ -213,9 +260,25 @@ void TrajectoryWriter::append(const TrajectoryStep &s) {
     rec["t"][mn] = s.t[m];
     rec["sigma"][mn] = s.sigma[m];
     rec["sigma_next"][mn] = s.sigmaNext[m];
-    rec["velocity"][mn] = traj::tensorSummary(s.velocity[m]);
-    rec["latent"][mn] = traj::tensorSummary(s.latent[m]);
+    const int64_t items = traj::noiseShape(header_, m)[0];
+    rec["velocity"][mn] = traj::tensorSummary(s.velocity[m], items);
+    rec["latent"][mn] = traj::tensorSummary(s.latent[m], items);
+    if (s.sde) {
+      const SdeRecord &r = (*s.sde)[size_t(m)];
+      if (int64_t(r.sumSq.size()) != items || int64_t(r.logprob.size()) != items)
+        fail(where, "{} SDE record of step {} holds {} / {} items, expected {}", mn, s.step, r.sumSq.size(),
+             r.logprob.size(), items);
+      if (r.count != traj::generatedCount(header_, m))
+        fail(where, "{} SDE record of step {} counts {} elements, the generated rows hold {}", mn, s.step, r.count,
+             traj::generatedCount(header_, m));
+      rec["sde"][mn] = traj::sdeJson(r);
+    }
   }
+  if (s.sde.has_value() != traj::isSde(header_))
+    fail(where, "step {} {} SDE log-probabilities but the header's sampler is \"{}\"", s.step,
+         s.sde ? "carries" : "lacks", header_["sampler"]["kind"].get<std::string>());
+  if (!s.sde)
+    rec["sde"] = nullptr;
   rec["tensors"] = nullptr;
   if (header_["save_tensors"].get<bool>()) {
     const fs::path tf = trajStepTensors(dir_, s.step);

@@ -17,8 +17,16 @@ int64_t numel(const std::vector<int64_t> &shape);
 float gridValue(const nlohmann::json &h, const char *grid, int m, int64_t i);
 // Required header fields and their types; `where` names the file.
 void checkHeader(const nlohmann::json &h, const std::string &where);
-// {"sha256", "max_abs"} of a tensor.
-nlohmann::json tensorSummary(const std::vector<float> &v);
+// {"sha256", "max_abs", "items"} of a [B, rows, cols] tensor with `items` = B.
+nlohmann::json tensorSummary(const std::vector<float> &v, int64_t items);
+// sha256 of each of the `items` equal slices of `v`.
+std::vector<std::string> itemHashes(const std::vector<float> &v, int64_t items);
+// The record form of an SDE modality.
+nlohmann::json sdeJson(const SdeRecord &r);
+// The header's sampler is "sde".
+bool isSde(const nlohmann::json &h);
+// Generated (non-conditioning) elements per item of modality m.
+int64_t generatedCount(const nlohmann::json &h, int m);
 std::vector<float> readF32(const st::File &f, const std::string &name, const std::vector<int64_t> &shape);
 void writeF32File(const std::filesystem::path &path,
                   const std::vector<std::pair<std::string, const std::vector<float> *>> &tensors,

@@ -6,6 +6,7 @@
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
+#include "h3c/trajectory/sampler.h"
 
 #include <cstring>
 #include <map>
@@ -46,11 +47,51 @@ bool sameFloat(const json &v, float expected) {
   return std::memcmp(&f, &expected, 4) == 0;
 }
 
+// The SDE part of a record: present exactly for the sde sampler, one item per batch item, and every logprob the
+// formula of sampler.h applied to its sum_sq, scale, log_scale and count (bit for bit).
+void checkSde(const json &rec, const json &header, const std::string &where) {
+  if (!traj::isSde(header)) {
+    if (!rec["sde"].is_null())
+      fail(where, "'sde' must be null: the header's sampler is \"ode\"");
+    return;
+  }
+  for (int m = 0; m < kTrajModalities; ++m) {
+    const char *mn = trajModalityName(m);
+    const std::string w = where + "#/sde/" + mn;
+    const json &e = rec["sde"].is_object() && rec["sde"].contains(mn) ? rec["sde"][mn] : json();
+    if (!e.is_object())
+      fail(w, "missing: the sde sampler records every modality's log-probabilities");
+    for (const char *k : {"std", "scale", "log_scale"})
+      if (!e.contains(k) || !e[k].is_number())
+        fail(w + "/" + k, "expected a number");
+    if (!e.contains("count") || !e["count"].is_number_integer() ||
+        e["count"].get<int64_t>() != traj::generatedCount(header, m))
+      fail(w + "/count", "expected the generated element count {}", traj::generatedCount(header, m));
+    const int64_t items = traj::noiseShape(header, m)[0];
+    if (!e.contains("items") || !e["items"].is_array() || int64_t(e["items"].size()) != items)
+      fail(w + "/items", "expected one entry per batch item ({})", items);
+    SdeConstants k;
+    k.scale = e["scale"].get<float>();
+    k.logScale = e["log_scale"].get<double>();
+    for (int64_t b = 0; b < items; ++b) {
+      const json &it = e["items"][size_t(b)];
+      if (!it.is_object() || !it.contains("sum_sq") || !it["sum_sq"].is_number() || !it.contains("logprob") ||
+          !it["logprob"].is_number())
+        fail(w + "/items/" + std::to_string(b), "expected {{sum_sq, logprob}}");
+      const double lp = sdeLogProb(it["sum_sq"].get<double>(), k, e["count"].get<int64_t>());
+      const double got = it["logprob"].get<double>();
+      if (std::memcmp(&lp, &got, 8) != 0)
+        fail(w + "/items/" + std::to_string(b), "logprob {} is not the formula of its sum_sq (gives {})", got, lp);
+    }
+  }
+}
+
 // Checks one record (already parsed) against the header and the previous seal.
 void checkRecord(const json &rec, const json &header, int64_t i, const std::string &prevSeal, const fs::path &dir,
                  const std::string &where) {
   expectKeys(rec, where,
-             {"schema", "step", "t", "sigma", "sigma_next", "velocity", "latent", "tensors", "extra", "prev", "seal"});
+             {"schema", "step", "t", "sigma", "sigma_next", "velocity", "latent", "sde", "tensors", "extra", "prev",
+              "seal"});
   if (rec["schema"] != kTrajectoryStepSchema)
     fail(where, "expected schema \"{}\"", kTrajectoryStepSchema);
   if (!rec["seal"].is_string() || rec["seal"] != computeSeal(rec))
@@ -70,12 +111,16 @@ void checkRecord(const json &rec, const json &header, int64_t i, const std::stri
     for (auto [key, value] : grid)
       if (!rec[key].is_object() || !rec[key].contains(mn) || !sameFloat(rec[key][mn], value))
         fail(where, "{}.{} does not equal the header's grid value {}", key, mn, value);
+    const int64_t items = traj::noiseShape(header, m)[0];
     for (const char *kind : {"velocity", "latent"}) {
       const json &e = rec[kind].is_object() && rec[kind].contains(mn) ? rec[kind][mn] : json();
       if (!e.is_object() || !e.contains("sha256") || !e["sha256"].is_string())
         fail(where, "{}.{}.sha256 missing", kind, mn);
+      if (!e.contains("items") || !e["items"].is_array() || int64_t(e["items"].size()) != items)
+        fail(where, "{}.{}.items must hold one sha256 per batch item ({})", kind, mn, items);
     }
   }
+  checkSde(rec, header, where);
   const bool saved = header["save_tensors"].get<bool>();
   if (!saved) {
     if (!rec["tensors"].is_null())
@@ -93,7 +138,8 @@ void checkRecord(const json &rec, const json &header, int64_t i, const std::stri
   for (int m = 0; m < kTrajModalities; ++m)
     for (const char *kind : {"velocity", "latent"}) {
       auto v = traj::readF32(f, std::string(kind) + "." + trajModalityName(m), traj::noiseShape(header, m));
-      if (floatsSha256(v) != rec[kind][trajModalityName(m)]["sha256"])
+      if (floatsSha256(v) != rec[kind][trajModalityName(m)]["sha256"] ||
+          json(traj::itemHashes(v, traj::noiseShape(header, m)[0])) != rec[kind][trajModalityName(m)]["items"])
         fail(tf.string(), "{}.{} does not hash to the value sealed in {}", kind, trajModalityName(m), where);
     }
 }
@@ -109,6 +155,17 @@ void verifyInto(const fs::path &dir, TrajectoryReport &r) {
   if (!header.contains("seal") || header["seal"] != computeSeal(header))
     fail(hp.string(), "seal mismatch: the header was modified after it was sealed");
   r.numSteps = traj::headerNumSteps(header);
+  // The initial latents, kept for the whole run (a trainer recomputes step 0 from them).
+  const fs::path ip = dir / "initial.safetensors";
+  if (!fs::exists(ip))
+    fail(ip.string(), "missing (the initial latents)");
+  const ModalityFloats init = traj::readState(ip, header);
+  for (int m = 0; m < kTrajModalities; ++m) {
+    const json &e = header["noise"][trajModalityName(m)];
+    if (floatsSha256(init[m]) != e.value("sha256", "") ||
+        json(traj::itemHashes(init[m], traj::noiseShape(header, m)[0])) != e.value("items", json()))
+      fail(ip.string(), "{} latents do not hash to the values sealed in header.json", trajModalityName(m));
+  }
 
   // Inventory.
   std::set<int64_t> records, tensors, states;
@@ -122,7 +179,7 @@ void verifyInto(const fs::path &dir, TrajectoryReport &r) {
       int64_t idx;
       if (traj::isTempName(name))
         r.notes.push_back(e.path().string() + ": temp file of an interrupted write");
-      else if (top && (name == "header.json" || name == "steps"))
+      else if (top && (name == "header.json" || name == "steps" || name == "initial.safetensors"))
         continue;
       else if (top && name == "final.json")
         hasFinal = true;

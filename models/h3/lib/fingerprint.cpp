@@ -103,7 +103,7 @@ std::vector<GraphInput> graphInputs(const Config &c) {
       {"@timestep", DType::F32, {"T"}},
       {"@timestep_indices", DType::I64, {"S"}},
       {"@token_tags", DType::I64, {"S"}},
-      {"@position_ids", DType::I64, {"S", "3"}},
+      {"@position_ids", DType::F32, {"S", "3"}},  // diffusers casts any real dtype to float32 first
       {"@video_indices", DType::I64, {"Nv"}},
       {"@audio_indices", DType::I64, {"Na"}},
       {"@text_indices", DType::I64, {"Nt"}},
@@ -158,7 +158,7 @@ public:
         {"token_refiner.final_norm", "proj_in", "audio_proj_in", "@text_indices", "@video_indices", "@audio_indices",
          "@position_ids", "@token_tags", "@timestep_indices"},
         {{"pack", "S", DType::BF16},
-         {"pack:positions", "S", DType::I64},
+         {"pack:positions", "S", DType::F32},
          {"pack:tags", "S", DType::I64},
          {"pack:ts_index", "S", DType::I64}},
         {}, {}, {{"dim", H}, {"in_domains", {"Nt", "Nv", "Na"}}, {"out_domain", "S"}});

@@ -13,6 +13,7 @@
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
+#include "h3c/runtime/value_dump.h"
 #include "h3c/support/error.h"
 #include "h3c/support/synth_rng.h"
 
@@ -103,8 +104,17 @@ public:
       for (auto &e : ev) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
       hc::check(d.cuEventRecord(ev[0], nullptr), "cuEventRecord");
     }
+    const auto dump = ValueDump::fromEnv();
     for (const plan::Op &op : fn.ops) {
       runOp(op);
+      if (dump)
+        for (const auto &o : op.out) {
+          const plan::Value &v = p.value(o);
+          const DevValue &dv = values_.at(o);
+          std::vector<char> host(dv.bytes);
+          if (!host.empty()) hc::check(d.cuMemcpyDtoH(host.data(), dv.ptr, host.size()), "H3C_DUMP_VALUES " + o);
+          dump->write(int64_t(op.index), o, v.dtype, host.data(), host.size() / dtypeSize(v.dtype));
+        }
       if (profile) hc::check(d.cuEventRecord(ev[op.index + 1], nullptr), "cuEventRecord");
       std::map<std::string, std::vector<int64_t>> shapes;
       for (const auto *names : {&op.in, &op.out})
@@ -165,6 +175,10 @@ private:
   // Every op's kernel, exactly as the plan carries it.
   void prepareKernels(const plan::Function &fn) {
     kernels_.clear();
+    std::vector<const plan::Kernel *> all;  // JIT-compiled in parallel threads, then loaded
+    for (const plan::Op &op : fn.ops)
+      if (op.kernel) all.push_back(&plan_->kernel(op));
+    runner_->loadAll(all);
     for (const plan::Op &op : fn.ops)
       if (op.kernel) kernels_[op.index] = &runner_->load(plan_->kernel(op));
   }
@@ -308,11 +322,11 @@ private:
       uploadRepeated(op.out.at(0), timestepSinusoid(c, q.timestep));
       return;
     case plan::OpKind::Pack: {
-      // The per-row metadata outputs (plan::hostOutputs): positions, tags, ts_index in canonical order.
-      const std::vector<int64_t> *meta[] = {&q.positions, &q.tags, &q.tsIndex};
+      // The per-row metadata outputs (plan::hostOutputs): positions (F32), tags, ts_index (I64), canonical order.
       for (size_t k : plan::hostOutputs(op.kind)) {
         HostValue h;
-        h.i = *meta[k - 1];
+        if (k == 1) h.f = q.positions;
+        else h.i = k == 2 ? q.tags : q.tsIndex;
         upload(op.out.at(k), h);
       }
       break;

@@ -3,7 +3,10 @@
 
 #include "h3c/support/error.h"
 
+#include <atomic>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 namespace h3c::runtime::cuda {
 
@@ -16,16 +19,16 @@ KernelRunner::~KernelRunner() {
     if (kv.second->module) driver().cuModuleUnload(kv.second->module);
 }
 
-const LoadedKernel &KernelRunner::load(const plan::Kernel &k) {
+const LoadedKernel &KernelRunner::load(const plan::Kernel &k) { return install(k, nullptr); }
+
+const LoadedKernel &KernelRunner::install(const plan::Kernel &k, CompiledKernel *compiled) {
   auto it = loaded_.find(k.id);
   if (it != loaded_.end()) {
     if (it->second->spec->sha256 != k.sha256) fail("kernel " + k.id, "two different sources share this id");
     return *it->second;
   }
-  if (k.arch != arch_)
-    fail("kernel " + k.id, "was compiled into the plan for {}, this device is {}: recompile the plan with --arch {}",
-         k.arch, arch_, arch_);
-  CompiledKernel c = jit_.compile(k);
+  checkArch(k);
+  CompiledKernel c = compiled ? std::move(*compiled) : jit_.compile(k);
   auto lk = std::make_unique<LoadedKernel>();
   lk->spec = &k;
   lk->cubinKey = c.key;
@@ -40,6 +43,45 @@ const LoadedKernel &KernelRunner::load(const plan::Kernel &k) {
   auto &ref = *lk;
   loaded_.emplace(k.id, std::move(lk));
   return ref;
+}
+
+void KernelRunner::checkArch(const plan::Kernel &k) const {
+  if (k.arch != arch_)
+    fail("kernel " + k.id, "was compiled into the plan for {}, this device is {}: recompile the plan with --arch {}",
+         k.arch, arch_, arch_);
+}
+
+void KernelRunner::loadAll(const std::vector<const plan::Kernel *> &kernels, unsigned threads) {
+  // The distinct kernels still to compile, in list order.
+  std::vector<const plan::Kernel *> todo;
+  std::map<std::string, size_t> seen;
+  for (const plan::Kernel *k : kernels) {
+    if (loaded_.count(k->id) || seen.count(k->id)) continue;
+    checkArch(*k);
+    seen.emplace(k->id, todo.size());
+    todo.push_back(k);
+  }
+  std::vector<CompiledKernel> done(todo.size());
+  std::vector<std::exception_ptr> errors(todo.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+      try {
+        done[i] = jit_.compile(*todo[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = unsigned(std::min<size_t>(threads, todo.size()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto &t : pool) t.join();
+  for (size_t i = 0; i < todo.size(); ++i)
+    if (errors[i]) std::rethrow_exception(errors[i]);
+  for (size_t i = 0; i < todo.size(); ++i) install(*todo[i], &done[i]);
 }
 
 std::array<unsigned, 3> KernelRunner::grid(const plan::Kernel &k, const plan::Extents &e) const {

@@ -101,12 +101,12 @@ CompiledKernel NvrtcJit::compile(const h3c::plan::Kernel &k) {
     bool corrupt = false;
     if (readEntry(entry, out.cubin, corrupt)) {
       out.fromCache = true;
-      ++stats_.cacheHits;
+      count(&JitStats::cacheHits);
       return out;
     }
     if (corrupt) {
       out.rebuiltCorrupt = true;
-      ++stats_.corruptRebuilt;
+      count(&JitStats::corruptRebuilt);
       std::error_code ec;
       std::filesystem::remove(entry, ec);
     }
@@ -126,13 +126,18 @@ CompiledKernel NvrtcJit::compile(const h3c::plan::Kernel &k) {
   if (logSize) nvrtcGetProgramLog(prog, log.data());
   while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
   if (r != NVRTC_SUCCESS) throw CompileError(k.id, std::string(nvrtcGetErrorString(r)) + "\n" + log);
+  // Kernel qualification: ptxas serializes wgmma when it cannot keep the accumulators in flight (warnings C7510/
+  // C7511, "wgmma.mma_async instructions are serialized"); such a kernel computes the right bits at a fraction of
+  // its speed, which a plan that promised the Hopper kernel must not silently accept.
+  if (log.find("instructions are serialized") != std::string::npos)
+    throw CompileError(k.id, "refused: ptxas serialized its wgmma instructions (kernel not qualified)\n" + log);
   out.log = log;
   size_t size = 0;
   check(nvrtcGetCUBINSize(prog, &size), "kernel " + k.id, "nvrtcGetCUBINSize");
   if (size == 0) fail("kernel " + k.id, "NVRTC produced an empty cubin");
   out.cubin.assign(size, '\0');
   check(nvrtcGetCUBIN(prog, out.cubin.data()), "kernel " + k.id, "nvrtcGetCUBIN");
-  ++stats_.compiled;
+  count(&JitStats::compiled);
 
   if (!entry.empty()) {
     AtomicFileWriter w(entry);
@@ -142,6 +147,11 @@ CompiledKernel NvrtcJit::compile(const h3c::plan::Kernel &k) {
     w.commit();
   }
   return out;
+}
+
+void NvrtcJit::count(int JitStats::*field) {
+  std::lock_guard<std::mutex> g(statsMutex_);
+  ++(stats_.*field);
 }
 
 } // namespace h3c::runtime::cuda

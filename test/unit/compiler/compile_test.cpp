@@ -4,6 +4,7 @@
 // parallel plans, determinism, atomic output.
 #include "h3c/Codegen/Compile.h"
 #include "h3c/Codegen/Importer.h"
+#include "h3c/kernels/emit.h"
 #include "h3c/plan/io.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
@@ -151,6 +152,35 @@ TEST(Compile, RuntimeLoaderAcceptsThePlans) {
     j.erase("plan_sha256");
     EXPECT_EQ(recorded, sha256Hex(j.dump()));
     fs::remove_all(d);
+  }
+}
+
+// Every op's kernel, as the plan records it (source, launch grid and parameters), is the one the emitter makes for
+// that op from the plan's own values: ops that share a kernel id share its whole launch ABI (a qkv over the text
+// rows and one over all packed rows have the same source but different row counts, so different kernels).
+TEST(Compile, EveryOpRunsTheKernelMadeForIt) {
+  for (bool wgmma : {true, false}) {
+    codegen::CompileOptions o;
+    o.wgmma = wgmma;
+    for (const char *cfg : {"tiny", "small"}) {
+      const plan::Plan &p = codegen::compile(fingerprint(cfg), "0000", o).plan.plan;
+      std::set<std::string> rowExtents;
+      for (const plan::Op &op : p.forward().ops) {
+        if (!op.kernel) continue;
+        kernels::OperandValues vals;
+        for (const auto &n : op.in) vals.in.push_back(p.value(n));
+        for (const auto &n : op.out) vals.out.push_back(p.value(n));
+        kernels::EmitOptions eo;
+        eo.wgmma = wgmma;
+        auto k = kernels::emitKernel(op, vals, p.options.arch, eo);
+        ASSERT_TRUE(k) << op.where;
+        EXPECT_EQ(k->id, *op.kernel) << op.where;
+        if (op.kind == plan::OpKind::QkvLinear)
+          for (const auto &prm : p.kernel(op).params)
+            if (prm.name == "rows") rowExtents.insert(prm.value.text());
+      }
+      EXPECT_EQ(rowExtents, (std::set<std::string>{"B*Nt", "B*S"})) << cfg << ": refiner and block qkv rows";
+    }
   }
 }
 

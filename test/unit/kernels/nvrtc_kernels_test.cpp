@@ -10,11 +10,14 @@
 #include "h3c/support/sha256.h"
 
 #ifdef H3C_HAVE_CUDA
+#include "h3c/runtime/cuda/noise.h"
 #include "h3c/runtime/cuda/nvrtc_jit.h"
 #endif
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
 #include <cmath>
 #include <cstdlib>
 #include <iterator>
@@ -161,16 +164,17 @@ TEST(KernelEmit, IdIsStableAndShapeDependent) {
   EXPECT_EQ(a->id, b->id);
   EXPECT_EQ(a->source, b->source);
   EXPECT_EQ(a->sha256, h3c::sha256Hex(a->source));
-  EXPECT_EQ(a->id.rfind("qkv_linear_bf16_k5376_n21504_", 0), 0u) << a->id;
+  EXPECT_EQ(a->id.rfind("qkv_linear_sm90_k5376_n21504_", 0), 0u) << a->id;  // the Hopper kernel on sm_90a
+  EXPECT_EQ(emit(h3Ops(c)[4], "sm_100a")->id.rfind("qkv_linear_bf16_k5376_n21504_", 0), 0u);
   auto t = emit(h3Ops(h3c::h3::namedConfig("tiny"))[4]);
   EXPECT_NE(a->id, t->id);
 }
 
 TEST(KernelEmit, LaunchAbiIsWrittenOut) {
   auto ops = h3Ops(h3c::h3::namedConfig("full"));
-  auto qkv = emit(ops[4]);
+  // mma.sync (sm_100a): x, y0..y2, w spanning [Wq; Wk; Wv], rows = B*S; one CTA per 128 x 128 tile.
+  auto qkv = emit(ops[4], "sm_100a");
   ASSERT_TRUE(qkv);
-  // x, y0..y2, w spanning [Wq; Wk; Wv], rows = B*S.
   ASSERT_EQ(qkv->params.size(), 6u);
   EXPECT_EQ(qkv->params[4].name, "w");
   EXPECT_EQ(qkv->params[4].role, plan::OperandRole::Weight);
@@ -181,6 +185,34 @@ TEST(KernelEmit, LaunchAbiIsWrittenOut) {
   EXPECT_EQ(qkv->launch.grid[0].extent.eval(e), 2 * 8349);
   EXPECT_EQ(qkv->launch.grid[0].div, 128);
   EXPECT_EQ(qkv->launch.grid[1].extent.eval(e), 21504 / 128);
+  // Hopper (sm_90a): x and W as TMA tensor maps (64 x 128 boxes, 128-byte swizzle), a persistent grid of at least
+  // one CTA per 128 x 256 tile, capped at one CTA per SM.
+  auto h = emit(ops[4]);
+  ASSERT_TRUE(h);
+  ASSERT_EQ(h->params.size(), 6u);
+  EXPECT_EQ(h->params[0].kind, plan::KernelParam::Kind::TensorMap);
+  EXPECT_EQ(h->params[0].name, "x_map");
+  EXPECT_EQ(h->params[0].map.dims[0].eval(e), 5376);
+  EXPECT_EQ(h->params[0].map.dims[1].text(), "B*S");
+  EXPECT_EQ(h->params[0].map.strides[0].eval(e), 5376 * 2);
+  EXPECT_EQ(h->params[4].kind, plan::KernelParam::Kind::TensorMap);
+  EXPECT_EQ(h->params[4].role, plan::OperandRole::Weight);
+  EXPECT_EQ(h->params[4].map.dims[1].eval(e), 21504);
+  EXPECT_EQ(h->params[4].span, 3);  // one matrix over [Wq; Wk; Wv]
+  EXPECT_EQ(h->params[4].map.box, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(h->params[4].map.swizzle, "128B");
+  EXPECT_NE(h->source.find("const __grid_constant__ H3cTensorMap w_map"), std::string::npos);
+  EXPECT_NE(h->source.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"), std::string::npos);
+  EXPECT_EQ(h->launch.block[0], 384);
+  EXPECT_EQ(h->launch.grid[0].maxPerSm, 1);
+  const int64_t tiles = (2 * 8349 + 127) / 128 * (21504 / 256);
+  const int64_t g0 = (h->launch.grid[0].extent.eval(e) + 127) / h->launch.grid[0].div;
+  EXPECT_GE(g0, tiles);
+  EXPECT_LT(g0, tiles + 21504 / 256);
+  // The mma.sync kernel stays reachable on sm_90a (the GPU checks compare the two byte for byte).
+  hk::EmitOptions mma;
+  mma.wgmma = false;
+  EXPECT_EQ(emit(ops[4], "sm_90a", mma)->params[4].name, "w");
   auto attn = emit(ops[6]);
   EXPECT_EQ(attn->launch.grid[2].extent.text(), "B");  // one batch item per grid.z
   EXPECT_EQ(attn->params.back().value.text(), "S");
@@ -194,7 +226,12 @@ TEST(KernelEmit, LaunchAbiIsWrittenOut) {
 TEST(KernelEmit, TensorCoreLinearsAreOneChain) {
   auto c = h3c::h3::namedConfig("full");
   auto ops = h3Ops(c);
-  auto fc2 = emit(ops[16]);
+  // Since every GEMM has one unit, sm_90a runs to_out and fc2 on the Hopper kernel too.
+  auto hopper = emit(ops[16]);
+  ASSERT_TRUE(hopper);
+  EXPECT_EQ(hopper->id.rfind("linear_sm90_k14336_n5376_gres_", 0), 0u) << hopper->id;
+  // The mma.sync kernel (sm_100a, or --no-wgmma).
+  auto fc2 = emit(ops[16], "sm_100a");
   ASSERT_TRUE(fc2);
   EXPECT_NE(fc2->source.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
   EXPECT_NE(fc2->source.find("#define GM_EPI GM_EPI_GATE_RESIDUAL\n"), std::string::npos);
@@ -208,7 +245,7 @@ TEST(KernelEmit, TensorCoreLinearsAreOneChain) {
   EmitOp local = ops[15];
   ASSERT_EQ(local.op.nodes[0], "transformer_blocks.0.attn.to_out.0");
   local.op.attrs.N = 5376 / 8;
-  auto k = emit(local);
+  auto k = emit(local, "sm_100a");
   ASSERT_TRUE(k);
   EXPECT_NE(k->source.find("#define GM_N 672\n"), std::string::npos);
   EXPECT_NE(k->source.find("#define GM_K 7168\n"), std::string::npos);
@@ -279,10 +316,10 @@ TEST(KernelEmit, RejectsOpsOutsideTheContract) {
 #ifdef H3C_HAVE_CUDA
 namespace hc = h3c::runtime::cuda;
 
-// Under AddressSanitizer NVRTC runs several times slower (every allocation is intercepted); the full-config compiles
-// are covered by the Release build, so the sanitizer build keeps only the tiny ones.
+// Under AddressSanitizer NVRTC runs several times slower (every allocation is intercepted); the config-wide compiles
+// are covered by the Release build, so the sanitizer build keeps the JIT cache and error tests (one kernel each).
 #if defined(__SANITIZE_ADDRESS__)
-#define H3C_SKIP_HEAVY_UNDER_ASAN() GTEST_SKIP() << "full-size NVRTC compiles run in the Release build"
+#define H3C_SKIP_HEAVY_UNDER_ASAN() GTEST_SKIP() << "config-wide NVRTC compiles run in the Release build"
 #else
 #define H3C_SKIP_HEAVY_UNDER_ASAN() (void)0
 #endif
@@ -321,8 +358,22 @@ TEST(NvrtcCompile, FullConfigSm100a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   compileAll("full", "sm_100a");
 }
-TEST(NvrtcCompile, TinyConfigSm90a) { compileAll("tiny", "sm_90a"); }
-TEST(NvrtcCompile, TinyConfigSm100a) { compileAll("tiny", "sm_100a"); }
+// The runtime's own device noise kernel (support/philox.h, runtime/cuda/noise.h) compiles for both archs.
+TEST(NvrtcCompile, PhiloxNoiseKernel) {
+  hc::NvrtcJit jit;
+  for (const char *arch : {"sm_90a", "sm_100a"}) {
+    auto c = jit.compile(hc::philoxFillKernel(arch));
+    EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << arch;
+  }
+}
+TEST(NvrtcCompile, TinyConfigSm90a) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  compileAll("tiny", "sm_90a");
+}
+TEST(NvrtcCompile, TinyConfigSm100a) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  compileAll("tiny", "sm_100a");
+}
 
 // The real plan: `h3c compile` of the checked-in full fingerprint for each arch, then every kernel the plan carries is
 // compiled by NVRTC exactly as the runtime would (its own text and options); skipped when this h3c was built without
@@ -358,6 +409,36 @@ TEST(NvrtcCompile, EveryKernelOfTheFullPlan) {
     EXPECT_GE(p.kernels.size(), 15u);
     std::filesystem::remove_all(dir);
   }
+}
+
+// The GPU executor JIT-compiles a plan's kernels from worker threads: several compiles at once into one cache folder
+// give the same cubins as one after the other, and the counts add up.
+TEST(NvrtcJit, CompilesFromSeveralThreadsAtOnce) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  std::vector<h3c::plan::Kernel> ks;
+  std::set<std::string> ids;
+  for (const auto &o : h3Ops(h3c::h3::namedConfig("tiny"))) {
+    auto k = emit(o, "sm_90a");
+    if (k && ids.insert(k->id).second && ks.size() < 6) ks.push_back(*k);
+  }
+  ASSERT_EQ(ks.size(), 6u);
+  auto dir = tempDir("h3c-jit-threads");
+  hc::NvrtcJit parallel(dir);
+  std::vector<std::string> cubins(ks.size());
+  std::vector<std::thread> pool;
+  std::atomic<size_t> next{0};
+  for (int t = 0; t < 4; ++t)
+    pool.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < ks.size();) cubins[i] = parallel.compile(ks[i]).cubin;
+    });
+  for (auto &t : pool) t.join();
+  EXPECT_EQ(parallel.stats().compiled, (int)ks.size());
+  hc::NvrtcJit serial;  // no cache: compiles again (two of them, to keep the test short)
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(serial.compile(ks[i]).cubin, cubins[i]) << ks[i].id;
+  hc::NvrtcJit warm(dir);  // every entry the threads wrote is complete and hits
+  for (const auto &k : ks) EXPECT_TRUE(warm.compile(k).fromCache) << k.id;
+  EXPECT_EQ(warm.stats().cacheHits, (int)ks.size());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(NvrtcJit, CacheHitsAndRebuildsCorruptEntries) {

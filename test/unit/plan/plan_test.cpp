@@ -400,6 +400,19 @@ TEST(PlanRead, KernelsAreHashCheckedAndFitTheirOps) {
   json host = p;
   opsOf(host)[0]["kernel"] = "k1";  // rope_table runs on the host
   rejects(rehash(host), "runs on the host", t.path);
+  // A tensor map over weights stays inside the tensors it spans (proj_in.weight: F32 [24, 16], 1,536 bytes).
+  json map = p;
+  map["kernels"]["k1"]["params"].push_back({{"kind", "tensor_map"}, {"name", "w_map"}, {"role", "weight"},
+                                            {"index", 0}, {"span", 1}, {"dtype", "F32"}, {"dims", {"16", "24"}},
+                                            {"strides", {"64"}}, {"box", {16, 24}}, {"swizzle", "none"},
+                                            {"l2_promotion", "none"}, {"oob", "zero"}});
+  EXPECT_EQ(plan::planFromJson(rehash(map), t.path).kernels.at("k1").params.back().span, 1);
+  json wide = map;
+  wide["kernels"]["k1"]["params"].back()["dims"][1] = "72";  // three matrices' worth (the qkv map without span 3)
+  rejects(rehash(wide), "tensor map 'w_map' addresses 4608 bytes, but the 1 weight tensor(s) it spans hold 1536", t.path);
+  json symbolic = map;
+  symbolic["kernels"]["k1"]["params"].back()["dims"][1] = "S";
+  rejects(rehash(symbolic), "must be a constant", t.path);
   // On disk: loadPlan(dir) reads dir/plan.json.
   writeFileAtomic(t.path / "plan.json", p.dump());
   EXPECT_EQ(plan::loadPlan(t.path).forward().ops.size(), ok.forward().ops.size());

@@ -137,19 +137,27 @@ struct Ref {
     auto ints = [&](const char *n) { return r.tensors.at(n).toInts(); };
     Mat hs = floats("hidden_states"), ahs = floats("audio_hidden_states"), ehs = floats("encoder_hidden_states");
     auto ts = r.tensors.at("timestep").toFloats();
-    auto tsi = ints("timestep_indices"), tags = ints("token_tags"), pos = ints("position_ids");
+    auto tsi = ints("timestep_indices"), tags = ints("token_tags");
+    // position_ids.to(torch.float32), whatever its dtype (F64 and I64 round to nearest)
+    const Tensor &pt = r.tensors.at("position_ids");
+    std::vector<float> pos(static_cast<size_t>(pt.numel()));
+    for (int64_t i = 0; i < pt.numel(); ++i)
+      pos[size_t(i)] = pt.dtype == DType::I64 ? float(pt.getInt(i)) : pt.getFloat(i);
     auto vi = ints("video_indices"), ai = ints("audio_indices"), ti = ints("text_indices");
     const int64_t Nv = int64_t(vi.size()), Na = int64_t(ai.size()), Nt = int64_t(ti.size()), S = Nv + Na + Nt;
     const int64_t T = int64_t(ts.size());
 
-    // rope angles per packed row
+    // rope angles per packed row. The rotary module is float32 by definition (the angles are part of the model, not
+    // a precision choice): inv_freq = 1 / theta^(arange(0, 2f, 2) / 2f) in float32, freqs = pos_f32 * inv_freq as
+    // one float32 product; only cos/sin and everything after are exact here.
     const int f = c.rope_freq_dim, R = c.rotaryDim();
     std::vector<std::vector<double>> ang(static_cast<size_t>(S), std::vector<double>(static_cast<size_t>(R)));
     for (int64_t s = 0; s < S; ++s)
       for (int a = 0; a < 3; ++a)
         for (int i = 0; i < f; ++i) {
-          double inv = 1.0 / std::pow(c.rope_theta, double(2 * i) / double(2 * f));
-          double v = double(pos[size_t(s * 3 + a)]) * inv;
+          const float expo = float(2 * i) / float(2 * f);
+          const float inv = 1.0f / float(std::pow(double(float(c.rope_theta)), double(expo)));
+          const double v = double(pos[size_t(s * 3 + a)] * inv);
           ang[size_t(s)][size_t(a * f + i)] = v;
           ang[size_t(s)][size_t(3 * f + a * f + i)] = v;
         }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 
 using namespace h3c;
@@ -126,9 +128,69 @@ TEST(Request, RejectsBadIndices) {
   rejects(f, c, "timestep_indices");
   Request g = r;
   auto tags = r.tensors.at("token_tags").toInts();
-  tags[0] = 0;  // packed row 0 is text
+  tags[0] = 2;  // packed row 0 is text
   setInts(g, "token_tags", tags);
-  rejects(g, c, "tag must be 1");
+  rejects(g, c, "tag must be 1 (or 0 for a vision block)");
+  Request h = r;
+  tags = r.tensors.at("token_tags").toInts();
+  tags[3] = 1;  // packed row 3 is video
+  setInts(h, "token_tags", tags);
+  rejects(h, c, "tag must be 0");
+  // A text row of a vision block carries the video tag, as the pipeline's presentation does.
+  Request v = r;
+  tags = r.tensors.at("token_tags").toInts();
+  tags[1] = 0;
+  setInts(v, "token_tags", tags);
+  EXPECT_EQ(canonicalize(v, c).tags[1], 0);
+}
+
+// position_ids may be F64 (the pipeline), F32 (diffusers' tests) or I64, with any real values: the canonical
+// positions are position_ids.to(float32), round to nearest even.
+TEST(Request, PositionIdsInF64F32AndI64) {
+  h3::Config c = h3::namedConfig("tiny");
+  Request r = req(c, true);
+  const int64_t S = 13;
+  std::vector<double> d(size_t(S * 3));
+  for (int64_t k = 0; k < S * 3; ++k)
+    d[size_t(k)] = 0.1 * double(k) + 1.0 / 3.0 + (k % 5 == 0 ? 1e-9 : 0.0);  // fractional, not all F32-exact
+  Tensor f64;
+  f64.dtype = DType::F64;
+  f64.shape = {S, 3};
+  f64.bytes.resize(d.size() * 8);
+  std::memcpy(f64.bytes.data(), d.data(), f64.bytes.size());
+  Request a = r;
+  a.tensors["position_ids"] = f64;
+  CanonicalRequest qa = canonicalize(a, c);
+  CanonicalRequest q0 = canonicalize(r, c);
+  for (int64_t cr = 0; cr < S; ++cr)
+    for (int ax = 0; ax < 3; ++ax)
+      EXPECT_EQ(qa.positions[size_t(cr * 3 + ax)], static_cast<float>(d[size_t(q0.packedRow[size_t(cr)] * 3 + ax)]));
+  // The same values as F32 give the same canonical positions; I64 integers convert exactly.
+  std::vector<float> f(d.begin(), d.end());
+  Request b = r;
+  b.tensors["position_ids"] = Tensor::fromFloats(DType::F32, {S, 3}, f.data());
+  EXPECT_EQ(canonicalize(b, c).positions, qa.positions);
+  auto ints = r.tensors.at("position_ids").toInts();
+  for (int64_t cr = 0; cr < S; ++cr)
+    EXPECT_EQ(q0.positions[size_t(cr * 3 + 2)], float(ints[size_t(q0.packedRow[size_t(cr)] * 3 + 2)]));
+  // A permutation moves whole rows and keeps the dtype.
+  std::vector<int64_t> perm(static_cast<size_t>(S));
+  for (int64_t i = 0; i < S; ++i)
+    perm[size_t(i)] = (i * 5) % S;
+  Request p = permuteRequest(a, perm);
+  EXPECT_EQ(p.tensors.at("position_ids").dtype, DType::F64);
+  EXPECT_EQ(canonicalize(p, c).positions, qa.positions);
+  // Other dtypes and non-finite coordinates are refused.
+  Request e = r;
+  e.tensors["position_ids"] = Tensor::zeros(DType::BF16, {S, 3});
+  rejects(e, c, "expected F64, F32 or I64");
+  Request g = a;
+  d[7] = INFINITY;
+  std::memcpy(g.tensors["position_ids"].bytes.data(), d.data(), d.size() * 8);
+  rejects(g, c, "position_ids[2][1]");
+  d[7] = 1e300;  // finite in F64, not in F32
+  std::memcpy(g.tensors["position_ids"].bytes.data(), d.data(), d.size() * 8);
+  rejects(g, c, "finite (as float32)");
 }
 
 TEST(Request, RejectsShapeDtypeAndValueMismatches) {

@@ -2,7 +2,7 @@
 // double and rounded to float once (exact for products of floats, and innocuous double rounding for + - * / since
 // double has more than 2*24+2 bits), instead of the float arithmetic and fmaf that sampler.cpp uses.
 #include "h3c/support/error.h"
-#include "h3c/support/synth_rng.h"
+#include "h3c/support/philox.h"
 #include "h3c/trajectory/sampler.h"
 
 #include <gtest/gtest.h>
@@ -168,20 +168,72 @@ TEST(Sampler, RectifiedFlowReachesTheData) {
   }
 }
 
-TEST(Sampler, InitialNoiseIsTheDocumentedGenerator) {
-  auto n = rt::initialNoise(42, rt::kVideoNoiseName, 4096);
-  const std::string name = "h3c/initial_noise/video";
-  const auto key = synth::tensorKey(42, name.data(), name.size());
+TEST(Sampler, NoiseIsThePhiloxStream) {
+  std::vector<float> n(4097);
+  rt::philoxNormals(42, 1, 3, int64_t(n.size()), n.data());
   double s = 0, s2 = 0;
   for (size_t i = 0; i < n.size(); ++i) {
-    ASSERT_EQ(n[i], synth::normalish(key, i, H3C_SYNTH_UNIT_SCALE));
+    ASSERT_EQ(n[i], philox::normal(42, 1, 3, i)) << i;
     s += n[i];
     s2 += double(n[i]) * n[i];
   }
-  EXPECT_NEAR(s / n.size(), 0.0, 0.05);
+  EXPECT_NEAR(s / n.size(), 0.0, 0.08);
   EXPECT_NEAR(std::sqrt(s2 / n.size()), 1.0, 0.05);
-  EXPECT_NE(rt::initialNoise(42, rt::kAudioNoiseName, 8), rt::initialNoise(42, rt::kVideoNoiseName, 8));
-  EXPECT_NE(rt::initialNoise(43, rt::kVideoNoiseName, 8), rt::initialNoise(42, rt::kVideoNoiseName, 8));
+}
+
+// The SDE step (sampler.h), recomputed here in the double-rounded form, bit for bit; and against Flow-GRPO's own
+// expression of the mean (in double, unrearranged) and a direct Gaussian log-density.
+TEST(Sampler, SdeStepEqualsTheFlowGrpoTransition) {
+  for (double shift : {12.0, 3.0}) {
+    rt::MiniMaxH3Scheduler s(shift);
+    s.setTimesteps(12);
+    const double a = 0.7;
+    const float af = r32(a);
+    const std::vector<float> x0 = {0.5f, -1.25f, 3.0f, 1e-3f, -7.5f, 0.0f}, v = {0.1f, 2.0f, -0.7f, 5.0f, 0.33f, -1.0f},
+                             z = {0.3f, -1.1f, 2.2f, 0.0f, -0.4f, 1.7f};
+    for (int64_t i = 0; i < s.numSteps(); ++i) {
+      const float sig = s.sigmas()[size_t(i)], nx = s.sigmas()[size_t(i) + 1], t = s.timesteps()[size_t(i)];
+      const float dt = r32(double(nx) - double(sig));
+      const float s1 = sig == 1.0f ? s.sigmas()[1] : sig;
+      const float stdv = r32(double(r32(std::sqrt(double(r32(double(sig) / double(r32(1.0 - double(s1)))))))) * af);
+      const float scale = r32(double(stdv) * double(r32(std::sqrt(double(r32(-double(dt)))))));
+      const float coef = r32(double(r32(double(r32(double(stdv) * stdv)) / double(r32(2.0 * sig)))) * double(dt));
+      rt::SdeConstants k = rt::sdeConstants(s, i, a);
+      EXPECT_TRUE(sameBits(k.std, stdv) && sameBits(k.scale, scale) && sameBits(k.coef, coef)) << "step " << i;
+      std::vector<float> x = x0, mean(x.size());
+      const double sumSq = rt::sdeStep(s, i, k, v.data(), z.data(), x.data(), mean.data(), x.size());
+      const float sigT = r32(1.0 - double(t)), r = r32(double(nx) / double(sig)), omr = r32(1.0 - double(r));
+      double ss = 0.0;
+      long double lpDirect = 0;
+      for (size_t e = 0; e < x.size(); ++e) {
+        const float den = r32(double(x0[e]) + double(r32(double(sigT) * double(v[e]))));
+        const float ode = r32(double(r32(double(r) * double(x0[e]))) + double(r32(double(omr) * double(den))));
+        const float eps = r32(double(x0[e]) - double(r32(double(t) * double(v[e]))));
+        const float mu = r32(double(ode) + double(r32(double(coef) * double(eps))));
+        const float next = r32(double(mu) + double(r32(double(scale) * double(z[e]))));
+        ASSERT_TRUE(sameBits(mean[e], mu)) << "step " << i << " e " << e;
+        ASSERT_TRUE(sameBits(x[e], next)) << "step " << i << " e " << e;
+        const double d = double(next) - double(mu);
+        ss = ss + d * d;
+        // Flow-GRPO: prev_sample_mean = x (1 + std^2/(2 sigma) dt) + u (1 + std^2 (1 - sigma)/(2 sigma)) dt with its
+        // noise-ward velocity u = -v; equal to the rearranged F32 form within F32 rounding.
+        const double sd = stdv, sg = sig, u = -double(v[e]), ddt = double(nx) - sg;
+        const double fg = x0[e] * (1 + sd * sd / (2 * sg) * ddt) + u * (1 + sd * sd * (1 - sg) / (2 * sg)) * ddt;
+        EXPECT_NEAR(mu, fg, 2e-6 * (1 + std::fabs(fg)) * (1 + std::fabs(v[e]) + std::fabs(x0[e]))) << i << " " << e;
+        lpDirect += -(long double)(d * d) / (2.0L * scale * scale) - std::log((long double)scale) -
+                    0.5L * std::log(2.0L * 3.14159265358979323846264338327950288L);
+      }
+      EXPECT_EQ(sumSq, ss) << "step " << i;
+      const double lp = rt::sdeLogProb(sumSq, k, int64_t(x.size()));
+      EXPECT_NEAR(lp, double(lpDirect), 1e-12 * (1 + std::fabs(double(lpDirect))));
+      EXPECT_EQ(k.logScale, std::log(double(scale)));
+    }
+  }
+  rt::MiniMaxH3Scheduler s(12.0);
+  s.setTimesteps(5);
+  EXPECT_THROW(rt::sdeConstants(s, 0, 0.0), Error);
+  EXPECT_THROW(rt::sdeConstants(s, 0, -1.0), Error);
+  EXPECT_THROW(rt::sdeConstants(s, 4, 0.7), Error);
 }
 
 TEST(Sampler, RejectsBadParameters) {

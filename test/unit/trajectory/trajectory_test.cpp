@@ -31,12 +31,17 @@ struct Toy {
   uint64_t seed = 7;
   int64_t points = 6;  // grid points -> 5 steps
   bool saveTensors = true;
-  int64_t perturbStep = -1;  // add `perturb` to this step's velocity of modality `perturbModality`
+  int64_t perturbStep = -1;  // add `perturb` to this step's velocity of modality `perturbModality`, item perturbItem
   int perturbModality = 1;
+  int64_t perturbItem = 1;
   float perturb = 0.0f;
+  bool sde = false;          // the SDE sampler (noise level 0.7) with log-probabilities
+  std::string runPath = "/rollout/node/plan";  // run metadata only: never content
 };
 
-const std::vector<int64_t> kShape[2] = {{1, 6, 16}, {1, 4, 6}};
+// Two batch items; the first video row of each item is a conditioning row (kept as is).
+const std::vector<int64_t> kShape[2] = {{2, 3, 16}, {2, 2, 6}};
+const int64_t kCond[2] = {1, 0};
 
 json toyHeader(const Toy &toy) {
   json h;
@@ -46,11 +51,13 @@ json toyHeader(const Toy &toy) {
   h["num_steps"] = sv.numSteps();
   h["sigmas"] = {{"video", sv.sigmas()}, {"audio", sa.sigmas()}};
   h["timesteps"] = {{"video", sv.timesteps()}, {"audio", sa.timesteps()}};
-  h["noise"] = {{"video", {{"name", rt::kVideoNoiseName}, {"shape", kShape[0]}}},
-                {"audio", {{"name", rt::kAudioNoiseName}, {"shape", kShape[1]}}}};
+  h["noise"] = {{"video", {{"shape", kShape[0]}}}, {"audio", {{"shape", kShape[1]}}}};
+  h["sampler"] = {{"kind", toy.sde ? "sde" : "ode"}, {"noise_level", toy.sde ? json(0.7) : json(nullptr)}};
+  h["condition_rows"] = {{"video", kCond[0]}, {"audio", kCond[1]}};
   h["save_tensors"] = toy.saveTensors;
   h["seed"] = toy.seed;
   h["model"] = "test stand-in velocity";
+  h["run"] = {{"plan", toy.runPath}};
   return h;
 }
 
@@ -75,11 +82,14 @@ void runToy(const fs::path &dir, const Toy &toy, int64_t stopAfter = -1, bool re
   sa.setTimesteps(toy.points);
   rt::ModalityFloats x;
   std::optional<rt::TrajectoryWriter> w;
+  const rt::MiniMaxH3Scheduler *sch[2] = {&sv, &sa};
   if (resume) {
     w.emplace(rt::TrajectoryWriter::resume(dir, x));
   } else {
-    x[0] = rt::initialNoise(toy.seed, rt::kVideoNoiseName, 96);
-    x[1] = rt::initialNoise(toy.seed, rt::kAudioNoiseName, 24);
+    for (int m = 0; m < 2; ++m) {
+      x[m].resize(96 / (m ? 4 : 1));
+      rt::philoxNormals(toy.seed, uint32_t(m), 0, int64_t(x[m].size()), x[m].data());
+    }
     w.emplace(rt::TrajectoryWriter::create(dir, toyHeader(toy), x));
   }
   for (int64_t i = w->sealedSteps(); i < sv.numSteps(); ++i) {
@@ -91,11 +101,39 @@ void runToy(const fs::path &dir, const Toy &toy, int64_t stopAfter = -1, bool re
     st.sigma = {sv.sigmas()[size_t(i)], sa.sigmas()[size_t(i)]};
     st.sigmaNext = {sv.sigmas()[size_t(i) + 1], sa.sigmas()[size_t(i) + 1]};
     st.velocity = toyVelocity(x, st.t[0], st.t[1]);
-    if (i == toy.perturbStep)
-      for (auto &e : st.velocity[size_t(toy.perturbModality)])
-        e += toy.perturb;
-    sv.step(i, st.velocity[0].data(), x[0].data(), x[0].size());
-    sa.step(i, st.velocity[1].data(), x[1].data(), x[1].size());
+    if (i == toy.perturbStep) {
+      auto &v = st.velocity[size_t(toy.perturbModality)];
+      const size_t per = v.size() / 2;
+      for (size_t e = size_t(toy.perturbItem) * per; e < size_t(toy.perturbItem + 1) * per; ++e)
+        v[e] += toy.perturb;
+    }
+    if (toy.sde)
+      st.sde.emplace();
+    for (int m = 0; m < 2; ++m) {
+      const int64_t rows = kShape[m][1], cols = kShape[m][2], n = (rows - kCond[m]) * cols;
+      rt::SdeConstants k;
+      if (toy.sde) {
+        k = rt::sdeConstants(*sch[m], i, 0.7);
+        auto &r = (*st.sde)[size_t(m)];
+        r.std = k.std;
+        r.scale = k.scale;
+        r.logScale = k.logScale;
+        r.count = n;
+      }
+      for (int64_t b = 0; b < 2; ++b) {
+        const int64_t off = (b * rows + kCond[m]) * cols;
+        if (!toy.sde) {
+          sch[m]->step(i, st.velocity[m].data() + off, x[m].data() + off, size_t(n));
+          continue;
+        }
+        std::vector<float> z(static_cast<size_t>(n)), mean(static_cast<size_t>(n));
+        rt::philoxNormals(toy.seed + uint64_t(b), uint32_t(m), uint32_t(1 + i), n, z.data());
+        double ss = rt::sdeStep(*sch[m], i, k, st.velocity[m].data() + off, z.data(), x[m].data() + off, mean.data(),
+                                size_t(n));
+        (*st.sde)[size_t(m)].sumSq.push_back(ss);
+        (*st.sde)[size_t(m)].logprob.push_back(rt::sdeLogProb(ss, k, n));
+      }
+    }
     st.latent = x;
     w->append(st);
   }
@@ -149,9 +187,10 @@ TEST_F(Trajectory, WrittenRunVerifies) {
   EXPECT_TRUE(r.complete);
   EXPECT_EQ(r.sealedSteps, 5);
   EXPECT_TRUE(r.notes.empty());
-  // The layout: header, 5 records + tensors, only the final state, final.json.
+  // The layout: header, the initial latents, 5 records + tensors, only the final state, final.json.
   auto files = folderBytes(d);
-  EXPECT_EQ(files.size(), 1u + 5 + 5 + 1 + 1);
+  EXPECT_EQ(files.size(), 1u + 1 + 5 + 5 + 1 + 1);
+  EXPECT_TRUE(files.count("initial.safetensors"));
   EXPECT_TRUE(files.count("state-00005.safetensors"));
   EXPECT_FALSE(files.count("state-00000.safetensors"));
   // The chain, recomputed here: record k's prev is the seal of what precedes it.
@@ -369,6 +408,7 @@ TEST_F(Trajectory, DriftNamesStepKindAndModality) {
   EXPECT_EQ(d.kind, "velocity");
   EXPECT_EQ(d.step, 2);
   EXPECT_EQ(d.modality, "audio");
+  EXPECT_EQ(d.item, 1);  // only the second batch item was perturbed
   EXPECT_TRUE(d.headerDifferences.empty());
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(d.points[size_t(i)].velocity[0], 0.0);
@@ -384,6 +424,7 @@ TEST_F(Trajectory, DriftNamesStepKindAndModality) {
   EXPECT_EQ(j["first_difference"]["kind"], "velocity");
   EXPECT_EQ(j["first_difference"]["step"], 2);
   EXPECT_EQ(j["first_difference"]["modality"], "audio");
+  EXPECT_EQ(j["first_difference"]["item"], 1);
   std::string svg = rt::driftSvg(d, "a <vs> c");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
@@ -407,9 +448,10 @@ TEST_F(Trajectory, DriftNamesStepKindAndModality) {
   s.seed = 8;
   runToy(root / "f", s);
   auto sd = rt::driftTrajectories(a, rt::loadTrajectory(root / "f"));
-  EXPECT_EQ(sd.kind, "header");
+  EXPECT_EQ(sd.kind, "noise");
   EXPECT_EQ(sd.modality, "video");
-  EXPECT_EQ(sd.field, "noise");
+  EXPECT_EQ(sd.item, 0);
+  EXPECT_EQ(sd.step, -1);
 
   // A prefix of the same run differs only by length.
   runToy(root / "g", Toy{}, 3);
@@ -418,8 +460,68 @@ TEST_F(Trajectory, DriftNamesStepKindAndModality) {
   EXPECT_EQ(ld.step, 3);
 }
 
-namespace {
-} // namespace
+// Two bit-identical runs whose run metadata differs (a rollout node's and a trainer node's paths) are identical; the
+// metadata is listed, not counted.
+TEST_F(Trajectory, DriftComparesContentNotPaths) {
+  runToy(root / "a", Toy{});
+  Toy moved;
+  moved.runPath = "/trainer/elsewhere/plan";
+  runToy(root / "b", moved);
+  auto d = rt::driftTrajectories(rt::loadTrajectory(root / "a"), rt::loadTrajectory(root / "b"));
+  EXPECT_TRUE(d.identical) << d.text();
+  EXPECT_EQ(d.headerDifferences, std::vector<std::string>{"run"});
+  EXPECT_NE(d.text().find("not content"), std::string::npos) << d.text();
+  // The sampler itself is content: an ODE and an SDE run of the same noise differ at the header, before any step.
+  Toy sde;
+  sde.sde = true;
+  runToy(root / "c", sde);
+  auto e = rt::driftTrajectories(rt::loadTrajectory(root / "a"), rt::loadTrajectory(root / "c"));
+  EXPECT_EQ(e.kind, "header");
+  EXPECT_EQ(e.field, "sampler");
+}
+
+// SDE records: per item log-probabilities that verify checks against their formula, and drift names.
+TEST_F(Trajectory, SdeLogProbabilitiesAreSealedAndChecked) {
+  Toy sde;
+  sde.sde = true;
+  runToy(root / "a", sde);
+  auto r = rt::verifyTrajectory(root / "a");
+  ASSERT_TRUE(r.valid && r.complete) << r.problem;
+  json rec = readJson(rt::trajStepJson(root / "a", 1));
+  ASSERT_TRUE(rec["sde"].is_object());
+  EXPECT_EQ(rec["sde"]["video"]["count"], 2 * 16);  // generated rows only
+  EXPECT_EQ(rec["sde"]["video"]["items"].size(), 2u);
+  // next - mean = scale * z: sum_sq / scale^2 is a chi-square with 32 degrees of freedom (mean 32, sd 8).
+  const double scale = rec["sde"]["video"]["scale"].get<double>();
+  for (int b = 0; b < 2; ++b) {
+    const double chi = rec["sde"]["video"]["items"][b]["sum_sq"].get<double>() / (scale * scale);
+    EXPECT_GT(chi, 4.0);
+    EXPECT_LT(chi, 80.0);
+  }
+  // A resealed record whose logprob is not the formula of its sum_sq is refused.
+  json bad = rec;
+  bad["sde"]["audio"]["items"][1]["logprob"] = bad["sde"]["audio"]["items"][1]["logprob"].get<double>() + 1e-9;
+  writeJson(rt::trajStepJson(root / "a", 1), resealed(bad));
+  expectInvalid(root / "a", "step-00001.json", "not the formula");
+  // Same seeds, same bits; another seed for the second item only: the first difference is that item's noise.
+  runToy(root / "b", sde);
+  runToy(root / "c", sde);
+  auto same = rt::driftTrajectories(rt::loadTrajectory(root / "b"), rt::loadTrajectory(root / "c"));
+  EXPECT_TRUE(same.identical);
+  Toy other = sde;
+  other.perturbStep = 3;
+  other.perturbModality = 0;
+  other.perturbItem = 0;
+  other.perturb = 1e-3f;
+  runToy(root / "d", other);
+  auto d = rt::driftTrajectories(rt::loadTrajectory(root / "b"), rt::loadTrajectory(root / "d"));
+  EXPECT_EQ(d.kind, "velocity");
+  EXPECT_EQ(d.step, 3);
+  EXPECT_EQ(d.modality, "video");
+  EXPECT_EQ(d.item, 0);
+  EXPECT_TRUE(d.points[3].logprobDiffers[0]);
+  EXPECT_FALSE(d.points[2].logprobDiffers[0]);
+}
 
 TEST_F(Trajectory, Cli) {
   runToy(root / "a", Toy{});
@@ -445,6 +547,7 @@ TEST_F(Trajectory, Cli) {
   json j = json::parse(out);
   EXPECT_EQ(j["first_difference"]["step"], 3);
   EXPECT_EQ(j["first_difference"]["modality"], "video");
+  EXPECT_EQ(j["first_difference"]["item"], 1);
   EXPECT_NEAR(j["per_step"][3]["velocity"]["video"].get<double>(), 1e-3, 1e-6);
   EXPECT_EQ(readFile(root / "drift.svg").rfind("<svg", 0), 0u);
   // Tampered -> verify 1, drift refuses with exit 2.

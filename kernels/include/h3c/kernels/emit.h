@@ -17,11 +17,23 @@ struct OperandValues {
   std::vector<plan::Value> in, out;
 };
 
+// Choices that change how an op is computed but never its bits (the contract fixes those).
+struct EmitOptions {
+  // sm_90a: the bf16 linears with one k_chunks unit and a bf16 input run on the Hopper kernel (TMA + wgmma,
+  // gemm_sm90.cuh); false keeps the mma.sync kernel (gemm_bf16.cuh), which gives the same bits (the GPU checks
+  // compare the two byte for byte).
+  bool wgmma = true;
+  // Tuning of the Hopper linear (none changes a bit: the chain per output is fixed): shared-memory stages (2-4),
+  // row tiles per L2 group of the persistent walk, k-blocks kept in flight by each consumer (0 or 1).
+  int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // the best sum over the four block linears (bench/NOTES.md)
+};
+
 // The kernel for a plan op: its complete NVRTC-compilable source (no includes), entry, NVRTC options, launch ABI and
 // typed parameter list (plan::Kernel without `file`, which the plan writer assigns), or nullopt for ops the host
 // computes (rope_table, timestep_sinusoid) and the layout ops the runtime performs (all_gather, split). `arch` is "sm_90a" or "sm_100a". Throws h3c::Error naming the op when no
 // qualified fixed-order kernel exists for it (unsupported attrs, order or shapes).
-std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &operands, const std::string &arch);
+std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &operands, const std::string &arch,
+                                       const EmitOptions &options = {});
 
 // The NVRTC options every h3c kernel is compiled with for `arch` (--fmad=false: the contract names every fma).
 std::vector<std::string> nvrtcOptions(const std::string &arch);

@@ -37,6 +37,8 @@ public:
 
   // This extent times a positive constant (every term scaled: k * (a + b) = k*a + k*b).
   Extent scaled(int64_t k) const;
+  // This extent plus a non-negative constant (ceil-division grids: (rows + 127) / 128 tiles).
+  Extent plus(int64_t c) const;
 
   // Evaluates on a request; throws on overflow (never wraps).
   int64_t eval(const Extents &e) const;

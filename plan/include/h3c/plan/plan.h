@@ -146,7 +146,8 @@ struct TensorMapSpec {
 //   buffer:     a device pointer to operand (role, index); `span` > 1: the kernel reads operands index..index+span-1
 //               of that role as one contiguous array (the weight buffers guarantee the layout).
 //   scalar:     a 64-bit integer whose value is `value` evaluated on the request's extents.
-//   tensor_map: a 128-byte CUtensorMap (by value, __grid_constant__) describing the operand.
+//   tensor_map: a 128-byte CUtensorMap (by value, __grid_constant__) describing the operand (with `span` > 1, the
+//               operands index..index+span-1 as one matrix, as for buffers).
 struct KernelParam {
   enum class Kind { Buffer, Scalar, TensorMap };
   Kind kind = Kind::Buffer;
@@ -200,6 +201,7 @@ struct Options {
   std::string arch = "sm_90a";
   int64_t sp = 1, tp = 1;
   bool fuse = true;
+  bool wgmma = true;  // sm_90a: the bf16 linears on the Hopper kernel (false: mma.sync; the same bits)
 };
 
 // The ranks of a plan (section 5.2): sp x tp, rank = sp_index * tp + tp_index (the tensor-parallel group of a rank is

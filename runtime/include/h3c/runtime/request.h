@@ -5,8 +5,10 @@
 //   encoder_hidden_states  [B, Nt, text_dim]                 F32 | BF16
 //   timestep               [T]   F32 | BF16, distinct values in [0, 1]
 //   timestep_indices       [S]   I64 in [0, T)
-//   token_tags             [S]   I64, 0 video / 1 text / 2 audio, matching the index tensors
-//   position_ids           [S,3] I64 (t, h, w)
+//   token_tags             [S]   I64, 0 video / 1 text / 2 audio: video rows 0, audio rows 2, text rows 1 or 0 (the
+//                                rows of a vision block in the prompt are tagged video, as the pipeline does)
+//   position_ids           [S,3] F64 | F32 | I64 (t, h, w), any real values (the pipeline builds fractional float64
+//                                coordinates); cast to F32 on reading, as the rotary module does first
 //   video_indices [Nv], audio_indices [Na], text_indices [Nt]  I64, together a partition of [0, S)
 //
 // canonicalize() validates all of it (fail closed, naming the tensor and the element) and reorders the per-row
@@ -45,8 +47,9 @@ struct CanonicalRequest {
   std::vector<float> video;     // [B, Nv, videoPatchDim]
   std::vector<float> audio;     // [B, Na, audio_in_channels]
   std::vector<float> timestep;  // [T]
-  // Canonical per-row metadata, [S] (positions [S,3]).
-  std::vector<int64_t> positions, tags, tsIndex;
+  // Canonical per-row metadata, [S] (positions [S,3], F32: position_ids.to(float32), round to nearest even).
+  std::vector<float> positions;
+  std::vector<int64_t> tags, tsIndex;
   // packedRow[c] = position in the packed sequence of canonical row c (what unpack/diagnostics need).
   std::vector<int64_t> packedRow;
   // The row count of a symbolic domain: "S", "Nt", "Nv", "Na", "T", "T3", "1".
@@ -57,8 +60,9 @@ struct CanonicalRequest {
 
 CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::string &where = "request");
 
-// What `h3c request make` builds: a valid request with synthetic values (synth_rng, keyed by `seed` and the tensor
-// name). Video rows get (t, h, w) grid positions of a T x H x W token grid; text rows (0, 0, 0)... see request.cpp.
+// What `h3c request make` builds without --layout: a valid request with synthetic values (synth_rng, keyed by `seed`
+// and the tensor name). Video rows get integer (t, h, w) grid positions of a T x H x W token grid, text and audio
+// rows 1-D positions along t (I64 position_ids); see request.cpp. The pipeline's own layouts: request_layout.h.
 struct RequestShape {
   int64_t text = 0, audio = 0;
   int64_t videoT = 0, videoH = 0, videoW = 0;
@@ -68,6 +72,8 @@ struct RequestShape {
   DType floatDtype = DType::F32;
 };
 Request makeRequest(const h3::Config &c, const RequestShape &shape, uint64_t seed);
+// The synthetic float tensor `name` of a request: synth_rng normalish values (std 1) keyed by (seed, name).
+Tensor synthRequestFloats(const std::string &name, uint64_t seed, std::vector<int64_t> shape, DType dt);
 
 // The same request with its packed rows permuted by `perm` (new packed position of old row p is perm[p]); the
 // indices, tags, timestep indices and positions move with their rows. For invariance tests and --shuffle.

@@ -1,17 +1,25 @@
-// `h3c generate`: the MiniMax-H3 sampler (sampler.h) around the executor (executor.h), recorded as a sealed
+// `h3c generate`: the MiniMax-H3 samplers (sampler.h) around the executor (executor.h), recorded as a sealed
 // trajectory (trajectory.h), resumable from its last sealed step.
 //
-// One request file gives the structure (encoder_hidden_states, the three index tensors, token_tags, position_ids);
-// the shapes of its hidden_states / audio_hidden_states give the latent shapes (their values are not used). Every
-// video and audio row is generated (no conditioning rows). At step i the model sees the latents (F32) and, as
-// diffusers' build_row_timesteps does, the row timesteps t_video for video and text rows and t_audio for audio rows,
-// reduced to timestep = the distinct values sorted ascending and timestep_indices = each row's index into it.
-// Initial latents: initialNoise(seed, kVideoNoiseName / kAudioNoiseName) over [B, rows, cols].
+// One request file gives the structure (encoder_hidden_states, the three index tensors, token_tags, position_ids)
+// and the latent shapes (hidden_states / audio_hidden_states). As in diffusers' pipeline, the leading rows of each
+// modality named by the request's metadata (h3c_condition_video_rows / h3c_condition_audio_rows, written by
+// `h3c request make --layout` and scripts/diffusers_request.py; 0 when absent) are conditioning rows: their values
+// come from the request and never change; every other row is generated. At step i the model sees the latents (F32)
+// and the row timesteps of build_row_timesteps (request_layout.h): t_video for text and generated video rows,
+// float32(max(t_video, 0.999)) for video conditioning rows, t_audio for generated audio rows, 1 for reference audio
+// rows, reduced to the sorted distinct values and each row's index into them.
+//
+// Initial latents of the generated rows: the noise file (--noise: safetensors "video" [B, Nv - cv, Cv] and "audio"
+// [B, Na - ca, Ca], F32, e.g. the pipeline's own noise), else philoxNormals(seed_b, modality, 0, ...) per item.
+// Per-item seeds: --seeds s0,s1,... (one per batch item) or --seed S (item b gets S + b). The SDE noise of step i is
+// philoxNormals(seed_b, modality, 1 + i, ...), so a batch item's trajectory depends only on its own seed and inputs.
 #pragma once
 
 #include "h3c/runtime/executor.h"
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +33,11 @@ struct GenerateOptions {
   int64_t synthetic = -1;   // synthetic weights seed
   int64_t steps = 0;        // grid points (terminal 0 included): steps - 1 model evaluations
   double videoShift = 12.0, audioShift = 3.0;
-  uint64_t seed = 0;        // initial noise
+  std::optional<uint64_t> seed;  // item b's seed = seed + b (unless seeds are given)
+  std::vector<uint64_t> seeds;   // one per batch item
+  std::string noise;        // initial latents of the generated rows (safetensors), or empty for Philox noise
+  std::string sampler = "ode";  // ode | sde
+  double noiseLevel = 0.7;  // the SDE's a (Flow-GRPO's default)
   bool saveTensors = false;
   RunOptions run;           // device, mode, sp and tp (0 = the plan's), binds, threads
   int64_t bindFromStep = 0; // run.binds apply from this step on (a deliberate perturbation at step k)
@@ -36,8 +48,9 @@ struct GenerateOptions {
 
 // Runs a new trajectory into `out` (must not exist). Returns the number of sealed steps.
 int64_t generate(const std::filesystem::path &out, const GenerateOptions &o);
-// Continues `traj` from its last sealed step with the options recorded in its header (threads, ledgerDir, progress
-// and stopAfter are taken from `o`; everything else must not be given). Returns the number of sealed steps.
+// Continues `traj` from its last sealed step with the options recorded in its header. From `o` it takes threads,
+// ledgerDir, progress and stopAfter, and, for files that moved since the run started, plan, request and checkpoint
+// (each checked against the hash the header recorded); nothing else may be given. Returns the sealed step count.
 int64_t resumeGenerate(const std::filesystem::path &traj, const GenerateOptions &o);
 
 } // namespace h3c::rt

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace h3c::runtime::cuda {
 
@@ -36,6 +37,10 @@ public:
 
   // Compiles (or takes from the cache) and loads; kernels are kept by id. The kernel's arch must be the device's.
   const LoadedKernel &load(const h3c::plan::Kernel &k);
+  // Loads every kernel of the list; the ones not loaded yet are JIT-compiled (or read from the cache) by up to
+  // `threads` worker threads at once (0: the hardware's thread count), then loaded in list order. Compile errors are
+  // reported for the first failing kernel in list order.
+  void loadAll(const std::vector<const h3c::plan::Kernel *> &kernels, unsigned threads = 0);
   // Launches on `stream`. A grid dimension of zero (a request without rows in that domain) launches nothing.
   void launch(const LoadedKernel &k, const h3c::plan::Extents &extents, const OperandAddress &address,
               CUstream stream = nullptr);
@@ -45,6 +50,8 @@ public:
   NvrtcJit &jit() { return jit_; }
 
 private:
+  const LoadedKernel &install(const h3c::plan::Kernel &k, CompiledKernel *compiled);
+  void checkArch(const h3c::plan::Kernel &k) const;
   NvrtcJit jit_;
   std::string arch_;
   std::map<std::string, std::unique_ptr<LoadedKernel>> loaded_;

@@ -10,6 +10,7 @@
 #include "h3c/support/error.h"
 
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -43,9 +44,13 @@ class NvrtcJit {
 public:
   // cacheDir empty: no disk cache. The folder is created when missing.
   explicit NvrtcJit(std::filesystem::path cacheDir = {});
-  // Compiles exactly k.source with k.nvrtcOptions. The options must target k.arch.
+  // Compiles exactly k.source with k.nvrtcOptions. The options must target k.arch. Thread-safe: NVRTC programs are
+  // independent objects and cache entries are published by atomic rename, so several kernels compile at once.
   CompiledKernel compile(const h3c::plan::Kernel &k);
-  const JitStats &stats() const { return stats_; }
+  JitStats stats() const {
+    std::lock_guard<std::mutex> g(statsMutex_);
+    return stats_;
+  }
 
   static std::string nvrtcVersion();                                   // "13.0"
   static std::string cacheKey(const h3c::plan::Kernel &k);
@@ -54,7 +59,9 @@ public:
 
 private:
   std::filesystem::path dir_;
+  mutable std::mutex statsMutex_;
   JitStats stats_;
+  void count(int JitStats::*field);
 };
 
 } // namespace h3c::runtime::cuda

@@ -1,0 +1,157 @@
+// Hopper tensor-core linear (sm_90a: TMA + mbarrier ring + wgmma, warp-specialized, persistent) in the contract's
+// k_chunks order with one unit (docs/contract.md section 4): every output's F32 sum starts at 0 and adds the 16-wide
+// chunks of K in ascending order, exactly the chain of gemm_bf16.cuh at units 1. wgmma's chunk function equals
+// mma.sync's (measured, ../shared/HOPPER-KERNELS.md section 1), so both kernels give the same bits, whatever the tile,
+// the tile order or the SM; the epilogue is the same code (gemm_epilogue.cuh). K is never split across CTAs.
+//
+// Shape: 384 threads. Warpgroup 0 is the producer (one thread issues the TMA loads of a G9_STAGES-deep ring of
+// 128 x 64 A and 256 x 64 B tiles); warpgroups 1 and 2 each own 64 rows of the 128 x 256 tile and issue
+// m64n256k16 wgmmas. The grid is persistent (at most one CTA per SM) and walks the tiles in groups of G9_GROUP_M row
+// tiles, so the CTAs running at once share their A and B tiles in L2. swiglu tiles hold 128 value rows and the 128
+// matching gate rows of W, so each thread finishes value and gate of the same output column in registers.
+//
+// Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
+// wgmmas before releasing its stage; 1: keep one k-block in flight), and the epilogue's defines
+// (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order): x_map (tensor map of x [rows, K]); residual
+// (residual, gate_residual); table, ts_index, tags (gate_residual); y0 (y1, y2 for qkv); w_map (tensor map of W
+// [GM_N, K]); bias (when GM_HAS_BIAS); rows; meta_rows (gate_residual).
+#define G9_BM 128
+#define G9_BN 256
+#define G9_BK 64
+#define G9_THREADS 384
+#define G9_A_BYTES (G9_BM * G9_BK * 2)
+#define G9_B_BYTES (G9_BN * G9_BK * 2)
+#define G9_KT ((GM_K + G9_BK - 1) / G9_BK)
+#if GM_EPI == GM_EPI_SWIGLU
+#define G9_TILES_N ((GM_OUTN + 127) / 128)  // 128 output columns per tile (value + gate = 256 weight rows)
+#else
+#define G9_TILES_N ((GM_N + G9_BN - 1) / G9_BN)
+#endif
+
+// Tile t of the persistent walk: row tiles vary fastest inside a group of G9_GROUP_M row tiles.
+__device__ __forceinline__ void g9_tile(int t, int tilesM, int &tm, int &tn) {
+  const int per = G9_GROUP_M * G9_TILES_N;
+  const int first = (t / per) * G9_GROUP_M;
+  const int gm = min(G9_GROUP_M, tilesM - first);
+  const int r = t % per;
+  tm = first + r % gm;
+  tn = r / gm;
+}
+
+// The two 128-row weight boxes of output tile tn (swiglu: value rows, then the matching gate rows).
+__device__ __forceinline__ void g9_wrows(int tn, int &w0, int &w1) {
+#if GM_EPI == GM_EPI_SWIGLU
+  w0 = tn * 128;
+  w1 = GM_OUTN + tn * 128;
+#else
+  w0 = tn * G9_BN;
+  w1 = tn * G9_BN + 128;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS) {
+  extern __shared__ unsigned char g9_raw[];
+  const h3u32 base = (smem_u32(g9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
+  const h3u32 sA = base, sB = base + G9_STAGES * G9_A_BYTES;
+  const h3u32 full = sB + G9_STAGES * G9_B_BYTES, empty = full + 8 * G9_STAGES;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const long long M = rows;
+  const int tilesM = (int)((M + G9_BM - 1) / G9_BM);
+  const int tiles = tilesM * G9_TILES_N;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < G9_STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);   // the producer's expect_tx; the TMA bytes complete the phase
+      mbar_init(empty + 8 * s, 8);  // one arrival per consumer warp
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    regs_dealloc<40>();
+    if (tid == 0) {
+      tma_prefetch_map(&x_map);
+      tma_prefetch_map(&w_map);
+      int s = 0;
+      h3u32 ph = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn, w0, w1;
+        g9_tile(t, tilesM, tm, tn);
+        g9_wrows(tn, w0, w1);
+        for (int kb = 0; kb < G9_KT; ++kb) {
+          mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
+          mbar_expect_tx(full + 8 * s, G9_A_BYTES + G9_B_BYTES);
+          tma_load_2d(sA + s * G9_A_BYTES, &x_map, kb * G9_BK, tm * G9_BM, full + 8 * s);
+          tma_load_2d(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, w0, full + 8 * s);
+          tma_load_2d(sB + s * G9_B_BYTES + G9_B_BYTES / 2, &w_map, kb * G9_BK, w1, full + 8 * s);
+          if (++s == G9_STAGES) { s = 0; ph ^= 1; }
+        }
+      }
+    }
+  } else {
+    // Consumers (the roles are the two branches of one if/else, so ptxas applies setmaxnreg).
+    regs_alloc<232>();
+    const int cw = wg - 1;  // this consumer's 64 rows of the tile
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    const void *B = GM_BIAS_PARAM;
+    const GmEpilogue ep = GM_EPILOGUE_PARAMS;
+    float acc[128];
+    int s = 0;
+    h3u32 ph = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int tm, tn;
+      g9_tile(t, tilesM, tm, tn);
+      for (int kb = 0; kb < G9_KT; ++kb) {
+        mbar_wait(full + 8 * s, ph);
+        wgmma_fence();
+        const unsigned long long da = wgmma_desc_sw128(sA + s * G9_A_BYTES + cw * 64 * 128);
+        const unsigned long long db = wgmma_desc_sw128(sB + s * G9_B_BYTES);
+#pragma unroll
+        for (int kk = 0; kk < G9_BK / 16; ++kk) wgmma_256(acc, da + 2 * kk, db + 2 * kk, (kb | kk) != 0);
+        wgmma_commit();
+#if G9_INFLIGHT
+        // Keep this k-block's wgmmas in flight (they chain on the same accumulators, in issue order) and release the
+        // stage of the previous one, which has completed.
+        wgmma_wait<1>();
+        if (kb > 0 && lane == 0) mbar_arrive(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1));
+#else
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(empty + 8 * s);
+#endif
+        if (++s == G9_STAGES) { s = 0; ph ^= 1; }
+      }
+#if G9_INFLIGHT
+      wgmma_wait<0>();
+      if (lane == 0) mbar_arrive(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1));
+#endif
+      // Epilogue in registers. Accumulator i of this thread: row 16 * warp + g + 8 * ((i >> 1) & 1), column
+      // 8 * (i >> 2) + 2 * t4 + (i & 1) of the warpgroup's 64 x 256 block (the mma.sync fragment layout).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const long long r = (long long)tm * G9_BM + cw * 64 + warp * 16 + g + h * 8;
+        if (r >= M) continue;
+#if GM_EPI == GM_EPI_SWIGLU
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const long long c = (long long)tn * 128 + j * 8 + t4 * 2;
+          h3bf *y = (h3bf *)ep.y[0] + r * GM_OUTN + c;
+          if (GM_OUTN % 2 == 0 && c + 1 < GM_OUTN) {
+            *(h3u32 *)y = (h3u32)gm_swiglu(B, acc[j * 4 + h * 2], acc[(j + 16) * 4 + h * 2], c) |
+                          ((h3u32)gm_swiglu(B, acc[j * 4 + h * 2 + 1], acc[(j + 16) * 4 + h * 2 + 1], c + 1) << 16);
+          } else {
+            if (c < GM_OUTN) y[0] = gm_swiglu(B, acc[j * 4 + h * 2], acc[(j + 16) * 4 + h * 2], c);
+            if (c + 1 < GM_OUTN) y[1] = gm_swiglu(B, acc[j * 4 + h * 2 + 1], acc[(j + 16) * 4 + h * 2 + 1], c + 1);
+          }
+        }
+#else
+        const long long trow = gm_trow(ep, r);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const long long c = (long long)tn * G9_BN + j * 8 + t4 * 2;
+          gm_store2(ep, B, r, trow, c, acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
+        }
+#endif
+      }
+    }
+  }
+}

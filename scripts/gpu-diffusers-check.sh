@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# h3c against diffusers itself (issue 15), on the GPU machine. That machine has torch 2.11 but no diffusers and no
+# internet: diffusers' source is carried in carry/diffusers (the lead: `git archive` of the fetched
+# huggingface/diffusers mirror, so carry/diffusers/src/diffusers is the package) and put on PYTHONPATH here; nothing
+# is installed. Needs $H3C (an h3c built with CUDA, default build-gpu/bin/h3c, as scripts/gpu-test.sh builds it) and
+# the plans compiled elsewhere under $H3C_PLANS/{tiny,small} (scripts/gpu-plans.sh). Ends with "N passed, N failed".
+#   1. layouts: scripts/diffusers_layout_check.py (h3c request make --layout vs diffusers' blocks, bit for bit)
+#   2. for tiny and small, synthetic weights written as a diffusers folder (h3c checkpoint synth), and requests the
+#      pipeline's own preparation blocks build (scripts/diffusers_request.py make: t2va, fl2va, ref2va; float64
+#      position_ids, conditioning rows, several timesteps): h3c run on the CPU and on the GPU (strict) against
+#      diffusers' float32 forward of the same weights on the GPU; each h3c output must lie within 2x the error of
+#      diffusers' own bfloat16 forward (the released mixed precision) against its float32 one. Errors are printed.
+#   3. h3c generate --noise (the pipeline's own initial noise, ODE) and --sampler sde on the GPU: the trajectories
+#      verify, and scripts/h3c_sealed.py recomputes every step of them in Python.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+H3C=${H3C:-$root/build-gpu/bin/h3c}
+plans=${H3C_PLANS:-$root/carry/plans}
+out=${H3C_GPU_OUT:-$root/build-gpu/gpu-test}/diffusers
+src=${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/src}
+mkdir -p "$out"
+export PYTHONPATH="$src${PYTHONPATH:+:$PYTHONPATH}"
+passed=0; failed=0
+ok() { passed=$((passed + 1)); echo "PASS $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+check() { local what=$1; shift; if "$@" >"$out/last.log" 2>&1; then ok "$what"; sed 's/^/    /' "$out/last.log" | tail -12; else bad "$what"; sed 's/^/    /' "$out/last.log" | tail -20; fi; }
+finish() { echo "${passed} passed, ${failed} failed"; [ "$failed" = 0 ]; exit $?; }
+
+[ -x "$H3C" ] || { bad "no h3c at $H3C (build it: bash scripts/gpu-test.sh, or cmake --build build-gpu --target h3c)"; finish; }
+if ! python3 -c "import torch, numpy, diffusers; from diffusers import MiniMaxH3Transformer3DModel" >"$out/import.log" 2>&1; then
+  bad "import diffusers from $src (carry diffusers' src; missing dependency?)"; tail -5 "$out/import.log"; finish
+fi
+python3 -c "import sys, torch, diffusers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'diffusers', diffusers.__version__, 'cuda', torch.cuda.is_available())"
+
+# 1. layouts, bit for bit
+python3 "$root/scripts/diffusers_layout_check.py" --h3c "$H3C" --tmp "$out" | tee "$out/layout.log"
+l=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out/layout.log" | tail -1)
+if [ -n "$l" ]; then passed=$((passed + ${l%% passed*})); failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$l"))); else bad "layout check ended without a summary"; fi
+
+# 2. forwards against diffusers
+dreq() { python3 "$root/scripts/diffusers_request.py" "$@"; }
+declare -A layouts=(
+  [t2va]="--layout t2va --text 7 --latent 3,4,6 --audio-latents 3 --step 2"
+  [fl2va]="--layout fl2va --text 6 --text-vision 1:3 --latent 5,4,6 --audio-latents 4 --keyframes first,last --step 3"
+  [ref2va]="--layout ref2va --text 5 --latent 2,4,4 --audio-latents 2 --ref image:4,6 --ref audio:3 --ref video:2,4,4+audio:2 --step 1"
+)
+for cfg in tiny small; do
+  plan=$plans/$cfg d=$out/$cfg
+  mkdir -p "$d"
+  [ -f "$plan/plan.json" ] || { bad "[$cfg] no plan at $plan"; continue; }
+  rm -rf "$d/ckpt"
+  check "[$cfg] synthetic weights as a diffusers folder" "$H3C" checkpoint synth --config "$cfg" --seed 11 --out "$d/ckpt"
+  for name in t2va fl2va ref2va; do
+    r=$d/$name
+    # shellcheck disable=SC2086
+    check "[$cfg/$name] diffusers' pipeline blocks build the request" dreq make --checkpoint "$d/ckpt" ${layouts[$name]} --steps 8 --seed 5 -o "$r.req.safetensors" --noise-out "$r.noise.safetensors"
+    check "[$cfg/$name] h3c CPU reference run" "$H3C" run --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --inputs "$r.req.safetensors" --out "$r.h3c_cpu.safetensors" --device cpu --mode strict --ledger "$r.cpu_ledger.json"
+    check "[$cfg/$name] h3c GPU strict run" "$H3C" run --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --inputs "$r.req.safetensors" --out "$r.h3c_gpu.safetensors" --device gpu --mode strict --ledger "$r.gpu_ledger.json"
+    check "[$cfg/$name] diffusers float32 forward (GPU, no TF32)" dreq forward --checkpoint "$d/ckpt" --request "$r.req.safetensors" --dtype float32 --out "$r.ref32.safetensors"
+    check "[$cfg/$name] diffusers bfloat16 forward (GPU, fp32 modules kept)" dreq forward --checkpoint "$d/ckpt" --request "$r.req.safetensors" --dtype bfloat16 --out "$r.ref16.safetensors"
+    check "[$cfg/$name] h3c CPU and GPU within 2x diffusers' bf16 error of its fp32 forward" dreq compare --reference "$r.ref32.safetensors" --bf16 "$r.ref16.safetensors" "$r.h3c_cpu.safetensors" "$r.h3c_gpu.safetensors"
+  done
+  # 3. trajectories from the pipeline's noise, and the SDE, on the GPU; recomputed in Python
+  r=$d/fl2va
+  rm -rf "$r.traj_ode" "$r.traj_sde"
+  check "[$cfg] h3c generate --noise (the pipeline's noise), ODE, GPU" "$H3C" generate --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --request "$r.req.safetensors" --noise "$r.noise.safetensors" --steps 8 --save-tensors --device gpu --out "$r.traj_ode"
+  check "[$cfg] h3c generate --sampler sde --seeds, GPU" "$H3C" generate --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --request "$r.req.safetensors" --steps 8 --seeds 21 --sampler sde --noise-level 0.7 --save-tensors --device gpu --out "$r.traj_sde"
+  for t in ode sde; do
+    check "[$cfg] $t trajectory verifies" "$H3C" trajectory verify "$r.traj_$t"
+    check "[$cfg] $t trajectory recomputed step by step in Python" python3 "$root/scripts/h3c_sealed.py" trajectory "$r.traj_$t" --recompute
+  done
+done
+finish
