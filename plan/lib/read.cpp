@@ -317,7 +317,8 @@ Kernel parseKernel(const std::string &id, const json &j, const Options &opt, con
 }
 
 // A tensor map over weights must stay inside the tensors it spans: its dims are constants, and the last byte it can
-// address lies within them (a map wider than its weights would read whatever the runtime placed behind them).
+// address lies within them (a map wider than its weights would read whatever the runtime placed behind them). A
+// rank's weights are its part of a split tensor (section 5.2), so the bound is the rank's size.
 void checkWeightMapFits(const Plan &p, const Kernel &k, const Op &op, const KernelParam &q) {
   const auto &names = q.role == OperandRole::Weight ? op.weights : op.biases;
   int64_t bytes = 0;
@@ -325,7 +326,11 @@ void checkWeightMapFits(const Plan &p, const Kernel &k, const Op &op, const Kern
     auto [buf, off] = p.weightLocation(names[size_t(q.index + s)]);
     (void)off;
     for (const auto &t : buf->tensors)
-      if (t.name == names[size_t(q.index + s)]) bytes += t.numel() * int64_t(dtypeSize(t.dtype));
+      if (t.name == names[size_t(q.index + s)]) {
+        int64_t n = 1;
+        for (int64_t d : t.localShape()) n *= d;
+        bytes += n * int64_t(dtypeSize(t.dtype));
+      }
   }
   const Extents small{1, 1, 1, 1, 1, 1}, large{8, 100000, 1000, 100000, 1000, 100};
   auto constant = [&](const Extent &e, const char *what) {

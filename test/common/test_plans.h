@@ -470,6 +470,18 @@ struct PlanBuilder {
   }
 };
 
+// tiny with 8 heads of 16 (hidden 32, ffn 128): q/k/v, fc1, to_out, fc2 and the AdaLN chunks split over up to 8
+// tensor-parallel ranks.
+inline h3::Config eightHeadConfig() {
+  h3::Config c = h3::namedConfig("tiny");
+  c.num_attention_heads = 8;
+  c.attention_head_dim = 16;
+  c.hidden_size = 32;
+  c.ffn_dim = 128;
+  c.time_embed_hidden_dim = 32;
+  return c;
+}
+
 inline json modelPlan(const h3::Config &c, bool fuse = false, int tp = 1, int sp = 1) {
   PlanBuilder b;
   b.c = c;

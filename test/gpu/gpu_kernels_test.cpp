@@ -774,6 +774,7 @@ TEST_F(Kernels, FullLinears) {
   checkLinear("full", "linear", 7168, 5376, "residual", M, 2);
   checkLinear("full", "adaln_table", 2688, 18 * 5376, "none", 2, 2);
   checkLinear("full", "linear", 5120, 5376, "none", M, 2);
+  checkLinear("full", "linear", 14336, 5376, "gate_residual", quick() ? M : 2077, 3);  // 17 row tiles
   // One tensor-parallel rank of 8 (section 5.2): 7 heads of q/k/v, fc1's value and gate halves of 1792 columns,
   // to_out / fc2 with the full K and 672 output columns, the AdaLN table's 18 chunks of 672.
   checkLinear("full tp8", "qkv_linear", 5376, 896, "none", M, 3);

@@ -6,6 +6,7 @@
 #include "h3c/Codegen/Compile.h"
 #include "h3c/models/fingerprint.h"
 #include "h3c/runtime/executor.h"
+#include "test_plans.h"
 
 #include <gtest/gtest.h>
 
@@ -28,16 +29,6 @@ rt::RunResult run(const plan::Plan &p, rt::WeightSource &w, const rt::Request &r
   o.tp = p.options.tp;
   o.threads = 2;
   return rt::runModel(p, w, r, o);
-}
-
-h3::Config wide() {
-  h3::Config c = h3::namedConfig("tiny");
-  c.num_attention_heads = 8;
-  c.attention_head_dim = 16;
-  c.hidden_size = 32;
-  c.ffn_dim = 128;
-  c.time_embed_hidden_dim = 32;
-  return c;
 }
 
 void expectAllDegreesEqual(const h3::Config &c, const std::vector<int64_t> &tps, std::vector<bool> fuses) {
@@ -73,4 +64,4 @@ TEST(CompiledParallel, TinyEverySpTpIsByteEqual) { expectAllDegreesEqual(h3::nam
 
 TEST(CompiledParallel, SmallEverySpTpIsByteEqual) { expectAllDegreesEqual(h3::namedConfig("small"), {1, 2}, {true}); }
 
-TEST(CompiledParallel, EightHeadsUpToTp8IsByteEqual) { expectAllDegreesEqual(wide(), {1, 2, 4, 8}, {true}); }
+TEST(CompiledParallel, EightHeadsUpToTp8IsByteEqual) { expectAllDegreesEqual(rt::testplans::eightHeadConfig(), {1, 2, 4, 8}, {true}); }

@@ -122,6 +122,36 @@ plan::OpAttrs linearAttrs(int64_t K, int64_t N) {
   return a;
 }
 
+// Attention inputs q, k, v [S, inner] (bf16 values of smooth functions with these frequencies and amplitude) and
+// output o in `f`, the flash order and the attrs of the tiny config's heads.
+struct AttentionCase {
+  std::vector<float> q, k, v;
+  plan::Order order;
+  plan::OpAttrs attrs;
+};
+AttentionCase attentionCase(Fixture &f, int64_t S, float fq, float fk, float fv, float amp) {
+  const int64_t I = f.c.innerDim(), d = f.c.attention_head_dim;
+  AttentionCase c;
+  c.q.resize(size_t(S * I));
+  c.k.resize(size_t(S * I));
+  c.v.resize(size_t(S * I));
+  for (int64_t i = 0; i < S * I; ++i) {
+    c.q[size_t(i)] = roundBf16(std::sin(fq * float(i)) * amp);
+    c.k[size_t(i)] = roundBf16(std::cos(fk * float(i)) * amp);
+    c.v[size_t(i)] = roundBf16(std::sin(fv * float(i)));
+  }
+  f.input("q", DType::BF16, "S", I, c.q);
+  f.input("k", DType::BF16, "S", I, c.k);
+  f.input("v", DType::BF16, "S", I, c.v);
+  f.value("o", DType::BF16, "S", I);
+  c.order.kind = plan::OrderKind::Flash;
+  c.order.kvBlock = 64;
+  c.order.kStep = 16;
+  c.attrs.heads = I / d;
+  c.attrs.headDim = d;
+  return c;
+}
+
 } // namespace
 
 // x . w over K = 64 with w = 1 and the chunk sums (2^24, 1, 1, -2^24). In F32 the k_chunks order (one chain, chunks
@@ -244,23 +274,10 @@ TEST(CpuOps, RopeRotatesHalvesAndPassesTheRest) {
 TEST(CpuOps, FlashAttentionAgreesWithFp64Softmax) {
   Fixture f(0, 150, 0, 1);
   const int64_t I = f.c.innerDim(), d = f.c.attention_head_dim, S = 150, heads = I / d;
-  std::vector<float> q(size_t(S * I)), k(size_t(S * I)), v(size_t(S * I));
-  for (int64_t i = 0; i < S * I; ++i) {
-    q[size_t(i)] = roundBf16(std::sin(0.7f * float(i)) * 2.f);
-    k[size_t(i)] = roundBf16(std::cos(1.3f * float(i)) * 2.f);
-    v[size_t(i)] = roundBf16(std::sin(0.11f * float(i)));
-  }
-  f.input("q", DType::BF16, "S", I, q);
-  f.input("k", DType::BF16, "S", I, k);
-  f.input("v", DType::BF16, "S", I, v);
-  f.value("o", DType::BF16, "S", I);
-  plan::Order fl;
-  fl.kind = plan::OrderKind::Flash;
-  fl.kvBlock = 64;
-  fl.kStep = 16;
-  plan::OpAttrs a;
-  a.heads = heads;
-  a.headDim = d;
+  AttentionCase ac = attentionCase(f, S, 0.7f, 1.3f, 0.11f, 2.f);
+  const std::vector<float> &q = ac.q, &k = ac.k, &v = ac.v;
+  plan::OpAttrs a = ac.attrs;
+  plan::Order fl = ac.order;
   auto op = f.op(plan::OpKind::Attention, {"transformer_blocks.0.attn.attention"}, {"q", "k", "v"}, {"o"}, {}, {}, a,
                  fl);
   f.run(op, Precision::Ordered, 1);
@@ -298,24 +315,11 @@ TEST(CpuOps, FlashAttentionAgreesWithFp64Softmax) {
 // same row of the one-rank run (attention is row-independent in its queries).
 TEST(CpuOps, RankQueryRowsAttendAllKeysLikeTheFullRun) {
   Fixture f(0, 150, 0, 1);
-  const int64_t I = f.c.innerDim(), d = f.c.attention_head_dim, S = 150;
-  std::vector<float> q(size_t(S * I)), k(size_t(S * I)), v(size_t(S * I));
-  for (int64_t i = 0; i < S * I; ++i) {
-    q[size_t(i)] = roundBf16(std::sin(0.3f * float(i)) * 3.f);
-    k[size_t(i)] = roundBf16(std::cos(0.9f * float(i)) * 3.f);
-    v[size_t(i)] = roundBf16(std::sin(0.05f * float(i)));
-  }
-  f.input("q", DType::BF16, "S", I, q);
-  f.input("k", DType::BF16, "S", I, k);
-  f.input("v", DType::BF16, "S", I, v);
-  f.value("o", DType::BF16, "S", I);
-  plan::Order fl;
-  fl.kind = plan::OrderKind::Flash;
-  fl.kvBlock = 64;
-  fl.kStep = 16;
-  plan::OpAttrs a;
-  a.heads = I / d;
-  a.headDim = d;
+  const int64_t I = f.c.innerDim();
+  AttentionCase ac = attentionCase(f, 150, 0.3f, 0.9f, 0.05f, 3.f);
+  const std::vector<float> &q = ac.q;
+  plan::OpAttrs a = ac.attrs;
+  plan::Order fl = ac.order;
   f.run(f.op(plan::OpKind::Attention, {"transformer_blocks.0.attn.attention"}, {"q", "k", "v"}, {"o"}, {}, {}, a, fl));
   const std::vector<float> full = f.vals["o"].f;
   // Rows [70, 107) as one rank's queries.

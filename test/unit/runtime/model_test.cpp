@@ -50,17 +50,6 @@ RunResult run(const plan::Plan &p, WeightSource &w, const Request &r, Mode mode 
 
 bool sameBytes(const Tensor &a, const Tensor &b) { return a.shape == b.shape && a.bytes == b.bytes; }
 
-h3::Config tpConfig() {
-  // 8 heads so that qkv/fc1/adaln split head-aligned over 8 ranks (hidden 32, ffn 128 split too).
-  h3::Config c = h3::namedConfig("tiny");
-  c.num_attention_heads = 8;
-  c.attention_head_dim = 16;
-  c.hidden_size = 32;
-  c.ffn_dim = 128;
-  c.time_embed_hidden_dim = 32;
-  return c;
-}
-
 // max |got - ref| / max |ref| over one output.
 double relErr(const Tensor &got, const std::vector<double> &ref, int64_t offset) {
   double mx = 0, err = 0;
@@ -160,7 +149,7 @@ TEST(RuntimeModel, BatchItemAloneEqualsItsSliceOfBatchFour) {
 // rows split unevenly (sp 8: ranks of 2 and 3 rows).
 TEST(RuntimeModel, SequenceAndTensorParallelRanksAreByteEqual) {
   for (bool wide : {false, true}) {
-    h3::Config c = wide ? tpConfig() : h3::namedConfig("tiny");
+    h3::Config c = wide ? testplans::eightHeadConfig() : h3::namedConfig("tiny");
     auto w = makeSyntheticWeights(c, 13);
     Request r = makeReq(c, 5, 2, 2, 3, 6, 17, 2, 2, true);
     std::vector<int> tps = wide ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1, 2};
