@@ -333,9 +333,10 @@ TEST(Compile, SequenceParallelSplitsRowsAndGathersKeys) {
     if (op.kind == plan::OpKind::Attention && op.firstNode().rfind("token_refiner.", 0) == 0) {
       EXPECT_EQ(p.value(op.in[0]).rows, plan::Domain::Nt);  // the refiner is replicated
     }
-    if (op.kind == plan::OpKind::Unpack)
+    if (op.kind == plan::OpKind::Unpack) {
       for (const auto &in : op.in)
         EXPECT_EQ(p.value(in).rows, plan::Domain::S);
+    }
     if (op.kind == plan::OpKind::NormModulate) {
       EXPECT_EQ(p.value(op.in[0]).rows, plan::Domain::Sr);
       EXPECT_EQ(p.value(op.in[2]).rows, plan::Domain::Sr);  // ts_index: the rank's rows

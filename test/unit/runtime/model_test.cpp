@@ -305,10 +305,12 @@ TEST(RuntimeModel, PipelineLayoutsMatchFp64Reference) {
     RunResult res = run(p, *w, r);
     for (int64_t b = 0; b < 2; ++b) {
       auto [sv, sa] = ref.forward(r, b);
-      if (!sv.empty())
+      if (!sv.empty()) {
         EXPECT_LT(relErr(res.outputs.sample, sv, b * int64_t(sv.size())), 0.015) << k.layout << " item " << b;
-      if (!sa.empty())
+      }
+      if (!sa.empty()) {
         EXPECT_LT(relErr(res.outputs.audio_sample, sa, b * int64_t(sa.size())), 0.015) << k.layout << " item " << b;
+      }
     }
     // The same request with position_ids as float32 values is the same forward, bit for bit.
     Request f32 = r;

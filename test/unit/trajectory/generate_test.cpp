@@ -270,7 +270,7 @@ TEST_F(Generate, SdeLogProbabilitiesRecomputeAndItemsAreIndependent) {
       auto x = latentBefore(t, i, mn), v = *loadStepTensor(t, i, std::string("velocity.") + mn),
            next = *loadStepTensor(t, i, std::string("latent.") + mn);
       const json &e = t.records[size_t(i)]["sde"][mn];
-      const float coefStd = e["std"].get<float>(), scale = e["scale"].get<float>();
+      const float coefStd = e["std"].get<float>();
       const float dt = r32(double(sig[size_t(i) + 1]) - double(sig[size_t(i)]));
       const float coef = r32(double(r32(double(r32(double(coefStd) * coefStd)) / double(r32(2.0 * sig[size_t(i)])))) *
                              double(dt));
@@ -280,8 +280,9 @@ TEST_F(Generate, SdeLogProbabilitiesRecomputeAndItemsAreIndependent) {
         double ss = 0.0;
         for (int64_t k = b * rows * cols; k < (b + 1) * rows * cols; ++k) {
           if (k < (b * rows + cond) * cols) {  // a conditioning row: the request's value, forever
-            if (m == 0)
+            if (m == 0) {
               ASSERT_EQ(next[size_t(k)], given[size_t(k)]) << "step " << i << " item " << b;
+            }
             continue;
           }
           const float den = r32(double(x[size_t(k)]) + double(r32(double(sigT) * double(v[size_t(k)]))));
