@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
       }
       std::fflush(stdout);
     };
-    auto gemm = [&](const std::string &name, OpKind kind, long long K, long long N, plan::Epilogue epi, int units,
+    auto gemm = [&](const std::string &name, OpKind kind, long long K, long long N, plan::Epilogue epi,
                     const h3c::kernels::EmitOptions &opt = {}) {
       plan::OpAttrs a = with(attrs({{"K", K}, {"N", N}}), BF, BF, BF, epi);
       if (epi == plan::Epilogue::GateResidual) {
@@ -164,7 +164,7 @@ int main(int argc, char **argv) {
       o.out = {y->get(), y2->get(), y3->get()};
       o.w = {w->get(), w->get(), w->get()};
       long long n = kind == OpKind::QkvLinear ? 3 * N : N;
-      bench(name, op(kind, name, a, kchunks(units), kind == OpKind::QkvLinear ? 3 : 1), o, 2.0 * M * K * n,
+      bench(name, op(kind, name, a, kchunks(1), kind == OpKind::QkvLinear ? 3 : 1), o, 2.0 * M * K * n,
             2.0 * (M * K + K * n + M * n), opt);
     };
     struct Linear {
@@ -172,20 +172,19 @@ int main(int argc, char **argv) {
       OpKind kind;
       long long K, N;
       plan::Epilogue epi;
-      int units;
     };
     const std::vector<Linear> linears = {
-        {"qkv (fused to_q/k/v)", OpKind::QkvLinear, H, I, plan::Epilogue::None, 1},
-        {"to_out + gate_residual", OpKind::Linear, I, H, plan::Epilogue::GateResidual, 1},
-        {"fc1 + swiglu", OpKind::Linear, H, 2 * F, plan::Epilogue::Swiglu, 1},
-        {"fc2 + gate_residual", OpKind::Linear, F, H, plan::Epilogue::GateResidual, 1},
+        {"qkv (fused to_q/k/v)", OpKind::QkvLinear, H, I, plan::Epilogue::None},
+        {"to_out + gate_residual", OpKind::Linear, I, H, plan::Epilogue::GateResidual},
+        {"fc1 + swiglu", OpKind::Linear, H, 2 * F, plan::Epilogue::Swiglu},
+        {"fc2 + gate_residual", OpKind::Linear, F, H, plan::Epilogue::GateResidual},
     };
     for (const Linear &l : linears) {
-      gemm(l.name, l.kind, l.K, l.N, l.epi, l.units);
+      gemm(l.name, l.kind, l.K, l.N, l.epi);
       if (!sweep || dev.arch() != "sm_90a") continue;
       h3c::kernels::EmitOptions mma;
       mma.wgmma = false;
-      gemm(std::string(l.name) + " [mma.sync]", l.kind, l.K, l.N, l.epi, l.units, mma);
+      gemm(std::string(l.name) + " [mma.sync]", l.kind, l.K, l.N, l.epi, mma);
       for (int st : {3, 4})
         for (int gm : {8, 16, 32})
           for (int fl : {0, 1}) {
@@ -193,7 +192,7 @@ int main(int argc, char **argv) {
             o.sm90Stages = st;
             o.sm90GroupM = gm;
             o.sm90Inflight = fl;
-            gemm(fmt::format("{} [sm90 st{} g{} f{}]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, l.units, o);
+            gemm(fmt::format("{} [sm90 st{} g{} f{}]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, o);
           }
     }
     {

@@ -78,6 +78,13 @@ std::pair<const WeightBuffer *, int64_t> Plan::weightLocation(const std::string 
   fail("plan.json#/weights", "no weight buffer holds '{}'", tensor);
 }
 
+const WeightTensor &Plan::weightTensor(const std::string &tensor) const {
+  for (const auto &b : weights)
+    for (const auto &t : b.tensors)
+      if (t.name == tensor) return t;
+  fail("plan.json#/weights", "no weight buffer holds '{}'", tensor);
+}
+
 std::map<std::string, size_t> Plan::lastUse(const Function &fn) const {
   std::map<std::string, size_t> last;
   for (const auto &op : fn.ops)

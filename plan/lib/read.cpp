@@ -323,14 +323,10 @@ void checkWeightMapFits(const Plan &p, const Kernel &k, const Op &op, const Kern
   const auto &names = q.role == OperandRole::Weight ? op.weights : op.biases;
   int64_t bytes = 0;
   for (int64_t s = 0; s < q.span; ++s) {
-    auto [buf, off] = p.weightLocation(names[size_t(q.index + s)]);
-    (void)off;
-    for (const auto &t : buf->tensors)
-      if (t.name == names[size_t(q.index + s)]) {
-        int64_t n = 1;
-        for (int64_t d : t.localShape()) n *= d;
-        bytes += n * int64_t(dtypeSize(t.dtype));
-      }
+    const WeightTensor &t = p.weightTensor(names[size_t(q.index + s)]);
+    int64_t n = 1;
+    for (int64_t d : t.localShape()) n *= d;
+    bytes += n * int64_t(dtypeSize(t.dtype));
   }
   const Extents small{1, 1, 1, 1, 1, 1}, large{8, 100000, 1000, 100000, 1000, 100};
   auto constant = [&](const Extent &e, const char *what) {
@@ -378,8 +374,7 @@ void checkKernelFitsOp(const Plan &p, const Kernel &k, const Op &op) {
         if (b2 != buf || o2 != at)
           fail(op.where + "/kernel", "kernel {} reads {} as one array, but it does not follow in weight buffer '{}'",
                k.id, names[size_t(q.index + s)], buf->name);
-        for (const auto &t : buf->tensors)
-          if (t.name == names[size_t(q.index + s)]) at += t.numel();
+        at += p.weightTensor(names[size_t(q.index + s)]).numel();
       }
     }
   }

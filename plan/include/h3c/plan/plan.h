@@ -234,6 +234,8 @@ struct Plan {
   const Kernel &kernel(const Op &op) const;           // throws when the op has no kernel
   // The buffer holding `tensor` and the tensor's element offset in it; throws when no buffer lists it.
   std::pair<const WeightBuffer *, int64_t> weightLocation(const std::string &tensor) const;
+  // The weight tensor named `tensor`; throws when no buffer lists it.
+  const WeightTensor &weightTensor(const std::string &tensor) const;
   // For every value, the index of the last op of `fn` that reads it (SIZE_MAX for the function's outputs): lets
   // executors free activations as soon as they are dead.
   std::map<std::string, size_t> lastUse(const Function &fn) const;
