@@ -181,10 +181,21 @@ RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &re
   for (auto it = info.begin(); it != info.end(); ++it)
     ledger.header()[it.key()] = it.value();
   ledger.header()["checkpoint"] = weights.describe();
+  // NaN / Inf (inputs were refused by canonicalize): in a strict run a weight holding one is an error at once;
+  // otherwise (and for the outputs, found only at the end) it goes into the ledger, whose strict rule then fails.
+  weights.setStrictFinite(opt.mode == Mode::Strict);
   ledger.header()["request"] = {{"sha256", requestSha(request)}, {"B", req.B}, {"S", req.S}, {"Nt", req.Nt},
                                 {"Nv", req.Nv}, {"Na", req.Na}, {"T", req.T}};
   RunResult r;
   r.outputs = exec->run(p, weights, req, opt, ledger);
+  for (const std::string &w : weights.takeNonFinite())
+    ledger.recordNonFinite("weight " + w);
+  for (const auto &[name, t] : {std::pair<const char *, const Tensor *>{"sample", &r.outputs.sample},
+                                {"audio_sample", &r.outputs.audio_sample}}) {
+    const Tensor::NonFinite nf = t->nonFinite();
+    if (nf.first >= 0)
+      ledger.recordNonFinite(std::string("output ") + name + ": " + nf.text());
+  }
   r.ledger = ledger.finish();
   return r;
 }

@@ -12,6 +12,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace h3c::rt {
 
@@ -27,8 +29,15 @@ public:
   // For the ledger: {"kind": "synthetic", "seed": N} or {"kind": "checkpoint", "path": ..., "sha256": ...}.
   virtual nlohmann::json describe() const = 0;
   const h3::Config &config() const { return config_; }
+  // Checkpoint tensors are checked for NaN / Inf as they are loaded: with `strict` a non-finite tensor is an error
+  // naming it, otherwise it is recorded ("<tensor>: 1 NaN, 0 Inf (first: element 5)") for the ledger.
+  void setStrictFinite(bool strict) { strictFinite_ = strict; }
+  std::vector<std::string> takeNonFinite() { return std::exchange(nonFinite_, {}); }
 
 protected:
+  void checkFinite(const std::string &name, const Tensor &t);
+  bool strictFinite_ = true;
+  std::vector<std::string> nonFinite_;
   explicit WeightSource(const h3::Config &c);
   h3::Config config_;
   std::map<std::string, h3::TensorSpec> specs_;
