@@ -38,6 +38,7 @@ add() {  # add TARGET FILE...: copies existing seed files into the target's corp
   local t=$1; shift; mkdir -p "$fz/corpus/$t"
   for f in "$@"; do [ -f "$f" ] && cp -n "$f" "$fz/corpus/$t/seed-$(basename "$f")"; done
 }
+for t in "$root"/test/fuzz/seeds/*; do add "$(basename "$t")" "$t"/*; done  # the checked-in seeds (CI's)
 add safetensors "$seed/r.safetensors" "$seed/o.safetensors" "$seed"/ck/*.safetensors
 add request "$seed/r.safetensors"
 add index "$seed"/ck/*.index.json
