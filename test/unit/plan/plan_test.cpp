@@ -490,6 +490,10 @@ TEST(PlanModel, EditedAndRehashedPlansThatChangeTheModelAreRefused) {
     e["values"]["transformer_blocks.0.adaln_proj"]["cols"] = 2 * 24;
     rejects(rehash(e), "transformer_blocks.0.adaln_proj");
   }
+  // Two values live at once in one slot: the second would overwrite the first on the GPU.
+  json s = tinyPlan(true);
+  s["values"]["transformer_blocks.0.attn.to_q"]["slot"] = s["values"]["transformer_blocks.0.attn.to_k"]["slot"];
+  rejects(rehash(s), "which is still live");
   // Unfused: a bias-carrying linear's N (sizes its bias read) must be the node's out_features.
   json f = tinyPlan(false);
   size_t pi = opIndexOf(f, "proj_in");
