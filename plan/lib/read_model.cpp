@@ -24,21 +24,26 @@ namespace {
 
 using nlohmann::json;
 
+// Node attrs by key, out of line: the many inlined nlohmann conversions were most of this file's compile time.
+[[gnu::noinline]] int64_t I(const json &a, const char *k) { return a.at(k).get<int64_t>(); }
+[[gnu::noinline]] double D(const json &a, const char *k) { return a.at(k).get<double>(); }
+[[gnu::noinline]] std::string S(const json &a, const char *k) { return a.at(k).get<std::string>(); }
+
 // The full (tp = 1) width of fingerprint value `v` defined by node `n` as its output `k`.
 int64_t fullWidth(const h3::Node &n, size_t k) {
   const json &a = n.attrs;
   const std::string &kind = n.kind;
-  if (kind == "linear") return a.at("out_features");
-  if (kind == "adaln_table") return a.at("chunks_per_row").get<int64_t>() * a.at("chunk_dim").get<int64_t>();
+  if (kind == "linear") return I(a, "out_features");
+  if (kind == "adaln_table") return I(a, "chunks_per_row") * I(a, "chunk_dim");
   if (kind == "rms_norm" || kind == "norm_modulate" || kind == "silu" || kind == "residual" ||
       kind == "gate_residual" || kind == "timestep_sinusoid")
-    return a.at("dim");
+    return I(a, "dim");
   if (kind == "qk_norm" || kind == "rope" || kind == "attention")
-    return a.at("heads").get<int64_t>() * a.at("head_dim").get<int64_t>();
-  if (kind == "swiglu") return a.at("ffn_dim");
-  if (kind == "rope_table") return a.at("rotary_dim");
-  if (kind == "unpack") return a.at("dims").at(k);
-  if (kind == "pack") return k == 0 ? a.at("dim").get<int64_t>() : k == 1 ? 3 : 1;  // x, positions, tags, ts_index
+    return I(a, "heads") * I(a, "head_dim");
+  if (kind == "swiglu") return I(a, "ffn_dim");
+  if (kind == "rope_table") return I(a, "rotary_dim");
+  if (kind == "unpack") return a.at("dims").at(k).get<int64_t>();
+  if (kind == "pack") return k == 0 ? I(a, "dim") : k == 1 ? 3 : 1;  // x, positions, tags, ts_index
   fail("fingerprint", "node '{}' of unknown kind '{}'", n.id, kind);
 }
 
@@ -51,29 +56,29 @@ struct Checker {
   const h3::Node &node(const Op &op, size_t i) const { return *nodes.at(op.nodes.at(i)); }
   const Value &value(const std::string &name) const { return p.value(name); }
 
-  void expect(const Op &op, const char *attr, int64_t got, int64_t want) const {
+  [[gnu::noinline]] void expect(const Op &op, const char *attr, int64_t got, int64_t want) const {
     if (got != want)
       fail(op.where + "/attrs/" + attr, "is {} but the op's nodes imply {} ({})", got, want, op.firstNode());
   }
-  void expectNum(const Op &op, const char *attr, double got, double want) const {
+  [[gnu::noinline]] void expectNum(const Op &op, const char *attr, double got, double want) const {
     if (!(got == want))
       fail(op.where + "/attrs/" + attr, "is {} but the op's nodes imply {} ({})", got, want, op.firstNode());
   }
   // A width a rank may hold whole or in part: ops without weights on rank-local data carry the rank's width whether
   // the compiler marked them column-sharded or not (the operand checks below keep every read inside its value).
-  void expectPart(const Op &op, const char *attr, int64_t got, int64_t full) const {
+  [[gnu::noinline]] void expectPart(const Op &op, const char *attr, int64_t got, int64_t full) const {
     const int64_t tp = p.options.tp;
     if (got != full && !(tp > 1 && full % tp == 0 && got * tp == full))
       fail(op.where + "/attrs/" + attr, "is {} but the op's nodes imply {}{} ({})", got, full,
            tp > 1 ? fmt::format(" (or {} per rank)", full / tp) : std::string(), op.firstNode());
   }
-  void cols(const Op &op, bool input, size_t k, int64_t want) const {
+  [[gnu::noinline]] void cols(const Op &op, bool input, size_t k, int64_t want) const {
     const std::string &v = input ? op.in.at(k) : op.out.at(k);
     if (value(v).cols != want)
       fail(op.where + (input ? "/in/" : "/out/") + std::to_string(k), "value '{}' has {} columns; the op's attrs need {}",
            v, value(v).cols, want);
   }
-  void sameRows(const Op &op, size_t a, size_t b) const {
+  [[gnu::noinline]] void sameRows(const Op &op, size_t a, size_t b) const {
     if (value(op.in.at(a)).rows != value(op.in.at(b)).rows)
       fail(op.where + "/in/" + std::to_string(b), "value '{}' has other rows than '{}'", op.in.at(b), op.in.at(a));
   }
@@ -134,8 +139,8 @@ struct Checker {
     auto last = [&]() -> const json & { return node(op, op.nodes.size() - 1).attrs; };
     switch (op.kind) {
     case OpKind::Linear: {
-      expect(op, "K", a.K, n0.at("in_features"));
-      const int64_t N = n0.at("out_features").get<int64_t>() / d;
+      expect(op, "K", a.K, I(n0, "in_features"));
+      const int64_t N = I(n0, "out_features") / d;
       expect(op, "N", a.N, N);
       cols(op, true, 0, a.K);
       cols(op, false, 0, a.epilogue == Epilogue::Swiglu ? a.N / 2 : a.N);
@@ -144,51 +149,51 @@ struct Checker {
         sameRows(op, 0, 1);
       }
       if (a.epilogue == Epilogue::GateResidual) {
-        expect(op, "chunk", a.chunk, last().at("chunk"));
-        expect(op, "num_chunks", a.numChunks, last().at("num_chunks"));
+        expect(op, "chunk", a.chunk, I(last(), "chunk"));
+        expect(op, "num_chunks", a.numChunks, I(last(), "num_chunks"));
         cols(op, true, 2, a.numChunks * a.N);
       }
-      if (a.epilogue == Epilogue::Swiglu) expect(op, "N", a.N, 2 * last().at("ffn_dim").get<int64_t>() / d);
+      if (a.epilogue == Epilogue::Swiglu) expect(op, "N", a.N, 2 * I(last(), "ffn_dim") / d);
       return;
     }
     case OpKind::QkvLinear:
-      expect(op, "K", a.K, n0.at("in_features"));
-      expect(op, "N", a.N, n0.at("out_features").get<int64_t>() / d);
+      expect(op, "K", a.K, I(n0, "in_features"));
+      expect(op, "N", a.N, I(n0, "out_features") / d);
       expect(op, "heads", a.heads * a.headDim, a.N);
       cols(op, true, 0, a.K);
       for (size_t k = 0; k < 3; ++k) cols(op, false, k, a.N);
       return;
     case OpKind::AdalnTable:
-      expect(op, "K", a.K, n0.at("in_features"));
-      expect(op, "N", a.N, n0.at("out_features").get<int64_t>() / d);
-      expect(op, "num_chunks", a.numChunks, n0.at("chunks_per_row"));
-      expect(op, "rows_per_timestep", a.rowsPerTimestep, n0.at("rows_per_timestep"));
+      expect(op, "K", a.K, I(n0, "in_features"));
+      expect(op, "N", a.N, I(n0, "out_features") / d);
+      expect(op, "num_chunks", a.numChunks, I(n0, "chunks_per_row"));
+      expect(op, "rows_per_timestep", a.rowsPerTimestep, I(n0, "rows_per_timestep"));
       cols(op, true, 0, a.K);
       cols(op, false, 0, a.N / a.rowsPerTimestep);  // [T * rows_per_timestep, num_chunks * H]
       return;
     case OpKind::TimeEmbed:
-      expect(op, "K", a.K, n0.at("in_features"));
-      expect(op, "freq_dim", a.freqDim, n0.at("in_features"));
-      expect(op, "hidden", a.hidden, n0.at("out_features"));
-      expect(op, "N", a.N, last().at("out_features"));
-      expect(op, "out_dim", a.outDim, last().at("out_features"));
+      expect(op, "K", a.K, I(n0, "in_features"));
+      expect(op, "freq_dim", a.freqDim, I(n0, "in_features"));
+      expect(op, "hidden", a.hidden, I(n0, "out_features"));
+      expect(op, "N", a.N, I(last(), "out_features"));
+      expect(op, "out_dim", a.outDim, I(last(), "out_features"));
       cols(op, true, 0, a.K);
       cols(op, false, 0, a.N);
       return;
     case OpKind::RmsNorm:
-      expect(op, "H", a.H, n0.at("dim"));
-      expectNum(op, "eps", a.eps, n0.at("eps"));
+      expect(op, "H", a.H, I(n0, "dim"));
+      expectNum(op, "eps", a.eps, D(n0, "eps"));
       cols(op, true, 0, a.H);
       cols(op, false, 0, a.H);
       return;
     case OpKind::NormModulate:
-      expect(op, "H", a.H, n0.at("dim"));
-      expectNum(op, "eps", a.eps, n0.at("eps"));
-      expect(op, "shift_chunk", a.shiftChunk, n0.at("shift_chunk"));
-      expect(op, "scale_chunk", a.scaleChunk, n0.at("scale_chunk"));
-      expect(op, "num_chunks", a.numChunks, n0.at("num_chunks"));
-      if (rowIndexName(a.rowIndex) != n0.at("row_index").get<std::string>())
-        fail(op.where + "/attrs/row_index", "differs from the node's {}", n0.at("row_index").dump());
+      expect(op, "H", a.H, I(n0, "dim"));
+      expectNum(op, "eps", a.eps, D(n0, "eps"));
+      expect(op, "shift_chunk", a.shiftChunk, I(n0, "shift_chunk"));
+      expect(op, "scale_chunk", a.scaleChunk, I(n0, "scale_chunk"));
+      expect(op, "num_chunks", a.numChunks, I(n0, "num_chunks"));
+      if (rowIndexName(a.rowIndex) != S(n0, "row_index"))
+        fail(op.where + "/attrs/row_index", "differs from the node's {}", S(n0, "row_index"));
       cols(op, true, 0, a.H);
       cols(op, true, 1, a.numChunks * a.H);
       cols(op, false, 0, a.H);
@@ -196,11 +201,11 @@ struct Checker {
     case OpKind::QkNorm:
     case OpKind::Rope:
     case OpKind::QkNormRope: {
-      expectPart(op, "heads", a.heads, n0.at("heads"));
-      expect(op, "head_dim", a.headDim, n0.at("head_dim"));
-      if (op.kind != OpKind::Rope) expectNum(op, "eps", a.eps, n0.at("eps"));
+      expectPart(op, "heads", a.heads, I(n0, "heads"));
+      expect(op, "head_dim", a.headDim, I(n0, "head_dim"));
+      if (op.kind != OpKind::Rope) expectNum(op, "eps", a.eps, D(n0, "eps"));
       const bool rope = op.kind == OpKind::Rope || (op.kind == OpKind::QkNormRope && op.nodes.size() == 4);
-      expect(op, "rotary_dim", a.rotaryDim, rope ? last().at("rotary_dim").get<int64_t>() : 0);
+      expect(op, "rotary_dim", a.rotaryDim, rope ? I(last(), "rotary_dim") : 0);
       const int64_t w = a.heads * a.headDim;
       const size_t data = op.kind == OpKind::QkNormRope ? 2 : 1;
       for (size_t k = 0; k < data; ++k) {
@@ -214,33 +219,33 @@ struct Checker {
       return;
     }
     case OpKind::Attention:
-      expectPart(op, "heads", a.heads, n0.at("heads"));
-      expect(op, "head_dim", a.headDim, n0.at("head_dim"));
-      expectNum(op, "scale", a.scale, n0.at("scale"));
-      if (domainName(a.domain) != n0.at("domain").get<std::string>() &&
-          !(a.domain == Domain::Sr && n0.at("domain") == "S"))
-        fail(op.where + "/attrs/domain", "differs from the node's {}", n0.at("domain").dump());
+      expectPart(op, "heads", a.heads, I(n0, "heads"));
+      expect(op, "head_dim", a.headDim, I(n0, "head_dim"));
+      expectNum(op, "scale", a.scale, D(n0, "scale"));
+      if (domainName(a.domain) != S(n0, "domain") &&
+          !(a.domain == Domain::Sr && S(n0, "domain") == "S"))
+        fail(op.where + "/attrs/domain", "differs from the node's {}", S(n0, "domain"));
       for (size_t k = 0; k < 3; ++k) cols(op, true, k, a.heads * a.headDim);
       cols(op, false, 0, a.heads * a.headDim);
       sameRows(op, 1, 2);
       return;
     case OpKind::Swiglu:
-      expectPart(op, "F", a.F, n0.at("ffn_dim"));
+      expectPart(op, "F", a.F, I(n0, "ffn_dim"));
       expect(op, "cols", a.cols, a.F);
       cols(op, true, 0, 2 * a.F);
       cols(op, false, 0, a.F);
       return;
     case OpKind::Silu:
     case OpKind::Residual:
-      expectPart(op, "cols", a.cols, n0.at("dim"));
+      expectPart(op, "cols", a.cols, I(n0, "dim"));
       for (size_t k = 0; k < op.in.size(); ++k) cols(op, true, k, a.cols);
       cols(op, false, 0, a.cols);
       if (op.kind == OpKind::Residual) sameRows(op, 0, 1);
       return;
     case OpKind::GateResidual:
-      expectPart(op, "H", a.H, n0.at("dim"));
-      expect(op, "chunk", a.chunk, n0.at("chunk"));
-      expect(op, "num_chunks", a.numChunks, n0.at("num_chunks"));
+      expectPart(op, "H", a.H, I(n0, "dim"));
+      expect(op, "chunk", a.chunk, I(n0, "chunk"));
+      expect(op, "num_chunks", a.numChunks, I(n0, "num_chunks"));
       cols(op, true, 0, a.H);
       cols(op, true, 1, a.H);
       cols(op, true, 2, a.numChunks * a.H);
@@ -248,26 +253,26 @@ struct Checker {
       sameRows(op, 0, 1);
       return;
     case OpKind::Pack:
-      expect(op, "H", a.H, n0.at("dim"));
+      expect(op, "H", a.H, I(n0, "dim"));
       for (size_t k = 0; k < 3; ++k) cols(op, true, k, a.H);
       cols(op, false, 0, a.H);
       return;
     case OpKind::Unpack:
-      expect(op, "video_cols", a.videoCols, n0.at("dims").at(0));
-      expect(op, "audio_cols", a.audioCols, n0.at("dims").at(1));
+      expect(op, "video_cols", a.videoCols, n0.at("dims").at(0).get<int64_t>());
+      expect(op, "audio_cols", a.audioCols, n0.at("dims").at(1).get<int64_t>());
       cols(op, true, 0, a.videoCols);
       cols(op, true, 1, a.audioCols);
       cols(op, false, 0, a.videoCols);
       cols(op, false, 1, a.audioCols);
       return;
     case OpKind::RopeTable:
-      expect(op, "rotary_dim", a.rotaryDim, n0.at("rotary_dim"));
-      expectNum(op, "theta", a.theta, n0.at("theta"));
+      expect(op, "rotary_dim", a.rotaryDim, I(n0, "rotary_dim"));
+      expectNum(op, "theta", a.theta, D(n0, "theta"));
       cols(op, false, 0, a.rotaryDim);
       cols(op, false, 1, a.rotaryDim);
       return;
     case OpKind::TimestepSinusoid:
-      expect(op, "freq_dim", a.freqDim, n0.at("dim"));
+      expect(op, "freq_dim", a.freqDim, I(n0, "dim"));
       cols(op, false, 0, a.freqDim);
       return;
     case OpKind::AllGather:
