@@ -3,8 +3,9 @@
 // is JIT-compiled and launched exactly as a plan carries it (its text, NVRTC options and launch ABI).
 // Prints a table (ms, TFLOP/s or GB/s) and writes JSON lines to argv[1] when given.
 //   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep]
-// --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight) beside the
-// mma.sync kernel of the same op; the output bits of all variants are the same (the GPU checks compare them).
+// --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight) and of the
+// Hopper attention (stages, overlap) beside the mma.sync kernel of the same op; the output bits of all variants are
+// the same (the GPU checks compare them).
 #include "emit_ops.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
@@ -199,9 +200,22 @@ int main(int argc, char **argv) {
       Operands o;
       o.in = {x->get(), x2->get(), y2->get()};
       o.out = {y->get()};
-      bench("attention 56x128 (flash)",
-            op(OpKind::Attention, "attention", with(attrs({{"heads", heads}, {"head_dim", d}}), BF, BF, BF), flash()), o,
-            4.0 * M * M * d * heads, 4.0 * M * heads * d * 2);
+      const EmitOp at =
+          op(OpKind::Attention, "attention", with(attrs({{"heads", heads}, {"head_dim", d}}), BF, BF, BF), flash());
+      const double flops = 4.0 * M * M * d * heads, bytes = 4.0 * M * heads * d * 2;
+      bench("attention 56x128 (flash)", at, o, flops, bytes);
+      if (sweep && dev.arch() == "sm_90a") {
+        h3c::kernels::EmitOptions mma;
+        mma.wgmma = false;
+        bench("attention 56x128 [mma.sync]", at, o, flops, bytes, mma);
+        for (int st : {2, 3, 4})
+          for (int ov : {0, 1}) {
+            h3c::kernels::EmitOptions v;
+            v.sm90AttnStages = st;
+            v.sm90AttnOverlap = ov;
+            bench(fmt::format("attention 56x128 [sm90 st{} overlap{}]", st, ov), at, o, flops, bytes, v);
+          }
+      }
     }
     {
       Operands o;

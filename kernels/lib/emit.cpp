@@ -22,6 +22,7 @@ extern const char *const gemm_epilogue;
 extern const char *const gemm_sm90;
 extern const char *const hopper;
 extern const char *const attention;
+extern const char *const attention_sm90;
 extern const char *const norm;
 extern const char *const headops;
 extern const char *const elementwise;
@@ -110,6 +111,16 @@ struct Params {
     p.map.box = {boxCols, boxRows};
     list.push_back(p);
     decls.push_back("const __grid_constant__ H3cTensorMap " + name);
+  }
+  // A TMA descriptor of a batched bf16 activation [B, itemRows, cols] (cols innermost) with the 128-byte swizzle,
+  // read in boxes of boxCols x boxRows of one item: rows past an item's end read as zeros, never the next item's.
+  void itemTensorMap(const std::string &name, OperandRole role, int64_t index, const Extent &itemRows, int64_t cols,
+                     int64_t boxCols, int64_t boxRows) {
+    tensorMap(name, role, index, itemRows, cols, boxCols, boxRows);
+    KernelParam &p = list.back();
+    p.map.dims.push_back(Extent::parse("B", name));
+    p.map.strides.push_back(itemRows.scaled(cols * 2));
+    p.map.box.push_back(1);
   }
   std::string signature() const {
     std::string s;
@@ -430,6 +441,32 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
                 tmpl::headops, l, arch);
 }
 
+// The Hopper attention (attention_sm90.cuh): 128-query tiles of one (head, item), K/V blocks of 64 keys in a ring of
+// sm90AttnStages stages of 32 KiB; the same bits as attention.cuh.
+plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string &arch) {
+  const EmitOptions &o = v.options;
+  if (o.sm90AttnStages < 2 || o.sm90AttnStages > 5 || (o.sm90AttnOverlap != 0 && o.sm90AttnOverlap != 1))
+    fail(v.where, "Hopper attention tuning out of range (stages 2-5, overlap 0/1)");
+  const int64_t d = 128, ld = heads * d;
+  Builder b;
+  b.def("A9_HEADS", heads);
+  b.def("A9_SCALE", floatLit(1.0 / std::sqrt((double)d)));
+  b.def("A9_STAGES", o.sm90AttnStages);
+  b.def("A9_OVERLAP", o.sm90AttnOverlap);
+  Params p;
+  Extent itemRows = Extent::rowsOf(v.in(0).rows, false), kvRows = Extent::rowsOf(v.in(1).rows, false);
+  p.itemTensorMap("q_map", OperandRole::In, 0, itemRows, ld, 64, 128);
+  p.itemTensorMap("k_map", OperandRole::In, 1, kvRows, ld, 64, 64);
+  p.itemTensorMap("v_map", OperandRole::In, 2, kvRows, ld, 64, 64);
+  p.out("out", 0);
+  p.scalar("item_rows", itemRows);
+  p.scalar("kv_rows", kvRows);
+  const int64_t smem = 1024 + 128 * d * 2 + int64_t(o.sm90AttnStages) * 2 * 64 * d * 2 + 8 * (1 + 3 * o.sm90AttnStages);
+  plan::Launch l = launch(384, smem, dim(itemRows, 128), dim(Extent::constant(heads)), dim(Extent::parse("B", v.where)));
+  std::string body = std::string(tmpl::hopper) + "\n" + tmpl::attention_sm90;
+  return finish(fmt::format("attention_sm90_h{}_d{}", heads, d), "A9_ENTRY", b, p, body, l, arch);
+}
+
 plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   v.requireOrder(plan::OrderKind::Flash);
   const plan::Order &o = v.op.order;
@@ -440,6 +477,7 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   if (!v.in(0).batch) fail(v.where, "attention runs per batch item: q must carry the batch axis");
   if (v.in(1).rows != v.in(2).rows || (v.in(1).rows != v.in(0).rows && v.in(0).rows != Domain::Sr))
     fail(v.where, "k and v share a row domain, which is q's unless q is a rank's rows Sr");
+  if (arch == "sm_90a" && v.options.wgmma && d == 128) return emitAttentionSm90(v, heads, arch);
   Builder b;
   b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_SCALE", floatLit(1.0 / std::sqrt((double)d)));
   Params p;
