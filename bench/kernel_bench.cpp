@@ -209,11 +209,14 @@ int main(int argc, char **argv) {
         mma.wgmma = false;
         bench("attention 56x128 [mma.sync]", at, o, flops, bytes, mma);
         for (int st : {2, 3, 4})
-          for (int ov : {0, 1}) {
+          for (int mode = 0; mode < 3; ++mode) {
             h3c::kernels::EmitOptions v;
             v.sm90AttnStages = st;
-            v.sm90AttnOverlap = ov;
-            bench(fmt::format("attention 56x128 [sm90 st{} overlap{}]", st, ov), at, o, flops, bytes, v);
+            v.sm90AttnOverlap = mode > 0;
+            v.sm90AttnPingpong = mode == 2;
+            bench(fmt::format("attention 56x128 [sm90 st{} overlap{} pingpong{}]", st, v.sm90AttnOverlap,
+                              v.sm90AttnPingpong),
+                  at, o, flops, bytes, v);
           }
       }
     }

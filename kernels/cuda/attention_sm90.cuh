@@ -16,7 +16,8 @@
 // Keys past the item's end read as zeros through the 3-D tensor maps (per item) and are masked to -inf before the
 // max, as in attention.cuh.
 //
-// Defined by the emitter: A9_ENTRY H3C_PARAMS A9_SCALE (float literal) A9_STAGES A9_OVERLAP. Parameters
+// Defined by the emitter: A9_ENTRY H3C_PARAMS A9_SCALE (float literal) A9_STAGES A9_OVERLAP A9_PINGPONG
+// (with A9_OVERLAP only). Parameters
 // (H3C_PARAMS, in this order): q_map (q [B, Lq, heads * 128], boxes of 64 columns x 128 rows), k_map, v_map (k, v
 // [B, Lk, heads * 128], boxes of 64 columns x 64 rows), out (o [B, Lq, heads * 128]), item_rows = Lq, kv_rows = Lk
 // (grid.x: 128-query tiles, y: heads, z: items). Lq < Lk under sequence parallelism.
@@ -27,20 +28,34 @@
 #define A9_Q_BYTES (2 * A9_Q_BOX)         // the 128 x 128 Q tile
 #define A9_KV_BYTES (2 * A9_KV_BOX)       // one 64 x 128 K (or V) block
 
+// Two F32 values rounded to bf16 (RNE) and packed, low half first: one cvt for the pair. The same bits as
+// pack_bf2 for every non-NaN input (P is in [0, 1] unless the scores were NaN).
+__device__ __forceinline__ h3u32 a9_pack_rn(float lo, float hi) {
+  h3u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 // The softmax step of one key block on this thread's S fragment (sc[j * 4 + e]: row 16 * warp + g + 8 * (e >> 1),
-// key k0 + 8 * j + 2 * t4 + (e & 1)), exactly attention.cuh's: scale and mask, running max over the quad, rescale of
-// l, rounded P (left in sc) summed into l in (j, e) order. Returns the two rows' rescale factors for o in alpha;
-// a9_rescale_pack applies them (o is not touched here, so P V of the previous block may still be running).
+// key k0 + 8 * j + 2 * t4 + (e & 1)), exactly attention.cuh's: scale (and mask, in the block that crosses Lk),
+// running max over the quad, rescale of l, P = bf(exp(s - m)) (left in sc) summed into l in (j, e) order. Returns
+// the rows' rescale factors for o in alpha; a9_rescale_pack applies them and packs P (neither o nor the packed P of
+// the previous block is touched here, so its P V may still run).
 __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk, int t4, float *m, float *l,
                                            float *alpha) {
   const float kNegInf = __int_as_float(0xff800000);
+  if (k0 + 64 > Lk) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const long long key = k0 + j * 8 + t4 * 2 + (e & 1);
-      sc[j * 4 + e] = key < Lk ? __fmul_rn(sc[j * 4 + e], A9_SCALE) : kNegInf;
-    }
+      for (int e = 0; e < 4; ++e) {
+        const long long key = k0 + j * 8 + t4 * 2 + (e & 1);
+        sc[j * 4 + e] = key < Lk ? __fmul_rn(sc[j * 4 + e], A9_SCALE) : kNegInf;
+      }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sc[i] = __fmul_rn(sc[i], A9_SCALE);
+  }
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     float mx = kNegInf;
@@ -53,17 +68,17 @@ __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk
     m[hh] = mnew;
     l[hh] = __fmul_rn(l[hh], alpha[hh]);
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float p = rbf(expf(__fsub_rn(sc[j * 4 + hh * 2 + e], mnew)));
-        sc[j * 4 + hh * 2 + e] = p;
-        l[hh] = __fadd_rn(l[hh], p);
-      }
+    for (int j = 0; j < 8; ++j) {
+      const h3u32 pr = a9_pack_rn(expf(__fsub_rn(sc[j * 4 + hh * 2], mnew)), expf(__fsub_rn(sc[j * 4 + hh * 2 + 1], mnew)));
+      sc[j * 4 + hh * 2] = __uint_as_float(pr << 16);
+      sc[j * 4 + hh * 2 + 1] = __uint_as_float(pr & 0xffff0000u);
+      l[hh] = __fadd_rn(l[hh], sc[j * 4 + hh * 2]);
+      l[hh] = __fadd_rn(l[hh], sc[j * 4 + hh * 2 + 1]);
+    }
   }
 }
 
-// o = o * alpha (per row), then P packed as the A fragments of the block's four 16-key chunks.
+// o = o * alpha (per row), then P (already bf16 values) packed as the A fragments of the block's four 16-key chunks.
 __device__ __forceinline__ void a9_rescale_pack(const float *sc, const float *alpha, float *o, h3u32 (*pa)[4]) {
 #pragma unroll
   for (int j = 0; j < A9_D / 8; ++j)
@@ -71,11 +86,25 @@ __device__ __forceinline__ void a9_rescale_pack(const float *sc, const float *al
     for (int e = 0; e < 4; ++e) o[j * 4 + e] = __fmul_rn(o[j * 4 + e], alpha[e >> 1]);
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
-    pa[kc][0] = pack_bf2(sc[(2 * kc) * 4 + 0], sc[(2 * kc) * 4 + 1]);
-    pa[kc][1] = pack_bf2(sc[(2 * kc) * 4 + 2], sc[(2 * kc) * 4 + 3]);
-    pa[kc][2] = pack_bf2(sc[(2 * kc + 1) * 4 + 0], sc[(2 * kc + 1) * 4 + 1]);
-    pa[kc][3] = pack_bf2(sc[(2 * kc + 1) * 4 + 2], sc[(2 * kc + 1) * 4 + 3]);
+    pa[kc][0] = a9_pack_rn(sc[(2 * kc) * 4 + 0], sc[(2 * kc) * 4 + 1]);
+    pa[kc][1] = a9_pack_rn(sc[(2 * kc) * 4 + 2], sc[(2 * kc) * 4 + 3]);
+    pa[kc][2] = a9_pack_rn(sc[(2 * kc + 1) * 4 + 0], sc[(2 * kc + 1) * 4 + 1]);
+    pa[kc][3] = a9_pack_rn(sc[(2 * kc + 1) * 4 + 2], sc[(2 * kc + 1) * 4 + 3]);
   }
+}
+
+// FA3's warpgroup ping-pong (A9_PINGPONG): the two consumers take turns issuing their wgmmas (named barriers 1 and 2,
+// 256 threads: one consumer waits, the other arrives), so one's softmax runs while the other's GEMMs occupy the
+// tensor core. Timing only: no value depends on it.
+__device__ __forceinline__ void a9_turn_wait(int cw) {
+#if A9_PINGPONG
+  asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
+#endif
+}
+__device__ __forceinline__ void a9_turn_pass(int cw) {
+#if A9_PINGPONG
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
+#endif
 }
 
 // S = Q K^T of the key block in stage `stage`: eight chained m64n64k16 wgmmas over d (box kc / 4, 32-byte step kc % 4
@@ -159,19 +188,24 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
     float sc[32], alpha[2];
 #if A9_OVERLAP
     // FA3's order of issue: S of block kb and P V of block kb - 1 run on the tensor core while the softmax of kb
-    // runs on the FP32 pipes; o is rescaled and P packed only after P V of kb - 1 completed. o still sees
+    // runs on the FP32 pipes; o is rescaled and P handed over only after P V of kb - 1 completed. o still sees
     // ((o * alpha_{kb-1} + P_{kb-1} V_{kb-1}) * alpha_kb + P_kb V_kb), the contract's sequence.
+    if (cw == 1) a9_turn_pass(1);  // consumer 0 issues first
     mbar_wait(kFull, 0);
+    a9_turn_wait(cw);
     a9_issue_s(sc, dq, sK, 0);
+    a9_turn_pass(cw);
     wgmma_wait<0>();
     a9_softmax(sc, 0, Lk, t4, m, l, alpha);
     a9_rescale_pack(sc, alpha, o, pa);
     for (int kb = 1; kb < nkv; ++kb) {
       const int s = kb % A9_STAGES, sp = (kb - 1) % A9_STAGES;
       mbar_wait(kFull + 8 * s, (h3u32)(kb / A9_STAGES) & 1u);
-      a9_issue_s(sc, dq, sK, s);
       mbar_wait(vFull + 8 * sp, (h3u32)((kb - 1) / A9_STAGES) & 1u);
+      a9_turn_wait(cw);
+      a9_issue_s(sc, dq, sK, s);
       a9_issue_pv(o, pa, sV, sp);
+      a9_turn_pass(cw);
       wgmma_wait<1>();  // S of kb is complete (groups complete in order)
       a9_softmax(sc, (long long)kb * 64, Lk, t4, m, l, alpha);
       wgmma_wait<0>();  // P V of kb - 1 is complete: its K and V stage is free
@@ -181,7 +215,9 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
     {
       const int sp = (nkv - 1) % A9_STAGES;
       mbar_wait(vFull + 8 * sp, (h3u32)((nkv - 1) / A9_STAGES) & 1u);
+      a9_turn_wait(cw);
       a9_issue_pv(o, pa, sV, sp);
+      if (cw == 0) a9_turn_pass(0);  // consumer 1's last turn; consumer 0 has none left to receive
       wgmma_wait<0>();
     }
 #else

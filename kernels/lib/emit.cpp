@@ -445,14 +445,16 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
 // sm90AttnStages stages of 32 KiB; the same bits as attention.cuh.
 plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string &arch) {
   const EmitOptions &o = v.options;
-  if (o.sm90AttnStages < 2 || o.sm90AttnStages > 5 || (o.sm90AttnOverlap != 0 && o.sm90AttnOverlap != 1))
-    fail(v.where, "Hopper attention tuning out of range (stages 2-5, overlap 0/1)");
+  if (o.sm90AttnStages < 2 || o.sm90AttnStages > 5 || (o.sm90AttnOverlap != 0 && o.sm90AttnOverlap != 1) ||
+      (o.sm90AttnPingpong != 0 && o.sm90AttnPingpong != 1))
+    fail(v.where, "Hopper attention tuning out of range (stages 2-5, overlap 0/1, ping-pong 0/1)");
   const int64_t d = 128, ld = heads * d;
   Builder b;
   b.def("A9_HEADS", heads);
   b.def("A9_SCALE", floatLit(1.0 / std::sqrt((double)d)));
   b.def("A9_STAGES", o.sm90AttnStages);
   b.def("A9_OVERLAP", o.sm90AttnOverlap);
+  b.def("A9_PINGPONG", o.sm90AttnOverlap ? o.sm90AttnPingpong : 0);
   Params p;
   Extent itemRows = Extent::rowsOf(v.in(0).rows, false), kvRows = Extent::rowsOf(v.in(1).rows, false);
   p.itemTensorMap("q_map", OperandRole::In, 0, itemRows, ld, 64, 128);

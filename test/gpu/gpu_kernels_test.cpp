@@ -369,13 +369,14 @@ void Kernels::checkAttention(const std::string &cfg, int heads, int d, long long
       size_t at = firstDiff(o1, om);
       report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) attention == mma.sync attention byte for byte{}",
                                                 at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
-      for (int variant = 0; variant < 2; ++variant) {
+      for (int variant = 0; variant < 3; ++variant) {
         hk::EmitOptions o;
-        o.sm90AttnOverlap = variant;
-        o.sm90AttnStages = variant == 0 ? 2 : 4;
+        o.sm90AttnOverlap = variant > 0;
+        o.sm90AttnPingpong = variant == 2;
+        o.sm90AttnStages = 2 + variant;
         auto ov = goWith(kernel(aop, o), L, B);
-        report(bytesEqual(ov, om), name + fmt::format(": Hopper attention stages {} overlap {} == mma.sync",
-                                                      o.sm90AttnStages, o.sm90AttnOverlap));
+        report(bytesEqual(ov, om), name + fmt::format(": Hopper attention stages {} overlap {} ping-pong {} == mma.sync",
+                                                      o.sm90AttnStages, o.sm90AttnOverlap, o.sm90AttnPingpong));
       }
     }
     if (B > 1) {

@@ -28,8 +28,9 @@ struct EmitOptions {
   int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // the best sum over the four block linears (bench/NOTES.md)
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
-  // before the softmax of this one (1) or after its P V (0).
-  int sm90AttnStages = 3, sm90AttnOverlap = 1;
+  // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
+  // consumer warpgroups take turns issuing (FA3's ping-pong; with overlap only).
+  int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1;
 };
 
 // The kernel for a plan op: its complete NVRTC-compilable source (no includes), entry, NVRTC options, launch ABI and
