@@ -105,7 +105,8 @@ public:
     }
     stream_ = io ? reinterpret_cast<CUstream>(io->stream) : nullptr;
     allocateArena(p, req);
-    if (io) bindCaller(fn, req, *io);
+    bound_.clear();
+    if (io) bindCaller(fn, *io);
     uploadInputs(fn, req);
     auto t2 = std::chrono::steady_clock::now();
 
@@ -274,27 +275,19 @@ private:
   // The caller's device memory in place of the arena regions of the bound activations and of the two outputs. A
   // graph input is never written (values are single-assignment) and an output is written only by its producer, so
   // rebinding one value's address leaves every other value of its slot where it was.
-  void bindCaller(const plan::Function &fn, const CanonicalRequest &req, const DeviceIO &io) {
-    bound_.clear();
-    auto bind = [&](const std::string &value, uint64_t ptr, DType dtype, const std::string &what) {
-      const plan::Value &v = plan_->value(value);
-      if (v.dtype != dtype)
-        fail(what, "is {} on the device but the plan's value {} is {} (convert it first)", dtypeName(dtype), value,
-             dtypeName(v.dtype));
-      if (ptr == 0 && valueBytes(v) > 0) fail(what, "null device address");
+  void bindCaller(const plan::Function &fn, const DeviceIO &io) {
+    auto bind = [&](const std::string &value, uint64_t ptr, const std::string &what) {
+      if (ptr == 0 && valueBytes(plan_->value(value)) > 0) fail(what, "null device address");
       values_.at(value).ptr = CUdeviceptr(ptr);
       bound_.insert(value);
     };
-    const std::map<std::string, DType> dtypes = {{"hidden_states", req.videoDtype},
-                                                 {"audio_hidden_states", req.audioDtype},
-                                                 {"encoder_hidden_states", req.textDtype}};
     for (const auto &[name, ptr] : io.inputs) {
-      auto it = dtypes.find(name);
-      if (it == dtypes.end()) fail("device input " + name, "only the three activations can be bound");
-      bind("@" + name, ptr, it->second, name);
+      if (name != "hidden_states" && name != "audio_hidden_states" && name != "encoder_hidden_states")
+        fail("device input " + name, "only the three activations can be bound");
+      bind("@" + name, ptr, name);
     }
-    bind(fn.outputs.at("sample"), io.sample, DType::F32, "sample");
-    bind(fn.outputs.at("audio_sample"), io.audioSample, DType::F32, "audio_sample");
+    bind(fn.outputs.at("sample"), io.sample, "sample");
+    bind(fn.outputs.at("audio_sample"), io.audioSample, "audio_sample");
   }
 
   // Weights: one device allocation per plan weight buffer, tensors back to back in the plan's order.

@@ -29,9 +29,9 @@ struct RunOptions {
 
 // Caller-owned device memory of a GPU forward (the Python package's CUDA tensors), all on the executor's device:
 // the kernels read these activations and write these outputs in place (no staging copy), and every launch and copy
-// goes to `stream`. An activation is bound only when its dtype is the plan's value dtype and it is contiguous (the
-// caller converts otherwise); the Request still carries its bytes (read back by the caller) for validation and the
-// ledger's request hash.
+// goes to `stream`. A bound activation holds the plan's value dtype (e.g. BF16 text: the caller converts, rounding
+// to nearest even as the executor's upload does), contiguous; the Request still carries the caller's values (read
+// back to the host) for validation and the ledger's request hash, exactly as `h3c run` sees them.
 struct DeviceIO {
   std::map<std::string, uint64_t> inputs;  // "hidden_states" | "audio_hidden_states" | "encoder_hidden_states"
   uint64_t sample = 0, audioSample = 0;    // F32, contiguous [B, Nv, videoPatchDim] / [B, Na, audio_in_channels]
