@@ -48,6 +48,12 @@ def _is_torch(x):
     return type(x).__module__.split(".")[0] == "torch"
 
 
+def _exportable(x):
+    """NumPy before 2.0 refuses to export a read-only array (np.frombuffer's) through DLPack: such an array is copied
+    once here (host inputs are copied into the request anyway)."""
+    return x.copy() if type(x).__module__ == "numpy" and not x.flags.writeable else x
+
+
 def _numpy(array):
     import numpy
     return numpy.from_dlpack(array)
@@ -124,10 +130,7 @@ class Transformer:
         for name, x in given.items():
             if not hasattr(x, "__dlpack__"):
                 raise _error(name, f"expected a torch tensor or a NumPy array, got {type(x).__name__}")
-        # NumPy before 2.0 refuses to export a read-only array (np.frombuffer's) through DLPack: such an array is
-        # copied once here (host inputs are copied into the request anyway).
-        given = {n: x.copy() if type(x).__module__ == "numpy" and not x.flags.writeable else x
-                 for n, x in given.items()}
+        given = {n: _exportable(x) for n, x in given.items()}
         torch_in = any(_is_torch(x) for x in given.values())
         if torch_in:
             given = {n: x.detach() for n, x in given.items()}
@@ -180,13 +183,14 @@ def sde_constants(scheduler, i, noise_level):
 
 def sde_step(scheduler, i, noise_level, velocity, sample, noise):
     """One SDE step over float32 host arrays: (next, mean, sum_sq, logprob), bit for bit `h3c generate`'s."""
-    nxt, mean, sum_sq, logprob = _h3c.sde_step(scheduler, i, noise_level, velocity, sample, noise)
+    nxt, mean, sum_sq, logprob = _h3c.sde_step(scheduler, i, noise_level, _exportable(velocity),
+                                               _exportable(sample), _exportable(noise))
     return _numpy(nxt), _numpy(mean), sum_sq, logprob
 
 
 def scheduler_step(scheduler, i, velocity, sample):
     """The ODE (Euler) step of MiniMaxH3Scheduler over float32 host arrays; returns the next sample."""
-    return _numpy(scheduler.step(i, velocity, sample))
+    return _numpy(scheduler.step(i, _exportable(velocity), _exportable(sample)))
 
 
 def philox_normals(seed, modality, draw, count):
