@@ -24,8 +24,10 @@ import h3c
 
 TOOL = os.environ["H3C_TOOL"]
 SRC = os.environ["H3C_SOURCE_DIR"]
+sys.path.insert(0, os.path.join(SRC, "scripts"))
+import st_numpy  # noqa: E402
 TMP = tempfile.mkdtemp(prefix="h3c-python-")
-DT = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+DT = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}  # what write_st writes
 
 
 def tool(*args, ok=True):
@@ -36,19 +38,8 @@ def tool(*args, ok=True):
 
 
 def read_st(path):
-    """A safetensors file as name -> NumPy array (BF16 as uint16 bits), and its metadata."""
-    with open(path, "rb") as f:
-        b = f.read()
-    n = struct.unpack("<Q", b[:8])[0]
-    head = json.loads(b[8:8 + n])
-    data = b[8 + n:]
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        a, z = v["data_offsets"]
-        out[k] = np.frombuffer(data[a:z], dtype=DT.get(v["dtype"], np.uint16)).reshape(v["shape"])
-    return out
+    """A safetensors file as name -> NumPy array (BF16 as int16 bits)."""
+    return st_numpy.read(path)[0]
 
 
 def write_st(path, tensors):
@@ -134,10 +125,7 @@ class TransformerAgainstCli(unittest.TestCase):
         self.check(t, f"{TMP}/plan", ["--synthetic", "5"], ["a"], as_torch=True)
         # BF16 activations (the request file holds BF16; torch gives them as torch.bfloat16).
         want, _ = cli_run(f"{TMP}/plan", f"{TMP}/d.safetensors", ["--synthetic", "5"], "bf16")
-        args = read_st(f"{TMP}/d.safetensors")
-        for k in ("hidden_states", "audio_hidden_states", "encoder_hidden_states"):
-            args[k] = args[k].astype(np.int16)  # the BF16 bits (torch has no uint16)
-        args = {k: torch.from_numpy(v.copy()) for k, v in args.items()}
+        args = {k: torch.from_numpy(v.copy()) for k, v in read_st(f"{TMP}/d.safetensors").items()}
         for k in ("hidden_states", "audio_hidden_states", "encoder_hidden_states"):
             args[k] = args[k].view(torch.bfloat16)
         video, audio = t(**args, return_dict=False)
