@@ -45,6 +45,10 @@ std::unique_ptr<WeightSource> makeCheckpointWeights(const h3::Config &c, const s
 // tensor is `all`'s. Keeps a reference to `all`.
 std::unique_ptr<WeightSource> makeRankWeights(WeightSource &all, const plan::Plan &p, int64_t tpIndex);
 
+// `source`'s tensors kept in memory after their first load (the resident engine on the CPU: later forwards read no
+// checkpoint and generate no synthetic value again). loadRows slices the kept tensor. Keeps a reference to `source`.
+std::unique_ptr<WeightSource> makeCachedWeights(WeightSource &source);
+
 // Synthetic value of one element (as float, before dtype rounding): exposed so the GPU path and tests can agree.
 float syntheticValue(uint64_t seed, const h3::TensorSpec &spec, int64_t index);
 
