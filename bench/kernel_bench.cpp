@@ -2,7 +2,7 @@
 // events: 3 warm-up launches, then the median of 20 timed launches each. Inputs are random (never zeros). Each kernel
 // is JIT-compiled and launched exactly as a plan carries it (its text, NVRTC options and launch ABI).
 // Prints a table (ms, TFLOP/s or GB/s) and writes JSON lines to argv[1] when given.
-//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep]
+//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep] [--only TEXT]
 // --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight) and of the
 // Hopper attention (stages, overlap) beside the mma.sync kernel of the same op; the output bits of all variants are
 // the same (the GPU checks compare them).
@@ -105,10 +105,12 @@ int main(int argc, char **argv) {
   std::string outPath;
   long long M = 8349;
   bool sweep = false;
+  std::string only;  // --only TEXT: time only the kernels whose name contains TEXT
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc) M = std::atoll(argv[++i]);
     else if (a == "--sweep") sweep = true;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else outPath = a;
   }
   try {
@@ -139,6 +141,7 @@ int main(int argc, char **argv) {
     const plan::Extents ext{1, M, 0, 0, 0, T};
     auto bench = [&](const std::string &name, const EmitOp &op, const Operands &ops, double flops, double bytes,
                      const h3c::kernels::EmitOptions &opt = {}) {
+      if (!only.empty() && name.find(only) == std::string::npos) return;
       try {
         auto k = emit(op, dev.arch(), opt);
         const plan::Kernel &kk = kernels.emplace(k->id, *k).first->second;
