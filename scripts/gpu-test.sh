@@ -33,7 +33,7 @@ py=$(command -v python3 || true)
 tinc=$([ -n "$py" ] && "$py" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'include'))" 2>/dev/null || true)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3C_ENABLE_MLIR=OFF -DH3C_ENABLE_TESTS=OFF \
   ${extra:+-DH3C_EXTRA_INCLUDE=$extra} ${py:+-DPython3_EXECUTABLE=$py} \
-  $([ -f "$tinc/pybind11/pybind11.h" ] && echo "-DH3C_PYBIND11_INCLUDE=$tinc") >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; echo "0 passed, 1 failed"; exit 1; }
+  $([ ! -f "${extra:-/nonexistent}/pybind11/pybind11.h" ] && [ -f "$tinc/pybind11/pybind11.h" ] && echo "-DH3C_PYBIND11_INCLUDE=$tinc") >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; echo "0 passed, 1 failed"; exit 1; }
 if ! cmake --build "$build" -j"$(nproc)" --target h3c_gpu_tests >"$out/build.log" 2>&1; then
   tail -30 "$out/build.log"; echo "0 passed, 1 failed"; exit 1
 fi

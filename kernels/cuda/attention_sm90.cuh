@@ -1,8 +1,9 @@
 // Flash attention on Hopper (sm_90a: TMA + mbarrier ring + wgmma, warp-specialized) in the contract's `flash` order
 // (docs/contract.md section 4), operation for operation the order of attention.cuh, so both kernels give the same
 // bits (the GPU checks compare them byte for byte): keys in canonical order in blocks of 64, ascending; per block
-// s = q k^T (16-wide chunks of d, ascending, from 0) * d^-0.5, running max m and sum l, P = bf(exp(s - m)),
-// o = o * exp(m_old - m_new) + P v (16-key chunks, ascending), finally o / l. wgmma's chunk function equals
+// s = q k^T (16-wide chunks of d, ascending, from 0), running max m of the raw scores and sum l, with
+// c = fl(d^-0.5 * log2 e) and mc = fl(m_new * c): P = bf(ex2(fma(s, c, -mc))), o = o * ex2(fma(m_old, c, -mc)) + P v
+// (16-key chunks, ascending), finally o / l. wgmma's chunk function equals
 // mma.sync's (../shared/HOPPER-KERNELS.md section 1), and a wgmma accumulator fragment has the mma.sync layout per
 // warp (row 16 * warp + g (+ 8), column 8 * j + 2 * t4 (+ 1)), so every thread sums l over the same keys in the same
 // order as there.
@@ -16,7 +17,7 @@
 // Keys past the item's end read as zeros through the 3-D tensor maps (per item) and are masked to -inf before the
 // max, as in attention.cuh.
 //
-// Defined by the emitter: A9_ENTRY H3C_PARAMS A9_SCALE (float literal) A9_STAGES A9_OVERLAP A9_PINGPONG
+// Defined by the emitter: A9_ENTRY H3C_PARAMS A9_C (c, a float literal) A9_STAGES A9_OVERLAP A9_PINGPONG
 // (with A9_OVERLAP only). Parameters
 // (H3C_PARAMS, in this order): q_map (q [B, Lq, heads * 128], boxes of 64 columns x 128 rows), k_map, v_map (k, v
 // [B, Lk, heads * 128], boxes of 64 columns x 64 rows), out (o [B, Lq, heads * 128]), item_rows = Lq, kv_rows = Lk
@@ -37,8 +38,8 @@ __device__ __forceinline__ h3u32 a9_pack_rn(float lo, float hi) {
 }
 
 // The softmax step of one key block on this thread's S fragment (sc[j * 4 + e]: row 16 * warp + g + 8 * (e >> 1),
-// key k0 + 8 * j + 2 * t4 + (e & 1)), exactly attention.cuh's: scale (and mask, in the block that crosses Lk),
-// running max over the quad, rescale of l, P = bf(exp(s - m)) (left in sc) summed into l in (j, e) order. Returns
+// key k0 + 8 * j + 2 * t4 + (e & 1)), exactly attention.cuh's: mask (in the block that crosses Lk only), running
+// max over the quad, rescale of l, P = bf(ex2(fma(s, c, -mc))) (left in sc) summed into l in (j, e) order. Returns
 // the rows' rescale factors for o in alpha; a9_rescale_pack applies them and packs P (neither o nor the packed P of
 // the previous block is touched here, so its P V may still run).
 __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk, int t4, float *m, float *l,
@@ -48,13 +49,8 @@ __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const long long key = k0 + j * 8 + t4 * 2 + (e & 1);
-        sc[j * 4 + e] = key < Lk ? __fmul_rn(sc[j * 4 + e], A9_SCALE) : kNegInf;
-      }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) sc[i] = __fmul_rn(sc[i], A9_SCALE);
+      for (int e = 0; e < 4; ++e)
+        if (k0 + j * 8 + t4 * 2 + (e & 1) >= Lk) sc[j * 4 + e] = kNegInf;
   }
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -63,13 +59,14 @@ __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk
     for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(sc[j * 4 + hh * 2], sc[j * 4 + hh * 2 + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float mnew = fmaxf(m[hh], mx);
-    alpha[hh] = expf(__fsub_rn(m[hh], mnew));
+    const float mnew = fmaxf(m[hh], mx), mc = __fmul_rn(mnew, A9_C);
+    alpha[hh] = h3c_ex2(__fmaf_rn(m[hh], A9_C, -mc));  // 0 on the first block (m = -inf)
     m[hh] = mnew;
     l[hh] = __fmul_rn(l[hh], alpha[hh]);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const h3u32 pr = a9_pack_rn(expf(__fsub_rn(sc[j * 4 + hh * 2], mnew)), expf(__fsub_rn(sc[j * 4 + hh * 2 + 1], mnew)));
+      const h3u32 pr = a9_pack_rn(h3c_ex2(__fmaf_rn(sc[j * 4 + hh * 2], A9_C, -mc)),
+                                  h3c_ex2(__fmaf_rn(sc[j * 4 + hh * 2 + 1], A9_C, -mc)));
       sc[j * 4 + hh * 2] = __uint_as_float(pr << 16);
       sc[j * 4 + hh * 2 + 1] = __uint_as_float(pr & 0xffff0000u);
       l[hh] = __fadd_rn(l[hh], sc[j * 4 + hh * 2]);

@@ -272,14 +272,25 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   return finish(gemmName(v, d, "sm90"), "G9_ENTRY", b, p, body, l, arch);
 }
 
-plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string &arch) {
+// Tiles of the mma.sync kernel: 128 x 128 (warp tile 64 x 32) for row counts that grow with the request, and 16 x 64
+// (warp tile 16 x 16, BK 64, 4 stages) for the few-row tables (adaln_table: T * 3 rows), which stream their weight
+// once and need many CTAs with deep loads in flight to reach the memory bandwidth. The tile is chosen by the op's
+// row domain, never by M, and no tile changes a bit (each output's chain is fixed).
+struct MmaTile {
+  int BM, BN, WM, WN, BK, stages;
+  const char *name;
+};
+constexpr MmaTile kTileLarge{128, 128, 2, 4, 32, 3, "bf16"}, kTileFewRows{16, 64, 1, 4, 64, 4, "bf16m16"};
+
+plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string &arch,
+                          const MmaTile &tile = kTileLarge) {
   const int64_t K = d.K, N = d.N;
   if (K % 8 != 0) fail(v.where, "bf16 linear needs K % 8 == 0 (16-byte rows), got K = {}", K);
   if (d.epi == Epilogue::Swiglu && N % 2 != 0)
     fail(v.where, "swiglu epilogue needs an even N (value and gate halves), got {}", N);
   if (arch == "sm_90a" && v.options.wgmma && d.x == XMode::Bf16) return emitGemmSm90(v, d, arch);
   Builder b;
-  const int BM = 128, BN = 128, WM = 2, WN = 4, BK = 32, stages = 3;  // warp tile 64 x 32
+  const int BM = tile.BM, BN = tile.BN, WM = tile.WM, WN = tile.WN, BK = tile.BK, stages = tile.stages;
   static const char *xName[] = {"GM_X_BF16", "GM_X_F32", "GM_X_SILU_F32"};
   defineEpilogue(b, d);
   b.def("GM_BM", BM); b.def("GM_BN", BN); b.def("GM_BK", BK); b.def("GM_WM", WM); b.def("GM_WN", WN);
@@ -291,7 +302,7 @@ plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string 
   plan::Launch l = launch(WM * WN * 32, int64_t(stages) * (BM + BN) * (BK + 8) * 2, dim(v.rowsOfIn(0), BM),
                           dim(Extent::constant((outCols + bno - 1) / bno)));
   std::string body = std::string(tmpl::gemm_epilogue) + "\n" + tmpl::gemm_bf16;
-  return finish(gemmName(v, d, "bf16"), "GM_ENTRY", b, p, body, l, arch);
+  return finish(gemmName(v, d, tile.name), "GM_ENTRY", b, p, body, l, arch);
 }
 
 // Every GEMM reduces K in one chain (k_chunks, one unit).
@@ -358,7 +369,7 @@ plan::Kernel emitAdaln(const OpView &v, const std::string &arch) {
   checkKChunks(v);
   d.x = XMode::SiluF32;
   d.bias = !v.op.biases.empty();
-  return emitGemmBf16(v, d, arch);
+  return emitGemmBf16(v, d, arch, kTileFewRows);
 }
 
 plan::Kernel emitTimeEmbed(const OpView &v, const std::string &arch) {
@@ -409,7 +420,10 @@ plan::Kernel emitNorm(const OpView &v, bool modulate, const std::string &arch) {
   if (hasW) p.weight("w", 0);
   p.scalar("rows", v.rowsOfIn(0));
   if (modulate) p.scalar("meta_rows", v.rowsOfIn(2));
-  plan::Launch l = launch(256, 0, dim(v.rowsOfIn(0), 8));
+  // The vector path needs 16-byte aligned rows, tables and weights: bf16 with H % 256 == 0 (8 elements per lane).
+  const bool vec = a.xDtype != DType::F32 && a.outDtype != DType::F32 && a.H % 256 == 0;
+  b.def("RN_VEC", vec ? 1 : 0);
+  plan::Launch l = launch(256, vec ? 8 * a.H * 2 : 0, dim(v.rowsOfIn(0), 8));
   return finish(fmt::format("{}_h{}", plan::opKindName(v.op.kind), a.H), "RN_ENTRY", b, p, tmpl::norm, l, arch);
 }
 
@@ -441,6 +455,10 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
                 tmpl::headops, l, arch);
 }
 
+// The flash order's exponent scale c = fl(d^-0.5 * log2 e) (docs/contract.md section 4), computed in double and
+// rounded once to F32 by floatLit; the CPU reference derives the same value.
+double flashExp2Scale(int64_t d) { return 1.0 / std::sqrt((double)d) * 1.4426950408889634074; }
+
 // The Hopper attention (attention_sm90.cuh): 128-query tiles of one (head, item), K/V blocks of 64 keys in a ring of
 // sm90AttnStages stages of 32 KiB; the same bits as attention.cuh.
 plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string &arch) {
@@ -451,7 +469,7 @@ plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string
   const int64_t d = 128, ld = heads * d;
   Builder b;
   b.def("A9_HEADS", heads);
-  b.def("A9_SCALE", floatLit(1.0 / std::sqrt((double)d)));
+  b.def("A9_C", floatLit(flashExp2Scale(d)));
   b.def("A9_STAGES", o.sm90AttnStages);
   b.def("A9_OVERLAP", o.sm90AttnOverlap);
   b.def("A9_PINGPONG", o.sm90AttnOverlap ? o.sm90AttnPingpong : 0);
@@ -481,7 +499,7 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
     fail(v.where, "k and v share a row domain, which is q's unless q is a rank's rows Sr");
   if (arch == "sm_90a" && v.options.wgmma && d == 128) return emitAttentionSm90(v, heads, arch);
   Builder b;
-  b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_SCALE", floatLit(1.0 / std::sqrt((double)d)));
+  b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_C", floatLit(flashExp2Scale(d)));
   Params p;
   p.in("q", 0);
   p.in("k", 1);

@@ -31,6 +31,11 @@ struct EmitOptions {
   // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
   // consumer warpgroups take turns issuing (FA3's ping-pong; with overlap only).
   int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1;
+
+  // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
+  // gemm_inflight, attn_stages, attn_overlap, attn_pingpong); throws h3c::Error naming `where` for an unknown name.
+  // Ranges are checked where the kernel is emitted.
+  void set(const std::string &name, int value, const std::string &where);
 };
 
 // The kernel for a plan op: its complete NVRTC-compilable source (no includes), entry, NVRTC options, launch ABI and
