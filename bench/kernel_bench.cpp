@@ -190,13 +190,15 @@ int main(int argc, char **argv) {
       mma.wgmma = false;
       gemm(std::string(l.name) + " [mma.sync]", l.kind, l.K, l.N, l.epi, mma);
       for (int st : {3, 4})
-        for (int gm : {8, 16, 32})
+        for (int gm : {8, 16})
           for (int fl : {0, 1}) {
             h3c::kernels::EmitOptions o;
             o.sm90Stages = st;
             o.sm90GroupM = gm;
             o.sm90Inflight = fl;
             gemm(fmt::format("{} [sm90 st{} g{} f{}]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, o);
+            o.sm90Cluster = 2;
+            gemm(fmt::format("{} [sm90 st{} g{} f{} c2]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, o);
           }
     }
     {

@@ -41,6 +41,34 @@ __device__ __forceinline__ void tma_load_3d(h3u32 dst, const H3cTensorMap *map, 
                ::"r"(dst), "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
 
+// ---- clusters (2-CTA pairs sharing a tile through TMA multicast) ----
+__device__ __forceinline__ h3u32 cluster_rank() {
+  h3u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster: the barriers initialized before it are visible cluster-wide after it, and
+// no CTA leaves while a peer may still write into its shared memory or arrive on its barriers.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The same shared-memory offset in CTA `rank` of the cluster, as a shared::cluster address.
+__device__ __forceinline__ h3u32 cluster_map(h3u32 addr, h3u32 rank) {
+  h3u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void mbar_arrive_cluster(h3u32 cluster_addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+// tma_load_2d into the same offset of every CTA in `mask`, completing the bytes on each one's barrier at `bar`.
+__device__ __forceinline__ void tma_load_2d_multicast(h3u32 dst, const H3cTensorMap *map, int c0, int c1, h3u32 bar,
+                                                      unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3}], [%4], %5;\n"
+               ::"r"(dst), "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+
 // ---- wgmma ----
 // Shared-memory matrix descriptor of a K-major bf16 tile written by TMA with the 128-byte swizzle: rows of 64
 // elements (128 bytes), 8-row groups 1,024 bytes apart (SBO), the tile 1,024-byte aligned. Adding 2 (32 bytes) to

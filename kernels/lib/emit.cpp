@@ -254,20 +254,27 @@ std::string gemmName(const OpView &v, const GemmDesc &d, const std::string &impl
 plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;
   const int stages = o.sm90Stages, groupM = o.sm90GroupM;
-  if (stages < 2 || stages > 4 || groupM < 1 || groupM > 64 || (o.sm90Inflight != 0 && o.sm90Inflight != 1))
-    fail(v.where, "Hopper linear tuning out of range (stages 2-4, group 1-64, in flight 0/1)");
+  if (stages < 2 || stages > 4 || groupM < 1 || groupM > 64 || (o.sm90Inflight != 0 && o.sm90Inflight != 1) ||
+      (o.sm90Cluster != 1 && o.sm90Cluster != 2))
+    fail(v.where, "Hopper linear tuning out of range (stages 2-4, group 1-64, in flight 0/1, cluster 1/2)");
+  const int cluster = o.sm90Cluster;
   Builder b;
   defineEpilogue(b, d);
   b.def("G9_STAGES", stages);
   b.def("G9_GROUP_M", groupM);
   b.def("G9_INFLIGHT", o.sm90Inflight);
+  b.def("G9_CLUSTER", cluster);
   Params p = gemmParams(v, d, /*maps=*/true);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
   const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + 255) / 256;
-  plan::GridDim g = dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);  // >= the tile count, capped at the SMs
+  // >= the tile count (with pairs: twice the pair count, (rows + 255) / 256 pairs per column tile), capped at the SMs;
+  // the runtime rounds the grid to whole clusters.
+  plan::GridDim g = cluster == 2 ? dim(v.rowsOfIn(0).plus(255).scaled(2 * tilesN), 256)
+                                 : dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);
   g.maxPerSm = 1;
   const int64_t smem = int64_t(stages) * (128 + 256) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
   plan::Launch l = launch(384, smem, g);
+  l.cluster = {cluster, 1, 1};
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::gemm_sm90;
   return finish(gemmName(v, d, "sm90"), "G9_ENTRY", b, p, body, l, arch);
 }

@@ -17,6 +17,7 @@ void EmitOptions::set(const std::string &name, int value, const std::string &whe
   const Field fields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 4},
                           {"gemm_group_m", &EmitOptions::sm90GroupM, 1, 64},
                           {"gemm_inflight", &EmitOptions::sm90Inflight, 0, 1},
+                          {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 5},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
                           {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1}};

@@ -263,6 +263,14 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       size_t at = firstDiff(y1, ym);
       report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) kernel == mma.sync kernel byte for byte{}",
                                                 at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
+      // The 2-CTA cluster variant (B multicast to a pair of row tiles; an odd row-tile count leaves a phantom tile).
+      hk::EmitOptions pair;
+      pair.sm90Cluster = 2;
+      const plan::Kernel &pk = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), pair);
+      auto yp = runWith(pk, dX, dRes, M, dTs, dTags);
+      size_t pat = firstDiff(yp, ym);
+      report(pat == SIZE_MAX, name + fmt::format(": Hopper 2-CTA cluster kernel == mma.sync kernel byte for byte{}",
+                                                 pat == SIZE_MAX ? "" : fmt::format(" (first difference at {})", pat)));
     }
     auto y2 = runOnce(dX, dRes, M, dTs, dTags);
     report(bytesEqual(y1, y2), name + ": two runs byte-equal");
