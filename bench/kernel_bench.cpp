@@ -2,9 +2,10 @@
 // events: 3 warm-up launches, then the median of 20 timed launches each. Inputs are random (never zeros). Each kernel
 // is JIT-compiled and launched exactly as a plan carries it (its text, NVRTC options and launch ABI).
 // Prints a table (ms, TFLOP/s or GB/s) and writes JSON lines to argv[1] when given.
-//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep]
-// --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight) beside the
-// mma.sync kernel of the same op; the output bits of all variants are the same (the GPU checks compare them).
+//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep] [--only TEXT]
+// --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight) and of the
+// Hopper attention (stages, overlap) beside the mma.sync kernel of the same op; the output bits of all variants are
+// the same (the GPU checks compare them).
 #include "emit_ops.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
@@ -104,10 +105,12 @@ int main(int argc, char **argv) {
   std::string outPath;
   long long M = 8349;
   bool sweep = false;
+  std::string only;  // --only TEXT: time only the kernels whose name contains TEXT
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc) M = std::atoll(argv[++i]);
     else if (a == "--sweep") sweep = true;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else outPath = a;
   }
   try {
@@ -138,6 +141,7 @@ int main(int argc, char **argv) {
     const plan::Extents ext{1, M, 0, 0, 0, T};
     auto bench = [&](const std::string &name, const EmitOp &op, const Operands &ops, double flops, double bytes,
                      const h3c::kernels::EmitOptions &opt = {}) {
+      if (!only.empty() && name.find(only) == std::string::npos) return;
       try {
         auto k = emit(op, dev.arch(), opt);
         const plan::Kernel &kk = kernels.emplace(k->id, *k).first->second;
@@ -186,22 +190,40 @@ int main(int argc, char **argv) {
       mma.wgmma = false;
       gemm(std::string(l.name) + " [mma.sync]", l.kind, l.K, l.N, l.epi, mma);
       for (int st : {3, 4})
-        for (int gm : {8, 16, 32})
+        for (int gm : {8, 16})
           for (int fl : {0, 1}) {
             h3c::kernels::EmitOptions o;
             o.sm90Stages = st;
             o.sm90GroupM = gm;
             o.sm90Inflight = fl;
             gemm(fmt::format("{} [sm90 st{} g{} f{}]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, o);
+            o.sm90Cluster = 2;
+            gemm(fmt::format("{} [sm90 st{} g{} f{} c2]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, o);
           }
     }
     {
       Operands o;
       o.in = {x->get(), x2->get(), y2->get()};
       o.out = {y->get()};
-      bench("attention 56x128 (flash)",
-            op(OpKind::Attention, "attention", with(attrs({{"heads", heads}, {"head_dim", d}}), BF, BF, BF), flash()), o,
-            4.0 * M * M * d * heads, 4.0 * M * heads * d * 2);
+      const EmitOp at =
+          op(OpKind::Attention, "attention", with(attrs({{"heads", heads}, {"head_dim", d}}), BF, BF, BF), flash());
+      const double flops = 4.0 * M * M * d * heads, bytes = 4.0 * M * heads * d * 2;
+      bench("attention 56x128 (flash)", at, o, flops, bytes);
+      if (sweep && dev.arch() == "sm_90a") {
+        h3c::kernels::EmitOptions mma;
+        mma.wgmma = false;
+        bench("attention 56x128 [mma.sync]", at, o, flops, bytes, mma);
+        for (int st : {2, 3, 4})
+          for (int mode = 0; mode < 3; ++mode) {
+            h3c::kernels::EmitOptions v;
+            v.sm90AttnStages = st;
+            v.sm90AttnOverlap = mode > 0;
+            v.sm90AttnPingpong = mode == 2;
+            bench(fmt::format("attention 56x128 [sm90 st{} overlap{} pingpong{}]", st, v.sm90AttnOverlap,
+                              v.sm90AttnPingpong),
+                  at, o, flops, bytes, v);
+          }
+      }
     }
     {
       Operands o;

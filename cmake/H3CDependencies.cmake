@@ -21,8 +21,12 @@ target_include_directories(h3c_deps SYSTEM INTERFACE
   ${H3C_JSON_INCLUDE} ${H3C_FMT_INCLUDE} ${H3C_CLI11_INCLUDE} ${H3C_OPENSSL_INCLUDE})
 target_link_libraries(h3c_deps INTERFACE ${H3C_CRYPTO_LIB})
 # fmt: the compiled library where one is installed (Debian's libfmt-dev), so that its implementation is compiled
-# once instead of in every translation unit; header-only mode where only the headers are (GPU machines).
-find_library(H3C_FMT_LIB NAMES fmt HINTS ${H3C_EXTRA_INCLUDE}/../lib)
+# once instead of in every translation unit; header-only mode where only the headers are, and wherever the headers
+# come from H3C_EXTRA_INCLUDE (GPU machines): a system libfmt there may be another fmt version than the carried
+# headers (the H200 machine has one), and its symbols would not match.
+if(NOT H3C_EXTRA_INCLUDE)
+  find_library(H3C_FMT_LIB NAMES fmt)
+endif()
 if(H3C_FMT_LIB)
   target_link_libraries(h3c_deps INTERFACE ${H3C_FMT_LIB})
 else()

@@ -18,7 +18,7 @@ for c in tiny small full; do
 done
 rm -rf "$root/carry/plans/tiny-sp2tp2"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --sp 2 --tp 2 -o "$root/carry/plans/tiny-sp2tp2" | tail -1
-cp -r /usr/include/nlohmann /usr/include/fmt /usr/include/CLI /usr/include/openssl "$root/carry/include/"
+cp -r /usr/include/nlohmann /usr/include/fmt /usr/include/CLI /usr/include/openssl /usr/include/dlpack /usr/include/pybind11 "$root/carry/include/"
 cp -r /usr/include/x86_64-linux-gnu/openssl/* "$root/carry/include/openssl/"
 rm -rf "$root/carry/googletest" && cp -r /usr/src/googletest "$root/carry/googletest"
 du -sh "$root/carry"

@@ -9,6 +9,9 @@
 #      byte-equal, batch 1 vs 4 and packed-row permutation byte-equal; the full 33B at 8,349 tokens (synthetic
 #      weights, strict) when H3C_GPU_FULL=1;
 #   3. against diffusers (scripts/gpu-diffusers-check.sh) when diffusers' source is carried in carry/diffusers.
+#   4. the Python package (python/, built for the python3 on PATH; pybind11 from torch's wheel when it ships it):
+#      scripts/gpu-python-check.py, torch CUDA tensors against `h3c run --device gpu` byte for byte, the call
+#      overhead per forward (FIGURE lines), and a diffusers denoise step with the h3c transformer swapped in.
 # Ends with "N passed, N failed"; exit status 1 on any failure.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,8 +29,11 @@ ok() { passed=$((passed + 1)); echo "PASS $*"; }
 bad() { failed=$((failed + 1)); echo "FAIL $*"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+py=$(command -v python3 || true)
+tinc=$([ -n "$py" ] && "$py" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'include'))" 2>/dev/null || true)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3C_ENABLE_MLIR=OFF -DH3C_ENABLE_TESTS=OFF \
-  ${extra:+-DH3C_EXTRA_INCLUDE=$extra} >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; echo "0 passed, 1 failed"; exit 1; }
+  ${extra:+-DH3C_EXTRA_INCLUDE=$extra} ${py:+-DPython3_EXECUTABLE=$py} \
+  $([ ! -f "${extra:-/nonexistent}/pybind11/pybind11.h" ] && [ -f "$tinc/pybind11/pybind11.h" ] && echo "-DH3C_PYBIND11_INCLUDE=$tinc") >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; echo "0 passed, 1 failed"; exit 1; }
 if ! cmake --build "$build" -j"$(nproc)" --target h3c_gpu_tests >"$out/build.log" 2>&1; then
   tail -30 "$out/build.log"; echo "0 passed, 1 failed"; exit 1
 fi
@@ -62,6 +68,20 @@ if [ -d "${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/src}" ] && [ "$have_h3c" = 1
   else bad "diffusers check ended without a summary"; fi
 else
   echo "gpu-test: diffusers checks skipped (no carry/diffusers/src)"
+fi
+# 4. the Python package against the CLI on the GPU
+if [ "$have_h3c" = 1 ] && cmake --build "$build" -j"$(nproc)" --target h3c_python >"$out/build-python.log" 2>&1; then
+  cfgs=tiny,small; [ "${H3C_GPU_FULL:-0}" = 1 ] && cfgs=tiny,small,full
+  dsrc=${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/src}
+  PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$root/scripts/gpu-python-check.py" --h3c "$build/bin/h3c" \
+    --plans "${H3C_PLANS:-$root/carry/plans}" --tmp "$out/python" --configs "$cfgs" --diffusers-src "$dsrc" | tee "$out/python.log"
+  e=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out/python.log" | tail -1)
+  if [ -n "$e" ]; then
+    passed=$((passed + ${e%% passed*})); failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$e")))
+  elif ! grep -q '^SKIP' "$out/python.log"; then bad "python check ended without a summary"; fi
+else
+  bad "the Python package did not build (Python headers, pybind11, dlpack: see $out/build-python.log and configure.log)"
+  tail -8 "$out/build-python.log"; grep -i "python" "$out/configure.log" | tail -3
 fi
 echo "${passed} passed, ${failed} failed"
 [ "$failed" = 0 ]

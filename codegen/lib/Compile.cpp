@@ -88,7 +88,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   plo.tp = o.tp;
   plo.fuse = o.fuse;
   plo.wgmma = o.wgmma;
-  r.plan = emitPlan(*module, fp, fingerprintSha256, plo);
+  r.plan = emitPlan(*module, fp, fingerprintSha256, plo, o.tuning);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -87,7 +87,7 @@ void addWeightBuffers(plan::Plan &p, const plan::Op &op, const std::optional<pla
 } // namespace
 
 EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &fingerprintSha256,
-                     const plan::Options &o) {
+                     const plan::Options &o, const kernels::EmitOptions &tuning) {
   func::FuncOp fn;
   for (auto f : m.getOps<func::FuncOp>()) {
     if (fn) fail("h3 module", "has more than one func");
@@ -137,7 +137,7 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
     pop.index = forward.ops.size();
     std::optional<plan::Kernel> k;
     try {
-      kernels::EmitOptions eo;
+      kernels::EmitOptions eo = tuning;
       eo.wgmma = o.wgmma;
       k = kernels::emitKernel(pop, passes::operandValues(&op), o.arch, eo);
     } catch (const std::exception &e) {

@@ -1,10 +1,11 @@
 // Flash attention in the contract's `flash` order (docs/contract.md section 4), one (64-query block, head, batch
 // item) per CTA of 4 warps (16 query rows each). Keys in canonical order in blocks of 64, ascending; per block:
-// s = q k^T (mma over d in 16-wide chunks, ascending, from 0) * d^-0.5, running max m and sum l, P = bf(exp(s - m)),
-// o = o * exp(m_old - m_new) + P v (mma over the block's keys in 16-wide chunks, ascending); finally o / l, bf16.
+// s = q k^T (mma over d in 16-wide chunks, ascending, from 0), running max m of the raw scores and sum l,
+// with c = fl(d^-0.5 * log2 e) and mc = fl(m_new * c): P = bf(ex2(fma(s, c, -mc))),
+// o = o * ex2(fma(m_old, c, -mc)) + P v (mma over the block's keys in 16-wide chunks, ascending); finally o / l, bf16.
 // l sums the rounded P that multiply v. K/V tiles are double-buffered with cp.async.
 //
-// Defined by the emitter: AT_ENTRY H3C_PARAMS AT_D (multiple of 16, <= 256) AT_HEADS AT_SCALE (float literal).
+// Defined by the emitter: AT_ENTRY H3C_PARAMS AT_D (multiple of 16, <= 256) AT_HEADS AT_C (c, a float literal).
 // Parameters: q, out ([B, Lq, heads * d]), k, v ([B, Lk, heads * d]), item_rows = Lq and kv_rows = Lk (grid.x: query
 // blocks, y: heads, z: items). Lq < Lk under sequence parallelism: a rank's query rows attend every key of S.
 #define AT_LDS (AT_D + 8)
@@ -91,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         long long key = k0 + j * 8 + t4 * 2 + (e & 1);
-        s[j][e] = key < Lk ? __fmul_rn(s[j][e], AT_SCALE) : kNegInf;
+        if (key >= Lk) s[j][e] = kNegInf;
       }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -100,8 +101,8 @@ extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
       for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j][hh * 2], s[j][hh * 2 + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      float mnew = fmaxf(m[hh], mx);
-      float alpha = expf(__fsub_rn(m[hh], mnew));
+      const float mnew = fmaxf(m[hh], mx), mc = __fmul_rn(mnew, AT_C);
+      const float alpha = h3c_ex2(__fmaf_rn(m[hh], AT_C, -mc));  // 0 on the first block (m = -inf)
       m[hh] = mnew;
       l[hh] = __fmul_rn(l[hh], alpha);
 #pragma unroll
@@ -113,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float p = rbf(expf(__fsub_rn(s[j][hh * 2 + e], mnew)));
+          const float p = rbf(h3c_ex2(__fmaf_rn(s[j][hh * 2 + e], AT_C, -mc)));
           s[j][hh * 2 + e] = p;
           l[hh] = __fadd_rn(l[hh], p);
         }

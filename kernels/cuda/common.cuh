@@ -19,6 +19,13 @@ __device__ __forceinline__ h3bf f2bf(float f) {
   return (h3bf)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 __device__ __forceinline__ float rbf(float f) { return bf2f(f2bf(f)); }
+// 2^x by the PTX ex2.approx.ftz.f32 instruction (MUFU.EX2): one fixed hardware function, the contract's exp of the
+// flash order (docs/contract.md section 4). Not volatile: the compiler may schedule it, never replace it.
+__device__ __forceinline__ float h3c_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // Row metadata: table row of a packed row (docs/contract.md section 1: adaln row = ts * 3 + tag; norm_out row = ts).
 // The metadata vectors have no batch axis: `metaRows` (S) rows shared by every batch item.

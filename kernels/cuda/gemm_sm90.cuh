@@ -10,8 +10,13 @@
 // tiles, so the CTAs running at once share their A and B tiles in L2. swiglu tiles hold 128 value rows and the 128
 // matching gate rows of W, so each thread finishes value and gate of the same output column in registers.
 //
+// G9_CLUSTER = 2 launches pairs of CTAs (a 2 x 1 cluster) on row tiles 2p and 2p + 1 of the same column tile: each
+// CTA loads its own A and one of the two 128-row halves of B, multicast into both CTAs, so the pair reads B from L2
+// once (a third less L2 traffic per tile). A stage is refilled only when the consumers of both CTAs released it. The
+// second tile of a pair past the last row tile reads zeros and stores nothing. Timing only: the chains are the same.
+//
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
-// wgmmas before releasing its stage; 1: keep one k-block in flight), and the epilogue's defines
+// wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), and the epilogue's defines
 // (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order): x_map (tensor map of x [rows, K]); residual
 // (residual, gate_residual); table, ts_index, tags (gate_residual); y0 (y1, y2 for qkv); w_map (tensor map of W
 // [GM_N, K]); bias (when GM_HAS_BIAS); rows; meta_rows (gate_residual).
@@ -28,7 +33,8 @@
 #define G9_TILES_N ((GM_N + G9_BN - 1) / G9_BN)
 #endif
 
-// Tile t of the persistent walk: row tiles vary fastest inside a group of G9_GROUP_M row tiles.
+// Tile t of the persistent walk: row tiles vary fastest inside a group of G9_GROUP_M row tiles (with G9_CLUSTER = 2,
+// t and tm count pairs of row tiles).
 __device__ __forceinline__ void g9_tile(int t, int tilesM, int &tm, int &tn) {
   const int per = G9_GROUP_M * G9_TILES_N;
   const int first = (t / per) * G9_GROUP_M;
@@ -49,6 +55,15 @@ __device__ __forceinline__ void g9_wrows(int tn, int &w0, int &w1) {
 #endif
 }
 
+// A consumer warp's release of stage s: its own CTA's producer, and with G9_CLUSTER = 2 the peer's, which multicasts
+// half of B into this CTA's stage.
+__device__ __forceinline__ void g9_release(h3u32 bar, h3u32 peer) {
+  mbar_arrive(bar);
+#if G9_CLUSTER == 2
+  mbar_arrive_cluster(cluster_map(bar, peer));
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS) {
   extern __shared__ unsigned char g9_raw[];
   const h3u32 base = (smem_u32(g9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
@@ -57,15 +72,28 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const long long M = rows;
   const int tilesM = (int)((M + G9_BM - 1) / G9_BM);
-  const int tiles = tilesM * G9_TILES_N;
+#if G9_CLUSTER == 2
+  const h3u32 rank = cluster_rank(), peer = rank ^ 1u;
+  const int walkM = (tilesM + 1) / 2;  // pairs of row tiles
+  const int first = blockIdx.x / 2, stride = gridDim.x / 2;
+#else
+  const h3u32 rank = 0, peer = 0;
+  const int walkM = tilesM;
+  const int first = blockIdx.x, stride = gridDim.x;
+#endif
+  const int tiles = walkM * G9_TILES_N;
   if (threadIdx.x == 0) {
     for (int s = 0; s < G9_STAGES; ++s) {
-      mbar_init(full + 8 * s, 1);   // the producer's expect_tx; the TMA bytes complete the phase
-      mbar_init(empty + 8 * s, 8);  // one arrival per consumer warp
+      mbar_init(full + 8 * s, 1);                // the producer's expect_tx; the TMA bytes complete the phase
+      mbar_init(empty + 8 * s, 8 * G9_CLUSTER);  // one arrival per consumer warp of each CTA writing the stage
     }
     mbar_init_fence();
   }
+#if G9_CLUSTER == 2
+  cluster_sync();
+#else
   __syncthreads();
+#endif
 
   if (wg == 0) {
     regs_dealloc<40>();
@@ -74,16 +102,23 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       tma_prefetch_map(&w_map);
       int s = 0;
       h3u32 ph = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int t = first; t < tiles; t += stride) {
         int tm, tn, w0, w1;
-        g9_tile(t, tilesM, tm, tn);
+        g9_tile(t, walkM, tm, tn);
+        tm = tm * G9_CLUSTER + (int)rank;
         g9_wrows(tn, w0, w1);
         for (int kb = 0; kb < G9_KT; ++kb) {
           mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
           mbar_expect_tx(full + 8 * s, G9_A_BYTES + G9_B_BYTES);
           tma_load_2d(sA + s * G9_A_BYTES, &x_map, kb * G9_BK, tm * G9_BM, full + 8 * s);
+#if G9_CLUSTER == 2
+          // This CTA's half of B (rank 0: rows w0, rank 1: rows w1) into both CTAs of the pair.
+          tma_load_2d_multicast(sB + s * G9_B_BYTES + rank * (G9_B_BYTES / 2), &w_map, kb * G9_BK, rank ? w1 : w0,
+                                full + 8 * s, (unsigned short)3);
+#else
           tma_load_2d(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, w0, full + 8 * s);
           tma_load_2d(sB + s * G9_B_BYTES + G9_B_BYTES / 2, &w_map, kb * G9_BK, w1, full + 8 * s);
+#endif
           if (++s == G9_STAGES) { s = 0; ph ^= 1; }
         }
       }
@@ -98,9 +133,10 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     float acc[128];
     int s = 0;
     h3u32 ph = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (int t = first; t < tiles; t += stride) {
       int tm, tn;
-      g9_tile(t, tilesM, tm, tn);
+      g9_tile(t, walkM, tm, tn);
+      tm = tm * G9_CLUSTER + (int)rank;
       for (int kb = 0; kb < G9_KT; ++kb) {
         mbar_wait(full + 8 * s, ph);
         wgmma_fence();
@@ -113,16 +149,16 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
         // Keep this k-block's wgmmas in flight (they chain on the same accumulators, in issue order) and release the
         // stage of the previous one, which has completed.
         wgmma_wait<1>();
-        if (kb > 0 && lane == 0) mbar_arrive(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1));
+        if (kb > 0 && lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
 #else
         wgmma_wait<0>();
-        if (lane == 0) mbar_arrive(empty + 8 * s);
+        if (lane == 0) g9_release(empty + 8 * s, peer);
 #endif
         if (++s == G9_STAGES) { s = 0; ph ^= 1; }
       }
 #if G9_INFLIGHT
       wgmma_wait<0>();
-      if (lane == 0) mbar_arrive(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1));
+      if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
 #endif
       // Epilogue in registers. Accumulator i of this thread: row 16 * warp + g + 8 * ((i >> 1) & 1), column
       // 8 * (i >> 2) + 2 * t4 + (i & 1) of the warpgroup's 64 x 256 block (the mma.sync fragment layout).
@@ -154,4 +190,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       }
     }
   }
+#if G9_CLUSTER == 2
+  cluster_sync();  // the peer may still multicast into this CTA's stages or arrive on its barriers
+#endif
 }

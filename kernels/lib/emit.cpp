@@ -22,6 +22,7 @@ extern const char *const gemm_epilogue;
 extern const char *const gemm_sm90;
 extern const char *const hopper;
 extern const char *const attention;
+extern const char *const attention_sm90;
 extern const char *const norm;
 extern const char *const headops;
 extern const char *const elementwise;
@@ -110,6 +111,16 @@ struct Params {
     p.map.box = {boxCols, boxRows};
     list.push_back(p);
     decls.push_back("const __grid_constant__ H3cTensorMap " + name);
+  }
+  // A TMA descriptor of a batched bf16 activation [B, itemRows, cols] (cols innermost) with the 128-byte swizzle,
+  // read in boxes of boxCols x boxRows of one item: rows past an item's end read as zeros, never the next item's.
+  void itemTensorMap(const std::string &name, OperandRole role, int64_t index, const Extent &itemRows, int64_t cols,
+                     int64_t boxCols, int64_t boxRows) {
+    tensorMap(name, role, index, itemRows, cols, boxCols, boxRows);
+    KernelParam &p = list.back();
+    p.map.dims.push_back(Extent::parse("B", name));
+    p.map.strides.push_back(itemRows.scaled(cols * 2));
+    p.map.box.push_back(1);
   }
   std::string signature() const {
     std::string s;
@@ -243,32 +254,50 @@ std::string gemmName(const OpView &v, const GemmDesc &d, const std::string &impl
 plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;
   const int stages = o.sm90Stages, groupM = o.sm90GroupM;
-  if (stages < 2 || stages > 4 || groupM < 1 || groupM > 64 || (o.sm90Inflight != 0 && o.sm90Inflight != 1))
-    fail(v.where, "Hopper linear tuning out of range (stages 2-4, group 1-64, in flight 0/1)");
+  if (stages < 2 || stages > 4 || groupM < 1 || groupM > 64 || (o.sm90Inflight != 0 && o.sm90Inflight != 1) ||
+      (o.sm90Cluster != 1 && o.sm90Cluster != 2))
+    fail(v.where, "Hopper linear tuning out of range (stages 2-4, group 1-64, in flight 0/1, cluster 1/2)");
+  const int cluster = o.sm90Cluster;
   Builder b;
   defineEpilogue(b, d);
   b.def("G9_STAGES", stages);
   b.def("G9_GROUP_M", groupM);
   b.def("G9_INFLIGHT", o.sm90Inflight);
+  b.def("G9_CLUSTER", cluster);
   Params p = gemmParams(v, d, /*maps=*/true);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
   const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + 255) / 256;
-  plan::GridDim g = dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);  // >= the tile count, capped at the SMs
+  // >= the tile count (with pairs: twice the pair count, (rows + 255) / 256 pairs per column tile), capped at the SMs;
+  // the runtime rounds the grid to whole clusters.
+  plan::GridDim g = cluster == 2 ? dim(v.rowsOfIn(0).plus(255).scaled(2 * tilesN), 256)
+                                 : dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);
   g.maxPerSm = 1;
   const int64_t smem = int64_t(stages) * (128 + 256) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
   plan::Launch l = launch(384, smem, g);
+  l.cluster = {cluster, 1, 1};
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::gemm_sm90;
   return finish(gemmName(v, d, "sm90"), "G9_ENTRY", b, p, body, l, arch);
 }
 
-plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string &arch) {
+// Tiles of the mma.sync kernel: 128 x 128 (warp tile 64 x 32) for row counts that grow with the request, and 16 x 64
+// (warp tile 16 x 16, BK 64, 4 stages) for the few-row tables (adaln_table: T * 3 rows), which stream their weight
+// once and need many CTAs with deep loads in flight to reach the memory bandwidth. The tile is chosen by the op's
+// row domain, never by M, and no tile changes a bit (each output's chain is fixed).
+struct MmaTile {
+  int BM, BN, WM, WN, BK, stages;
+  const char *name;
+};
+constexpr MmaTile kTileLarge{128, 128, 2, 4, 32, 3, "bf16"}, kTileFewRows{16, 64, 1, 4, 64, 4, "bf16m16"};
+
+plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string &arch,
+                          const MmaTile &tile = kTileLarge) {
   const int64_t K = d.K, N = d.N;
   if (K % 8 != 0) fail(v.where, "bf16 linear needs K % 8 == 0 (16-byte rows), got K = {}", K);
   if (d.epi == Epilogue::Swiglu && N % 2 != 0)
     fail(v.where, "swiglu epilogue needs an even N (value and gate halves), got {}", N);
   if (arch == "sm_90a" && v.options.wgmma && d.x == XMode::Bf16) return emitGemmSm90(v, d, arch);
   Builder b;
-  const int BM = 128, BN = 128, WM = 2, WN = 4, BK = 32, stages = 3;  // warp tile 64 x 32
+  const int BM = tile.BM, BN = tile.BN, WM = tile.WM, WN = tile.WN, BK = tile.BK, stages = tile.stages;
   static const char *xName[] = {"GM_X_BF16", "GM_X_F32", "GM_X_SILU_F32"};
   defineEpilogue(b, d);
   b.def("GM_BM", BM); b.def("GM_BN", BN); b.def("GM_BK", BK); b.def("GM_WM", WM); b.def("GM_WN", WN);
@@ -280,7 +309,7 @@ plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string 
   plan::Launch l = launch(WM * WN * 32, int64_t(stages) * (BM + BN) * (BK + 8) * 2, dim(v.rowsOfIn(0), BM),
                           dim(Extent::constant((outCols + bno - 1) / bno)));
   std::string body = std::string(tmpl::gemm_epilogue) + "\n" + tmpl::gemm_bf16;
-  return finish(gemmName(v, d, "bf16"), "GM_ENTRY", b, p, body, l, arch);
+  return finish(gemmName(v, d, tile.name), "GM_ENTRY", b, p, body, l, arch);
 }
 
 // Every GEMM reduces K in one chain (k_chunks, one unit).
@@ -347,7 +376,7 @@ plan::Kernel emitAdaln(const OpView &v, const std::string &arch) {
   checkKChunks(v);
   d.x = XMode::SiluF32;
   d.bias = !v.op.biases.empty();
-  return emitGemmBf16(v, d, arch);
+  return emitGemmBf16(v, d, arch, kTileFewRows);
 }
 
 plan::Kernel emitTimeEmbed(const OpView &v, const std::string &arch) {
@@ -398,7 +427,10 @@ plan::Kernel emitNorm(const OpView &v, bool modulate, const std::string &arch) {
   if (hasW) p.weight("w", 0);
   p.scalar("rows", v.rowsOfIn(0));
   if (modulate) p.scalar("meta_rows", v.rowsOfIn(2));
-  plan::Launch l = launch(256, 0, dim(v.rowsOfIn(0), 8));
+  // The vector path needs 16-byte aligned rows, tables and weights: bf16 with H % 256 == 0 (8 elements per lane).
+  const bool vec = a.xDtype != DType::F32 && a.outDtype != DType::F32 && a.H % 256 == 0;
+  b.def("RN_VEC", vec ? 1 : 0);
+  plan::Launch l = launch(256, vec ? 8 * a.H * 2 : 0, dim(v.rowsOfIn(0), 8));
   return finish(fmt::format("{}_h{}", plan::opKindName(v.op.kind), a.H), "RN_ENTRY", b, p, tmpl::norm, l, arch);
 }
 
@@ -430,6 +462,38 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
                 tmpl::headops, l, arch);
 }
 
+// The flash order's exponent scale c = fl(d^-0.5 * log2 e) (docs/contract.md section 4), computed in double and
+// rounded once to F32 by floatLit; the CPU reference derives the same value.
+double flashExp2Scale(int64_t d) { return 1.0 / std::sqrt((double)d) * 1.4426950408889634074; }
+
+// The Hopper attention (attention_sm90.cuh): 128-query tiles of one (head, item), K/V blocks of 64 keys in a ring of
+// sm90AttnStages stages of 32 KiB; the same bits as attention.cuh.
+plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string &arch) {
+  const EmitOptions &o = v.options;
+  if (o.sm90AttnStages < 2 || o.sm90AttnStages > 5 || (o.sm90AttnOverlap != 0 && o.sm90AttnOverlap != 1) ||
+      (o.sm90AttnPingpong != 0 && o.sm90AttnPingpong != 1))
+    fail(v.where, "Hopper attention tuning out of range (stages 2-5, overlap 0/1, ping-pong 0/1)");
+  const int64_t d = 128, ld = heads * d;
+  Builder b;
+  b.def("A9_HEADS", heads);
+  b.def("A9_C", floatLit(flashExp2Scale(d)));
+  b.def("A9_STAGES", o.sm90AttnStages);
+  b.def("A9_OVERLAP", o.sm90AttnOverlap);
+  b.def("A9_PINGPONG", o.sm90AttnOverlap ? o.sm90AttnPingpong : 0);
+  Params p;
+  Extent itemRows = Extent::rowsOf(v.in(0).rows, false), kvRows = Extent::rowsOf(v.in(1).rows, false);
+  p.itemTensorMap("q_map", OperandRole::In, 0, itemRows, ld, 64, 128);
+  p.itemTensorMap("k_map", OperandRole::In, 1, kvRows, ld, 64, 64);
+  p.itemTensorMap("v_map", OperandRole::In, 2, kvRows, ld, 64, 64);
+  p.out("out", 0);
+  p.scalar("item_rows", itemRows);
+  p.scalar("kv_rows", kvRows);
+  const int64_t smem = 1024 + 128 * d * 2 + int64_t(o.sm90AttnStages) * 2 * 64 * d * 2 + 8 * (1 + 3 * o.sm90AttnStages);
+  plan::Launch l = launch(384, smem, dim(itemRows, 128), dim(Extent::constant(heads)), dim(Extent::parse("B", v.where)));
+  std::string body = std::string(tmpl::hopper) + "\n" + tmpl::attention_sm90;
+  return finish(fmt::format("attention_sm90_h{}_d{}", heads, d), "A9_ENTRY", b, p, body, l, arch);
+}
+
 plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   v.requireOrder(plan::OrderKind::Flash);
   const plan::Order &o = v.op.order;
@@ -440,8 +504,9 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   if (!v.in(0).batch) fail(v.where, "attention runs per batch item: q must carry the batch axis");
   if (v.in(1).rows != v.in(2).rows || (v.in(1).rows != v.in(0).rows && v.in(0).rows != Domain::Sr))
     fail(v.where, "k and v share a row domain, which is q's unless q is a rank's rows Sr");
+  if (arch == "sm_90a" && v.options.wgmma && d == 128) return emitAttentionSm90(v, heads, arch);
   Builder b;
-  b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_SCALE", floatLit(1.0 / std::sqrt((double)d)));
+  b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_C", floatLit(flashExp2Scale(d)));
   Params p;
   p.in("q", 0);
   p.in("k", 1);

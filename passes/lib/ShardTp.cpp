@@ -95,7 +95,7 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
         error(user) << "reads a value split into " << have->second << " column segments as " << segments;
       return v;
     }
-    if (auto g = v.getDefiningOp<AllGatherOp>(); g && g.getAxis() == Axis::cols && g.getSegments() == segments)
+    if (auto g = v.getDefiningOp<AllGatherOp>(); g && g.getAxis() == Axis::cols && int64_t(g.getSegments()) == segments)
       return g.getPart();
     if (Value s = splits.lookup(v)) return s;
     ActType t = act(v);

@@ -157,7 +157,7 @@ float laneTreeSumSquares(const float *x, int64_t n) {
 
 float siluF(float x) { return detmath::silu(x); }
 
-void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d, float scale,
+void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d, float c,
               float *out) {
   constexpr int64_t kBlock = 64;
   float m = -std::numeric_limits<float>::infinity(), l = 0.f;
@@ -166,14 +166,15 @@ void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_
     const int64_t bn = std::min(kBlock, n - b0);
     float mb = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < bn; ++j) {
-      s[size_t(j)] = unitSum(q, k + (b0 + j) * ld, 0, d) * scale;
+      s[size_t(j)] = unitSum(q, k + (b0 + j) * ld, 0, d);  // raw scores: the scale is folded into c
       mb = std::max(mb, s[size_t(j)]);
     }
-    const float mNew = std::max(m, mb);
-    const float alpha = std::exp(m - mNew);  // exp(-inf) = 0 on the first block
+    const float mNew = std::max(m, mb), mc = mNew * c;
+    // The GPU's ex2 is the MUFU instruction; std::exp2 differs from it by an ulp at most, inside the bound.
+    const float alpha = std::exp2(std::fmaf(m, c, -mc));  // exp2(-inf) = 0 on the first block
     float rowSum = 0.f;
     for (int64_t j = 0; j < bn; ++j) {
-      p[size_t(j)] = roundBf16(std::exp(s[size_t(j)] - mNew));
+      p[size_t(j)] = roundBf16(std::exp2(std::fmaf(s[size_t(j)], c, -mc)));
       rowSum = rowSum + p[size_t(j)];
     }
     l = l * alpha + rowSum;

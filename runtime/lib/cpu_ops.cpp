@@ -489,7 +489,7 @@ void runAttention(Ctx &cx) {
   if (q.cols != heads * d || k.cols != ld || k.batch != q.batch || v.numel() != k.numel() || o.numel() != q.numel())
     cx.error("q and the output [B, rows, heads*d], k and v [B, key rows, heads*d] disagree");
   const double scale = 1.0 / std::sqrt(double(d));
-  const float scalef = float(scale);
+  const float c = float(scale * 1.4426950408889634074);  // the flash order's exp2 scale, as the GPU kernels' literal
   parallelFor(q.batch * heads * n, cx.env.threads, [&](int64_t a, int64_t b) {
     std::vector<float> out(static_cast<size_t>(d));
     for (int64_t t = a; t < b; ++t) {
@@ -499,7 +499,7 @@ void runAttention(Ctx &cx) {
       if (cx.exact)
         cpu::attentionRowFp64(qr, kb, vb, ld, nk, d, scale, out.data());
       else
-        cpu::flashRow(qr, kb, vb, ld, nk, d, scalef, out.data());
+        cpu::flashRow(qr, kb, vb, ld, nk, d, c, out.data());
       for (int64_t c = 0; c < d; ++c)
         o.f[base + size_t(r * ld + c)] = roundBf16(out[size_t(c)]);
     }

@@ -1,11 +1,9 @@
-// The CPU reference executor and runModel(), the entry point shared by both devices.
+// The CPU reference executor and the executor factory (runModel and the resident engine: engine.cpp).
 #include "h3c/runtime/executor.h"
 #include "h3c/runtime/value_dump.h"
 
 #include "h3c/runtime/cpu_ops.h"
-#include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
-#include "h3c/support/sha256.h"
 
 #include <chrono>
 #include <climits>
@@ -41,7 +39,9 @@ class CpuExecutor final : public Executor {
 public:
   std::string device() const override { return "cpu"; }
   Outputs run(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
-              LedgerBuilder &ledger) override {
+              LedgerBuilder &ledger, const DeviceIO *io) override {
+    if (io)
+      fail("device", "the CPU executor reads and writes host memory only (device tensors need the GPU executor)");
     const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     const std::vector<plan::Rank> grid = plan::rankGrid(p.options.sp, p.options.tp);
     std::vector<ValueMap> values(grid.size(), graphInputValues(req));
@@ -138,18 +138,6 @@ public:
   }
 };
 
-std::string requestSha(const Request &r) {
-  Sha256 h;
-  for (const auto &[name, t] : r.tensors) {
-    h.update(name);
-    h.update(dtypeName(t.dtype));
-    for (auto d : t.shape)
-      h.update(&d, sizeof d);
-    h.update(t.bytes.data(), t.bytes.size());
-  }
-  return h.hexDigest();
-}
-
 } // namespace
 
 std::unique_ptr<Executor> makeCpuExecutor() { return std::make_unique<CpuExecutor>(); }
@@ -165,39 +153,6 @@ std::unique_ptr<Executor> makeExecutor(const std::string &device) {
 #endif
   }
   fail("--device", "expected cpu or gpu, got '{}'", device);
-}
-
-RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &request, const RunOptions &opt) {
-  if (opt.tp != p.options.tp)
-    fail("--tp", "the plan was compiled for tp = {}, asked for {} (compile with --tp {})", p.options.tp, opt.tp, opt.tp);
-  if (opt.sp != 0 && opt.sp != p.options.sp)
-    fail("--sp", "the plan was compiled for sp = {}, asked for {} (compile with --sp {})", p.options.sp, opt.sp, opt.sp);
-  if (h3::configToJson(weights.config()).dump() != h3::configToJson(p.config).dump())
-    fail("--config", "the weights' config differs from the plan's config");
-  CanonicalRequest req = canonicalize(request, p.config, "--inputs");
-  auto exec = makeExecutor(opt.device);
-  LedgerBuilder ledger(p, opt.mode, exec->device(), opt.binds);
-  nlohmann::json info = exec->deviceInfo();
-  for (auto it = info.begin(); it != info.end(); ++it)
-    ledger.header()[it.key()] = it.value();
-  ledger.header()["checkpoint"] = weights.describe();
-  // NaN / Inf (inputs were refused by canonicalize): in a strict run a weight holding one is an error at once;
-  // otherwise (and for the outputs, found only at the end) it goes into the ledger, whose strict rule then fails.
-  weights.setStrictFinite(opt.mode == Mode::Strict);
-  ledger.header()["request"] = {{"sha256", requestSha(request)}, {"B", req.B}, {"S", req.S}, {"Nt", req.Nt},
-                                {"Nv", req.Nv}, {"Na", req.Na}, {"T", req.T}};
-  RunResult r;
-  r.outputs = exec->run(p, weights, req, opt, ledger);
-  for (const std::string &w : weights.takeNonFinite())
-    ledger.recordNonFinite("weight " + w);
-  for (const auto &[name, t] : {std::pair<const char *, const Tensor *>{"sample", &r.outputs.sample},
-                                {"audio_sample", &r.outputs.audio_sample}}) {
-    const Tensor::NonFinite nf = t->nonFinite();
-    if (nf.first >= 0)
-      ledger.recordNonFinite(std::string("output ") + name + ": " + nf.text());
-  }
-  r.ledger = ledger.finish();
-  return r;
 }
 
 } // namespace h3c::rt

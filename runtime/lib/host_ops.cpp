@@ -1,16 +1,19 @@
 #include "h3c/runtime/host_ops.h"
 
+#include "h3c/runtime/cpu_ops.h"
+
 #include <cmath>
 
 namespace h3c::rt {
 
 void ropeTable(const h3::Config &c, const float *positions, int64_t S, std::vector<float> &cos,
-               std::vector<float> &sin) {
+               std::vector<float> &sin, int threads) {
   const int f = c.rope_freq_dim, R = 6 * f;
   const std::vector<float> inv = ropeInvFreq(c);
   cos.assign(size_t(S * R), 0.f);
   sin.assign(size_t(S * R), 0.f);
-  for (int64_t s = 0; s < S; ++s)
+  parallelFor(S, threads, [&](int64_t s0, int64_t s1) {
+  for (int64_t s = s0; s < s1; ++s)
     for (int axis = 0; axis < 3; ++axis) {
       // position_ids (already F32) * inv_freq: one F32 product, as torch computes it.
       const float pos = positions[s * 3 + axis];
@@ -24,6 +27,7 @@ void ropeTable(const h3::Config &c, const float *positions, int64_t S, std::vect
         }
       }
     }
+  });
 }
 
 std::vector<float> ropeInvFreq(const h3::Config &c) {

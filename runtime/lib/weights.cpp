@@ -31,20 +31,35 @@ void WeightSource::checkFinite(const std::string &name, const Tensor &t) {
     return;
   if (strictFinite_)
     fail("weights:" + name, "holds non-finite values: {}; a strict run refuses them", nf.text());
-  nonFinite_.push_back(name + ": " + nf.text());
+  nonFinite_[name] = nf.text();
 }
 
-Tensor WeightSource::loadRows(const std::string &name, int64_t rowBegin, int64_t rowEnd) {
-  Tensor t = load(name);
-  if (t.shape.empty() || rowBegin < 0 || rowEnd > t.shape[0] || rowBegin > rowEnd)
-    fail("weights:" + name, "rows [{}, {}) out of range for shape {}", rowBegin, rowEnd, t.shapeString());
+std::vector<std::string> WeightSource::nonFinite() const {
+  std::vector<std::string> v;
+  for (const auto &[name, text] : nonFinite_)
+    v.push_back(name + ": " + text);
+  return v;
+}
+
+namespace {
+
+// Rows [b, e) of a kept tensor (the first axis), as a TP rank reads them.
+Tensor sliceRows(const Tensor &t, const std::string &name, int64_t b, int64_t e) {
+  if (t.shape.empty() || b < 0 || e > t.shape[0] || b > e)
+    fail("weights:" + name, "rows [{}, {}) out of range for shape {}", b, e, t.shapeString());
   size_t rowBytes = t.bytes.size() / size_t(std::max<int64_t>(1, t.shape[0]));
   Tensor out;
   out.dtype = t.dtype;
   out.shape = t.shape;
-  out.shape[0] = rowEnd - rowBegin;
-  out.bytes.assign(t.bytes.begin() + long(rowBytes * size_t(rowBegin)), t.bytes.begin() + long(rowBytes * size_t(rowEnd)));
+  out.shape[0] = e - b;
+  out.bytes.assign(t.bytes.begin() + long(rowBytes * size_t(b)), t.bytes.begin() + long(rowBytes * size_t(e)));
   return out;
+}
+
+} // namespace
+
+Tensor WeightSource::loadRows(const std::string &name, int64_t rowBegin, int64_t rowEnd) {
+  return sliceRows(load(name), name, rowBegin, rowEnd);
 }
 
 float syntheticValue(uint64_t seed, const h3::TensorSpec &spec, int64_t index) {
@@ -150,7 +165,29 @@ private:
   std::string contentSha_;
 };
 
+class CachedWeights final : public WeightSource {
+public:
+  explicit CachedWeights(WeightSource &source) : WeightSource(source.config()), source_(source) {}
+  Tensor load(const std::string &name) override { return kept(name); }
+  Tensor loadRows(const std::string &name, int64_t b, int64_t e) override { return sliceRows(kept(name), name, b, e); }
+  nlohmann::json describe() const override { return source_.describe(); }
+
+private:
+  const Tensor &kept(const std::string &name) {
+    auto it = kept_.find(name);
+    if (it == kept_.end())
+      it = kept_.emplace(name, source_.load(name)).first;
+    return it->second;
+  }
+  WeightSource &source_;
+  std::map<std::string, Tensor> kept_;
+};
+
 } // namespace
+
+std::unique_ptr<WeightSource> makeCachedWeights(WeightSource &source) {
+  return std::make_unique<CachedWeights>(source);
+}
 
 std::unique_ptr<WeightSource> makeSyntheticWeights(const h3::Config &c, uint64_t seed) {
   return std::make_unique<SyntheticWeights>(c, seed);

@@ -263,6 +263,14 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       size_t at = firstDiff(y1, ym);
       report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) kernel == mma.sync kernel byte for byte{}",
                                                 at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
+      // The 2-CTA cluster variant (B multicast to a pair of row tiles; an odd row-tile count leaves a phantom tile).
+      hk::EmitOptions pair;
+      pair.sm90Cluster = 2;
+      const plan::Kernel &pk = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), pair);
+      auto yp = runWith(pk, dX, dRes, M, dTs, dTags);
+      size_t pat = firstDiff(yp, ym);
+      report(pat == SIZE_MAX, name + fmt::format(": Hopper 2-CTA cluster kernel == mma.sync kernel byte for byte{}",
+                                                 pat == SIZE_MAX ? "" : fmt::format(" (first difference at {})", pat)));
     }
     auto y2 = runOnce(dX, dRes, M, dTs, dTags);
     report(bytesEqual(y1, y2), name + ": two runs byte-equal");
@@ -347,16 +355,38 @@ void Kernels::checkAttention(const std::string &cfg, int heads, int d, long long
     size_t n = size_t(B * L * ld);
     auto q = randBf(n), kk = randBf(n), v = randBf(n);
     auto dq = up(q), dk = up(kk), dv = up(v);
-    auto go = [&](long long l, int b) {
+    auto goWith = [&](const plan::Kernel &kern, long long l, int b) {
       Launch la;
       la.in = {dq, dk, dv};
       la.out = {outBuf(size_t(b * l * ld * 2))};
       la.e = rowsS(l, b);
-      run(k, la);
+      run(kern, la);
       return down<uint16_t>(*la.out[0], size_t(b * l * ld));
     };
+    auto go = [&](long long l, int b) { return goWith(k, l, b); };
     auto o1 = go(L, B), o2 = go(L, B);
     report(bytesEqual(o1, o2), name + ": two runs byte-equal");
+    if (k.source.find("wgmma.mma_async") != std::string::npos) {
+      // The Hopper kernel (TMA + wgmma) and its tuning variants against the mma.sync kernel: the same bits.
+      const EmitOp aop = op(OpKind::Attention, "attention",
+                            with(attrs({{"heads", heads}, {"head_dim", d}}), DType::BF16, DType::BF16, DType::BF16),
+                            flash());
+      hk::EmitOptions mma;
+      mma.wgmma = false;
+      auto om = goWith(kernel(aop, mma), L, B);
+      size_t at = firstDiff(o1, om);
+      report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) attention == mma.sync attention byte for byte{}",
+                                                at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
+      for (int variant = 0; variant < 3; ++variant) {
+        hk::EmitOptions o;
+        o.sm90AttnOverlap = variant > 0;
+        o.sm90AttnPingpong = variant == 2;
+        o.sm90AttnStages = 2 + variant;
+        auto ov = goWith(kernel(aop, o), L, B);
+        report(bytesEqual(ov, om), name + fmt::format(": Hopper attention stages {} overlap {} ping-pong {} == mma.sync",
+                                                      o.sm90AttnStages, o.sm90AttnOverlap, o.sm90AttnPingpong));
+      }
+    }
     if (B > 1) {
       // Batch item 0 of a B-item run == the same item alone (batch items never interact).
       auto ob = go(L, 1);
@@ -789,6 +819,13 @@ TEST_F(Kernels, FullAttention) {
   // A rank of sp = 8 (the last one, uneven) and a tp = 8 rank's 7 heads.
   checkRankAttention("full sp8", 56, 128, L, 2, 7 * L / 8, L - 7 * L / 8);
   checkRankAttention("full sp2 tp8", 7, 128, L, 1, 0, L / 2);
+  // head_dim 128 (the Hopper kernel on sm_90a) at the awkward lengths: fewer keys than one block (the refiner's
+  // text rows), a tail of 8 keys after whole blocks, a partial last query tile, and a rank's rows over all keys.
+  checkAttention("small", 2, 128, 5, 3);
+  checkAttention("small", 2, 128, 200, 2);
+  checkAttention("small", 2, 128, 8349, 1);
+  checkRankAttention("small sp4", 2, 128, 200, 2, 150, 50);
+  checkRankAttention("small sp8", 2, 128, 8349, 1, 7305, 1044);
 }
 TEST_F(Kernels, FullBitwiseKernels) {
   long long M = quick() ? 130 : 333;

@@ -1,4 +1,5 @@
-// `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --sp N --tp M [--no-fuse] [--dump-ir DIR] [--tokens S] -o OUT/`:
+// `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --sp N --tp M [--no-fuse] [--tune NAME=V ...] [--dump-ir DIR]
+// [--tokens S] -o OUT/`:
 // imports the fingerprint, runs h3-pipeline and writes OUT/plan.json + OUT/kernels/*.cu atomically.
 #include "command.h"
 
@@ -12,6 +13,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -19,6 +22,7 @@ struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
   int64_t sp = 1, tp = 1, tokens = 8192;
   bool noFuse = false, noWgmma = false;
+  std::vector<std::string> tune;
 };
 
 h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json + CUDA kernels)", [](CLI::App &app) {
@@ -31,6 +35,9 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
   app.add_flag("--no-fuse", a->noFuse, "Skip h3-fuse (one op per node)");
   app.add_flag("--no-wgmma", a->noWgmma, "sm_90a: run the bf16 linears on the mma.sync kernel instead of the Hopper "
                                          "(TMA + wgmma) one; the same bits, slower (for comparisons)");
+  app.add_option("--tune", a->tune, "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, "
+                                    "attn_stages, attn_overlap, attn_pingpong); changes speed, never a bit")
+      ->allow_extra_args(false);
   app.add_option("--dump-ir", a->dumpIr, "Write the IR after import and after every pass into this folder");
   app.add_option("--tokens", a->tokens, "Packed rows S for the buffer peak report")->check(CLI::PositiveNumber);
   app.add_option("-o,--out", a->out, "Output plan folder")->required();
@@ -47,6 +54,19 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     o.wgmma = !a->noWgmma;
     o.tokens = a->tokens;
     o.dumpIrDir = a->dumpIr;
+    for (const std::string &t : a->tune) {
+      const size_t eq = t.find('=');
+      int value = 0;
+      size_t used = 0;
+      try {
+        if (eq != std::string::npos) value = std::stoi(t.substr(eq + 1), &used);
+      } catch (const std::exception &) {
+        used = 0;
+      }
+      if (eq == std::string::npos || eq + 1 + used != t.size() || used == 0)
+        h3c::fail("--tune " + t, "expected NAME=INTEGER");
+      o.tuning.set(t.substr(0, eq), value, "--tune " + t);
+    }
     h3c::codegen::CompileResult r = h3c::codegen::compile(fp, h3c::sha256Hex(bytes), o);
     std::string sha = h3c::plan::writePlanFolder(r.plan.plan, a->out);
     // One line per op kind without a kernel (the plan has "kernel": null for each): count and the first reason.

@@ -1,10 +1,12 @@
 // The generate loop: schedules, initial latents (conditioning rows from the request, generated rows from the noise),
-// one executor run per step, the ODE or SDE update of the generated rows, the sealed record. Everything a resume needs
-// is in the header's "run" object, and checked again on resume (plan, request and checkpoint content hashes), so a
-// resumed run continues exactly where the interrupted one stopped, wherever its input files now live.
+// one forward of the resident engine per step (engine.h: weights loaded and kernels compiled once per process), the
+// ODE or SDE update of the generated rows, the sealed record. Everything a resume needs is in the header's "run"
+// object, and checked again on resume (plan, request and checkpoint content hashes), so a resumed run continues
+// exactly where the interrupted one stopped, wherever its input files now live.
 #include "h3c/trajectory/generate.h"
 
 #include "h3c/plan/io.h"
+#include "h3c/runtime/engine.h"
 #include "h3c/runtime/request_layout.h"
 #include "h3c/support/json_read.h"
 #include "h3c/support/canonical_json.h"
@@ -227,6 +229,7 @@ int64_t run(Prepared &p, TrajectoryWriter &w, ModalityFloats &x, const GenerateO
     fs::create_directories(o.ledgerDir);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = p.video.numSteps();
+  Engine engine(p.plan, *p.weights, ro);
   progress(o.progress, w.sealedSteps(), n, t0);
   for (int64_t i = w.sealedSteps(); i < n; ++i) {
     if (o.stopAfter >= 0 && i >= o.stopAfter)
@@ -249,7 +252,7 @@ int64_t run(Prepared &p, TrajectoryWriter &w, ModalityFloats &x, const GenerateO
     RunOptions stepOpt = ro;
     if (i < o.bindFromStep)
       stepOpt.binds.clear();
-    RunResult rr = runModel(p.plan, *p.weights, req, stepOpt);
+    RunResult rr = engine.run(req, stepOpt);
     if (!o.ledgerDir.empty())
       writeFileAtomic(fs::path(o.ledgerDir) / fmt::format("step-{:05d}.json", i), sealedJsonDump(rr.ledger, 1) + "\n");
     LedgerVerdict v = verifyLedger(rr.ledger);

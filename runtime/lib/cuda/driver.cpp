@@ -47,7 +47,9 @@ Loaded &loaded() {
               sym(lib, a.cuFuncSetAttribute, "cuFuncSetAttribute", w) && sym(lib, a.cuLaunchKernel, "cuLaunchKernel", w) &&
               sym(lib, a.cuMemAlloc, "cuMemAlloc_v2", w) && sym(lib, a.cuMemFree, "cuMemFree_v2", w) &&
               sym(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2", w) && sym(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2", w) &&
-              sym(lib, a.cuMemcpyDtoD, "cuMemcpyDtoD_v2", w) && sym(lib, a.cuMemsetD8, "cuMemsetD8_v2", w) &&
+              sym(lib, a.cuMemcpyDtoD, "cuMemcpyDtoD_v2", w) &&
+              sym(lib, a.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", w) &&
+              sym(lib, a.cuStreamSynchronize, "cuStreamSynchronize", w) && sym(lib, a.cuMemsetD8, "cuMemsetD8_v2", w) &&
               sym(lib, a.cuMemGetInfo, "cuMemGetInfo_v2", w) && sym(lib, a.cuEventCreate, "cuEventCreate", w) &&
               sym(lib, a.cuEventDestroy, "cuEventDestroy_v2", w) && sym(lib, a.cuEventRecord, "cuEventRecord", w) &&
               sym(lib, a.cuEventSynchronize, "cuEventSynchronize", w) &&

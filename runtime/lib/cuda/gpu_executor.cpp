@@ -6,6 +6,10 @@
 // them out), uploaded from the WeightSource or generated on the device by the runtime's synthetic generator
 // (bit-identical to the host's). Host-computed values (rope tables, the timestep sinusoid, pack's row metadata) use
 // the same host code as the CPU executor and are uploaded. Every node is recorded with binding `row`.
+// The executor is resident (engine.h): the kernels stay loaded, the weights stay on the device while the plan and the
+// weight content (WeightSource::describe) stay the same, and the arena is reused (grown for a larger request). With a
+// DeviceIO, the caller's activations and outputs are bound in place of their arena regions and all work is ordered
+// on the caller's stream.
 #include "h3c/runtime/executor.h"
 #include "h3c/runtime/host_ops.h"
 
@@ -21,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 namespace h3c::rt {
 
@@ -72,7 +77,7 @@ public:
   }
 
   Outputs run(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
-              LedgerBuilder &ledger) override {
+              LedgerBuilder &ledger, const DeviceIO *io) override {
     // One GPU runs one rank; multi-rank plans (sp x tp > 1) need the multi-GPU executor (NCCL, not yet written).
     if (p.options.sp * p.options.tp != 1)
       fail("--device gpu", "the GPU executor runs single-rank plans (sp = tp = 1); this plan has sp = {}, tp = {} "
@@ -91,10 +96,18 @@ public:
     auto t0 = std::chrono::steady_clock::now();
     prepareKernels(fn);
     auto t1 = std::chrono::steady_clock::now();
+    const std::string weightsKey = p.planSha256 + " " + weights.describe().dump();
+    if (weightsKey != weightsKey_) {  // once per plan and weight content: later forwards upload nothing
+      weightsKey_.clear();
+      uploadWeights(p, weights);
+      hc::check(hc::driver().cuCtxSynchronize(), "uploading weights");
+      weightsKey_ = weightsKey;
+    }
+    stream_ = io ? reinterpret_cast<CUstream>(io->stream) : nullptr;
     allocateArena(p, req);
+    bound_.clear();
+    if (io) bindCaller(fn, *io);
     uploadInputs(fn, req);
-    uploadWeights(p, weights);
-    hc::check(hc::driver().cuCtxSynchronize(), "uploading weights");
     auto t2 = std::chrono::steady_clock::now();
 
     const auto &d = hc::driver();
@@ -102,11 +115,12 @@ public:
     if (profile) {
       ev.resize(fn.ops.size() + 1);
       for (auto &e : ev) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
-      hc::check(d.cuEventRecord(ev[0], nullptr), "cuEventRecord");
+      hc::check(d.cuEventRecord(ev[0], stream_), "cuEventRecord");
     }
     const auto dump = ValueDump::fromEnv();
     for (const plan::Op &op : fn.ops) {
       runOp(op);
+      if (dump) hc::check(d.cuStreamSynchronize(stream_), "H3C_DUMP_VALUES");
       if (dump)
         for (const auto &o : op.out) {
           const plan::Value &v = p.value(o);
@@ -115,16 +129,22 @@ public:
           if (!host.empty()) hc::check(d.cuMemcpyDtoH(host.data(), dv.ptr, host.size()), "H3C_DUMP_VALUES " + o);
           dump->write(int64_t(op.index), o, v.dtype, host.data(), host.size() / dtypeSize(v.dtype));
         }
-      if (profile) hc::check(d.cuEventRecord(ev[op.index + 1], nullptr), "cuEventRecord");
+      if (profile) hc::check(d.cuEventRecord(ev[op.index + 1], stream_), "cuEventRecord");
       std::map<std::string, std::vector<int64_t>> shapes;
       for (const auto *names : {&op.in, &op.out})
         for (const auto &n : *names) shapes[n] = shapeOf(p.value(n));
       ledger.recordOp(op, Binding::Row, shapes);
     }
-    hc::check(d.cuCtxSynchronize(), "running the plan");
+    // The caller's stream only (other work of the caller's process keeps running); the whole context otherwise.
+    hc::check(io ? d.cuStreamSynchronize(stream_) : d.cuCtxSynchronize(), "running the plan");
     if (profile) report(fn, ev, t1 - t0, t2 - t1);
 
     Outputs o;
+    if (io) {  // already in the caller's memory
+      o.sample.shape = {req.B, req.Nv, (int64_t)p.config.videoPatchDim()};
+      o.audio_sample.shape = {req.B, req.Na, (int64_t)p.config.audio_in_channels};
+      return o;
+    }
     o.sample = download(fn.outputs.at("sample"), {req.B, req.Nv, (int64_t)p.config.videoPatchDim()});
     o.audio_sample = download(fn.outputs.at("audio_sample"), {req.B, req.Na, (int64_t)p.config.audio_in_channels});
     return o;
@@ -220,16 +240,16 @@ private:
     const size_t n = size_t(d.rows) * size_t(v.cols);
     if (v.dtype == DType::I64) {
       if (h.i.size() != n) fail("value " + name, "has {} elements, expected {}", h.i.size(), n);
-      if (n) hc::check(hc::driver().cuMemcpyHtoD(d.ptr, h.i.data(), n * 8), "upload " + name);
+      if (n) hc::check(hc::driver().cuMemcpyHtoDAsync(d.ptr, h.i.data(), n * 8, stream_), "upload " + name);
       return;
     }
     if (h.f.size() != n) fail("value " + name, "has {} elements, expected {}", h.f.size(), n);
     if (v.dtype == DType::F32) {
-      if (n) hc::check(hc::driver().cuMemcpyHtoD(d.ptr, h.f.data(), n * 4), "upload " + name);
+      if (n) hc::check(hc::driver().cuMemcpyHtoDAsync(d.ptr, h.f.data(), n * 4, stream_), "upload " + name);
     } else {
       std::vector<uint16_t> b(n);
       for (size_t i = 0; i < n; ++i) b[i] = floatToBf16(h.f[i]);
-      if (n) hc::check(hc::driver().cuMemcpyHtoD(d.ptr, b.data(), n * 2), "upload " + name);
+      if (n) hc::check(hc::driver().cuMemcpyHtoDAsync(d.ptr, b.data(), n * 2, stream_), "upload " + name);
     }
   }
 
@@ -248,7 +268,26 @@ private:
 
   void uploadInputs(const plan::Function &fn, const CanonicalRequest &req) {
     ValueMap in = graphInputValues(req);
-    for (const auto &name : fn.inputs) upload(name, in.at(name));
+    for (const auto &name : fn.inputs)
+      if (!bound_.count(name)) upload(name, in.at(name));
+  }
+
+  // The caller's device memory in place of the arena regions of the bound activations and of the two outputs. A
+  // graph input is never written (values are single-assignment) and an output is written only by its producer, so
+  // rebinding one value's address leaves every other value of its slot where it was.
+  void bindCaller(const plan::Function &fn, const DeviceIO &io) {
+    auto bind = [&](const std::string &value, uint64_t ptr, const std::string &what) {
+      if (ptr == 0 && valueBytes(plan_->value(value)) > 0) fail(what, "null device address");
+      values_.at(value).ptr = CUdeviceptr(ptr);
+      bound_.insert(value);
+    };
+    for (const auto &[name, ptr] : io.inputs) {
+      if (name != "hidden_states" && name != "audio_hidden_states" && name != "encoder_hidden_states")
+        fail("device input " + name, "only the three activations can be bound");
+      bind("@" + name, ptr, name);
+    }
+    bind(fn.outputs.at("sample"), io.sample, "sample");
+    bind(fn.outputs.at("audio_sample"), io.audioSample, "audio_sample");
   }
 
   // Weights: one device allocation per plan weight buffer, tensors back to back in the plan's order.
@@ -312,10 +351,13 @@ private:
     const h3::Config &c = plan_->config;
     switch (op.kind) {
     case plan::OpKind::RopeTable: {
-      std::vector<float> cs, sn;
-      ropeTable(c, q.positions.data(), q.S, cs, sn);
-      uploadRepeated(op.out.at(0), std::move(cs));
-      uploadRepeated(op.out.at(1), std::move(sn));
+      // The table depends on the positions only: the steps of a sampling loop reuse it (kept per executor).
+      if (ropePositions_ != q.positions || ropeCos_.size() != size_t(q.S) * size_t(6 * c.rope_freq_dim)) {
+        ropeTable(c, q.positions.data(), q.S, ropeCos_, ropeSin_, kRopeThreads);
+        ropePositions_ = q.positions;
+      }
+      uploadRepeated(op.out.at(0), ropeCos_);
+      uploadRepeated(op.out.at(1), ropeSin_);
       return;
     }
     case plan::OpKind::TimestepSinusoid:
@@ -344,7 +386,7 @@ private:
       case plan::OperandRole::Bias: return weightAt(op.biases.at(size_t(i)));
       }
       return 0;
-    });
+    }, stream_);
   }
 
   Tensor download(const std::string &name, std::vector<int64_t> shape) {
@@ -372,6 +414,13 @@ private:
   std::map<size_t, const hc::LoadedKernel *> kernels_;
   std::map<std::string, hc::DeviceBuffer> weightBuffers_;
   std::map<std::string, CUdeviceptr> weightAddr_;
+  std::string weightsKey_;          // plan sha + weight description of what weightBuffers_ hold ("" = nothing)
+  CUstream stream_ = nullptr;       // this forward's stream (the caller's with a DeviceIO)
+  std::set<std::string> bound_;     // values bound to the caller's memory in this forward
+  // The last rope table and the positions it was made from (cos/sin in double per angle: ~10 ms at S = 8,349 on one
+  // thread, so it is threaded and reused across the steps of a sampling loop).
+  static constexpr int kRopeThreads = 8;
+  std::vector<float> ropePositions_, ropeCos_, ropeSin_;
 };
 
 } // namespace

@@ -92,6 +92,13 @@ std::array<unsigned, 3> KernelRunner::grid(const plan::Kernel &k, const plan::Ex
     if (v < 0) fail("kernel " + k.id, "grid dimension {} is negative ({})", i, v);
     v = (v + d.div - 1) / d.div;
     if (d.maxPerSm > 0) v = std::min<int64_t>(v, d.maxPerSm * device().smCount);
+    // Whole clusters: up to the next multiple of the cluster's extent, or down where that passes the SM cap (a
+    // persistent kernel's extra CTAs find no work; the cluster kernels walk tiles per cluster).
+    const int64_t c = k.launch.cluster[size_t(i)];
+    if (c > 1) {
+      v = (v + c - 1) / c * c;
+      if (d.maxPerSm > 0 && v > d.maxPerSm * device().smCount) v -= c;
+    }
     if (v > (i == 0 ? 0x7fffffffLL : 65535LL)) fail("kernel " + k.id, "grid dimension {} too large ({})", i, v);
     g[size_t(i)] = unsigned(v);
   }

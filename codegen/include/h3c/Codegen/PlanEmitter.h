@@ -2,6 +2,7 @@
 // kernel the emitter (kernels/) produces for every op. Written to disk by h3c_plan's writer.
 #pragma once
 
+#include "h3c/kernels/emit.h"
 #include "h3c/models/fingerprint.h"
 #include "h3c/plan/plan.h"
 
@@ -18,7 +19,8 @@ struct EmittedPlan {
 };
 
 // `m` must have been through h3-plan-buffers (slots). Throws h3c::Error naming the op on a malformed module.
+// `tuning` chooses kernel variants (never bits); its `wgmma` is taken from `o`.
 EmittedPlan emitPlan(mlir::ModuleOp m, const h3::Fingerprint &fp, const std::string &fingerprintSha256,
-                     const plan::Options &o);
+                     const plan::Options &o, const kernels::EmitOptions &tuning = {});
 
 } // namespace h3c::codegen

@@ -26,6 +26,18 @@ struct EmitOptions {
   // Tuning of the Hopper linear (none changes a bit: the chain per output is fixed): shared-memory stages (2-4),
   // row tiles per L2 group of the persistent walk, k-blocks kept in flight by each consumer (0 or 1).
   int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // the best sum over the four block linears (bench/NOTES.md)
+  // CTAs per cluster along the rows (1, or 2: a pair shares its B tile through TMA multicast).
+  int sm90Cluster = 1;
+  // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
+  // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
+  // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
+  // consumer warpgroups take turns issuing (FA3's ping-pong; with overlap only).
+  int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1;
+
+  // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
+  // gemm_inflight, gemm_cluster, attn_stages, attn_overlap, attn_pingpong); throws h3c::Error naming `where` for an unknown name.
+  // Ranges are checked where the kernel is emitted.
+  void set(const std::string &name, int value, const std::string &where);
 };
 
 // The kernel for a plan op: its complete NVRTC-compilable source (no includes), entry, NVRTC options, launch ABI and

@@ -201,7 +201,7 @@ struct Options {
   std::string arch = "sm_90a";
   int64_t sp = 1, tp = 1;
   bool fuse = true;
-  bool wgmma = true;  // sm_90a: the bf16 linears on the Hopper kernel (false: mma.sync; the same bits)
+  bool wgmma = true;  // sm_90a: the bf16 linears and attention on the Hopper kernels (false: mma.sync; the same bits)
 };
 
 // The ranks of a plan (section 5.2): sp x tp, rank = sp_index * tp + tp_index (the tensor-parallel group of a rank is

@@ -1,7 +1,7 @@
 // Executors run a plan over a canonical request. The CPU reference executor (cpu_executor.cpp) and the GPU executor
 // (runtime/lib/cuda, helper "gpu") implement this interface and share everything around it: the plan, request
 // canonicalization (request.h), host tables (host_ops.h), weights (weights.h) and the ledger (ledger.h).
-// runModel() is the one entry point `h3c run` (and the sampler) uses.
+// runModel() runs one forward; the resident engine (engine.h) runs many with the same executor.
 #pragma once
 
 #include "h3c/runtime/ledger.h"
@@ -10,6 +10,7 @@
 #include "h3c/runtime/tensor.h"
 #include "h3c/runtime/weights.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,17 @@ struct RunOptions {
   bool progress = false;       // one line per op on stderr (op index, first node, elapsed seconds)
 };
 
+// Caller-owned device memory of a GPU forward (the Python package's CUDA tensors), all on the executor's device:
+// the kernels read these activations and write these outputs in place (no staging copy), and every launch and copy
+// goes to `stream`. A bound activation holds the plan's value dtype (e.g. BF16 text: the caller converts, rounding
+// to nearest even as the executor's upload does), contiguous; the Request still carries the caller's values (read
+// back to the host) for validation and the ledger's request hash, exactly as `h3c run` sees them.
+struct DeviceIO {
+  std::map<std::string, uint64_t> inputs;  // "hidden_states" | "audio_hidden_states" | "encoder_hidden_states"
+  uint64_t sample = 0, audioSample = 0;    // F32, contiguous [B, Nv, videoPatchDim] / [B, Na, audio_in_channels]
+  uint64_t stream = 0;                     // a CUstream of the primary context; 0: the legacy default stream
+};
+
 struct Outputs {
   Tensor sample;        // [B, Nv, videoPatchDim] F32
   Tensor audio_sample;  // [B, Na, audio_in_channels] F32
@@ -38,9 +50,11 @@ public:
   // Device facts for the ledger header (driver_version, nvrtc_version, gpu name); empty object on the CPU.
   virtual nlohmann::json deviceInfo() const { return nlohmann::json::object(); }
   // Runs every op of `plan` in order and records each into `ledger` (requested binding from requestedBinding(),
-  // actual binding what really ran; in audit mode also the reference error).
+  // actual binding what really ran; in audit mode also the reference error). An executor may keep state between
+  // runs (the GPU executor keeps kernels, uploaded weights and the arena). `io`: GPU only (DeviceIO above); with
+  // it, the outputs are in the caller's memory and the returned Outputs carry shapes only.
   virtual Outputs run(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
-                      LedgerBuilder &ledger) = 0;
+                      LedgerBuilder &ledger, const DeviceIO *io = nullptr) = 0;
 };
 
 std::unique_ptr<Executor> makeCpuExecutor();
@@ -55,7 +69,8 @@ struct RunResult {
   Outputs outputs;
   nlohmann::json ledger;  // sealed
 };
-// Validates the options against the plan (sp, tp, config), canonicalizes the request, runs, seals the ledger.
+// Validates the options against the plan (sp, tp, config), canonicalizes the request, runs, seals the ledger: one
+// forward of a fresh Engine (engine.h) that caches nothing.
 RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &request, const RunOptions &opt);
 
 } // namespace h3c::rt

@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace h3c::rt {
@@ -30,14 +29,16 @@ public:
   virtual nlohmann::json describe() const = 0;
   const h3::Config &config() const { return config_; }
   // Checkpoint tensors are checked for NaN / Inf as they are loaded: with `strict` a non-finite tensor is an error
-  // naming it, otherwise it is recorded ("<tensor>: 1 NaN, 0 Inf (first: element 5)") for the ledger.
+  // naming it, otherwise it is recorded ("<tensor>: 1 NaN, 0 Inf (first: element 5)") for the ledger. The record
+  // is kept for the source's life (one entry per tensor, in name order): a resident engine that keeps the tensor
+  // (cache, GPU upload) never loads it again, yet every later ledger must still name it.
   void setStrictFinite(bool strict) { strictFinite_ = strict; }
-  std::vector<std::string> takeNonFinite() { return std::exchange(nonFinite_, {}); }
+  std::vector<std::string> nonFinite() const;
 
 protected:
   void checkFinite(const std::string &name, const Tensor &t);
   bool strictFinite_ = true;
-  std::vector<std::string> nonFinite_;
+  std::map<std::string, std::string> nonFinite_;  // tensor -> "1 NaN, 0 Inf (first: element 5)"
   explicit WeightSource(const h3::Config &c);
   h3::Config config_;
   std::map<std::string, h3::TensorSpec> specs_;
@@ -53,6 +54,10 @@ std::unique_ptr<WeightSource> makeCheckpointWeights(const h3::Config &c, const s
 // (plan::WeightTensor::split) is that rank's rows, back to back, and spec() gives its local shape; every other
 // tensor is `all`'s. Keeps a reference to `all`.
 std::unique_ptr<WeightSource> makeRankWeights(WeightSource &all, const plan::Plan &p, int64_t tpIndex);
+
+// `source`'s tensors kept in memory after their first load (the resident engine on the CPU: later forwards read no
+// checkpoint and generate no synthetic value again). loadRows slices the kept tensor. Keeps a reference to `source`.
+std::unique_ptr<WeightSource> makeCachedWeights(WeightSource &source);
 
 // Synthetic value of one element (as float, before dtype rounding): exposed so the GPU path and tests can agree.
 float syntheticValue(uint64_t seed, const h3::TensorSpec &spec, int64_t index);

@@ -30,6 +30,9 @@ struct DriverApi {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  // Stream-ordered forms: a forward of the resident engine runs on the caller's stream (engine.h, DeviceIO).
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuMemGetInfo)(size_t *, size_t *);
   CUresult (*cuEventCreate)(CUevent *, unsigned int);

@@ -1,0 +1,250 @@
+// Flash attention on Hopper (sm_90a: TMA + mbarrier ring + wgmma, warp-specialized) in the contract's `flash` order
+// (docs/contract.md section 4), operation for operation the order of attention.cuh, so both kernels give the same
+// bits (the GPU checks compare them byte for byte): keys in canonical order in blocks of 64, ascending; per block
+// s = q k^T (16-wide chunks of d, ascending, from 0), running max m of the raw scores and sum l, with
+// c = fl(d^-0.5 * log2 e) and mc = fl(m_new * c): P = bf(ex2(fma(s, c, -mc))), o = o * ex2(fma(m_old, c, -mc)) + P v
+// (16-key chunks, ascending), finally o / l. wgmma's chunk function equals
+// mma.sync's (../shared/HOPPER-KERNELS.md section 1), and a wgmma accumulator fragment has the mma.sync layout per
+// warp (row 16 * warp + g (+ 8), column 8 * j + 2 * t4 (+ 1)), so every thread sums l over the same keys in the same
+// order as there.
+//
+// Shape: 384 threads per (128-query tile, head, batch item). Warpgroup 0 is the producer (one thread issues the TMA
+// loads: the Q tile once, then K and V blocks of 64 keys into an A9_STAGES-deep ring); warpgroups 1 and 2 each own
+// 64 query rows. S = Q K^T is an m64n64 wgmma chain over d with both operands in shared memory; P V takes P from
+// registers (the A fragment of mma.sync) and V from shared memory as an N-major operand (wgmma's transposed B), so V
+// is never transposed by hand. A9_OVERLAP = 1 issues S of block kb with P V of block kb - 1 and runs the softmax of kb
+// while both compute (FA3's intra-warpgroup overlap): it changes when the tensor core works, not what any output sums.
+// Keys past the item's end read as zeros through the 3-D tensor maps (per item) and are masked to -inf before the
+// max, as in attention.cuh.
+//
+// Defined by the emitter: A9_ENTRY H3C_PARAMS A9_C (c, a float literal) A9_STAGES A9_OVERLAP A9_PINGPONG
+// (with A9_OVERLAP only). Parameters
+// (H3C_PARAMS, in this order): q_map (q [B, Lq, heads * 128], boxes of 64 columns x 128 rows), k_map, v_map (k, v
+// [B, Lk, heads * 128], boxes of 64 columns x 64 rows), out (o [B, Lq, heads * 128]), item_rows = Lq, kv_rows = Lk
+// (grid.x: 128-query tiles, y: heads, z: items). Lq < Lk under sequence parallelism.
+#define A9_D 128
+#define A9_THREADS 384
+#define A9_Q_BOX (128 * 128)              // bytes of one 64-column Q box (128 rows x 128 bytes)
+#define A9_KV_BOX (64 * 128)              // bytes of one 64-column K or V box (64 keys x 128 bytes)
+#define A9_Q_BYTES (2 * A9_Q_BOX)         // the 128 x 128 Q tile
+#define A9_KV_BYTES (2 * A9_KV_BOX)       // one 64 x 128 K (or V) block
+
+// Two F32 values rounded to bf16 (RNE) and packed, low half first: one cvt for the pair. The same bits as
+// pack_bf2 for every non-NaN input (P is in [0, 1] unless the scores were NaN).
+__device__ __forceinline__ h3u32 a9_pack_rn(float lo, float hi) {
+  h3u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// The softmax step of one key block on this thread's S fragment (sc[j * 4 + e]: row 16 * warp + g + 8 * (e >> 1),
+// key k0 + 8 * j + 2 * t4 + (e & 1)), exactly attention.cuh's: mask (in the block that crosses Lk only), running
+// max over the quad, rescale of l, P = bf(ex2(fma(s, c, -mc))) (left in sc) summed into l in (j, e) order. Returns
+// the rows' rescale factors for o in alpha; a9_rescale_pack applies them and packs P (neither o nor the packed P of
+// the previous block is touched here, so its P V may still run).
+__device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk, int t4, float *m, float *l,
+                                           float *alpha) {
+  const float kNegInf = __int_as_float(0xff800000);
+  if (k0 + 64 > Lk) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (k0 + j * 8 + t4 * 2 + (e & 1) >= Lk) sc[j * 4 + e] = kNegInf;
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = kNegInf;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(sc[j * 4 + hh * 2], sc[j * 4 + hh * 2 + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m[hh], mx), mc = __fmul_rn(mnew, A9_C);
+    alpha[hh] = h3c_ex2(__fmaf_rn(m[hh], A9_C, -mc));  // 0 on the first block (m = -inf)
+    m[hh] = mnew;
+    l[hh] = __fmul_rn(l[hh], alpha[hh]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const h3u32 pr = a9_pack_rn(h3c_ex2(__fmaf_rn(sc[j * 4 + hh * 2], A9_C, -mc)),
+                                  h3c_ex2(__fmaf_rn(sc[j * 4 + hh * 2 + 1], A9_C, -mc)));
+      sc[j * 4 + hh * 2] = __uint_as_float(pr << 16);
+      sc[j * 4 + hh * 2 + 1] = __uint_as_float(pr & 0xffff0000u);
+      l[hh] = __fadd_rn(l[hh], sc[j * 4 + hh * 2]);
+      l[hh] = __fadd_rn(l[hh], sc[j * 4 + hh * 2 + 1]);
+    }
+  }
+}
+
+// o = o * alpha (per row), then P (already bf16 values) packed as the A fragments of the block's four 16-key chunks.
+__device__ __forceinline__ void a9_rescale_pack(const float *sc, const float *alpha, float *o, h3u32 (*pa)[4]) {
+#pragma unroll
+  for (int j = 0; j < A9_D / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j * 4 + e] = __fmul_rn(o[j * 4 + e], alpha[e >> 1]);
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    pa[kc][0] = a9_pack_rn(sc[(2 * kc) * 4 + 0], sc[(2 * kc) * 4 + 1]);
+    pa[kc][1] = a9_pack_rn(sc[(2 * kc) * 4 + 2], sc[(2 * kc) * 4 + 3]);
+    pa[kc][2] = a9_pack_rn(sc[(2 * kc + 1) * 4 + 0], sc[(2 * kc + 1) * 4 + 1]);
+    pa[kc][3] = a9_pack_rn(sc[(2 * kc + 1) * 4 + 2], sc[(2 * kc + 1) * 4 + 3]);
+  }
+}
+
+// FA3's warpgroup ping-pong (A9_PINGPONG): the two consumers take turns issuing their wgmmas (named barriers 1 and 2,
+// 256 threads: one consumer waits, the other arrives), so one's softmax runs while the other's GEMMs occupy the
+// tensor core. Timing only: no value depends on it.
+__device__ __forceinline__ void a9_turn_wait(int cw) {
+#if A9_PINGPONG
+  asm volatile("bar.sync %0, 256;\n" ::"r"(1 + cw) : "memory");
+#endif
+}
+__device__ __forceinline__ void a9_turn_pass(int cw) {
+#if A9_PINGPONG
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - cw) : "memory");
+#endif
+}
+
+// S = Q K^T of the key block in stage `stage`: eight chained m64n64k16 wgmmas over d (box kc / 4, 32-byte step kc % 4
+// inside the swizzled rows), the first with scale_d = 0. Issued and committed, not waited for.
+__device__ __forceinline__ void a9_issue_s(float *sc, unsigned long long dq, h3u32 sK, int stage) {
+  const unsigned long long dk = wgmma_desc_sw128(sK + stage * A9_KV_BYTES);
+  wgmma_fence();
+#pragma unroll
+  for (int kc = 0; kc < 8; ++kc)
+    wgmma_64(sc, dq + (kc >> 2) * (A9_Q_BOX >> 4) + 2 * (kc & 3), dk + (kc >> 2) * (A9_KV_BOX >> 4) + 2 * (kc & 3),
+             kc != 0);
+  wgmma_commit();
+}
+
+// o += P V of the key block in stage `stage`: four chained m64n128k16 wgmmas over its 16-key chunks, P from registers,
+// V N-major (16 keys x 128 columns: two 64-column atoms A9_KV_BOX bytes apart, 2,048 bytes per chunk).
+__device__ __forceinline__ void a9_issue_pv(float *o, h3u32 (*pa)[4], h3u32 sV, int stage) {
+  wgmma_fence();
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc)
+    wgmma_128_rs_nmajor(o, pa[kc], wgmma_desc_sw128_nmajor(sV + stage * A9_KV_BYTES + kc * 2048, A9_KV_BOX), 1);
+  wgmma_commit();
+}
+
+extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS) {
+  extern __shared__ unsigned char a9_raw[];
+  const h3u32 base = (smem_u32(a9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
+  const h3u32 sQ = base, sK = sQ + A9_Q_BYTES, sV = sK + A9_STAGES * A9_KV_BYTES;
+  const h3u32 qFull = sV + A9_STAGES * A9_KV_BYTES, kFull = qFull + 8, vFull = kFull + 8 * A9_STAGES,
+              empty = vFull + 8 * A9_STAGES;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const long long L = item_rows, Lk = kv_rows;
+  const int head = blockIdx.y, item = blockIdx.z, q0 = blockIdx.x * 128;
+  const int nkv = (int)((Lk + 63) / 64);
+  if (threadIdx.x == 0) {
+    mbar_init(qFull, 1);
+    for (int s = 0; s < A9_STAGES; ++s) {
+      mbar_init(kFull + 8 * s, 1);  // the producer's expect_tx; the TMA bytes complete the phase
+      mbar_init(vFull + 8 * s, 1);
+      mbar_init(empty + 8 * s, 8);  // one arrival per consumer warp
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    regs_dealloc<24>();
+    if (tid == 0) {
+      tma_prefetch_map(&q_map);
+      tma_prefetch_map(&k_map);
+      tma_prefetch_map(&v_map);
+      mbar_expect_tx(qFull, A9_Q_BYTES);
+      tma_load_3d(sQ, &q_map, head * A9_D, q0, item, qFull);
+      tma_load_3d(sQ + A9_Q_BOX, &q_map, head * A9_D + 64, q0, item, qFull);
+      int s = 0;
+      h3u32 ph = 0;
+      for (int kb = 0; kb < nkv; ++kb) {
+        mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
+        mbar_expect_tx(kFull + 8 * s, A9_KV_BYTES);
+        tma_load_3d(sK + s * A9_KV_BYTES, &k_map, head * A9_D, kb * 64, item, kFull + 8 * s);
+        tma_load_3d(sK + s * A9_KV_BYTES + A9_KV_BOX, &k_map, head * A9_D + 64, kb * 64, item, kFull + 8 * s);
+        mbar_expect_tx(vFull + 8 * s, A9_KV_BYTES);
+        tma_load_3d(sV + s * A9_KV_BYTES, &v_map, head * A9_D, kb * 64, item, vFull + 8 * s);
+        tma_load_3d(sV + s * A9_KV_BYTES + A9_KV_BOX, &v_map, head * A9_D + 64, kb * 64, item, vFull + 8 * s);
+        if (++s == A9_STAGES) { s = 0; ph ^= 1; }
+      }
+    }
+  } else {
+    // Consumers (the roles are the two branches of one if/else, so ptxas applies setmaxnreg).
+    regs_alloc<240>();
+    const int cw = wg - 1;  // this consumer's 64 query rows of the tile
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    const float kNegInf = __int_as_float(0xff800000);
+    float o[A9_D / 2];  // o[j * 4 + e]: row 16 * warp + g + 8 * (e >> 1), column 8 * j + 2 * t4 + (e & 1)
+#pragma unroll
+    for (int i = 0; i < A9_D / 2; ++i) o[i] = 0.0f;
+    float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+    h3u32 pa[4][4];
+    const unsigned long long dq = wgmma_desc_sw128(sQ + cw * 64 * 128);
+    mbar_wait(qFull, 0);
+    float sc[32], alpha[2];
+#if A9_OVERLAP
+    // FA3's order of issue: S of block kb and P V of block kb - 1 run on the tensor core while the softmax of kb
+    // runs on the FP32 pipes; o is rescaled and P handed over only after P V of kb - 1 completed. o still sees
+    // ((o * alpha_{kb-1} + P_{kb-1} V_{kb-1}) * alpha_kb + P_kb V_kb), the contract's sequence.
+    if (cw == 1) a9_turn_pass(1);  // consumer 0 issues first
+    mbar_wait(kFull, 0);
+    a9_turn_wait(cw);
+    a9_issue_s(sc, dq, sK, 0);
+    a9_turn_pass(cw);
+    wgmma_wait<0>();
+    a9_softmax(sc, 0, Lk, t4, m, l, alpha);
+    a9_rescale_pack(sc, alpha, o, pa);
+    for (int kb = 1; kb < nkv; ++kb) {
+      const int s = kb % A9_STAGES, sp = (kb - 1) % A9_STAGES;
+      mbar_wait(kFull + 8 * s, (h3u32)(kb / A9_STAGES) & 1u);
+      mbar_wait(vFull + 8 * sp, (h3u32)((kb - 1) / A9_STAGES) & 1u);
+      a9_turn_wait(cw);
+      a9_issue_s(sc, dq, sK, s);
+      a9_issue_pv(o, pa, sV, sp);
+      a9_turn_pass(cw);
+      wgmma_wait<1>();  // S of kb is complete (groups complete in order)
+      a9_softmax(sc, (long long)kb * 64, Lk, t4, m, l, alpha);
+      wgmma_wait<0>();  // P V of kb - 1 is complete: its K and V stage is free
+      if (lane == 0) mbar_arrive(empty + 8 * sp);
+      a9_rescale_pack(sc, alpha, o, pa);
+    }
+    {
+      const int sp = (nkv - 1) % A9_STAGES;
+      mbar_wait(vFull + 8 * sp, (h3u32)((nkv - 1) / A9_STAGES) & 1u);
+      a9_turn_wait(cw);
+      a9_issue_pv(o, pa, sV, sp);
+      if (cw == 0) a9_turn_pass(0);  // consumer 1's last turn; consumer 0 has none left to receive
+      wgmma_wait<0>();
+    }
+#else
+    int s = 0;
+    h3u32 ph = 0;
+    for (int kb = 0; kb < nkv; ++kb) {
+      mbar_wait(kFull + 8 * s, ph);
+      a9_issue_s(sc, dq, sK, s);
+      wgmma_wait<0>();
+      a9_softmax(sc, (long long)kb * 64, Lk, t4, m, l, alpha);
+      a9_rescale_pack(sc, alpha, o, pa);
+      mbar_wait(vFull + 8 * s, ph);
+      a9_issue_pv(o, pa, sV, s);
+      wgmma_wait<0>();
+      if (lane == 0) mbar_arrive(empty + 8 * s);
+      if (++s == A9_STAGES) { s = 0; ph ^= 1; }
+    }
+#endif
+    const long long ld = (long long)A9_HEADS * A9_D;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float lt = __fadd_rn(l[hh], __shfl_xor_sync(0xffffffffu, l[hh], 1));
+      lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
+      const long long q = (long long)q0 + cw * 64 + warp * 16 + g + hh * 8;
+      if (q >= L) continue;
+      h3bf *orow = (h3bf *)out + ((long long)item * L + q) * ld + (long long)head * A9_D;
+#pragma unroll
+      for (int j = 0; j < A9_D / 8; ++j)
+        *(h3u32 *)(orow + j * 8 + t4 * 2) = (h3u32)f2bf(__fdiv_rn(o[j * 4 + hh * 2], lt)) |
+                                            ((h3u32)f2bf(__fdiv_rn(o[j * 4 + hh * 2 + 1], lt)) << 16);
+    }
+  }
+}

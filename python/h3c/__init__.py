@@ -1,0 +1,209 @@
+"""h3c from Python: a compiled MiniMax-H3 plan run in-process on the caller's tensors.
+
+    import h3c
+    transformer = h3c.Transformer(plan="plans/full", checkpoint="MiniMax-H3/transformer", device="cuda")
+    video, audio = transformer(hidden_states=..., audio_hidden_states=..., encoder_hidden_states=..., timestep=...,
+                               timestep_indices=..., token_tags=..., position_ids=..., video_indices=...,
+                               audio_indices=..., text_indices=..., return_dict=False)
+    transformer.ledger   # the operator ledger of the last call (what `h3c run --ledger` writes)
+
+`Transformer.forward` takes exactly the arguments of diffusers' `MiniMaxH3Transformer3DModel.forward` (names,
+shapes, dtypes) and returns what it returns (an output with `.sample` / `.audio_sample`, or the tuple with
+`return_dict=False`), so it can replace `pipe.transformer`. The engine underneath is resident (weights loaded and
+kernels compiled once, at construction and the first call) and every forward computes the bits `h3c run` computes on
+the same inputs.
+
+Tensors cross by DLPack. On device="cuda", torch CUDA tensors are read and written in place: the three activations
+are bound directly when they already have the plan's dtype and are contiguous (else converted on the device first:
+float32 -> bfloat16 rounds to nearest even, as `h3c run`'s upload does), the outputs are written into tensors
+allocated with torch on the caller's device, and all work runs on the caller's current stream. The request is also
+read back to the host once (`.cpu()`, a few MB), for the same validation and ledger hash as `h3c run`. On
+device="cpu" (or host tensors on "cuda"), NumPy arrays or torch CPU tensors go in and the outputs come back in the
+same kind, exported without a copy.
+
+Errors are `h3c.Error` (a RuntimeError) with the CLI's message ("<where>: <what>", `.where` and `.message`).
+The sampler (`Scheduler`, `sde_step`, `philox_normals`) and the trajectory tools (`verify_trajectory`, `drift`) are
+thin wrappers over the same C++ as `h3c generate` and `h3c trajectory`.
+"""
+import json
+
+from . import _h3c
+from ._h3c import Error, Scheduler, linspace_f32
+
+__all__ = ["Transformer", "TransformerOutput", "Error", "Scheduler", "scheduler_step", "sde_constants", "sde_step", "philox_normals",
+           "linspace_f32", "verify_trajectory", "drift"]
+
+_ARGS = ("hidden_states", "audio_hidden_states", "encoder_hidden_states", "timestep", "timestep_indices",
+         "token_tags", "position_ids", "video_indices", "audio_indices", "text_indices")
+_ACTIVATIONS = ("hidden_states", "audio_hidden_states", "encoder_hidden_states")
+
+
+def _error(where, what):
+    e = Error(f"{where}: {what}")
+    e.where, e.message = where, what
+    return e
+
+
+def _is_torch(x):
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _exportable(x):
+    """NumPy before 2.0 refuses to export a read-only array (np.frombuffer's) through DLPack: such an array is copied
+    once here (host inputs are copied into the request anyway)."""
+    return x.copy() if type(x).__module__ == "numpy" and not x.flags.writeable else x
+
+
+def _numpy(array):
+    import numpy
+    return numpy.from_dlpack(array)
+
+
+class TransformerOutput:
+    """diffusers' MiniMaxH3TransformerOutput: `.sample`, `.audio_sample`, indexable and iterable in that order."""
+
+    def __init__(self, sample, audio_sample):
+        self.sample, self.audio_sample = sample, audio_sample
+
+    def to_tuple(self):
+        return (self.sample, self.audio_sample)
+
+    def __getitem__(self, k):
+        return getattr(self, k) if isinstance(k, str) else self.to_tuple()[k]
+
+    def __iter__(self):
+        return iter(self.to_tuple())
+
+    def __len__(self):
+        return 2
+
+
+class Transformer:
+    """The resident h3c engine behind diffusers' transformer interface.
+
+    plan: a plan folder (`h3c compile -o`) or its plan.json; checkpoint: a diffusers or native checkpoint folder, or
+    synthetic: the seed of `h3c checkpoint synth` weights (exactly one); device: "cuda" or "cpu"; mode: "strict"
+    (every node must run `row`, else h3c.Error), "audit" or "off"; threads: CPU worker threads (0: all; never
+    changes a bit); binds: `--bind GLOB=native|reference` rules; config: a config name or file that must match the
+    plan's (as `h3c run --config`)."""
+
+    def __init__(self, plan, checkpoint=None, synthetic=None, device="cuda", mode="strict", threads=0, binds=(),
+                 config=None):
+        if device not in ("cuda", "cpu"):
+            raise _error("device", f"expected \"cuda\" or \"cpu\", got {device!r}")
+        self._engine = _h3c.Engine(str(plan), None if checkpoint is None else str(checkpoint), synthetic,
+                                   "gpu" if device == "cuda" else "cpu", mode, int(threads), list(binds),
+                                   None if config is None else str(config))
+        self.device = device
+        self.config = json.loads(self._engine.config_json)
+
+    @property
+    def ledger(self):
+        """The operator ledger of the last call (a dict; None before the first), sealed as `h3c run` seals it."""
+        text = self._engine.ledger_json
+        return json.loads(text) if text else None
+
+    @property
+    def ledger_json(self):
+        """The last ledger exactly as `h3c run --ledger FILE` writes it."""
+        return self._engine.ledger_json
+
+    @property
+    def forwards(self):
+        return self._engine.forwards
+
+    @property
+    def plan_sha256(self):
+        return self._engine.plan_sha256
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep, timestep_indices,
+                token_tags, position_ids, video_indices, audio_indices, text_indices, attention_kwargs=None,
+                return_dict=True):
+        if attention_kwargs and float(attention_kwargs.get("scale", 1.0)) != 1.0:
+            raise _error("attention_kwargs", "h3c runs no LoRA layers; a LoRA scale other than 1.0 cannot apply")
+        given = dict(zip(_ARGS, (hidden_states, audio_hidden_states, encoder_hidden_states, timestep,
+                                 timestep_indices, token_tags, position_ids, video_indices, audio_indices,
+                                 text_indices)))
+        for name, x in given.items():
+            if not hasattr(x, "__dlpack__"):
+                raise _error(name, f"expected a torch tensor or a NumPy array, got {type(x).__name__}")
+        given = {n: _exportable(x) for n, x in given.items()}
+        torch_in = any(_is_torch(x) for x in given.values())
+        if torch_in:
+            given = {n: x.detach() for n, x in given.items()}
+        on_cuda = torch_in and any(x.is_cuda for x in given.values())
+        if on_cuda and self.device != "cuda":
+            raise _error("device", "this transformer runs on the CPU; its inputs are CUDA tensors")
+        if on_cuda:
+            out = self._forward_cuda(given)
+        else:
+            if torch_in:
+                import torch
+                sample, audio = (torch.from_dlpack(a) for a in self._engine.forward(given, {}, None, None, 0))
+            else:
+                sample, audio = (_numpy(a) for a in self._engine.forward(given, {}, None, None, 0))
+            out = (sample, audio)
+        return TransformerOutput(*out) if return_dict else out
+
+    def _forward_cuda(self, given):
+        import torch
+        dev = given["hidden_states"].device
+        for name, x in given.items():
+            if x.is_cuda and x.device != dev:
+                raise _error(name, f"is on {x.device}, hidden_states on {dev}")
+        # The host view every check and the ledger hash read (`.cpu()` orders itself after the current stream).
+        host = {n: x.cpu() for n, x in given.items()}
+        want = {n: getattr(torch, {"F32": "float32", "BF16": "bfloat16"}[d])
+                for n, d in self._engine.input_dtypes.items()}
+        device = {}
+        for n in _ACTIVATIONS:
+            x = given[n]
+            if x.is_cuda and x.is_floating_point():
+                device[n] = x.to(want[n]).contiguous()  # no copy when dtype and layout already fit
+        b, nv, na = host["hidden_states"].shape[0], host["hidden_states"].shape[1], host["audio_hidden_states"].shape[1]
+        c, ca = self._engine.output_channels
+        if len(host["hidden_states"].shape) == 3 and len(host["audio_hidden_states"].shape) == 3:
+            sample = torch.empty((b, nv, c), dtype=torch.float32, device=dev)
+            audio = torch.empty((b, na, ca), dtype=torch.float32, device=dev)
+        else:  # let the engine name the bad shape
+            sample = audio = torch.empty((0,), dtype=torch.float32, device=dev)
+        with torch.cuda.device(dev):
+            stream = torch.cuda.current_stream(dev).cuda_stream
+            self._engine.forward(host, device, sample, audio, stream)
+        return sample, audio
+
+
+def sde_constants(scheduler, i, noise_level):
+    """The Flow-GRPO SDE constants of step i (trajectory/sampler.h): std, scale, coef, log_scale."""
+    return _h3c.sde_constants(scheduler, i, noise_level)
+
+
+def sde_step(scheduler, i, noise_level, velocity, sample, noise):
+    """One SDE step over float32 host arrays: (next, mean, sum_sq, logprob), bit for bit `h3c generate`'s."""
+    nxt, mean, sum_sq, logprob = _h3c.sde_step(scheduler, i, noise_level, _exportable(velocity),
+                                               _exportable(sample), _exportable(noise))
+    return _numpy(nxt), _numpy(mean), sum_sq, logprob
+
+
+def scheduler_step(scheduler, i, velocity, sample):
+    """The ODE (Euler) step of MiniMaxH3Scheduler over float32 host arrays; returns the next sample."""
+    return _numpy(scheduler.step(i, _exportable(velocity), _exportable(sample)))
+
+
+def philox_normals(seed, modality, draw, count):
+    """`count` standard normals of the stream (seed, modality 0 video / 1 audio, draw 0 initial / 1 + i SDE)."""
+    return _numpy(_h3c.philox_normals(seed, modality, draw, count))
+
+
+def verify_trajectory(path):
+    """`h3c trajectory verify`: {"valid", "complete", "sealed_steps", "num_steps", "problem", "notes"}."""
+    return json.loads(_h3c.verify_trajectory(str(path)))
+
+
+def drift(a, b, text=False):
+    """`h3c trajectory drift A B --json` as a dict (and the text report too with text=True)."""
+    j, t = _h3c.drift(str(a), str(b))
+    return (json.loads(j), t) if text else json.loads(j)

@@ -1,0 +1,380 @@
+// h3c._h3c: the extension module under the Python package (python/h3c/__init__.py holds the diffusers-shaped API).
+// One translation unit on purpose: pybind11's headers are heavy, and the module is a thin layer over the runtime:
+//   Engine   the resident engine (runtime/engine.h) built from a plan folder and a checkpoint or synthetic seed;
+//            forward() takes the ten request tensors as DLPack host tensors (copied into the request, as `h3c run`
+//            reads its file) and, on the GPU, the activations and output buffers as DLPack CUDA tensors bound in
+//            place (DeviceIO: no staging copy) with the caller's stream;
+//   Array    a host result (outputs, sampler values) exported through DLPack without a copy;
+//   the sampler (trajectory/sampler.h) and trajectory verify / drift (trajectory/trajectory.h).
+// Every h3c::Error becomes h3c.Error with the CLI's message ("<where>: <what>"); nothing here aborts the process.
+#include "h3c/models/config.h"
+#include "h3c/plan/io.h"
+#include "h3c/runtime/engine.h"
+#include "h3c/support/canonical_json.h"
+#include "h3c/support/error.h"
+#include "h3c/trajectory/sampler.h"
+#include "h3c/trajectory/trajectory.h"
+#ifdef H3C_HAVE_CUDA
+#include "h3c/runtime/cuda/driver.h"
+#endif
+
+#include <dlpack/dlpack.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <mutex>
+#include <optional>
+
+namespace py = pybind11;
+using namespace h3c;
+using namespace h3c::rt;
+
+namespace {
+
+// ---- DLPack in ------------------------------------------------------------------------------------------------------
+
+// A consumed DLPack capsule: the producer's tensor stays alive until this is destroyed (protocol: rename the capsule
+// to "used_dltensor", call the deleter when done).
+class Imported {
+public:
+  Imported(const py::handle &obj, const std::string &name) : name_(name) {
+    if (!py::hasattr(obj, "__dlpack__"))
+      fail(name, "expected a tensor with __dlpack__ (a torch tensor or a NumPy array), got {}",
+           std::string(py::str(py::type::of(obj).attr("__name__"))));
+    py::object cap = obj.attr("__dlpack__")();
+    if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
+      fail(name, "__dlpack__ did not return a DLPack capsule");
+    m_ = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+    PyCapsule_SetName(cap.ptr(), "used_dltensor");
+  }
+  ~Imported() {
+    if (m_ && m_->deleter) m_->deleter(m_);
+  }
+  Imported(const Imported &) = delete;
+  Imported &operator=(const Imported &) = delete;
+
+  const DLTensor &t() const { return m_->dl_tensor; }
+  std::vector<int64_t> shape() const { return {t().shape, t().shape + t().ndim}; }
+  DType dtype() const {
+    const DLDataType d = t().dtype;
+    if (d.lanes != 1) fail(name_, "vector dtypes (lanes {}) are not supported", d.lanes);
+    if (d.code == kDLFloat && d.bits == 32) return DType::F32;
+    if (d.code == kDLFloat && d.bits == 64) return DType::F64;
+    if (d.code == kDLBfloat && d.bits == 16) return DType::BF16;
+    if (d.code == kDLFloat && d.bits == 16) return DType::F16;
+    if (d.code == kDLInt && d.bits == 64) return DType::I64;
+    if (d.code == kDLInt && d.bits == 32) return DType::I32;
+    fail(name_, "unsupported dtype (DLPack code {}, {} bits)", int(d.code), int(d.bits));
+  }
+  bool contiguous() const {
+    if (!t().strides) return true;
+    int64_t expect = 1;
+    for (int i = t().ndim - 1; i >= 0; --i) {
+      if (t().shape[i] != 1 && t().strides[i] != expect) return false;
+      expect *= t().shape[i];
+    }
+    return true;
+  }
+  const char *data() const { return static_cast<const char *>(t().data) + t().byte_offset; }
+
+  // A host tensor's bytes in row-major order (strided views are gathered element by element).
+  Tensor toHost() const {
+    if (t().device.device_type != kDLCPU && t().device.device_type != kDLCUDAHost)
+      fail(name_, "expected a host tensor here (DLPack device type {})", int(t().device.device_type));
+    Tensor out;
+    out.dtype = dtype();
+    out.shape = shape();
+    const size_t es = dtypeSize(out.dtype);
+    out.bytes.resize(size_t(out.numel()) * es);
+    if (out.bytes.empty()) return out;
+    if (contiguous()) {
+      std::memcpy(out.bytes.data(), data(), out.bytes.size());
+      return out;
+    }
+    std::vector<int64_t> idx(size_t(t().ndim), 0);
+    for (int64_t k = 0; k < out.numel(); ++k) {
+      int64_t off = 0;
+      for (int d = 0; d < t().ndim; ++d) off += idx[size_t(d)] * t().strides[d];
+      std::memcpy(out.bytes.data() + size_t(k) * es, data() + off * int64_t(es), es);
+      for (int d = t().ndim - 1; d >= 0 && ++idx[size_t(d)] == t().shape[d]; --d) idx[size_t(d)] = 0;
+    }
+    return out;
+  }
+
+  // A CUDA tensor bound in place: contiguous, on the executor's device, `want` dtype and shape.
+  uint64_t devicePointer(DType want, const std::vector<int64_t> &wantShape) const {
+    if (t().device.device_type != kDLCUDA)
+      fail(name_, "expected a CUDA tensor (DLPack device type {})", int(t().device.device_type));
+#ifdef H3C_HAVE_CUDA
+    if (t().device.device_id != int(runtime::cuda::device().dev))
+      fail(name_, "is on cuda:{}, h3c runs on cuda:{} (set H3C_CUDA_DEVICE)", t().device.device_id,
+           int(runtime::cuda::device().dev));
+#endif
+    if (dtype() != want) fail(name_, "is {} on the device, expected {}", dtypeName(dtype()), dtypeName(want));
+    if (shape() != wantShape) fail(name_, "has shape {}, expected {}", nlohmann::json(shape()).dump(),
+                                   nlohmann::json(wantShape).dump());
+    if (!contiguous()) fail(name_, "must be contiguous on the device");
+    return reinterpret_cast<uint64_t>(data());
+  }
+
+private:
+  std::string name_;
+  DLManagedTensor *m_ = nullptr;
+};
+
+// ---- DLPack out -----------------------------------------------------------------------------------------------------
+
+DLDataType dlType(DType d) {
+  switch (d) {
+  case DType::F32: return {kDLFloat, 32, 1};
+  case DType::F64: return {kDLFloat, 64, 1};
+  case DType::BF16: return {kDLBfloat, 16, 1};
+  case DType::I64: return {kDLInt, 64, 1};
+  default: fail("h3c", "no DLPack export for {}", dtypeName(d));
+  }
+}
+
+// A host result. Each __dlpack__ hands out a view that shares the bytes (the consumer frees its view without the
+// GIL: the deleter touches no Python object).
+class Array {
+public:
+  explicit Array(Tensor t) : t_(std::make_shared<Tensor>(std::move(t))) {}
+  static Array floats(std::vector<int64_t> shape, const std::vector<float> &v) {
+    return Array(Tensor::fromFloats(DType::F32, std::move(shape), v.data()));
+  }
+  py::capsule dlpack() const {
+    struct Ctx {
+      std::shared_ptr<Tensor> t;
+      std::vector<int64_t> shape;
+      DLManagedTensor m{};
+    };
+    auto *c = new Ctx{t_, t_->shape, {}};
+    c->m.dl_tensor.data = c->t->bytes.empty() ? nullptr : c->t->bytes.data();
+    c->m.dl_tensor.device = {kDLCPU, 0};
+    c->m.dl_tensor.ndim = int(c->shape.size());
+    c->m.dl_tensor.dtype = dlType(c->t->dtype);
+    c->m.dl_tensor.shape = c->shape.data();
+    c->m.dl_tensor.strides = nullptr;
+    c->m.dl_tensor.byte_offset = 0;
+    c->m.manager_ctx = c;
+    c->m.deleter = [](DLManagedTensor *m) { delete static_cast<Ctx *>(m->manager_ctx); };
+    // Unconsumed capsules free their tensor themselves.
+    return py::capsule(&c->m, "dltensor", [](PyObject *cap) {
+      if (PyCapsule_IsValid(cap, "dltensor")) {
+        auto *m = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(cap, "dltensor"));
+        m->deleter(m);
+      }
+    });
+  }
+  const Tensor &tensor() const { return *t_; }
+
+private:
+  std::shared_ptr<Tensor> t_;
+};
+
+std::vector<float> hostFloats(const py::handle &obj, const std::string &name) {
+  Tensor t = Imported(obj, name).toHost();
+  if (t.dtype != DType::F32) fail(name, "expected float32, got {}", dtypeName(t.dtype));
+  return t.toFloats();
+}
+
+// ---- the engine -----------------------------------------------------------------------------------------------------
+
+const char *const kActivations[] = {"hidden_states", "audio_hidden_states", "encoder_hidden_states"};
+
+class PyEngine {
+public:
+  PyEngine(const std::string &planPath, std::optional<std::string> checkpoint, std::optional<int64_t> synthetic,
+           const std::string &device, const std::string &mode, int threads, const std::vector<std::string> &binds,
+           std::optional<std::string> config) {
+    if (checkpoint.has_value() == synthetic.has_value())
+      fail("h3c.Transformer", "give checkpoint=DIR or synthetic=SEED (exactly one)");
+    if (synthetic && *synthetic < 0) fail("synthetic", "the seed must be >= 0, got {}", *synthetic);
+    plan_ = plan::loadPlan(planPath);
+    if (config && h3::configToJson(h3::loadConfig(*config)).dump() != h3::configToJson(plan_.config).dump())
+      fail("--config", "'{}' differs from the config the plan was compiled for", *config);
+    opt_.device = device;
+    opt_.mode = parseMode(mode);
+    opt_.tp = plan_.options.tp;
+    opt_.sp = plan_.options.sp;
+    opt_.threads = threads;
+    for (const auto &b : binds) opt_.binds.push_back(parseBindRule(b));
+    if (device != "cpu" && device != "gpu") fail("device", "expected \"cuda\" or \"cpu\", got '{}'", device);
+    weights_ = checkpoint ? makeCheckpointWeights(plan_.config, *checkpoint)
+                          : makeSyntheticWeights(plan_.config, uint64_t(*synthetic));
+    engine_ = std::make_unique<Engine>(plan_, *weights_, opt_);
+  }
+
+  // host: the ten request tensors (host DLPack). device: activations on the GPU (bound in place); outs: the two
+  // output buffers on the GPU; stream: the caller's CUstream. Returns (sample, audio_sample) as Arrays on the CPU,
+  // (None, None) on the GPU (written into outs).
+  py::tuple forward(const py::dict &host, const py::dict &device, const py::object &outSample,
+                    const py::object &outAudio, uint64_t stream) {
+    Request req;
+    for (const auto &name : requestTensorNames()) {
+      if (!host.contains(name.c_str())) fail("--inputs", "missing tensor '{}'", name);
+      req.tensors[name] = Imported(host[name.c_str()], name).toHost();
+    }
+    for (const auto &kv : host)
+      if (!req.tensors.count(py::str(kv.first)))
+        fail("--inputs", "unexpected tensor '{}'", std::string(py::str(kv.first)));
+    std::vector<std::unique_ptr<Imported>> held;  // the caller's device tensors, alive through the forward
+    std::optional<DeviceIO> io;
+    if (opt_.device == "gpu" && (!device.empty() || !outSample.is_none())) {
+      io.emplace();
+      io->stream = stream;
+      const CanonicalRequest q = canonicalize(req, plan_.config, "--inputs");  // shapes for the checks below
+      for (const char *name : kActivations) {
+        if (!device.contains(name)) continue;
+        held.push_back(std::make_unique<Imported>(device[name], name));
+        io->inputs[name] = held.back()->devicePointer(plan_.value(std::string("@") + name).dtype,
+                                                      req.tensors.at(name).shape);
+      }
+      const int64_t C = plan_.config.videoPatchDim(), Ca = plan_.config.audio_in_channels;
+      held.push_back(std::make_unique<Imported>(outSample, "sample"));
+      io->sample = held.back()->devicePointer(DType::F32, {q.B, q.Nv, C});
+      held.push_back(std::make_unique<Imported>(outAudio, "audio_sample"));
+      io->audioSample = held.back()->devicePointer(DType::F32, {q.B, q.Na, Ca});
+    }
+    RunResult r;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      r = engine_->run(req, opt_, io ? &*io : nullptr);
+    }
+    ledger_ = sealedJsonDump(r.ledger, 1) + "\n";  // what `h3c run --ledger` writes
+    LedgerVerdict v = verifyLedger(r.ledger);
+    if (opt_.mode == Mode::Strict && !v.strictOk) {
+      std::string names;
+      for (size_t i = 0; i < v.offenders.size() && i < 20; ++i) names += "\n  " + v.offenders[i];
+      fail("--mode strict", "the strict rule failed ({} offender(s): nodes not run `row`, non-finite values); no "
+           "outputs returned (ledger: transformer.ledger):{}", v.offenders.size(), names);
+    }
+    if (io) return py::make_tuple(py::none(), py::none());
+    return py::make_tuple(Array(std::move(r.outputs.sample)), Array(std::move(r.outputs.audio_sample)));
+  }
+
+  const std::string &ledger() const { return ledger_; }
+  std::map<std::string, std::string> inputDtypes() const {
+    std::map<std::string, std::string> m;
+    for (const char *n : kActivations) m[n] = std::string(dtypeName(plan_.value(std::string("@") + n).dtype));
+    return m;
+  }
+  std::pair<int64_t, int64_t> outputChannels() const {
+    return {plan_.config.videoPatchDim(), plan_.config.audio_in_channels};
+  }
+  std::string planSha() const { return plan_.planSha256; }
+  std::string configJson() const { return h3::configToJson(plan_.config).dump(); }
+  std::string weightsJson() const { return weights_->describe().dump(); }
+  int64_t forwards() const { return engine_->forwards(); }
+  std::string device() const { return opt_.device; }
+
+private:
+  plan::Plan plan_;
+  std::unique_ptr<WeightSource> weights_;
+  RunOptions opt_;
+  std::unique_ptr<Engine> engine_;
+  std::mutex mu_;
+  std::string ledger_;
+};
+
+// ---- the sampler ------------------------------------------------------------------------------------------------------
+
+py::dict sdeDict(const SdeConstants &k) {
+  py::dict d;
+  d["std"] = k.std;
+  d["scale"] = k.scale;
+  d["coef"] = k.coef;
+  d["log_scale"] = k.logScale;
+  return d;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_h3c, m) {
+  m.doc() = "h3c's runtime: the resident engine, the sampler and the trajectory tools (see h3c/__init__.py)";
+  static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error &e) {
+      py::object inst = py::reinterpret_borrow<py::object>(error.ptr())(e.what());
+      inst.attr("where") = e.where();
+      inst.attr("message") = e.message();
+      PyErr_SetObject(error.ptr(), inst.ptr());
+    }
+  });
+
+  py::class_<Array>(m, "Array")
+      .def("__dlpack__", [](const Array &a, py::args, py::kwargs) { return a.dlpack(); })
+      .def("__dlpack_device__", [](const Array &) { return py::make_tuple(int(kDLCPU), 0); })
+      .def_property_readonly("shape", [](const Array &a) { return a.tensor().shape; })
+      .def_property_readonly("dtype", [](const Array &a) { return std::string(dtypeName(a.tensor().dtype)); });
+
+  py::class_<PyEngine>(m, "Engine")
+      .def(py::init<const std::string &, std::optional<std::string>, std::optional<int64_t>, const std::string &,
+                    const std::string &, int, const std::vector<std::string> &, std::optional<std::string>>(),
+           py::arg("plan"), py::arg("checkpoint"), py::arg("synthetic"), py::arg("device"), py::arg("mode"),
+           py::arg("threads"), py::arg("binds"), py::arg("config"))
+      .def("forward", &PyEngine::forward, py::arg("host"), py::arg("device"), py::arg("out_sample"),
+           py::arg("out_audio_sample"), py::arg("stream"))
+      .def_property_readonly("ledger_json", &PyEngine::ledger)
+      .def_property_readonly("input_dtypes", &PyEngine::inputDtypes)
+      .def_property_readonly("output_channels", &PyEngine::outputChannels)
+      .def_property_readonly("plan_sha256", &PyEngine::planSha)
+      .def_property_readonly("config_json", &PyEngine::configJson)
+      .def_property_readonly("weights_json", &PyEngine::weightsJson)
+      .def_property_readonly("forwards", &PyEngine::forwards)
+      .def_property_readonly("device", &PyEngine::device);
+
+  py::class_<MiniMaxH3Scheduler>(m, "Scheduler")
+      .def(py::init<double>(), py::arg("shift"))
+      .def("set_timesteps", &MiniMaxH3Scheduler::setTimesteps, py::arg("num_inference_steps"))
+      .def_property_readonly("shift", &MiniMaxH3Scheduler::shift)
+      .def_property_readonly("sigmas", &MiniMaxH3Scheduler::sigmas)
+      .def_property_readonly("timesteps", &MiniMaxH3Scheduler::timesteps)
+      .def_property_readonly("num_steps", &MiniMaxH3Scheduler::numSteps)
+      .def("step", [](const MiniMaxH3Scheduler &s, int64_t i, const py::object &v, const py::object &x) {
+        Imported xi(x, "sample");
+        const std::vector<int64_t> shape = xi.shape();
+        std::vector<float> vf = hostFloats(v, "velocity"), xf = hostFloats(x, "sample");
+        if (vf.size() != xf.size()) fail("velocity", "has {} values, the sample {}", vf.size(), xf.size());
+        if (i < 0 || i >= s.numSteps()) fail("step", "index {} out of range [0, {})", i, s.numSteps());
+        s.step(i, vf.data(), xf.data(), xf.size());
+        return Array::floats(shape, xf);
+      }, py::arg("i"), py::arg("velocity"), py::arg("sample"));
+
+  m.def("sde_constants", [](const MiniMaxH3Scheduler &s, int64_t i, double a) {
+    if (i < 0 || i >= s.numSteps()) fail("step", "index {} out of range [0, {})", i, s.numSteps());
+    return sdeDict(sdeConstants(s, i, a));
+  }, py::arg("scheduler"), py::arg("i"), py::arg("noise_level"));
+  m.def("sde_step", [](const MiniMaxH3Scheduler &s, int64_t i, double a, const py::object &v, const py::object &x,
+                       const py::object &z) {
+    if (i < 0 || i >= s.numSteps()) fail("step", "index {} out of range [0, {})", i, s.numSteps());
+    const std::vector<int64_t> shape = Imported(x, "sample").shape();
+    std::vector<float> vf = hostFloats(v, "velocity"), xf = hostFloats(x, "sample"), zf = hostFloats(z, "noise");
+    if (vf.size() != xf.size() || zf.size() != xf.size())
+      fail("sde_step", "velocity ({}), sample ({}) and noise ({}) differ in size", vf.size(), xf.size(), zf.size());
+    std::vector<float> mean(xf.size());
+    const SdeConstants k = sdeConstants(s, i, a);
+    const double sumSq = sdeStep(s, i, k, vf.data(), zf.data(), xf.data(), mean.data(), xf.size());
+    return py::make_tuple(Array::floats(shape, xf), Array::floats(shape, mean), sumSq,
+                          sdeLogProb(sumSq, k, int64_t(xf.size())));
+  }, py::arg("scheduler"), py::arg("i"), py::arg("noise_level"), py::arg("velocity"), py::arg("sample"),
+     py::arg("noise"));
+  m.def("philox_normals", [](uint64_t seed, uint32_t modality, uint32_t draw, int64_t count) {
+    if (count < 0) fail("count", "must be >= 0, got {}", count);
+    std::vector<float> v(static_cast<size_t>(count));
+    philoxNormals(seed, modality, draw, count, v.data());
+    return Array::floats({count}, v);
+  }, py::arg("seed"), py::arg("modality"), py::arg("draw"), py::arg("count"));
+  m.def("linspace_f32", &linspaceF32, py::arg("start"), py::arg("end"), py::arg("steps"));
+
+  m.def("verify_trajectory", [](const std::string &dir) { return verifyTrajectory(dir).toJson().dump(); },
+        py::arg("path"));
+  m.def("drift", [](const std::string &a, const std::string &b) {
+    DriftReport r = driftTrajectories(loadTrajectory(a), loadTrajectory(b));
+    return py::make_tuple(r.toJson().dump(), r.text());
+  }, py::arg("a"), py::arg("b"));
+}

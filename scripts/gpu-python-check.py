@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The Python package on the GPU (issue 16), called by scripts/gpu-test.sh. Needs torch with CUDA, the package built
+for this Python (PYTHONPATH=<build-gpu>/python) and the h3c binary of the same build ($H3C); prints PASS/FAIL lines
+and ends with "N passed, N failed" (a machine without CUDA prints one SKIP line and exits 0).
+
+    gpu-python-check.py --h3c H3C --plans DIR --tmp DIR [--configs tiny,small[,full]] [--repeats 20]
+                        [--diffusers-src carry/diffusers/src]
+
+For each config (synthetic weights; full is the 33B at 8,349 tokens, BF16 request):
+  1. torch CUDA tensors in and out (all ten arguments on the device, on a non-default stream too), byte-equal to the
+     file `h3c run --device gpu` writes for the same request, and the ledger byte-equal to its ledger file;
+  2. the call overhead: the Python call's wall time per forward (median of --repeats, synchronized) against the
+     forward time `h3c run` reports (H3C_GPU_PROFILE=1, device events), printed as FIGURE lines;
+With --diffusers-src (tiny): 3. one step of diffusers' own denoise loop blocks (MiniMaxH3LoopDenoiser +
+MiniMaxH3LoopSchedulerStep) with pipe.transformer = h3c.Transformer, on a request the pipeline's blocks built
+(scripts/diffusers_request.py make): the velocity equals `h3c run --device gpu`'s bits and lies near diffusers' own
+float32 transformer in the same block (relative Frobenius error printed, < 2e-2).
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+
+try:
+    import torch
+except ImportError:
+    print("SKIP: no torch")
+    sys.exit(0)
+if not torch.cuda.is_available():
+    print("SKIP: torch sees no CUDA device")
+    sys.exit(0)
+import h3c
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st_numpy  # noqa: E402
+
+passed = failed = 0
+
+
+def result(ok, what, detail=""):
+    global passed, failed
+    passed, failed = passed + bool(ok), failed + (not ok)
+    print(f"{'PASS' if ok else 'FAIL'} {what}" + (f"\n    {detail}" if detail else ""), flush=True)
+
+
+def tool(H, *args, env=None):
+    r = subprocess.run([H, *map(str, args)], capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if r.returncode != 0:
+        raise RuntimeError(f"h3c {' '.join(map(str, args))}: {r.stderr.strip()[-800:]}")
+    return r
+
+
+def read_st(path):
+    """(name -> (array, safetensors dtype), metadata); BF16 as int16 bits."""
+    arrays, dtypes, meta = st_numpy.read(path)
+    return {k: (arrays[k], dtypes[k]) for k in arrays}, meta
+
+
+def to_torch(req, device):
+    out = {}
+    for k, (a, dtype) in req.items():
+        t = torch.from_numpy(a.copy())
+        out[k] = (t.view(torch.bfloat16) if dtype == "BF16" else t).to(device)
+    return out
+
+
+def cli_gpu(a, cfg, plan, req, tag):
+    o, led = f"{a.tmp}/{tag}.gpu.safetensors", f"{a.tmp}/{tag}.gpu_ledger.json"
+    r = tool(a.h3c, "run", "--config", cfg, "--synthetic", 7, "--plan", plan, "--inputs", req, "--out", o,
+             "--device", "gpu", "--ledger", led, env={"H3C_GPU_PROFILE": "1"})
+    m = re.search(r"forward ([0-9.]+) ms", r.stderr)
+    with open(led) as f:
+        return read_st(o)[0], f.read(), float(m.group(1)) if m else float("nan")
+
+
+def check_config(a, cfg):
+    plan = f"{a.plans}/{cfg}"
+    if not os.path.exists(f"{plan}/plan.json"):
+        result(False, f"[{cfg}] no plan at {plan}")
+        return
+    reqs = {"a": ["--text", 7, "--audio", 5, "--video", "2,3,4", "--timesteps", 2, "--seed", 3],
+            "b": ["--text", 4, "--audio", 3, "--video", "1,3,4", "--batch", 2, "--timesteps", 3, "--shuffle",
+                  "--seed", 4, "--dtype", "BF16"],
+            "c": ["--layout", "fl2va", "--text", 6, "--text-vision", "1:3", "--latent", "5,4,6", "--audio-latents", 3,
+                  "--keyframes", "first,last", "--seed", 5]}
+    if cfg == "full":
+        reqs = {"s8349": ["--text", 512, "--audio", 157, "--video", "8,30,32", "--timesteps", 2, "--seed", 5,
+                          "--dtype", "BF16"]}
+    t0 = time.perf_counter()
+    t = h3c.Transformer(plan=plan, synthetic=7, device="cuda", config=cfg)
+    for name, args in reqs.items():
+        tag = f"{cfg}-{name}"
+        path = f"{a.tmp}/{tag}.req.safetensors"
+        tool(a.h3c, "request", "make", "--config", cfg, *args, "-o", path)
+        want, ledger, cli_ms = cli_gpu(a, cfg, plan, path, tag)
+        req, _ = read_st(path)
+        kw = to_torch(req, "cuda")
+        first = time.perf_counter()
+        out = t(**kw)
+        torch.cuda.synchronize()
+        if name == next(iter(reqs)):
+            print(f"    [{cfg}] construction + first call {first - t0:.2f} s + {time.perf_counter() - first:.2f} s")
+        ok = (out.sample.is_cuda and out.sample.dtype == torch.float32 and
+              out.sample.cpu().numpy().tobytes() == want["sample"][0].tobytes() and
+              out.audio_sample.cpu().numpy().tobytes() == want["audio_sample"][0].tobytes())
+        result(ok, f"[{cfg}/{name}] torch CUDA tensors in and out, byte-equal to h3c run --device gpu")
+        result(t.ledger_json == ledger, f"[{cfg}/{name}] ledger byte-equal to h3c run's")
+        # The caller's non-default stream: inputs produced there, the forward ordered after them.
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            kw2 = {k: (v * 1 if v.is_floating_point() else v.clone()) for k, v in kw.items()}
+            v2, a2 = t(**kw2, return_dict=False)
+        s.synchronize()
+        result(torch.equal(v2, out.sample) and torch.equal(a2, out.audio_sample),
+               f"[{cfg}/{name}] on a non-default stream, the same bits")
+        # Call overhead: Python wall per forward against the forward time the CLI measured on the device.
+        times = []
+        for _ in range(a.repeats if cfg != "full" else max(3, a.repeats // 4)):
+            torch.cuda.synchronize()
+            w0 = time.perf_counter()
+            t(**kw, return_dict=False)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - w0) * 1e3)
+        med = statistics.median(times)
+        print(f"FIGURE [{cfg}/{name}] python call {med:.3f} ms per forward (median of {len(times)}, min "
+              f"{min(times):.3f}), h3c run forward {cli_ms:.3f} ms (device events): overhead {med - cli_ms:+.3f} ms",
+              flush=True)
+    # Bad input is an exception, and the engine keeps working.
+    try:
+        t(**{**kw, "token_tags": kw["token_tags"][:-1]})
+        result(False, f"[{cfg}] a bad request raises h3c.Error")
+    except h3c.Error as e:
+        result("token_tags" in str(e), f"[{cfg}] a bad request raises h3c.Error", str(e)[:200])
+
+
+def check_pipeline_step(a):
+    """One step of diffusers' denoise loop blocks with the h3c transformer swapped in (tiny, fl2va)."""
+    sys.path.insert(0, a.diffusers_src)
+    from diffusers import MiniMaxH3Transformer3DModel
+    from diffusers.modular_pipelines.minimax_h3 import denoise
+    from diffusers.schedulers import MiniMaxH3Scheduler
+    root = os.path.dirname(os.path.abspath(__file__))
+    d, cfg, plan, step, steps = f"{a.tmp}/pipe", "tiny", f"{a.plans}/tiny", 2, 8
+    os.makedirs(d, exist_ok=True)
+    tool(a.h3c, "checkpoint", "synth", "--config", cfg, "--seed", 11, "--out", f"{d}/ckpt")
+    req_path = f"{d}/fl2va.req.safetensors"
+    subprocess.run(list(map(str, [sys.executable, f"{root}/diffusers_request.py", "make", "--checkpoint", f"{d}/ckpt",
+                                  "--layout", "fl2va", "--text", 6, "--latent", "5,4,6", "--audio-latents", 4,
+                                  "--keyframes", "first,last", "--steps", steps, "--step", step, "--seed", 5, "-o",
+                                  req_path])), check=True, capture_output=True)
+    o = f"{d}/fl2va.gpu.safetensors"
+    tool(a.h3c, "run", "--config", cfg, "--checkpoint", f"{d}/ckpt", "--plan", plan, "--inputs", req_path, "--out", o,
+         "--device", "gpu", "--ledger", f"{d}/ledger.json")
+    want = read_st(o)[0]
+    req, meta = read_st(req_path)
+    kw = to_torch(req, "cuda")
+    cv, ca = int(meta.get("h3c_condition_video_rows", 0)), int(meta.get("h3c_condition_audio_rows", 0))
+
+    def one_step(transformer):
+        sched, audio_sched = MiniMaxH3Scheduler(shift=12.0), MiniMaxH3Scheduler(shift=3.0)
+        sched.set_timesteps(steps, device="cuda")
+        audio_sched.set_timesteps(steps, device="cuda")
+        comp = types.SimpleNamespace(transformer=transformer, scheduler=sched, audio_scheduler=audio_sched)
+        bs = types.SimpleNamespace(
+            row_timestep_plan={step: (kw["timestep"], kw["timestep_indices"])},
+            denoiser_input_fields={k: kw[k] for k in ("token_tags", "position_ids", "video_indices", "audio_indices",
+                                                      "text_indices")},
+            latents=kw["hidden_states"][0].clone(), audio_latents=kw["audio_hidden_states"][0].clone(),
+            prompt_embeds=kw["encoder_hidden_states"], attention_kwargs=None, num_condition_video_rows=cv,
+            num_condition_audio_rows=ca, audio_timesteps=audio_sched.timesteps)
+        t = sched.timesteps[step]
+        sched._step_index, audio_sched._step_index = step, step  # the loop's position (set_begin_index is 0)
+        denoise.MiniMaxH3LoopDenoiser()(comp, bs, step, t)
+        v, va = bs.noise_pred.clone(), bs.audio_noise_pred.clone()
+        denoise.MiniMaxH3LoopSchedulerStep()(comp, bs, step, t)
+        return v, va, bs.latents
+
+    h = h3c.Transformer(plan=plan, checkpoint=f"{d}/ckpt", device="cuda")
+    v, va, lat = one_step(h)
+    ok = (v.cpu().numpy().tobytes() == want["sample"][0].tobytes() and
+          va.cpu().numpy().tobytes() == want["audio_sample"][0].tobytes())
+    result(ok, "[pipeline] diffusers' denoise-loop blocks run with pipe.transformer = h3c.Transformer; the velocity "
+               "is h3c run --device gpu's, bit for bit")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ref = MiniMaxH3Transformer3DModel.from_pretrained(f"{d}/ckpt", torch_dtype=torch.float32).to("cuda").eval()
+    rv, rva, rlat = one_step(ref)
+    err = float(torch.linalg.norm((v - rv).double()) / torch.linalg.norm(rv.double()))
+    lerr = float(torch.linalg.norm((lat - rlat).double()) / torch.linalg.norm(rlat.double()))
+    result(err < 2e-2 and lerr < 2e-2, "[pipeline] the h3c step lies near diffusers' float32 transformer's step",
+           f"velocity rel_frob {err:.3e}, latents after the scheduler step rel_frob {lerr:.3e}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--h3c", required=True)
+    p.add_argument("--plans", required=True)
+    p.add_argument("--tmp", required=True)
+    p.add_argument("--configs", default="tiny,small")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--diffusers-src", default="")
+    a = p.parse_args()
+    os.makedirs(a.tmp, exist_ok=True)
+    print(f"python {sys.version.split()[0]} torch {torch.__version__} h3c module {h3c._h3c.__file__}")
+    for cfg in a.configs.split(","):
+        try:
+            check_config(a, cfg)
+        except Exception as e:  # noqa: BLE001 - one FAIL line per config, then go on
+            result(False, f"[{cfg}] raised {type(e).__name__}", str(e)[:800])
+    if a.diffusers_src and os.path.isdir(a.diffusers_src):
+        try:
+            check_pipeline_step(a)
+        except Exception as e:  # noqa: BLE001
+            result(False, f"[pipeline] raised {type(e).__name__}", str(e)[:800])
+    else:
+        print("gpu-python-check: diffusers pipeline step skipped (no diffusers source)")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

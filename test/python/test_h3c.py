@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""The Python package against the command line (CPU): every forward of h3c.Transformer is compared with the files
+`h3c run` writes for the same request (outputs and ledger byte for byte), errors with the CLI's own stderr on the same
+bad request, the sampler with torch's grids (test/fixtures/sampler) and `h3c generate`'s sealed trajectories, verify
+and drift with `h3c trajectory ... --json`.
+
+Run by ctest with PYTHONPATH=<build>/python, H3C_TOOL=<build>/bin/h3c, H3C_SOURCE_DIR; exits 77 (skipped) when NumPy
+or `h3c compile` is missing."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+except ImportError:
+    print("SKIP: no numpy")
+    sys.exit(77)
+import h3c
+
+TOOL = os.environ["H3C_TOOL"]
+SRC = os.environ["H3C_SOURCE_DIR"]
+sys.path.insert(0, os.path.join(SRC, "scripts"))
+import st_numpy  # noqa: E402
+TMP = tempfile.mkdtemp(prefix="h3c-python-")
+DT = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}  # what write_st writes
+
+
+def tool(*args, ok=True):
+    r = subprocess.run([TOOL, *map(str, args)], capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        raise AssertionError(f"h3c {' '.join(map(str, args))} failed:\n{r.stdout}{r.stderr}")
+    return r
+
+
+def read_st(path):
+    """A safetensors file as name -> NumPy array (BF16 as int16 bits)."""
+    return st_numpy.read(path)[0]
+
+
+def write_st(path, tensors):
+    names = sorted(tensors)
+    codes = {v: k for k, v in DT.items()}
+    head, off = {}, 0
+    for k in names:
+        a = np.ascontiguousarray(tensors[k])
+        head[k] = {"dtype": codes[a.dtype.type], "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+    text = json.dumps(head).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for k in names:
+            f.write(np.ascontiguousarray(tensors[k]).tobytes())
+
+
+def setUpModule():
+    r = tool("compile", "--help", ok=False)
+    if "--arch" not in r.stdout:
+        print("SKIP: this h3c has no compile command")
+        sys.exit(77)
+    tool("fingerprint", "derive", "--config", "tiny", "-o", f"{TMP}/fp.json")
+    tool("compile", f"{TMP}/fp.json", "--arch", "sm_90a", "-o", f"{TMP}/plan")
+    tool("compile", f"{TMP}/fp.json", "--arch", "sm_90a", "--sp", 2, "--tp", 2, "-o", f"{TMP}/plan22")
+    tool("checkpoint", "synth", "--config", "tiny", "--seed", 11, "--out", f"{TMP}/ckpt")
+    tool("request", "make", "--config", "tiny", "--text", 5, "--audio", 3, "--video", "2,2,2", "--seed", 1,
+         "-o", f"{TMP}/a.safetensors")
+    tool("request", "make", "--config", "tiny", "--text", 4, "--audio", 5, "--video", "1,3,2", "--batch", 2,
+         "--timesteps", 3, "--shuffle", "--seed", 2, "-o", f"{TMP}/b.safetensors")
+    tool("request", "make", "--config", "tiny", "--layout", "fl2va", "--text", 6, "--latent", "3,4,4",
+         "--audio-latents", 4, "--keyframes", "first,last", "--seed", 3, "-o", f"{TMP}/c.safetensors")
+    tool("request", "make", "--config", "tiny", "--text", 3, "--audio", 2, "--video", "1,2,2", "--dtype", "BF16",
+         "--seed", 4, "-o", f"{TMP}/d.safetensors")
+
+
+def tearDownModule():
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+def cli_run(plan, req, weights, tag):
+    out, led = f"{TMP}/{tag}.out.safetensors", f"{TMP}/{tag}.ledger.json"
+    tool("run", "--config", "tiny", *weights, "--plan", plan, "--inputs", req, "--out", out, "--device", "cpu",
+         "--ledger", led)
+    with open(led) as f:
+        return read_st(out), f.read()
+
+
+class TransformerAgainstCli(unittest.TestCase):
+    def check(self, t, plan, weights, reqs, as_torch=False):
+        for name in reqs:
+            req = f"{TMP}/{name}.safetensors"
+            want, ledger = cli_run(plan, req, weights, f"{os.path.basename(plan)}-{name}-{os.path.basename(weights[1])}")
+            args = read_st(req)
+            if as_torch:
+                import torch
+                args = {k: torch.from_numpy(v.copy()) for k, v in args.items()}
+            out = t(**args)
+            got = [np.asarray(x) for x in out]
+            self.assertEqual(got[0].dtype, np.float32)
+            self.assertEqual(got[0].tobytes(), want["sample"].tobytes(), name)
+            self.assertEqual(got[1].tobytes(), want["audio_sample"].tobytes(), name)
+            self.assertEqual(got[0].shape, want["sample"].shape)
+            self.assertEqual(t.ledger_json, ledger, name)  # the very file `h3c run --ledger` wrote
+            self.assertTrue(t.ledger["accepted"])
+
+    def test_synthetic_many_requests_one_engine(self):
+        t = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", mode="strict")
+        self.check(t, f"{TMP}/plan", ["--synthetic", "5"], ["a", "b", "c", "a"])
+        self.assertEqual(t.forwards, 4)
+
+    def test_checkpoint_and_parallel_plan(self):
+        t = h3c.Transformer(plan=f"{TMP}/plan22", checkpoint=f"{TMP}/ckpt", device="cpu", config="tiny")
+        self.check(t, f"{TMP}/plan22", ["--checkpoint", f"{TMP}/ckpt"], ["b", "c"])
+
+    def test_torch_cpu_tensors_and_bf16_inputs(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch")
+        t = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu")
+        self.check(t, f"{TMP}/plan", ["--synthetic", "5"], ["a"], as_torch=True)
+        # BF16 activations (the request file holds BF16; torch gives them as torch.bfloat16).
+        want, _ = cli_run(f"{TMP}/plan", f"{TMP}/d.safetensors", ["--synthetic", "5"], "bf16")
+        args = {k: torch.from_numpy(v.copy()) for k, v in read_st(f"{TMP}/d.safetensors").items()}
+        for k in ("hidden_states", "audio_hidden_states", "encoder_hidden_states"):
+            args[k] = args[k].view(torch.bfloat16)
+        video, audio = t(**args, return_dict=False)
+        self.assertIsInstance(video, torch.Tensor)
+        self.assertEqual(video.numpy().tobytes(), want["sample"].tobytes())
+        self.assertEqual(audio.numpy().tobytes(), want["audio_sample"].tobytes())
+        # A strided (transposed back) view reads the same values.
+        hs = args["hidden_states"].transpose(1, 2).contiguous().transpose(1, 2)
+        self.assertFalse(hs.is_contiguous())
+        video2, _ = t(**{**args, "hidden_states": hs}, return_dict=False)
+        self.assertTrue(torch.equal(video, video2))
+
+
+class Errors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.t = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu")
+        cls.args = read_st(f"{TMP}/a.safetensors")
+
+    def same_as_cli(self, name, args):
+        """The bad request through the CLI (stderr 'h3c: error: MSG') and through Python (h3c.Error MSG)."""
+        path = f"{TMP}/bad-{name}.safetensors"
+        write_st(path, args)
+        r = tool("run", "--config", "tiny", "--synthetic", 5, "--plan", f"{TMP}/plan", "--inputs", path, "--out",
+                 f"{TMP}/bad.out", "--device", "cpu", "--ledger", f"{TMP}/bad.json", ok=False)
+        self.assertEqual(r.returncode, 2)
+        with self.assertRaises(h3c.Error) as e:
+            self.t(**args)
+        self.assertEqual("h3c: error: " + str(e.exception), r.stderr.strip().splitlines()[-1])
+        self.assertTrue(e.exception.where)
+
+    def test_bad_requests_raise_the_cli_message(self):
+        a = self.args
+        self.same_as_cli("tags", {**a, "token_tags": a["token_tags"][:-1]})
+        self.same_as_cli("nan", {**a, "hidden_states": np.full_like(a["hidden_states"], np.nan)})
+        self.same_as_cli("i32", {**a, "video_indices": a["video_indices"].astype(np.int32)})
+        overlap = a["text_indices"].copy()
+        overlap[1] = overlap[0]
+        self.same_as_cli("overlap", {**a, "text_indices": overlap})
+        self.same_as_cli("ts", {**a, "timestep": np.array([1.5], dtype=np.float32)})
+
+    def test_python_level_errors(self):
+        a = self.args
+        with self.assertRaises(h3c.Error):
+            self.t(**{**a, "timestep": [0.5]})  # not a tensor
+        with self.assertRaises(h3c.Error):
+            self.t(**a, attention_kwargs={"scale": 0.5})
+        with self.assertRaises(TypeError):
+            self.t(hidden_states=a["hidden_states"])
+        with self.assertRaises(h3c.Error):
+            h3c.Transformer(plan=f"{TMP}/plan", device="cpu")  # neither checkpoint nor synthetic
+        with self.assertRaises(h3c.Error):
+            h3c.Transformer(plan=f"{TMP}/nowhere", synthetic=1, device="cpu")
+        with self.assertRaises(h3c.Error):
+            h3c.Transformer(plan=f"{TMP}/plan", synthetic=1, device="tpu")
+        with self.assertRaises(h3c.Error):
+            h3c.Transformer(plan=f"{TMP}/plan", synthetic=1, device="cpu", config="small")
+        # The engine is still usable after every failure.
+        self.assertEqual(len(self.t(**a, return_dict=False)), 2)
+
+    def test_hostile_inputs_are_refused_as_by_the_cli(self):
+        """The checks `h3c run` makes on its inputs hold for the Python package too (they live in the runtime)."""
+        a = self.args
+        ck = f"{TMP}/ckpt-hostile"
+        shutil.copytree(f"{TMP}/ckpt", ck)
+        with open(f"{ck}/config.json") as f:
+            cfg = json.load(f)
+        with open(f"{ck}/config.json", "w") as f:
+            json.dump({**cfg, "norm_eps": 1e-3}, f)  # same tensors, another model
+        with self.assertRaises(h3c.Error) as e:
+            h3c.Transformer(plan=f"{TMP}/plan", checkpoint=ck, device="cpu")
+        self.assertIn("norm_eps", str(e.exception))
+        with open(f"{ck}/config.json", "w") as f:
+            json.dump(cfg, f)
+        # One NaN weight: refused in strict mode, recorded (and not accepted) in audit mode, on every forward.
+        name = "transformer_blocks.0.attn.to_q.weight"
+        path = [os.path.join(ck, n) for n in os.listdir(ck) if n.endswith(".safetensors")][0]
+        with open(path, "r+b") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            entry = json.loads(f.read(n))[name]
+            self.assertEqual(entry["dtype"], "BF16")
+            f.seek(8 + n + entry["data_offsets"][0] + 2 * 5)
+            f.write(struct.pack("<H", 0x7FC0))
+        with self.assertRaises(h3c.Error) as e:
+            h3c.Transformer(plan=f"{TMP}/plan", checkpoint=ck, device="cpu")(**a)
+        self.assertIn(name, str(e.exception))
+        t = h3c.Transformer(plan=f"{TMP}/plan", checkpoint=ck, device="cpu", mode="audit")
+        for _ in range(2):
+            t(**a)
+            self.assertFalse(t.ledger["accepted"])
+            self.assertIn(f"weight {name}: 1 NaN", " ".join(t.ledger["header"]["non_finite"]))
+        # A --bind glob that matches no node, and a thread count outside the CLI's range.
+        with self.assertRaises(h3c.Error) as e:
+            h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", binds=["transformer_block.*=reference"])(**a)
+        self.assertIn("matches no node", str(e.exception))
+        with self.assertRaises(h3c.Error):
+            h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", threads=100000)
+
+    def test_strict_rule(self):
+        t = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", binds=["*=reference"])
+        with self.assertRaises(h3c.Error) as e:
+            t(**self.args)
+        self.assertIn("not run `row`", str(e.exception))
+        self.assertFalse(t.ledger["accepted"])  # the evidence stays readable
+        off = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", mode="off", binds=["*=reference"])
+        self.assertEqual(off(**self.args).sample.shape, self.args["hidden_states"].shape)
+
+
+class SamplerAndTrajectories(unittest.TestCase):
+    def test_scheduler_grids_are_torchs(self):
+        with open(f"{SRC}/test/fixtures/sampler/torch_sigmas.json") as f:
+            fixture = json.load(f)
+        for g in fixture["grids"]:
+            s = h3c.Scheduler(g["shift"])
+            s.set_timesteps(g["steps"])
+            bits = lambda v: [struct.unpack("<I", struct.pack("<f", x))[0] for x in v]  # noqa: E731
+            self.assertEqual(bits(s.sigmas), g["sigmas"], g)
+            self.assertEqual(bits(s.timesteps), g["timesteps"], g)
+        with self.assertRaises(h3c.Error):
+            h3c.Scheduler(-1.0)
+
+    def test_generate_steps_recomputed_in_python(self):
+        """`h3c generate` (SDE, saved tensors) re-stepped with the Python sampler, bit for bit."""
+        traj = f"{TMP}/traj"
+        tool("generate", "--config", "tiny", "--synthetic", 5, "--plan", f"{TMP}/plan", "--request",
+             f"{TMP}/a.safetensors", "--steps", 4, "--seed", 9, "--sampler", "sde", "--noise-level", 0.7,
+             "--save-tensors", "--device", "cpu", "--out", traj)
+        s = h3c.Scheduler(12.0)
+        s.set_timesteps(4)
+        init = read_st(f"{traj}/initial.safetensors")["video"]
+        n = init.size
+        self.assertEqual(h3c.philox_normals(9, 0, 0, n).tobytes(), init.reshape(-1).tobytes())
+        x = init.copy()
+        for i in range(s.num_steps):
+            st = read_st(f"{traj}/steps/step-{i:05d}.safetensors")
+            with open(f"{traj}/steps/step-{i:05d}.json") as f:
+                rec = json.load(f)
+            z = h3c.philox_normals(9, 0, 1 + i, n).reshape(x.shape)
+            x, mean, sum_sq, logprob = h3c.sde_step(s, i, 0.7, st["velocity.video"], x, z)
+            self.assertEqual(x.tobytes(), st["latent.video"].tobytes(), i)
+            self.assertEqual(sum_sq, rec["sde"]["video"]["items"][0]["sum_sq"])
+            self.assertEqual(logprob, rec["sde"]["video"]["items"][0]["logprob"])
+            self.assertEqual(h3c.sde_constants(s, i, 0.7)["scale"], rec["sde"]["video"]["scale"])
+        v = h3c.verify_trajectory(traj)
+        cli = json.loads(tool("trajectory", "verify", traj, "--json").stdout)
+        self.assertEqual(v, cli)
+        self.assertTrue(v["complete"])
+        # ODE: one Euler step of the Python scheduler equals a step of the trajectory.
+        ode = f"{TMP}/traj-ode"
+        tool("generate", "--config", "tiny", "--synthetic", 5, "--plan", f"{TMP}/plan", "--request",
+             f"{TMP}/a.safetensors", "--steps", 3, "--seed", 9, "--save-tensors", "--device", "cpu", "--out", ode)
+        st = read_st(f"{ode}/steps/step-00000.safetensors")
+        x0 = read_st(f"{ode}/initial.safetensors")["audio"]
+        a = h3c.Scheduler(3.0)
+        a.set_timesteps(3)
+        self.assertEqual(h3c.scheduler_step(a, 0, st["velocity.audio"], x0).tobytes(),
+                         st["latent.audio"].tobytes())
+        d = h3c.drift(traj, ode)
+        self.assertEqual(d, json.loads(tool("trajectory", "drift", traj, ode, "--json", ok=False).stdout))
+        self.assertFalse(d["identical"])
+        self.assertTrue(h3c.drift(traj, traj)["identical"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

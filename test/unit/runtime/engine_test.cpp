@@ -1,0 +1,196 @@
+// The resident engine (engine.h) on the CPU: many forwards, each byte-equal (outputs and sealed ledger) to a fresh
+// runModel over a fresh weight source, with every weight tensor read from its source exactly once per engine.
+#include "test_plans.h"
+
+#include "h3c/runtime/engine.h"
+#include "h3c/support/error.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+using namespace h3c;
+using namespace h3c::rt;
+
+namespace {
+
+// Counts the reads that reach the underlying source (the checkpoint's or the generator's work).
+class CountingWeights final : public WeightSource {
+public:
+  CountingWeights(const h3::Config &c, uint64_t seed) : WeightSource(c), inner_(makeSyntheticWeights(c, seed)) {}
+  Tensor load(const std::string &name) override {
+    ++reads[name];
+    return inner_->load(name);
+  }
+  Tensor loadRows(const std::string &name, int64_t b, int64_t e) override {
+    ++reads[name];
+    return inner_->loadRows(name, b, e);
+  }
+  nlohmann::json describe() const override { return inner_->describe(); }
+  std::map<std::string, int> reads;
+  int total() const {
+    int n = 0;
+    for (const auto &kv : reads) n += kv.second;
+    return n;
+  }
+
+private:
+  std::unique_ptr<WeightSource> inner_;
+};
+
+plan::Plan makePlan(const h3::Config &c, bool fuse, int tp = 1, int sp = 1) {
+  return plan::planFromJson(testplans::modelPlan(c, fuse, tp, sp), "/nonexistent", "test-plan.json");
+}
+
+// RequestShape{text, audio, videoT, videoH, videoW, batch, timesteps}.
+Request req(const h3::Config &c, const RequestShape &sh, uint64_t seed) { return makeRequest(c, sh, seed); }
+
+RunOptions options(const plan::Plan &p) {
+  RunOptions o;
+  o.tp = p.options.tp;
+  o.sp = p.options.sp;
+  o.threads = 2;
+  return o;
+}
+
+void expectSameRun(const RunResult &a, const RunResult &b) {
+  EXPECT_EQ(a.outputs.sample.shape, b.outputs.sample.shape);
+  EXPECT_TRUE(a.outputs.sample.bytes == b.outputs.sample.bytes);
+  EXPECT_EQ(a.outputs.audio_sample.shape, b.outputs.audio_sample.shape);
+  EXPECT_TRUE(a.outputs.audio_sample.bytes == b.outputs.audio_sample.bytes);
+  EXPECT_EQ(a.ledger.dump(), b.ledger.dump());
+}
+
+} // namespace
+
+TEST(RuntimeEngine, ManyForwardsEqualFreshRunsAndReadEveryWeightOnce) {
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const h3::Config c = h3::namedConfig("tiny");
+    const plan::Plan p = makePlan(c, /*fuse=*/true, tp);
+    CountingWeights w(c, 7);
+    Engine e(p, w, options(p));
+    ASSERT_TRUE(e.cachesWeights());
+    const std::vector<Request> reqs = {req(c, {5, 3, 2, 2, 2, 1, 2}, 1), req(c, {3, 4, 1, 3, 2, 2, 2}, 2),
+                                       req(c, {5, 3, 2, 2, 2, 1, 2}, 1)};
+    int afterFirst = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      RunResult got = e.run(reqs[i]);
+      CountingWeights fresh(c, 7);
+      expectSameRun(got, runModel(p, fresh, reqs[i], options(p)));
+      if (i == 0) {
+        afterFirst = w.total();
+        // The first forward reads every tensor a single run reads, once (a single tp = 2 run reads a split
+        // tensor once per rank) ...
+        EXPECT_EQ(afterFirst, int(fresh.reads.size()));
+        if (tp == 1) {
+          EXPECT_EQ(afterFirst, fresh.total());
+        }
+      }
+    }
+    EXPECT_EQ(w.total(), afterFirst);  // ... and later forwards read nothing
+    for (const auto &[name, n] : w.reads) EXPECT_EQ(n, 1) << name;
+    EXPECT_EQ(e.forwards(), 3);
+  }
+}
+
+TEST(RuntimeEngine, WithoutTheCacheEveryForwardReadsAgain) {
+  const h3::Config c = h3::namedConfig("tiny");
+  const plan::Plan p = makePlan(c, false);
+  CountingWeights w(c, 3);
+  Engine e(p, w, options(p), /*cpuCacheBytes=*/1);  // smaller than the weights: per op, as a single run
+  EXPECT_FALSE(e.cachesWeights());
+  const Request r = req(c, {4, 2, 1, 2, 2, 1, 2}, 9);
+  RunResult a = e.run(r);
+  const int one = w.total();
+  RunResult b = e.run(r);
+  EXPECT_EQ(w.total(), 2 * one);
+  expectSameRun(a, b);
+}
+
+TEST(RuntimeEngine, PerCallOptionsAndRejections) {
+  const h3::Config c = h3::namedConfig("tiny");
+  const plan::Plan p = makePlan(c, false);
+  CountingWeights w(c, 3);
+  Engine e(p, w, options(p));
+  const Request r = req(c, {4, 2, 1, 2, 2, 1, 2}, 9);
+  // Per-call mode: audit records errors, strict does not; the outputs stay the same bits.
+  RunOptions audit = options(p);
+  audit.mode = Mode::Audit;
+  RunResult a = e.run(r, audit), s = e.run(r);
+  EXPECT_TRUE(a.outputs.sample.bytes == s.outputs.sample.bytes);
+  EXPECT_NE(a.ledger.dump(), s.ledger.dump());
+  RunOptions other = options(p);
+  other.device = "gpu";
+  EXPECT_THROW(e.run(r, other), Error);
+  DeviceIO io;
+  EXPECT_THROW(e.run(r, options(p), &io), Error);  // the CPU executor has no device memory to bind
+  RunOptions tp2 = options(p);
+  tp2.tp = 2;
+  EXPECT_THROW(Engine(p, w, tp2), Error);
+  // A bad request fails closed and leaves the engine usable.
+  Request bad = r;
+  bad.tensors.erase("token_tags");
+  EXPECT_THROW(e.run(bad), Error);
+  expectSameRun(e.run(r), s);
+}
+
+namespace {
+
+// Synthetic weights with one NaN poked into one tensor, checked as a checkpoint source checks what it loads.
+class NanWeights final : public WeightSource {
+public:
+  NanWeights(const h3::Config &c, std::string bad) : WeightSource(c), inner_(makeSyntheticWeights(c, 3)), bad_(bad) {}
+  Tensor load(const std::string &name) override {
+    ++reads;
+    Tensor t = inner_->load(name);
+    if (name == bad_) {  // element 5 becomes a quiet NaN
+      const uint16_t bf16 = 0x7FC0;
+      const uint32_t f32 = 0x7FC00000u;
+      if (t.dtype == DType::BF16) std::memcpy(t.bytes.data() + 2 * 5, &bf16, 2);
+      else std::memcpy(t.bytes.data() + 4 * 5, &f32, 4);
+    }
+    checkFinite(name, t);
+    return t;
+  }
+  nlohmann::json describe() const override { return inner_->describe(); }
+  int reads = 0;
+
+private:
+  std::unique_ptr<WeightSource> inner_;
+  std::string bad_;
+};
+
+} // namespace
+
+// A resident engine keeps its weights, so a NaN found while loading in an audit forward must still be named by
+// every later ledger (no reload finds it again) and must fail a later strict forward.
+TEST(RuntimeEngine, NonFiniteWeightsStayRecordedAcrossForwards) {
+  const h3::Config c = h3::namedConfig("tiny");
+  const plan::Plan p = makePlan(c, false);
+  const std::string bad = "transformer_blocks.0.attn.to_q.weight";
+  const Request r = req(c, {4, 2, 1, 2, 2, 1, 2}, 9);
+  RunOptions audit = options(p);
+  audit.mode = Mode::Audit;
+  NanWeights w(c, bad);
+  Engine e(p, w, audit);
+  ASSERT_TRUE(e.cachesWeights());
+  for (int i = 0; i < 2; ++i) {
+    RunResult a = e.run(r);
+    EXPECT_EQ(a.ledger["accepted"], false);
+    const std::string nf = a.ledger["header"]["non_finite"].dump();
+    EXPECT_NE(nf.find("weight " + bad + ": 1 NaN"), std::string::npos) << nf;
+  }
+  const int reads = w.reads;
+  try {
+    e.run(r, options(p));
+    ADD_FAILURE() << "a strict forward ran over a NaN weight";
+  } catch (const Error &err) {
+    EXPECT_NE(std::string(err.what()).find(bad), std::string::npos) << err.what();
+  }
+  EXPECT_EQ(w.reads, reads);  // refused from the record, nothing reloaded
+  // A fresh strict engine refuses the tensor as it loads.
+  NanWeights w2(c, bad);
+  Engine strict(p, w2, options(p));
+  EXPECT_THROW(strict.run(r), Error);
+}
