@@ -4,6 +4,7 @@
 #include "h3c/support/error.h"
 #include "h3c/support/philox.h"
 #include "h3c/trajectory/sampler.h"
+#include "rollout_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +19,7 @@ using namespace h3c;
 
 namespace {
 
-float r32(double x) { return static_cast<float>(x); }
+using testtraj::r32;
 
 bool sameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
@@ -89,8 +90,9 @@ TEST(Sampler, SigmaGridsEqualTheFormula) {
       ASSERT_EQ(s.numSteps(), n - 1);
       for (int64_t i = 0; i < s.numSteps(); ++i) {
         EXPECT_TRUE(sameBits(s.timesteps()[size_t(i)], r32(1.0 - double(exp[size_t(i)]))));
-        if (i > 0)
+        if (i > 0) {
           EXPECT_LT(s.sigmas()[size_t(i)], s.sigmas()[size_t(i - 1)]);
+        }
       }
     }
   // Known values: two points are [1, 0] with one evaluation at t = 0 (pure noise).
