@@ -315,7 +315,7 @@ namespace hc = h3c::runtime::cuda;
 
 // Under AddressSanitizer NVRTC runs several times slower (every allocation is intercepted); the config-wide compiles
 // are covered by the Release build, so the sanitizer build keeps the JIT cache and error tests (one kernel each).
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef H3C_SANITIZED
 #define H3C_SKIP_HEAVY_UNDER_ASAN() GTEST_SKIP() << "config-wide NVRTC compiles run in the Release build"
 #else
 #define H3C_SKIP_HEAVY_UNDER_ASAN() (void)0

@@ -68,7 +68,7 @@ double relErr(const Tensor &got, const std::vector<double> &ref, int64_t offset)
 TEST(RuntimeModel, TinyAndSmallMatchIndependentFp64Reference) {
   for (const char *name : {"tiny", "small"})
     for (bool fuse : {false, true}) {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef H3C_SANITIZED
       // The sanitizer build runs the same code paths on tiny; small's 50 blocks through the fp64 reference take
       // 90 s under ASan and are checked by the Release build.
       if (std::string(name) == "small") continue;
@@ -147,7 +147,7 @@ TEST(RuntimeModel, BatchItemAloneEqualsItsSliceOfBatchFour) {
 // rows split unevenly (sp 8: ranks of 2 and 3 rows).
 // Under AddressSanitizer (several times slower) the 8-head config runs only its largest degrees (sp x tp = 16 and
 // tp = 8: every rank-layout code path, at a third of the forwards); the Release build checks every degree's bytes.
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef H3C_SANITIZED
 constexpr bool kLargestDegreesOnly = true;
 #else
 constexpr bool kLargestDegreesOnly = false;
