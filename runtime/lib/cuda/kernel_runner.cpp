@@ -40,6 +40,29 @@ const LoadedKernel &KernelRunner::install(const plan::Kernel &k, CompiledKernel 
   if (k.launch.smemBytes > 48 * 1024)
     check(d.cuFuncSetAttribute(lk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(k.launch.smemBytes)),
           "raising the shared-memory limit of " + k.id);
+  const plan::Launch &l = k.launch;
+  if (l.cluster[0] * l.cluster[1] * l.cluster[2] > 1) {
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = unsigned(l.cluster[0]);
+    cfg.gridDimY = unsigned(l.cluster[1]);
+    cfg.gridDimZ = unsigned(l.cluster[2]);
+    cfg.blockDimX = unsigned(l.block[0]);
+    cfg.blockDimY = unsigned(l.block[1]);
+    cfg.blockDimZ = unsigned(l.block[2]);
+    cfg.sharedMemBytes = unsigned(l.smemBytes);
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = unsigned(l.cluster[0]);
+    attr.value.clusterDim.y = unsigned(l.cluster[1]);
+    attr.value.clusterDim.z = unsigned(l.cluster[2]);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    check(d.cuOccupancyMaxActiveClusters(&lk->maxActiveClusters, lk->fn, &cfg),
+          "cuOccupancyMaxActiveClusters(" + k.id + ")");
+    if (lk->maxActiveClusters < 1)
+      fail("kernel " + k.id, "no cluster of {} x {} x {} CTAs fits on this device", l.cluster[0], l.cluster[1],
+           l.cluster[2]);
+  }
   auto &ref = *lk;
   loaded_.emplace(k.id, std::move(lk));
   return ref;
@@ -97,7 +120,13 @@ std::array<unsigned, 3> KernelRunner::grid(const plan::Kernel &k, const plan::Ex
     const int64_t c = k.launch.cluster[size_t(i)];
     if (c > 1) {
       v = (v + c - 1) / c * c;
-      if (d.maxPerSm > 0 && v > d.maxPerSm * device().smCount) v -= c;
+      if (d.maxPerSm > 0) {
+        auto it = loaded_.find(k.id);
+        const int64_t fit = it != loaded_.end() && it->second->maxActiveClusters > 0
+                                ? int64_t(it->second->maxActiveClusters) * c
+                                : d.maxPerSm * device().smCount / c * c;
+        v = std::min(v, fit);
+      }
     }
     if (v > (i == 0 ? 0x7fffffffLL : 65535LL)) fail("kernel " + k.id, "grid dimension {} too large ({})", i, v);
     g[size_t(i)] = unsigned(v);
