@@ -12,6 +12,33 @@ namespace h3c::runtime::cuda {
 
 namespace plan = h3c::plan;
 
+namespace {
+
+// The launch configuration of a cluster kernel (cuLaunchKernelEx, cuOccupancyMaxActiveClusters); `attr` holds the
+// cluster-dimension attribute the configuration points at.
+CUlaunchConfig clusterLaunch(const plan::Launch &l, std::array<unsigned, 3> grid, CUstream stream,
+                             CUlaunchAttribute &attr) {
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = grid[0];
+  cfg.gridDimY = grid[1];
+  cfg.gridDimZ = grid[2];
+  cfg.blockDimX = unsigned(l.block[0]);
+  cfg.blockDimY = unsigned(l.block[1]);
+  cfg.blockDimZ = unsigned(l.block[2]);
+  cfg.sharedMemBytes = unsigned(l.smemBytes);
+  cfg.hStream = stream;
+  attr = CUlaunchAttribute{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = unsigned(l.cluster[0]);
+  attr.value.clusterDim.y = unsigned(l.cluster[1]);
+  attr.value.clusterDim.z = unsigned(l.cluster[2]);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+} // namespace
+
 KernelRunner::KernelRunner(std::filesystem::path cacheDir) : jit_(std::move(cacheDir)), arch_(device().arch()) {}
 
 KernelRunner::~KernelRunner() {
@@ -42,21 +69,9 @@ const LoadedKernel &KernelRunner::install(const plan::Kernel &k, CompiledKernel 
           "raising the shared-memory limit of " + k.id);
   const plan::Launch &l = k.launch;
   if (l.cluster[0] * l.cluster[1] * l.cluster[2] > 1) {
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = unsigned(l.cluster[0]);
-    cfg.gridDimY = unsigned(l.cluster[1]);
-    cfg.gridDimZ = unsigned(l.cluster[2]);
-    cfg.blockDimX = unsigned(l.block[0]);
-    cfg.blockDimY = unsigned(l.block[1]);
-    cfg.blockDimZ = unsigned(l.block[2]);
-    cfg.sharedMemBytes = unsigned(l.smemBytes);
     CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = unsigned(l.cluster[0]);
-    attr.value.clusterDim.y = unsigned(l.cluster[1]);
-    attr.value.clusterDim.z = unsigned(l.cluster[2]);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const CUlaunchConfig cfg =
+        clusterLaunch(l, {unsigned(l.cluster[0]), unsigned(l.cluster[1]), unsigned(l.cluster[2])}, nullptr, attr);
     check(d.cuOccupancyMaxActiveClusters(&lk->maxActiveClusters, lk->fn, &cfg),
           "cuOccupancyMaxActiveClusters(" + k.id + ")");
     if (lk->maxActiveClusters < 1)
@@ -211,22 +226,8 @@ void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const 
           "launching " + k.id);
     return;
   }
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = g[0];
-  cfg.gridDimY = g[1];
-  cfg.gridDimZ = g[2];
-  cfg.blockDimX = unsigned(l.block[0]);
-  cfg.blockDimY = unsigned(l.block[1]);
-  cfg.blockDimZ = unsigned(l.block[2]);
-  cfg.sharedMemBytes = unsigned(l.smemBytes);
-  cfg.hStream = stream;
   CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = unsigned(l.cluster[0]);
-  attr.value.clusterDim.y = unsigned(l.cluster[1]);
-  attr.value.clusterDim.z = unsigned(l.cluster[2]);
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const CUlaunchConfig cfg = clusterLaunch(l, g, stream, attr);
   check(driver().cuLaunchKernelEx(&cfg, lk.fn, params.data(), nullptr), "launching " + k.id);
 }
 
