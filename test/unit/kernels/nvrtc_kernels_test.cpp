@@ -327,11 +327,11 @@ std::filesystem::path tempDir(const std::string &name) {
 }
 
 // Compiles each distinct kernel of a config for one arch. Every compile must produce a non-empty ELF.
-void compileAll(const char *cfg, const std::string &arch) {
+void compileAll(const char *cfg, const std::string &arch, const hk::EmitOptions &options = {}) {
   hc::NvrtcJit jit;  // no cache: really compile
   std::set<std::string> seen;
   for (const auto &o : h3Ops(h3c::h3::namedConfig(cfg))) {
-    auto k = emit(o, arch);
+    auto k = emit(o, arch, options);
     ASSERT_TRUE(k);
     if (!seen.insert(k->id).second) continue;
     hc::CompiledKernel c;
@@ -349,6 +349,18 @@ void compileAll(const char *cfg, const std::string &arch) {
 TEST(NvrtcCompile, FullConfigSm90a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   compileAll("full", "sm_90a");
+}
+// The speed variants `h3c compile --tune` offers compile too, and ptxas keeps their wgmmas asynchronous (the JIT
+// refuses a serialized kernel): the ping-pong linear and attention without overlap (the 2-CTA cluster linear was
+// run on the H200, bench/NOTES.md).
+TEST(NvrtcCompile, FullConfigSm90aTuningVariants) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hk::EmitOptions pp;
+  pp.sm90Pingpong = 1;
+  pp.sm90Stages = 5;
+  pp.sm90Inflight = 1;
+  pp.sm90AttnOverlap = 0;
+  compileAll("full", "sm_90a", pp);
 }
 TEST(NvrtcCompile, FullConfigSm100a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
