@@ -9,6 +9,7 @@
 #include "h3c/Passes/PlanOp.h"
 #include "h3c/kernels/emit.h"
 #include "h3c/models/fingerprint.h"
+#include "h3c/support/json_read.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
@@ -60,7 +61,7 @@ OwningOpRef<Operation *> importJson(llvm::SourceMgr &sm, MLIRContext *ctx) {
   const llvm::MemoryBuffer *buf = sm.getMemoryBuffer(sm.getMainFileID());
   std::string name = buf->getBufferIdentifier().str();
   try {
-    auto j = nlohmann::json::parse(buf->getBuffer().begin(), buf->getBuffer().end());
+    auto j = parseJson(std::string_view(buf->getBufferStart(), buf->getBufferSize()), name);
     h3::Fingerprint fp = h3::fingerprintFromJson(j, name);
     OwningOpRef<ModuleOp> m = importFingerprint(*ctx, fp);
     return OwningOpRef<Operation *>(m.release().getOperation());

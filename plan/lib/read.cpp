@@ -4,6 +4,7 @@
 #include "json_fields.h"
 
 #include "h3c/models/fingerprint.h"
+#include "h3c/support/json_read.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
@@ -15,6 +16,9 @@ namespace fs = std::filesystem;
 namespace h3c::plan {
 
 using namespace detail;
+
+// read_model.cpp: the plan computes exactly its config's node graph (wiring, values, attrs and operand widths).
+void checkPlanComputesModel(const Plan &p, const h3::Fingerprint &model, const std::string &root);
 
 namespace {
 
@@ -786,20 +790,14 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       checkOpNodes(op, expected);
       checkShardWeights(p, op);
     }
+  checkPlanComputesModel(p, derived, root);
   return p;
 }
 
 Plan loadPlan(const fs::path &path) {
   std::error_code ec;
   fs::path file = fs::is_directory(path, ec) ? path / "plan.json" : path;
-  std::string text = readFile(file);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error &e) {
-    fail(file.string(), "invalid JSON: {}", e.what());
-  }
-  return planFromJson(j, file.parent_path(), file.string());
+  return planFromJson(readJsonFile(file.string()), file.parent_path(), file.string());
 }
 
 } // namespace h3c::plan

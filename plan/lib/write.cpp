@@ -227,6 +227,16 @@ std::string writePlanFolder(const Plan &p, const fs::path &outIn) {
       if (n != "plan.json" && n != "kernels")
         fail(out.string(), "holds '{}', which is not part of a plan; refusing to replace the folder", n);
     }
+    // kernels/ holds kernel sources only (regular <id>.cu files): anything else there is someone else's.
+    if (fs::exists(out / "kernels", ec)) {
+      if (!fs::is_directory(fs::symlink_status(out / "kernels", ec)))
+        fail((out / "kernels").string(), "is not a folder of kernel sources; refusing to replace the plan folder");
+      for (const auto &e : fs::directory_iterator(out / "kernels")) {
+        std::string n = e.path().filename().string();
+        if (!e.is_regular_file(ec) || e.is_symlink(ec) || n.size() < 4 || n.compare(n.size() - 3, 3, ".cu") != 0)
+          fail(out.string(), "kernels/{} is not a kernel source of a plan; refusing to replace the folder", n);
+      }
+    }
     replace = true;
   }
   json j = planToJson(p);

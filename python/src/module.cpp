@@ -248,8 +248,8 @@ public:
     if (opt_.mode == Mode::Strict && !v.strictOk) {
       std::string names;
       for (size_t i = 0; i < v.offenders.size() && i < 20; ++i) names += "\n  " + v.offenders[i];
-      fail("--mode strict", "{} node(s) did not run `row`; no outputs returned (ledger: transformer.ledger):{}",
-           v.offenders.size(), names);
+      fail("--mode strict", "the strict rule failed ({} offender(s): nodes not run `row`, non-finite values); no "
+           "outputs returned (ledger: transformer.ledger):{}", v.offenders.size(), names);
     }
     if (io) return py::make_tuple(py::none(), py::none());
     return py::make_tuple(Array(std::move(r.outputs.sample)), Array(std::move(r.outputs.audio_sample)));

@@ -49,16 +49,13 @@ namespace {
 
 typedef double v4d __attribute__((vector_size(32)));
 
-inline v4d load4(const double *p) {
-  v4d v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+// By reference, not by value: a vector passed by value to or from the non-AVX clone is an ABI change clang refuses.
+inline void load4(v4d &v, const double *p) { std::memcpy(&v, p, sizeof v); }
 
 // The chunk value for the lane layout of chunkDot: s = (((0 + p[0:4]) + p[4:8]) + p[8:12]) + p[12:16] per lane l,
 // then (s0 + s1) + (s2 + s3), rounded to F32. Vector lanes are exactly chunkDot's s[l], so every ISA the clones
 // target gives the same bits (no FMA: h3c builds with -ffp-contract=off, and the products are exact anyway).
-inline float chunkValue(v4d s) { return float((s[0] + s[1]) + (s[2] + s[3])); }
+inline float chunkValue(const v4d &s) { return float((s[0] + s[1]) + (s[2] + s[3])); }
 
 // Chains of up to 4 rows against one weight row (both converted to double and zero-padded to whole chunks): out[r]
 // = the F32 accumulator from 0 after adding the 16-wide chunks of [0, Kp) in ascending order.
@@ -66,14 +63,22 @@ __attribute__((target_clones("avx2", "default"))) void chainSums4(const double *
                                                                     int64_t Kp, float *out) {
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int64_t k = 0; k < Kp; k += 16) {
-    const v4d w0 = load4(wd + k), w1 = load4(wd + k + 4), w2 = load4(wd + k + 8), w3 = load4(wd + k + 12);
+    v4d w0, w1, w2, w3, x0, x1, x2, x3;
+    load4(w0, wd + k);
+    load4(w1, wd + k + 4);
+    load4(w2, wd + k + 8);
+    load4(w3, wd + k + 12);
     for (int r = 0; r < rows; ++r) {
       const double *x = xr[r] + k;
       v4d s = {0, 0, 0, 0};
-      s += load4(x) * w0;
-      s += load4(x + 4) * w1;
-      s += load4(x + 8) * w2;
-      s += load4(x + 12) * w3;
+      load4(x0, x);
+      load4(x1, x + 4);
+      load4(x2, x + 8);
+      load4(x3, x + 12);
+      s += x0 * w0;
+      s += x1 * w1;
+      s += x2 * w2;
+      s += x3 * w3;
       acc[r] = acc[r] + chunkValue(s);
     }
   }

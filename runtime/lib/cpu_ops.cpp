@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace h3c::rt {
@@ -29,17 +30,24 @@ void parallelFor(int64_t n, int threads, const std::function<void(int64_t, int64
   std::vector<std::thread> pool;
   std::exception_ptr err;
   std::mutex mu;
+  auto part = [&](int64_t b, int64_t e) {
+    try {
+      fn(b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(mu);
+      if (!err)
+        err = std::current_exception();
+    }
+  };
   for (int i = 0; i < t; ++i) {
     int64_t b = n * i / t, e = n * (i + 1) / t;
-    pool.emplace_back([&, b, e] {
-      try {
-        fn(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> g(mu);
-        if (!err)
-          err = std::current_exception();
-      }
-    });
+    try {
+      pool.emplace_back(part, b, e);
+    } catch (const std::system_error &) {
+      // No more threads (a process or memory limit): this thread does the part itself. The parts and the result
+      // bits stay the same; only the wall time changes.
+      part(b, e);
+    }
   }
   for (auto &th : pool)
     th.join();
@@ -118,7 +126,17 @@ struct Ctx {
     auto it = vals.find(op.in[i]);
     if (it == vals.end())
       error(fmt::format("input '{}' has not been computed (or was freed)", op.in[i]));
-    return it->second;
+    // Bounds: the value must be what the plan declares (the reader checked the declaration against the op's attrs),
+    // so no op loop sized by the attrs reads past it.
+    const HostValue &h = it->second;
+    const plan::Value &pv = env.plan.value(op.in[i]);
+    const int64_t rows = pv.rows == plan::Domain::Sr ? env.rankRows : env.req.rows(plan::domainName(pv.rows));
+    const size_t have = h.dtype == DType::I64 ? h.i.size() : h.f.size();
+    if (h.cols != pv.cols || h.rows != rows || (h.dtype == DType::I64) != (pv.dtype == DType::I64) ||
+        have != size_t(h.numel()))
+      error(fmt::format("input '{}' is [{} x {}] {}, the plan declares [{} x {}] {}", op.in[i], h.rows, h.cols,
+                        dtypeName(h.dtype), rows, pv.cols, dtypeName(pv.dtype)));
+    return h;
   }
   HostValue &out(size_t i) {
     if (i >= op.out.size())

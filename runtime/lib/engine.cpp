@@ -21,6 +21,12 @@ std::string requestSha(const Request &r) {
   return h.hexDigest();
 }
 
+// The CLI's --threads range, for every caller (the Python package passes its argument through).
+void checkThreads(int threads) {
+  if (threads < 0 || threads > 1024)
+    fail("--threads", "{} is outside [0, 1024] (0 = all cores)", threads);
+}
+
 uint64_t planWeightBytes(const plan::Plan &p) {
   uint64_t total = 0;
   for (const auto &b : p.weights)
@@ -32,7 +38,8 @@ uint64_t planWeightBytes(const plan::Plan &p) {
 } // namespace
 
 Engine::Engine(const plan::Plan &p, WeightSource &weights, const RunOptions &opt, uint64_t cpuCacheBytes)
-    : plan_(p), weights_(&weights), opt_(opt) {
+    : plan_(p), source_(&weights), weights_(&weights), opt_(opt) {
+  checkThreads(opt.threads);
   if (opt.tp != p.options.tp)
     fail("--tp", "the plan was compiled for tp = {}, asked for {} (compile with --tp {})", p.options.tp, opt.tp, opt.tp);
   if (opt.sp != 0 && opt.sp != p.options.sp)
@@ -51,6 +58,7 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   if (opt.device != opt_.device || opt.tp != opt_.tp || (opt.sp != opt_.sp && opt.sp != 0 && opt_.sp != 0))
     fail("engine", "this engine runs device {} sp {} tp {}; asked for device {} sp {} tp {}", opt_.device, opt_.sp,
          opt_.tp, opt.device, opt.sp, opt.tp);
+  checkThreads(opt.threads);
   CanonicalRequest req = canonicalize(request, plan_.config, "--inputs");
   if (!exec_)
     exec_ = makeExecutor(opt_.device);
@@ -61,8 +69,23 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   ledger.header()["checkpoint"] = weights_->describe();
   ledger.header()["request"] = {{"sha256", requestSha(request)}, {"B", req.B}, {"S", req.S}, {"Nt", req.Nt},
                                 {"Nv", req.Nv}, {"Na", req.Na}, {"T", req.T}};
+  // NaN / Inf (inputs were refused by canonicalize): in a strict run a weight holding one is an error as it loads,
+  // or at once when an earlier (audit) forward of this engine recorded it (a kept tensor is not loaded again);
+  // otherwise, like the outputs (found only at the end), it goes into the ledger, whose strict rule then fails.
+  const bool strict = opt.mode == Mode::Strict;
+  source_->setStrictFinite(strict);
+  if (const std::vector<std::string> known = source_->nonFinite(); strict && !known.empty())
+    fail("weights:" + known.front(), "a strict run refuses non-finite weights ({} tensor(s))", known.size());
   RunResult r;
   r.outputs = exec_->run(plan_, *weights_, req, opt, ledger, io);
+  for (const std::string &w : source_->nonFinite())
+    ledger.recordNonFinite("weight " + w);
+  for (const auto &[name, t] : {std::pair<const char *, const Tensor *>{"sample", &r.outputs.sample},
+                                {"audio_sample", &r.outputs.audio_sample}}) {
+    const Tensor::NonFinite nf = t->nonFinite();
+    if (nf.first >= 0)
+      ledger.recordNonFinite(std::string("output ") + name + ": " + nf.text());
+  }
   r.ledger = ledger.finish();
   ++forwards_;
   return r;

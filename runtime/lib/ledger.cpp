@@ -81,8 +81,24 @@ Binding requestedBinding(const std::string &nodeId, Mode mode, const std::vector
   return b;
 }
 
+void checkBindRules(const std::vector<BindRule> &rules, const h3::Config &c) {
+  if (rules.empty())
+    return;
+  const auto nodes = expectedNodes(c);
+  for (const auto &r : rules) {
+    bool any = false;
+    for (const auto &n : nodes)
+      if ((any = globMatch(r.glob, n.id)))
+        break;
+    if (!any)
+      fail("--bind", "'{}' matches no node of this config (node ids look like "
+                     "'transformer_blocks.0.attn.to_q'; docs/contract.md section 2)", r.glob);
+  }
+}
+
 LedgerBuilder::LedgerBuilder(const plan::Plan &plan, Mode mode, std::string device, std::vector<BindRule> binds)
     : plan_(plan), mode_(mode), binds_(std::move(binds)) {
+  checkBindRules(binds_, plan.config);
   json rules = json::array();
   for (const auto &r : binds_)
     rules.push_back(r.glob + "=" + bindingName(r.binding));
@@ -186,9 +202,11 @@ json LedgerBuilder::finish() const {
             {"nodes", nodes},
             {"missing", missing},
             {"complete", missing.empty()},
-            {"accepted", missing.empty() && offenders.empty()}};
+            {"accepted", missing.empty() && offenders.empty() && !header_.contains("non_finite")}};
   return sealLedger(l);
 }
+
+void LedgerBuilder::recordNonFinite(const std::string &what) { header_["non_finite"].push_back(what); }
 
 std::string computeLedgerSeal(const json &ledger) {
   json copy = ledger;
@@ -226,6 +244,12 @@ LedgerVerdict verifyLedger(const json &l) {
   v.complete = missing.empty();
   for (auto &m : missing)
     v.offenders.push_back("missing " + m);
+  const json &nf = l["header"].contains("non_finite") ? l["header"]["non_finite"] : json::array();
+  if (!nf.is_array())
+    v.problems.push_back("header 'non_finite' is not an array");
+  else
+    for (const auto &e : nf)
+      v.offenders.push_back("non-finite " + (e.is_string() ? e.get<std::string>() : e.dump()));
   v.strictOk = v.complete && v.offenders.empty();
   if (l.value("complete", !v.complete) != v.complete)
     v.problems.push_back("'complete' disagrees with the node entries");

@@ -237,10 +237,12 @@ CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::
   q.text = ehs.toFloats();
   q.video = hs.toFloats();
   q.audio = ahs.toFloats();
-  for (const auto *v : {&q.text, &q.video, &q.audio})
-    for (float x : *v)
-      if (!std::isfinite(x))
-        fail(where, "input activations must be finite");
+  // Non-finite inputs are refused in every mode: nothing a NaN input computes is worth a ledger.
+  for (const char *n : {"encoder_hidden_states", "hidden_states", "audio_hidden_states", "timestep"}) {
+    const Tensor::NonFinite nf = get(r, n, where).nonFinite();
+    if (nf.first >= 0)
+      fail(at(n), "input values must be finite: {}", nf.text());
+  }
   return q;
 }
 

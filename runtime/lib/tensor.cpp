@@ -121,3 +121,40 @@ std::vector<int64_t> Tensor::toInts() const {
 std::string Tensor::shapeString() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 } // namespace h3c::rt
+
+namespace h3c::rt {
+
+// By bit pattern (all exponent bits set), so the check costs one pass over the bytes and no conversion.
+Tensor::NonFinite Tensor::nonFinite() const {
+  NonFinite r;
+  auto scan = [&](auto word, auto expMask, auto mantMask) {
+    using W = decltype(word);
+    const size_t n = bytes.size() / sizeof(W);
+    for (size_t i = 0; i < n; ++i) {
+      W w;
+      std::memcpy(&w, bytes.data() + i * sizeof(W), sizeof(W));
+      if ((w & expMask) != expMask)
+        continue;
+      ((w & mantMask) ? r.nan : r.inf) += 1;
+      if (r.first < 0)
+        r.first = int64_t(i);
+    }
+  };
+  if (dtype == DType::F32)
+    scan(uint32_t(0), uint32_t(0x7F800000u), uint32_t(0x007FFFFFu));
+  else if (dtype == DType::BF16)
+    scan(uint16_t(0), uint16_t(0x7F80u), uint16_t(0x007Fu));
+  else if (dtype == DType::F16)
+    scan(uint16_t(0), uint16_t(0x7C00u), uint16_t(0x03FFu));
+  else if (dtype == DType::F64)
+    scan(uint64_t(0), uint64_t(0x7FF0000000000000ull), uint64_t(0x000FFFFFFFFFFFFFull));
+  return r;
+}
+
+std::string Tensor::NonFinite::text() const {
+  if (first < 0)
+    return {};
+  return fmt::format("{} NaN, {} Inf (first: element {})", nan, inf, first);
+}
+
+} // namespace h3c::rt

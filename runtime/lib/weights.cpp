@@ -25,6 +25,22 @@ const h3::TensorSpec &WeightSource::spec(const std::string &name) const {
   return it->second;
 }
 
+void WeightSource::checkFinite(const std::string &name, const Tensor &t) {
+  const Tensor::NonFinite nf = t.nonFinite();
+  if (nf.first < 0)
+    return;
+  if (strictFinite_)
+    fail("weights:" + name, "holds non-finite values: {}; a strict run refuses them", nf.text());
+  nonFinite_[name] = nf.text();
+}
+
+std::vector<std::string> WeightSource::nonFinite() const {
+  std::vector<std::string> v;
+  for (const auto &[name, text] : nonFinite_)
+    v.push_back(name + ": " + text);
+  return v;
+}
+
 namespace {
 
 // Rows [b, e) of a kept tensor (the first axis), as a TP rank reads them.
@@ -89,6 +105,14 @@ private:
 class CheckpointWeights final : public WeightSource {
 public:
   CheckpointWeights(const h3::Config &c, const fs::path &dir) : WeightSource(c), dir_(dir) {
+    // The folder's own config.json (required) must describe the model the plan was compiled for, and its record of
+    // the native q/k/v layout decides how the tensors are read (Checkpoint::open).
+    const nlohmann::json want = h3::configToJson(c), have = h3::configToJson(h3::readCheckpointConfig(dir));
+    for (auto it = want.begin(); it != want.end(); ++it)
+      if (!have.contains(it.key()) || have[it.key()] != it.value())
+        fail((dir / "config.json").string() + "#/" + it.key(),
+             "is {} but the plan was compiled for {}: the checkpoint describes another model",
+             have.contains(it.key()) ? have[it.key()].dump() : "missing", it.value().dump());
     // Fail closed: the folder must hold exactly the tensors this config implies before anything runs.
     h3::ExpectedTensors expected{c, h3::diffusersTensors(c)};
     h3::CheckReport rep = h3::checkCheckpoint(dir, &expected);
@@ -105,9 +129,7 @@ public:
       add("mismatched", rep.mismatched);
       fail(dir.string(), "checkpoint check failed for this config:{}", msg);
     }
-    h3::OpenOptions o;
-    o.config = c;
-    ckpt_ = h3::Checkpoint::open(dir, o);
+    ckpt_ = h3::Checkpoint::open(dir);
     nlohmann::json snap = h3::snapshotCheckpoint(dir);
     contentSha_ = snap.value("content_sha256", std::string());
   }
@@ -115,6 +137,7 @@ public:
     const auto &s = spec(name);
     Tensor t = Tensor::zeros(s.dtype, s.shape);
     ckpt_->read(name, 0, t.bytes.size(), t.bytes.data());
+    checkFinite(name, t);
     return t;
   }
   Tensor loadRows(const std::string &name, int64_t b, int64_t e) override {
@@ -126,6 +149,7 @@ public:
     Tensor t = Tensor::zeros(s.dtype, shape);
     size_t rowBytes = size_t(s.numel() / s.shape[0]) * dtypeSize(s.dtype);
     ckpt_->read(name, uint64_t(b) * rowBytes, t.bytes.size(), t.bytes.data());
+    checkFinite(name, t);
     return t;
   }
   nlohmann::json describe() const override {

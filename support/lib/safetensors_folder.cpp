@@ -3,6 +3,7 @@
 #include "h3c/support/safetensors.h"
 
 #include "h3c/support/error.h"
+#include "h3c/support/json_read.h"
 
 #include <algorithm>
 #include <set>
@@ -19,7 +20,7 @@ std::string indexFileName(const std::string &prefix) { return prefix + ".safeten
 
 Index parseIndex(const std::string &text, const std::string &where) {
   // Depth: the object (1), metadata / weight_map (2); nothing nests deeper.
-  nlohmann::json j = detail::parseJsonStrict(text, where, 2);
+  nlohmann::json j = parseJson(text, where, 2);
   if (!j.is_object())
     fail(where, "index must be a JSON object with metadata and weight_map");
   for (auto it = j.begin(); it != j.end(); ++it)

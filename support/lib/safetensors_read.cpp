@@ -3,9 +3,9 @@
 #include "h3c/support/safetensors.h"
 
 #include "h3c/support/error.h"
+#include "h3c/support/json_read.h"
 
 #include <algorithm>
-#include <set>
 
 namespace h3c::st {
 
@@ -21,75 +21,6 @@ const TensorInfo *Header::find(const std::string &name) const {
   return it == byName.end() ? nullptr : &tensors[it->second];
 }
 
-namespace detail {
-
-nlohmann::json parseJsonStrict(std::string_view text, const std::string &where, int maxDepth,
-                               const std::string &topDuplicate) {
-  using json = nlohmann::json;
-  // nlohmann's lexer takes a NUL byte for the end of the input, so "{}\0<anything>" would parse: JSON text never
-  // contains a raw NUL (not even inside strings), so refuse it up front.
-  size_t nul = text.find('\0');
-  if (nul != std::string_view::npos)
-    fail(where, "invalid JSON: NUL byte at byte {}", nul);
-  // One frame per open object/array: its keys so far and the key it was stored under (for messages).
-  struct Frame {
-    bool object;
-    std::set<std::string> keys;
-    std::string name;
-  };
-  std::vector<Frame> stack;
-  std::string lastKey;  // the most recent key of the innermost object
-  std::string error;    // first problem found; the parse is abandoned right after
-  auto cb = [&](int, json::parse_event_t ev, json &parsed) -> bool {
-    if (!error.empty())
-      return false;
-    switch (ev) {
-    case json::parse_event_t::object_start:
-    case json::parse_event_t::array_start: {
-      if (int(stack.size()) + 1 > maxDepth) {
-        error = fmt::format("JSON nesting deeper than {} levels", maxDepth);
-        return false;
-      }
-      bool parentIsObject = !stack.empty() && stack.back().object;
-      stack.push_back(Frame{ev == json::parse_event_t::object_start, {}, parentIsObject ? lastKey : std::string()});
-      return true;
-    }
-    case json::parse_event_t::object_end:
-    case json::parse_event_t::array_end:
-      if (!stack.empty())
-        stack.pop_back();
-      return true;
-    case json::parse_event_t::key: {
-      std::string k = parsed.get<std::string>();
-      if (!stack.empty() && !stack.back().keys.insert(k).second) {
-        if (stack.size() == 1)
-          error = fmt::format("{} '{}'", topDuplicate, k);
-        else
-          error = fmt::format("duplicate key '{}' in '{}'", k, stack.back().name);
-        return false;
-      }
-      lastKey = k;
-      return true;
-    }
-    case json::parse_event_t::value:
-      return true;
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::parse_error &e) {
-    if (!error.empty())
-      fail(where, "{}", error);
-    fail(where, "invalid JSON: {}", e.what());
-  }
-  if (!error.empty())
-    fail(where, "{}", error);
-  return j;
-}
-
-} // namespace detail
 
 namespace {
 
@@ -220,7 +151,7 @@ Header parseHeader(const uint8_t *bytes, size_t size, const std::string &where) 
     fail(where, "header does not start with '{{' (expected a JSON object)");
   std::string_view text(reinterpret_cast<const char *>(hp), h.headerSize);
   // Depth: the object (1), a tensor entry (2), its shape / data_offsets arrays (3).
-  nlohmann::json j = detail::parseJsonStrict(text, where, 3, "duplicate tensor name");
+  nlohmann::json j = parseJson(text, where, 3, "duplicate tensor name");
   if (!j.is_object())
     fail(where, "header must be a JSON object");
   const uint64_t dataSize = size - h.dataOffset;

@@ -1,9 +1,12 @@
 // Runs the h3c binary under test (H3C_TOOL, the build's own) from a test: the one way tests drive the command line.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace h3c::testtool {
@@ -32,5 +35,19 @@ inline bool toolHasCompile() {
   runTool("compile --help", &out);
   return out.find("--arch") != std::string::npos;
 }
+
+// A fresh folder per test (named after the process and the test), removed at the end; `t / "f"` is a path in it.
+struct TempDir {
+  std::filesystem::path dir;
+  explicit TempDir(const std::string &prefix = "h3c_test") {
+    dir = std::filesystem::temp_directory_path() /
+          (prefix + "_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~TempDir() { std::filesystem::remove_all(dir); }
+  std::string operator/(const std::string &f) const { return (dir / f).string(); }
+};
 
 } // namespace h3c::testtool

@@ -186,11 +186,49 @@ class Errors(unittest.TestCase):
         # The engine is still usable after every failure.
         self.assertEqual(len(self.t(**a, return_dict=False)), 2)
 
+    def test_hostile_inputs_are_refused_as_by_the_cli(self):
+        """The checks `h3c run` makes on its inputs hold for the Python package too (they live in the runtime)."""
+        a = self.args
+        ck = f"{TMP}/ckpt-hostile"
+        shutil.copytree(f"{TMP}/ckpt", ck)
+        with open(f"{ck}/config.json") as f:
+            cfg = json.load(f)
+        with open(f"{ck}/config.json", "w") as f:
+            json.dump({**cfg, "norm_eps": 1e-3}, f)  # same tensors, another model
+        with self.assertRaises(h3c.Error) as e:
+            h3c.Transformer(plan=f"{TMP}/plan", checkpoint=ck, device="cpu")
+        self.assertIn("norm_eps", str(e.exception))
+        with open(f"{ck}/config.json", "w") as f:
+            json.dump(cfg, f)
+        # One NaN weight: refused in strict mode, recorded (and not accepted) in audit mode, on every forward.
+        name = "transformer_blocks.0.attn.to_q.weight"
+        path = [os.path.join(ck, n) for n in os.listdir(ck) if n.endswith(".safetensors")][0]
+        with open(path, "r+b") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            entry = json.loads(f.read(n))[name]
+            self.assertEqual(entry["dtype"], "BF16")
+            f.seek(8 + n + entry["data_offsets"][0] + 2 * 5)
+            f.write(struct.pack("<H", 0x7FC0))
+        with self.assertRaises(h3c.Error) as e:
+            h3c.Transformer(plan=f"{TMP}/plan", checkpoint=ck, device="cpu")(**a)
+        self.assertIn(name, str(e.exception))
+        t = h3c.Transformer(plan=f"{TMP}/plan", checkpoint=ck, device="cpu", mode="audit")
+        for _ in range(2):
+            t(**a)
+            self.assertFalse(t.ledger["accepted"])
+            self.assertIn(f"weight {name}: 1 NaN", " ".join(t.ledger["header"]["non_finite"]))
+        # A --bind glob that matches no node, and a thread count outside the CLI's range.
+        with self.assertRaises(h3c.Error) as e:
+            h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", binds=["transformer_block.*=reference"])(**a)
+        self.assertIn("matches no node", str(e.exception))
+        with self.assertRaises(h3c.Error):
+            h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", threads=100000)
+
     def test_strict_rule(self):
         t = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", binds=["*=reference"])
         with self.assertRaises(h3c.Error) as e:
             t(**self.args)
-        self.assertIn("did not run `row`", str(e.exception))
+        self.assertIn("not run `row`", str(e.exception))
         self.assertFalse(t.ledger["accepted"])  # the evidence stays readable
         off = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", mode="off", binds=["*=reference"])
         self.assertEqual(off(**self.args).sample.shape, self.args["hidden_states"].shape)

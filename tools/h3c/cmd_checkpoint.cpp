@@ -63,6 +63,7 @@ void setup(CLI::App &app) {
   snap->add_option("DIR", o->dir, "model folder")->required();
   snap->add_option("-o,--output", o->out, "write the snapshot JSON here (default: stdout)");
   snap->callback([o] {
+    checkOutputsApart({{"DIR", o->dir}}, {{"-o", o->out}});
     std::string text = h3::snapshotCheckpoint(o->dir).dump(2) + "\n";
     if (o->out.empty())
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -102,6 +103,7 @@ void setup(CLI::App &app) {
   synth->add_option("--out", o->out, "output folder (must not exist)")->required();
   synth->add_option("--shard-size", o->shard, "max bytes of tensor data per shard (default 5GB)");
   synth->callback([o] {
+    checkOutputsApart({{"--config", o->config}}, {{"--out", o->out}});
     uint64_t cap = o->shard.empty() ? st::kDefaultShardSize : parseSize(o->shard);
     h3::synthCheckpoint(h3::loadConfig(o->config), o->seed, o->out, cap);
     summarize(o->out);
@@ -117,6 +119,7 @@ void setup(CLI::App &app) {
   map->add_option("IN", o->in, "input folder")->required();
   map->add_option("OUT", o->out, "output folder (must not exist)")->required();
   map->callback([o] {
+    checkOutputsApart({{"IN", o->in}, {"--config", o->mapConfig}}, {{"OUT", o->out}});
     uint64_t cap = o->shard.empty() ? st::kDefaultShardSize : parseSize(o->shard);
     std::optional<h3::QkvLayout> layout;
     if (!o->qkv.empty())

@@ -5,6 +5,7 @@
 
 #include "h3c/Codegen/Compile.h"
 #include "h3c/plan/io.h"
+#include "h3c/support/json_read.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
@@ -42,13 +43,9 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
   app.add_option("--tokens", a->tokens, "Packed rows S for the buffer peak report")->check(CLI::PositiveNumber);
   app.add_option("-o,--out", a->out, "Output plan folder")->required();
   app.callback([a] {
+    h3c::checkOutputsApart({{"fingerprint", a->fingerprint}}, {{"-o", a->out}, {"--dump-ir", a->dumpIr}});
     std::string bytes = h3c::readFile(a->fingerprint);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(bytes);
-    } catch (const nlohmann::json::parse_error &e) {
-      h3c::fail(a->fingerprint, "invalid JSON: {}", e.what());
-    }
+    nlohmann::json j = h3c::parseJson(bytes, a->fingerprint);
     h3c::h3::Fingerprint fp = h3c::h3::fingerprintFromJson(j, a->fingerprint);
     h3c::codegen::CompileOptions o;
     o.arch = a->arch;

@@ -21,6 +21,7 @@ h3c::tool::Command cmd("fingerprint", "Architecture fingerprint: derive from a c
   derive->add_option("--config", config, "full, small, tiny or a diffusers config.json")->capture_default_str();
   derive->add_option("-o,--output", out, "Write here (atomically) instead of stdout");
   derive->callback([] {
+    h3c::checkOutputsApart({{"--config", config}}, {{"-o", out}});
     auto c = h3c::h3::loadConfig(config);
     auto fp = h3c::h3::deriveFingerprint(c, configNameOf(config));
     std::string text = h3c::h3::fingerprintToJson(fp).dump(1) + "\n";

@@ -4,6 +4,8 @@
 #include "command.h"
 
 #include "h3c/support/error.h"
+#include "h3c/support/files.h"
+#include "h3c/support/signature.h"
 #include "h3c/trajectory/generate.h"
 
 #include <cstdio>
@@ -45,16 +47,21 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   auto *tp = app.add_option("--tp", o->tp, "tensor-parallel degree (default: the plan's)");
   auto *bd = app.add_option("--bind", o->binds, "GLOB=native|reference binding overlay (repeatable)");
   auto *bf = app.add_option("--bind-from-step", o->g.bindFromStep, "apply the --bind rules from this step on");
-  app.add_option("--threads", o->g.run.threads, "CPU worker threads (never changes a bit)");
+  app.add_option("--threads", o->g.run.threads, "CPU worker threads (never changes a bit)")->check(CLI::Range(0, 1024));
   app.add_option("--ledger", o->g.ledgerDir, "folder for the ledger of every step (step-NNNNN.json)");
+  app.add_option("--sign-key", o->g.signKey, "Ed25519 private key (PEM): sign the finished trajectory (final.json.sig)");
   auto *rs = app.add_option("--resume", o->resume, "continue this trajectory from its last sealed step");
   for (auto *opt : {cfg, sy, st, vs, as, sd, ss, nz, sa, nl, ou, sv, dv, md, sp, tp, bd, bf})
     rs->excludes(opt);  // --plan, --request, --checkpoint may accompany --resume: files that moved (hash-checked)
   app.callback([o] {
     o->g.progress = ::isatty(2);
+    if (!o->g.signKey.empty())
+      h3c::checkSigningKey(o->g.signKey);  // before the run, not after it
     if (const char *stop = std::getenv("H3C_GENERATE_STOP_AFTER"))  // tests: simulate a kill after N steps
       o->g.stopAfter = std::atoll(stop);
     if (!o->resume.empty()) {
+      h3c::checkOutputsApart({{"--plan", o->g.plan}, {"--request", o->g.request}, {"--checkpoint", o->g.checkpoint}},
+                             {{"--resume", o->resume}, {"--ledger", o->g.ledgerDir}});
       int64_t n = h3c::rt::resumeGenerate(o->resume, o->g);
       std::printf("%s: %lld steps sealed\n", o->resume.c_str(), static_cast<long long>(n));
       return;
@@ -66,6 +73,9 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
                                {!o->out.empty(), "--out"}})
       if (!given)
         h3c::fail("h3c generate", "{} is required (or --resume TRAJ)", name);
+    h3c::checkOutputsApart({{"--config", o->g.config}, {"--plan", o->g.plan}, {"--request", o->g.request},
+                            {"--checkpoint", o->g.checkpoint}, {"--noise", o->g.noise}},
+                           {{"--out", o->out}, {"--ledger", o->g.ledgerDir}});
     o->g.synthetic = o->synthetic;
     if (o->seed >= 0)
       o->g.seed = uint64_t(o->seed);

@@ -2,30 +2,30 @@
 #include "command.h"
 
 #include "h3c/runtime/ledger.h"
+#include "h3c/support/json_read.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/support/signature.h"
 
 #include <cstdio>
 
 namespace {
 
 nlohmann::json readLedger(const std::string &path) {
-  std::string text = h3c::readFile(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error &e) {
-    h3c::fail(path, "invalid JSON: {}", e.what());
-  }
+  return h3c::readJsonFile(path);
 }
 
 h3c::tool::Command cmd("ledger", "Operator ledgers: verify the seal and the strict rule, summarize bindings",
                        [](CLI::App &app) {
   app.require_subcommand(1);
   auto path = std::make_shared<std::string>();
+  auto publicKey = std::make_shared<std::string>();
   CLI::App *verify = app.add_subcommand("verify", "Check the seal and the strict rule (exit 1 on failure)");
   verify->add_option("ledger", *path, "ledger.json")->required();
-  verify->callback([path] {
-    h3c::rt::LedgerVerdict v = h3c::rt::verifyLedger(readLedger(*path));
+  verify->add_option("--public-key", *publicKey, "Ed25519 public key (PEM): also check ledger.json.sig");
+  verify->callback([path, publicKey] {
+    const nlohmann::json ledger = readLedger(*path);
+    h3c::rt::LedgerVerdict v = h3c::rt::verifyLedger(ledger);
     for (const auto &p : v.problems)
       std::printf("FAIL: %s\n", p.c_str());
     size_t shown = 0;
@@ -39,6 +39,13 @@ h3c::tool::Command cmd("ledger", "Operator ledgers: verify the seal and the stri
                 v.strictOk ? "ok" : "violated");
     if (!v.ok())
       h3c::tool::exitCode() = h3c::kExitMismatch;
+    if (!publicKey->empty()) {
+      std::string bad = v.sealOk ? h3c::checkSignature(*path, ledger.at("seal"), *publicKey)
+                                 : "the seal is broken: the signature cannot vouch for this content";
+      std::printf("signature: %s\n", bad.empty() ? "ok" : ("BAD: " + bad).c_str());
+      if (!bad.empty())
+        h3c::tool::exitCode() = h3c::kExitMismatch;
+    }
   });
   auto path2 = std::make_shared<std::string>();
   CLI::App *summary = app.add_subcommand("summary", "Per-binding table of a ledger");

@@ -6,6 +6,7 @@
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/request_layout.h"
 #include "h3c/support/error.h"
+#include "h3c/support/files.h"
 
 #include <cstdio>
 #include <sstream>
@@ -130,6 +131,7 @@ h3c::tool::Command cmd("request", "Build requests (diffusers forward arguments a
     opt->needs(ly);
   la->excludes(nf);
   make->callback([o] {
+    h3c::checkOutputsApart({{"--config", o->config}}, {{"-o", o->out}});
     h3c::h3::Config c = h3c::h3::loadConfig(o->config);
     const h3c::DType dt = parseFloatDtype(o->dtype);
     h3c::rt::Request r;

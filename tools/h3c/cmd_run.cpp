@@ -7,6 +7,7 @@
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/support/signature.h"
 #include "h3c/support/safetensors.h"
 
 #include <cstdio>
@@ -14,7 +15,7 @@
 namespace {
 
 struct Opts {
-  std::string config, checkpoint, plan, inputs, out, device = "cpu", mode = "strict", ledger;
+  std::string config, checkpoint, plan, inputs, out, device = "cpu", mode = "strict", ledger, signKey;
   long long synthetic = -1;
   long long sp = 0, tp = 0;
   int threads = 0;
@@ -49,12 +50,19 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
   app.add_option("--sp", o->sp, "sequence-parallel degree (must equal the plan's; default: the plan's)");
   app.add_option("--tp", o->tp, "tensor-parallel degree (must equal the plan's; default: the plan's)");
   app.add_option("--bind", o->binds, "GLOB=native|reference binding overlay (repeatable)");
-  app.add_option("--threads", o->threads, "CPU worker threads (0 = all cores; never changes a bit)");
+  app.add_option("--threads", o->threads, "CPU worker threads (0 = all cores; never changes a bit)")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--ledger", o->ledger, "ledger.json to write")->required();
   app.add_flag("--progress", o->progress, "print one line per op to stderr");
+  app.add_option("--sign-key", o->signKey, "Ed25519 private key (PEM): sign the ledger's seal into LEDGER.sig");
   app.callback([o] {
     if (o->checkpoint.empty() && o->synthetic < 0)
       h3c::fail("h3c run", "give --checkpoint DIR or --synthetic SEED");
+    h3c::checkOutputsApart({{"--config", o->config}, {"--checkpoint", o->checkpoint}, {"--plan", o->plan},
+                            {"--inputs", o->inputs}},
+                           {{"--out", o->out}, {"--ledger", o->ledger}});
+    if (!o->signKey.empty())
+      h3c::checkSigningKey(o->signKey);  // before the run, not after it
     h3c::h3::Config c = h3c::h3::loadConfig(o->config);
     h3c::plan::Plan plan = h3c::plan::loadPlan(o->plan);
     if (h3c::h3::configToJson(c).dump() != h3c::h3::configToJson(plan.config).dump())
@@ -76,6 +84,8 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
     // The ledger is written even when the strict rule fails (it is the evidence); outputs only when accepted or
     // when the mode does not demand it.
     h3c::writeFileAtomic(o->ledger, h3c::sealedJsonDump(r.ledger, 1) + "\n");  // Python-identical floats
+    if (!o->signKey.empty())
+      h3c::writeSignature(o->ledger, r.ledger.at("seal"), o->signKey);
     h3c::rt::LedgerVerdict v = h3c::rt::verifyLedger(r.ledger);
     if (opt.mode == h3c::rt::Mode::Strict && !v.strictOk) {
       std::string names;
@@ -83,7 +93,8 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
         names += "\n  " + v.offenders[i];
       if (v.offenders.size() > 20)
         names += "\n  ... " + std::to_string(v.offenders.size() - 20) + " more";
-      h3c::fail("--mode strict", "{} node(s) did not run `row`; no outputs written (ledger: {}):{}",
+      h3c::fail("--mode strict", "the strict rule failed ({} offender(s): nodes not run `row`, non-finite values); no "
+                "outputs written (ledger: {}):{}",
                 v.offenders.size(), o->ledger, names);
     }
     writeOutputs(o->out, r.outputs);

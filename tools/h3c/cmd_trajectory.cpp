@@ -8,6 +8,8 @@
 
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/support/json_read.h"
+#include "h3c/support/signature.h"
 #include "h3c/trajectory/trajectory.h"
 
 #include <cstdio>
@@ -18,12 +20,13 @@ namespace {
 h3c::tool::Command cmd("trajectory", "Sealed sampler trajectories: verify one, report the drift between two",
                        [](CLI::App &app) {
   app.require_subcommand(1);
-  static std::string dir, a, b, plot;
+  static std::string dir, a, b, plot, publicKey;
   static bool verifyJson = false, driftJson = false;
 
   auto *verify = app.add_subcommand("verify", "Verify a trajectory folder (seals, hash chain, tensors, state)");
   verify->add_option("trajectory", dir, "TRAJ/ folder written by h3c generate")->required();
   verify->add_flag("--json", verifyJson, "Print the report as JSON");
+  verify->add_option("--public-key", publicKey, "Ed25519 public key (PEM): also check final.json.sig");
   verify->callback([] {
     if (!std::filesystem::is_directory(dir))
       h3c::fail(dir, "no such trajectory folder");
@@ -43,6 +46,15 @@ h3c::tool::Command cmd("trajectory", "Sealed sampler trajectories: verify one, r
         std::printf("note: %s\n", n.c_str());
     }
     h3c::tool::exitCode() = r.valid && r.complete ? h3c::kExitOk : h3c::kExitMismatch;
+    if (!publicKey.empty()) {
+      const std::filesystem::path fin = std::filesystem::path(dir) / "final.json";
+      std::string bad = r.valid && r.complete
+                            ? h3c::checkSignature(fin, h3c::readJsonFile(fin.string()).at("seal"), publicKey)
+                            : "the trajectory is not complete: nothing is signed yet";
+      std::printf("signature: %s\n", bad.empty() ? "ok" : ("BAD: " + bad).c_str());
+      if (!bad.empty())
+        h3c::tool::exitCode() = h3c::kExitMismatch;
+    }
   });
 
   auto *drift = app.add_subcommand("drift", "Where two trajectories first differ, and by how much per step");
@@ -51,6 +63,7 @@ h3c::tool::Command cmd("trajectory", "Sealed sampler trajectories: verify one, r
   drift->add_flag("--json", driftJson, "Print the report as JSON");
   drift->add_option("--plot", plot, "Also write an SVG of the per-step difference per modality");
   drift->callback([] {
+    h3c::checkOutputsApart({{"a", a}, {"b", b}}, {{"--plot", plot}});
     auto ta = h3c::rt::loadTrajectory(a), tb = h3c::rt::loadTrajectory(b);
     auto r = h3c::rt::driftTrajectories(ta, tb);
     if (driftJson)

@@ -2,6 +2,7 @@
 #include "command.h"
 
 #include "h3c/support/error.h"
+#include "h3c/support/files.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -25,6 +26,7 @@ int &exitCode() {
 } // namespace h3c::tool
 
 int main(int argc, char **argv) {
+  h3c::installMappedFileFaultHandler();
   CLI::App app{"h3c: a deterministic compiler and runtime for the MiniMax-H3 diffusion transformer"};
   app.require_subcommand(1);
   app.allow_extras(false);

@@ -8,11 +8,13 @@
 #include "h3c/plan/io.h"
 #include "h3c/runtime/engine.h"
 #include "h3c/runtime/request_layout.h"
+#include "h3c/support/json_read.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 #include "h3c/support/safetensors.h"
 #include "h3c/support/sha256.h"
+#include "h3c/support/signature.h"
 #include "h3c/trajectory/sampler.h"
 #include "h3c/trajectory/trajectory.h"
 
@@ -255,18 +257,35 @@ int64_t run(Prepared &p, TrajectoryWriter &w, ModalityFloats &x, const GenerateO
       writeFileAtomic(fs::path(o.ledgerDir) / fmt::format("step-{:05d}.json", i), sealedJsonDump(rr.ledger, 1) + "\n");
     LedgerVerdict v = verifyLedger(rr.ledger);
     if (ro.mode == Mode::Strict && !v.strictOk)
-      fail("--mode strict", "step {}: {} node(s) did not run `row` (first: {}); the step is not sealed", i,
+      fail("--mode strict", "step {}: the strict rule failed ({} offender(s), first: {}); the step is not sealed", i,
            v.offenders.size(), v.offenders.empty() ? "" : v.offenders.front());
     st.velocity[0] = rr.outputs.sample.toFloats();
     st.velocity[1] = rr.outputs.audio_sample.toFloats();
     update(p, i, o.noiseLevel, st, x);
     st.latent = x;
+    // Whatever the mode, a step with a NaN or Inf in what it records is never sealed: every later step and every
+    // resume would build on it.
+    for (int m = 0; m < kTrajModalities; ++m)
+      for (const auto &[what, v] : {std::pair<const char *, const std::vector<float> *>{"velocity", &st.velocity[m]},
+                                    {"latent", &st.latent[m]}}) {
+        const Tensor::NonFinite nf = Tensor::fromFloats(DType::F32, {int64_t(v->size())}, v->data()).nonFinite();
+        if (nf.first >= 0)
+          fail("h3c generate", "step {}: the {} {} holds non-finite values: {}; the step is not sealed", i,
+               trajModalityName(m), what, nf.text());
+      }
+    if (st.sde)
+      for (const SdeRecord &r : *st.sde)
+        for (double lp : r.logprob)
+          if (!std::isfinite(lp))
+            fail("h3c generate", "step {}: a log-probability is {}; the step is not sealed", i, lp);
     st.extra = {{"ledger_seal", rr.ledger.value("seal", "")},
                 {"ledger_accepted", rr.ledger.value("accepted", false)}};
     w.append(st);
     progress(o.progress, i + 1, n, t0);
   }
   w.finish();
+  if (!o.signKey.empty())
+    writeSignature(w.dir() / "final.json", readJsonFile((w.dir() / "final.json").string()).at("seal"), o.signKey);
   return w.sealedSteps();
 }
 
@@ -276,6 +295,7 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
   if (fs::exists(out))
     fail(out.string(), "already exists (use --resume to continue it, or choose a new --out)");
   auto p = prepare(o, /*resuming=*/false);
+  checkBindRules(o.run.binds, p->config);  // before the first step, even when the rules start later
   RunOptions ro = o.run;
   if (ro.tp <= 0)
     ro.tp = p->plan.options.tp;
@@ -304,7 +324,7 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
 }
 
 int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
-  const json header = json::parse(readFile(traj / "header.json"));
+  const json header = readJsonFile((traj / "header.json").string());
   if (!header.contains("run") || !header["run"].is_object())
     fail((traj / "header.json").string(), "no 'run' description: not written by h3c generate");
   const json &r = header["run"];
@@ -340,6 +360,7 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
   o.ledgerDir = given.ledgerDir;
   o.progress = given.progress;
   o.stopAfter = given.stopAfter;
+  o.signKey = given.signKey;
   // The inputs are identified by content, not by path: a rollout node and a trainer node see different paths.
   for (auto [path, what] : {std::pair{&o.plan, "plan"}, {&o.request, "request"}})
     if (!fs::exists(*path))

@@ -3,6 +3,7 @@
 // trajectory_drift.cpp; the pieces they share are in trajectory_internal.h.
 #include "trajectory_internal.h"
 
+#include "h3c/support/json_read.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -307,7 +308,7 @@ void TrajectoryWriter::append(const TrajectoryStep &s) {
 void TrajectoryWriter::finish() {
   if (sealed_ != numSteps())
     fail(dir_.string(), "cannot finish: {} of {} steps sealed", sealed_, numSteps());
-  json last = json::parse(readFile(trajStepJson(dir_, sealed_ - 1)));
+  json last = readJsonFile(trajStepJson(dir_, sealed_ - 1).string());
   json fin = {{"schema", kTrajectoryFinalSchema},
               {"num_steps", numSteps()},
               {"latent",
@@ -321,7 +322,7 @@ TrajectoryWriter TrajectoryWriter::resume(const fs::path &dir, ModalityFloats &l
   TrajectoryReport r = verifyTrajectory(dir);
   if (!r.valid)
     fail(dir.string(), "cannot resume: {}", r.problem);
-  json header = json::parse(readFile(dir / "header.json"));
+  json header = readJsonFile((dir / "header.json").string());
   // Leftovers of the interrupted step: temp files, a state or tensors file written after the last record.
   for (const fs::path &folder : {dir, dir / "steps"})
     for (const auto &e : fs::directory_iterator(folder)) {
@@ -338,7 +339,7 @@ TrajectoryWriter TrajectoryWriter::resume(const fs::path &dir, ModalityFloats &l
   latents = traj::readState(trajState(dir, r.sealedSteps), header);
   std::string lastSeal = header["seal"];
   if (r.sealedSteps > 0)
-    lastSeal = json::parse(readFile(trajStepJson(dir, r.sealedSteps - 1)))["seal"];
+    lastSeal = readJsonFile(trajStepJson(dir, r.sealedSteps - 1).string())["seal"];
   TrajectoryWriter w(dir, std::move(header), r.sealedSteps, lastSeal);
   if (r.complete)
     fail(dir.string(), "the trajectory is already complete ({} steps)", r.numSteps);

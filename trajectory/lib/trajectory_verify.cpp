@@ -4,6 +4,7 @@
 #include "trajectory_internal.h"
 
 #include "h3c/support/error.h"
+#include "h3c/support/json_read.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
 #include "h3c/trajectory/sampler.h"
@@ -21,7 +22,7 @@ namespace {
 json parseFile(const fs::path &p) {
   std::string text = readFile(p);
   try {
-    return st::detail::parseJsonStrict(text, p.string(), 16);
+    return parseJson(text, p.string(), 16);
   } catch (const Error &) {
     throw;
   } catch (const std::exception &e) {
@@ -179,7 +180,8 @@ void verifyInto(const fs::path &dir, TrajectoryReport &r) {
       int64_t idx;
       if (traj::isTempName(name))
         r.notes.push_back(e.path().string() + ": temp file of an interrupted write");
-      else if (top && (name == "header.json" || name == "steps" || name == "initial.safetensors"))
+      else if (top && (name == "header.json" || name == "steps" || name == "initial.safetensors" ||
+                       name == "final.json.sig"))
         continue;
       else if (top && name == "final.json")
         hasFinal = true;
@@ -279,11 +281,11 @@ LoadedTrajectory loadTrajectory(const fs::path &dir) {
     throw Error(dir.string(), "invalid trajectory: " + r.problem);
   LoadedTrajectory t;
   t.dir = dir;
-  t.header = json::parse(readFile(dir / "header.json"));
+  t.header = parseFile(dir / "header.json");
   for (int64_t i = 0; i < r.sealedSteps; ++i)
-    t.records.push_back(json::parse(readFile(trajStepJson(dir, i))));
+    t.records.push_back(parseFile(trajStepJson(dir, i)));
   if (r.complete)
-    t.final = json::parse(readFile(dir / "final.json"));
+    t.final = parseFile(dir / "final.json");
   return t;
 }
 

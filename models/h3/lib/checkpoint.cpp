@@ -4,6 +4,7 @@
 #include "h3c/models/checkpoint.h"
 
 #include "h3c/support/error.h"
+#include "h3c/support/json_read.h"
 
 #include <cmath>
 #include <cstring>
@@ -65,15 +66,21 @@ nlohmann::json checkpointConfigJson(const Config &c, CheckpointFormat f, QkvLayo
   return j;
 }
 
-Config readCheckpointConfig(const fs::path &dir, std::optional<QkvLayout> *qkvLayout,
-                            std::optional<CheckpointFormat> *format) {
-  fs::path p = dir / "config.json";
+namespace {
+
+// config.json of a folder, parsed (depth: the object (1) and patch_size (2)); missing is an error.
+nlohmann::json readConfigJson(const fs::path &p) {
   if (!fs::is_regular_file(p))
     fail(p.string(), "missing: a model folder needs config.json (diffusers config keys)");
-  // Depth: the object (1) and patch_size (2); duplicates rejected like everywhere else.
-  nlohmann::json j = st::detail::parseJsonStrict(readFile(p), p.string(), 2);
+  nlohmann::json j = parseJson(readFile(p), p.string(), 2);
   if (!j.is_object())
     fail(p.string(), "config must be a JSON object");
+  return j;
+}
+
+// The keys h3c reads besides the config: _class_name (checked), _h3c_format and _h3c_qkv_layout (returned).
+void readMarks(const nlohmann::json &j, const fs::path &p, std::optional<QkvLayout> *qkvLayout,
+               std::optional<CheckpointFormat> *format) {
   if (j.contains("_class_name") && j["_class_name"] != kClassName)
     fail(p.string() + "#/_class_name", "expected \"{}\", got {}", kClassName, j["_class_name"].dump());
   if (format)
@@ -94,6 +101,15 @@ Config readCheckpointConfig(const fs::path &dir, std::optional<QkvLayout> *qkvLa
     if (qkvLayout)
       *qkvLayout = parseQkvLayout(v.get<std::string>());
   }
+}
+
+} // namespace
+
+Config readCheckpointConfig(const fs::path &dir, std::optional<QkvLayout> *qkvLayout,
+                            std::optional<CheckpointFormat> *format) {
+  fs::path p = dir / "config.json";
+  nlohmann::json j = readConfigJson(p);
+  readMarks(j, p, qkvLayout, format);
   return configFromJson(j, p.string() + "#");
 }
 
@@ -138,9 +154,13 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const fs::path &dir, const OpenOpti
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   std::optional<QkvLayout> recorded;
   std::optional<CheckpointFormat> recordedFormat;
-  if (opts.config)
+  if (opts.config) {
+    // The given config replaces config.json's keys (a raw release's may differ), but never its record of how the
+    // tensors are laid out: a concat folder read as interleaved is silently a different model.
     ck->config_ = *opts.config;
-  else
+    if (fs::exists(dir / "config.json"))
+      readMarks(readConfigJson(dir / "config.json"), dir / "config.json", &recorded, &recordedFormat);
+  } else
     ck->config_ = readCheckpointConfig(dir, &recorded, &recordedFormat);
   ck->folder_ = std::make_unique<st::Folder>(dir);
   ck->format_ = detectFormat(*ck->folder_);

@@ -1,8 +1,10 @@
 #include "h3c/models/config.h"
 
+#include "h3c/support/json_read.h"
 #include "h3c/support/error.h"
 
-#include <fstream>
+#include <cmath>
+#include <filesystem>
 #include <set>
 
 namespace h3c::h3 {
@@ -35,8 +37,21 @@ void Config::validate(const std::string &where) const {
   if (rotaryDim() > attention_head_dim)
     fail(where, "config key 'rope_freq_dim': 6*{} rotated channels exceed attention_head_dim {}", rope_freq_dim,
          attention_head_dim);
-  if (!(rope_theta > 0))
-    fail(where, "config key 'rope_theta' must be positive");
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta))
+    fail(where, "config key 'rope_theta' must be positive and finite");
+  // Every width and every product the model forms (q/k/v width, patch width, ffn x hidden tensors) must stay far
+  // from int overflow: each key is at most kMaxConfigInt, and the derived widths at most kMaxConfigWidth.
+  for (auto [key, v] : {std::pair<const char *, int64_t>{"num_attention_heads * attention_head_dim",
+                                                         int64_t(num_attention_heads) * attention_head_dim},
+                        {"in_channels * patch_size", int64_t(in_channels) * patch_size[0] * patch_size[1] * patch_size[2]},
+                        {"hidden_size", hidden_size},
+                        {"ffn_dim", ffn_dim},
+                        {"text_dim", text_dim},
+                        {"time_embed_hidden_dim", time_embed_hidden_dim}})
+    if (v > kMaxConfigWidth)
+      fail(where, "config width {} = {} exceeds {}", key, v, kMaxConfigWidth);
+  if (num_layers > 4096 || num_refiner_layers > 4096)
+    fail(where, "config: more than 4096 layers");
   for (double e : {norm_eps, qk_norm_eps, final_norm_eps})
     if (!(e > 0 && e < 1))
       fail(where, "config eps values must lie in (0, 1)");
@@ -101,16 +116,20 @@ Config configFromJson(const nlohmann::json &j, const std::string &where) {
   if (!j.is_object())
     fail(where, "config must be a JSON object");
   Config c;
-  auto getInt = [&](const std::string &key, int &dst) {
-    const auto &v = j.at(key);
+  // Read as 64 bits and range-checked before narrowing: get<int>() would wrap 2^32 + 24 to 24.
+  auto intIn = [&](const nlohmann::json &v, const std::string &at) {
     if (!v.is_number_integer())
-      fail(where + "/" + key, "expected an integer, got {}", v.dump());
-    dst = v.get<int>();
+      fail(at, "expected an integer, got {}", v.dump());
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(kMaxConfigInt)
+                               : (v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxConfigInt))
+      fail(at, "expected an integer in [0, {}], got {}", kMaxConfigInt, v.dump());
+    return int(v.get<int64_t>());
   };
+  auto getInt = [&](const std::string &key, int &dst) { dst = intIn(j.at(key), where + "/" + key); };
   auto getNum = [&](const std::string &key, double &dst) {
     const auto &v = j.at(key);
-    if (!v.is_number())
-      fail(where + "/" + key, "expected a number, got {}", v.dump());
+    if (!v.is_number() || !std::isfinite(v.get<double>()))
+      fail(where + "/" + key, "expected a finite number, got {}", v.dump());
     dst = v.get<double>();
   };
   static const std::set<std::string> kInt = {"num_attention_heads", "attention_head_dim", "hidden_size",
@@ -143,9 +162,7 @@ Config configFromJson(const nlohmann::json &j, const std::string &where) {
       if (!v.is_array() || v.size() != 3)
         fail(where + "/patch_size", "expected an array of 3 integers, got {}", v.dump());
       for (int i = 0; i < 3; ++i) {
-        if (!v[i].is_number_integer())
-          fail(where + "/patch_size/" + std::to_string(i), "expected an integer, got {}", v[i].dump());
-        c.patch_size[i] = v[i].get<int>();
+        c.patch_size[i] = intIn(v[i], where + "/patch_size/" + std::to_string(i));
       }
     } else
       fail(where + "/" + k, "unknown config key");
@@ -158,16 +175,10 @@ Config configFromJson(const nlohmann::json &j, const std::string &where) {
 Config loadConfig(const std::string &nameOrPath) {
   if (nameOrPath == "full" || nameOrPath == "small" || nameOrPath == "tiny")
     return namedConfig(nameOrPath);
-  std::ifstream in(nameOrPath);
-  if (!in)
+  std::error_code ec;
+  if (!std::filesystem::exists(nameOrPath, ec))
     fail("--config", "'{}' is neither full, small, tiny nor a readable JSON file", nameOrPath);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error &e) {
-    fail(nameOrPath, "invalid JSON: {}", e.what());
-  }
-  return configFromJson(j, nameOrPath + "#");
+  return configFromJson(readJsonFile(nameOrPath), nameOrPath + "#");
 }
 
 int64_t TensorSpec::numel() const {

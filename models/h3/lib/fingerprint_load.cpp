@@ -12,6 +12,7 @@
 //   6. the node table equals the derivation from the config (the fingerprint is a function of the config).
 #include "h3c/models/fingerprint.h"
 
+#include "h3c/support/json_read.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 
@@ -389,14 +390,7 @@ Fingerprint fingerprintFromJson(const json &j, const std::string &where) {
 }
 
 Fingerprint loadFingerprint(const std::string &path) {
-  std::string text = readFile(path);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error &e) {
-    fail(path, "invalid JSON: {}", e.what());
-  }
-  return fingerprintFromJson(j, path + "#");
+  return fingerprintFromJson(readJsonFile(path), path + "#");
 }
 
 } // namespace h3c::h3

@@ -42,6 +42,26 @@ TEST(Config, RejectsUnknownKeyAndBadValues) {
   EXPECT_THROW(h3::namedConfig("huge"), Error);
 }
 
+// Integers are range-checked before they are narrowed (issue 18): 2^32 + 24 was read as 24.
+TEST(Config, IntegersAreRangeChecked) {
+  nlohmann::json j = h3::configToJson(h3::namedConfig("tiny"));
+  auto refused = [&](const char *key, nlohmann::json v) {
+    nlohmann::json k = j;
+    k[key] = v;
+    EXPECT_THROW(h3::configFromJson(k, "cfg#"), Error) << key << " = " << v.dump();
+  };
+  refused("hidden_size", 4294967296ull + 24);
+  refused("hidden_size", -24);
+  refused("num_layers", 18446744073709551615ull);
+  refused("ffn_dim", int64_t(1) << 40);
+  refused("num_attention_heads", 1 << 20);  // heads x head_dim beyond any width h3c forms
+  refused("rope_theta", 1e308 * 10);        // inf (JSON itself cannot say it; a parsed 1e999 can)
+  nlohmann::json p = j;
+  p["patch_size"] = {1, 4294967298ull, 2};
+  EXPECT_THROW(h3::configFromJson(p, "cfg#"), Error);
+  EXPECT_NO_THROW(h3::configFromJson(j, "cfg#"));
+}
+
 TEST(Bf16, RoundToNearestEven) {
   EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
   // 1 + 2^-8 is exactly half way between 1 and 1 + 2^-7: ties to even (1.0).

@@ -457,3 +457,62 @@ TEST(PlanExtent, ParsesEvaluatesAndRejects) {
     EXPECT_THROW(plan::Extent::parse(bad, "t"), Error) << bad;
   EXPECT_THROW(plan::Extent::parse("B*S*S*S", "t").eval({1 << 30, 1 << 30, 0, 0, 0, 0}), Error);
 }
+
+// A plan edited and re-hashed cannot change the model (issue 18): rewired operands, attrs that differ from the
+// nodes, values of the wrong width are refused, for every layout (fused or not, tp, sp).
+TEST(PlanModel, EditedAndRehashedPlansThatChangeTheModelAreRefused) {
+  for (auto [fuse, tp, sp] : {std::tuple{false, 1, 1}, {true, 1, 1}, {true, 2, 1}, {false, 2, 2}, {true, 1, 2}})
+    EXPECT_NO_THROW(plan::planFromJson(tinyPlan(fuse, tp, sp), "/nonexistent")) << fuse << tp << sp;
+  for (bool fuse : {false, true}) {
+    json p = tinyPlan(fuse);
+    // Skip block 1: its first op reads block 0's input stream instead of block 0's output.
+    json a = p;
+    size_t n1 = opIndexOf(a, "transformer_blocks.1.norm1");
+    opsOf(a)[n1]["in"][0] = "pack";
+    rejects(rehash(a), kOps + std::to_string(n1) + "/in");
+    // Swap q and k into attention.
+    json b = p;
+    size_t at = opIndexOf(b, "transformer_blocks.0.attn.attention");
+    std::swap(opsOf(b)[at]["in"][0], opsOf(b)[at]["in"][1]);
+    rejects(rehash(b), "the plan does not compute the model");
+    // Another eps than the node's.
+    json c = p;
+    size_t rn = opIndexOf(c, "token_refiner.refiner_blocks.0.norm1");
+    opsOf(c)[rn]["attrs"]["eps"] = 1e-3;
+    rejects(rehash(c), kOps + std::to_string(rn) + "/attrs/eps");
+    // A gate reading chunk 0 (shift) instead of 2.
+    json d = p;
+    size_t g = opIndexOf(d, "transformer_blocks.0.gate_residual_attn");
+    opsOf(d)[g]["attrs"]["chunk"] = 0;
+    rejects(rehash(d), kOps + std::to_string(g) + "/attrs/chunk");
+    // The AdaLN table declared narrower than the chunks the gate reads: an out-of-bounds read before.
+    json e = p;
+    e["values"]["transformer_blocks.0.adaln_proj"]["cols"] = 2 * 24;
+    rejects(rehash(e), "transformer_blocks.0.adaln_proj");
+  }
+  // Two values live at once in one slot: the second would overwrite the first on the GPU.
+  json s = tinyPlan(true);
+  s["values"]["transformer_blocks.0.attn.to_q"]["slot"] = s["values"]["transformer_blocks.0.attn.to_k"]["slot"];
+  rejects(rehash(s), "which is still live");
+  // Unfused: a bias-carrying linear's N (sizes its bias read) must be the node's out_features.
+  json f = tinyPlan(false);
+  size_t pi = opIndexOf(f, "proj_in");
+  opsOf(f)[pi]["attrs"]["N"] = 8;
+  rejects(rehash(f), kOps + std::to_string(pi) + "/attrs");
+}
+
+TEST(PlanWrite, ReplacingAFolderKeepsWhatIsNotThePlans) {
+  TempDir t;
+  plan::Plan p = plan::planFromJson(tinyPlan(), "/nonexistent");
+  const fs::path out = t.path / "plan";
+  plan::writePlanFolder(p, out);
+  plan::writePlanFolder(p, out);  // a previous plan folder is replaced
+  fs::create_directories(out / "kernels");
+  writeFileAtomic(out / "kernels" / "notes.txt", "mine");
+  EXPECT_THROW(plan::writePlanFolder(p, out), Error);
+  EXPECT_EQ(readFile(out / "kernels" / "notes.txt"), "mine");
+  fs::remove(out / "kernels" / "notes.txt");
+  writeFileAtomic(out / "README", "mine");
+  EXPECT_THROW(plan::writePlanFolder(p, out), Error);
+  EXPECT_EQ(readFile(out / "README"), "mine");
+}

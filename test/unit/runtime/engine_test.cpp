@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 using namespace h3c;
 using namespace h3c::rt;
 
@@ -131,4 +133,64 @@ TEST(RuntimeEngine, PerCallOptionsAndRejections) {
   bad.tensors.erase("token_tags");
   EXPECT_THROW(e.run(bad), Error);
   expectSameRun(e.run(r), s);
+}
+
+namespace {
+
+// Synthetic weights with one NaN poked into one tensor, checked as a checkpoint source checks what it loads.
+class NanWeights final : public WeightSource {
+public:
+  NanWeights(const h3::Config &c, std::string bad) : WeightSource(c), inner_(makeSyntheticWeights(c, 3)), bad_(bad) {}
+  Tensor load(const std::string &name) override {
+    ++reads;
+    Tensor t = inner_->load(name);
+    if (name == bad_) {  // element 5 becomes a quiet NaN
+      const uint16_t bf16 = 0x7FC0;
+      const uint32_t f32 = 0x7FC00000u;
+      if (t.dtype == DType::BF16) std::memcpy(t.bytes.data() + 2 * 5, &bf16, 2);
+      else std::memcpy(t.bytes.data() + 4 * 5, &f32, 4);
+    }
+    checkFinite(name, t);
+    return t;
+  }
+  nlohmann::json describe() const override { return inner_->describe(); }
+  int reads = 0;
+
+private:
+  std::unique_ptr<WeightSource> inner_;
+  std::string bad_;
+};
+
+} // namespace
+
+// A resident engine keeps its weights, so a NaN found while loading in an audit forward must still be named by
+// every later ledger (no reload finds it again) and must fail a later strict forward.
+TEST(RuntimeEngine, NonFiniteWeightsStayRecordedAcrossForwards) {
+  const h3::Config c = h3::namedConfig("tiny");
+  const plan::Plan p = makePlan(c, false);
+  const std::string bad = "transformer_blocks.0.attn.to_q.weight";
+  const Request r = req(c, {4, 2, 1, 2, 2, 1, 2}, 9);
+  RunOptions audit = options(p);
+  audit.mode = Mode::Audit;
+  NanWeights w(c, bad);
+  Engine e(p, w, audit);
+  ASSERT_TRUE(e.cachesWeights());
+  for (int i = 0; i < 2; ++i) {
+    RunResult a = e.run(r);
+    EXPECT_EQ(a.ledger["accepted"], false);
+    const std::string nf = a.ledger["header"]["non_finite"].dump();
+    EXPECT_NE(nf.find("weight " + bad + ": 1 NaN"), std::string::npos) << nf;
+  }
+  const int reads = w.reads;
+  try {
+    e.run(r, options(p));
+    ADD_FAILURE() << "a strict forward ran over a NaN weight";
+  } catch (const Error &err) {
+    EXPECT_NE(std::string(err.what()).find(bad), std::string::npos) << err.what();
+  }
+  EXPECT_EQ(w.reads, reads);  // refused from the record, nothing reloaded
+  // A fresh strict engine refuses the tensor as it loads.
+  NanWeights w2(c, bad);
+  Engine strict(p, w2, options(p));
+  EXPECT_THROW(strict.run(r), Error);
 }

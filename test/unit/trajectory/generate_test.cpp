@@ -3,6 +3,7 @@
 // after an interruption byte-equal, a perturbation from step k named at step k, the CLI.
 #include "test_plans.h"
 
+#include "h3c/models/checkpoint.h"
 #include "h3c/runtime/executor.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -453,4 +454,47 @@ TEST_F(Generate, Cli) {
                         (root / "req.safetensors").string() + " --steps 4 --out " + (root / "s4").string(), &out), 2)
       << out;  // no seed and no noise file
   EXPECT_FALSE(fs::exists(root / "s4"));
+}
+
+// A NaN weight (issue 18): the step that meets it is never sealed, whatever the mode, and a resume says so again
+// instead of failing on a sealed NaN step with a misleading message.
+TEST_F(Generate, NonFiniteStepIsNeverSealed) {
+  const h3::Config c = h3::namedConfig("tiny");
+  h3::synthCheckpoint(c, 3, root / "ck");
+  const fs::path file = root / "ck" / st::singleFileName(st::kDiffusersPrefix);
+  uint64_t at;
+  {
+    st::File f(file);
+    const st::TensorInfo *t = f.find("transformer_blocks.0.ff.net.2.weight");
+    ASSERT_NE(t, nullptr);
+    at = f.header().dataOffset + t->begin;
+  }
+  std::string bytes = readFile(file);
+  const uint16_t nan = 0x7FC0;
+  std::memcpy(bytes.data() + at, &nan, 2);
+  writeFileAtomic(file, bytes);
+  GenerateOptions o = opts();
+  o.synthetic = -1;
+  o.checkpoint = (root / "ck").string();
+  o.run.mode = Mode::Audit;
+  try {
+    generate(root / "traj", o);
+    FAIL() << "a NaN step was sealed";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not sealed"), std::string::npos) << e.what();
+  }
+  TrajectoryReport r = verifyTrajectory(root / "traj");
+  EXPECT_TRUE(r.valid) << r.problem;
+  EXPECT_EQ(r.sealedSteps, 0);
+  GenerateOptions again;
+  EXPECT_THROW(resumeGenerate(root / "traj", again), Error);
+  // Strict mode refuses the weight itself, naming it, before any step.
+  o.run.mode = Mode::Strict;
+  try {
+    generate(root / "traj2", o);
+    FAIL() << "strict mode ran a NaN weight";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("transformer_blocks.0.ff.net.2.weight"), std::string::npos) << e.what();
+  }
 }

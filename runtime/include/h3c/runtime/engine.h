@@ -42,6 +42,7 @@ public:
 
 private:
   const plan::Plan &plan_;
+  WeightSource *source_;                // the caller's (it checks loaded tensors for NaN / Inf)
   WeightSource *weights_;               // the caller's, or cache_ wrapping it
   std::unique_ptr<WeightSource> cache_;
   RunOptions opt_;

@@ -4,7 +4,8 @@
 // {
 //   "schema": "h3c-ledger-v1",
 //   "header": {"plan_sha256", "fingerprint_sha256", "checkpoint": {...}, "config": {...}, "mode", "sp", "tp", "device",
-//              "driver_version", "nvrtc_version", "request": {"sha256", "B", "S", ...}, "threads"},
+//              "driver_version", "nvrtc_version", "request": {"sha256", "B", "S", ...}, "threads",
+//              "non_finite": ["<weight|output> <name>: <counts>", ...] (only when there are any)},
 //   "nodes": [{"id", "kind", "op", "op_index", "order_in_plan", "requested", "actual", "kernel", "kernel_sha256",
 //              "reduction_order", "inputs": [{"value", "dtype", "shape"}], "outputs": [...],
 //              "audit": {"max_abs", "max_rel", "output"} (audit mode)}, ...],   // in execution order
@@ -15,7 +16,8 @@
 //
 // Bindings: row = follows the node's declared order exactly (generated GPU kernel or the CPU executor); interim =
 // runs the node but not in the declared order; reference = unordered or fp64 implementation; native = a vendor
-// library without an order guarantee. The strict rule: complete, and every node `row`. `accepted` = the strict rule
+// library without an order guarantee. The strict rule: complete, every node `row`, and no non-finite weight or
+// output (non-finite inputs are refused before any run). `accepted` = the strict rule
 // holds.
 #pragma once
 
@@ -47,6 +49,8 @@ struct BindRule {
 };
 BindRule parseBindRule(const std::string &spec);
 bool globMatch(const std::string &glob, const std::string &text);
+// Every rule must match at least one node of the config: a typo would otherwise silently run the defaults.
+void checkBindRules(const std::vector<BindRule> &rules, const h3::Config &c);
 
 // The binding a node is requested with: `row` in strict and audit mode, `native` in off mode (the executor falls
 // back to `row` where it has no native implementation), then the --bind overlay.
@@ -71,6 +75,9 @@ public:
                 const std::optional<AuditError> &audit = std::nullopt);
   // Builds the sealed document: `missing` = expected nodes without entry, `complete`, `accepted`.
   nlohmann::json finish() const;
+  // A non-finite weight or output ("output sample: 3 NaN, 0 Inf (first: element 7)"): listed in the header's
+  // "non_finite"; any entry fails the strict rule (`accepted` false, verify names it).
+  void recordNonFinite(const std::string &what);
 
 private:
   const plan::Plan &plan_;

@@ -28,6 +28,13 @@ struct Tensor {
   std::vector<float> toFloats() const;
   std::vector<int64_t> toInts() const;
   std::string shapeString() const;  // "[2, 32, 96]"
+  // Non-finite elements of a float tensor (none for integer dtypes): counts and the first one's index, and a
+  // description for messages and ledgers ("3 NaN, 1 Inf (first: element 17)"), empty when all are finite.
+  struct NonFinite {
+    int64_t nan = 0, inf = 0, first = -1;
+    std::string text() const;
+  };
+  NonFinite nonFinite() const;
 };
 
 } // namespace h3c::rt

@@ -8,10 +8,14 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace h3c {
 
-std::string readFile(const std::filesystem::path &path);
+// A whole regular file (FIFOs, devices and sockets are refused before anything is read, without blocking), at most
+// `maxBytes` long: h3c's JSON and text inputs are small, and an unbounded read is an out-of-memory waiting to happen.
+inline constexpr uint64_t kMaxTextFileBytes = uint64_t(1) << 30;
+std::string readFile(const std::filesystem::path &path, uint64_t maxBytes = kMaxTextFileBytes);
 
 // Writes `bytes` to `path` atomically (temp + fsync + rename + fsync of the folder).
 void writeFileAtomic(const std::filesystem::path &path, std::string_view bytes);
@@ -53,7 +57,9 @@ private:
   bool committed_ = false;
 };
 
-// A read-only memory map of a whole file. Empty files map to size 0 with data() == nullptr.
+// A read-only memory map of a whole regular file (other file types are refused as readFile does). Empty files map to
+// size 0 with data() == nullptr. A file truncated while mapped makes later reads fault (SIGBUS):
+// installMappedFileFaultHandler() turns that into an error exit naming the cause.
 class MappedFile {
 public:
   explicit MappedFile(const std::filesystem::path &path);
@@ -70,5 +76,19 @@ private:
   const uint8_t *data_ = nullptr;
   size_t size_ = 0;
 };
+
+// Outputs never alias inputs. A command names its input and output paths (with the option that gave each, for the
+// message); an output is refused when it is an input (the same file by resolved path or by device + inode, so
+// symbolic links, hard links and bind mounts are caught), lies inside an input folder, is a folder holding an input,
+// or is another output. Empty paths are skipped. Call before anything is written.
+struct PathArg {
+  std::string option;  // "--ledger", "OUT", ...
+  std::filesystem::path path;
+};
+void checkOutputsApart(const std::vector<PathArg> &inputs, const std::vector<PathArg> &outputs);
+
+// Installs a SIGBUS handler that prints "h3c: error: a memory-mapped input file shrank while it was read (SIGBUS)"
+// and exits with kExitError (2). Outputs are written atomically, so nothing half-written stays behind.
+void installMappedFileFaultHandler();
 
 } // namespace h3c

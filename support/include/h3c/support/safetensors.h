@@ -165,12 +165,4 @@ using FillFn = std::function<void(const TensorInfo &info, Writer &w)>;
 void writeFolder(const std::filesystem::path &dir, const std::string &prefix, const std::vector<TensorDecl> &tensors,
                  uint64_t shardSize, const std::map<std::string, std::string> &metadata, const FillFn &fill);
 
-namespace detail {
-// Parses JSON rejecting duplicate object keys at any level (nlohmann silently keeps the last one) and nesting deeper
-// than `maxDepth` (the top-level value is depth 1). A duplicate top-level key throws h3c::Error(where,
-// "<topDuplicate> 'k'"), a nested one "duplicate key 'k' in '<key of the enclosing object>'".
-nlohmann::json parseJsonStrict(std::string_view text, const std::string &where, int maxDepth,
-                               const std::string &topDuplicate = "duplicate key");
-} // namespace detail
-
 } // namespace h3c::st

@@ -44,6 +44,7 @@ struct GenerateOptions {
   std::string ledgerDir;    // when set, each step's ledger is written there as step-NNNNN.json
   bool progress = false;    // a progress bar on stderr
   int64_t stopAfter = -1;   // testing: stop after this many sealed steps (as if killed), without final.json
+  std::string signKey;      // Ed25519 private key (PEM): final.json's seal is signed into final.json.sig
 };
 
 // Runs a new trajectory into `out` (must not exist). Returns the number of sealed steps.

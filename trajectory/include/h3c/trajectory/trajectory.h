@@ -93,6 +93,7 @@ public:
   void append(const TrajectoryStep &s);
   // Writes final.json; every step must be sealed.
   void finish();
+  const std::filesystem::path &dir() const { return dir_; }
 
 private:
   TrajectoryWriter(std::filesystem::path dir, nlohmann::json header, int64_t sealed, std::string lastSeal);

@@ -16,6 +16,10 @@ namespace h3c::h3 {
 constexpr int kModalities = 3;  // token tags: 0 video, 1 text, 2 audio
 constexpr int kBlockAdaChunks = 6;  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
 
+// Range limits of config integers (the full model uses at most 14336): each key, and each derived width.
+inline constexpr int64_t kMaxConfigInt = 1 << 20;
+inline constexpr int64_t kMaxConfigWidth = 1 << 20;
+
 struct Config {
   int num_attention_heads = 56;
   int attention_head_dim = 128;
