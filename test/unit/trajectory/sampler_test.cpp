@@ -89,8 +89,9 @@ TEST(Sampler, SigmaGridsEqualTheFormula) {
       ASSERT_EQ(s.numSteps(), n - 1);
       for (int64_t i = 0; i < s.numSteps(); ++i) {
         EXPECT_TRUE(sameBits(s.timesteps()[size_t(i)], r32(1.0 - double(exp[size_t(i)]))));
-        if (i > 0)
+        if (i > 0) {
           EXPECT_LT(s.sigmas()[size_t(i)], s.sigmas()[size_t(i - 1)]);
+        }
       }
     }
   // Known values: two points are [1, 0] with one evaluation at t = 0 (pure noise).
