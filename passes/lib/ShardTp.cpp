@@ -27,7 +27,7 @@ using h3c::passes::endsWith;
 
 namespace {
 
-ActType act(Value v) { return cast<ActType>(v.getType()); }
+ActType actOf(Value v) { return cast<ActType>(v.getType()); }
 
 struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
   using Base::Base;
@@ -60,7 +60,7 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
 
   // Result `r` now holds the rank's columns of a full width made of `segments` equal segments.
   void localResult(Value r, int64_t segments) {
-    ActType t = act(r);
+    ActType t = actOf(r);
     r.setType(ActType::get(r.getContext(), t.getDomain(), t.getCols() / tp, t.getElementType(), t.getBatch()));
     localSegs[r] = segments;
   }
@@ -76,7 +76,7 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
     auto it = localSegs.find(v);
     if (it == localSegs.end()) return v;
     if (Value g = gathered.lookup(v)) return g;
-    ActType t = act(v);
+    ActType t = actOf(v);
     OpBuilder b = after(v);
     auto type = ActType::get(v.getContext(), t.getDomain(), t.getCols() * tp, t.getElementType(), t.getBatch());
     auto g = AllGatherOp::create(b, v.getLoc(), type, v, Axis::cols, uint64_t(tp), uint64_t(it->second),
@@ -98,7 +98,7 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
     if (auto g = v.getDefiningOp<AllGatherOp>(); g && g.getAxis() == Axis::cols && int64_t(g.getSegments()) == segments)
       return g.getPart();
     if (Value s = splits.lookup(v)) return s;
-    ActType t = act(v);
+    ActType t = actOf(v);
     if (t.getCols() % (tp * segments)) {
       error(user) << "cannot split " << t.getCols() << " columns into " << segments << " segments over tp = "
                   << int64_t(tp);
@@ -195,15 +195,15 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
         if (!shard(op, heads, "heads", 1)) continue;
         // q/k/v: the rank's heads; the rope tables (F32 cos/sin, per row) whole.
         for (OpOperand &o : op->getOpOperands())
-          o.set(act(o.get()).getElementType().isF32() ? whole(o.get()) : part(op, o.get(), 1));
+          o.set(actOf(o.get()).getElementType().isF32() ? whole(o.get()) : part(op, o.get(), 1));
         setI64(op, "heads", heads / tp);
         for (Value r : op->getResults()) localResult(r, 1);
       } else if (auto s = dyn_cast<SwigluOp>(op)) {
-        if (!shard(op, act(s.getY()).getCols(), "ffn columns", 1)) continue;
+        if (!shard(op, actOf(s.getY()).getCols(), "ffn columns", 1)) continue;
         op->setOperand(0, part(op, s.getX(), 2));
         localResult(s.getY(), 1);
       } else if (auto g = dyn_cast<GateResidualOp>(op)) {
-        if (!shard(op, act(g.getZ()).getCols(), "columns", 1)) continue;
+        if (!shard(op, actOf(g.getZ()).getCols(), "columns", 1)) continue;
         op->setOperand(0, part(op, g.getX(), 1));
         op->setOperand(1, part(op, g.getY(), 1));
         op->setOperand(2, part(op, g.getTable(), g.getNumChunks()));

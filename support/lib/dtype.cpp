@@ -39,4 +39,11 @@ bool parseDType(std::string_view name, DType &out) {
   return false;
 }
 
+std::string shapeText(const std::vector<int64_t> &s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
 } // namespace h3c

@@ -491,6 +491,11 @@ inline json modelPlan(const h3::Config &c, bool fuse = false, int tp = 1, int sp
   return b.build();
 }
 
+// modelPlan read through the plan reader (all its checks), as an executor gets it.
+inline plan::Plan loadModelPlan(const h3::Config &c, bool fuse = false, int tp = 1, int sp = 1) {
+  return plan::planFromJson(modelPlan(c, fuse, tp, sp), "/nonexistent", "test-plan.json");
+}
+
 // Re-hash after editing a plan (tests that tamper on purpose do not call this).
 inline json rehash(json plan) {
   plan["plan_sha256"] = plan::computePlanSha256(plan);

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <memory>
 
-namespace {
+namespace cmd_checkpoint {
 
 using namespace h3c;
 
@@ -133,4 +133,4 @@ void setup(CLI::App &app) {
 
 h3c::tool::Command cmd("checkpoint", "Checkpoint tools: snapshot, check, synth, map", setup);
 
-} // namespace
+} // namespace cmd_checkpoint

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace cmd_compile {
 
 struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
@@ -89,4 +89,4 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
   });
 });
 
-} // namespace
+} // namespace cmd_compile

@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-namespace {
+namespace cmd_fingerprint {
 
 std::string configNameOf(const std::string &arg) {
   return (arg == "full" || arg == "small" || arg == "tiny") ? arg : "custom";
@@ -46,4 +46,4 @@ h3c::tool::Command cmd("fingerprint", "Architecture fingerprint: derive from a c
   });
 });
 
-} // namespace
+} // namespace cmd_fingerprint

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <unistd.h>
 
-namespace {
+namespace cmd_generate {
 
 struct Opts {
   h3c::rt::GenerateOptions g;
@@ -104,4 +104,4 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   });
 });
 
-} // namespace
+} // namespace cmd_generate

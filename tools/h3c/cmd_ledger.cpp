@@ -9,7 +9,7 @@
 
 #include <cstdio>
 
-namespace {
+namespace cmd_ledger {
 
 nlohmann::json readLedger(const std::string &path) {
   return h3c::readJsonFile(path);
@@ -53,4 +53,4 @@ h3c::tool::Command cmd("ledger", "Operator ledgers: verify the seal and the stri
   summary->callback([path2] { std::fputs(h3c::rt::ledgerSummary(readLedger(*path2)).c_str(), stdout); });
 });
 
-} // namespace
+} // namespace cmd_ledger

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <sstream>
 
-namespace {
+namespace cmd_request {
 
 void parseVideo(const std::string &s, h3c::rt::RequestShape &sh) {
   long long t = 0, h = 0, w = 0;
@@ -195,4 +195,4 @@ h3c::tool::Command cmd("request", "Build requests (diffusers forward arguments a
   });
 });
 
-} // namespace
+} // namespace cmd_request

@@ -12,7 +12,7 @@
 
 #include <cstdio>
 
-namespace {
+namespace cmd_run {
 
 struct Opts {
   std::string config, checkpoint, plan, inputs, out, device = "cpu", mode = "strict", ledger, signKey;
@@ -103,4 +103,4 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
   });
 });
 
-} // namespace
+} // namespace cmd_run

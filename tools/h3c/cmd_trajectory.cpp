@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 
-namespace {
+namespace cmd_trajectory {
 
 h3c::tool::Command cmd("trajectory", "Sealed sampler trajectories: verify one, report the drift between two",
                        [](CLI::App &app) {
@@ -63,7 +63,7 @@ h3c::tool::Command cmd("trajectory", "Sealed sampler trajectories: verify one, r
   drift->add_flag("--json", driftJson, "Print the report as JSON");
   drift->add_option("--plot", plot, "Also write an SVG of the per-step difference per modality");
   drift->callback([] {
-    h3c::checkOutputsApart({{"a", a}, {"b", b}}, {{"--plot", plot}});
+    h3c::checkOutputsApart({{"trajectory A", a}, {"trajectory B", b}}, {{"--plot", plot}});
     auto ta = h3c::rt::loadTrajectory(a), tb = h3c::rt::loadTrajectory(b);
     auto r = h3c::rt::driftTrajectories(ta, tb);
     if (driftJson)
@@ -76,4 +76,4 @@ h3c::tool::Command cmd("trajectory", "Sealed sampler trajectories: verify one, r
   });
 });
 
-} // namespace
+} // namespace cmd_trajectory

@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-namespace {
+namespace cmd_version {
 h3c::tool::Command cmd("version", "Print the h3c version and the features this build has", [](CLI::App &app) {
   app.callback([] {
     std::printf("h3c 0.1.0\n");
@@ -19,4 +19,4 @@ h3c::tool::Command cmd("version", "Print the h3c version and the features this b
 #endif
   });
 });
-} // namespace
+} // namespace cmd_version

@@ -1,7 +1,13 @@
 // The h3c driver's subcommand registry. Each subcommand lives in its own cmd_<name>.cpp, compiled into the h3c
 // executable, and registers itself at static-initialization time:
 //
-//   static h3c::tool::Command cmd("checkpoint", "Checkpoint tools: snapshot, check, synth, map", setupFn);
+//   namespace cmd_checkpoint {
+//   h3c::tool::Command cmd("checkpoint", "Checkpoint tools: snapshot, check, synth, map", setupFn);
+//   }
+//
+// Each file keeps its helpers in its own namespace cmd_<name>, not an anonymous one: the h3c target is a unity build
+// (CLI11's headers cost seconds of code generation in every translation unit that includes them), where the anonymous
+// namespaces of all the files would be one namespace.
 //
 // `setup` receives the CLI11 subcommand to add options and sub-subcommands to, and sets its callback. Callbacks throw
 // h3c::Error on bad input (printed as "h3c: error: ..." with exit code 2) or return an exit code through

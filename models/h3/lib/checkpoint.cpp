@@ -34,13 +34,6 @@ bool isDiffusersOnlyName(const std::string &n) {
   return false;
 }
 
-std::string shapeText(const std::vector<int64_t> &s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 } // namespace
 
 CheckpointFormat detectFormat(const st::Folder &folder) {

@@ -15,13 +15,6 @@ namespace h3c::h3 {
 
 namespace {
 
-std::string shapeText(const std::vector<int64_t> &s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 std::string specText(DType t, const std::vector<int64_t> &shape) {
   return std::string(dtypeName(t)) + " " + shapeText(shape);
 }

@@ -40,7 +40,7 @@ std::vector<float> ropeInvFreq(const Config &c) {
 
 namespace {
 
-bool startsWith(const std::string &s, const char *p) { return s.rfind(p, 0) == 0; }
+bool hasPrefix(const std::string &s, const char *p) { return s.rfind(p, 0) == 0; }
 
 // Top-level renames (diffusers prefix -> native prefix), checked in order.
 const std::pair<const char *, const char *> kTopRenames[] = {
@@ -72,7 +72,7 @@ const std::pair<const char *, const char *> kBlockRenames[] = {
 bool splitBlock(const std::string &name, std::string &dPrefix, std::string &nPrefix, std::string &suffix) {
   using P = std::pair<const char *, const char *>;
   for (auto [d, n] : {P{"transformer_blocks.", "blocks."}, P{"token_refiner.refiner_blocks.", "token_refiner.blocks."}}) {
-    if (!startsWith(name, d))
+    if (!hasPrefix(name, d))
       continue;
     size_t p = std::string(d).size();
     size_t dot = name.find('.', p);
@@ -85,13 +85,6 @@ bool splitBlock(const std::string &name, std::string &dPrefix, std::string &nPre
     return true;
   }
   return false;
-}
-
-std::string shapeText(const std::vector<int64_t> &s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
 }
 
 // The diffusers list must be exactly the set of tensors the config implies, with the config's shapes; dtypes are the
@@ -129,7 +122,7 @@ bool isNativeName(const std::string &n) {
     return true;
   for (const char *p : {"blocks.", "token_refiner.blocks.", "video_patch_proj.", "audio_patch_proj.", "condition_proj.",
                         "time_embedder.proj_in.", "time_embedder.proj_out.", "final_layer."})
-    if (startsWith(n, p))
+    if (hasPrefix(n, p))
       return true;
   return false;
 }
@@ -146,7 +139,7 @@ std::vector<MappedTensor> nativeFromDiffusers(const std::vector<TensorSpec> &dif
     if (!splitBlock(t.name, dp, np, suffix)) {
       MappedTensor m{t, {{t.name, 0, uint64_t(t.numel()) * es}}};
       for (auto [d, n] : kTopRenames)
-        if (startsWith(t.name, d)) {
+        if (hasPrefix(t.name, d)) {
           m.spec.name = std::string(n) + t.name.substr(std::string(d).size());
           break;
         }

@@ -38,9 +38,7 @@ private:
   std::unique_ptr<WeightSource> inner_;
 };
 
-plan::Plan makePlan(const h3::Config &c, bool fuse, int tp = 1, int sp = 1) {
-  return plan::planFromJson(testplans::modelPlan(c, fuse, tp, sp), "/nonexistent", "test-plan.json");
-}
+using testplans::loadModelPlan;
 
 // RequestShape{text, audio, videoT, videoH, videoW, batch, timesteps}.
 Request req(const h3::Config &c, const RequestShape &sh, uint64_t seed) { return makeRequest(c, sh, seed); }
@@ -67,7 +65,7 @@ TEST(RuntimeEngine, ManyForwardsEqualFreshRunsAndReadEveryWeightOnce) {
   for (int tp : {1, 2}) {
     SCOPED_TRACE("tp " + std::to_string(tp));
     const h3::Config c = h3::namedConfig("tiny");
-    const plan::Plan p = makePlan(c, /*fuse=*/true, tp);
+    const plan::Plan p = loadModelPlan(c, /*fuse=*/true, tp);
     CountingWeights w(c, 7);
     Engine e(p, w, options(p));
     ASSERT_TRUE(e.cachesWeights());
@@ -96,7 +94,7 @@ TEST(RuntimeEngine, ManyForwardsEqualFreshRunsAndReadEveryWeightOnce) {
 
 TEST(RuntimeEngine, WithoutTheCacheEveryForwardReadsAgain) {
   const h3::Config c = h3::namedConfig("tiny");
-  const plan::Plan p = makePlan(c, false);
+  const plan::Plan p = loadModelPlan(c, false);
   CountingWeights w(c, 3);
   Engine e(p, w, options(p), /*cpuCacheBytes=*/1);  // smaller than the weights: per op, as a single run
   EXPECT_FALSE(e.cachesWeights());
@@ -110,7 +108,7 @@ TEST(RuntimeEngine, WithoutTheCacheEveryForwardReadsAgain) {
 
 TEST(RuntimeEngine, PerCallOptionsAndRejections) {
   const h3::Config c = h3::namedConfig("tiny");
-  const plan::Plan p = makePlan(c, false);
+  const plan::Plan p = loadModelPlan(c, false);
   CountingWeights w(c, 3);
   Engine e(p, w, options(p));
   const Request r = req(c, {4, 2, 1, 2, 2, 1, 2}, 9);
@@ -167,7 +165,7 @@ private:
 // every later ledger (no reload finds it again) and must fail a later strict forward.
 TEST(RuntimeEngine, NonFiniteWeightsStayRecordedAcrossForwards) {
   const h3::Config c = h3::namedConfig("tiny");
-  const plan::Plan p = makePlan(c, false);
+  const plan::Plan p = loadModelPlan(c, false);
   const std::string bad = "transformer_blocks.0.attn.to_q.weight";
   const Request r = req(c, {4, 2, 1, 2, 2, 1, 2}, 9);
   RunOptions audit = options(p);

@@ -19,9 +19,7 @@ using namespace h3c::rt;
 
 namespace {
 
-plan::Plan makePlan(const h3::Config &c, bool fuse = false, int tp = 1, int sp = 1) {
-  return plan::planFromJson(testplans::modelPlan(c, fuse, tp, sp), "/nonexistent", "test-plan.json");
-}
+using testplans::loadModelPlan;
 
 Request makeReq(const h3::Config &c, int64_t Nt, int64_t T, int64_t H, int64_t W, int64_t Na, uint64_t seed,
                 int64_t batch = 1, int64_t timesteps = 2, bool shuffle = false) {
@@ -76,7 +74,7 @@ TEST(RuntimeModel, TinyAndSmallMatchIndependentFp64Reference) {
       if (std::string(name) == "small") continue;
 #endif
       h3::Config c = h3::namedConfig(name);
-      plan::Plan p = makePlan(c, fuse);
+      plan::Plan p = loadModelPlan(c, fuse);
       auto w = makeSyntheticWeights(c, 5);
       Request r = makeReq(c, 5, 2, 2, 3, 4, 11, 2, 3, true);
       RunResult res = run(p, *w, r);
@@ -99,9 +97,9 @@ TEST(RuntimeModel, FusedEqualsUnfusedAndThreadCountDoesNotMatter) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 3);
   Request r = makeReq(c, 7, 2, 3, 3, 5, 4, 1, 2);
-  RunResult a = run(makePlan(c, false), *w, r, Mode::Strict, 1);
-  RunResult b = run(makePlan(c, true), *w, r, Mode::Strict, 3);
-  RunResult d = run(makePlan(c, false), *w, r, Mode::Strict, 4);
+  RunResult a = run(loadModelPlan(c, false), *w, r, Mode::Strict, 1);
+  RunResult b = run(loadModelPlan(c, true), *w, r, Mode::Strict, 3);
+  RunResult d = run(loadModelPlan(c, false), *w, r, Mode::Strict, 4);
   EXPECT_TRUE(sameBytes(a.outputs.sample, b.outputs.sample));
   EXPECT_TRUE(sameBytes(a.outputs.audio_sample, b.outputs.audio_sample));
   EXPECT_TRUE(sameBytes(a.outputs.sample, d.outputs.sample));
@@ -110,7 +108,7 @@ TEST(RuntimeModel, FusedEqualsUnfusedAndThreadCountDoesNotMatter) {
 TEST(RuntimeModel, PackedRowPermutationChangesNoBit) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 9);
-  plan::Plan p = makePlan(c, true);
+  plan::Plan p = loadModelPlan(c, true);
   Request r = makeReq(c, 6, 2, 2, 4, 5, 21, 2, 3, false);
   Request s = makeReq(c, 6, 2, 2, 4, 5, 21, 2, 3, true);
   ASSERT_NE(r.tensors.at("video_indices").bytes, s.tensors.at("video_indices").bytes);  // really permuted
@@ -130,7 +128,7 @@ TEST(RuntimeModel, PackedRowPermutationChangesNoBit) {
 TEST(RuntimeModel, BatchItemAloneEqualsItsSliceOfBatchFour) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 2);
-  plan::Plan p = makePlan(c, true);
+  plan::Plan p = loadModelPlan(c, true);
   Request r = makeReq(c, 4, 1, 3, 3, 3, 8, 4, 2, true);
   RunResult all = run(p, *w, r);
   for (int64_t b = 0; b < 4; ++b) {
@@ -147,6 +145,14 @@ TEST(RuntimeModel, BatchItemAloneEqualsItsSliceOfBatchFour) {
 // Hand-built multi-rank plans (section 5.2; test_plans.h spells the layout independently of the compiler): every
 // sp x tp that divides the shapes gives the one-rank bytes, fused and unfused, on a shuffled batch of 2 whose S = 23
 // rows split unevenly (sp 8: ranks of 2 and 3 rows).
+// Under AddressSanitizer (several times slower) the 8-head config runs only its largest degrees (sp x tp = 16 and
+// tp = 8: every rank-layout code path, at a third of the forwards); the Release build checks every degree's bytes.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kLargestDegreesOnly = true;
+#else
+constexpr bool kLargestDegreesOnly = false;
+#endif
+
 TEST(RuntimeModel, SequenceAndTensorParallelRanksAreByteEqual) {
   for (bool wide : {false, true}) {
     h3::Config c = wide ? testplans::eightHeadConfig() : h3::namedConfig("tiny");
@@ -154,12 +160,12 @@ TEST(RuntimeModel, SequenceAndTensorParallelRanksAreByteEqual) {
     Request r = makeReq(c, 5, 2, 2, 3, 6, 17, 2, 2, true);
     std::vector<int> tps = wide ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1, 2};
     for (bool fuse : {false, true}) {
-      RunResult base = run(makePlan(c, fuse), *w, r);
+      RunResult base = run(loadModelPlan(c, fuse), *w, r);
       for (int sp : {1, 2, 4, 8})
         for (int tp : tps) {
-          if (sp * tp == 1 || (wide && sp * tp > 16))
+          if (sp * tp == 1 || (wide && sp * tp > 16) || (wide && kLargestDegreesOnly && sp * tp < 16 && tp < 8))
             continue;
-          RunResult t = run(makePlan(c, fuse, tp, sp), *w, r);
+          RunResult t = run(loadModelPlan(c, fuse, tp, sp), *w, r);
           EXPECT_TRUE(sameBytes(base.outputs.sample, t.outputs.sample)) << "sp " << sp << " tp " << tp << " fuse " << fuse;
           EXPECT_TRUE(sameBytes(base.outputs.audio_sample, t.outputs.audio_sample)) << "sp " << sp << " tp " << tp;
           EXPECT_EQ(t.ledger["header"]["tp"], tp);
@@ -175,7 +181,7 @@ TEST(RuntimeModel, LedgerCoversEveryNodeAndAuditRecordsErrors) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 1);
   Request r = makeReq(c, 3, 1, 2, 2, 2, 1, 1, 1);
-  RunResult a = run(makePlan(c, true), *w, r, Mode::Audit);
+  RunResult a = run(loadModelPlan(c, true), *w, r, Mode::Audit);
   const auto &nodes = a.ledger["nodes"];
   ASSERT_EQ(nodes.size(), expectedNodes(c).size());
   ASSERT_EQ(nodes.size(), size_t(15 + 17 * c.num_layers + 14 * c.num_refiner_layers));
@@ -197,7 +203,7 @@ TEST(RuntimeModel, BindReferenceRunsFp64AndFailsTheStrictRule) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 1);
   Request r = makeReq(c, 3, 1, 2, 2, 2, 1);
-  RunResult a = run(makePlan(c, false), *w, r, Mode::Strict, 2, {parseBindRule("transformer_blocks.1.attn.*=reference")});
+  RunResult a = run(loadModelPlan(c, false), *w, r, Mode::Strict, 2, {parseBindRule("transformer_blocks.1.attn.*=reference")});
   int refs = 0;
   for (const auto &n : a.ledger["nodes"])
     if (n["actual"] == "reference") {
@@ -212,7 +218,7 @@ TEST(RuntimeModel, BindReferenceRunsFp64AndFailsTheStrictRule) {
   EXPECT_FALSE(v.strictOk);
   EXPECT_EQ(v.offenders.size(), 9u);
   // Off mode requests native; the CPU has no vendor library, so it runs row and says so.
-  RunResult o = run(makePlan(c, false), *w, r, Mode::Off);
+  RunResult o = run(loadModelPlan(c, false), *w, r, Mode::Off);
   EXPECT_EQ(o.ledger["nodes"][0]["requested"], "native");
   EXPECT_EQ(o.ledger["nodes"][0]["actual"], "row");
 }
@@ -221,7 +227,7 @@ TEST(RuntimeModel, RejectsMismatchedTpAndConfig) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 1);
   Request r = makeReq(c, 3, 1, 2, 2, 2, 1);
-  plan::Plan p = makePlan(c);
+  plan::Plan p = loadModelPlan(c);
   RunOptions o;
   o.tp = 2;
   EXPECT_THROW(runModel(p, *w, r, o), Error);
@@ -238,7 +244,7 @@ TEST(RuntimeModel, RejectsMismatchedTpAndConfig) {
 TEST(RuntimeModel, EmptyModalitiesRun) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 4);
-  plan::Plan p = makePlan(c, true);
+  plan::Plan p = loadModelPlan(c, true);
   fp64ref::Ref ref{c, *w, {}};
   struct Case {
     int64_t Nt, T, H, W, Na;
@@ -264,7 +270,7 @@ TEST(RuntimeModel, EmptyModalitiesRun) {
 TEST(RuntimeModel, PipelineLayoutsMatchFp64Reference) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 6);
-  plan::Plan p = makePlan(c, true);
+  plan::Plan p = loadModelPlan(c, true);
   fp64ref::Ref ref{c, *w, {}};
   LayoutReference img, aud, vid;
   img.kind = LayoutReference::Kind::Image;
@@ -326,7 +332,7 @@ TEST(RuntimeModel, PipelineLayoutsMatchFp64Reference) {
 TEST(RuntimeModel, PositionDtypesAreOneRequest) {
   h3::Config c = h3::namedConfig("tiny");
   auto w = makeSyntheticWeights(c, 2);
-  plan::Plan p = makePlan(c, true);
+  plan::Plan p = loadModelPlan(c, true);
   Request r = makeReq(c, 4, 2, 2, 2, 3, 5, 1, 2, true);
   const Tensor &pos = r.tensors.at("position_ids");
   std::vector<double> d(size_t(pos.numel()));

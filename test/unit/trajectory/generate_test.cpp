@@ -14,6 +14,7 @@
 #include "h3c/trajectory/sampler.h"
 #include "h3c/trajectory/trajectory.h"
 
+#include "rollout_test_util.h"
 #include "tool.h"
 
 #include <gtest/gtest.h>
@@ -67,15 +68,9 @@ protected:
   fs::path root;
 };
 
-std::map<std::string, std::string> folderBytes(const fs::path &dir) {
-  std::map<std::string, std::string> out;
-  for (const auto &e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file())
-      out[fs::relative(e.path(), dir).string()] = readFile(e.path());
-  return out;
-}
+using testtraj::folderBytes;
 
-float r32(double x) { return float(x); }
+using testtraj::r32;
 
 } // namespace
 

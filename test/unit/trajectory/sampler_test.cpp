@@ -4,6 +4,7 @@
 #include "h3c/support/error.h"
 #include "h3c/support/philox.h"
 #include "h3c/trajectory/sampler.h"
+#include "rollout_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +19,7 @@ using namespace h3c;
 
 namespace {
 
-float r32(double x) { return static_cast<float>(x); }
+using testtraj::r32;
 
 bool sameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 

@@ -8,6 +8,7 @@
 #include "h3c/trajectory/sampler.h"
 #include "h3c/trajectory/trajectory.h"
 
+#include "rollout_test_util.h"
 #include "tool.h"
 
 #include <gtest/gtest.h>
@@ -154,13 +155,7 @@ protected:
   fs::path root;
 };
 
-std::map<std::string, std::string> folderBytes(const fs::path &dir) {
-  std::map<std::string, std::string> out;
-  for (const auto &e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file())
-      out[fs::relative(e.path(), dir).string()] = readFile(e.path());
-  return out;
-}
+using testtraj::folderBytes;
 
 json readJson(const fs::path &p) { return json::parse(readFile(p)); }
 void writeJson(const fs::path &p, const json &j) { writeFileAtomic(p, j.dump(1) + "\n"); }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace h3c {
 
@@ -16,6 +17,8 @@ size_t dtypeSize(DType t);
 std::string_view dtypeName(DType t);
 // Returns false when `name` is not a safetensors dtype.
 bool parseDType(std::string_view name, DType &out);
+// A shape as the error messages write it: "[2, 32, 96]".
+std::string shapeText(const std::vector<int64_t> &shape);
 
 inline uint16_t floatToBf16(float f) {
   uint32_t u;
