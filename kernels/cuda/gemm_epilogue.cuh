@@ -139,3 +139,43 @@ __device__ __forceinline__ h3bf gm_swiglu(const void *bias, float vsum, float gs
   float gt = rbf(gm_bias(bias, gsum, GM_OUTN + c));
   return f2bf(rbf(__fmul_rn(v, rbf(h3c::detmath::silu(gt)))));
 }
+
+#if GM_EPI == GM_EPI_SWIGLU
+// Output columns c and c + 1 of row r from their value sums (v0, v1) and gate sums (g0, g1): one 4-byte store where
+// both columns exist and the row's pair is aligned, else one store per column.
+__device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias, long long r, long long c, float v0,
+                                           float v1, float g0, float g1) {
+  h3bf *y = (h3bf *)e.y[0] + r * GM_OUTN + c;
+  if (GM_OUTN % 2 == 0 && c + 1 < GM_OUTN) {
+    *(h3u32 *)y = (h3u32)gm_swiglu(bias, v0, g0, c) | ((h3u32)gm_swiglu(bias, v1, g1, c + 1) << 16);
+  } else {
+    if (c < GM_OUTN) y[0] = gm_swiglu(bias, v0, g0, c);
+    if (c + 1 < GM_OUTN) y[1] = gm_swiglu(bias, v1, g1, c + 1);
+  }
+}
+#endif
+
+// One warpgroup's 64-row block of wgmma accumulators (NF 8-column fragments in the mma.sync layout: accumulator i is
+// row 16 * warp + g + 8 * ((i >> 1) & 1), column 8 * (i >> 2) + 2 * t4 + (i & 1)) through the epilogue, rows from
+// r0 (rows >= M skipped), output columns from c0; for swiglu the first NF / 2 fragments are values, the rest their
+// gates. Used by the Hopper kernels (gemm_sm90*.cuh).
+template <int NF>
+__device__ __forceinline__ void gm_store_block(const GmEpilogue &ep, const void *bias, const float *acc, long long r0,
+                                               long long c0, long long M, int warp, int g, int t4) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long r = r0 + warp * 16 + g + h * 8;
+    if (r >= M) continue;
+#if GM_EPI == GM_EPI_SWIGLU
+#pragma unroll
+    for (int j = 0; j < NF / 2; ++j)
+      gm_swiglu2(ep, bias, r, c0 + j * 8 + t4 * 2, acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1],
+                 acc[(j + NF / 2) * 4 + h * 2], acc[(j + NF / 2) * 4 + h * 2 + 1]);
+#else
+    const long long trow = gm_trow(ep, r);
+#pragma unroll
+    for (int j = 0; j < NF; ++j)
+      gm_store2(ep, bias, r, trow, c0 + j * 8 + t4 * 2, acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
+#endif
+  }
+}

@@ -36,12 +36,7 @@
 // Tile t of the persistent walk: row tiles vary fastest inside a group of G9_GROUP_M row tiles (with G9_CLUSTER = 2,
 // t and tm count pairs of row tiles).
 __device__ __forceinline__ void g9_tile(int t, int tilesM, int &tm, int &tn) {
-  const int per = G9_GROUP_M * G9_TILES_N;
-  const int first = (t / per) * G9_GROUP_M;
-  const int gm = min(G9_GROUP_M, tilesM - first);
-  const int r = t % per;
-  tm = first + r % gm;
-  tn = r / gm;
+  grouped_tile(t, tilesM, G9_TILES_N, G9_GROUP_M, tm, tn);
 }
 
 // The two 128-row weight boxes of output tile tn (swiglu: value rows, then the matching gate rows).
@@ -160,34 +155,12 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       wgmma_wait<0>();
       if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
 #endif
-      // Epilogue in registers. Accumulator i of this thread: row 16 * warp + g + 8 * ((i >> 1) & 1), column
-      // 8 * (i >> 2) + 2 * t4 + (i & 1) of the warpgroup's 64 x 256 block (the mma.sync fragment layout).
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const long long r = (long long)tm * G9_BM + cw * 64 + warp * 16 + g + h * 8;
-        if (r >= M) continue;
+      // Epilogue in registers (gemm_epilogue.cuh): this warpgroup's 64 x 256 block of the tile.
 #if GM_EPI == GM_EPI_SWIGLU
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const long long c = (long long)tn * 128 + j * 8 + t4 * 2;
-          h3bf *y = (h3bf *)ep.y[0] + r * GM_OUTN + c;
-          if (GM_OUTN % 2 == 0 && c + 1 < GM_OUTN) {
-            *(h3u32 *)y = (h3u32)gm_swiglu(B, acc[j * 4 + h * 2], acc[(j + 16) * 4 + h * 2], c) |
-                          ((h3u32)gm_swiglu(B, acc[j * 4 + h * 2 + 1], acc[(j + 16) * 4 + h * 2 + 1], c + 1) << 16);
-          } else {
-            if (c < GM_OUTN) y[0] = gm_swiglu(B, acc[j * 4 + h * 2], acc[(j + 16) * 4 + h * 2], c);
-            if (c + 1 < GM_OUTN) y[1] = gm_swiglu(B, acc[j * 4 + h * 2 + 1], acc[(j + 16) * 4 + h * 2 + 1], c + 1);
-          }
-        }
+      gm_store_block<32>(ep, B, acc, (long long)tm * G9_BM + cw * 64, (long long)tn * 128, M, warp, g, t4);
 #else
-        const long long trow = gm_trow(ep, r);
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const long long c = (long long)tn * G9_BN + j * 8 + t4 * 2;
-          gm_store2(ep, B, r, trow, c, acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
-        }
+      gm_store_block<32>(ep, B, acc, (long long)tm * G9_BM + cw * 64, (long long)tn * G9_BN, M, warp, g, t4);
 #endif
-      }
     }
   }
 #if G9_CLUSTER == 2

@@ -41,6 +41,18 @@ __device__ __forceinline__ void tma_load_3d(h3u32 dst, const H3cTensorMap *map, 
                ::"r"(dst), "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
 
+// ---- persistent tile walk of the GEMMs ----
+// Tile t of a grid of tilesM x tilesN output tiles walked in groups of groupM row tiles (row tiles vary fastest inside
+// a group), so the CTAs running at once share their A and B tiles in L2.
+__device__ __forceinline__ void grouped_tile(int t, int tilesM, int tilesN, int groupM, int &tm, int &tn) {
+  const int per = groupM * tilesN;
+  const int first = (t / per) * groupM;
+  const int gm = min(groupM, tilesM - first);
+  const int r = t % per;
+  tm = first + r % gm;
+  tn = r / gm;
+}
+
 // ---- clusters (2-CTA pairs sharing a tile through TMA multicast) ----
 __device__ __forceinline__ h3u32 cluster_rank() {
   h3u32 r;

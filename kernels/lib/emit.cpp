@@ -20,6 +20,7 @@ extern const char *const detmath;
 extern const char *const gemm_bf16;
 extern const char *const gemm_epilogue;
 extern const char *const gemm_sm90;
+extern const char *const gemm_sm90_pingpong;
 extern const char *const hopper;
 extern const char *const attention;
 extern const char *const attention_sm90;
@@ -223,8 +224,9 @@ void defineEpilogue(Builder &b, const GemmDesc &d) {
   b.def("GM_CHUNK", d.chunk); b.def("GM_NUM_CHUNKS", d.numChunks); b.def("GM_RPT", d.rowsPerTs);
 }
 
-// The parameter list of both GEMM templates; x and w are buffers (mma.sync) or tensor maps (Hopper: x_map, w_map).
-Params gemmParams(const OpView &v, const GemmDesc &d, bool maps) {
+// The parameter list of both GEMM templates; x and w are buffers (mma.sync) or tensor maps (Hopper: x_map, w_map,
+// whose W box has wBoxRows rows).
+Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRows = 128) {
   Params p;
   if (maps) p.tensorMap("x_map", OperandRole::In, 0, v.rowsOfIn(0), d.K, 64, 128);
   else p.in("x", 0);
@@ -235,7 +237,8 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps) {
     p.in("tags", 4);
   }
   for (int o = 0; o < d.nout; ++o) p.out("y" + std::to_string(o), o);
-  if (maps) p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, 128, d.nout == 3 ? 3 : 1);
+  if (maps)
+    p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, wBoxRows, d.nout == 3 ? 3 : 1);
   else p.weight("w", 0, d.nout == 3 ? 3 : 1);
   if (d.bias) p.bias("bias", 0);
   p.scalar("rows", v.rowsOfIn(0));
@@ -249,11 +252,36 @@ std::string gemmName(const OpView &v, const GemmDesc &d, const std::string &impl
   return fmt::format("{}_{}_k{}_n{}{}{}", plan::opKindName(v.op.kind), impl, d.K, d.N, epiSuffix[int(d.epi)], xs);
 }
 
+// The ping-pong Hopper kernel (gemm_sm90_pingpong.cuh): 128 x 128 tiles (swiglu: 64 output columns), each owned by
+// one consumer warpgroup, the two taking turns; stages of 32 KiB (2-6), a persistent grid of one CTA per SM.
+plan::Kernel emitGemmSm90Pingpong(const OpView &v, const GemmDesc &d, const std::string &arch) {
+  const EmitOptions &o = v.options;
+  const int stages = o.sm90Stages, groupM = o.sm90GroupM;
+  if (stages < 2 || stages > 6 || groupM < 1 || groupM > 64 || (o.sm90Inflight != 0 && o.sm90Inflight != 1) ||
+      o.sm90Cluster != 1)
+    fail(v.where, "Hopper ping-pong linear tuning out of range (stages 2-6, group 1-64, in flight 0/1, no cluster)");
+  Builder b;
+  defineEpilogue(b, d);
+  b.def("G9_STAGES", stages);
+  b.def("G9_GROUP_M", groupM);
+  b.def("G9_INFLIGHT", o.sm90Inflight);
+  const bool swiglu = d.epi == Epilogue::Swiglu;
+  Params p = gemmParams(v, d, /*maps=*/true, swiglu ? 64 : 128);
+  const int64_t tilesN = swiglu ? (d.N / 2 + 63) / 64 : (d.N + 127) / 128;
+  plan::GridDim g = dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);  // >= the tile count, capped at the SMs
+  g.maxPerSm = 1;
+  const int64_t smem = int64_t(stages) * (128 + 128) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
+  plan::Launch l = launch(384, smem, g);
+  std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::gemm_sm90_pingpong;
+  return finish(gemmName(v, d, "sm90pp"), "G9_ENTRY", b, p, body, l, arch);
+}
+
 // The Hopper kernel (gemm_sm90.cuh): 128 x 256 tiles, stages of 48 KiB (3 by default), a persistent grid of at most
 // one CTA per SM. The weight's row count and K are constants of the plan; the row count of x is the request's.
 plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;
   const int stages = o.sm90Stages, groupM = o.sm90GroupM;
+  if (o.sm90Pingpong == 1) return emitGemmSm90Pingpong(v, d, arch);
   if (stages < 2 || stages > 4 || groupM < 1 || groupM > 64 || (o.sm90Inflight != 0 && o.sm90Inflight != 1) ||
       (o.sm90Cluster != 1 && o.sm90Cluster != 2))
     fail(v.where, "Hopper linear tuning out of range (stages 2-4, group 1-64, in flight 0/1, cluster 1/2)");

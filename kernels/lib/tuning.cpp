@@ -14,10 +14,11 @@ void EmitOptions::set(const std::string &name, int value, const std::string &whe
     int lo, hi;  // the ranges the emitters accept (checked here too: the plan emitter turns an emitter's refusal
                  // into a kernel-less op, which a command-line typo must not cause)
   };
-  const Field fields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 4},
+  const Field fields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-4 unless gemm_pingpong
                           {"gemm_group_m", &EmitOptions::sm90GroupM, 1, 64},
                           {"gemm_inflight", &EmitOptions::sm90Inflight, 0, 1},
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
+                          {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 5},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
                           {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1}};

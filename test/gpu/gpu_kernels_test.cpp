@@ -263,14 +263,21 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       size_t at = firstDiff(y1, ym);
       report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) kernel == mma.sync kernel byte for byte{}",
                                                 at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
-      // The 2-CTA cluster variant (B multicast to a pair of row tiles; an odd row-tile count leaves a phantom tile).
-      hk::EmitOptions pair;
+      // The schedule variants against the same mma.sync output: the 2-CTA cluster (B multicast to a pair of row
+      // tiles; an odd row-tile count leaves a phantom tile) and the ping-pong schedule (128 x 128 tiles per consumer
+      // warpgroup, in turns, with a k-block in flight).
+      hk::EmitOptions pair, pp;
       pair.sm90Cluster = 2;
-      const plan::Kernel &pk = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), pair);
-      auto yp = runWith(pk, dX, dRes, M, dTs, dTags);
-      size_t pat = firstDiff(yp, ym);
-      report(pat == SIZE_MAX, name + fmt::format(": Hopper 2-CTA cluster kernel == mma.sync kernel byte for byte{}",
-                                                 pat == SIZE_MAX ? "" : fmt::format(" (first difference at {})", pat)));
+      pp.sm90Pingpong = 1;
+      pp.sm90Stages = 5;
+      pp.sm90Inflight = 1;
+      const std::pair<const char *, hk::EmitOptions> variants[] = {{"2-CTA cluster", pair}, {"ping-pong", pp}};
+      for (const auto &[label, opts] : variants) {
+        const plan::Kernel &vk = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), opts);
+        size_t vat = firstDiff(runWith(vk, dX, dRes, M, dTs, dTags), ym);
+        report(vat == SIZE_MAX, name + fmt::format(": Hopper {} kernel == mma.sync kernel byte for byte{}", label,
+                                                   vat == SIZE_MAX ? "" : fmt::format(" (first difference at {})", vat)));
+      }
     }
     auto y2 = runOnce(dX, dRes, M, dTs, dTags);
     report(bytesEqual(y1, y2), name + ": two runs byte-equal");

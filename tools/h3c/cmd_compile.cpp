@@ -35,8 +35,9 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
   app.add_flag("--no-fuse", a->noFuse, "Skip h3-fuse (one op per node)");
   app.add_flag("--no-wgmma", a->noWgmma, "sm_90a: run the bf16 linears on the mma.sync kernel instead of the Hopper "
                                          "(TMA + wgmma) one; the same bits, slower (for comparisons)");
-  app.add_option("--tune", a->tune, "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, "
-                                    "attn_stages, attn_overlap, attn_pingpong); changes speed, never a bit")
+  app.add_option("--tune", a->tune,
+                 "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, gemm_pingpong, "
+                 "attn_stages, attn_overlap, attn_pingpong); changes speed, never a bit")
       ->allow_extra_args(false);
   app.add_option("--dump-ir", a->dumpIr, "Write the IR after import and after every pass into this folder");
   app.add_option("--tokens", a->tokens, "Packed rows S for the buffer peak report")->check(CLI::PositiveNumber);

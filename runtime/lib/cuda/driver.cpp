@@ -56,6 +56,7 @@ Loaded &loaded() {
               sym(lib, a.cuEventElapsedTime, "cuEventElapsedTime", w) &&
               sym(lib, a.cuGetErrorString, "cuGetErrorString", w) &&
               sym(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx", w) &&
+              sym(lib, a.cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters", w) &&
               sym(lib, a.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", w);
     if (!ok) return;
     CUresult r = a.cuInit(0);

@@ -12,6 +12,33 @@ namespace h3c::runtime::cuda {
 
 namespace plan = h3c::plan;
 
+namespace {
+
+// The launch configuration of a cluster kernel (cuLaunchKernelEx, cuOccupancyMaxActiveClusters); `attr` holds the
+// cluster-dimension attribute the configuration points at.
+CUlaunchConfig clusterLaunch(const plan::Launch &l, std::array<unsigned, 3> grid, CUstream stream,
+                             CUlaunchAttribute &attr) {
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = grid[0];
+  cfg.gridDimY = grid[1];
+  cfg.gridDimZ = grid[2];
+  cfg.blockDimX = unsigned(l.block[0]);
+  cfg.blockDimY = unsigned(l.block[1]);
+  cfg.blockDimZ = unsigned(l.block[2]);
+  cfg.sharedMemBytes = unsigned(l.smemBytes);
+  cfg.hStream = stream;
+  attr = CUlaunchAttribute{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = unsigned(l.cluster[0]);
+  attr.value.clusterDim.y = unsigned(l.cluster[1]);
+  attr.value.clusterDim.z = unsigned(l.cluster[2]);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+} // namespace
+
 KernelRunner::KernelRunner(std::filesystem::path cacheDir) : jit_(std::move(cacheDir)), arch_(device().arch()) {}
 
 KernelRunner::~KernelRunner() {
@@ -40,6 +67,17 @@ const LoadedKernel &KernelRunner::install(const plan::Kernel &k, CompiledKernel 
   if (k.launch.smemBytes > 48 * 1024)
     check(d.cuFuncSetAttribute(lk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(k.launch.smemBytes)),
           "raising the shared-memory limit of " + k.id);
+  const plan::Launch &l = k.launch;
+  if (l.cluster[0] * l.cluster[1] * l.cluster[2] > 1) {
+    CUlaunchAttribute attr{};
+    const CUlaunchConfig cfg =
+        clusterLaunch(l, {unsigned(l.cluster[0]), unsigned(l.cluster[1]), unsigned(l.cluster[2])}, nullptr, attr);
+    check(d.cuOccupancyMaxActiveClusters(&lk->maxActiveClusters, lk->fn, &cfg),
+          "cuOccupancyMaxActiveClusters(" + k.id + ")");
+    if (lk->maxActiveClusters < 1)
+      fail("kernel " + k.id, "no cluster of {} x {} x {} CTAs fits on this device", l.cluster[0], l.cluster[1],
+           l.cluster[2]);
+  }
   auto &ref = *lk;
   loaded_.emplace(k.id, std::move(lk));
   return ref;
@@ -97,7 +135,13 @@ std::array<unsigned, 3> KernelRunner::grid(const plan::Kernel &k, const plan::Ex
     const int64_t c = k.launch.cluster[size_t(i)];
     if (c > 1) {
       v = (v + c - 1) / c * c;
-      if (d.maxPerSm > 0 && v > d.maxPerSm * device().smCount) v -= c;
+      if (d.maxPerSm > 0) {
+        auto it = loaded_.find(k.id);
+        const int64_t fit = it != loaded_.end() && it->second->maxActiveClusters > 0
+                                ? int64_t(it->second->maxActiveClusters) * c
+                                : d.maxPerSm * device().smCount / c * c;
+        v = std::min(v, fit);
+      }
     }
     if (v > (i == 0 ? 0x7fffffffLL : 65535LL)) fail("kernel " + k.id, "grid dimension {} too large ({})", i, v);
     g[size_t(i)] = unsigned(v);
@@ -182,22 +226,8 @@ void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const 
           "launching " + k.id);
     return;
   }
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = g[0];
-  cfg.gridDimY = g[1];
-  cfg.gridDimZ = g[2];
-  cfg.blockDimX = unsigned(l.block[0]);
-  cfg.blockDimY = unsigned(l.block[1]);
-  cfg.blockDimZ = unsigned(l.block[2]);
-  cfg.sharedMemBytes = unsigned(l.smemBytes);
-  cfg.hStream = stream;
   CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = unsigned(l.cluster[0]);
-  attr.value.clusterDim.y = unsigned(l.cluster[1]);
-  attr.value.clusterDim.z = unsigned(l.cluster[2]);
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const CUlaunchConfig cfg = clusterLaunch(l, g, stream, attr);
   check(driver().cuLaunchKernelEx(&cfg, lk.fn, params.data(), nullptr), "launching " + k.id);
 }
 

@@ -362,11 +362,12 @@ std::vector<plan::Kernel> fullPlanKernels(const std::string &arch) {
 // with `plan`, every kernel the real full plan carries, exactly as the runtime would (its own text and options). The
 // two lists share most kernels; each is compiled once (NVRTC is most of this binary's test time). Every compile must
 // produce an ELF.
-void compileAll(const char *cfg, const std::string &arch, bool plan = false) {
+void compileAll(const char *cfg, const std::string &arch, bool plan = false,
+                const hk::EmitOptions &options = {}) {
   hc::NvrtcJit jit;  // no cache: really compile
   std::vector<std::pair<std::string, plan::Kernel>> ks;  // (where, kernel)
   for (const auto &o : h3Ops(h3c::h3::namedConfig(cfg))) {
-    auto k = emit(o, arch);
+    auto k = emit(o, arch, options);
     ASSERT_TRUE(k);
     ks.emplace_back(o.op.where, *k);
   }
@@ -391,6 +392,18 @@ void compileAll(const char *cfg, const std::string &arch, bool plan = false) {
 TEST(NvrtcCompile, FullConfigAndPlanSm90a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   compileAll("full", "sm_90a", /*plan=*/true);
+}
+// The speed variants `h3c compile --tune` offers compile too, and ptxas keeps their wgmmas asynchronous (the JIT
+// refuses a serialized kernel): the ping-pong linear and attention without overlap (the 2-CTA cluster linear was
+// run on the H200, bench/NOTES.md).
+TEST(NvrtcCompile, FullConfigSm90aTuningVariants) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hk::EmitOptions pp;
+  pp.sm90Pingpong = 1;
+  pp.sm90Stages = 5;
+  pp.sm90Inflight = 1;
+  pp.sm90AttnOverlap = 0;
+  compileAll("full", "sm_90a", /*plan=*/false, pp);
 }
 TEST(NvrtcCompile, FullConfigAndPlanSm100a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();

@@ -28,6 +28,9 @@ struct EmitOptions {
   int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // the best sum over the four block linears (bench/NOTES.md)
   // CTAs per cluster along the rows (1, or 2: a pair shares its B tile through TMA multicast).
   int sm90Cluster = 1;
+  // 1: the ping-pong schedule (gemm_sm90_pingpong.cuh: 128 x 128 tiles, one per consumer warpgroup in turns, so one
+  // epilogue overlaps the other's main loop); stages may then be 2-6.
+  int sm90Pingpong = 0;
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
   // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
@@ -35,7 +38,7 @@ struct EmitOptions {
   int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1;
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
-  // gemm_inflight, gemm_cluster, attn_stages, attn_overlap, attn_pingpong); throws h3c::Error naming `where` for an unknown name.
+  // gemm_inflight, gemm_cluster, gemm_pingpong, attn_stages, attn_overlap, attn_pingpong); throws h3c::Error naming `where` for an unknown name.
   // Ranges are checked where the kernel is emitted.
   void set(const std::string &name, int value, const std::string &where);
 };

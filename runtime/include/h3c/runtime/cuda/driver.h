@@ -43,6 +43,8 @@ struct DriverApi {
   CUresult (*cuGetErrorString)(CUresult, const char **);
   // Launches with attributes (thread-block clusters, programmatic dependent launch).
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+  // How many clusters of a kernel fit on the device at once (a persistent cluster grid is capped at it).
+  CUresult (*cuOccupancyMaxActiveClusters)(int *, CUfunction, const CUlaunchConfig *);
   // TMA descriptors (docs/contract.md section 5: the plan's tensor-map parameters, encoded on the host).
   CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                      const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,

@@ -23,6 +23,10 @@ struct LoadedKernel {
   bool fromCache = false;
   CUmodule module = nullptr;
   CUfunction fn = nullptr;
+  // Cluster kernels: how many of their clusters the device runs at once (cuOccupancyMaxActiveClusters); a grid
+  // dimension capped per SM (a persistent grid) is capped at this many clusters too, since clusters must fit in one
+  // GPC and not every SM can take part (a grid of 132 CTAs in pairs left some pairs for a second wave).
+  int maxActiveClusters = 0;
 };
 
 // The device address of an op's operand (role, position), e.g. the arena region of op.in[index].

@@ -1,0 +1,132 @@
+// Hopper linear, ping-pong schedule (sm_90a; `h3c compile --tune gemm_pingpong=1`): the same k_chunks chain per
+// output as gemm_sm90.cuh and gemm_bf16.cuh (every output's F32 sum starts at 0 and adds the 16-wide chunks of K in
+// ascending order; wgmma's chunk function equals mma.sync's), so the same bits; only the schedule differs.
+//
+// Why: in the cooperative kernel both consumer warpgroups finish a 128 x 256 tile together and run its epilogue
+// together, so the tensor core idles for every tile's epilogue (about 6 % of a tile of to_out, K = 5,376; fc2 with
+// K = 14,336 hides it and is the one linear at cuBLAS speed). Here each consumer warpgroup owns whole 128 x 128
+// tiles (two m64n128k16 wgmmas per 16-wide chunk, 128 accumulators per thread) and the two take the CTA's tiles in
+// turns: while one runs its epilogue, the other's main loop keeps the tensor core busy. The producer fills one ring
+// with the tiles' k-blocks in tile order (CTA-local tile i belongs to consumer i % 2), so the consumers' main loops
+// follow each other through the ring.
+//
+// Shape: 384 threads; a stage holds a 128 x 64 A box and a 128 x 64 B box (32 KiB). swiglu tiles hold 64 value rows
+// and the 64 matching gate rows of W (64 output columns per tile).
+//
+// Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_STAGES G9_GROUP_M G9_INFLIGHT, and the epilogue's defines
+// (gemm_epilogue.cuh). Parameters as gemm_sm90.cuh (the B box is 128 rows there too).
+#define G9_BM 128
+#define G9_BK 64
+#define G9_THREADS 384
+#define G9_A_BYTES (G9_BM * G9_BK * 2)
+#define G9_B_BYTES (128 * G9_BK * 2)
+#define G9_KT ((GM_K + G9_BK - 1) / G9_BK)
+#if GM_EPI == GM_EPI_SWIGLU
+#define G9_TILES_N ((GM_OUTN + 63) / 64)  // 64 output columns per tile (value + gate = 128 weight rows)
+#else
+#define G9_TILES_N ((GM_N + 127) / 128)
+#endif
+
+// D (64 x 128 F32) = A (64 x 16, shared, K-major) * B (128 x 16, shared, K-major)^T + scale_d * D.
+__device__ __forceinline__ void wgmma_128(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "l"(da), "l"(db), "r"(scale_d));
+}
+
+extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS) {
+  extern __shared__ unsigned char g9_raw[];
+  const h3u32 base = (smem_u32(g9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
+  const h3u32 sA = base, sB = base + G9_STAGES * G9_A_BYTES;
+  const h3u32 full = sB + G9_STAGES * G9_B_BYTES, empty = full + 8 * G9_STAGES;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const long long M = rows;
+  const int tilesM = (int)((M + G9_BM - 1) / G9_BM);
+  const int tiles = tilesM * G9_TILES_N;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < G9_STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);   // the producer's expect_tx; the TMA bytes complete the phase
+      mbar_init(empty + 8 * s, 4);  // one arrival per warp of the consumer that owns the stage's tile
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    regs_dealloc<40>();
+    if (tid == 0) {
+      tma_prefetch_map(&x_map);
+      tma_prefetch_map(&w_map);
+      int s = 0;
+      h3u32 ph = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        grouped_tile(t, tilesM, G9_TILES_N, G9_GROUP_M, tm, tn);
+#if GM_EPI == GM_EPI_SWIGLU
+        const int w0 = tn * 64, w1 = GM_OUTN + tn * 64;  // 64 value rows, then the 64 matching gate rows
+#endif
+        for (int kb = 0; kb < G9_KT; ++kb) {
+          mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
+          mbar_expect_tx(full + 8 * s, G9_A_BYTES + G9_B_BYTES);
+          tma_load_2d(sA + s * G9_A_BYTES, &x_map, kb * G9_BK, tm * G9_BM, full + 8 * s);
+#if GM_EPI == GM_EPI_SWIGLU
+          // Two 64-row boxes of the 128-row W map: the emitter encodes w_map with 64-row boxes for this kernel.
+          tma_load_2d(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, w0, full + 8 * s);
+          tma_load_2d(sB + s * G9_B_BYTES + G9_B_BYTES / 2, &w_map, kb * G9_BK, w1, full + 8 * s);
+#else
+          tma_load_2d(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, tn * 128, full + 8 * s);
+#endif
+          if (++s == G9_STAGES) { s = 0; ph ^= 1; }
+        }
+      }
+    }
+  } else {
+    // Consumers (the roles are the two branches of one if/else, so ptxas applies setmaxnreg).
+    regs_alloc<232>();
+    const int cw = wg - 1;  // this consumer takes the CTA-local tiles i with i % 2 == cw
+    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    const void *B = GM_BIAS_PARAM;
+    const GmEpilogue ep = GM_EPILOGUE_PARAMS;
+    float acc0[64], acc1[64];  // rows 0-63 and 64-127 of the tile, 128 columns each
+    for (int i = cw, t = blockIdx.x + cw * gridDim.x; t < tiles; i += 2, t += 2 * gridDim.x) {
+      int tm, tn;
+      grouped_tile(t, tilesM, G9_TILES_N, G9_GROUP_M, tm, tn);
+      // The ring position of this tile's first k-block: every earlier CTA-local tile used G9_KT stages.
+      long long q = (long long)i * G9_KT;
+      for (int kb = 0; kb < G9_KT; ++kb, ++q) {
+        const int s = (int)(q % G9_STAGES);
+        mbar_wait(full + 8 * s, (h3u32)((q / G9_STAGES) & 1));
+        wgmma_fence();
+        const unsigned long long da = wgmma_desc_sw128(sA + s * G9_A_BYTES);
+        const unsigned long long db = wgmma_desc_sw128(sB + s * G9_B_BYTES);
+#pragma unroll
+        for (int kk = 0; kk < G9_BK / 16; ++kk) {
+          wgmma_128(acc0, da + 2 * kk, db + 2 * kk, (kb | kk) != 0);
+          wgmma_128(acc1, da + ((64 * 128) >> 4) + 2 * kk, db + 2 * kk, (kb | kk) != 0);
+        }
+        wgmma_commit();
+#if G9_INFLIGHT
+        wgmma_wait<1>();
+        if (kb > 0 && lane == 0) mbar_arrive(empty + 8 * (int)((q - 1) % G9_STAGES));
+#else
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(empty + 8 * s);
+#endif
+      }
+#if G9_INFLIGHT
+      wgmma_wait<0>();
+      if (lane == 0) mbar_arrive(empty + 8 * (int)((q - 1) % G9_STAGES));
+#endif
+      // Epilogue in registers (gemm_epilogue.cuh) while the other consumer's main loop runs: rows 0-63 from acc0,
+      // rows 64-127 from acc1.
+#if GM_EPI == GM_EPI_SWIGLU
+      const long long c0 = (long long)tn * 64;
+#else
+      const long long c0 = (long long)tn * 128;
+#endif
+      gm_store_block<16>(ep, B, acc0, (long long)tm * G9_BM, c0, M, warp, g, t4);
+      gm_store_block<16>(ep, B, acc1, (long long)tm * G9_BM + 64, c0, M, warp, g, t4);
+    }
+  }
+}
