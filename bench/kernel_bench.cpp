@@ -194,6 +194,7 @@ int main(int argc, char **argv) {
         for (int gm : {8, 16})
           for (int fl : {0, 1}) {
             h3c::kernels::EmitOptions o;
+            o.perOp.clear();  // this variant for every linear kind (the default runs ping-pong for some)
             o.sm90Stages = st;
             o.sm90GroupM = gm;
             o.sm90Inflight = fl;
@@ -207,6 +208,7 @@ int main(int argc, char **argv) {
         for (int gm : {8, 16})
           for (int fl : {0, 1}) {
             h3c::kernels::EmitOptions o;
+            o.perOp.clear();
             o.sm90Pingpong = 1;
             o.sm90Stages = st;
             o.sm90GroupM = gm;

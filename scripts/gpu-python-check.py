@@ -153,7 +153,10 @@ def check_pipeline_step(a):
     subprocess.run(list(map(str, [sys.executable, f"{root}/diffusers_request.py", "make", "--checkpoint", f"{d}/ckpt",
                                   "--layout", "fl2va", "--text", 6, "--latent", "5,4,6", "--audio-latents", 4,
                                   "--keyframes", "first,last", "--steps", steps, "--step", step, "--seed", 5, "-o",
-                                  req_path])), check=True, capture_output=True)
+                                  req_path])), check=True, capture_output=True,
+                   # the script imports diffusers itself: its source goes on the child's path (sys.path is ours only)
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                       [a.diffusers_src] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))})
     o = f"{d}/fl2va.gpu.safetensors"
     tool(a.h3c, "run", "--config", cfg, "--checkpoint", f"{d}/ckpt", "--plan", plan, "--inputs", req_path, "--out", o,
          "--device", "gpu", "--ledger", f"{d}/ledger.json")
@@ -216,7 +219,9 @@ def main():
         try:
             check_pipeline_step(a)
         except Exception as e:  # noqa: BLE001
-            result(False, f"[pipeline] raised {type(e).__name__}", str(e)[:800])
+            err = getattr(e, "stderr", None)  # a failed tool: its own message says why
+            err = err.decode(errors="replace") if isinstance(err, bytes) else (err or "")
+            result(False, f"[pipeline] raised {type(e).__name__}", (str(e)[:400] + "\n" + err[-1200:]).strip())
     else:
         print("gpu-python-check: diffusers pipeline step skipped (no diffusers source)")
     print(f"{passed} passed, {failed} failed")

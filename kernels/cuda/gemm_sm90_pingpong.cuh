@@ -10,6 +10,11 @@
 // with the tiles' k-blocks in tile order (CTA-local tile i belongs to consumer i % 2), so the consumers' main loops
 // follow each other through the ring.
 //
+// The main loops take strict turns (tile i's starts after tile i-1's has waited for all its k-blocks; one mbarrier
+// per consumer, `turn`): a ring stage's `full` barrier is then never more than one phase behind the phase its
+// consumer waits for. Without the turns, consumer 1 would wait on phases G9_KT / G9_STAGES ahead of the barrier, and a
+// parity wait cannot tell phase n from phase n - 2: it would read stages the producer had not filled.
+//
 // Shape: 384 threads; a stage holds a 128 x 64 A box and a 128 x 64 B box (32 KiB). swiglu tiles hold 64 value rows
 // and the 64 matching gate rows of W (64 output columns per tile).
 //
@@ -39,7 +44,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
   extern __shared__ unsigned char g9_raw[];
   const h3u32 base = (smem_u32(g9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
   const h3u32 sA = base, sB = base + G9_STAGES * G9_A_BYTES;
-  const h3u32 full = sB + G9_STAGES * G9_B_BYTES, empty = full + 8 * G9_STAGES;
+  const h3u32 full = sB + G9_STAGES * G9_B_BYTES, empty = full + 8 * G9_STAGES, turn = empty + 8 * G9_STAGES;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const long long M = rows;
   const int tilesM = (int)((M + G9_BM - 1) / G9_BM);
@@ -49,6 +54,8 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       mbar_init(full + 8 * s, 1);   // the producer's expect_tx; the TMA bytes complete the phase
       mbar_init(empty + 8 * s, 4);  // one arrival per warp of the consumer that owns the stage's tile
     }
+    mbar_init(turn, 4);  // consumer 0's main loop of its j-th tile is done (phase j); one arrival per warp
+    mbar_init(turn + 8, 4);  // consumer 1's
     mbar_init_fence();
   }
   __syncthreads();
@@ -89,9 +96,11 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     const void *B = GM_BIAS_PARAM;
     const GmEpilogue ep = GM_EPILOGUE_PARAMS;
     float acc0[64], acc1[64];  // rows 0-63 and 64-127 of the tile, 128 columns each
-    for (int i = cw, t = blockIdx.x + cw * gridDim.x; t < tiles; i += 2, t += 2 * gridDim.x) {
+    for (int i = cw, j = 0, t = blockIdx.x + cw * gridDim.x; t < tiles; i += 2, ++j, t += 2 * gridDim.x) {
       int tm, tn;
       grouped_tile(t, tilesM, G9_TILES_N, G9_GROUP_M, tm, tn);
+      // Wait for the main loop of CTA-local tile i - 1 (the other consumer's tile j - 1 + cw, its phase j - 1 + cw).
+      if (i > 0) mbar_wait(turn + 8 * (1 - cw), (h3u32)((j - 1 + cw) & 1));
       // The ring position of this tile's first k-block: every earlier CTA-local tile used G9_KT stages.
       long long q = (long long)i * G9_KT;
       for (int kb = 0; kb < G9_KT; ++kb, ++q) {
@@ -118,6 +127,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       wgmma_wait<0>();
       if (lane == 0) mbar_arrive(empty + 8 * (int)((q - 1) % G9_STAGES));
 #endif
+      if (lane == 0) mbar_arrive(turn + 8 * cw);  // the other consumer's next main loop may start
       // Epilogue in registers (gemm_epilogue.cuh) while the other consumer's main loop runs: rows 0-63 from acc0,
       // rows 64-127 from acc1.
 #if GM_EPI == GM_EPI_SWIGLU

@@ -270,7 +270,7 @@ plan::Kernel emitGemmSm90Pingpong(const OpView &v, const GemmDesc &d, const std:
   const int64_t tilesN = swiglu ? (d.N / 2 + 63) / 64 : (d.N + 127) / 128;
   plan::GridDim g = dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);  // >= the tile count, capped at the SMs
   g.maxPerSm = 1;
-  const int64_t smem = int64_t(stages) * (128 + 128) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
+  const int64_t smem = int64_t(stages) * (128 + 128) * 64 * 2 + 1024 + 16 * stages + 16;  // + alignment, ring and turn mbarriers
   plan::Launch l = launch(384, smem, g);
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::gemm_sm90_pingpong;
   return finish(gemmName(v, d, "sm90pp"), "G9_ENTRY", b, p, body, l, arch);
@@ -639,7 +639,8 @@ std::vector<std::string> nvrtcOptions(const std::string &arch) {
 std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &operands, const std::string &arch,
                                        const EmitOptions &options) {
   nvrtcOptions(arch);  // validates arch
-  OpView v{op, operands, fmt::format("op '{}' (node {})", plan::opKindName(op.kind), op.firstNode()), options};
+  OpView v{op, operands, fmt::format("op '{}' (node {})", plan::opKindName(op.kind), op.firstNode()),
+           options.forOp(op)};
   if (operands.in.size() != op.in.size() || operands.out.size() != op.out.size())
     fail(v.where, "operand values do not match the op's operands");
   // The kernels are the same C++ for both archs (mma.sync exists on sm_90a and sm_100a) except the Hopper linear

@@ -3,18 +3,21 @@
 #include "h3c/kernels/emit.h"
 #include "h3c/support/error.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace h3c::kernels {
 
-void EmitOptions::set(const std::string &name, int value, const std::string &where) {
-  struct Field {
-    const char *name;
-    int EmitOptions::*field;
-    int lo, hi;  // the ranges the emitters accept (checked here too: the plan emitter turns an emitter's refusal
-                 // into a kernel-less op, which a command-line typo must not cause)
-  };
-  const Field fields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-4 unless gemm_pingpong
+namespace {
+
+struct Field {
+  const char *name;
+  int EmitOptions::*field;
+  int lo, hi;  // the ranges the emitters accept (checked here too: the plan emitter turns an emitter's refusal
+               // into a kernel-less op, which a command-line typo must not cause)
+};
+const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-4 unless gemm_pingpong
                           {"gemm_group_m", &EmitOptions::sm90GroupM, 1, 64},
                           {"gemm_inflight", &EmitOptions::sm90Inflight, 0, 1},
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
@@ -22,16 +25,73 @@ void EmitOptions::set(const std::string &name, int value, const std::string &whe
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 5},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
                           {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1}};
+
+const Field &field(const std::string &name, int value, const std::string &where) {
   std::string names;
-  for (const Field &f : fields) {
+  for (const Field &f : kFields) {
     if (name == f.name) {
       if (value < f.lo || value > f.hi) fail(where, "{} must be in [{}, {}], got {}", name, f.lo, f.hi, value);
-      this->*f.field = value;
-      return;
+      return f;
     }
     names += names.empty() ? f.name : std::string(", ") + f.name;
   }
   fail(where, "unknown tuning name '{}' (known: {})", name, names);
+}
+
+// The profile names of the ops with a tunable kernel (the linears, qkv, attention); a per-op value for any other
+// name would silently apply to nothing.
+const char *const kTunedOps[] = {"qkv_linear",           "linear",           "linear+residual",
+                                 "linear+gate_residual", "linear+swiglu",    "attention"};
+
+} // namespace
+
+void EmitOptions::set(const std::string &name, int value, const std::string &where) {
+  const size_t colon = name.find(':');
+  if (colon == std::string::npos) {
+    this->*field(name, value, where).field = value;
+    perOp.erase(std::remove_if(perOp.begin(), perOp.end(), [&](const PerOp &p) { return p.name == name; }),
+                perOp.end());
+    return;
+  }
+  const std::string op = name.substr(0, colon), f = name.substr(colon + 1);
+  field(f, value, where);
+  std::string known;
+  for (const char *k : kTunedOps) {
+    if (op == k) {
+      perOp.push_back({op, f, value});
+      return;
+    }
+    known += known.empty() ? k : std::string(", ") + k;
+  }
+  fail(where, "unknown op '{}' for a per-op tuning value (known: {})", op, known);
+}
+
+EmitOptions EmitOptions::forOp(const plan::Op &op) const { return forOp(opProfileName(op)); }
+
+EmitOptions EmitOptions::forOp(const std::string &name) const {
+  EmitOptions o = *this;
+  for (const PerOp &p : perOp)
+    if (p.op == name) o.*field(p.name, p.value, "tuning of " + name).field = p.value;
+  return o;
+}
+
+void EmitOptions::check(const std::string &where) const {
+  for (const char *k : kTunedOps) {
+    const EmitOptions o = forOp(std::string(k));
+    if (o.sm90Pingpong == 1 && o.sm90Cluster != 1)
+      fail(where, "{}: gemm_pingpong=1 and gemm_cluster={} exclude each other (the ping-pong kernel has no cluster "
+                  "form; set {}:gemm_pingpong=0 or gemm_cluster=1)", k, o.sm90Cluster, k);
+    if (o.sm90Pingpong == 0 && o.sm90Stages > 4)
+      fail(where, "{}: gemm_stages={} needs gemm_pingpong=1 (the cooperative kernel's 48 KiB stages fit 2-4)", k,
+           o.sm90Stages);
+  }
+}
+
+std::string opProfileName(const plan::Op &op) {
+  std::string key = plan::opKindName(op.kind);
+  if (op.kind == plan::OpKind::Linear && op.attrs.epilogue != plan::Epilogue::None)
+    key += std::string("+") + plan::epilogueName(op.attrs.epilogue);
+  return key;
 }
 
 } // namespace h3c::kernels

@@ -62,7 +62,8 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   CanonicalRequest req = canonicalize(request, plan_.config, "--inputs");
   if (!exec_)
     exec_ = makeExecutor(opt_.device);
-  LedgerBuilder ledger(plan_, opt.mode, exec_->device(), opt.binds);
+  auto builder = std::make_shared<LedgerBuilder>(plan_, opt.mode, exec_->device(), opt.binds);
+  LedgerBuilder &ledger = *builder;
   nlohmann::json info = exec_->deviceInfo();
   for (auto it = info.begin(); it != info.end(); ++it)
     ledger.header()[it.key()] = it.value();
@@ -86,7 +87,9 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
     if (nf.first >= 0)
       ledger.recordNonFinite(std::string("output ") + name + ": " + nf.text());
   }
-  r.ledger = ledger.finish();
+  if (opt.sealLedger)
+    r.ledger = ledger.finish();
+  r.ledgerBuilder = std::move(builder);
   ++forwards_;
   return r;
 }

@@ -122,88 +122,121 @@ Binding LedgerBuilder::requested(const std::string &nodeId) const { return reque
 
 void LedgerBuilder::recordOp(const plan::Op &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
                              const std::optional<AuditError> &audit) {
-  auto io = [&](const std::vector<std::string> &names) {
-    json a = json::array();
-    for (const auto &n : names) {
-      const plan::Value &pv = plan_.value(n);
-      auto it = shapes.find(n);
-      a.push_back({{"value", n},
-                   {"dtype", std::string(dtypeName(pv.dtype))},
-                   {"shape", it == shapes.end() ? json(nullptr) : json(it->second)}});
-    }
-    return a;
-  };
-  json ins = io(op.in), outs = io(op.out);
-  std::string kernelSha;
-  if (op.kernel)
-    kernelSha = plan_.kernels.at(*op.kernel).sha256;
-  for (const auto &n : op.nodes) {
-    json e = {{"id", n},
-              {"seq", nodes_.size()},
-              {"op", plan::opKindName(op.kind)},
-              {"op_index", op.index},
-              {"requested", bindingName(requested(n))},
-              {"actual", bindingName(actual)},
-              {"kernel", op.kernel ? json(*op.kernel) : json(nullptr)},
-              {"kernel_sha256", op.kernel ? json(kernelSha) : json(nullptr)},
-              {"reduction_order", plan::orderToJson(op.order)},
-              {"inputs", ins},
-              {"outputs", outs}};
-    if (audit)
-      e["audit"] = {{"max_abs", audit->maxAbs}, {"max_rel", audit->maxRel}, {"output", audit->output}};
-    nodes_.push_back(std::move(e));
-  }
+  records_.push_back({&op, actual, shapes, audit});
 }
 
 namespace {
 
-// The strict-rule evaluation shared by finish() and verify: missing nodes and non-row nodes.
+// The strict rule over (node id, actual binding) pairs in execution order: unknown and repeated ids are problems,
+// non-row nodes offenders, expected nodes without an entry missing. Shared by the builder and verifyLedger.
+void evaluateIds(const std::vector<std::pair<std::string, std::string>> &ran, const h3::Config &c,
+                 std::vector<std::string> &missing, std::vector<std::string> &offenders,
+                 std::vector<std::string> &problems) {
+  const std::vector<NodeInfo> expected = expectedNodes(c);
+  std::set<std::string> known;
+  for (const auto &n : expected)
+    known.insert(n.id);
+  std::set<std::string> seen;
+  for (const auto &[id, actual] : ran) {
+    if (!known.count(id))
+      problems.push_back("'" + id + "' is not a node of the recorded config");
+    if (!seen.insert(id).second)
+      problems.push_back("'" + id + "' is recorded twice");
+    if (actual != "row")
+      offenders.push_back(id + ": actual " + actual);
+  }
+  for (const auto &n : expected)
+    if (!seen.count(n.id))
+      missing.push_back(n.id);
+}
+
+// The same over a ledger document's node entries.
 void evaluate(const json &nodes, const h3::Config &c, std::vector<std::string> &missing,
               std::vector<std::string> &offenders, std::vector<std::string> &problems) {
-  std::map<std::string, std::string> kinds;
-  for (auto &n : expectedNodes(c))
-    kinds[n.id] = n.kind;
-  std::set<std::string> seen;
+  std::vector<std::pair<std::string, std::string>> ran;
   for (const auto &e : nodes) {
     if (!e.is_object() || !e.contains("id") || !e["id"].is_string() || !e.contains("actual") ||
         !e["actual"].is_string()) {
       problems.push_back("a node entry lacks 'id' or 'actual'");
       continue;
     }
-    std::string id = e["id"];
-    if (!kinds.count(id))
-      problems.push_back("'" + id + "' is not a node of the recorded config");
-    if (!seen.insert(id).second)
-      problems.push_back("'" + id + "' is recorded twice");
-    if (e["actual"] != "row")
-      offenders.push_back(id + ": actual " + e["actual"].get<std::string>());
+    ran.emplace_back(e["id"].get<std::string>(), e["actual"].get<std::string>());
   }
-  for (auto &n : expectedNodes(c))
-    if (!seen.count(n.id))
-      missing.push_back(n.id);
+  evaluateIds(ran, c, missing, offenders, problems);
 }
 
 } // namespace
 
+LedgerVerdict LedgerBuilder::verdict() const {
+  std::vector<std::pair<std::string, std::string>> ran;
+  for (const Record &r : records_)
+    for (const auto &n : r.op->nodes)
+      ran.emplace_back(n, bindingName(r.actual));
+  LedgerVerdict v;
+  std::vector<std::string> missing;
+  evaluateIds(ran, plan_.config, missing, v.offenders, v.problems);
+  v.sealOk = true;
+  v.complete = missing.empty();
+  for (auto &m : missing)
+    v.offenders.push_back("missing " + m);
+  if (header_.contains("non_finite"))
+    for (const auto &e : header_["non_finite"])
+      v.offenders.push_back("non-finite " + e.get<std::string>());
+  v.strictOk = v.complete && v.offenders.empty();
+  return v;
+}
+
 json LedgerBuilder::finish() const {
   std::vector<std::string> missing, offenders, problems;
-  evaluate(nodes_, plan_.config, missing, offenders, problems);
-  if (!problems.empty())
-    fail("ledger", "inconsistent ledger: {}", problems.front());
-  // Each node gets its kind from the node table.
-  json nodes = nodes_;
-  std::map<std::string, std::string> kinds;
+  std::map<std::string, std::string> kinds;  // each node gets its kind from the node table
   for (auto &n : expectedNodes(plan_.config))
     kinds[n.id] = n.kind;
-  for (auto &e : nodes)
-    e["kind"] = kinds[e["id"].get<std::string>()];
+  json nodes = json::array();
+  for (const Record &r : records_) {
+    const plan::Op &op = *r.op;
+    auto io = [&](const std::vector<std::string> &names) {
+      json a = json::array();
+      for (const auto &n : names) {
+        const plan::Value &pv = plan_.value(n);
+        auto it = r.shapes.find(n);
+        a.push_back({{"value", n},
+                     {"dtype", std::string(dtypeName(pv.dtype))},
+                     {"shape", it == r.shapes.end() ? json(nullptr) : json(it->second)}});
+      }
+      return a;
+    };
+    const json ins = io(op.in), outs = io(op.out), order = plan::orderToJson(op.order);
+    const json kernel = op.kernel ? json(*op.kernel) : json(nullptr);
+    const json kernelSha = op.kernel ? json(plan_.kernels.at(*op.kernel).sha256) : json(nullptr);
+    for (const auto &n : op.nodes) {
+      json e = {{"id", n},
+                {"seq", nodes.size()},
+                {"op", plan::opKindName(op.kind)},
+                {"op_index", op.index},
+                {"requested", bindingName(requested(n))},
+                {"actual", bindingName(r.actual)},
+                {"kernel", kernel},
+                {"kernel_sha256", kernelSha},
+                {"reduction_order", order},
+                {"inputs", ins},
+                {"outputs", outs}};
+      if (r.audit)
+        e["audit"] = {{"max_abs", r.audit->maxAbs}, {"max_rel", r.audit->maxRel}, {"output", r.audit->output}};
+      auto k = kinds.find(n);
+      e["kind"] = k == kinds.end() ? std::string() : k->second;
+      nodes.push_back(std::move(e));
+    }
+  }
+  evaluate(nodes, plan_.config, missing, offenders, problems);
+  if (!problems.empty())
+    fail("ledger", "inconsistent ledger: {}", problems.front());
   json l = {{"schema", kLedgerSchema},
             {"header", header_},
-            {"nodes", nodes},
+            {"nodes", std::move(nodes)},
             {"missing", missing},
             {"complete", missing.empty()},
             {"accepted", missing.empty() && offenders.empty() && !header_.contains("non_finite")}};
-  return sealLedger(l);
+  return sealLedger(std::move(l));
 }
 
 void LedgerBuilder::recordNonFinite(const std::string &what) { header_["non_finite"].push_back(what); }

@@ -263,15 +263,20 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       size_t at = firstDiff(y1, ym);
       report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) kernel == mma.sync kernel byte for byte{}",
                                                 at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
-      // The schedule variants against the same mma.sync output: the 2-CTA cluster (B multicast to a pair of row
-      // tiles; an odd row-tile count leaves a phantom tile) and the ping-pong schedule (128 x 128 tiles per consumer
-      // warpgroup, in turns, with a k-block in flight).
-      hk::EmitOptions pair, pp;
+      // The schedule variants against the same mma.sync output (the options' per-op defaults cleared, so each
+      // variant applies to every linear kind): the cooperative kernel, the 2-CTA cluster (B multicast to a pair of
+      // row tiles; an odd row-tile count leaves a phantom tile) and the ping-pong schedule (128 x 128 tiles per
+      // consumer warpgroup, in turns, with a k-block in flight; 5 stages, the default being 4).
+      hk::EmitOptions coop, pair, pp;
+      coop.perOp.clear();
+      pair.perOp.clear();
+      pp.perOp.clear();
       pair.sm90Cluster = 2;
       pp.sm90Pingpong = 1;
       pp.sm90Stages = 5;
       pp.sm90Inflight = 1;
-      const std::pair<const char *, hk::EmitOptions> variants[] = {{"2-CTA cluster", pair}, {"ping-pong", pp}};
+      const std::pair<const char *, hk::EmitOptions> variants[] = {
+          {"cooperative", coop}, {"2-CTA cluster", pair}, {"ping-pong", pp}};
       for (const auto &[label, opts] : variants) {
         const plan::Kernel &vk = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), opts);
         size_t vat = firstDiff(runWith(vk, dX, dRes, M, dTs, dTags), ym);

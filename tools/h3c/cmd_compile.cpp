@@ -37,7 +37,8 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
                                          "(TMA + wgmma) one; the same bits, slower (for comparisons)");
   app.add_option("--tune", a->tune,
                  "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, gemm_pingpong, "
-                 "attn_stages, attn_overlap, attn_pingpong); changes speed, never a bit")
+                 "attn_stages, attn_overlap, attn_pingpong), for every op, or OP:NAME=VALUE for one op kind (qkv_linear, "
+                 "linear+swiglu, linear+gate_residual, ...); changes speed, never a bit")
       ->allow_extra_args(false);
   app.add_option("--dump-ir", a->dumpIr, "Write the IR after import and after every pass into this folder");
   app.add_option("--tokens", a->tokens, "Packed rows S for the buffer peak report")->check(CLI::PositiveNumber);
@@ -68,6 +69,7 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
         h3c::fail("--tune " + t, "expected NAME=INTEGER");
       o.tuning.set(t.substr(0, eq), value, "--tune " + t);
     }
+    o.tuning.check("--tune");
     h3c::codegen::CompileResult r = h3c::codegen::compile(fp, h3c::sha256Hex(bytes), o);
     std::string sha = h3c::plan::writePlanFolder(r.plan.plan, a->out);
     // One line per op kind without a kernel (the plan has "kernel": null for each): count and the first reason.

@@ -255,7 +255,7 @@ int64_t run(Prepared &p, TrajectoryWriter &w, ModalityFloats &x, const GenerateO
     RunResult rr = engine.run(req, stepOpt);
     if (!o.ledgerDir.empty())
       writeFileAtomic(fs::path(o.ledgerDir) / fmt::format("step-{:05d}.json", i), sealedJsonDump(rr.ledger, 1) + "\n");
-    LedgerVerdict v = verifyLedger(rr.ledger);
+    LedgerVerdict v = rr.ledgerBuilder->verdict();  // the rule verifyLedger applies, without re-reading the JSON
     if (ro.mode == Mode::Strict && !v.strictOk)
       fail("--mode strict", "step {}: the strict rule failed ({} offender(s), first: {}); the step is not sealed", i,
            v.offenders.size(), v.offenders.empty() ? "" : v.offenders.front());

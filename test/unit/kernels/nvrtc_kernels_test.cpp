@@ -399,6 +399,7 @@ TEST(NvrtcCompile, FullConfigAndPlanSm90a) {
 TEST(NvrtcCompile, FullConfigSm90aTuningVariants) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   hk::EmitOptions pp;
+  pp.perOp.clear();  // ping-pong for every linear kind (qkv too), at 5 stages
   pp.sm90Pingpong = 1;
   pp.sm90Stages = 5;
   pp.sm90Inflight = 1;

@@ -25,7 +25,7 @@ struct EmitOptions {
   bool wgmma = true;
   // Tuning of the Hopper linear (none changes a bit: the chain per output is fixed): shared-memory stages (2-4),
   // row tiles per L2 group of the persistent walk, k-blocks kept in flight by each consumer (0 or 1).
-  int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // the best sum over the four block linears (bench/NOTES.md)
+  int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // qkv's best in the forward (bench/NOTES.md, 2026-12-04)
   // CTAs per cluster along the rows (1, or 2: a pair shares its B tile through TMA multicast).
   int sm90Cluster = 1;
   // 1: the ping-pong schedule (gemm_sm90_pingpong.cuh: 128 x 128 tiles, one per consumer warpgroup in turns, so one
@@ -37,11 +37,39 @@ struct EmitOptions {
   // consumer warpgroups take turns issuing (FA3's ping-pong; with overlap only).
   int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1;
 
+  // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear with one: qkv_linear,
+  // linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
+  // forOp. The defaults put the block's linears with a swiglu or gate_residual epilogue on the ping-pong kernel (4
+  // stages, 16-row groups, one k-block in flight): its epilogue overlaps the other consumer's main loop, which the
+  // cooperative kernel cannot do (8-13 ms less per kind in the full forward); qkv stays on the cooperative one, which
+  // is faster there. Measured on the H200 (bench/NOTES.md, 2026-12-04).
+  struct PerOp {
+    std::string op, name;
+    int value;
+  };
+  std::vector<PerOp> perOp = {
+      {"linear+swiglu", "gemm_pingpong", 1},        {"linear+swiglu", "gemm_stages", 4},
+      {"linear+swiglu", "gemm_group_m", 16},        {"linear+swiglu", "gemm_inflight", 1},
+      {"linear+gate_residual", "gemm_pingpong", 1}, {"linear+gate_residual", "gemm_stages", 4},
+      {"linear+gate_residual", "gemm_group_m", 16}, {"linear+gate_residual", "gemm_inflight", 1}};
+
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
-  // gemm_inflight, gemm_cluster, gemm_pingpong, attn_stages, attn_overlap, attn_pingpong); throws h3c::Error naming `where` for an unknown name.
-  // Ranges are checked where the kernel is emitted.
+  // gemm_inflight, gemm_cluster, gemm_pingpong, attn_stages, attn_overlap, attn_pingpong), for every op, or, as
+  // `OP:NAME`, for the ops of one profile name (see perOp). Setting a field for every op drops the per-op values of
+  // that field set before (the defaults too): the last word wins. Throws h3c::Error naming `where` for an unknown
+  // name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);
+  // These options with the per-op values for `op` (or for the ops of one profile name) applied.
+  EmitOptions forOp(const plan::Op &op) const;
+  EmitOptions forOp(const std::string &profileName) const;
+  // Throws h3c::Error naming `where` when the values some tuned op would get do not form a kernel (ping-pong with a
+  // cluster, more than 4 stages without ping-pong): `h3c compile` checks before it emits, since an emitter's refusal
+  // would leave the op without a kernel.
+  void check(const std::string &where) const;
 };
+
+// The name an op is tuned and profiled under: its kind, and "+epilogue" for a linear with a fused epilogue.
+std::string opProfileName(const plan::Op &op);
 
 // The kernel for a plan op: its complete NVRTC-compilable source (no includes), entry, NVRTC options, launch ABI and
 // typed parameter list (plan::Kernel without `file`, which the plan writer assigns), or nullopt for ops the host

@@ -25,6 +25,9 @@ struct RunOptions {
   std::vector<BindRule> binds;
   int threads = 0;             // CPU worker threads; 0 = hardware concurrency. Never changes a result bit.
   bool progress = false;       // one line per op on stderr (op index, first node, elapsed seconds)
+  // false: RunResult::ledger stays null and RunResult::ledgerBuilder builds the document when asked (the Python
+  // package: most forwards of a sampling loop never read theirs; the strict rule is judged either way).
+  bool sealLedger = true;
 };
 
 // Caller-owned device memory of a GPU forward (the Python package's CUDA tensors), all on the executor's device:
@@ -67,7 +70,10 @@ std::unique_ptr<Executor> makeExecutor(const std::string &device);
 
 struct RunResult {
   Outputs outputs;
-  nlohmann::json ledger;  // sealed
+  nlohmann::json ledger;  // sealed (null when RunOptions::sealLedger is false)
+  // What the ledger is built from: verdict() is the strict rule, finish() the sealed document. It refers to the
+  // engine's plan: use it while the engine lives.
+  std::shared_ptr<const LedgerBuilder> ledgerBuilder;
 };
 // Validates the options against the plan (sp, tp, config), canonicalizes the request, runs, seals the ledger: one
 // forward of a fresh Engine (engine.h) that caches nothing.

@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,15 @@ struct AuditError {
   std::string output;  // the value compared
 };
 
+struct LedgerVerdict {
+  bool sealOk = false;
+  bool complete = false;
+  bool strictOk = false;                 // every node row and nothing missing
+  std::vector<std::string> offenders;    // "<node>: actual <binding>" and "missing <node>"
+  std::vector<std::string> problems;     // structural problems (schema, inconsistent flags)
+  bool ok() const { return sealOk && complete && strictOk && problems.empty(); }
+};
+
 class LedgerBuilder {
 public:
   // The header's sp and tp are the plan's (runModel checks the run options against them).
@@ -73,16 +83,27 @@ public:
   // ran). `shapes` maps value name -> the shape actually used ([ranks?, B, rows, cols]).
   void recordOp(const plan::Op &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
                 const std::optional<AuditError> &audit = std::nullopt);
-  // Builds the sealed document: `missing` = expected nodes without entry, `complete`, `accepted`.
+  // Builds the sealed document: `missing` = expected nodes without entry, `complete`, `accepted`. recordOp keeps
+  // compact records and the node entries are built here: a forward whose caller never reads its ledger (the
+  // Python package) pays for the strict rule (verdict) only, not for a megabyte of JSON and its seal.
   nlohmann::json finish() const;
+  // The strict rule over what was recorded, as verifyLedger(finish()) would judge it (sealOk true: finish seals),
+  // without building the document.
+  LedgerVerdict verdict() const;
   // A non-finite weight or output ("output sample: 3 NaN, 0 Inf (first: element 7)"): listed in the header's
   // "non_finite"; any entry fails the strict rule (`accepted` false, verify names it).
   void recordNonFinite(const std::string &what);
 
 private:
   const plan::Plan &plan_;
+  struct Record {
+    const plan::Op *op;
+    Binding actual;
+    std::map<std::string, std::vector<int64_t>> shapes;
+    std::optional<AuditError> audit;
+  };
   nlohmann::json header_;
-  nlohmann::json nodes_ = nlohmann::json::array();
+  std::vector<Record> records_;
   Mode mode_;
   std::vector<BindRule> binds_;
 };
@@ -90,14 +111,6 @@ private:
 std::string computeLedgerSeal(const nlohmann::json &ledger);  // over canonical JSON without "seal"
 nlohmann::json sealLedger(nlohmann::json ledger);
 
-struct LedgerVerdict {
-  bool sealOk = false;
-  bool complete = false;
-  bool strictOk = false;                 // every node row and nothing missing
-  std::vector<std::string> offenders;    // "<node>: actual <binding>" and "missing <node>"
-  std::vector<std::string> problems;     // structural problems (schema, inconsistent flags)
-  bool ok() const { return sealOk && complete && strictOk && problems.empty(); }
-};
 // Checks the seal, the schema, that complete/accepted agree with the entries, and the strict rule.
 LedgerVerdict verifyLedger(const nlohmann::json &ledger);
 // Per-binding counts and the node list per non-row binding, as text.
