@@ -39,19 +39,15 @@ struct EmitOptions {
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear with one: qkv_linear,
   // linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
-  // forOp. The defaults put the block's linears with a swiglu or gate_residual epilogue on the ping-pong kernel (4
-  // stages, 16-row groups, one k-block in flight): its epilogue overlaps the other consumer's main loop, which the
-  // cooperative kernel cannot do (8-13 ms less per kind in the full forward); qkv stays on the cooperative one, which
-  // is faster there. Measured on the H200 (bench/NOTES.md, 2026-12-04).
+  // forOp. None by default: on the H200 the full forward is power-capped (SW power cap at every busy sample), and
+  // ping-pong for the swiglu / gate_residual linears saves 8-13 ms per kind but lowers the SM clock (1,700 against
+  // 1,822 MHz mean) so every other op slows by as much: the same forward time at more power (bench/NOTES.md,
+  // 2026-12-04). E.g. `--tune linear+swiglu:gemm_pingpong=1 --tune linear+swiglu:gemm_stages=4`.
   struct PerOp {
     std::string op, name;
     int value;
   };
-  std::vector<PerOp> perOp = {
-      {"linear+swiglu", "gemm_pingpong", 1},        {"linear+swiglu", "gemm_stages", 4},
-      {"linear+swiglu", "gemm_group_m", 16},        {"linear+swiglu", "gemm_inflight", 1},
-      {"linear+gate_residual", "gemm_pingpong", 1}, {"linear+gate_residual", "gemm_stages", 4},
-      {"linear+gate_residual", "gemm_group_m", 16}, {"linear+gate_residual", "gemm_inflight", 1}};
+  std::vector<PerOp> perOp;
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
   // gemm_inflight, gemm_cluster, gemm_pingpong, attn_stages, attn_overlap, attn_pingpong), for every op, or, as
