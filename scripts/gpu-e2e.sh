@@ -45,6 +45,16 @@ e2e_config() {
     cmp -s "$d/gpu.safetensors" "$d/rep$i.safetensors" || { rep_ok=0; echo "    repeat $i differs"; }
   done
   [ $rep_ok = 1 ] && ok "[$cfg] 10 GPU repeats byte-equal" || bad "[$cfg] 10 GPU repeats byte-equal"
+  # --hash-nodes (issue 17): hashed on the device, the same bits, the output hashes equal a Python hash of the output
+  # file, two hashed runs diff as the same, and where the CPU reference and the GPU part (informational).
+  check "[$cfg] GPU run --hash-nodes" run "$cfg" "$plan" "$d/req.safetensors" "$d/gpu_h1.safetensors" "$d/gpu_h1.json" gpu --hash-nodes
+  check "[$cfg] GPU run --hash-nodes again" run "$cfg" "$plan" "$d/req.safetensors" "$d/gpu_h2.safetensors" "$d/gpu_h2.json" gpu --hash-nodes
+  check "[$cfg] hashing changes no output bit" cmp "$d/gpu.safetensors" "$d/gpu_h1.safetensors"
+  check "[$cfg] GPU ledger hashes of the outputs == Python's hash of the file" python3 "$root/test/lit/Inputs/ledger_output_hashes.py" "$d/gpu_h1.json" "$d/gpu_h1.safetensors"
+  check "[$cfg] ledger diff of two hashed GPU runs: same" "$H3C" ledger diff "$d/gpu_h1.json" "$d/gpu_h2.json"
+  check "[$cfg] CPU run --hash-nodes" run "$cfg" "$plan" "$d/req.safetensors" "$d/cpu_h.safetensors" "$d/cpu_h.json" cpu --hash-nodes
+  "$H3C" ledger diff "$d/cpu_h.json" "$d/gpu_h1.json" --json > "$d/cpu_gpu_diff.json"
+  echo "    CPU vs GPU (exit $?): $(python3 -c "import json; d = json.load(open('$d/cpu_gpu_diff.json')); f = d['first_output']; print(f'{d[\"differing\"]} of {d[\"compared\"]} nodes differ; first output difference: ' + (f'{f[\"id\"]} ({f[\"op\"]})' if f else 'none'))")"
   check "[$cfg] GPU batch-4 run" run "$cfg" "$plan" "$d/req4.safetensors" "$d/gpu4.safetensors" "$d/gpu4_ledger.json" gpu
   check "[$cfg] batch-4 request item 0 -> batch 1" python3 "$cmp_py" slice "$d/req4.safetensors" "$d/req4_0.safetensors" 0
   check "[$cfg] GPU run of item 0 alone" run "$cfg" "$plan" "$d/req4_0.safetensors" "$d/gpu4_0.safetensors" "$d/gpu40_ledger.json" gpu

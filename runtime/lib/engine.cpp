@@ -1,5 +1,6 @@
 // The resident engine (engine.h) and runModel(), its one-forward form.
 #include "h3c/runtime/engine.h"
+#include "h3c/support/content_hash.h"
 
 #include "h3c/support/error.h"
 #include "h3c/support/sha256.h"
@@ -68,6 +69,8 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   for (auto it = info.begin(); it != info.end(); ++it)
     ledger.header()[it.key()] = it.value();
   ledger.header()["checkpoint"] = weights_->describe();
+  if (opt.hashNodes)
+    ledger.header()["node_hash"] = kContentHashName;
   ledger.header()["request"] = {{"sha256", requestSha(request)}, {"B", req.B}, {"S", req.S}, {"Nt", req.Nt},
                                 {"Nv", req.Nv}, {"Na", req.Na}, {"T", req.T}};
   // NaN / Inf (inputs were refused by canonicalize): in a strict run a weight holding one is an error as it loads,

@@ -3,6 +3,7 @@
 #include "h3c/runtime/value_dump.h"
 
 #include "h3c/runtime/cpu_ops.h"
+#include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
 
 #include <chrono>
@@ -30,6 +31,21 @@ AuditError compare(const HostValue &got, const HostValue &ref, const std::string
   // Relative to the reference's largest magnitude (element-wise ratios explode near zero crossings).
   e.maxRel = refMax > 0 ? e.maxAbs / refMax : e.maxAbs;
   return e;
+}
+
+// The content hash of a value's bytes in its plan dtype, as the GPU executor stores it (BF16 values are held as floats
+// that BF16 represents exactly: the conversion is exact).
+std::string hashValue(const HostValue &v, DType dtype) {
+  if (dtype == DType::I64)
+    return contentHash(v.i.data(), v.i.size() * 8);
+  if (dtype == DType::F32)
+    return contentHash(v.f.data(), v.f.size() * 4);
+  if (dtype != DType::BF16)
+    fail("--hash-nodes", "no byte layout for a {} value", dtypeName(dtype));
+  std::vector<uint16_t> b(v.f.size());
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = floatToBf16(v.f[i]);
+  return contentHash(b.data(), b.size() * 2);
 }
 
 // The CPU reference. A multi-rank plan (sp x tp > 1, docs/contract.md section 5.2) is simulated rank by rank: every
@@ -101,7 +117,11 @@ public:
         bool reference = false;
         for (const auto &n : op.nodes)
           reference |= ledger.requested(n) == Binding::Reference;
-        ledger.recordOp(op, reference ? Binding::Reference : Binding::Row, shapes, audit);
+        std::map<std::string, std::string> hashes;
+        if (opt.hashNodes)
+          for (const auto &o : op.out)
+            hashes[o] = hashValue(values[0].at(o), p.value(o).dtype);
+        ledger.recordOp(op, reference ? Binding::Reference : Binding::Row, shapes, audit, std::move(hashes));
       }
       if (opt.progress)
         std::fprintf(stderr, "[%zu/%zu] %s %s  %.1f s\n", op.index + 1, fn.ops.size(), plan::opKindName(op.kind),

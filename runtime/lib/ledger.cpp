@@ -121,8 +121,8 @@ LedgerBuilder::LedgerBuilder(const plan::Plan &plan, Mode mode, std::string devi
 Binding LedgerBuilder::requested(const std::string &nodeId) const { return requestedBinding(nodeId, mode_, binds_); }
 
 void LedgerBuilder::recordOp(const plan::Op &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
-                             const std::optional<AuditError> &audit) {
-  records_.push_back({&op, actual, shapes, audit});
+                             const std::optional<AuditError> &audit, std::map<std::string, std::string> hashes) {
+  records_.push_back({&op, actual, shapes, audit, std::move(hashes)});
 }
 
 namespace {
@@ -194,18 +194,21 @@ json LedgerBuilder::finish() const {
   json nodes = json::array();
   for (const Record &r : records_) {
     const plan::Op &op = *r.op;
-    auto io = [&](const std::vector<std::string> &names) {
+    auto io = [&](const std::vector<std::string> &names, bool hashed) {
       json a = json::array();
       for (const auto &n : names) {
         const plan::Value &pv = plan_.value(n);
         auto it = r.shapes.find(n);
-        a.push_back({{"value", n},
-                     {"dtype", std::string(dtypeName(pv.dtype))},
-                     {"shape", it == r.shapes.end() ? json(nullptr) : json(it->second)}});
+        json e = {{"value", n},
+                  {"dtype", std::string(dtypeName(pv.dtype))},
+                  {"shape", it == r.shapes.end() ? json(nullptr) : json(it->second)}};
+        if (auto h = r.hashes.find(n); hashed && h != r.hashes.end())
+          e["hash"] = h->second;
+        a.push_back(std::move(e));
       }
       return a;
     };
-    const json ins = io(op.in), outs = io(op.out), order = plan::orderToJson(op.order);
+    const json ins = io(op.in, false), outs = io(op.out, true), order = plan::orderToJson(op.order);
     const json kernel = op.kernel ? json(*op.kernel) : json(nullptr);
     const json kernelSha = op.kernel ? json(plan_.kernels.at(*op.kernel).sha256) : json(nullptr);
     for (const auto &n : op.nodes) {

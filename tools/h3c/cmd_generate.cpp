@@ -49,6 +49,7 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   auto *bf = app.add_option("--bind-from-step", o->g.bindFromStep, "apply the --bind rules from this step on");
   app.add_option("--threads", o->g.run.threads, "CPU worker threads (never changes a bit)")->check(CLI::Range(0, 1024));
   app.add_option("--ledger", o->g.ledgerDir, "folder for the ledger of every step (step-NNNNN.json)");
+  app.add_flag("--hash-nodes", o->g.run.hashNodes, "every step's ledger records a content hash of every op output");
   app.add_option("--sign-key", o->g.signKey, "Ed25519 private key (PEM): sign the finished trajectory (final.json.sig)");
   auto *rs = app.add_option("--resume", o->resume, "continue this trajectory from its last sealed step");
   for (auto *opt : {cfg, sy, st, vs, as, sd, ss, nz, sa, nl, ou, sv, dv, md, sp, tp, bd, bf})

@@ -1,7 +1,9 @@
-// `h3c ledger verify|summary`: check a run's operator ledger (seal + strict rule) or print its per-binding table.
+// `h3c ledger verify|summary|diff`: check a run's operator ledger (seal + strict rule), print its per-binding table,
+// or find the first node where two runs part.
 #include "command.h"
 
 #include "h3c/runtime/ledger.h"
+#include "h3c/runtime/ledger_diff.h"
 #include "h3c/support/json_read.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -15,7 +17,7 @@ nlohmann::json readLedger(const std::string &path) {
   return h3c::readJsonFile(path);
 }
 
-h3c::tool::Command cmd("ledger", "Operator ledgers: verify the seal and the strict rule, summarize bindings",
+h3c::tool::Command cmd("ledger", "Operator ledgers: verify the seal and the strict rule, summarize bindings, diff two runs",
                        [](CLI::App &app) {
   app.require_subcommand(1);
   auto path = std::make_shared<std::string>();
@@ -46,6 +48,20 @@ h3c::tool::Command cmd("ledger", "Operator ledgers: verify the seal and the stri
       if (!bad.empty())
         h3c::tool::exitCode() = h3c::kExitMismatch;
     }
+  });
+  auto pathA = std::make_shared<std::string>(), pathB = std::make_shared<std::string>();
+  auto asJson = std::make_shared<bool>(false);
+  CLI::App *diff = app.add_subcommand(
+      "diff", "The first node (in graph order) whose binding, kernel, order or output hash differs between two "
+              "ledgers (exit 1 when any node differs, 0 when none does)");
+  diff->add_option("a", *pathA, "ledger.json (A)")->required();
+  diff->add_option("b", *pathB, "ledger.json (B)")->required();
+  diff->add_flag("--json", *asJson, "print the result as JSON");
+  diff->callback([pathA, pathB, asJson] {
+    const h3c::rt::LedgerDiff d = h3c::rt::diffLedgers(readLedger(*pathA), readLedger(*pathB), *pathA, *pathB);
+    std::fputs(*asJson ? (d.toJson().dump(1) + "\n").c_str() : d.text().c_str(), stdout);
+    if (!d.same())
+      h3c::tool::exitCode() = h3c::kExitMismatch;
   });
   auto path2 = std::make_shared<std::string>();
   CLI::App *summary = app.add_subcommand("summary", "Per-binding table of a ledger");

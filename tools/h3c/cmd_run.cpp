@@ -19,7 +19,7 @@ struct Opts {
   long long synthetic = -1;
   long long sp = 0, tp = 0;
   int threads = 0;
-  bool progress = false;
+  bool progress = false, hashNodes = false;
   std::vector<std::string> binds;
 };
 
@@ -54,6 +54,8 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
       ->check(CLI::Range(0, 1024));
   app.add_option("--ledger", o->ledger, "ledger.json to write")->required();
   app.add_flag("--progress", o->progress, "print one line per op to stderr");
+  app.add_flag("--hash-nodes", o->hashNodes, "record a content hash of every op output in the ledger (the GPU hashes on "
+                                             "the device); compare two ledgers with `h3c ledger diff`");
   app.add_option("--sign-key", o->signKey, "Ed25519 private key (PEM): sign the ledger's seal into LEDGER.sig");
   app.callback([o] {
     if (o->checkpoint.empty() && o->synthetic < 0)
@@ -73,6 +75,7 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
     opt.tp = o->tp > 0 ? o->tp : plan.options.tp;
     opt.sp = o->sp > 0 ? o->sp : plan.options.sp;
     opt.threads = o->threads;
+    opt.hashNodes = o->hashNodes;
     opt.progress = o->progress;
     for (const auto &b : o->binds)
       opt.binds.push_back(h3c::rt::parseBindRule(b));

@@ -17,10 +17,13 @@
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
+#include "h3c/runtime/cuda/value_hash.h"
 #include "h3c/runtime/value_dump.h"
+#include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
 #include "h3c/support/synth_rng.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -118,8 +121,27 @@ public:
       hc::check(d.cuEventRecord(ev[0], stream_), "cuEventRecord");
     }
     const auto dump = ValueDump::fromEnv();
+    // --hash-nodes: two lane sums per op output in one zeroed device buffer, finished on the host after the run.
+    const hc::LoadedKernel *hashK = opt.hashNodes ? &runner_->load(hc::valueHashKernel(runner_->arch())) : nullptr;
+    std::vector<std::pair<const plan::Op *, std::string>> hashed;  // slot k: (op, output value)
+    std::unique_ptr<hc::DeviceBuffer> sums;
+    if (hashK) {
+      for (const plan::Op &op : fn.ops)
+        for (const auto &o : op.out) hashed.emplace_back(&op, o);
+      sums = std::make_unique<hc::DeviceBuffer>(std::max<size_t>(16, 16 * hashed.size()));
+      hc::check(d.cuMemsetD8(sums->get(), 0, sums->bytes()), "zeroing the hash sums");
+      hc::check(d.cuCtxSynchronize(), "zeroing the hash sums");  // before any launch on the caller's stream
+    }
+    size_t nextHash = 0;
+    std::vector<std::map<std::string, std::vector<int64_t>>> opShapes;
+    opShapes.reserve(fn.ops.size());
     for (const plan::Op &op : fn.ops) {
       runOp(op);
+      if (hashK)
+        for (const auto &o : op.out) {
+          const DevValue &dv = values_.at(o);
+          hc::launchValueHash(*hashK, dv.ptr, dv.bytes, sums->get() + 16 * nextHash++, stream_, o);
+        }
       if (dump) hc::check(d.cuStreamSynchronize(stream_), "H3C_DUMP_VALUES");
       if (dump)
         for (const auto &o : op.out) {
@@ -130,13 +152,22 @@ public:
           dump->write(int64_t(op.index), o, v.dtype, host.data(), host.size() / dtypeSize(v.dtype));
         }
       if (profile) hc::check(d.cuEventRecord(ev[op.index + 1], stream_), "cuEventRecord");
-      std::map<std::string, std::vector<int64_t>> shapes;
+      auto &shapes = opShapes.emplace_back();
       for (const auto *names : {&op.in, &op.out})
         for (const auto &n : *names) shapes[n] = shapeOf(p.value(n));
-      ledger.recordOp(op, Binding::Row, shapes);
     }
     // The caller's stream only (other work of the caller's process keeps running); the whole context otherwise.
     hc::check(io ? d.cuStreamSynchronize(stream_) : d.cuCtxSynchronize(), "running the plan");
+    std::vector<std::map<std::string, std::string>> opHashes(fn.ops.size());
+    if (hashK) {
+      std::vector<unsigned long long> s(2 * hashed.size());
+      if (!s.empty()) sums->download(s.data(), s.size() * 8);
+      for (size_t k = 0; k < hashed.size(); ++k)
+        opHashes[hashed[k].first->index][hashed[k].second] =
+            contentHashHex(s[2 * k], s[2 * k + 1], values_.at(hashed[k].second).bytes);
+    }
+    for (const plan::Op &op : fn.ops)
+      ledger.recordOp(op, Binding::Row, opShapes[op.index], std::nullopt, std::move(opHashes[op.index]));
     if (profile) report(fn, ev, t1 - t0, t2 - t1);
 
     Outputs o;

@@ -11,6 +11,7 @@
 
 #ifdef H3C_HAVE_CUDA
 #include "h3c/runtime/cuda/noise.h"
+#include "h3c/runtime/cuda/value_hash.h"
 #include "h3c/runtime/cuda/nvrtc_jit.h"
 #endif
 
@@ -415,6 +416,14 @@ TEST(NvrtcCompile, PhiloxNoiseKernel) {
   hc::NvrtcJit jit;
   for (const char *arch : {"sm_90a", "sm_100a"}) {
     auto c = jit.compile(hc::philoxFillKernel(arch));
+    EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << arch;
+  }
+}
+// The --hash-nodes kernel (support/content_hash.h, runtime/cuda/value_hash.h) too.
+TEST(NvrtcCompile, ValueHashKernel) {
+  hc::NvrtcJit jit;
+  for (const char *arch : {"sm_90a", "sm_100a"}) {
+    auto c = jit.compile(hc::valueHashKernel(arch));
     EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << arch;
   }
 }

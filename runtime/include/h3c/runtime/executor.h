@@ -28,6 +28,9 @@ struct RunOptions {
   // false: RunResult::ledger stays null and RunResult::ledgerBuilder builds the document when asked (the Python
   // package: most forwards of a sampling loop never read theirs; the strict rule is judged either way).
   bool sealLedger = true;
+  // --hash-nodes: every op output's content hash (support/content_hash.h) in the ledger; the GPU hashes on the
+  // device. In a multi-rank CPU simulation, rank 0's values (as the shapes). Never changes a result bit.
+  bool hashNodes = false;
 };
 
 // Caller-owned device memory of a GPU forward (the Python package's CUDA tensors), all on the executor's device:

@@ -7,7 +7,8 @@
 //              "driver_version", "nvrtc_version", "request": {"sha256", "B", "S", ...}, "threads",
 //              "non_finite": ["<weight|output> <name>: <counts>", ...] (only when there are any)},
 //   "nodes": [{"id", "kind", "op", "op_index", "order_in_plan", "requested", "actual", "kernel", "kernel_sha256",
-//              "reduction_order", "inputs": [{"value", "dtype", "shape"}], "outputs": [...],
+//              "reduction_order", "inputs": [{"value", "dtype", "shape"}], "outputs": [... and "hash" with
+//              --hash-nodes (header "node_hash": the hash's name, support/content_hash.h)],
 //              "audit": {"max_abs", "max_rel", "output"} (audit mode)}, ...],   // in execution order
 //   "missing": [node ids of the config not executed],
 //   "complete": bool, "accepted": bool,
@@ -81,8 +82,10 @@ public:
   Binding requested(const std::string &nodeId) const;
   // One executed op: every node it covers gets an entry (requested from the mode and --bind rules, `actual` what
   // ran). `shapes` maps value name -> the shape actually used ([ranks?, B, rows, cols]).
+  // `hashes` (--hash-nodes): value name -> content hash (support/content_hash.h) of the op's outputs.
   void recordOp(const plan::Op &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
-                const std::optional<AuditError> &audit = std::nullopt);
+                const std::optional<AuditError> &audit = std::nullopt,
+                std::map<std::string, std::string> hashes = {});
   // Builds the sealed document: `missing` = expected nodes without entry, `complete`, `accepted`. recordOp keeps
   // compact records and the node entries are built here: a forward whose caller never reads its ledger (the
   // Python package) pays for the strict rule (verdict) only, not for a megabyte of JSON and its seal.
@@ -101,6 +104,7 @@ private:
     Binding actual;
     std::map<std::string, std::vector<int64_t>> shapes;
     std::optional<AuditError> audit;
+    std::map<std::string, std::string> hashes;
   };
   nlohmann::json header_;
   std::vector<Record> records_;
