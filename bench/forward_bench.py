@@ -156,7 +156,7 @@ def main():
     if a.generate_steps > 1:
         out = os.path.join(tmp, "traj")
         t0 = time.time()
-        p = subprocess.run([a.h3c, "generate", "--config", a.config, "--synthetic", "7", "--plan", a.plan, "--request",
+        p = subprocess.run([a.h3c, "generate", "--config", a.config, "--synthetic", "7", "--plan", a.plan, "--inputs",
                             req, "--steps", str(a.generate_steps), "--seed", "3", "--device", "gpu", "--mode", "strict",
                             "--out", out], capture_output=True, text=True)
         wall = (time.time() - t0) * 1e3

@@ -29,7 +29,7 @@ if [ ! -f "$seed/done" ]; then
   if [ -x "$root/build/bin/h3c" ] && "$root/build/bin/h3c" compile "$seed/fp.json" -o "$seed/plan" >/dev/null 2>&1; then
     $h3c run --config tiny --synthetic 1 --plan "$seed/plan" --inputs "$seed/r.safetensors" --out "$seed/o.safetensors" \
       --ledger "$seed/ledger.json" >/dev/null
-    $h3c generate --config tiny --synthetic 1 --plan "$seed/plan" --request "$seed/r.safetensors" --steps 2 --seed 1 \
+    $h3c generate --config tiny --synthetic 1 --plan "$seed/plan" --inputs "$seed/r.safetensors" --steps 2 --seed 1 \
       --out "$seed/traj" >/dev/null
   fi
   touch "$seed/done"

@@ -63,8 +63,8 @@ for cfg in tiny small; do
   # 3. trajectories from the pipeline's noise, and the SDE, on the GPU; recomputed in Python
   r=$d/fl2va
   rm -rf "$r.traj_ode" "$r.traj_sde"
-  check "[$cfg] h3c generate --noise (the pipeline's noise), ODE, GPU" "$H3C" generate --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --request "$r.req.safetensors" --noise "$r.noise.safetensors" --steps 8 --save-tensors --device gpu --out "$r.traj_ode"
-  check "[$cfg] h3c generate --sampler sde --seeds, GPU" "$H3C" generate --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --request "$r.req.safetensors" --steps 8 --seeds 21 --sampler sde --noise-level 0.7 --save-tensors --device gpu --out "$r.traj_sde"
+  check "[$cfg] h3c generate --noise (the pipeline's noise), ODE, GPU" "$H3C" generate --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --inputs "$r.req.safetensors" --noise "$r.noise.safetensors" --steps 8 --save-tensors --device gpu --out "$r.traj_ode"
+  check "[$cfg] h3c generate --sampler sde --seeds, GPU" "$H3C" generate --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --inputs "$r.req.safetensors" --steps 8 --seeds 21 --sampler sde --noise-level 0.7 --save-tensors --device gpu --out "$r.traj_sde"
   for t in ode sde; do
     check "[$cfg] $t trajectory verifies" "$H3C" trajectory verify "$r.traj_$t"
     check "[$cfg] $t trajectory recomputed step by step in Python" python3 "$root/scripts/h3c_sealed.py" trajectory "$r.traj_$t" --recompute

@@ -72,7 +72,7 @@ e2e_config() {
   done
   # The SDE sampler on the GPU: sealed log-probabilities recomputed in Python from the saved tensors.
   rm -rf "$d/traj_sde"
-  check "[$cfg] GPU generate --sampler sde (fl2va, batch 2)" "$H3C" generate --config "$cfg" --synthetic 7 --plan "$plan" --request "$d/req_fl2va.safetensors" --steps 5 --seeds 3,4 --sampler sde --save-tensors --device gpu --out "$d/traj_sde"
+  check "[$cfg] GPU generate --sampler sde (fl2va, batch 2)" "$H3C" generate --config "$cfg" --synthetic 7 --plan "$plan" --inputs "$d/req_fl2va.safetensors" --steps 5 --seeds 3,4 --sampler sde --save-tensors --device gpu --out "$d/traj_sde"
   check "[$cfg] SDE trajectory recomputed in Python" python3 "$root/scripts/h3c_sealed.py" trajectory "$d/traj_sde" --recompute
 }
 

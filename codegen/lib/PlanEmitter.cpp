@@ -7,6 +7,7 @@
 #include "h3c/Passes/PlanOp.h"
 #include "h3c/kernels/emit.h"
 #include "h3c/support/error.h"
+#include "h3c/support/version.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -100,6 +101,7 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
   EmittedPlan out;
   plan::Plan &p = out.plan;
   p.fingerprintSha256 = fingerprintSha256;
+  p.producer = versionJson();
   p.config = fp.config;
   p.options = o;
   p.ranks = plan::rankGrid(o.sp, o.tp);

@@ -545,7 +545,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   const std::string root = file + "#";
   if (!j.is_object()) fail(root, "expected a JSON object");
   onlyKeys(j, {"schema", "fingerprint_sha256", "plan_sha256", "config", "options", "ranks", "values", "slots",
-               "weights", "functions", "kernels", "stats"},
+               "weights", "functions", "kernels", "stats", "producer"},
            root);
   Plan p;
   p.dir = dir;
@@ -557,6 +557,10 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   if (actual != p.planSha256)
     fail(root + "/plan_sha256", "recorded {} but the plan hashes to {}: the plan was modified", p.planSha256, actual);
   p.fingerprintSha256 = str(member(j, "fingerprint_sha256", root), root + "/fingerprint_sha256");
+  if (j.contains("producer")) {
+    if (!j["producer"].is_object()) fail(root + "/producer", "expected an object");
+    p.producer = j["producer"];
+  }
   p.config = h3::configFromJson(member(j, "config", root), root + "/config");
 
   const json &opts = member(j, "options", root);

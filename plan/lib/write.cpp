@@ -169,6 +169,8 @@ json planToJson(const Plan &p) {
   json j;
   j["schema"] = kPlanSchema;
   j["fingerprint_sha256"] = p.fingerprintSha256;
+  if (!p.producer.is_null())
+    j["producer"] = p.producer;
   j["config"] = h3::configToJson(p.config);
   j["options"] = {{"arch", p.options.arch}, {"sp", p.options.sp}, {"tp", p.options.tp}, {"fuse", p.options.fuse},
                   {"wgmma", p.options.wgmma}};

@@ -6,6 +6,7 @@
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/sha256.h"
+#include "h3c/support/version.h"
 
 #include <map>
 #include <set>
@@ -102,7 +103,8 @@ LedgerBuilder::LedgerBuilder(const plan::Plan &plan, Mode mode, std::string devi
   json rules = json::array();
   for (const auto &r : binds_)
     rules.push_back(r.glob + "=" + bindingName(r.binding));
-  header_ = {{"plan_sha256", plan.planSha256},
+  header_ = {{"h3c", versionJson()},
+             {"plan_sha256", plan.planSha256},
              {"fingerprint_sha256", plan.fingerprintSha256},
              {"config", h3::configToJson(plan.config)},
              {"arch", plan.options.arch},

@@ -250,7 +250,7 @@ class SamplerAndTrajectories(unittest.TestCase):
     def test_generate_steps_recomputed_in_python(self):
         """`h3c generate` (SDE, saved tensors) re-stepped with the Python sampler, bit for bit."""
         traj = f"{TMP}/traj"
-        tool("generate", "--config", "tiny", "--synthetic", 5, "--plan", f"{TMP}/plan", "--request",
+        tool("generate", "--config", "tiny", "--synthetic", 5, "--plan", f"{TMP}/plan", "--inputs",
              f"{TMP}/a.safetensors", "--steps", 4, "--seed", 9, "--sampler", "sde", "--noise-level", 0.7,
              "--save-tensors", "--device", "cpu", "--out", traj)
         s = h3c.Scheduler(12.0)
@@ -275,7 +275,7 @@ class SamplerAndTrajectories(unittest.TestCase):
         self.assertTrue(v["complete"])
         # ODE: one Euler step of the Python scheduler equals a step of the trajectory.
         ode = f"{TMP}/traj-ode"
-        tool("generate", "--config", "tiny", "--synthetic", 5, "--plan", f"{TMP}/plan", "--request",
+        tool("generate", "--config", "tiny", "--synthetic", 5, "--plan", f"{TMP}/plan", "--inputs",
              f"{TMP}/a.safetensors", "--steps", 3, "--seed", 9, "--save-tensors", "--device", "cpu", "--out", ode)
         st = read_st(f"{ode}/steps/step-00000.safetensors")
         x0 = read_st(f"{ode}/initial.safetensors")["audio"]

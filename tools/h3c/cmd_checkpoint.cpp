@@ -61,7 +61,7 @@ void setup(CLI::App &app) {
 
   auto *snap = app.add_subcommand("snapshot", "Names, shapes, dtypes and sha256 of every tensor, and a content hash");
   snap->add_option("DIR", o->dir, "model folder")->required();
-  snap->add_option("-o,--output", o->out, "write the snapshot JSON here (default: stdout)");
+  snap->add_option("-o,--out", o->out, "write the snapshot JSON here (default: stdout)");
   snap->callback([o] {
     checkOutputsApart({{"DIR", o->dir}}, {{"-o", o->out}});
     std::string text = h3::snapshotCheckpoint(o->dir).dump(2) + "\n";
@@ -76,7 +76,9 @@ void setup(CLI::App &app) {
   auto *check = app.add_subcommand("check", "Compare the stored tensors with the tensor list (exit 1 on a difference)");
   check->add_option("DIR", o->dir, "model folder")->required();
   check->add_option("--fingerprint", o->fingerprint, "compare with this fingerprint's tensors (default: config.json)");
-  check->callback([o] {
+  auto checkJson = std::make_shared<bool>(false);
+  check->add_flag("--json", *checkJson, "print the report as JSON");
+  check->callback([o, checkJson] {
     h3::CheckReport r;
     if (!o->fingerprint.empty()) {
       h3::Fingerprint fp = h3::loadFingerprint(o->fingerprint);
@@ -84,6 +86,15 @@ void setup(CLI::App &app) {
       r = h3::checkCheckpoint(o->dir, &e);
     } else {
       r = h3::checkCheckpoint(o->dir);
+    }
+    if (!r.ok())
+      tool::exitCode() = kExitMismatch;
+    if (*checkJson) {
+      std::printf("%s\n", nlohmann::json{{"ok", r.ok()}, {"expected", r.expected}, {"missing", r.missing},
+                                         {"unexpected", r.unexpected}, {"mismatched", r.mismatched}}
+                               .dump(1)
+                               .c_str());
+      return;
     }
     if (r.ok()) {
       std::printf("ok: all %zu tensors match\n", r.expected);
@@ -94,13 +105,12 @@ void setup(CLI::App &app) {
     printList("mismatched", r.mismatched);
     std::printf("checkpoint differs: %zu missing, %zu unexpected, %zu mismatched\n", r.missing.size(),
                 r.unexpected.size(), r.mismatched.size());
-    tool::exitCode() = kExitMismatch;
   });
 
   auto *synth = app.add_subcommand("synth", "Write a diffusers folder with deterministic synthetic weights");
   synth->add_option("--config", o->config, "full, small, tiny or a config JSON file")->required();
   synth->add_option("--seed", o->seed, "generator seed")->required();
-  synth->add_option("--out", o->out, "output folder (must not exist)")->required();
+  synth->add_option("-o,--out", o->out, "output folder (must not exist)")->required();
   synth->add_option("--shard-size", o->shard, "max bytes of tensor data per shard (default 5GB)");
   synth->callback([o] {
     checkOutputsApart({{"--config", o->config}}, {{"--out", o->out}});
@@ -117,9 +127,9 @@ void setup(CLI::App &app) {
   map->add_option("--config", o->mapConfig,
                   "full, small, tiny or a config JSON file, instead of IN/config.json (e.g. for a raw release)");
   map->add_option("IN", o->in, "input folder")->required();
-  map->add_option("OUT", o->out, "output folder (must not exist)")->required();
+  map->add_option("-o,--out", o->out, "output folder (must not exist)")->required();
   map->callback([o] {
-    checkOutputsApart({{"IN", o->in}, {"--config", o->mapConfig}}, {{"OUT", o->out}});
+    checkOutputsApart({{"IN", o->in}, {"--config", o->mapConfig}}, {{"--out", o->out}});
     uint64_t cap = o->shard.empty() ? st::kDefaultShardSize : parseSize(o->shard);
     std::optional<h3::QkvLayout> layout;
     if (!o->qkv.empty())

@@ -19,7 +19,7 @@ h3c::tool::Command cmd("fingerprint", "Architecture fingerprint: derive from a c
   auto *derive = app.add_subcommand("derive", "Derive the fingerprint of a config");
   static std::string config = "full", out;
   derive->add_option("--config", config, "full, small, tiny or a diffusers config.json")->capture_default_str();
-  derive->add_option("-o,--output", out, "Write here (atomically) instead of stdout");
+  derive->add_option("-o,--out", out, "Write here (atomically) instead of stdout");
   derive->callback([] {
     h3c::checkOutputsApart({{"--config", config}}, {{"-o", out}});
     auto c = h3c::h3::loadConfig(config);

@@ -1,6 +1,6 @@
 // `h3c generate`: run the MiniMax-H3 sampler (rectified-flow Euler, two schedules; or the Flow-GRPO SDE with per-step
 // log-probabilities) over a compiled plan and record a sealed trajectory; `h3c generate --resume TRAJ/` continues an
-// interrupted one from its last sealed step (--plan / --request / --checkpoint where those files moved).
+// interrupted one from its last sealed step (--plan / --inputs / --checkpoint where those files moved).
 #include "command.h"
 
 #include "h3c/support/error.h"
@@ -29,7 +29,7 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   auto *sy = app.add_option("--synthetic", o->synthetic, "synthetic weights with this seed");
   ck->excludes(sy);
   app.add_option("--plan", o->g.plan, "plan folder written by `h3c compile` (with --resume: where it moved)");
-  app.add_option("--request", o->g.request, "request .safetensors: the packed layout and latent shapes");
+  app.add_option("--inputs", o->g.request, "request .safetensors: the packed layout and latent shapes");
   auto *st = app.add_option("--steps", o->g.steps, "sigma grid points, terminal 0 included (N - 1 model evaluations)");
   auto *vs = app.add_option("--video-shift", o->g.videoShift, "sigma shift of the video schedule")->capture_default_str();
   auto *as = app.add_option("--audio-shift", o->g.audioShift, "sigma shift of the audio schedule")->capture_default_str();
@@ -39,7 +39,7 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   auto *nz = app.add_option("--noise", o->g.noise, "initial latents of the generated rows (safetensors video/audio)");
   auto *sa = app.add_option("--sampler", o->g.sampler, "ode (diffusers' Euler) | sde (Flow-GRPO, with log-probs)");
   auto *nl = app.add_option("--noise-level", o->g.noiseLevel, "SDE noise level a")->capture_default_str();
-  auto *ou = app.add_option("--out", o->out, "trajectory folder to create");
+  auto *ou = app.add_option("-o,--out", o->out, "trajectory folder to create");
   auto *sv = app.add_flag("--save-tensors", o->g.saveTensors, "also store velocities and latents of every step");
   auto *dv = app.add_option("--device", o->g.run.device, "cpu | gpu");
   auto *md = app.add_option("--mode", o->mode, "strict | audit | off");
@@ -53,7 +53,7 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   app.add_option("--sign-key", o->g.signKey, "Ed25519 private key (PEM): sign the finished trajectory (final.json.sig)");
   auto *rs = app.add_option("--resume", o->resume, "continue this trajectory from its last sealed step");
   for (auto *opt : {cfg, sy, st, vs, as, sd, ss, nz, sa, nl, ou, sv, dv, md, sp, tp, bd, bf})
-    rs->excludes(opt);  // --plan, --request, --checkpoint may accompany --resume: files that moved (hash-checked)
+    rs->excludes(opt);  // --plan, --inputs, --checkpoint may accompany --resume: files that moved (hash-checked)
   app.callback([o] {
     o->g.progress = ::isatty(2);
     if (!o->g.signKey.empty())
@@ -61,7 +61,7 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
     if (const char *stop = std::getenv("H3C_GENERATE_STOP_AFTER"))  // tests: simulate a kill after N steps
       o->g.stopAfter = std::atoll(stop);
     if (!o->resume.empty()) {
-      h3c::checkOutputsApart({{"--plan", o->g.plan}, {"--request", o->g.request}, {"--checkpoint", o->g.checkpoint}},
+      h3c::checkOutputsApart({{"--plan", o->g.plan}, {"--inputs", o->g.request}, {"--checkpoint", o->g.checkpoint}},
                              {{"--resume", o->resume}, {"--ledger", o->g.ledgerDir}});
       int64_t n = h3c::rt::resumeGenerate(o->resume, o->g);
       std::printf("%s: %lld steps sealed\n", o->resume.c_str(), static_cast<long long>(n));
@@ -69,12 +69,12 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
     }
     for (auto [given, name] : {std::pair<bool, const char *>{!o->g.config.empty(), "--config"},
                                {!o->g.plan.empty(), "--plan"},
-                               {!o->g.request.empty(), "--request"},
+                               {!o->g.request.empty(), "--inputs"},
                                {o->g.steps > 0, "--steps"},
                                {!o->out.empty(), "--out"}})
       if (!given)
         h3c::fail("h3c generate", "{} is required (or --resume TRAJ)", name);
-    h3c::checkOutputsApart({{"--config", o->g.config}, {"--plan", o->g.plan}, {"--request", o->g.request},
+    h3c::checkOutputsApart({{"--config", o->g.config}, {"--plan", o->g.plan}, {"--inputs", o->g.request},
                             {"--checkpoint", o->g.checkpoint}, {"--noise", o->g.noise}},
                            {{"--out", o->out}, {"--ledger", o->g.ledgerDir}});
     o->g.synthetic = o->synthetic;

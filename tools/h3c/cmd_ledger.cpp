@@ -25,9 +25,26 @@ h3c::tool::Command cmd("ledger", "Operator ledgers: verify the seal and the stri
   CLI::App *verify = app.add_subcommand("verify", "Check the seal and the strict rule (exit 1 on failure)");
   verify->add_option("ledger", *path, "ledger.json")->required();
   verify->add_option("--public-key", *publicKey, "Ed25519 public key (PEM): also check ledger.json.sig");
-  verify->callback([path, publicKey] {
+  auto verifyJson = std::make_shared<bool>(false);
+  verify->add_flag("--json", *verifyJson, "print the verdict as JSON");
+  verify->callback([path, publicKey, verifyJson] {
     const nlohmann::json ledger = readLedger(*path);
     h3c::rt::LedgerVerdict v = h3c::rt::verifyLedger(ledger);
+    if (*verifyJson) {
+      nlohmann::json j = {{"seal_ok", v.sealOk},     {"complete", v.complete},   {"strict_ok", v.strictOk},
+                          {"ok", v.ok()},            {"offenders", v.offenders}, {"problems", v.problems}};
+      bool good = v.ok();
+      if (!publicKey->empty()) {
+        const std::string bad = v.sealOk ? h3c::checkSignature(*path, ledger.at("seal"), *publicKey)
+                                         : "the seal is broken: the signature cannot vouch for this content";
+        j["signature"] = bad.empty() ? "ok" : bad;
+        good = good && bad.empty();
+      }
+      std::printf("%s\n", j.dump(1).c_str());
+      if (!good)
+        h3c::tool::exitCode() = h3c::kExitMismatch;
+      return;
+    }
     for (const auto &p : v.problems)
       std::printf("FAIL: %s\n", p.c_str());
     size_t shown = 0;

@@ -44,7 +44,7 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
   ck->excludes(sy);
   app.add_option("--plan", o->plan, "plan folder written by `h3c compile`")->required();
   app.add_option("--inputs", o->inputs, "request .safetensors (h3c request make)")->required();
-  app.add_option("--out", o->out, "output .safetensors (sample, audio_sample)")->required();
+  app.add_option("-o,--out", o->out, "output .safetensors (sample, audio_sample)")->required();
   app.add_option("--device", o->device, "cpu | gpu");
   app.add_option("--mode", o->mode, "strict | audit | off");
   app.add_option("--sp", o->sp, "sequence-parallel degree (must equal the plan's; default: the plan's)");

@@ -3,6 +3,7 @@
 
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/support/version.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -30,6 +31,8 @@ int main(int argc, char **argv) {
   CLI::App app{"h3c: a deterministic compiler and runtime for the MiniMax-H3 diffusion transformer"};
   app.require_subcommand(1);
   app.allow_extras(false);
+  app.set_version_flag("--version", std::string("h3c ") + h3c::versionString() + " (build " + h3c::buildString() + ")");
+  app.option_defaults()->always_capture_default();  // `--help` shows every option's default
   auto cmds = h3c::tool::registry();
   std::sort(cmds.begin(), cmds.end(), [](auto *a, auto *b) { return a->name < b->name; });
   for (const auto *c : cmds) {

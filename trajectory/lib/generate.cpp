@@ -11,6 +11,7 @@
 #include "h3c/support/json_read.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
+#include "h3c/support/version.h"
 #include "h3c/support/files.h"
 #include "h3c/support/safetensors.h"
 #include "h3c/support/sha256.h"
@@ -182,9 +183,12 @@ void progress(bool on, int64_t done, int64_t total, std::chrono::steady_clock::t
   const int width = 30;
   const int fill = total ? int(width * done / total) : width;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "\rstep %lld/%lld [%s%s] %.1fs", static_cast<long long>(done), static_cast<long long>(total),
-               std::string(size_t(fill), '#').c_str(), std::string(size_t(width - fill), ' ').c_str(), s);
-  if (done == total)
+  // A bar redrawn in place on a terminal; one line per step anywhere else (a log file, a CI job).
+  static const bool tty = isatty(fileno(stderr)) != 0;
+  std::fprintf(stderr, "%sstep %lld/%lld [%s%s] %.1fs%s", tty ? "\r" : "", static_cast<long long>(done),
+               static_cast<long long>(total), std::string(size_t(fill), '#').c_str(),
+               std::string(size_t(width - fill), ' ').c_str(), s, tty ? "" : "\n");
+  if (tty && done == total)
     std::fprintf(stderr, "\n");
   std::fflush(stderr);
 }
@@ -317,6 +321,7 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
                                            : json{{"kind", "file"}, {"sha256", sha256File(o.noise)}};
   header["config"] = h3::configToJson(p->config);
   header["fingerprint_sha256"] = p->plan.fingerprintSha256;
+  header["h3c"] = versionJson();  // the build that started the trajectory (each step's ledger names its own)
   header["plan_sha256"] = p->plan.planSha256;
   header["run"] = runDescription(o, *p);
   TrajectoryWriter w = TrajectoryWriter::create(out, header, x);

@@ -512,7 +512,7 @@ TEST(CheckpointMap, FailsClosed) {
                       st::kDefaultShardSize, cfg);
     expectSameTensors(t.path / "d", t.path / "fromRaw");
     std::string out;
-    EXPECT_EQ(runTool("checkpoint map --to diffusers --config tiny " + q(t.path / "raw") + " " + q(t.path / "fr2"),
+    EXPECT_EQ(runTool("checkpoint map --to diffusers --config tiny " + q(t.path / "raw") + " -o " + q(t.path / "fr2"),
                       &out),
               0)
         << out;
@@ -569,7 +569,7 @@ TEST(CheckpointTool, SynthSnapshotCheck) {
   EXPECT_EQ(runTool("checkpoint synth --config huge --seed 1 --out " + q(t.path / "x"), &out), 2);
   EXPECT_FALSE(fs::exists(t.path / "x"));
   EXPECT_EQ(runTool("checkpoint synth --config tiny --seed 1 --shard-size 0 --out " + q(t.path / "x"), &out), 2);
-  EXPECT_EQ(runTool("checkpoint map --to native --qkv-layout rows " + q(t.path / "ck") + " " + q(t.path / "x"), &out),
+  EXPECT_EQ(runTool("checkpoint map --to native --qkv-layout rows " + q(t.path / "ck") + " -o " + q(t.path / "x"), &out),
             2);
   EXPECT_FALSE(fs::exists(t.path / "x"));
 }
@@ -598,17 +598,17 @@ TEST(CheckpointTool, CheckListsMissingUnexpectedMismatched) {
   EXPECT_EQ(r.mismatched.size(), 1u);
 
   // Native folders are checked in native naming, through the tool's map.
-  ASSERT_EQ(runTool("checkpoint map --to native " + q(t.path / "d") + " " + q(t.path / "n"), &out), 0) << out;
+  ASSERT_EQ(runTool("checkpoint map --to native " + q(t.path / "d") + " -o " + q(t.path / "n"), &out), 0) << out;
   EXPECT_EQ(runTool("checkpoint check " + q(t.path / "n"), &out), 0) << out;
   Edit ne;
   ne.drop = {"rope.inv_freq"};
   copyEdited(t.path / "n", t.path / "n2", ne, "model");
   EXPECT_EQ(runTool("checkpoint check " + q(t.path / "n2"), &out), 1) << out;
   EXPECT_NE(out.find("missing (1):\n  rope.inv_freq"), std::string::npos) << out;
-  ASSERT_EQ(runTool("checkpoint map --to diffusers " + q(t.path / "n") + " " + q(t.path / "d2"), &out), 0) << out;
+  ASSERT_EQ(runTool("checkpoint map --to diffusers " + q(t.path / "n") + " -o " + q(t.path / "d2"), &out), 0) << out;
   expectSameTensors(t.path / "d", t.path / "d2");
   // A failed map through the tool: exit 2, no output.
-  EXPECT_EQ(runTool("checkpoint map --to native " + q(t.path / "bad") + " " + q(t.path / "n3"), &out), 2);
+  EXPECT_EQ(runTool("checkpoint map --to native " + q(t.path / "bad") + " -o " + q(t.path / "n3"), &out), 2);
   EXPECT_FALSE(fs::exists(t.path / "n3"));
 }
 

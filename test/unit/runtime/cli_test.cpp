@@ -161,7 +161,7 @@ TEST(RuntimeCli, CheckpointFolderEqualsSyntheticSeed) {
                    t / "b.json", &out)) << out;
   EXPECT_EQ(bytesOf(t / "a.safetensors"), bytesOf(t / "b.safetensors"));
   // The same weights in the native (vLLM-Omni / release) naming, read through the mapper: same bytes.
-  ASSERT_EQ(0, runTool("checkpoint map " + t / "ckpt" + " " + t / "native" + " --to native", &out)) << out;
+  ASSERT_EQ(0, runTool("checkpoint map " + t / "ckpt" + " -o " + t / "native" + " --to native", &out)) << out;
   ASSERT_EQ(0, runTool("run --config tiny --checkpoint " + t / "native" + base + " --out " + t / "c.safetensors --ledger " +
                     t / "c.json", &out)) << out;
   EXPECT_EQ(bytesOf(t / "a.safetensors"), bytesOf(t / "c.safetensors"));
@@ -253,8 +253,8 @@ void poke(const fs::path &file, const std::string &name, size_t index, const voi
 TEST(HostileCli, ConcatNativeCheckpointReadsCorrectly) {
   Rig s;
   std::string out;
-  ASSERT_EQ(0, runTool("checkpoint map --to native --qkv-layout concat " + s / "ck" + " " + s / "concat", &out)) << out;
-  ASSERT_EQ(0, runTool("checkpoint map --to native --qkv-layout interleaved " + s / "ck" + " " + s / "inter", &out));
+  ASSERT_EQ(0, runTool("checkpoint map --to native --qkv-layout concat " + s / "ck" + " -o " + s / "concat", &out)) << out;
+  ASSERT_EQ(0, runTool("checkpoint map --to native --qkv-layout interleaved " + s / "ck" + " -o " + s / "inter", &out));
   ASSERT_EQ(0, s.run("--checkpoint " + s / "ck", "a", &out)) << out;
   ASSERT_EQ(0, s.run("--checkpoint " + s / "concat", "b", &out)) << out;
   ASSERT_EQ(0, s.run("--checkpoint " + s / "inter", "c", &out)) << out;
@@ -376,7 +376,7 @@ TEST(HostileCli, SignedLedgersAndTrajectories) {
   EXPECT_EQ(2, s.run("--synthetic 6", "b", &out, " --sign-key " + s / "key.pub"));
   EXPECT_FALSE(fs::exists(s / "b.json"));
 
-  const std::string gen = "generate --config tiny --synthetic 6 --plan " + s / "plan" + " --request " +
+  const std::string gen = "generate --config tiny --synthetic 6 --plan " + s / "plan" + " --inputs " +
                           s / "r.safetensors" + " --steps 3 --seed 1 --sign-key " + s / "key.pem --out ";
   // Interrupted (nothing signed yet), resumed with the key: signed when it finishes.
   ASSERT_EQ(0, runTool(gen + s / "traj", &out, "H3C_GENERATE_STOP_AFTER=1")) << out;

@@ -421,7 +421,7 @@ TEST_F(Generate, DriftIgnoresWhereTheFilesCameFrom) {
 
 TEST_F(Generate, Cli) {
   const std::string common = "generate --config tiny --synthetic 3 --plan " + (root / "plan").string() +
-                             " --request " + (root / "req.safetensors").string() + " --steps 4 --seed 2 --threads 2";
+                             " --inputs " + (root / "req.safetensors").string() + " --steps 4 --seed 2 --threads 2";
   std::string out;
   ASSERT_EQ(runTool(common + " --out " + (root / "a").string(), &out), 0) << out;
   ASSERT_EQ(runTool(common + " --out " + (root / "b").string(), &out, "H3C_GENERATE_STOP_AFTER=1"), 0) << out;
@@ -436,7 +436,7 @@ TEST_F(Generate, Cli) {
   EXPECT_EQ(runTool("generate --resume " + (root / "b").string() + " --seed 3", &out), 2) << out;
   EXPECT_EQ(runTool(common + " --out " + (root / "a").string(), &out), 2) << out;  // exists
   // The SDE sampler with per-item seeds, resumed after a kill with the plan given at its (same) place.
-  const std::string sde = "generate --config tiny --synthetic 3 --plan " + (root / "plan").string() + " --request " +
+  const std::string sde = "generate --config tiny --synthetic 3 --plan " + (root / "plan").string() + " --inputs " +
                           (root / "req.safetensors").string() + " --steps 4 --seeds 5 --sampler sde --noise-level 0.5";
   ASSERT_EQ(runTool(sde + " --out " + (root / "s").string(), &out), 0) << out;
   ASSERT_EQ(runTool(sde + " --out " + (root / "s2").string(), &out, "H3C_GENERATE_STOP_AFTER=1"), 0) << out;
@@ -445,7 +445,7 @@ TEST_F(Generate, Cli) {
   EXPECT_EQ(folderBytes(root / "s"), folderBytes(root / "s2"));
   EXPECT_EQ(runTool("trajectory verify " + (root / "s").string(), &out), 0) << out;
   EXPECT_EQ(runTool(sde + " --seed 1 --out " + (root / "s3").string(), &out), 2) << out;  // --seed and --seeds
-  EXPECT_EQ(runTool("generate --config tiny --synthetic 3 --plan " + (root / "plan").string() + " --request " +
+  EXPECT_EQ(runTool("generate --config tiny --synthetic 3 --plan " + (root / "plan").string() + " --inputs " +
                         (root / "req.safetensors").string() + " --steps 4 --out " + (root / "s4").string(), &out), 2)
       << out;  // no seed and no noise file
   EXPECT_FALSE(fs::exists(root / "s4"));

@@ -14,6 +14,8 @@
 #include "h3c/plan/ops.h"
 #include "h3c/support/dtype.h"
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <cstdint>
 #include <filesystem>
@@ -218,6 +220,9 @@ struct Plan {
   std::filesystem::path dir;  // the plan folder (kernel files are relative to it); empty for in-memory plans
   std::string planSha256;
   std::string fingerprintSha256;
+  // The compiler that wrote the plan ({"version", "build"}: support/version.h); null for plans made in memory. Read
+  // back as given, never interpreted.
+  nlohmann::json producer;
   h3::Config config;
   Options options;
   std::vector<Rank> ranks;  // rankGrid(options.sp, options.tp) (the reader checks the plan lists exactly these)
