@@ -53,6 +53,25 @@ e2e_config() {
   check "[$cfg] GPU ledger hashes of the outputs == Python's hash of the file" python3 "$root/test/lit/Inputs/ledger_output_hashes.py" "$d/gpu_h1.json" "$d/gpu_h1.safetensors"
   check "[$cfg] ledger diff of two hashed GPU runs: same" "$H3C" ledger diff "$d/gpu_h1.json" "$d/gpu_h2.json"
   check "[$cfg] CPU run --hash-nodes" run "$cfg" "$plan" "$d/req.safetensors" "$d/cpu_h.safetensors" "$d/cpu_h.json" cpu --hash-nodes
+  # Audit mode on the GPU (issue 17): every kernel op's outputs against the CPU's fp64 reference of the op on the
+  # GPU's own inputs, recorded per node as the CPU executor records its own.
+  check "[$cfg] GPU --mode audit run" "$H3C" run --config "$cfg" --synthetic 7 --plan "$plan" --inputs "$d/req.safetensors" --out "$d/gpu_audit.safetensors" --device gpu --mode audit --ledger "$d/gpu_audit.json"
+  check "[$cfg] CPU --mode audit run" "$H3C" run --config "$cfg" --synthetic 7 --plan "$plan" --inputs "$d/req.safetensors" --out "$d/cpu_audit.safetensors" --device cpu --mode audit --ledger "$d/cpu_audit.json"
+  check "[$cfg] GPU audit: the CPU's audited nodes, each within 5e-2 of the fp64 reference" python3 -c "
+import json, math, sys
+g, c = (json.load(open(f))['nodes'] for f in ('$d/gpu_audit.json', '$d/cpu_audit.json'))
+ga = {n['id']: n['audit'] for n in g if 'audit' in n}
+ca = {n['id']: n['audit'] for n in c if 'audit' in n}
+worst = max(ga.items(), key=lambda kv: kv[1]['max_rel'] if math.isfinite(kv[1]['max_rel']) else math.inf)
+print(f'{len(ga)} GPU nodes audited (CPU: {len(ca)}); worst {worst[0]}: max_rel {worst[1][\"max_rel\"]:.3e}')
+same = sum(1 for k in ga if k in ca and ga[k] == ca[k])
+print(f'{same} nodes with the CPU audit numbers exactly (the GPU computed the same bits on the same inputs)')
+missing = sorted(set(n['id'] for n in g if n.get('kernel')) - set(ga))
+sys.exit(1 if missing or not all(math.isfinite(a['max_rel']) and a['max_rel'] <= 5e-2 for a in ga.values()) else 0)"
+  # Ablation on the GPU: block 0 bound to the fp64 reference changes the binding and the hashes from there on, and
+  # `ledger diff` names the block's first node.
+  check "[$cfg] GPU run with block 0 on the fp64 reference (audit mode)" "$H3C" run --config "$cfg" --synthetic 7 --plan "$plan" --inputs "$d/req.safetensors" --out "$d/gpu_ref.safetensors" --device gpu --mode audit --bind 'transformer_blocks.0.*=reference' --hash-nodes --ledger "$d/gpu_ref.json"
+  check "[$cfg] ledger diff names block 0's first node, and where the bits part" bash -c "'$H3C' ledger diff '$d/gpu_h1.json' '$d/gpu_ref.json' | tee /dev/stderr | grep -q \"first difference at node 'transformer_blocks.0.adaln_proj'\""
   "$H3C" ledger diff "$d/cpu_h.json" "$d/gpu_h1.json" --json > "$d/cpu_gpu_diff.json"
   echo "    CPU vs GPU (exit $?): $(python3 -c "import json; d = json.load(open('$d/cpu_gpu_diff.json')); f = d['first_output']; print(f'{d[\"differing\"]} of {d[\"compared\"]} nodes differ; first output difference: ' + (f'{f[\"id\"]} ({f[\"op\"]})' if f else 'none'))")"
   check "[$cfg] GPU batch-4 run" run "$cfg" "$plan" "$d/req4.safetensors" "$d/gpu4.safetensors" "$d/gpu4_ledger.json" gpu

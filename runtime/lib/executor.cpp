@@ -16,23 +16,6 @@ namespace h3c::rt {
 
 namespace {
 
-AuditError compare(const HostValue &got, const HostValue &ref, const std::string &name) {
-  AuditError e;
-  e.output = name;
-  double refMax = 0;
-  if (got.dtype == DType::I64)
-    return e;
-  for (size_t i = 0; i < got.f.size() && i < ref.f.size(); ++i) {
-    double d = std::fabs(double(got.f[i]) - double(ref.f[i]));
-    if (!(d <= e.maxAbs))  // NaN propagates as "infinite" error
-      e.maxAbs = std::isnan(d) ? INFINITY : d;
-    refMax = std::max(refMax, std::fabs(double(ref.f[i])));
-  }
-  // Relative to the reference's largest magnitude (element-wise ratios explode near zero crossings).
-  e.maxRel = refMax > 0 ? e.maxAbs / refMax : e.maxAbs;
-  return e;
-}
-
 // The content hash of a value's bytes in its plan dtype, as the GPU executor stores it (BF16 values are held as floats
 // that BF16 represents exactly: the conversion is exact).
 std::string hashValue(const HostValue &v, DType dtype) {
@@ -96,7 +79,7 @@ public:
             ref.precision = Precision::Fp64;
             runCpuOp(op, ref, auditIn);
             for (const auto &o : op.out) {
-              AuditError e = compare(vals.at(o), auditIn.at(o), o);
+              AuditError e = auditCompare(vals.at(o), auditIn.at(o), o);
               if (!audit || e.maxRel > audit->maxRel || (std::isnan(e.maxRel)))
                 audit = e;
             }

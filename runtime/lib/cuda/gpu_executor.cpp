@@ -5,7 +5,10 @@
 // request's extents); weights live in one allocation per plan weight buffer (tensors back to back, as the plan lays
 // them out), uploaded from the WeightSource or generated on the device by the runtime's synthetic generator
 // (bit-identical to the host's). Host-computed values (rope tables, the timestep sinusoid, pack's row metadata) use
-// the same host code as the CPU executor and are uploaded. Every node is recorded with binding `row`.
+// the same host code as the CPU executor and are uploaded. Every node is recorded with binding `row`, except
+// nodes bound to `reference` (the CPU's fp64 op on the device's inputs, outputs uploaded). In audit mode every kernel
+// op's outputs are compared with that fp64 reference on the same inputs (a sync and copies per op: a diagnosis mode),
+// and with --hash-nodes every output is hashed on the device (runtime/cuda/value_hash.h).
 // The executor is resident (engine.h): the kernels stay loaded, the weights stay on the device while the plan and the
 // weight content (WeightSource::describe) stay the same, and the arena is reused (grown for a larger request). With a
 // DeviceIO, the caller's activations and outputs are bound in place of their arena regions and all work is ordered
@@ -29,6 +32,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <cmath>
+#include <thread>
 
 namespace h3c::rt {
 
@@ -135,8 +140,41 @@ public:
     size_t nextHash = 0;
     std::vector<std::map<std::string, std::vector<int64_t>>> opShapes;
     opShapes.reserve(fn.ops.size());
+    const bool audit = opt.mode == Mode::Audit;
+    std::vector<std::optional<AuditError>> opAudit(fn.ops.size());
+    std::vector<Binding> opBinding(fn.ops.size(), Binding::Row);
     for (const plan::Op &op : fn.ops) {
-      runOp(op);
+      // Audit mode: the op's inputs as they are on the device before it runs (its output may take a dead input's
+      // slot), then its outputs, against the CPU's fp64 reference of the op on those same inputs.
+      ValueMap auditIn;
+      // A node asked for `reference` (--bind GLOB=reference): the op runs as the CPU's fp64 implementation on the
+      // device's inputs and its outputs go back to the device; the ledger says `reference` (strict refuses it).
+      bool reference = false;
+      for (const auto &n : op.nodes) reference |= op.kernel && ledger.requested(n) == Binding::Reference;
+      opBinding[op.index] = reference ? Binding::Reference : Binding::Row;
+      if ((audit || reference) && op.kernel) {
+        hc::check(d.cuStreamSynchronize(stream_), "audit: before " + op.firstNode());
+        for (const auto &n : op.in) auditIn[n] = downloadValue(n);
+      }
+      if (reference) {
+        OpEnv env{p, req, weights, Precision::Fp64, 1, -1};
+        env.threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+        ValueMap vals = auditIn;
+        runCpuOp(op, env, vals);
+        for (const auto &o : op.out) upload(o, vals.at(o));
+      } else {
+        runOp(op);
+      }
+      if (audit && op.kernel) {
+        hc::check(d.cuStreamSynchronize(stream_), "audit: " + op.firstNode());
+        OpEnv env{p, req, weights, Precision::Fp64, opt.threads > 0 ? opt.threads : 0, -1};
+        if (env.threads == 0) env.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+        runCpuOp(op, env, auditIn);
+        for (const auto &o : op.out) {
+          const AuditError e = auditCompare(downloadValue(o), auditIn.at(o), o);
+          if (!opAudit[op.index] || e.maxRel > opAudit[op.index]->maxRel || std::isnan(e.maxRel)) opAudit[op.index] = e;
+        }
+      }
       if (hashK)
         for (const auto &o : op.out) {
           const DevValue &dv = values_.at(o);
@@ -167,7 +205,7 @@ public:
             contentHashHex(s[2 * k], s[2 * k + 1], values_.at(hashed[k].second).bytes);
     }
     for (const plan::Op &op : fn.ops)
-      ledger.recordOp(op, Binding::Row, opShapes[op.index], std::nullopt, std::move(opHashes[op.index]));
+      ledger.recordOp(op, opBinding[op.index], opShapes[op.index], opAudit[op.index], std::move(opHashes[op.index]));
     if (profile) report(fn, ev, t1 - t0, t2 - t1);
 
     Outputs o;
@@ -418,6 +456,36 @@ private:
       }
       return 0;
     }, stream_);
+  }
+
+  // A device value as a host value (BF16 widened to float exactly; the CPU ops read it as they read their own).
+  HostValue downloadValue(const std::string &name) {
+    const plan::Value &v = plan_->value(name);
+    const DevValue &dv = values_.at(name);
+    HostValue h;
+    h.dtype = v.dtype;
+    h.batch = v.batch ? req_->B : 1;
+    h.rows = extents_.rows(v.rows);
+    h.cols = v.cols;
+    const size_t n = size_t(h.numel());
+    if (n * dtypeSize(v.dtype) != dv.bytes) fail("value " + name, "device size {} B, expected {} elements", dv.bytes, n);
+    if (n == 0) return h;
+    const auto &d = hc::driver();
+    if (v.dtype == DType::I64) {
+      h.i.resize(n);
+      hc::check(d.cuMemcpyDtoH(h.i.data(), dv.ptr, n * 8), "download " + name);
+    } else if (v.dtype == DType::F32) {
+      h.f.resize(n);
+      hc::check(d.cuMemcpyDtoH(h.f.data(), dv.ptr, n * 4), "download " + name);
+    } else if (v.dtype == DType::BF16) {
+      std::vector<uint16_t> b(n);
+      hc::check(d.cuMemcpyDtoH(b.data(), dv.ptr, n * 2), "download " + name);
+      h.f.resize(n);
+      for (size_t i = 0; i < n; ++i) h.f[i] = bf16ToFloat(b[i]);
+    } else {
+      fail("value " + name, "no host form for {}", dtypeName(v.dtype));
+    }
+    return h;
   }
 
   Tensor download(const std::string &name, std::vector<int64_t> shape) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "h3c/plan/plan.h"
+#include "h3c/runtime/ledger.h"
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/weights.h"
 
@@ -57,6 +58,10 @@ void runLayoutOp(const plan::Op &op, const plan::Plan &p, const CanonicalRequest
 // canonical row order already, and the index inputs as the canonical positions of each modality's rows; `pack`'s
 // metadata outputs are then the same rows (a rope_table reading @position_ids or pack:positions gets one table).
 ValueMap graphInputValues(const CanonicalRequest &req);
+
+// Audit mode: the error of `got` (an executor's output value `name`) against `ref` (the same op's fp64 reference on
+// the same inputs): max abs difference, and that relative to the reference's largest magnitude (NaN as infinite).
+AuditError auditCompare(const HostValue &got, const HostValue &ref, const std::string &name);
 
 // Runs `fn(begin, end)` over [0, n) split into contiguous ranges on up to `threads` std::threads.
 void parallelFor(int64_t n, int threads, const std::function<void(int64_t, int64_t)> &fn);
