@@ -30,6 +30,8 @@ import json
 from . import _h3c
 from ._h3c import Error, Scheduler, linspace_f32
 
+__version__ = _h3c.version  # the h3c build's version (`h3c --version`); _h3c.build is its git commit
+
 __all__ = ["Transformer", "TransformerOutput", "Error", "Scheduler", "scheduler_step", "sde_constants", "sde_step", "philox_normals",
            "linspace_f32", "verify_trajectory", "drift"]
 

@@ -12,6 +12,7 @@
 #include "h3c/runtime/engine.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
+#include "h3c/support/version.h"
 #include "h3c/trajectory/sampler.h"
 #include "h3c/trajectory/trajectory.h"
 #ifdef H3C_HAVE_CUDA
@@ -303,6 +304,8 @@ py::dict sdeDict(const SdeConstants &k) {
 
 PYBIND11_MODULE(_h3c, m) {
   m.doc() = "h3c's runtime: the resident engine, the sampler and the trajectory tools (see h3c/__init__.py)";
+  m.attr("version") = h3c::versionString();  // as `h3c --version`, and what its ledgers record under "h3c"
+  m.attr("build") = h3c::buildString();
   static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -139,6 +139,13 @@ class TransformerAgainstCli(unittest.TestCase):
         self.assertTrue(torch.equal(video, video2))
 
 
+class Version(unittest.TestCase):
+    def test_version_is_the_clis(self):
+        words = tool("--version").stdout.split()  # "h3c <version> (build <commit>)"
+        self.assertEqual(h3c.__version__, words[1])
+        self.assertEqual(h3c._h3c.build, words[3].rstrip(")"))
+
+
 class Errors(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
