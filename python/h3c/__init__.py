@@ -87,15 +87,16 @@ class Transformer:
     synthetic: the seed of `h3c checkpoint synth` weights (exactly one); device: "cuda" or "cpu"; mode: "strict"
     (every node must run `row`, else h3c.Error), "audit" or "off"; threads: CPU worker threads (0: all; never
     changes a bit); binds: `--bind GLOB=native|reference` rules; config: a config name or file that must match the
-    plan's (as `h3c run --config`)."""
+    plan's (as `h3c run --config`); hash_nodes: every op output's content hash in the ledger (`h3c run
+    --hash-nodes`; compare two ledgers with `h3c ledger diff`)."""
 
     def __init__(self, plan, checkpoint=None, synthetic=None, device="cuda", mode="strict", threads=0, binds=(),
-                 config=None):
+                 config=None, hash_nodes=False):
         if device not in ("cuda", "cpu"):
             raise _error("device", f"expected \"cuda\" or \"cpu\", got {device!r}")
         self._engine = _h3c.Engine(str(plan), None if checkpoint is None else str(checkpoint), synthetic,
                                    "gpu" if device == "cuda" else "cpu", mode, int(threads), list(binds),
-                                   None if config is None else str(config))
+                                   None if config is None else str(config), bool(hash_nodes))
         self.device = device
         self.config = json.loads(self._engine.config_json)
 

@@ -188,7 +188,7 @@ class PyEngine {
 public:
   PyEngine(const std::string &planPath, std::optional<std::string> checkpoint, std::optional<int64_t> synthetic,
            const std::string &device, const std::string &mode, int threads, const std::vector<std::string> &binds,
-           std::optional<std::string> config) {
+           std::optional<std::string> config, bool hashNodes) {
     if (checkpoint.has_value() == synthetic.has_value())
       fail("h3c.Transformer", "give checkpoint=DIR or synthetic=SEED (exactly one)");
     if (synthetic && *synthetic < 0) fail("synthetic", "the seed must be >= 0, got {}", *synthetic);
@@ -201,6 +201,7 @@ public:
     opt_.sp = plan_.options.sp;
     opt_.threads = threads;
     opt_.sealLedger = false;  // transformer.ledger builds it on first read
+    opt_.hashNodes = hashNodes;
     for (const auto &b : binds) opt_.binds.push_back(parseBindRule(b));
     if (device != "cpu" && device != "gpu") fail("device", "expected \"cuda\" or \"cpu\", got '{}'", device);
     weights_ = checkpoint ? makeCheckpointWeights(plan_.config, *checkpoint)
@@ -326,9 +327,9 @@ PYBIND11_MODULE(_h3c, m) {
 
   py::class_<PyEngine>(m, "Engine")
       .def(py::init<const std::string &, std::optional<std::string>, std::optional<int64_t>, const std::string &,
-                    const std::string &, int, const std::vector<std::string> &, std::optional<std::string>>(),
+                    const std::string &, int, const std::vector<std::string> &, std::optional<std::string>, bool>(),
            py::arg("plan"), py::arg("checkpoint"), py::arg("synthetic"), py::arg("device"), py::arg("mode"),
-           py::arg("threads"), py::arg("binds"), py::arg("config"))
+           py::arg("threads"), py::arg("binds"), py::arg("config"), py::arg("hash_nodes") = false)
       .def("forward", &PyEngine::forward, py::arg("host"), py::arg("device"), py::arg("out_sample"),
            py::arg("out_audio_sample"), py::arg("stream"))
       .def_property_readonly("ledger_json", &PyEngine::ledger)

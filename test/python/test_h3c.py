@@ -81,19 +81,20 @@ def tearDownModule():
     shutil.rmtree(TMP, ignore_errors=True)
 
 
-def cli_run(plan, req, weights, tag):
+def cli_run(plan, req, weights, tag, *extra):
     out, led = f"{TMP}/{tag}.out.safetensors", f"{TMP}/{tag}.ledger.json"
     tool("run", "--config", "tiny", *weights, "--plan", plan, "--inputs", req, "--out", out, "--device", "cpu",
-         "--ledger", led)
+         "--ledger", led, *extra)
     with open(led) as f:
         return read_st(out), f.read()
 
 
 class TransformerAgainstCli(unittest.TestCase):
-    def check(self, t, plan, weights, reqs, as_torch=False):
+    def check(self, t, plan, weights, reqs, as_torch=False, extra=()):
         for name in reqs:
             req = f"{TMP}/{name}.safetensors"
-            want, ledger = cli_run(plan, req, weights, f"{os.path.basename(plan)}-{name}-{os.path.basename(weights[1])}")
+            want, ledger = cli_run(plan, req, weights, f"{os.path.basename(plan)}-{name}-{os.path.basename(weights[1])}",
+                                   *extra)
             args = read_st(req)
             if as_torch:
                 import torch
@@ -106,6 +107,11 @@ class TransformerAgainstCli(unittest.TestCase):
             self.assertEqual(got[0].shape, want["sample"].shape)
             self.assertEqual(t.ledger_json, ledger, name)  # the very file `h3c run --ledger` wrote
             self.assertTrue(t.ledger["accepted"])
+
+    def test_hash_nodes_ledger_is_the_clis(self):
+        t = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", hash_nodes=True)
+        self.check(t, f"{TMP}/plan", ["--synthetic", "5"], ["b"], extra=("--hash-nodes",))
+        self.assertEqual(t.ledger["header"]["node_hash"], "h3c-sum128-v1")
 
     def test_synthetic_many_requests_one_engine(self):
         t = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", mode="strict")
