@@ -6,6 +6,7 @@
 #include "h3c/support/dtype.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
+#include "h3c/support/safetensors.h"
 #include "h3c/support/sha256.h"
 
 #include "tool.h"
@@ -545,6 +546,18 @@ TEST(CheckpointTool, SynthSnapshotCheck) {
   EXPECT_EQ(snap["format"], "diffusers");
   EXPECT_EQ(snap["tensors"].size(), expectedDiffusersCount(h3::namedConfig("tiny")));
   EXPECT_EQ(snap, h3::snapshotCheckpoint(t.path / "ck"));
+  // Each entry is the sha256 of its own tensor's bytes (the snapshot hashes tensors on several threads and assembles
+  // the list in name order), here hashed one by one from the files.
+  {
+    st::Folder f(t.path / "ck");
+    ASSERT_EQ(snap["tensors"].size(), f.names().size());
+    for (const auto &e : snap["tensors"]) {
+      const auto &entry = f.at(e["name"].get<std::string>());
+      EXPECT_EQ(e["sha256"], sha256Hex(std::string_view(reinterpret_cast<const char *>(f.data(entry)),
+                                                        size_t(entry.info->nbytes()))))
+          << e["name"];
+    }
+  }
   // The same seed through the library gives the same content.
   h3::synthCheckpoint(h3::namedConfig("tiny"), 4, t.path / "lib");
   EXPECT_EQ(snap["content_sha256"], h3::snapshotCheckpoint(t.path / "lib")["content_sha256"]);
