@@ -1,6 +1,7 @@
 // `h3c checkpoint snapshot | check | synth | map`: model folders in diffusers or native naming (see
 // models/h3/include/h3c/models/checkpoint.h for the formats and rules).
 #include "command.h"
+#include "progress.h"
 
 #include "h3c/models/checkpoint.h"
 #include "h3c/models/fingerprint.h"
@@ -52,6 +53,7 @@ void summarize(const std::string &dir) {
 
 struct Options {
   std::string dir, out, fingerprint, config = "full", mapConfig, to, qkv, in, shard;
+  bool progress = false;
   uint64_t seed = 0;
 };
 
@@ -112,10 +114,13 @@ void setup(CLI::App &app) {
   synth->add_option("--seed", o->seed, "generator seed")->required();
   synth->add_option("-o,--out", o->out, "output folder (must not exist)")->required();
   synth->add_option("--shard-size", o->shard, "max bytes of tensor data per shard (default 5GB)");
+  synth->add_flag("--progress", o->progress, "report the tensors and bytes written on stderr");
   synth->callback([o] {
     checkOutputsApart({{"--config", o->config}}, {{"--out", o->out}});
     uint64_t cap = o->shard.empty() ? st::kDefaultShardSize : parseSize(o->shard);
-    h3::synthCheckpoint(h3::loadConfig(o->config), o->seed, o->out, cap);
+    h3::WriteProgress progress;
+    if (o->progress) progress = tool::WriteProgressLine("synth");
+    h3::synthCheckpoint(h3::loadConfig(o->config), o->seed, o->out, cap, progress);
     summarize(o->out);
   });
 
@@ -128,6 +133,7 @@ void setup(CLI::App &app) {
                   "full, small, tiny or a config JSON file, instead of IN/config.json (e.g. for a raw release)");
   map->add_option("IN", o->in, "input folder")->required();
   map->add_option("-o,--out", o->out, "output folder (must not exist)")->required();
+  map->add_flag("--progress", o->progress, "report the tensors and bytes written on stderr");
   map->callback([o] {
     checkOutputsApart({{"IN", o->in}, {"--config", o->mapConfig}}, {{"--out", o->out}});
     uint64_t cap = o->shard.empty() ? st::kDefaultShardSize : parseSize(o->shard);
@@ -136,7 +142,8 @@ void setup(CLI::App &app) {
       layout = h3::parseQkvLayout(o->qkv);
     h3::mapCheckpoint(o->in, o->out, o->to == "native" ? h3::CheckpointFormat::Native : h3::CheckpointFormat::Diffusers,
                       layout, cap,
-                      o->mapConfig.empty() ? std::nullopt : std::optional<h3::Config>(h3::loadConfig(o->mapConfig)));
+                      o->mapConfig.empty() ? std::nullopt : std::optional<h3::Config>(h3::loadConfig(o->mapConfig)),
+                      o->progress ? h3::WriteProgress(tool::WriteProgressLine("map")) : h3::WriteProgress());
     summarize(o->out);
   });
 }

@@ -19,6 +19,7 @@ struct Opts {
   std::string out, resume, mode = "strict", seeds;
   long long synthetic = -1, sp = 0, tp = 0, seed = -1;
   std::vector<std::string> binds;
+  bool progress = false;
 };
 
 h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) over a plan; resumable and sealed",
@@ -50,12 +51,13 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   app.add_option("--threads", o->g.run.threads, "CPU worker threads (never changes a bit)")->check(CLI::Range(0, 1024));
   app.add_option("--ledger", o->g.ledgerDir, "folder for the ledger of every step (step-NNNNN.json)");
   app.add_flag("--hash-nodes", o->g.run.hashNodes, "every step's ledger records a content hash of every op output");
+  app.add_flag("--progress", o->progress, "report every step on stderr (default: on a terminal only)");
   app.add_option("--sign-key", o->g.signKey, "Ed25519 private key (PEM): sign the finished trajectory (final.json.sig)");
   auto *rs = app.add_option("--resume", o->resume, "continue this trajectory from its last sealed step");
   for (auto *opt : {cfg, sy, st, vs, as, sd, ss, nz, sa, nl, ou, sv, dv, md, sp, tp, bd, bf})
     rs->excludes(opt);  // --plan, --inputs, --checkpoint may accompany --resume: files that moved (hash-checked)
   app.callback([o] {
-    o->g.progress = ::isatty(2);
+    o->g.progress = o->progress || ::isatty(2);
     if (!o->g.signKey.empty())
       h3c::checkSigningKey(o->g.signKey);  // before the run, not after it
     if (const char *stop = std::getenv("H3C_GENERATE_STOP_AFTER"))  // tests: simulate a kill after N steps

@@ -125,7 +125,7 @@ CheckReport checkCheckpoint(const fs::path &dir, const ExpectedTensors *expected
 }
 
 void mapCheckpoint(const fs::path &in, const fs::path &out, CheckpointFormat to, std::optional<QkvLayout> layoutOpt,
-                   uint64_t shardSize, const std::optional<Config> &configOpt) {
+                   uint64_t shardSize, const std::optional<Config> &configOpt, const WriteProgress &progress) {
   std::optional<QkvLayout> recorded;
   std::optional<CheckpointFormat> recordedFormat;
   const Config cfg = configOpt ? *configOpt : readCheckpointConfig(in, &recorded, &recordedFormat);
@@ -181,19 +181,23 @@ void mapCheckpoint(const fs::path &in, const fs::path &out, CheckpointFormat to,
   const std::vector<float> rope = ropeInvFreq(cfg);
   AtomicDirectory dir(detail::outputFolder(out));
   writeFileAtomic(dir.tempPath() / "config.json", checkpointConfigJson(cfg, to, layout).dump(2) + "\n");
+  size_t done = 0;
+  uint64_t written = 0;
   st::writeFolder(dir.tempPath(), to == CheckpointFormat::Native ? kNativePrefix : st::kDiffusersPrefix, decls,
                   shardSize, {{"format", "pt"}}, [&](const st::TensorInfo &info, st::Writer &w) {
                     const MappedTensor &m = *byName.at(info.name);
                     if (m.spec.name == kRopeInvFreq && m.pieces.empty()) {
                       w.append(rope.data(), rope.size() * sizeof(float));
-                      return;
+                    } else {
+                      for (const auto &p : m.pieces) {
+                        const auto &e = folder.at(p.source);
+                        if (p.offset > e.info->nbytes() || p.length > e.info->nbytes() - p.offset)
+                          fail(p.source, "internal error: piece outside the tensor");
+                        w.append(folder.data(e) + p.offset, p.length);
+                      }
                     }
-                    for (const auto &p : m.pieces) {
-                      const auto &e = folder.at(p.source);
-                      if (p.offset > e.info->nbytes() || p.length > e.info->nbytes() - p.offset)
-                        fail(p.source, "internal error: piece outside the tensor");
-                      w.append(folder.data(e) + p.offset, p.length);
-                    }
+                    written += info.nbytes();
+                    if (progress) progress(++done, decls.size(), written);
                   });
   dir.commit();
 }

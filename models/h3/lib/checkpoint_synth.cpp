@@ -61,7 +61,8 @@ void synthTensor(const TensorSpec &spec, uint64_t seed, void *dst) {
   synthTensorRange(spec, seed, 0, uint64_t(spec.numel()), dst);
 }
 
-void synthCheckpoint(const Config &c, uint64_t seed, const fs::path &out, uint64_t shardSize) {
+void synthCheckpoint(const Config &c, uint64_t seed, const fs::path &out, uint64_t shardSize,
+                     const WriteProgress &progress) {
   c.validate("config");
   const auto specs = diffusersTensors(c);
   std::map<std::string, const TensorSpec *> byName;
@@ -76,6 +77,8 @@ void synthCheckpoint(const Config &c, uint64_t seed, const fs::path &out, uint64
                   checkpointConfigJson(c, CheckpointFormat::Diffusers, QkvLayout::Interleaved).dump(2) + "\n");
   constexpr uint64_t kPiece = 1 << 20;  // elements per piece: at most 4 MB of buffer
   std::vector<uint8_t> buf;
+  size_t done = 0;
+  uint64_t written = 0;
   st::writeFolder(dir.tempPath(), st::kDiffusersPrefix, decls, shardSize, {{"format", "pt"}},
                   [&](const st::TensorInfo &info, st::Writer &w) {
                     const TensorSpec &s = *byName.at(info.name);
@@ -86,6 +89,8 @@ void synthCheckpoint(const Config &c, uint64_t seed, const fs::path &out, uint64
                       synthTensorRange(s, seed, b, e, buf.data());
                       w.append(buf.data(), (e - b) * es);
                     }
+                    written += n * es;
+                    if (progress) progress(++done, decls.size(), written);
                   });
   dir.commit();
 }

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -174,8 +175,10 @@ CheckReport compareTensors(const std::vector<TensorSpec> &expected, const Checkp
 
 // Writes a diffusers folder with synthetic weights (config.json, shards, index), streaming: memory stays bounded by
 // a few MB whatever the model size. OUT must not exist; it appears complete or not at all.
+// `progress` (optional) is called after every tensor written: tensors done, of total, bytes written so far.
+using WriteProgress = std::function<void(size_t done, size_t total, uint64_t bytes)>;
 void synthCheckpoint(const Config &c, uint64_t seed, const std::filesystem::path &out,
-                     uint64_t shardSize = st::kDefaultShardSize);
+                     uint64_t shardSize = st::kDefaultShardSize, const WriteProgress &progress = {});
 
 // Converts IN (either naming) to OUT in naming `to`, streaming tensor by tensor, shard by shard. Bitwise: map to
 // native and back gives the same tensor bytes. Fails closed (no OUT) on anything that does not map exactly.
@@ -185,7 +188,7 @@ void synthCheckpoint(const Config &c, uint64_t seed, const std::filesystem::path
 // keys); OUT/config.json is always written in h3c's form.
 void mapCheckpoint(const std::filesystem::path &in, const std::filesystem::path &out, CheckpointFormat to,
                    std::optional<QkvLayout> layout = std::nullopt, uint64_t shardSize = st::kDefaultShardSize,
-                   const std::optional<Config> &config = std::nullopt);
+                   const std::optional<Config> &config = std::nullopt, const WriteProgress &progress = {});
 // Native folders h3c writes use the huggingface_hub default prefix "model" (model.safetensors[.index.json]).
 inline constexpr const char *kNativePrefix = "model";
 
