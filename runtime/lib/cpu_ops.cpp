@@ -28,6 +28,7 @@ void parallelFor(int64_t n, int threads, const std::function<void(int64_t, int64
     return;
   }
   std::vector<std::thread> pool;
+  pool.reserve(size_t(t));  // no reallocation while threads run
   std::exception_ptr err;
   std::mutex mu;
   auto part = [&](int64_t b, int64_t e) {
@@ -47,9 +48,10 @@ void parallelFor(int64_t n, int threads, const std::function<void(int64_t, int64
     }
     try {
       pool.emplace_back(part, b, e);
-    } catch (const std::system_error &) {
-      // No more threads (a process or memory limit): this thread does the part itself. The parts and the result
-      // bits stay the same; only the wall time changes.
+    } catch (const std::exception &) {
+      // No more threads (a process or memory limit: std::system_error from the start, std::bad_alloc for the
+      // thread's state): this thread does the part itself. The parts and the result bits stay the same; only the
+      // wall time changes. Nothing may leave this loop while started threads are joinable (std::terminate).
       part(b, e);
     }
   }
@@ -200,12 +202,18 @@ std::vector<float> gemm(Ctx &cx, const std::vector<float> &x, int64_t M, int64_t
 // An AdaLN table operand: rows of [num_chunks * H] values; the table row of a packed row is ts_index * 3 + tag
 // (row_index adaln) or ts_index (row_index timestep), read from the op's ts_index / tags operands.
 struct Table {
+  const Ctx *cx = nullptr;
   const float *data = nullptr;
-  int64_t rows = 0, width = 0, H = 0;
+  int64_t rows = 0, width = 0, H = 0, chunks = 0;
   const int64_t *ts = nullptr, *tags = nullptr;
   int64_t metaRows = 1;
   bool perTag = true;
-  const float *chunk(int64_t row, int64_t k) const { return data + row * width + k * H; }
+  // The chunk index comes from the op's attrs: outside the table it would read the next row, or past the table.
+  const float *chunk(int64_t row, int64_t k) const {
+    if (k < 0 || k >= chunks)
+      cx->error(fmt::format("chunk {} is outside the AdaLN table's {} chunks", k, chunks));
+    return data + row * width + k * H;
+  }
   // Table row of flattened packed row m (batch items share the metadata).
   int64_t rowOf(int64_t m) const {
     int64_t r = m % metaRows;
@@ -217,6 +225,8 @@ Table readTable(Ctx &cx, size_t tableIn, size_t tsIn, int64_t H) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &t = cx.in(tableIn);
   Table tb;
+  tb.cx = &cx;
+  tb.chunks = a.numChunks;
   tb.perTag = a.rowIndex == RowIndex::Adaln;
   tb.H = H;
   tb.width = t.cols;
@@ -260,6 +270,8 @@ void checkAttr(Ctx &cx, const char *key, int64_t got, int64_t want) {
 void addBias(Ctx &cx, std::vector<float> &acc, int64_t M, int64_t N, const std::string &bname, bool round) {
   if (!bname.empty()) {
     std::vector<float> bias = cx.load(bname);
+    if (bias.size() != size_t(N))  // another node's bias (a hostile plan): the loop would read past it
+      cx.error(fmt::format("bias '{}' has {} values, the linear's N is {}", bname, bias.size(), N));
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) {
         float &a = acc[size_t(m * N + n)];

@@ -114,7 +114,16 @@ void KernelRunner::loadAll(const std::vector<const plan::Kernel *> &kernels, uns
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = unsigned(std::min<size_t>(threads, todo.size()));
   std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  pool.reserve(threads);
+  // A thread that cannot start (a process or memory limit) is no error: the others, and this one, take its kernels.
+  // Nothing may leave this loop while started threads are joinable (std::terminate).
+  for (unsigned t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::exception &) {
+      break;
+    }
+  }
   work();
   for (auto &t : pool) t.join();
   for (size_t i = 0; i < todo.size(); ++i)

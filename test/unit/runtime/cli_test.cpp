@@ -291,11 +291,25 @@ TEST(HostileCli, OutputsThatAliasInputsAreRefused) {
                        &out));
   EXPECT_NE(out.find("inside"), std::string::npos) << out;
   EXPECT_EQ(2, runTool("checkpoint snapshot " + s / "ck -o " + s / "ck/config.json", &out));
+  // A new file inside the checkpoint folder is a file the folder did not have: `checkpoint check` fails after.
+  EXPECT_EQ(2, runTool("checkpoint snapshot " + s / "ck -o " + s / "ck/snapshot.json", &out));
+  EXPECT_NE(out.find("inside"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(s / "ck/snapshot.json"));
   EXPECT_EQ(2, runTool("request make --config " + s / "ck/config.json --text 1 --audio 1 --video 1,1,1 --seed 1 -o " +
                        s / "ck/config.json", &out));
   EXPECT_EQ(req, readFile(s / "r.safetensors"));
   EXPECT_EQ(plan, readFile(s / "plan/plan.json"));
   EXPECT_FALSE(fs::exists(s / "o.safetensors"));
+  // `trajectory drift --plot` into a trajectory it compares: a file there is one the verifier does not expect.
+  ASSERT_EQ(0, runTool("generate --config tiny --synthetic 6 --plan " + s / "plan" + " --request " +
+                       s / "r.safetensors --steps 2 --seed 1 --out " + s / "traj", &out)) << out;
+  const std::string header = readFile(s / "traj/header.json");
+  EXPECT_EQ(2, runTool("trajectory drift " + s / "traj" + " " + s / "traj --plot " + s / "traj/drift.svg", &out));
+  EXPECT_NE(out.find("inside"), std::string::npos) << out;
+  EXPECT_EQ(2, runTool("trajectory drift " + s / "traj" + " " + s / "traj --plot " + s / "traj/header.json", &out));
+  EXPECT_FALSE(fs::exists(s / "traj/drift.svg"));
+  EXPECT_EQ(header, readFile(s / "traj/header.json"));
+  EXPECT_EQ(0, runTool("trajectory verify " + s / "traj", &out)) << out;
 }
 
 TEST(HostileCli, BindGlobMatchingNoNodeIsAnError) {
@@ -320,6 +334,32 @@ TEST(HostileCli, SpecialFilesAndThreadsAreRefused) {
   EXPECT_NE(out.find("character device"), std::string::npos) << out;
   EXPECT_EQ(2, s.run("--synthetic 6", "o", &out, " --threads 100000"));
   EXPECT_FALSE(fs::exists(s / "o.safetensors"));
+}
+
+// 100,000 levels of nesting in a 200 KB file, given to every command that reads a JSON file: each is refused with
+// the depth error. Before, each one crashed with a stack overflow (a signal, not exit 2).
+TEST(HostileCli, DeeplyNestedJsonIsRefusedByEveryReader) {
+  Rig s;
+  std::string out;
+  const std::string deep = "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  writeFileAtomic(s.dir / "deep.json", deep);
+  fs::create_directories(s.dir / "deepplan");
+  writeFileAtomic(s.dir / "deepplan" / "plan.json", deep);
+  fs::create_directories(s.dir / "traj");
+  writeFileAtomic(s.dir / "traj" / "header.json", deep);
+  const std::string r = " --inputs " + s / "r.safetensors" + " --out " + s / "o.safetensors --ledger " + s / "l.json";
+  for (const std::string &cmd :
+       {"fingerprint validate " + s / "deep.json", "ledger verify " + s / "deep.json",
+        "ledger summary " + s / "deep.json", "run --config tiny --synthetic 6 --plan " + s / "deepplan" + r,
+        "run --config " + s / "deep.json" + " --synthetic 6 --plan " + s / "plan" + r,
+        "request make --config " + s / "deep.json" + " --text 1 --audio 1 --video 1,1,1 --seed 1 -o " + s / "q.st",
+        "trajectory verify " + s / "traj"}) {
+    const int rc = runTool(cmd, &out, "timeout 60");
+    EXPECT_TRUE(rc == 1 || rc == 2) << cmd << " exited " << rc << ": " << out;
+    EXPECT_NE(out.find("nesting deeper"), std::string::npos) << cmd << ": " << out;
+  }
+  EXPECT_FALSE(fs::exists(s / "o.safetensors"));
+  EXPECT_FALSE(fs::exists(s / "l.json"));
 }
 
 // NaN / Inf: an error in strict mode naming where, recorded (and not accepted) in audit mode.

@@ -8,7 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 
 using namespace h3c;
 using namespace h3c::rt;
@@ -235,6 +240,14 @@ TEST(CpuOps, NormModulateUsesTheAdalnRowOfEachRow) {
              {"transformer_blocks.0.norm1.weight"}, {}, a, laneTree()));
   for (int64_t s = 0; s < S; ++s)
     EXPECT_EQ(f.vals["y"].f[size_t(s * H + 5)], 1.0f + float(ts[size_t(s)] * 3 + tags[size_t(s)])) << "row " << s;
+  // A chunk outside the table's 6 (a plan edited by hand): refused, not read from the next row or past the table.
+  for (int64_t bad : {6, -1}) {
+    a.scaleChunk = bad;
+    EXPECT_THROW(f.run(f.op(plan::OpKind::NormModulate, {"transformer_blocks.0.norm1"}, {"x", "tab", "ts", "tags"},
+                            {"y"}, {"transformer_blocks.0.norm1.weight"}, {}, a, laneTree())),
+                 Error)
+        << bad;
+  }
 }
 
 // rope: channels [0, R) rotate with x1 = first half, x2 = second half, rot = cat(-x2, x1), cos/sin rounded to bf16;
@@ -467,9 +480,54 @@ TEST(CpuOps, InconsistentOpsAreRejected) {
   EXPECT_THROW(f.run(f.op(plan::OpKind::Linear, {"context_embedder"}, {"x"}, {"y"}, {"context_embedder.weight"},
                           {"context_embedder.bias"}, linearAttrs(64, H + 1), kChunks(1))),
                Error);
+  // Another node's bias, narrower than N: refused, not read past its end.
+  f.w.values["proj_out.bias"] = std::vector<float>(size_t(f.w.spec("proj_out.bias").numel()), 0.f);
+  EXPECT_THROW(f.run(f.op(plan::OpKind::Linear, {"context_embedder"}, {"x"}, {"y"}, {"context_embedder.weight"},
+                          {"proj_out.bias"}, linearAttrs(64, H), kChunks(1))),
+               Error);
   // An input with the wrong width.
   f.input("x2", DType::BF16, "Nt", 32, std::vector<float>(32, 1.f));
   EXPECT_THROW(f.run(f.op(plan::OpKind::Linear, {"context_embedder"}, {"x2"}, {"y"}, {"context_embedder.weight"},
                           {"context_embedder.bias"}, linearAttrs(64, H), kChunks(1))),
                Error);
+}
+
+// `--threads 1000` under a memory limit (issue 18): when threads cannot start (no address space for their stacks),
+// the calling thread does their parts; every index is visited exactly once and the call returns normally. Before,
+// the first failed start threw out of the loop past joinable threads: std::terminate, an abort.
+#ifndef H3C_SANITIZED
+namespace {
+// In a death-test child: exit 0 when parallelFor over 1000 threads visits every index once under the limit.
+[[noreturn]] void parallelForUnderAnAddressSpaceLimit() {
+  long pages = 0;
+  if (FILE *f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1)
+      pages = 0;
+    std::fclose(f);
+  }
+  // Room for a few 8 MB thread stacks above what the process maps now, not for 1000.
+  const rlim_t limit = rlim_t(pages) * rlim_t(::sysconf(_SC_PAGESIZE)) + (rlim_t(96) << 20);
+  struct rlimit rl {};
+  rl.rlim_cur = rl.rlim_max = limit;
+  if (pages == 0 || ::setrlimit(RLIMIT_AS, &rl) != 0)
+    std::_Exit(3);
+  std::vector<std::atomic<int>> seen(100000);
+  parallelFor(int64_t(seen.size()), 1000, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      seen[size_t(i)]++;
+  });
+  for (auto &v : seen)
+    if (v != 1)
+      std::_Exit(4);
+  std::_Exit(0);
+}
+} // namespace
+#endif
+
+TEST(CpuOpsDeathTest, ThreadsThatCannotStartAreDoneByTheCaller) {
+#ifdef H3C_SANITIZED
+  GTEST_SKIP() << "an address-space limit breaks the sanitizers' shadow memory";
+#else
+  EXPECT_EXIT(parallelForUnderAnAddressSpaceLimit(), ::testing::ExitedWithCode(0), "");
+#endif
 }
