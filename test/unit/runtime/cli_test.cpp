@@ -301,7 +301,7 @@ TEST(HostileCli, OutputsThatAliasInputsAreRefused) {
   EXPECT_EQ(plan, readFile(s / "plan/plan.json"));
   EXPECT_FALSE(fs::exists(s / "o.safetensors"));
   // `trajectory drift --plot` into a trajectory it compares: a file there is one the verifier does not expect.
-  ASSERT_EQ(0, runTool("generate --config tiny --synthetic 6 --plan " + s / "plan" + " --request " +
+  ASSERT_EQ(0, runTool("generate --config tiny --synthetic 6 --plan " + s / "plan" + " --inputs " +
                        s / "r.safetensors --steps 2 --seed 1 --out " + s / "traj", &out)) << out;
   const std::string header = readFile(s / "traj/header.json");
   EXPECT_EQ(2, runTool("trajectory drift " + s / "traj" + " " + s / "traj --plot " + s / "traj/drift.svg", &out));
