@@ -131,10 +131,9 @@ namespace {
 
 // The strict rule over (node id, actual binding) pairs in execution order: unknown and repeated ids are problems,
 // non-row nodes offenders, expected nodes without an entry missing. Shared by the builder and verifyLedger.
-void evaluateIds(const std::vector<std::pair<std::string, std::string>> &ran, const h3::Config &c,
+void evaluateIds(const std::vector<std::pair<std::string, std::string>> &ran, const std::vector<NodeInfo> &expected,
                  std::vector<std::string> &missing, std::vector<std::string> &offenders,
                  std::vector<std::string> &problems) {
-  const std::vector<NodeInfo> expected = expectedNodes(c);
   std::set<std::string> known;
   for (const auto &n : expected)
     known.insert(n.id);
@@ -164,34 +163,50 @@ void evaluate(const json &nodes, const h3::Config &c, std::vector<std::string> &
     }
     ran.emplace_back(e["id"].get<std::string>(), e["actual"].get<std::string>());
   }
-  evaluateIds(ran, c, missing, offenders, problems);
+  evaluateIds(ran, expectedNodes(c), missing, offenders, problems);
+}
+
+// The verdict's strict rule from the evaluation: complete, every node row, and no non-finite value in the header's
+// "non_finite" list (shared by the builder's verdict and verifyLedger).
+void applyStrictRule(LedgerVerdict &v, const std::vector<std::string> &missing, const json &nonFinite) {
+  v.complete = missing.empty();
+  for (auto &m : missing)
+    v.offenders.push_back("missing " + m);
+  if (!nonFinite.is_array())
+    v.problems.push_back("header 'non_finite' is not an array");
+  else
+    for (const auto &e : nonFinite)
+      v.offenders.push_back("non-finite " + (e.is_string() ? e.get<std::string>() : e.dump()));
+  v.strictOk = v.complete && v.offenders.empty();
 }
 
 } // namespace
 
-LedgerVerdict LedgerBuilder::verdict() const {
+std::vector<std::pair<std::string, std::string>> LedgerBuilder::ranNodes() const {
   std::vector<std::pair<std::string, std::string>> ran;
   for (const Record &r : records_)
     for (const auto &n : r.op->nodes)
       ran.emplace_back(n, bindingName(r.actual));
+  return ran;
+}
+
+LedgerVerdict LedgerBuilder::verdict() const {
   LedgerVerdict v;
   std::vector<std::string> missing;
-  evaluateIds(ran, plan_.config, missing, v.offenders, v.problems);
+  evaluateIds(ranNodes(), expectedNodes(plan_.config), missing, v.offenders, v.problems);
   v.sealOk = true;
-  v.complete = missing.empty();
-  for (auto &m : missing)
-    v.offenders.push_back("missing " + m);
-  if (header_.contains("non_finite"))
-    for (const auto &e : header_["non_finite"])
-      v.offenders.push_back("non-finite " + e.get<std::string>());
-  v.strictOk = v.complete && v.offenders.empty();
+  applyStrictRule(v, missing, header_.value("non_finite", json::array()));
   return v;
 }
 
 json LedgerBuilder::finish() const {
+  const std::vector<NodeInfo> expected = expectedNodes(plan_.config);
   std::vector<std::string> missing, offenders, problems;
+  evaluateIds(ranNodes(), expected, missing, offenders, problems);
+  if (!problems.empty())
+    fail("ledger", "inconsistent ledger: {}", problems.front());
   std::map<std::string, std::string> kinds;  // each node gets its kind from the node table
-  for (auto &n : expectedNodes(plan_.config))
+  for (auto &n : expected)
     kinds[n.id] = n.kind;
   json nodes = json::array();
   for (const Record &r : records_) {
@@ -232,9 +247,6 @@ json LedgerBuilder::finish() const {
       nodes.push_back(std::move(e));
     }
   }
-  evaluate(nodes, plan_.config, missing, offenders, problems);
-  if (!problems.empty())
-    fail("ledger", "inconsistent ledger: {}", problems.front());
   json l = {{"schema", kLedgerSchema},
             {"header", header_},
             {"nodes", std::move(nodes)},
@@ -279,16 +291,7 @@ LedgerVerdict verifyLedger(const json &l) {
   }
   std::vector<std::string> missing;
   evaluate(l["nodes"], c, missing, v.offenders, v.problems);
-  v.complete = missing.empty();
-  for (auto &m : missing)
-    v.offenders.push_back("missing " + m);
-  const json &nf = l["header"].contains("non_finite") ? l["header"]["non_finite"] : json::array();
-  if (!nf.is_array())
-    v.problems.push_back("header 'non_finite' is not an array");
-  else
-    for (const auto &e : nf)
-      v.offenders.push_back("non-finite " + (e.is_string() ? e.get<std::string>() : e.dump()));
-  v.strictOk = v.complete && v.offenders.empty();
+  applyStrictRule(v, missing, l["header"].value("non_finite", json::array()));
   if (l.value("complete", !v.complete) != v.complete)
     v.problems.push_back("'complete' disagrees with the node entries");
   if (l.value("accepted", !v.strictOk) != v.strictOk)

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <set>
 
 namespace h3c::rt {
 
@@ -49,8 +50,10 @@ void compareField(const json &a, const json &b, const char *key, const char *lab
   if (va != vb) what.push_back(fmt::format("{}: {} -> {}", label, brief(va), brief(vb)));
 }
 
-std::vector<std::string> compareNodes(const json &a, const json &b, bool hashes) {
+// What differs between two entries of one node; `bitsDiffer` says whether an output hash is among it.
+std::vector<std::string> compareNodes(const json &a, const json &b, bool hashes, bool &bitsDiffer) {
   std::vector<std::string> what;
+  bitsDiffer = false;
   compareField(a, b, "requested", "requested binding", what);
   compareField(a, b, "actual", "actual binding", what);
   compareField(a, b, "op", "op", what);
@@ -71,8 +74,10 @@ std::vector<std::string> compareNodes(const json &a, const json &b, bool hashes)
       if (oa[i].value(k, json()) != ob[i].value(k, json()))
         what.push_back(fmt::format("output '{}': {} {} -> {}", name, k, str(oa[i].value(k, json())),
                                    str(ob[i].value(k, json()))));
-    if (hashes && oa[i].contains("hash") && ob[i].contains("hash") && oa[i]["hash"] != ob[i]["hash"])
+    if (hashes && oa[i].contains("hash") && ob[i].contains("hash") && oa[i]["hash"] != ob[i]["hash"]) {
       what.push_back(fmt::format("output '{}': hash {} -> {}", name, str(oa[i]["hash"]), str(ob[i]["hash"])));
+      bitsDiffer = true;
+    }
   }
   return what;
 }
@@ -83,11 +88,11 @@ LedgerDiff diffLedgers(const json &a, const json &b, const std::string &whereA, 
   LedgerDiff d;
   const json &na = nodesOf(a, whereA), &nb = nodesOf(b, whereB);
   const json ha = a.value("header", json::object()), hb = b.value("header", json::object());
-  std::map<std::string, int> keys;
+  std::set<std::string> keys;
   for (const json *h : {&ha, &hb})
     if (h->is_object())
-      for (auto it = h->begin(); it != h->end(); ++it) keys[it.key()] = 0;
-  for (const auto &[k, unused] : keys) {
+      for (auto it = h->begin(); it != h->end(); ++it) keys.insert(it.key());
+  for (const auto &k : keys) {
     const json va = ha.value(k, json()), vb = hb.value(k, json());
     if (va != vb) d.header.push_back(fmt::format("{}: {} -> {}", k, brief(va), brief(vb)));
   }
@@ -95,10 +100,10 @@ LedgerDiff diffLedgers(const json &a, const json &b, const std::string &whereA, 
   d.hashesB = hasHashes(nb);
   std::map<std::string, size_t> inB;
   for (size_t i = 0; i < nb.size(); ++i) inB[idOf(nb[i], whereB, i)] = i;
-  std::map<std::string, int> seenA;
+  std::set<std::string> seenA;
   for (size_t i = 0; i < na.size(); ++i) {
     const std::string id = idOf(na[i], whereA, i);
-    seenA[id] = 1;
+    seenA.insert(id);
     auto it = inB.find(id);
     if (it == inB.end()) {
       d.onlyA.push_back(id);
@@ -106,18 +111,15 @@ LedgerDiff diffLedgers(const json &a, const json &b, const std::string &whereA, 
       continue;
     }
     ++d.compared;
-    std::vector<std::string> what = compareNodes(na[i], nb[it->second], d.hashesA && d.hashesB);
+    bool bitsDiffer = false;
+    std::vector<std::string> what = compareNodes(na[i], nb[it->second], d.hashesA && d.hashesB, bitsDiffer);
     if (what.empty()) continue;
     ++d.differing;
     const LedgerDiff::Node node{id, str(na[i].value("op", json(""))), int64_t(i), int64_t(it->second), what};
     if (!d.first)
       d.first = node;
-    if (!d.firstOutput)
-      for (const auto &w : what)
-        if (w.find("': hash ") != std::string::npos) {
-          d.firstOutput = node;
-          break;
-        }
+    if (!d.firstOutput && bitsDiffer)
+      d.firstOutput = node;
   }
   for (size_t i = 0; i < nb.size(); ++i)
     if (!seenA.count(idOf(nb[i], whereB, i))) d.onlyB.push_back(idOf(nb[i], whereB, i));

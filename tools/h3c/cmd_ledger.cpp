@@ -10,6 +10,7 @@
 #include "h3c/support/signature.h"
 
 #include <cstdio>
+#include <optional>
 
 namespace cmd_ledger {
 
@@ -29,20 +30,19 @@ h3c::tool::Command cmd("ledger", "Operator ledgers: verify the seal and the stri
   verify->add_flag("--json", *verifyJson, "print the verdict as JSON");
   verify->callback([path, publicKey, verifyJson] {
     const nlohmann::json ledger = readLedger(*path);
-    h3c::rt::LedgerVerdict v = h3c::rt::verifyLedger(ledger);
+    const h3c::rt::LedgerVerdict v = h3c::rt::verifyLedger(ledger);
+    std::optional<std::string> signature;  // "" = ok, else what is wrong; none without --public-key
+    if (!publicKey->empty())
+      signature = v.sealOk ? h3c::checkSignature(*path, ledger.at("seal"), *publicKey)
+                           : "the seal is broken: the signature cannot vouch for this content";
+    if (!v.ok() || (signature && !signature->empty()))
+      h3c::tool::exitCode() = h3c::kExitMismatch;
     if (*verifyJson) {
       nlohmann::json j = {{"seal_ok", v.sealOk},     {"complete", v.complete},   {"strict_ok", v.strictOk},
                           {"ok", v.ok()},            {"offenders", v.offenders}, {"problems", v.problems}};
-      bool good = v.ok();
-      if (!publicKey->empty()) {
-        const std::string bad = v.sealOk ? h3c::checkSignature(*path, ledger.at("seal"), *publicKey)
-                                         : "the seal is broken: the signature cannot vouch for this content";
-        j["signature"] = bad.empty() ? "ok" : bad;
-        good = good && bad.empty();
-      }
+      if (signature)
+        j["signature"] = signature->empty() ? "ok" : *signature;
       std::printf("%s\n", j.dump(1).c_str());
-      if (!good)
-        h3c::tool::exitCode() = h3c::kExitMismatch;
       return;
     }
     for (const auto &p : v.problems)
@@ -56,15 +56,8 @@ h3c::tool::Command cmd("ledger", "Operator ledgers: verify the seal and the stri
       std::printf("... and %zu more\n", v.offenders.size() - 50);
     std::printf("seal: %s, complete: %s, strict: %s\n", v.sealOk ? "ok" : "BROKEN", v.complete ? "yes" : "no",
                 v.strictOk ? "ok" : "violated");
-    if (!v.ok())
-      h3c::tool::exitCode() = h3c::kExitMismatch;
-    if (!publicKey->empty()) {
-      std::string bad = v.sealOk ? h3c::checkSignature(*path, ledger.at("seal"), *publicKey)
-                                 : "the seal is broken: the signature cannot vouch for this content";
-      std::printf("signature: %s\n", bad.empty() ? "ok" : ("BAD: " + bad).c_str());
-      if (!bad.empty())
-        h3c::tool::exitCode() = h3c::kExitMismatch;
-    }
+    if (signature)
+      std::printf("signature: %s\n", signature->empty() ? "ok" : ("BAD: " + *signature).c_str());
   });
   auto pathA = std::make_shared<std::string>(), pathB = std::make_shared<std::string>();
   auto asJson = std::make_shared<bool>(false);

@@ -20,6 +20,7 @@
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
+#include "h3c/runtime/cuda/runtime_kernel.h"
 #include "h3c/runtime/cuda/value_hash.h"
 #include "h3c/runtime/value_dump.h"
 #include "h3c/support/content_hash.h"
@@ -28,11 +29,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
-#include <cmath>
 #include <thread>
 
 namespace h3c::rt {
@@ -58,17 +59,8 @@ struct DevValue {
 
 // The runtime's own synthetic-weight kernel (not part of any plan): compiled and cached like a plan kernel.
 const plan::Kernel &synthFillKernel(const std::string &arch) {
-  static std::map<std::string, plan::Kernel> kernels;
-  auto it = kernels.find(arch);
-  if (it != kernels.end()) return it->second;
-  plan::Kernel k;
-  k.id = "h3c_synth_fill_" + arch;
-  k.entry = "h3c_synth_fill";
-  k.arch = arch;
-  k.nvrtcOptions = {"--gpu-architecture=" + arch, "--std=c++17", "--fmad=false"};
-  k.source = std::string("// h3c synthetic weight generator\n") + cuda_src::synth_rng + "\n" + cuda_src::synth_fill;
-  k.launch.block = {256, 1, 1};
-  return kernels.emplace(arch, std::move(k)).first->second;
+  return hc::runtimeKernel("h3c_synth_fill", arch,
+                           {"// h3c synthetic weight generator", cuda_src::synth_rng, cuda_src::synth_fill});
 }
 
 class GpuExecutor final : public Executor {
@@ -126,14 +118,14 @@ public:
       hc::check(d.cuEventRecord(ev[0], stream_), "cuEventRecord");
     }
     const auto dump = ValueDump::fromEnv();
-    // --hash-nodes: two lane sums per op output in one zeroed device buffer, finished on the host after the run.
+    // --hash-nodes: two lane sums per op output (slot k: the k-th output in op order) in one zeroed device buffer,
+    // finished on the host after the run.
     const hc::LoadedKernel *hashK = opt.hashNodes ? &runner_->load(hc::valueHashKernel(runner_->arch())) : nullptr;
-    std::vector<std::pair<const plan::Op *, std::string>> hashed;  // slot k: (op, output value)
     std::unique_ptr<hc::DeviceBuffer> sums;
     if (hashK) {
-      for (const plan::Op &op : fn.ops)
-        for (const auto &o : op.out) hashed.emplace_back(&op, o);
-      sums = std::make_unique<hc::DeviceBuffer>(std::max<size_t>(16, 16 * hashed.size()));
+      size_t outputs = 0;
+      for (const plan::Op &op : fn.ops) outputs += op.out.size();
+      sums = std::make_unique<hc::DeviceBuffer>(std::max<size_t>(16, 16 * outputs));
       hc::check(d.cuMemsetD8(sums->get(), 0, sums->bytes()), "zeroing the hash sums");
       hc::check(d.cuCtxSynchronize(), "zeroing the hash sums");  // before any launch on the caller's stream
     }
@@ -141,37 +133,32 @@ public:
     std::vector<std::map<std::string, std::vector<int64_t>>> opShapes;
     opShapes.reserve(fn.ops.size());
     const bool audit = opt.mode == Mode::Audit;
+    const int cpuThreads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     std::vector<std::optional<AuditError>> opAudit(fn.ops.size());
     std::vector<Binding> opBinding(fn.ops.size(), Binding::Row);
     for (const plan::Op &op : fn.ops) {
-      // Audit mode: the op's inputs as they are on the device before it runs (its output may take a dead input's
-      // slot), then its outputs, against the CPU's fp64 reference of the op on those same inputs.
-      ValueMap auditIn;
       // A node asked for `reference` (--bind GLOB=reference): the op runs as the CPU's fp64 implementation on the
       // device's inputs and its outputs go back to the device; the ledger says `reference` (strict refuses it).
+      // Audit mode: the outputs of a kernel op against that same fp64 op on the same inputs. Both read the op's
+      // inputs as they are before it runs (its output may take a dead input's slot); the fp64 op runs once.
       bool reference = false;
       for (const auto &n : op.nodes) reference |= op.kernel && ledger.requested(n) == Binding::Reference;
       opBinding[op.index] = reference ? Binding::Reference : Binding::Row;
+      ValueMap fp64;  // the op's inputs, then also its fp64 outputs
       if ((audit || reference) && op.kernel) {
-        hc::check(d.cuStreamSynchronize(stream_), "audit: before " + op.firstNode());
-        for (const auto &n : op.in) auditIn[n] = downloadValue(n);
+        hc::check(d.cuStreamSynchronize(stream_), "fp64 reference: before " + op.firstNode());
+        for (const auto &n : op.in) fp64[n] = downloadValue(n);
+        OpEnv env{p, req, weights, Precision::Fp64, cpuThreads, -1};
+        runCpuOp(op, env, fp64);
       }
-      if (reference) {
-        OpEnv env{p, req, weights, Precision::Fp64, 1, -1};
-        env.threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-        ValueMap vals = auditIn;
-        runCpuOp(op, env, vals);
-        for (const auto &o : op.out) upload(o, vals.at(o));
-      } else {
+      if (reference)
+        for (const auto &o : op.out) upload(o, fp64.at(o));
+      else
         runOp(op);
-      }
       if (audit && op.kernel) {
         hc::check(d.cuStreamSynchronize(stream_), "audit: " + op.firstNode());
-        OpEnv env{p, req, weights, Precision::Fp64, opt.threads > 0 ? opt.threads : 0, -1};
-        if (env.threads == 0) env.threads = int(std::max(1u, std::thread::hardware_concurrency()));
-        runCpuOp(op, env, auditIn);
         for (const auto &o : op.out) {
-          const AuditError e = auditCompare(downloadValue(o), auditIn.at(o), o);
+          const AuditError e = auditCompare(downloadValue(o), fp64.at(o), o);
           if (!opAudit[op.index] || e.maxRel > opAudit[op.index]->maxRel || std::isnan(e.maxRel)) opAudit[op.index] = e;
         }
       }
@@ -198,11 +185,14 @@ public:
     hc::check(io ? d.cuStreamSynchronize(stream_) : d.cuCtxSynchronize(), "running the plan");
     std::vector<std::map<std::string, std::string>> opHashes(fn.ops.size());
     if (hashK) {
-      std::vector<unsigned long long> s(2 * hashed.size());
+      std::vector<unsigned long long> s(2 * nextHash);
       if (!s.empty()) sums->download(s.data(), s.size() * 8);
-      for (size_t k = 0; k < hashed.size(); ++k)
-        opHashes[hashed[k].first->index][hashed[k].second] =
-            contentHashHex(s[2 * k], s[2 * k + 1], values_.at(hashed[k].second).bytes);
+      size_t k = 0;  // the slots in the order they were launched
+      for (const plan::Op &op : fn.ops)
+        for (const auto &o : op.out) {
+          opHashes[op.index][o] = contentHashHex(s[2 * k], s[2 * k + 1], values_.at(o).bytes);
+          ++k;
+        }
     }
     for (const plan::Op &op : fn.ops)
       ledger.recordOp(op, opBinding[op.index], opShapes[op.index], opAudit[op.index], std::move(opHashes[op.index]));

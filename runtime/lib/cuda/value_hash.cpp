@@ -1,12 +1,14 @@
-// The device content hash (value_hash.h): support/content_hash.h and value_hash.cuh, embedded at build time.
+// The device content hash (value_hash.h): support/synth_rng.h (splitmix64), content_hash.h and value_hash.cuh,
+// embedded at build time.
 #include "h3c/runtime/cuda/value_hash.h"
 
+#include "h3c/runtime/cuda/runtime_kernel.h"
 #include "h3c/support/error.h"
 
 #include <algorithm>
-#include <map>
 
 namespace h3c::rt::cuda_src {
+extern const char *const synth_rng;
 extern const char *const content_hash;
 extern const char *const value_hash;
 } // namespace h3c::rt::cuda_src
@@ -14,18 +16,9 @@ extern const char *const value_hash;
 namespace h3c::runtime::cuda {
 
 const h3c::plan::Kernel &valueHashKernel(const std::string &arch) {
-  static std::map<std::string, h3c::plan::Kernel> kernels;
-  auto it = kernels.find(arch);
-  if (it != kernels.end()) return it->second;
-  h3c::plan::Kernel k;
-  k.id = "h3c_value_hash_" + arch;
-  k.entry = "h3c_value_hash";
-  k.arch = arch;
-  k.nvrtcOptions = {"--gpu-architecture=" + arch, "--std=c++17"};
-  k.source = std::string("// h3c value hash (--hash-nodes)\n") + h3c::rt::cuda_src::content_hash + "\n" +
-             h3c::rt::cuda_src::value_hash;
-  k.launch.block = {256, 1, 1};
-  return kernels.emplace(arch, std::move(k)).first->second;
+  return runtimeKernel("h3c_value_hash", arch,
+                       {"// h3c value hash (--hash-nodes)", h3c::rt::cuda_src::synth_rng, h3c::rt::cuda_src::content_hash,
+                        h3c::rt::cuda_src::value_hash});
 }
 
 void launchValueHash(const LoadedKernel &k, CUdeviceptr src, size_t bytes, CUdeviceptr sums, CUstream stream,

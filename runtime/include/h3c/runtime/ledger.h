@@ -108,6 +108,8 @@ private:
   };
   nlohmann::json header_;
   std::vector<Record> records_;
+  // (node id, actual binding name) of every recorded node, in execution order: what the strict rule reads.
+  std::vector<std::pair<std::string, std::string>> ranNodes() const;
   Mode mode_;
   std::vector<BindRule> binds_;
 };

@@ -13,15 +13,12 @@
 // term makes the hash depend on where each byte is. It detects changes (the chance that a different tensor gets the
 // same hash is about 2^-64 per lane), not forgery: the ledger's seal and signature cover tampering.
 //
-// This header is also compiled by NVRTC (the GPU executor's hash kernel): no standard library headers in that part.
+// This header is also compiled by NVRTC (the GPU executor's hash kernel, with synth_rng.h's text before it, which
+// defines H3C_HD and splitmix64): no standard library headers in that part.
 #pragma once
 
-#ifndef H3C_HD
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define H3C_HD __host__ __device__
-#else
-#define H3C_HD
-#endif
+#if !defined(__CUDACC_RTC__)
+#include "h3c/support/synth_rng.h"
 #endif
 
 namespace h3c {
@@ -29,12 +26,7 @@ namespace chash {
 
 typedef unsigned long long u64;
 
-H3C_HD inline u64 mix(u64 x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+H3C_HD inline u64 mix(u64 x) { return synth::splitmix64(x); }  // one definition of the splitmix64 step
 
 // Adds word i's terms to the two lane sums.
 H3C_HD inline void addWord(u64 w, u64 i, u64 &a, u64 &b) {
