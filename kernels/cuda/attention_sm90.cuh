@@ -1,6 +1,7 @@
 // Flash attention on Hopper (sm_90a: TMA + mbarrier ring + wgmma, warp-specialized) in the contract's `flash` order
 // (docs/contract.md section 4), operation for operation the order of attention.cuh, so both kernels give the same
-// bits (the GPU checks compare them byte for byte): keys in canonical order in blocks of 64, ascending; per block
+// bits (the GPU checks compare them byte for byte): keys in canonical order in blocks of A9_KV (the order's kv_block,
+// 64 or 128), ascending; per block
 // s = q k^T (16-wide chunks of d, ascending, from 0), running max m of the raw scores and sum l, with
 // c = fl(d^-0.5 * log2 e) and mc = fl(m_new * c): P = bf(ex2(fma(s, c, -mc))), o = o * ex2(fma(m_old, c, -mc)) + P v
 // (16-key chunks, ascending), finally o / l. wgmma's chunk function equals
@@ -9,25 +10,34 @@
 // order as there.
 //
 // Shape: 384 threads per (128-query tile, head, batch item). Warpgroup 0 is the producer (one thread issues the TMA
-// loads: the Q tile once, then K and V blocks of 64 keys into an A9_STAGES-deep ring); warpgroups 1 and 2 each own
-// 64 query rows. S = Q K^T is an m64n64 wgmma chain over d with both operands in shared memory; P V takes P from
+// loads: the Q tile once, then K and V blocks of A9_KV keys into an A9_STAGES-deep ring); warpgroups 1 and 2 each
+// own 64 query rows. S = Q K^T is an m64n(A9_KV) wgmma chain over d with both operands in shared memory; P V takes P from
 // registers (the A fragment of mma.sync) and V from shared memory as an N-major operand (wgmma's transposed B), so V
 // is never transposed by hand. A9_OVERLAP = 1 issues S of block kb with P V of block kb - 1 and runs the softmax of kb
 // while both compute (FA3's intra-warpgroup overlap): it changes when the tensor core works, not what any output sums.
 // Keys past the item's end read as zeros through the 3-D tensor maps (per item) and are masked to -inf before the
 // max, as in attention.cuh.
 //
-// Defined by the emitter: A9_ENTRY H3C_PARAMS A9_C (c, a float literal) A9_STAGES A9_OVERLAP A9_PINGPONG
+// Defined by the emitter: A9_ENTRY H3C_PARAMS A9_C (c, a float literal) A9_KV (64 or 128) A9_STAGES A9_OVERLAP A9_PINGPONG
 // (with A9_OVERLAP only). Parameters
 // (H3C_PARAMS, in this order): q_map (q [B, Lq, heads * 128], boxes of 64 columns x 128 rows), k_map, v_map (k, v
-// [B, Lk, heads * 128], boxes of 64 columns x 64 rows), out (o [B, Lq, heads * 128]), item_rows = Lq, kv_rows = Lk
+// [B, Lk, heads * 128], boxes of 64 columns x A9_KV rows), out (o [B, Lq, heads * 128]), item_rows = Lq, kv_rows = Lk
 // (grid.x: 128-query tiles, y: heads, z: items). Lq < Lk under sequence parallelism.
 #define A9_D 128
+// S's wgmma: one m64n(A9_KV)k16 instruction per 16-wide chunk of d.
+#if A9_KV == 64
+#define a9_wgmma_s wgmma_64
+#elif A9_KV == 128
+#define a9_wgmma_s wgmma_128
+#else
+#error "A9_KV must be 64 or 128"
+#endif
 #define A9_THREADS 384
 #define A9_Q_BOX (128 * 128)              // bytes of one 64-column Q box (128 rows x 128 bytes)
-#define A9_KV_BOX (64 * 128)              // bytes of one 64-column K or V box (64 keys x 128 bytes)
+#define A9_KV_BOX (A9_KV * 128)           // bytes of one 64-column K or V box (A9_KV keys x 128 bytes)
+#define A9_SN (A9_KV / 8)                 // 8-key column groups of an S fragment (4 values each per thread)
 #define A9_Q_BYTES (2 * A9_Q_BOX)         // the 128 x 128 Q tile
-#define A9_KV_BYTES (2 * A9_KV_BOX)       // one 64 x 128 K (or V) block
+#define A9_KV_BYTES (2 * A9_KV_BOX)       // one A9_KV x 128 K (or V) block
 
 // Two F32 values rounded to bf16 (RNE) and packed, low half first: one cvt for the pair. The same bits as
 // pack_bf2 for every non-NaN input (P is in [0, 1] unless the scores were NaN).
@@ -45,9 +55,9 @@ __device__ __forceinline__ h3u32 a9_pack_rn(float lo, float hi) {
 __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk, int t4, float *m, float *l,
                                            float *alpha) {
   const float kNegInf = __int_as_float(0xff800000);
-  if (k0 + 64 > Lk) {
+  if (k0 + A9_KV > Lk) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < A9_SN; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (k0 + j * 8 + t4 * 2 + (e & 1) >= Lk) sc[j * 4 + e] = kNegInf;
@@ -56,7 +66,7 @@ __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk
   for (int hh = 0; hh < 2; ++hh) {
     float mx = kNegInf;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(sc[j * 4 + hh * 2], sc[j * 4 + hh * 2 + 1]));
+    for (int j = 0; j < A9_SN; ++j) mx = fmaxf(mx, fmaxf(sc[j * 4 + hh * 2], sc[j * 4 + hh * 2 + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float mnew = fmaxf(m[hh], mx), mc = __fmul_rn(mnew, A9_C);
@@ -64,7 +74,7 @@ __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk
     m[hh] = mnew;
     l[hh] = __fmul_rn(l[hh], alpha[hh]);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < A9_SN; ++j) {
       const h3u32 pr = a9_pack_rn(h3c_ex2(__fmaf_rn(sc[j * 4 + hh * 2], A9_C, -mc)),
                                   h3c_ex2(__fmaf_rn(sc[j * 4 + hh * 2 + 1], A9_C, -mc)));
       sc[j * 4 + hh * 2] = __uint_as_float(pr << 16);
@@ -75,14 +85,14 @@ __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk
   }
 }
 
-// o = o * alpha (per row), then P (already bf16 values) packed as the A fragments of the block's four 16-key chunks.
+// o = o * alpha (per row), then P (already bf16 values) packed as the A fragments of the block's 16-key chunks.
 __device__ __forceinline__ void a9_rescale_pack(const float *sc, const float *alpha, float *o, h3u32 (*pa)[4]) {
 #pragma unroll
   for (int j = 0; j < A9_D / 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[j * 4 + e] = __fmul_rn(o[j * 4 + e], alpha[e >> 1]);
 #pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
+  for (int kc = 0; kc < A9_KV / 16; ++kc) {
     pa[kc][0] = a9_pack_rn(sc[(2 * kc) * 4 + 0], sc[(2 * kc) * 4 + 1]);
     pa[kc][1] = a9_pack_rn(sc[(2 * kc) * 4 + 2], sc[(2 * kc) * 4 + 3]);
     pa[kc][2] = a9_pack_rn(sc[(2 * kc + 1) * 4 + 0], sc[(2 * kc + 1) * 4 + 1]);
@@ -104,24 +114,24 @@ __device__ __forceinline__ void a9_turn_pass(int cw) {
 #endif
 }
 
-// S = Q K^T of the key block in stage `stage`: eight chained m64n64k16 wgmmas over d (box kc / 4, 32-byte step kc % 4
+// S = Q K^T of the key block in stage `stage`: eight chained m64n(A9_KV)k16 wgmmas over d (box kc / 4, 32-byte step kc % 4
 // inside the swizzled rows), the first with scale_d = 0. Issued and committed, not waited for.
 __device__ __forceinline__ void a9_issue_s(float *sc, unsigned long long dq, h3u32 sK, int stage) {
   const unsigned long long dk = wgmma_desc_sw128(sK + stage * A9_KV_BYTES);
   wgmma_fence();
 #pragma unroll
   for (int kc = 0; kc < 8; ++kc)
-    wgmma_64(sc, dq + (kc >> 2) * (A9_Q_BOX >> 4) + 2 * (kc & 3), dk + (kc >> 2) * (A9_KV_BOX >> 4) + 2 * (kc & 3),
+    a9_wgmma_s(sc, dq + (kc >> 2) * (A9_Q_BOX >> 4) + 2 * (kc & 3), dk + (kc >> 2) * (A9_KV_BOX >> 4) + 2 * (kc & 3),
              kc != 0);
   wgmma_commit();
 }
 
-// o += P V of the key block in stage `stage`: four chained m64n128k16 wgmmas over its 16-key chunks, P from registers,
+// o += P V of the key block in stage `stage`: A9_KV / 16 chained m64n128k16 wgmmas over its 16-key chunks, P from registers,
 // V N-major (16 keys x 128 columns: two 64-column atoms A9_KV_BOX bytes apart, 2,048 bytes per chunk).
 __device__ __forceinline__ void a9_issue_pv(float *o, h3u32 (*pa)[4], h3u32 sV, int stage) {
   wgmma_fence();
 #pragma unroll
-  for (int kc = 0; kc < 4; ++kc)
+  for (int kc = 0; kc < A9_KV / 16; ++kc)
     wgmma_128_rs_nmajor(o, pa[kc], wgmma_desc_sw128_nmajor(sV + stage * A9_KV_BYTES + kc * 2048, A9_KV_BOX), 1);
   wgmma_commit();
 }
@@ -135,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const long long L = item_rows, Lk = kv_rows;
   const int head = blockIdx.y, item = blockIdx.z, q0 = blockIdx.x * 128;
-  const int nkv = (int)((Lk + 63) / 64);
+  const int nkv = (int)((Lk + A9_KV - 1) / A9_KV);
   if (threadIdx.x == 0) {
     mbar_init(qFull, 1);
     for (int s = 0; s < A9_STAGES; ++s) {
@@ -161,11 +171,11 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
       for (int kb = 0; kb < nkv; ++kb) {
         mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
         mbar_expect_tx(kFull + 8 * s, A9_KV_BYTES);
-        tma_load_3d(sK + s * A9_KV_BYTES, &k_map, head * A9_D, kb * 64, item, kFull + 8 * s);
-        tma_load_3d(sK + s * A9_KV_BYTES + A9_KV_BOX, &k_map, head * A9_D + 64, kb * 64, item, kFull + 8 * s);
+        tma_load_3d(sK + s * A9_KV_BYTES, &k_map, head * A9_D, kb * A9_KV, item, kFull + 8 * s);
+        tma_load_3d(sK + s * A9_KV_BYTES + A9_KV_BOX, &k_map, head * A9_D + 64, kb * A9_KV, item, kFull + 8 * s);
         mbar_expect_tx(vFull + 8 * s, A9_KV_BYTES);
-        tma_load_3d(sV + s * A9_KV_BYTES, &v_map, head * A9_D, kb * 64, item, vFull + 8 * s);
-        tma_load_3d(sV + s * A9_KV_BYTES + A9_KV_BOX, &v_map, head * A9_D + 64, kb * 64, item, vFull + 8 * s);
+        tma_load_3d(sV + s * A9_KV_BYTES, &v_map, head * A9_D, kb * A9_KV, item, vFull + 8 * s);
+        tma_load_3d(sV + s * A9_KV_BYTES + A9_KV_BOX, &v_map, head * A9_D + 64, kb * A9_KV, item, vFull + 8 * s);
         if (++s == A9_STAGES) { s = 0; ph ^= 1; }
       }
     }
@@ -179,10 +189,10 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
 #pragma unroll
     for (int i = 0; i < A9_D / 2; ++i) o[i] = 0.0f;
     float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-    h3u32 pa[4][4];
+    h3u32 pa[A9_KV / 16][4];
     const unsigned long long dq = wgmma_desc_sw128(sQ + cw * 64 * 128);
     mbar_wait(qFull, 0);
-    float sc[32], alpha[2];
+    float sc[A9_KV / 2], alpha[2];
 #if A9_OVERLAP
     // FA3's order of issue: S of block kb and P V of block kb - 1 run on the tensor core while the softmax of kb
     // runs on the FP32 pipes; o is rescaled and P handed over only after P V of kb - 1 completed. o still sees
@@ -204,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
       a9_issue_pv(o, pa, sV, sp);
       a9_turn_pass(cw);
       wgmma_wait<1>();  // S of kb is complete (groups complete in order)
-      a9_softmax(sc, (long long)kb * 64, Lk, t4, m, l, alpha);
+      a9_softmax(sc, (long long)kb * A9_KV, Lk, t4, m, l, alpha);
       wgmma_wait<0>();  // P V of kb - 1 is complete: its K and V stage is free
       if (lane == 0) mbar_arrive(empty + 8 * sp);
       a9_rescale_pack(sc, alpha, o, pa);
@@ -224,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
       mbar_wait(kFull + 8 * s, ph);
       a9_issue_s(sc, dq, sK, s);
       wgmma_wait<0>();
-      a9_softmax(sc, (long long)kb * 64, Lk, t4, m, l, alpha);
+      a9_softmax(sc, (long long)kb * A9_KV, Lk, t4, m, l, alpha);
       a9_rescale_pack(sc, alpha, o, pa);
       mbar_wait(vFull + 8 * s, ph);
       a9_issue_pv(o, pa, sV, s);

@@ -494,16 +494,22 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
 // rounded once to F32 by floatLit; the CPU reference derives the same value.
 double flashExp2Scale(int64_t d) { return 1.0 / std::sqrt((double)d) * 1.4426950408889634074; }
 
-// The Hopper attention (attention_sm90.cuh): 128-query tiles of one (head, item), K/V blocks of 64 keys in a ring of
-// sm90AttnStages stages of 32 KiB; the same bits as attention.cuh.
+// The Hopper attention (attention_sm90.cuh): 128-query tiles of one (head, item), K/V blocks of kv_block keys in a
+// ring of sm90AttnStages stages (kv_block x 512 bytes each); the same bits as attention.cuh.
 plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string &arch) {
   const EmitOptions &o = v.options;
   if (o.sm90AttnStages < 2 || o.sm90AttnStages > 5 || (o.sm90AttnOverlap != 0 && o.sm90AttnOverlap != 1) ||
       (o.sm90AttnPingpong != 0 && o.sm90AttnPingpong != 1))
     fail(v.where, "Hopper attention tuning out of range (stages 2-5, overlap 0/1, ping-pong 0/1)");
-  const int64_t d = 128, ld = heads * d;
+  const int64_t d = 128, ld = heads * d, kv = v.op.order.kvBlock;
+  // Q tile 32 KiB + stages x (K + V block) + barriers must fit the 227 KiB an sm_90 CTA can opt into.
+  const int64_t smem = 1024 + 128 * d * 2 + int64_t(o.sm90AttnStages) * 2 * kv * d * 2 + 8 * (1 + 3 * o.sm90AttnStages);
+  if (smem > 232448)
+    fail(v.where, "Hopper attention with kv_block {} and {} stages needs {} bytes of shared memory (at most 232,448): "
+         "use fewer stages", kv, o.sm90AttnStages, smem);
   Builder b;
   b.def("A9_HEADS", heads);
+  b.def("A9_KV", kv);
   b.def("A9_C", floatLit(flashExp2Scale(d)));
   b.def("A9_STAGES", o.sm90AttnStages);
   b.def("A9_OVERLAP", o.sm90AttnOverlap);
@@ -511,30 +517,29 @@ plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string
   Params p;
   Extent itemRows = Extent::rowsOf(v.in(0).rows, false), kvRows = Extent::rowsOf(v.in(1).rows, false);
   p.itemTensorMap("q_map", OperandRole::In, 0, itemRows, ld, 64, 128);
-  p.itemTensorMap("k_map", OperandRole::In, 1, kvRows, ld, 64, 64);
-  p.itemTensorMap("v_map", OperandRole::In, 2, kvRows, ld, 64, 64);
+  p.itemTensorMap("k_map", OperandRole::In, 1, kvRows, ld, 64, kv);
+  p.itemTensorMap("v_map", OperandRole::In, 2, kvRows, ld, 64, kv);
   p.out("out", 0);
   p.scalar("item_rows", itemRows);
   p.scalar("kv_rows", kvRows);
-  const int64_t smem = 1024 + 128 * d * 2 + int64_t(o.sm90AttnStages) * 2 * 64 * d * 2 + 8 * (1 + 3 * o.sm90AttnStages);
   plan::Launch l = launch(384, smem, dim(itemRows, 128), dim(Extent::constant(heads)), dim(Extent::parse("B", v.where)));
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::attention_sm90;
-  return finish(fmt::format("attention_sm90_h{}_d{}", heads, d), "A9_ENTRY", b, p, body, l, arch);
+  return finish(fmt::format("attention_sm90_h{}_d{}{}", heads, d, kv == 64 ? "" : "_kv" + std::to_string(kv)), "A9_ENTRY", b, p, body, l, arch);
 }
 
 plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   v.requireOrder(plan::OrderKind::Flash);
   const plan::Order &o = v.op.order;
-  if (o.kvBlock != 64) fail(v.where, "order.kv_block must be 64");
+  if (o.kvBlock != 64 && o.kvBlock != 128) fail(v.where, "order.kv_block must be 64 or 128, got {}", o.kvBlock);
   if (o.kStep != 16) fail(v.where, "order.k_step must be 16");
   const int64_t heads = v.a().heads, d = v.a().headDim;
-  if (d % 16 != 0 || d > 256) fail(v.where, "attention needs head_dim % 16 == 0 and <= 256, got {}", d);
+  if (d % 16 != 0 || d > 192) fail(v.where, "attention needs head_dim % 16 == 0 and <= 192, got {}", d);
   if (!v.in(0).batch) fail(v.where, "attention runs per batch item: q must carry the batch axis");
   if (v.in(1).rows != v.in(2).rows || (v.in(1).rows != v.in(0).rows && v.in(0).rows != Domain::Sr))
     fail(v.where, "k and v share a row domain, which is q's unless q is a rank's rows Sr");
   if (arch == "sm_90a" && v.options.wgmma && d == 128) return emitAttentionSm90(v, heads, arch);
   Builder b;
-  b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_C", floatLit(flashExp2Scale(d)));
+  b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_C", floatLit(flashExp2Scale(d))); b.def("AT_KV", o.kvBlock);
   Params p;
   p.in("q", 0);
   p.in("k", 1);
@@ -543,9 +548,14 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   Extent itemRows = Extent::rowsOf(v.in(0).rows, false);
   p.scalar("item_rows", itemRows);
   p.scalar("kv_rows", Extent::rowsOf(v.in(1).rows, false));
-  plan::Launch l = launch(128, 5 * 64 * (d + 8) * 2, dim(itemRows, 64), dim(Extent::constant(heads)),
+  // The 64-query Q block and double-buffered K and V blocks of kv_block rows, d + 8 columns each.
+  const int64_t smem = (64 + 4 * o.kvBlock) * (d + 8) * 2;
+  if (smem > 232448)
+    fail(v.where, "attention with head_dim {} and kv_block {} needs {} bytes of shared memory (at most 232,448)", d,
+         o.kvBlock, smem);
+  plan::Launch l = launch(128, smem, dim(itemRows, 64), dim(Extent::constant(heads)),
                           dim(Extent::parse("B", v.where)));
-  return finish(fmt::format("attention_h{}_d{}", heads, d), "AT_ENTRY", b, p, tmpl::attention, l, arch);
+  return finish(fmt::format("attention_h{}_d{}{}", heads, d, o.kvBlock == 64 ? "" : "_kv" + std::to_string(o.kvBlock)), "AT_ENTRY", b, p, tmpl::attention, l, arch);
 }
 
 plan::Kernel emitElementwise(const OpView &v, const std::string &arch) {

@@ -18,7 +18,9 @@ using namespace h3c::h3ir;
 namespace {
 
 // Largest head size the fixed-order attention kernel holds in registers/shared memory.
-constexpr int64_t kMaxHeadDim = 256;
+// The mma.sync attention kernel keeps a 64-query block and double-buffered K/V blocks of kv_block (128) rows in
+// shared memory: (64 + 4 * 128) * (d + 8) * 2 bytes fit an sm_90/sm_100 CTA up to d = 192.
+constexpr int64_t kMaxHeadDim = 192;
 
 struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
   using Base::Base;

@@ -158,8 +158,7 @@ float laneTreeSumSquares(const float *x, int64_t n) {
 float siluF(float x) { return detmath::silu(x); }
 
 void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d, float c,
-              float *out) {
-  constexpr int64_t kBlock = 64;
+              int64_t kBlock, float *out) {
   float m = -std::numeric_limits<float>::infinity(), l = 0.f;
   std::vector<float> o(size_t(d), 0.f), s(kBlock), p(kBlock), pv(kBlock);
   for (int64_t b0 = 0; b0 < n; b0 += kBlock) {

@@ -22,10 +22,10 @@ void gemmFp64(const float *x, int64_t M, int64_t K, const float *w, int64_t N, c
 float laneTreeSumSquares(const float *x, int64_t n);
 
 // Flash attention for one (query row, head): q [d], keys/values rows `kv` apart (stride `ld`), n keys; out [d] F32
-// before the final bf16 rounding (o / l). Ordered: kv_block 64, k_chunks dot products, P = bf(exp2(fma(s, c, -fl(m c))))
+// before the final bf16 rounding (o / l). Ordered: keys in blocks of kBlock (the order's kv_block), k_chunks dot products, P = bf(exp2(fma(s, c, -fl(m c))))
 // with c = fl(d^-0.5 log2 e) (docs/contract.md section 4; the GPU's exp2 is MUFU.EX2, so agreement is within a bound).
 void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d, float c,
-              float *out);
+              int64_t kBlock, float *out);
 // Reference: double softmax and weighted sum.
 void attentionRowFp64(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d,
                       double scale, float *out);

@@ -515,7 +515,7 @@ void runAttention(Ctx &cx) {
       if (cx.exact)
         cpu::attentionRowFp64(qr, kb, vb, ld, nk, d, scale, out.data());
       else
-        cpu::flashRow(qr, kb, vb, ld, nk, d, c, out.data());
+        cpu::flashRow(qr, kb, vb, ld, nk, d, c, cx.op.order.kvBlock, out.data());
       for (int64_t c = 0; c < d; ++c)
         o.f[base + size_t(r * ld + c)] = roundBf16(out[size_t(c)]);
     }

@@ -34,7 +34,7 @@ inline plan::Order laneTree() {
 inline plan::Order flash() {
   plan::Order o;
   o.kind = plan::OrderKind::Flash;
-  o.kvBlock = 64;
+  o.kvBlock = 128;
   o.kStep = 16;
   return o;
 }

@@ -43,7 +43,7 @@ struct PlanBuilder {
   }
   static json kc() { return {{"kind", "k_chunks"}, {"k_step", 16}, {"units", 1}, {"acc", "f32"}}; }
   static json lt() { return {{"kind", "lane_tree"}, {"lanes", 32}, {"acc", "f32"}}; }
-  static json fl() { return {{"kind", "flash"}, {"kv_block", 64}, {"k_step", 16}, {"acc", "f32"}, {"p", "bf16"}}; }
+  static json fl() { return {{"kind", "flash"}, {"kv_block", 128}, {"k_step", 16}, {"acc", "f32"}, {"p", "bf16"}}; }
   void op(const std::string &kind, std::vector<std::string> nodes, std::vector<std::string> in,
           std::vector<std::string> out, json weights, json attrs, json order) {
     ops.push_back({{"op", kind},

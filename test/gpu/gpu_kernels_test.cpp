@@ -379,24 +379,31 @@ void Kernels::checkAttention(const std::string &cfg, int heads, int d, long long
     auto o1 = go(L, B), o2 = go(L, B);
     report(bytesEqual(o1, o2), name + ": two runs byte-equal");
     if (k.source.find("wgmma.mma_async") != std::string::npos) {
-      // The Hopper kernel (TMA + wgmma) and its tuning variants against the mma.sync kernel: the same bits.
-      const EmitOp aop = op(OpKind::Attention, "attention",
-                            with(attrs({{"heads", heads}, {"head_dim", d}}), DType::BF16, DType::BF16, DType::BF16),
-                            flash());
-      hk::EmitOptions mma;
-      mma.wgmma = false;
-      auto om = goWith(kernel(aop, mma), L, B);
-      size_t at = firstDiff(o1, om);
-      report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) attention == mma.sync attention byte for byte{}",
-                                                at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
-      for (int variant = 0; variant < 3; ++variant) {
-        hk::EmitOptions o;
-        o.sm90AttnOverlap = variant > 0;
-        o.sm90AttnPingpong = variant == 2;
-        o.sm90AttnStages = 2 + variant;
-        auto ov = goWith(kernel(aop, o), L, B);
-        report(bytesEqual(ov, om), name + fmt::format(": Hopper attention stages {} overlap {} ping-pong {} == mma.sync",
-                                                      o.sm90AttnStages, o.sm90AttnOverlap, o.sm90AttnPingpong));
+      // The Hopper kernel (TMA + wgmma) and its tuning variants against the mma.sync kernel: the same bits, for
+      // today's kv_block (128) and the one plans compiled before 2026-12-04 carry (64).
+      for (int64_t kv : {128, 64}) {
+        EmitOp aop = op(OpKind::Attention, "attention",
+                        with(attrs({{"heads", heads}, {"head_dim", d}}), DType::BF16, DType::BF16, DType::BF16),
+                        flash());
+        aop.op.order.kvBlock = kv;
+        hk::EmitOptions mma;
+        mma.wgmma = false;
+        auto om = goWith(kernel(aop, mma), L, B);
+        auto oh = kv == 128 ? o1 : goWith(kernel(aop), L, B);
+        size_t at = firstDiff(oh, om);
+        report(at == SIZE_MAX,
+               name + fmt::format(": kv_block {}: Hopper (wgmma) attention == mma.sync attention byte for byte{}", kv,
+                                  at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
+        for (int variant = 0; variant < 3; ++variant) {
+          hk::EmitOptions o;
+          o.sm90AttnOverlap = variant > 0;
+          o.sm90AttnPingpong = variant == 2;
+          o.sm90AttnStages = kv == 128 ? 2 + variant % 2 : 2 + variant;  // 128: at most 3 stages of 64 KiB fit
+          auto ov = goWith(kernel(aop, o), L, B);
+          report(bytesEqual(ov, om),
+                 name + fmt::format(": kv_block {}: Hopper attention stages {} overlap {} ping-pong {} == mma.sync", kv,
+                                    o.sm90AttnStages, o.sm90AttnOverlap, o.sm90AttnPingpong));
+        }
       }
     }
     if (B > 1) {

@@ -8,7 +8,7 @@
 // CHECK: h3.rms_norm {{.*}}order = #h3.order<lane_tree, lanes = 32, acc = f32>
 // CHECK: h3.linear {{.*}}nodes = ["token_refiner.refiner_blocks.0.attn.to_q"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>
 // CHECK: h3.qk_norm {{.*}}order = #h3.order<lane_tree, lanes = 32, acc = f32>
-// CHECK: h3.attention {{.*}}order = #h3.order<flash, kv_block = 64, k_step = 16, acc = f32, p = bf16>
+// CHECK: h3.attention {{.*}}order = #h3.order<flash, kv_block = 128, k_step = 16, acc = f32, p = bf16>
 // CHECK: h3.linear {{.*}}nodes = ["token_refiner.refiner_blocks.0.attn.to_out.0"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>
 // CHECK: h3.residual
 // CHECK-NOT: order

@@ -63,8 +63,8 @@ func.func @lanes(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16> {
 // -----
 
 func.func @flash(%q: !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16> {
-  // expected-error @+1 {{[attn] flash needs kv_block = 64 and k_step = 16}}
-  %o = h3.attention %q, %q, %q {heads = 2 : i64, head_dim = 16 : i64, order = #h3.order<flash, kv_block = 128, k_step = 16, acc = f32, p = bf16>, nodes = ["attn"], values = ["o"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16>
+  // expected-error @+1 {{[attn] flash needs kv_block = 128 and k_step = 16}}
+  %o = h3.attention %q, %q, %q {heads = 2 : i64, head_dim = 16 : i64, order = #h3.order<flash, kv_block = 64, k_step = 16, acc = f32, p = bf16>, nodes = ["attn"], values = ["o"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16>
   return %o : !h3.act<B, S, 32, bf16>
 }
 
@@ -72,15 +72,15 @@ func.func @flash(%q: !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16> {
 
 func.func @flash_p(%q: !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16> {
   // expected-error @+1 {{[attn] flash stores P as bf16}}
-  %o = h3.attention %q, %q, %q {heads = 2 : i64, head_dim = 16 : i64, order = #h3.order<flash, kv_block = 64, k_step = 16, acc = f32, p = f32>, nodes = ["attn"], values = ["o"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16>
+  %o = h3.attention %q, %q, %q {heads = 2 : i64, head_dim = 16 : i64, order = #h3.order<flash, kv_block = 128, k_step = 16, acc = f32, p = f32>, nodes = ["attn"], values = ["o"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16>
   return %o : !h3.act<B, S, 32, bf16>
 }
 
 // -----
 
 func.func @head_dim(%q: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16> {
-  // expected-error @+1 {{[attn] no fixed-order attention kernel for head_dim 12 (needs a multiple of 16, at most 256)}}
-  %o = h3.attention %q, %q, %q {heads = 2 : i64, head_dim = 12 : i64, order = #h3.order<flash, kv_block = 64, k_step = 16, acc = f32, p = bf16>, nodes = ["attn"], values = ["o"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 24, bf16>, !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16>
+  // expected-error @+1 {{[attn] no fixed-order attention kernel for head_dim 12 (needs a multiple of 16, at most 192)}}
+  %o = h3.attention %q, %q, %q {heads = 2 : i64, head_dim = 12 : i64, order = #h3.order<flash, kv_block = 128, k_step = 16, acc = f32, p = bf16>, nodes = ["attn"], values = ["o"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 24, bf16>, !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16>
   return %o : !h3.act<B, S, 24, bf16>
 }
 

@@ -304,7 +304,7 @@ TEST(KernelEmit, RejectsOpsOutsideTheContract) {
   f32split.op.order.units = 2;
   EXPECT_THROW(emit(f32split), h3c::Error);
   EmitOp attn = ops[6];
-  attn.op.order.kvBlock = 128;
+  attn.op.order.kvBlock = 96;
   EXPECT_THROW(emit(attn), h3c::Error);
   EmitOp arity = ops[15];
   arity.vals.in.pop_back();

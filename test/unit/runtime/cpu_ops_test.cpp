@@ -150,7 +150,7 @@ AttentionCase attentionCase(Fixture &f, int64_t S, float fq, float fk, float fv,
   f.input("v", DType::BF16, "S", I, c.v);
   f.value("o", DType::BF16, "S", I);
   c.order.kind = plan::OrderKind::Flash;
-  c.order.kvBlock = 64;
+  c.order.kvBlock = 128;
   c.order.kStep = 16;
   c.attrs.heads = I / d;
   c.attrs.headDim = d;

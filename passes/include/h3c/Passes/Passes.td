@@ -8,7 +8,7 @@ def H3AssignReductionOrder : Pass<"h3-assign-reduction-order", "mlir::ModuleOp">
   let summary = "Give every reducing op its fixed reduction order (docs/contract.md section 4)";
   let description = [{
     linear-like ops get `#h3.order<k_chunks, k_step = 16, units = 1, acc = f32>` (K in one chain); row norms get
-    `lane_tree` (32 lanes); attention gets `flash` (kv_block 64). The order depends only on the op kind and pinned
+    `lane_tree` (32 lanes); attention gets `flash` (kv_block 128). The order depends only on the op kind and pinned
     constants, never on rows, batch, the sp/tp degrees or arch. An existing, different order is an error.
   }];
   let dependentDialects = ["::h3c::h3ir::H3Dialect"];

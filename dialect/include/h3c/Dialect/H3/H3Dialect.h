@@ -41,7 +41,9 @@ std::string dtypeName(mlir::Type t);
 // Reduction-order constants pinned by docs/contract.md section 4.
 inline constexpr int64_t kKStep = 16;
 inline constexpr int64_t kLanes = 32;
-inline constexpr int64_t kKvBlock = 64;
+// kv_block 128 since 2026-12-04 (was 64): half the running-max updates and o rescales per key, and an m64n128 S
+// wgmma on Hopper. Plans compiled before carry kv_block 64 and their own kernel text, and keep their bits.
+inline constexpr int64_t kKvBlock = 128;
 
 // k_chunks with one unit (U = 1: every linear reduces K in one ascending chain of 16-wide chunks).
 OrderAttr kChunksOrder(mlir::MLIRContext *ctx);
