@@ -22,7 +22,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_inflight", &EmitOptions::sm90Inflight, 0, 1},
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
-                          {"attn_stages", &EmitOptions::sm90AttnStages, 2, 5},
+                          // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
+                          {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
                           {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1}};
 
