@@ -6,7 +6,8 @@
 // them out), uploaded from the WeightSource or generated on the device by the runtime's synthetic generator
 // (bit-identical to the host's). Host-computed values (rope tables, the timestep sinusoid, pack's row metadata) use
 // the same host code as the CPU executor and are uploaded. Every node is recorded with binding `row`, except
-// nodes bound to `reference` (the CPU's fp64 op on the device's inputs, outputs uploaded). In audit mode every kernel
+// nodes bound to `reference` (the CPU's fp64 op on the device's inputs, outputs uploaded) and the linears and
+// attention bound to `native` (cuBLASLt and the runtime's epilogues, native_ops.h). In audit mode every kernel
 // op's outputs are compared with that fp64 reference on the same inputs (a sync and copies per op: a diagnosis mode),
 // and with --hash-nodes every output is hashed on the device (runtime/cuda/value_hash.h).
 // The executor is resident (engine.h): the kernels stay loaded, the weights stay on the device while the plan and the
@@ -20,6 +21,7 @@
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
+#include "h3c/runtime/cuda/native_ops.h"
 #include "h3c/runtime/cuda/runtime_kernel.h"
 #include "h3c/runtime/cuda/value_hash.h"
 #include "h3c/runtime/value_dump.h"
@@ -141,9 +143,15 @@ public:
       // device's inputs and its outputs go back to the device; the ledger says `reference` (strict refuses it).
       // Audit mode: the outputs of a kernel op against that same fp64 op on the same inputs. Both read the op's
       // inputs as they are before it runs (its output may take a dead input's slot); the fp64 op runs once.
-      bool reference = false;
-      for (const auto &n : op.nodes) reference |= op.kernel && ledger.requested(n) == Binding::Reference;
-      opBinding[op.index] = reference ? Binding::Reference : Binding::Row;
+      // A node asked for `native` (--bind GLOB=native, or off mode's default): a linear or attention op runs on the
+      // vendor library (runNative); other kinds have no native form and run their row kernel, recorded `row`.
+      bool reference = false, native = false;
+      for (const auto &n : op.nodes) {
+        reference |= op.kernel && ledger.requested(n) == Binding::Reference;
+        native |= ledger.requested(n) == Binding::Native;
+      }
+      native = native && !reference && op.kernel && hc::NativeOps::implements(op.kind);
+      opBinding[op.index] = reference ? Binding::Reference : native ? Binding::Native : Binding::Row;
       ValueMap fp64;  // the op's inputs, then also its fp64 outputs
       if ((audit || reference) && op.kernel) {
         hc::check(d.cuStreamSynchronize(stream_), "fp64 reference: before " + op.firstNode());
@@ -153,6 +161,8 @@ public:
       }
       if (reference)
         for (const auto &o : op.out) upload(o, fp64.at(o));
+      else if (native)
+        runNative(op);
       else
         runOp(op);
       if (audit && op.kernel) {
@@ -448,6 +458,29 @@ private:
     }, stream_);
   }
 
+  // The op on the vendor library (native_ops.h), its operands where the row kernel would find them.
+  void runNative(const plan::Op &op) {
+    if (!native_) native_ = std::make_unique<hc::NativeOps>(*runner_);
+    hc::NativeCall c;
+    c.op = &op;
+    c.batch = req_->B;
+    c.stream = stream_;
+    for (const auto *names : {&op.in, &op.out})
+      for (const auto &n : *names) {
+        const plan::Value &v = plan_->value(n);
+        const DevValue &dv = values_.at(n);
+        (names == &op.in ? c.in : c.out).push_back({dv.ptr, v.dtype, dv.rows, v.cols});
+      }
+    for (const auto *names : {&op.weights, &op.biases})
+      for (const auto &n : *names) {
+        const plan::WeightTensor &t = plan_->weightTensor(n);
+        const std::vector<int64_t> shape = t.localShape();
+        (names == &op.weights ? c.weights : c.biases)
+            .push_back({weightAt(n), t.dtype, shape.empty() ? 1 : shape[0], shape.size() > 1 ? shape[1] : 1});
+      }
+    native_->run(c);
+  }
+
   // A device value as a host value (BF16 widened to float exactly; the CPU ops read it as they read their own).
   HostValue downloadValue(const std::string &name) {
     const plan::Value &v = plan_->value(name);
@@ -494,6 +527,8 @@ private:
   }
 
   std::unique_ptr<hc::KernelRunner> runner_;
+  // Made at the first native op (it opens cuBLASLt); declared after runner_, so destroyed before it.
+  std::unique_ptr<hc::NativeOps> native_;
   std::unique_ptr<hc::DeviceBuffer> arena_;
   size_t arenaBytes_ = 0;
   const CanonicalRequest *req_ = nullptr;

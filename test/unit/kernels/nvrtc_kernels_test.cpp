@@ -10,6 +10,7 @@
 #include "h3c/support/sha256.h"
 
 #ifdef H3C_HAVE_CUDA
+#include "h3c/runtime/cuda/native_ops.h"
 #include "h3c/runtime/cuda/noise.h"
 #include "h3c/runtime/cuda/value_hash.h"
 #include "h3c/runtime/cuda/nvrtc_jit.h"
@@ -426,6 +427,22 @@ TEST(NvrtcCompile, ValueHashKernel) {
     auto c = jit.compile(hc::valueHashKernel(arch));
     EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << arch;
   }
+}
+// The native binding's kernels (runtime/cuda/native_ops.h: input conversion, linear epilogues, softmax, attention
+// output) too: one source, every entry of it in the cubin.
+TEST(NvrtcCompile, NativeOpKernels) {
+  hc::NvrtcJit jit;
+  for (const char *arch : {"sm_90a", "sm_100a"}) {
+    const auto &entries = hc::nativeKernelEntries();
+    ASSERT_EQ(entries.size(), 4u);
+    auto c = jit.compile(hc::nativeKernel(entries[0], arch));
+    EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << arch;
+    for (const auto &e : entries) {
+      EXPECT_EQ(hc::nativeKernel(e, arch).source, hc::nativeKernel(entries[0], arch).source);
+      EXPECT_NE(c.cubin.find(e), std::string::npos) << arch << ": no entry " << e;
+    }
+  }
+  EXPECT_THROW(hc::nativeKernel("h3c_native_nothing", "sm_90a"), h3c::Error);
 }
 TEST(NvrtcCompile, TinyConfigSm90a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();

@@ -1,0 +1,91 @@
+// dlopen-based cuBLASLt loader (see cublaslt.h).
+#include "h3c/runtime/cuda/cublaslt.h"
+
+#include "h3c/support/error.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+namespace h3c::runtime::cuda {
+namespace {
+
+template <typename F> bool ltSymbol(void *lib, F &fn, const char *name, std::string &missing) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (!fn) missing = name;
+  return fn != nullptr;
+}
+
+bool resolveLt(void *lib, CublasLtApi &a, std::string &missing) {
+  return ltSymbol(lib, a.cublasLtGetVersion, "cublasLtGetVersion", missing) &&
+         ltSymbol(lib, a.cublasLtGetStatusString, "cublasLtGetStatusString", missing) &&
+         ltSymbol(lib, a.cublasLtCreate, "cublasLtCreate", missing) && ltSymbol(lib, a.cublasLtDestroy, "cublasLtDestroy", missing) &&
+         ltSymbol(lib, a.cublasLtMatmulDescCreate, "cublasLtMatmulDescCreate", missing) &&
+         ltSymbol(lib, a.cublasLtMatmulDescDestroy, "cublasLtMatmulDescDestroy", missing) &&
+         ltSymbol(lib, a.cublasLtMatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute", missing) &&
+         ltSymbol(lib, a.cublasLtMatrixLayoutCreate, "cublasLtMatrixLayoutCreate", missing) &&
+         ltSymbol(lib, a.cublasLtMatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy", missing) &&
+         ltSymbol(lib, a.cublasLtMatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute", missing) &&
+         ltSymbol(lib, a.cublasLtMatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate", missing) &&
+         ltSymbol(lib, a.cublasLtMatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy", missing) &&
+         ltSymbol(lib, a.cublasLtMatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute", missing) &&
+         ltSymbol(lib, a.cublasLtMatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic", missing) &&
+         ltSymbol(lib, a.cublasLtMatmul, "cublasLtMatmul", missing);
+}
+
+} // namespace
+
+std::vector<std::string> cublasLtCandidates() {
+  if (const char *e = std::getenv("H3C_CUBLASLT_LIBRARY"); e && *e) return {e};
+  const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+  std::vector<std::string> names = {soname};
+#ifdef H3C_CUDA_INCLUDE_DIR
+  // The toolkit h3c was built against (include/ and lib64/ side by side), for machines whose loader path lacks it.
+  names.push_back((std::filesystem::path(H3C_CUDA_INCLUDE_DIR).parent_path() / "lib64" / soname).string());
+#endif
+  names.push_back("libcublasLt.so");
+  return names;
+}
+
+bool openCublasLt(const std::vector<std::string> &names, CublasLtApi &api, std::string &why) {
+  why.clear();
+  for (const auto &name : names) {
+    void *lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char *e = dlerror();  // names the file already
+      why += (why.empty() ? "" : "; ") + (e ? std::string(e) : name + ": cannot be opened");
+      continue;
+    }
+    std::string missing;
+    CublasLtApi a{};
+    if (!resolveLt(lib, a, missing)) {
+      why += (why.empty() ? "" : "; ") + name + ": lacks " + missing;
+      dlclose(lib);
+      continue;
+    }
+    api = a;
+    return true;
+  }
+  if (names.empty()) why = "no library name to try";
+  return false;
+}
+
+const CublasLtApi *cublasLt(std::string *why) {
+  static CublasLtApi api{};
+  static bool ok = false;
+  static std::string failure;
+  static std::once_flag once;
+  std::call_once(once, [] { ok = openCublasLt(cublasLtCandidates(), api, failure); });
+  if (!ok && why) *why = failure;
+  return ok ? &api : nullptr;
+}
+
+void checkLt(const CublasLtApi &lt, cublasStatus_t s, const std::string &what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  const char *msg = lt.cublasLtGetStatusString(s);
+  fail(what, "cuBLASLt: {} (status {})", msg ? msg : "unknown status", int(s));
+}
+
+} // namespace h3c::runtime::cuda
