@@ -1,6 +1,8 @@
-"""The full forward in one run (issue 14): diffusers' MiniMaxH3Transformer3DModel eager and with regional
-torch.compile (its repeated blocks compiled), then h3c's strict forward through the Python package (h3c.Transformer,
-the resident engine: torch CUDA tensors in and out on the current stream) and `h3c generate` of N model evaluations.
+"""The full forward in one run (issue 14): h3c's strict forward through the Python package (h3c.Transformer, the
+resident engine: torch CUDA tensors in and out on the current stream), diffusers' MiniMaxH3Transformer3DModel eager
+and with regional torch.compile (its repeated blocks compiled), h3c's forward again (the GPU is power-capped: a run
+on a hot GPU is slower, so h3c is timed on both sides of diffusers), and `h3c generate` of N model evaluations. Each
+timed line carries the mean SM clock and board power (nvidia-smi) during it.
 
 All on the GPU machine: torch, diffusers' source on PYTHONPATH (carried, nothing installed), the h3c Python package
 (`python/`, built by scripts/gpu-test.sh into build-gpu/python) and an h3c plan for the config. Random weights for
@@ -37,6 +39,29 @@ def timed(fn, reps, warmup=2):
         b.synchronize()
         ms.append(a.elapsed_time(b))
     return statistics.median(ms), ms
+
+
+class GpuSampler:
+    """nvidia-smi every 50 ms while a measurement runs: mean SM clock (MHz) and power (W), so that runs on a hot,
+    power-capped GPU can be told from runs on a cool one (the full forward is power-bound on the H200)."""
+
+    def __enter__(self):
+        self.p = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                                   "-lms", "50"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return self
+
+    def __exit__(self, *exc):
+        self.p.terminate()
+        out, _ = self.p.communicate()
+        rows = []
+        for line in out.splitlines():
+            try:
+                mhz, watts = (float(x) for x in line.split(","))
+                rows.append((mhz, watts))
+            except ValueError:
+                pass
+        self.extra = {"sm_mhz": round(statistics.mean(r[0] for r in rows)), "watts": round(statistics.mean(r[1] for r in rows))} if rows else {}
+        return False
 
 
 def load_request(path, device):
@@ -108,14 +133,37 @@ def main():
     cfg = json.load(open(fp))["config"]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, config {a.config}, request {req}", flush=True)
 
+    def h3c_forward(when):
+        """h3c through the Python package: the resident engine, torch tensors in and out (timed before and after
+        diffusers, so that neither side alone runs on the hotter GPU)."""
+        import h3c
+
+        t0 = time.time()
+        tr = h3c.Transformer(plan=a.plan, synthetic=7, device="cuda", mode="strict")
+        kw = load_request(req, "cuda")
+        with torch.no_grad():
+            tr(**kw, return_dict=False)
+            torch.cuda.synchronize()
+            record(f"h3c first forward (JIT + weights + forward), {when}", (time.time() - t0) * 1e3)
+            with GpuSampler() as g:
+                med, _ = timed(lambda: tr(**kw, return_dict=False), a.reps, warmup=1)
+            record(f"h3c strict forward (Python, resident engine), {when}", med, S=S, **g.extra)
+        del tr
+        torch.cuda.empty_cache()
+
+    pos = load_request(req, "cpu")["position_ids"]
+    S = int(pos.shape[-2]) if pos.dim() >= 2 else int(pos.shape[0])
+    h3c_forward("before diffusers")
+
     # 1. diffusers, bf16 (the released mixed precision), eager and with its repeated blocks compiled.
     torch.backends.cuda.matmul.allow_tf32 = False
     model = diffusers_model(cfg, torch.bfloat16)
     kw = load_request(req, "cuda")
     S = int(kw["position_ids"].shape[-2]) if kw["position_ids"].dim() >= 2 else int(kw["position_ids"].shape[0])
     with torch.no_grad():
-        med, _ = timed(lambda: model(**kw, return_dict=False), a.reps)
-        record("diffusers eager (bf16)", med, S=S)
+        with GpuSampler() as g:
+            med, _ = timed(lambda: model(**kw, return_dict=False), a.reps)
+        record("diffusers eager (bf16)", med, S=S, **g.extra)
         if not a.skip_compile:
             t0 = time.time()
             if hasattr(model, "compile_repeated_blocks"):
@@ -129,28 +177,16 @@ def main():
             model(**kw, return_dict=False)
             torch.cuda.synchronize()
             record(f"diffusers regional compile, first call ({how})", (time.time() - t0) * 1e3)
-            med, _ = timed(lambda: model(**kw, return_dict=False), a.reps)
-            record("diffusers regional torch.compile (bf16)", med, S=S)
+            with GpuSampler() as g:
+                med, _ = timed(lambda: model(**kw, return_dict=False), a.reps)
+            record("diffusers regional torch.compile (bf16)", med, S=S, **g.extra)
     peak = torch.cuda.max_memory_allocated() / 2**30
     del model
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     print(f"diffusers peak allocated {peak:.1f} GiB", flush=True)
 
-    # 2. h3c through the Python package: the resident engine, torch tensors in and out.
-    import h3c
-
-    t0 = time.time()
-    tr = h3c.Transformer(plan=a.plan, synthetic=7, device="cuda", mode="strict")
-    kw = load_request(req, "cuda")
-    with torch.no_grad():
-        tr(**kw, return_dict=False)
-        torch.cuda.synchronize()
-        record("h3c first forward (JIT + weights + forward)", (time.time() - t0) * 1e3)
-        med, _ = timed(lambda: tr(**kw, return_dict=False), a.reps, warmup=1)
-        record("h3c strict forward (Python, resident engine)", med, S=S)
-    del tr
-    torch.cuda.empty_cache()
+    h3c_forward("after diffusers")
 
     # 3. `h3c generate`: N - 1 model evaluations with weights loaded once per process.
     if a.generate_steps > 1:
