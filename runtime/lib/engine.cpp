@@ -1,9 +1,13 @@
 // The resident engine (engine.h) and runModel(), its one-forward form.
 #include "h3c/runtime/engine.h"
-#include "h3c/support/content_hash.h"
 
+#include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
 #include "h3c/support/sha256.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 namespace h3c::rt {
 
@@ -60,7 +64,12 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
     fail("engine", "this engine runs device {} sp {} tp {}; asked for device {} sp {} tp {}", opt_.device, opt_.sp,
          opt_.tp, opt.device, opt.sp, opt.tp);
   checkThreads(opt.threads);
+  // H3C_GPU_PROFILE (or H3C_PROFILE): the host phases of a forward on stderr, beside the executor's device times.
+  static const bool profile = std::getenv("H3C_GPU_PROFILE") || std::getenv("H3C_PROFILE");
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   CanonicalRequest req = canonicalize(request, plan_.config, "--inputs");
+  const auto t1 = Clock::now();
   if (!exec_)
     exec_ = makeExecutor(opt_.device);
   auto builder = std::make_shared<LedgerBuilder>(plan_, opt.mode, exec_->device(), opt.binds);
@@ -81,7 +90,9 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   if (const std::vector<std::string> known = source_->nonFinite(); strict && !known.empty())
     fail("weights:" + known.front(), "a strict run refuses non-finite weights ({} tensor(s))", known.size());
   RunResult r;
+  const auto t2 = Clock::now();
   r.outputs = exec_->run(plan_, *weights_, req, opt, ledger, io);
+  const auto t3 = Clock::now();
   for (const std::string &w : source_->nonFinite())
     ledger.recordNonFinite("weight " + w);
   for (const auto &[name, t] : {std::pair<const char *, const Tensor *>{"sample", &r.outputs.sample},
@@ -94,6 +105,12 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
     r.ledger = ledger.finish();
   r.ledgerBuilder = std::move(builder);
   ++forwards_;
+  if (profile) {
+    auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    std::fprintf(stderr, "h3c engine: forward %lld host phases: canonicalize %.2f ms, ledger header (request sha256) "
+                 "%.2f ms, executor %.2f ms, outputs + ledger %.2f ms\n", (long long)forwards_, ms(t1 - t0),
+                 ms(t2 - t1), ms(t3 - t2), ms(Clock::now() - t3));
+  }
   return r;
 }
 
