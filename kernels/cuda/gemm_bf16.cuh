@@ -48,6 +48,16 @@ __device__ __forceinline__ long long gm_wrow(int n0, int r, bool &valid) {
 __device__ __forceinline__ void gm_load_tile(h3bf *As, h3bf *Bs, const void *xv, const h3bf *W, long long M,
                                              long long m0, int n0, int k0) {
   const int tid = threadIdx.x;
+  // The weight tile first: its cp.async loads are in flight while an F32 x tile is loaded and converted below
+  // (adaln_table: silu of temb), which stalls this thread on ordinary loads.
+  for (int i = tid; i < GM_BN * (GM_BK / 8); i += GM_THREADS) {
+    int r = i / (GM_BK / 8), c = (i % (GM_BK / 8)) * 8;
+    bool valid;
+    long long wr = gm_wrow(n0, r, valid);
+    int kc = k0 + c;
+    bool ok = valid && kc < GM_K;
+    cp_async16(Bs + r * GM_LDS + c, ok ? (const void *)(W + wr * GM_K + kc) : (const void *)W, ok ? 16 : 0);
+  }
 #if GM_XMODE == GM_X_BF16
   const h3bf *X = (const h3bf *)xv;
   for (int i = tid; i < GM_BM * (GM_BK / 8); i += GM_THREADS) {
@@ -79,14 +89,6 @@ __device__ __forceinline__ void gm_load_tile(h3bf *As, h3bf *Bs, const void *xv,
     *(uint4 *)(As + r * GM_LDS + c) = q;
   }
 #endif
-  for (int i = tid; i < GM_BN * (GM_BK / 8); i += GM_THREADS) {
-    int r = i / (GM_BK / 8), c = (i % (GM_BK / 8)) * 8;
-    bool valid;
-    long long wr = gm_wrow(n0, r, valid);
-    int kc = k0 + c;
-    bool ok = valid && kc < GM_K;
-    cp_async16(Bs + r * GM_LDS + c, ok ? (const void *)(W + wr * GM_K + kc) : (const void *)W, ok ? 16 : 0);
-  }
 }
 
 __device__ __forceinline__ void gm_compute(const h3bf *As, const h3bf *Bs, gm_acc_t &acc, int wm, int wn, int lane) {
