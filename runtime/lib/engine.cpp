@@ -68,7 +68,6 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   nlohmann::json info = exec_->deviceInfo();
   for (auto it = info.begin(); it != info.end(); ++it)
     ledger.header()[it.key()] = it.value();
-  ledger.header()["checkpoint"] = weights_->describe();
   if (opt.hashNodes)
     ledger.header()["node_hash"] = kContentHashName;
   ledger.header()["request"] = {{"sha256", requestSha(request)}, {"B", req.B}, {"S", req.S}, {"Nt", req.Nt},
@@ -82,6 +81,9 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
     fail("weights:" + known.front(), "a strict run refuses non-finite weights ({} tensor(s))", known.size());
   RunResult r;
   r.outputs = exec_->run(plan_, *weights_, req, opt, ledger, io);
+  // After the run: a GPU load computed the checkpoint's content hash while uploading it (asked before, it would be
+  // a hashing pass of its own).
+  ledger.header()["checkpoint"] = weights_->describe();
   for (const std::string &w : source_->nonFinite())
     ledger.recordNonFinite("weight " + w);
   for (const auto &[name, t] : {std::pair<const char *, const Tensor *>{"sample", &r.outputs.sample},
@@ -95,6 +97,13 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   r.ledgerBuilder = std::move(builder);
   ++forwards_;
   return r;
+}
+
+void Engine::loadWeights(bool progress) {
+  if (!exec_)
+    exec_ = makeExecutor(opt_.device);
+  source_->setStrictFinite(opt_.mode == Mode::Strict);
+  exec_->loadWeights(plan_, *weights_, progress);
 }
 
 RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &request, const RunOptions &opt) {
