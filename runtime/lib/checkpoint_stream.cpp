@@ -158,7 +158,7 @@ void readExactly(int fd, uint8_t *dst, uint64_t n, uint64_t offset, const fs::pa
 }
 
 // The bytes of a chunk are read, checked and hashed in steps that stay in the core's cache between the three.
-constexpr uint64_t kStep = uint64_t(512) << 10;
+constexpr uint64_t kReadStep = uint64_t(512) << 10;
 
 } // namespace
 
@@ -201,8 +201,8 @@ StreamResult streamCheckpoint(const h3::Checkpoint &ck, const StreamPlan &plan, 
           if (stop)
             return;
           uint8_t *buf = sink.buffer(w);
-          for (uint64_t s = 0; s < c.length; s += kStep) {
-            const uint64_t n = std::min(kStep, c.length - s);
+          for (uint64_t s = 0; s < c.length; s += kReadStep) {
+            const uint64_t n = std::min(kReadStep, c.length - s);
             readExactly(files.fd(t.file), buf + s, n, t.fileOffset + c.offset + s, file, t);
             Tensor::scanNonFinite(t.dtype, buf + s, size_t(n), int64_t((c.offset + s) / es), nf);
             sha.update(buf + s, size_t(n));

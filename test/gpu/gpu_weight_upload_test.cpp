@@ -61,7 +61,7 @@ struct DeviceTargets {
   }
 };
 
-void report(bool ok, const std::string &what) { std::printf("%s GpuWeightUpload %s\n", ok ? "PASS" : "FAIL", what.c_str()); }
+void reportUpload(bool ok, const std::string &what) { std::printf("%s GpuWeightUpload %s\n", ok ? "PASS" : "FAIL", what.c_str()); }
 
 } // namespace
 
@@ -84,10 +84,10 @@ TEST(GpuWeightUpload, CheckpointBytesOnTheDevice) {
       DeviceTargets dev(c);
       hc::uploadCheckpoint(w, dev.targets, /*progress=*/true);
       const auto bad = dev.differing(*reference);
-      report(bad.empty(), std::string(name) + ": device bytes == the diffusers folder's, default options");
+      reportUpload(bad.empty(), std::string(name) + ": device bytes == the diffusers folder's, default options");
       EXPECT_TRUE(bad.empty()) << name << ": first differing tensor " << (bad.empty() ? "" : bad.front());
       EXPECT_EQ(w.describe()["content_sha256"], snap) << name;
-      report(w.describe()["content_sha256"] == snap, std::string(name) + ": content_sha256 == the snapshot's");
+      reportUpload(w.describe()["content_sha256"] == snap, std::string(name) + ": content_sha256 == the snapshot's");
     }
     // Small chunks (every tensor spans many, the staging ring wraps) from several workers.
     {
@@ -100,7 +100,7 @@ TEST(GpuWeightUpload, CheckpointBytesOnTheDevice) {
       const std::string summary = w.stream(dev.targets, staging, opt, "to the GPU");
       std::printf("    %s\n", summary.c_str());
       const auto bad = dev.differing(*reference);
-      report(bad.empty(), std::string(name) + ": device bytes == the diffusers folder's, 64-byte chunks, 3 workers");
+      reportUpload(bad.empty(), std::string(name) + ": device bytes == the diffusers folder's, 64-byte chunks, 3 workers");
       EXPECT_TRUE(bad.empty()) << name << ": first differing tensor " << (bad.empty() ? "" : bad.front());
     }
   }
@@ -127,11 +127,11 @@ TEST(GpuWeightUpload, ExecutorKeepsNothingFromAFailedLoad) {
   const std::string first = testing::internal::GetCapturedStderr();
   const bool reloaded = first.find("checked while loading") != std::string::npos &&
                         first.find("(equal to the expected hash)") != std::string::npos;
-  report(reloaded, "a failed load is not kept: the next one uploads and checks");
+  reportUpload(reloaded, "a failed load is not kept: the next one uploads and checks");
   EXPECT_TRUE(reloaded) << first;
   testing::internal::CaptureStderr();
   exec->loadWeights(p, w, false);
   const std::string second = testing::internal::GetCapturedStderr();
-  report(second.empty(), "a loaded checkpoint is not loaded again");
+  reportUpload(second.empty(), "a loaded checkpoint is not loaded again");
   EXPECT_EQ(second, "");
 }
