@@ -5,17 +5,8 @@
 # regional torch.compile, h3c through its Python package and `h3c generate`, in the same run.
 # Writes bench/<...>.jsonl under $H3C_BENCH_OUT (default build-gpu/bench-out) and prints the tables.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "bench: SKIP: no NVIDIA GPU or driver on this machine"; exit 0
-fi
-build=${H3C_GPU_BUILD_DIR:-$root/build-gpu}
-out=${H3C_BENCH_OUT:-$build/bench-out}
-mkdir -p "$out"
-extra=${H3C_EXTRA_INCLUDE:-}
-[ -z "$extra" ] && [ -d "$root/carry/include" ] && extra=$root/carry/include
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3C_ENABLE_MLIR=OFF -DH3C_ENABLE_TESTS=OFF \
-  ${extra:+-DH3C_EXTRA_INCLUDE=$extra} >/dev/null && cmake --build "$build" -j"$(nproc)" --target h3c_kernel_bench >/dev/null || exit 1
+# shellcheck source=bench/gpu_build.sh
+source "$(dirname "$0")/gpu_build.sh" bench h3c_kernel_bench
 # The rollout lengths of issue 12, each with the Hopper linear's tuning sweep beside the mma.sync kernel.
 for rows in ${H3C_BENCH_ROWS:-8349 2048 925 70}; do
   echo "== h3c kernels (M = $rows)"

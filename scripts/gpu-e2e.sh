@@ -48,6 +48,20 @@ e2e_config() {
     cmp -s "$d/gpu.safetensors" "$d/rep$i.safetensors" || { rep_ok=0; echo "    repeat $i differs"; }
   done
   [ $rep_ok = 1 ] && ok "[$cfg] 10 GPU repeats byte-equal" || bad "[$cfg] 10 GPU repeats byte-equal"
+  # A checkpoint of the same weights (issue 14): `checkpoint synth --seed 7` holds the synthetic generator's bits, so
+  # the streamed GPU load of it (diffusers and native naming) gives the synthetic run's outputs byte for byte; the
+  # load says what it checked, and the ledger's content hash is the snapshot's (computed by the load, not apart).
+  check "[$cfg] checkpoint synth --seed 7, and mapped to native" bash -c "rm -rf '$d/ck7' '$d/ck7n' && '$H3C' checkpoint synth --config $cfg --seed 7 -o '$d/ck7' && '$H3C' checkpoint map '$d/ck7' -o '$d/ck7n' --to native"
+  local ck
+  for ck in ck7 ck7n; do
+    check "[$cfg] GPU run --checkpoint $ck --progress: the load's line says what it checked, no hashing pass apart" bash -c "'$H3C' run --config $cfg --checkpoint '$d/$ck' --plan '$plan' --inputs '$d/req.safetensors' --out '$d/gpu_$ck.safetensors' --device gpu --mode strict --ledger '$d/gpu_$ck.json' --progress > '$d/run_$ck.log' 2>&1; rc=\$?; grep -v '^\[' '$d/run_$ck.log'; [ \$rc = 0 ] && grep -q 'checked while loading' '$d/run_$ck.log' && ! grep -q 'hashing its' '$d/run_$ck.log'"
+    check "[$cfg] --checkpoint $ck outputs == --synthetic 7 outputs (byte-equal)" cmp "$d/gpu.safetensors" "$d/gpu_$ck.safetensors"
+    check "[$cfg] ledger content_sha256 == h3c checkpoint snapshot's ($ck)" python3 -c "
+import json, subprocess, sys
+led = json.load(open(sys.argv[1]))['header']['checkpoint']['content_sha256']
+snap = json.loads(subprocess.run([sys.argv[2], 'checkpoint', 'snapshot', sys.argv[3]], capture_output=True, check=True).stdout)['content_sha256']
+print('ledger', led, 'snapshot', snap); sys.exit(led != snap)" "$d/gpu_$ck.json" "$H3C" "$d/$ck"
+  done
   # --hash-nodes (issue 17): hashed on the device, the same bits, the output hashes equal a Python hash of the output
   # file, two hashed runs diff as the same, and where the CPU reference and the GPU part (informational).
   check "[$cfg] GPU run --hash-nodes" run "$cfg" "$plan" "$d/req.safetensors" "$d/gpu_h1.safetensors" "$d/gpu_h1.json" gpu --hash-nodes

@@ -77,7 +77,6 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   nlohmann::json info = exec_->deviceInfo();
   for (auto it = info.begin(); it != info.end(); ++it)
     ledger.header()[it.key()] = it.value();
-  ledger.header()["checkpoint"] = weights_->describe();
   if (opt.hashNodes)
     ledger.header()["node_hash"] = kContentHashName;
   ledger.header()["request"] = {{"sha256", requestSha(request)}, {"B", req.B}, {"S", req.S}, {"Nt", req.Nt},
@@ -93,6 +92,9 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   const auto t2 = Clock::now();
   r.outputs = exec_->run(plan_, *weights_, req, opt, ledger, io);
   const auto t3 = Clock::now();
+  // After the run: a GPU load computed the checkpoint's content hash while uploading it (asked before, it would be
+  // a hashing pass of its own).
+  ledger.header()["checkpoint"] = weights_->describe();
   for (const std::string &w : source_->nonFinite())
     ledger.recordNonFinite("weight " + w);
   for (const auto &[name, t] : {std::pair<const char *, const Tensor *>{"sample", &r.outputs.sample},
@@ -112,6 +114,13 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
                  ms(t2 - t1), ms(t3 - t2), ms(Clock::now() - t3));
   }
   return r;
+}
+
+void Engine::loadWeights(bool progress) {
+  if (!exec_)
+    exec_ = makeExecutor(opt_.device);
+  source_->setStrictFinite(opt_.mode == Mode::Strict);
+  exec_->loadWeights(plan_, *weights_, progress);
 }
 
 RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &request, const RunOptions &opt) {

@@ -9,7 +9,7 @@ namespace h3c::rt {
 void ropeTable(const h3::Config &c, const float *positions, int64_t S, std::vector<float> &cos,
                std::vector<float> &sin, int threads) {
   const int f = c.rope_freq_dim, R = 6 * f;
-  const std::vector<float> inv = ropeInvFreq(c);
+  const std::vector<float> inv = rt::ropeInvFreq(c);  // not h3::ropeInvFreq (found by ADL)
   cos.assign(size_t(S * R), 0.f);
   sin.assign(size_t(S * R), 0.f);
   parallelFor(S, threads, [&](int64_t s0, int64_t s1) {

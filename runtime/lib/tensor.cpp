@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace h3c::rt {
@@ -124,30 +125,53 @@ std::string Tensor::shapeString() const { return fmt::format("[{}]", fmt::join(s
 
 namespace h3c::rt {
 
-// By bit pattern (all exponent bits set), so the check costs one pass over the bytes and no conversion.
-Tensor::NonFinite Tensor::nonFinite() const {
-  NonFinite r;
-  auto scan = [&](auto word, auto expMask, auto mantMask) {
-    using W = decltype(word);
-    const size_t n = bytes.size() / sizeof(W);
-    for (size_t i = 0; i < n; ++i) {
+namespace {
+
+// Elements of type W whose exponent bits are all set (NaN when a mantissa bit is set too, else Inf). A first pass
+// without branches (the compiler vectorizes it) finds whether a block holds any at all: the weights of a checkpoint
+// stream through here at load time, and almost every block holds none.
+template <typename W>
+void scanWords(const uint8_t *bytes, size_t n, int64_t firstIndex, W expMask, W mantMask, Tensor::NonFinite &r) {
+  constexpr size_t kBlock = 4096;
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t e = std::min(n, b + kBlock);
+    unsigned any = 0;
+    for (size_t i = b; i < e; ++i) {
       W w;
-      std::memcpy(&w, bytes.data() + i * sizeof(W), sizeof(W));
+      std::memcpy(&w, bytes + i * sizeof(W), sizeof(W));
+      any |= unsigned((w & expMask) == expMask);
+    }
+    if (!any)
+      continue;
+    for (size_t i = b; i < e; ++i) {
+      W w;
+      std::memcpy(&w, bytes + i * sizeof(W), sizeof(W));
       if ((w & expMask) != expMask)
         continue;
       ((w & mantMask) ? r.nan : r.inf) += 1;
       if (r.first < 0)
-        r.first = int64_t(i);
+        r.first = firstIndex + int64_t(i);
     }
-  };
+  }
+}
+
+} // namespace
+
+// By bit pattern (all exponent bits set), so the check costs one pass over the bytes and no conversion.
+void Tensor::scanNonFinite(DType dtype, const uint8_t *bytes, size_t size, int64_t firstIndex, NonFinite &acc) {
   if (dtype == DType::F32)
-    scan(uint32_t(0), uint32_t(0x7F800000u), uint32_t(0x007FFFFFu));
+    scanWords(bytes, size / 4, firstIndex, uint32_t(0x7F800000u), uint32_t(0x007FFFFFu), acc);
   else if (dtype == DType::BF16)
-    scan(uint16_t(0), uint16_t(0x7F80u), uint16_t(0x007Fu));
+    scanWords(bytes, size / 2, firstIndex, uint16_t(0x7F80u), uint16_t(0x007Fu), acc);
   else if (dtype == DType::F16)
-    scan(uint16_t(0), uint16_t(0x7C00u), uint16_t(0x03FFu));
+    scanWords(bytes, size / 2, firstIndex, uint16_t(0x7C00u), uint16_t(0x03FFu), acc);
   else if (dtype == DType::F64)
-    scan(uint64_t(0), uint64_t(0x7FF0000000000000ull), uint64_t(0x000FFFFFFFFFFFFFull));
+    scanWords(bytes, size / 8, firstIndex, uint64_t(0x7FF0000000000000ull), uint64_t(0x000FFFFFFFFFFFFFull), acc);
+}
+
+Tensor::NonFinite Tensor::nonFinite() const {
+  NonFinite r;
+  scanNonFinite(dtype, bytes.data(), bytes.size(), 0, r);
   return r;
 }
 

@@ -1,15 +1,12 @@
-// Weight sources: synthetic (counter-based, generated per tensor on demand) and checkpoint folders (memory-mapped,
-// read per tensor on demand). Neither holds more than the tensor asked for.
+// Weight sources: synthetic (counter-based, generated per tensor on demand), the in-memory cache of another source,
+// and what they share (specs, the NaN / Inf check). Checkpoint folders: checkpoint_weights.cpp.
 #include "h3c/runtime/weights.h"
 
 #include "h3c/models/checkpoint.h"
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/support/error.h"
-#include "h3c/support/sha256.h"
 
 #include <thread>
-
-namespace fs = std::filesystem;
 
 namespace h3c::rt {
 
@@ -102,69 +99,6 @@ private:
   uint64_t seed_;
 };
 
-class CheckpointWeights final : public WeightSource {
-public:
-  CheckpointWeights(const h3::Config &c, const fs::path &dir) : WeightSource(c), dir_(dir) {
-    // The folder's own config.json (required) must describe the model the plan was compiled for, and its record of
-    // the native q/k/v layout decides how the tensors are read (Checkpoint::open).
-    const nlohmann::json want = h3::configToJson(c), have = h3::configToJson(h3::readCheckpointConfig(dir));
-    for (auto it = want.begin(); it != want.end(); ++it)
-      if (!have.contains(it.key()) || have[it.key()] != it.value())
-        fail((dir / "config.json").string() + "#/" + it.key(),
-             "is {} but the plan was compiled for {}: the checkpoint describes another model",
-             have.contains(it.key()) ? have[it.key()].dump() : "missing", it.value().dump());
-    // Fail closed: the folder must hold exactly the tensors this config implies before anything runs.
-    h3::ExpectedTensors expected{c, h3::diffusersTensors(c)};
-    h3::CheckReport rep = h3::checkCheckpoint(dir, &expected);
-    if (!rep.ok()) {
-      std::string msg;
-      auto add = [&](const char *what, const std::vector<std::string> &v) {
-        for (size_t i = 0; i < v.size() && i < 5; ++i)
-          msg += fmt::format("\n  {} {}", what, v[i]);
-        if (v.size() > 5)
-          msg += fmt::format("\n  ... {} more {}", v.size() - 5, what);
-      };
-      add("missing", rep.missing);
-      add("unexpected", rep.unexpected);
-      add("mismatched", rep.mismatched);
-      fail(dir.string(), "checkpoint check failed for this config:{}", msg);
-    }
-    ckpt_ = h3::Checkpoint::open(dir);
-    nlohmann::json snap = h3::snapshotCheckpoint(dir);
-    contentSha_ = snap.value("content_sha256", std::string());
-  }
-  Tensor load(const std::string &name) override {
-    const auto &s = spec(name);
-    Tensor t = Tensor::zeros(s.dtype, s.shape);
-    ckpt_->read(name, 0, t.bytes.size(), t.bytes.data());
-    checkFinite(name, t);
-    return t;
-  }
-  Tensor loadRows(const std::string &name, int64_t b, int64_t e) override {
-    const auto &s = spec(name);
-    if (b < 0 || e > s.shape[0] || b > e)
-      fail("weights:" + name, "rows [{}, {}) out of range", b, e);
-    std::vector<int64_t> shape = s.shape;
-    shape[0] = e - b;
-    Tensor t = Tensor::zeros(s.dtype, shape);
-    size_t rowBytes = size_t(s.numel() / s.shape[0]) * dtypeSize(s.dtype);
-    ckpt_->read(name, uint64_t(b) * rowBytes, t.bytes.size(), t.bytes.data());
-    checkFinite(name, t);
-    return t;
-  }
-  nlohmann::json describe() const override {
-    return {{"kind", "checkpoint"},
-            {"path", fs::absolute(dir_).string()},
-            {"format", h3::formatName(ckpt_->format())},
-            {"content_sha256", contentSha_}};
-  }
-
-private:
-  fs::path dir_;
-  std::unique_ptr<h3::Checkpoint> ckpt_;
-  std::string contentSha_;
-};
-
 class CachedWeights final : public WeightSource {
 public:
   explicit CachedWeights(WeightSource &source) : WeightSource(source.config()), source_(source) {}
@@ -191,12 +125,6 @@ std::unique_ptr<WeightSource> makeCachedWeights(WeightSource &source) {
 
 std::unique_ptr<WeightSource> makeSyntheticWeights(const h3::Config &c, uint64_t seed) {
   return std::make_unique<SyntheticWeights>(c, seed);
-}
-
-std::unique_ptr<WeightSource> makeCheckpointWeights(const h3::Config &c, const fs::path &dir) {
-  if (!fs::is_directory(dir))
-    fail(dir.string(), "--checkpoint must be a model folder");
-  return std::make_unique<CheckpointWeights>(c, dir);
 }
 
 } // namespace h3c::rt

@@ -1,7 +1,7 @@
 // `h3c checkpoint snapshot | check | synth | map`: model folders in diffusers or native naming (see
 // models/h3/include/h3c/models/checkpoint.h for the formats and rules).
 #include "command.h"
-#include "progress.h"
+#include "h3c/support/progress_line.h"
 
 #include "h3c/models/checkpoint.h"
 #include "h3c/models/fingerprint.h"
@@ -119,7 +119,7 @@ void setup(CLI::App &app) {
     checkOutputsApart({{"--config", o->config}}, {{"--out", o->out}});
     uint64_t cap = o->shard.empty() ? st::kDefaultShardSize : parseSize(o->shard);
     h3::WriteProgress progress;
-    if (o->progress) progress = tool::WriteProgressLine("synth");
+    if (o->progress) progress = ProgressLine("synth");
     h3::synthCheckpoint(h3::loadConfig(o->config), o->seed, o->out, cap, progress);
     summarize(o->out);
   });
@@ -143,7 +143,7 @@ void setup(CLI::App &app) {
     h3::mapCheckpoint(o->in, o->out, o->to == "native" ? h3::CheckpointFormat::Native : h3::CheckpointFormat::Diffusers,
                       layout, cap,
                       o->mapConfig.empty() ? std::nullopt : std::optional<h3::Config>(h3::loadConfig(o->mapConfig)),
-                      o->progress ? h3::WriteProgress(tool::WriteProgressLine("map")) : h3::WriteProgress());
+                      o->progress ? h3::WriteProgress(ProgressLine("map")) : h3::WriteProgress());
     summarize(o->out);
   });
 }

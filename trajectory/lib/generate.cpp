@@ -6,6 +6,7 @@
 #include "h3c/trajectory/generate.h"
 
 #include "h3c/plan/io.h"
+#include "h3c/runtime/checkpoint_weights.h"
 #include "h3c/runtime/engine.h"
 #include "h3c/runtime/request_layout.h"
 #include "h3c/support/json_read.h"
@@ -228,12 +229,12 @@ void update(const Prepared &p, int64_t i, double noiseLevel, TrajectoryStep &st,
   }
 }
 
-int64_t run(Prepared &p, TrajectoryWriter &w, ModalityFloats &x, const GenerateOptions &o, const RunOptions &ro) {
+int64_t run(Prepared &p, Engine &engine, TrajectoryWriter &w, ModalityFloats &x, const GenerateOptions &o,
+            const RunOptions &ro) {
   if (!o.ledgerDir.empty())
     fs::create_directories(o.ledgerDir);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = p.video.numSteps();
-  Engine engine(p.plan, *p.weights, ro);
   progress(o.progress, w.sealedSteps(), n, t0);
   for (int64_t i = w.sealedSteps(); i < n; ++i) {
     if (o.stopAfter >= 0 && i >= o.stopAfter)
@@ -306,6 +307,9 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
   if (ro.sp <= 0)
     ro.sp = p->plan.options.sp;
   ModalityFloats x = initialLatents(*p, o.noise);
+  // The weights first: on the GPU their upload computes the checkpoint's content hash that the header records.
+  Engine engine(p->plan, *p->weights, ro);
+  engine.loadWeights(o.progress);
   json header;
   header["num_steps"] = p->video.numSteps();
   header["save_tensors"] = o.saveTensors;
@@ -325,7 +329,7 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
   header["plan_sha256"] = p->plan.planSha256;
   header["run"] = runDescription(o, *p);
   TrajectoryWriter w = TrajectoryWriter::create(out, header, x);
-  return run(*p, w, x, o, ro);
+  return run(*p, engine, w, x, o, ro);
 }
 
 int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
@@ -378,6 +382,12 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
     fail(o.request, "the request changed since the trajectory was started (its sha256 differs)");
   json recorded = r["weights"];
   recorded.erase("path");
+  // A checkpoint is checked against the recorded content hash while it loads (on the GPU, in the upload's one pass).
+  if (auto *ck = dynamic_cast<CheckpointWeights *>(p->weights.get());
+      ck && recorded.value("kind", "") == "checkpoint" && recorded.contains("content_sha256"))
+    ck->expectContent(recorded["content_sha256"].get<std::string>(), "the trajectory's recorded content_sha256");
+  Engine engine(p->plan, *p->weights, o.run);
+  engine.loadWeights(o.progress);
   if (weightsIdentity(*p->weights) != recorded)
     fail("weights", "the weights changed since the trajectory was started: {} != {}",
          weightsIdentity(*p->weights).dump(), recorded.dump());
@@ -386,7 +396,7 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
   for (int m = 0; m < kTrajModalities; ++m)
     if (int64_t(x[m].size()) != p->shape[m][0] * p->shape[m][1] * p->shape[m][2])
       fail(traj.string(), "the stored {} latents do not fit the request's shape", trajModalityName(m));
-  return run(*p, w, x, o, o.run);
+  return run(*p, engine, w, x, o, o.run);
 }
 
 } // namespace h3c::rt

@@ -32,7 +32,31 @@ std::string hashRange(const uint8_t *p, uint64_t n) {
   return h.hexDigest();
 }
 
+// The snapshot's "tensors": name, dtype, shape and sha256 of every stored tensor, in name order.
+nlohmann::json tensorHashList(const st::Folder &folder, const std::vector<std::string> &sha) {
+  const std::vector<std::string> &names = folder.names();
+  if (sha.size() != names.size())
+    fail(folder.dir().string(), "internal error: {} tensor hashes for {} stored tensors", sha.size(), names.size());
+  nlohmann::json tensors = nlohmann::json::array();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto &e = folder.at(names[i]);
+    tensors.push_back({{"name", names[i]},
+                       {"dtype", std::string(dtypeName(e.info->dtype))},
+                       {"shape", e.info->shape},
+                       {"sha256", sha[i]}});
+  }
+  return tensors;
+}
+
+std::string contentSha256Of(const nlohmann::json &tensors) {
+  return sha256Hex(canonicalJson(nlohmann::json{{"tensors", tensors}}));
+}
+
 } // namespace
+
+std::string contentSha256(const st::Folder &folder, const std::vector<std::string> &tensorSha256) {
+  return contentSha256Of(tensorHashList(folder, tensorSha256));
+}
 
 nlohmann::json snapshotCheckpoint(const fs::path &dir) {
   st::Folder folder(dir);
@@ -72,14 +96,7 @@ nlohmann::json snapshotCheckpoint(const fs::path &dir) {
   work();
   for (auto &t : pool) t.join();
   if (error) std::rethrow_exception(error);
-  nlohmann::json tensors = nlohmann::json::array();
-  for (size_t i = 0; i < names.size(); ++i) {
-    const auto &e = folder.at(names[i]);
-    tensors.push_back({{"name", names[i]},
-                       {"dtype", std::string(dtypeName(e.info->dtype))},
-                       {"shape", e.info->shape},
-                       {"sha256", sha[i]}});
-  }
+  nlohmann::json tensors = tensorHashList(folder, sha);
   nlohmann::json snap;
   snap["schema"] = "h3c-checkpoint-snapshot-v1";
   snap["format"] = formatName(detectFormat(folder));
@@ -87,7 +104,7 @@ nlohmann::json snapshotCheckpoint(const fs::path &dir) {
   snap["config_sha256"] =
       fs::is_regular_file(dir / "config.json") ? nlohmann::json(sha256File(dir / "config.json")) : nlohmann::json();
   snap["tensor_count"] = tensors.size();
-  snap["content_sha256"] = sha256Hex(canonicalJson(nlohmann::json{{"tensors", tensors}}));
+  snap["content_sha256"] = contentSha256Of(tensors);
   snap["tensors"] = std::move(tensors);
   return snap;
 }

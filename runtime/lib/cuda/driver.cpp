@@ -57,6 +57,8 @@ Loaded &loaded() {
               sym(lib, a.cuGetErrorString, "cuGetErrorString", w) &&
               sym(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx", w) &&
               sym(lib, a.cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters", w) &&
+              sym(lib, a.cuMemHostAlloc, "cuMemHostAlloc", w) && sym(lib, a.cuMemFreeHost, "cuMemFreeHost", w) &&
+              sym(lib, a.cuStreamCreate, "cuStreamCreate", w) && sym(lib, a.cuStreamDestroy, "cuStreamDestroy_v2", w) &&
               sym(lib, a.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", w);
     if (!ok) return;
     CUresult r = a.cuInit(0);

@@ -18,12 +18,14 @@
 #include "h3c/runtime/host_ops.h"
 
 #include "h3c/models/checkpoint.h"
+#include "h3c/runtime/checkpoint_weights.h"
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
 #include "h3c/runtime/cuda/native_ops.h"
 #include "h3c/runtime/cuda/runtime_kernel.h"
 #include "h3c/runtime/cuda/value_hash.h"
+#include "h3c/runtime/cuda/weight_upload.h"
 #include "h3c/runtime/value_dump.h"
 #include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
@@ -98,13 +100,7 @@ public:
     auto t0 = std::chrono::steady_clock::now();
     prepareKernels(fn);
     auto t1 = std::chrono::steady_clock::now();
-    const std::string weightsKey = p.planSha256 + " " + weights.describe().dump();
-    if (weightsKey != weightsKey_) {  // once per plan and weight content: later forwards upload nothing
-      weightsKey_.clear();
-      uploadWeights(p, weights);
-      hc::check(hc::driver().cuCtxSynchronize(), "uploading weights");
-      weightsKey_ = weightsKey;
-    }
+    loadWeights(p, weights, opt.progress);
     stream_ = io ? reinterpret_cast<CUstream>(io->stream) : nullptr;
     allocateArena(p, req);
     bound_.clear();
@@ -359,29 +355,56 @@ private:
     bind(fn.outputs.at("audio_sample"), io.audioSample, "audio_sample");
   }
 
-  // Weights: one device allocation per plan weight buffer, tensors back to back in the plan's order.
-  void uploadWeights(const plan::Plan &p, WeightSource &ws) {
-    json desc = ws.describe();
+public:
+  // Once per plan and weight content: later forwards upload nothing. The key is read after the upload, which is what
+  // computes a checkpoint's content hash (weight_upload.h); on later calls the hash is known and costs nothing.
+  void loadWeights(const plan::Plan &p, WeightSource &weights, bool progress) override {
+    if (p.options.sp * p.options.tp != 1) return;  // run() refuses the plan
+    if (!weightsKey_.empty() && weightsKey_ == p.planSha256 + " " + weights.describe().dump()) return;
+    if (!runner_) runner_ = std::make_unique<hc::KernelRunner>();
+    weightsKey_.clear();
+    uploadWeights(p, weights, progress);
+    hc::check(hc::driver().cuCtxSynchronize(), "uploading weights");
+    weightsKey_ = p.planSha256 + " " + weights.describe().dump();
+  }
+
+private:
+  // Weights: one device allocation per plan weight buffer, tensors back to back in the plan's order. A checkpoint
+  // is streamed in one pass that also checks it (weight_upload.h); synthetic weights are generated on the device.
+  // A failed upload keeps nothing: the buffers are freed and weightsKey_ stays empty.
+  void uploadWeights(const plan::Plan &p, WeightSource &ws, bool progress) {
+    auto *ckpt = dynamic_cast<CheckpointWeights *>(&ws);
+    json desc = ckpt ? json::object() : ws.describe();  // a checkpoint's describe() would hash it apart from the load
     const bool synthetic = desc.value("kind", "") == "synthetic";
     const uint64_t seed = synthetic ? desc.at("seed").get<uint64_t>() : 0;
     const hc::LoadedKernel *synth = synthetic ? &runner_->load(synthFillKernel(runner_->arch())) : nullptr;
     weightBuffers_.clear();
     weightAddr_.clear();
-    for (const auto &b : p.weights) {
-      size_t total = 0;
-      for (const auto &t : b.tensors) total += size_t(t.numel()) * dtypeSize(t.dtype);
-      hc::DeviceBuffer &buf = weightBuffers_[b.name] = hc::DeviceBuffer(total);
-      size_t off = 0;
-      for (const auto &t : b.tensors) {
-        const h3::TensorSpec &spec = ws.spec(t.name);
-        if (spec.dtype != t.dtype || spec.shape != t.shape)
-          fail("weight " + t.name, "the weight source has {} {}, the plan {} {}", dtypeName(spec.dtype),
-               spec.numel(), dtypeName(t.dtype), t.numel());
-        size_t bytes = size_t(t.numel()) * dtypeSize(t.dtype);
-        fillWeight(ws, spec, buf.get() + off, bytes, synth, seed);
-        weightAddr_[t.name] = buf.get() + off;
-        off += bytes;
+    std::vector<StreamTarget> streamed;
+    try {
+      for (const auto &b : p.weights) {
+        size_t total = 0;
+        for (const auto &t : b.tensors) total += size_t(t.numel()) * dtypeSize(t.dtype);
+        hc::DeviceBuffer &buf = weightBuffers_[b.name] = hc::DeviceBuffer(total);
+        size_t off = 0;
+        for (const auto &t : b.tensors) {
+          const h3::TensorSpec &spec = ws.spec(t.name);
+          if (spec.dtype != t.dtype || spec.shape != t.shape)
+            fail("weight " + t.name, "the weight source has {} {}, the plan {} {}", dtypeName(spec.dtype),
+                 spec.numel(), dtypeName(t.dtype), t.numel());
+          size_t bytes = size_t(t.numel()) * dtypeSize(t.dtype);
+          if (ckpt) streamed.push_back({t.name, uint64_t(buf.get() + off), bytes});
+          else fillWeight(ws, spec, buf.get() + off, bytes, synth, seed);
+          weightAddr_[t.name] = buf.get() + off;
+          off += bytes;
+        }
       }
+      if (ckpt) hc::uploadCheckpoint(*ckpt, streamed, progress);
+    } catch (...) {
+      hc::driver().cuCtxSynchronize();  // no copy or generator may still write the buffers when they are freed
+      weightBuffers_.clear();
+      weightAddr_.clear();
+      throw;
     }
   }
 

@@ -33,6 +33,10 @@ public:
   // may differ (generate's --bind-from-step). `io` (GPU only): caller-owned device memory for activations and
   // outputs, and the stream to run on (executor.h).
   RunResult run(const Request &request, const RunOptions &opt, const DeviceIO *io = nullptr);
+  // Loads the weights before the first forward (on the GPU: the upload, which computes a checkpoint's content hash
+  // and checks it against an expected one, CheckpointWeights::expectContent; the CPU reads weights per op). run()
+  // does it when needed. `progress`: a progress line on stderr while it loads.
+  void loadWeights(bool progress = false);
 
   const plan::Plan &plan() const { return plan_; }
   WeightSource &weights() { return *weights_; }

@@ -61,6 +61,10 @@ public:
   // it, the outputs are in the caller's memory and the returned Outputs carry shapes only.
   virtual Outputs run(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
                       LedgerBuilder &ledger, const DeviceIO *io = nullptr) = 0;
+  // Loads the weights now rather than in the first run() (the GPU executor uploads them, once per plan and weight
+  // content, and a checkpoint's content hash is computed on the way; `progress`: a progress line on stderr). The
+  // CPU executor reads weights per op: nothing to do.
+  virtual void loadWeights(const plan::Plan & /*p*/, WeightSource & /*weights*/, bool /*progress*/) {}
 };
 
 std::unique_ptr<Executor> makeCpuExecutor();

@@ -35,6 +35,9 @@ struct Tensor {
     std::string text() const;
   };
   NonFinite nonFinite() const;
+  // The same over raw bytes of `dtype` whose first element is element `firstIndex` of a larger tensor, added to
+  // `acc` (a tensor checked piece by piece as it streams, pieces in order: `first` stays the lowest index).
+  static void scanNonFinite(DType dtype, const uint8_t *bytes, size_t size, int64_t firstIndex, NonFinite &acc);
 };
 
 } // namespace h3c::rt

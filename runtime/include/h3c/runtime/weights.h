@@ -25,7 +25,8 @@ public:
   virtual Tensor load(const std::string &name) = 0;
   // Rows [rowBegin, rowEnd) of a 2-D (or 1-D) tensor: what a TP rank holds. Default: load() and slice.
   virtual Tensor loadRows(const std::string &name, int64_t rowBegin, int64_t rowEnd);
-  // For the ledger: {"kind": "synthetic", "seed": N} or {"kind": "checkpoint", "path": ..., "sha256": ...}.
+  // For the ledger: {"kind": "synthetic", "seed": N} or {"kind": "checkpoint", "path", "format", "content_sha256"}
+  // (a checkpoint not yet loaded by a streaming load is hashed by the first call: checkpoint_weights.h).
   virtual nlohmann::json describe() const = 0;
   const h3::Config &config() const { return config_; }
   // Checkpoint tensors are checked for NaN / Inf as they are loaded: with `strict` a non-finite tensor is an error
@@ -47,7 +48,8 @@ protected:
 // `h3c checkpoint synth` values: synth_rng keyed by (seed, name, element); std 0.02 for Init::Normal, 1 for Ones,
 // 0 for Zeros; rounded to the tensor dtype. Generation is multithreaded and bitwise independent of thread count.
 std::unique_ptr<WeightSource> makeSyntheticWeights(const h3::Config &c, uint64_t seed);
-// A diffusers or native checkpoint folder, read through models/h3's checkpoint reader after its check passes.
+// A diffusers or native checkpoint folder, read through models/h3's checkpoint reader after its check passes
+// (a CheckpointWeights, checkpoint_weights.h: its content hash is computed by the GPU load, or by describe()).
 std::unique_ptr<WeightSource> makeCheckpointWeights(const h3::Config &c, const std::filesystem::path &dir);
 
 // The weights tensor-parallel rank `tpIndex` of `p` holds (docs/contract.md section 5.2): a tensor the plan splits

@@ -154,6 +154,9 @@ std::filesystem::path outputFolder(const std::filesystem::path &p);
 // "tensors": [{"name", "dtype", "shape", "sha256"} sorted by name], "content_sha256"}; content_sha256 = sha256 of
 // canonicalJson({"tensors": [...]}), independent of the sharding.
 nlohmann::json snapshotCheckpoint(const std::filesystem::path &dir);
+// The snapshot's content_sha256 from the sha256 of every stored tensor of `folder` (in names() order), as a load
+// that hashes the tensors while it reads them computes it: no byte is read again.
+std::string contentSha256(const st::Folder &folder, const std::vector<std::string> &tensorSha256);
 
 struct CheckReport {
   std::vector<std::string> missing;     // expected, not stored
@@ -174,7 +177,8 @@ CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Fo
 CheckReport compareTensors(const std::vector<TensorSpec> &expected, const Checkpoint &ck);
 
 // Writes a diffusers folder with synthetic weights (config.json, shards, index), streaming: memory stays bounded by
-// a few MB whatever the model size. OUT must not exist; it appears complete or not at all.
+// 4 MB per generating thread (at most 16) whatever the model size. OUT must not exist; it appears complete or not at
+// all.
 // `progress` (optional) is called after every tensor written: tensors done, of total, bytes written so far.
 using WriteProgress = std::function<void(size_t done, size_t total, uint64_t bytes)>;
 void synthCheckpoint(const Config &c, uint64_t seed, const std::filesystem::path &out,

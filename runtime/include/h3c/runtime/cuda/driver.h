@@ -46,6 +46,11 @@ struct DriverApi {
   // How many clusters of a kernel fit on the device at once (a persistent cluster grid is capped at it).
   CUresult (*cuOccupancyMaxActiveClusters)(int *, CUfunction, const CUlaunchConfig *);
   // TMA descriptors (docs/contract.md section 5: the plan's tensor-map parameters, encoded on the host).
+  // The checkpoint load (weight_upload.h): pinned host staging buffers, copied on per-worker streams.
+  CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
+  CUresult (*cuMemFreeHost)(void *);
+  CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+  CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                      const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                      CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
