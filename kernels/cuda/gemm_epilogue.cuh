@@ -201,7 +201,7 @@ __device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x,
   }
   const float ss = __fadd_rn(p[0][0], p[0][1]);  // off = 1
   const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, 128.0f), GM_QK_EPS)));
-  const h3bf *w = (const h3bf *)e.qkw[o];
+  const h3bf *w = (const h3bf *)(o == 0 ? e.qkw[0] : e.qkw[1]);  // a select, as gm_out
 #pragma unroll
   for (int j = 0; j < 16; ++j)
 #pragma unroll
