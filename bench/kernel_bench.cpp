@@ -269,6 +269,16 @@ int main(int argc, char **argv) {
                laneTree(), 2),
             o, 0, 2 * 4.0 * M * I);
     }
+    if (dev.arch() == "sm_90a") {
+      // The Hopper fusion (h3-fuse on sm_90a): qkv with the qk_norm_rope epilogue, to compare against the "qkv
+      // (fused to_q/k/v)" and "qk_norm_rope" lines above, which it replaces.
+      Operands o;
+      o.in = {x->get(), cosb->get(), sinb->get()};
+      o.out = {y->get(), y2->get(), y3->get()};
+      o.w = {w->get(), w->get(), w->get(), w->get(), w->get()};  // [Wq; Wk; Wv] (span 3), norm_q, norm_k
+      bench("qkv + qk_norm_rope epilogue (56x128 r96)", qkvNormRope("qkv_qknr", H, heads, d, 1e-5, 96), o,
+            2.0 * M * H * 3 * I, 2.0 * (M * H + H * 3 * I + M * 3 * I));
+    }
     {
       Operands o;
       o.in = {tempF->get()};

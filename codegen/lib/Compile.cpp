@@ -66,6 +66,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   po.sp = o.sp;
   po.tp = o.tp;
   po.fuse = o.fuse;
+  po.wgmma = o.wgmma;
   po.tokens = o.tokens;
   passes::buildPipeline(pm, po);
   if (!o.dumpIrDir.empty()) pm.enableIRPrinting(std::make_unique<DumpConfig>(o.dumpIrDir));

@@ -113,6 +113,7 @@ LogicalResult verifyEpilogue(Operation *op, Epilogue epilogue, ValueRange ops, A
   if (gated != (chunk.has_value() && numChunks.has_value() && rowIndex.has_value()))
     return err(op) << "chunk, num_chunks and row_index are required with, and only with, epilogue gate_residual";
   switch (epilogue) {
+  case Epilogue::qk_norm_rope: return err(op) << "epilogue 'qk_norm_rope' belongs to qkv_linear only";
   case Epilogue::none:
   case Epilogue::swiglu:
     if (!ops.empty())
@@ -215,19 +216,39 @@ LogicalResult AdalnTableOp::verify() {
   return expect(op, act(getTable()), "table", cols, BFloat16Type::get(getContext()), rows == 3 ? "T3" : "T", false);
 }
 
+static LogicalResult verifyRopeTables(Operation *op, ActType x, Value cos, Value sin, int64_t headDim,
+                                      int64_t rotary);
+
 LogicalResult QkvLinearOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op))) return failure();
   ActType x = act(getX());
   if (failed(expect(op, x, "input", getK()))) return failure();
-  if (failed(weightCount(op, getWeight(), 3, 3, "weight")) || failed(weightCount(op, getBias(), 0, 3, "bias")))
+  const bool normRope = getEpilogue() == Epilogue::qk_norm_rope;
+  if (getEpilogue() != Epilogue::none && !normRope)
+    return err(op) << "qkv_linear's epilogue is none or qk_norm_rope, got '" << stringifyEpilogue(getEpilogue()) << "'";
+  const size_t nw = normRope ? 5 : 3;  // [Wq, Wk, Wv(, norm_q.weight, norm_k.weight)]
+  if (failed(weightCount(op, getWeight(), nw, nw, "weight")) || failed(weightCount(op, getBias(), 0, 3, "bias")))
     return failure();
   if (!getBias().empty() && getBias().size() != 3) return err(op) << "bias must list 0 or 3 tensors";
   for (Value v : {getQOut(), getKOut(), getVOut()}) {
     if (failed(sameRows(op, x, act(v), "q/k/v")) || failed(verifyHeads(op, act(v), getHeads(), getHeadDim(), "q/k/v")))
       return failure();
   }
-  return success();
+  if (!normRope) {
+    if (getEps() || getRotaryDim() || !getRopeTables().empty())
+      return err(op) << "eps, rotary_dim and rope tables belong to the qk_norm_rope epilogue";
+    return success();
+  }
+  if (!getEps() || !(getEps()->convertToDouble() > 0) || !getRotaryDim())
+    return err(op) << "the qk_norm_rope epilogue needs a positive eps and rotary_dim";
+  auto tables = getRopeTables();
+  if (tables.empty()) {
+    if (*getRotaryDim() != 0) return err(op) << "rotary_dim must be 0 without rope tables";
+    return success();
+  }
+  if (tables.size() != 2) return err(op) << "rope tables are cos and sin, got " << tables.size() << " operands";
+  return verifyRopeTables(op, x, tables[0], tables[1], getHeadDim(), *getRotaryDim());
 }
 
 LogicalResult TimeEmbedOp::verify() {

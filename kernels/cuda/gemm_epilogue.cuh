@@ -1,7 +1,8 @@
 // The fused epilogues of the bf16 linears (docs/contract.md section 3), shared by the mma.sync kernel
 // (gemm_bf16.cuh) and the Hopper kernel (gemm_sm90.cuh): both turn the same F32 sums into the same bits here.
 // Defined by the emitter: GM_N (all weight rows) GM_EPI (one of GM_EPI_*) GM_OUT_F32 GM_HAS_BIAS GM_NOUT (3 for qkv)
-// GM_CHUNK GM_NUM_CHUNKS GM_RPT (gate_residual's table geometry).
+// GM_CHUNK GM_NUM_CHUNKS GM_RPT (gate_residual's table geometry); for GM_EPI_QK_NORM_ROPE (qkv on the Hopper kernels
+// only) GM_QK_EPS GM_QK_R (the rotary width, 0: no rope), head_dim being 128.
 #define GM_X_BF16 0       // x is bf16
 #define GM_X_F32 1        // x is f32, rounded to bf16
 #define GM_X_SILU_F32 2   // x is f32: bf16(silu(x)) (the AdaLN tables)
@@ -9,6 +10,7 @@
 #define GM_EPI_RESIDUAL 1
 #define GM_EPI_GATE_RESIDUAL 2
 #define GM_EPI_SWIGLU 3
+#define GM_EPI_QK_NORM_ROPE 4
 // Output columns per output tensor.
 #if GM_EPI == GM_EPI_SWIGLU
 #define GM_OUTN (GM_N / 2)
@@ -33,6 +35,8 @@ struct GmEpilogue {
   const void *residual, *table;
   const long long *ts, *tags;
   long long metaRows;
+  const void *qkw[2];              // qk_norm_rope: the norm weights of q and k [128]
+  const float *cosT, *sinT;        // qk_norm_rope with rope: the F32 tables [metaRows, GM_QK_R]
 };
 
 // The epilogue's operands from the kernel's parameters (named by H3C_PARAMS; which exist depends on the epilogue):
@@ -46,6 +50,11 @@ struct GmEpilogue {
 #define GM_EPILOGUE_PARAMS {GM_Y_PARAMS, residual, table, (const long long *)ts_index, (const long long *)tags, meta_rows}
 #elif GM_EPI == GM_EPI_RESIDUAL
 #define GM_EPILOGUE_PARAMS {GM_Y_PARAMS, residual, nullptr, nullptr, nullptr, 0}
+#elif GM_EPI == GM_EPI_QK_NORM_ROPE && GM_QK_R > 0
+#define GM_EPILOGUE_PARAMS \
+  {GM_Y_PARAMS, nullptr, nullptr, nullptr, nullptr, meta_rows, {qk_w0, qk_w1}, (const float *)rope_cos, (const float *)rope_sin}
+#elif GM_EPI == GM_EPI_QK_NORM_ROPE
+#define GM_EPILOGUE_PARAMS {GM_Y_PARAMS, nullptr, nullptr, nullptr, nullptr, 0, {qk_w0, qk_w1}, nullptr, nullptr}
 #else
 #define GM_EPILOGUE_PARAMS {GM_Y_PARAMS, nullptr, nullptr, nullptr, nullptr, 0}
 #endif
@@ -155,6 +164,104 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
 }
 #endif
 
+#if GM_EPI == GM_EPI_QK_NORM_ROPE
+#if GM_NOUT != 3 || GM_HAS_BIAS || GM_OUT_F32 || GM_OUTN % 128 || GM_QK_R % 16 || GM_QK_R > 128
+#error "the qk_norm_rope epilogue needs bf16 q/k/v without bias, head_dim 128 and a rotary width % 16 == 0"
+#endif
+// The qk_norm_rope epilogue (docs/contract.md section 3: exactly qk_norm_rope's operations on the GEMM's bf16 q and
+// k, qk_norm_rope in headops.cuh) on one row's 128-channel head in the wgmma accumulator layout. The head's columns
+// are fragments j = 0..15 of the head; thread t4 of the row's quad holds channels c = 8j + 2 t4 + e (e = 0, 1) in
+// x[2j + e]. The contract's lane l (lane_tree, 32 lanes) sums channels l, l + 32, l + 64, l + 96, which all have
+// c % 8 = l % 8, so all four lie in one thread: t4 = (l % 8) / 2, e = l % 2, fragments j = l / 8 + 4m. Each thread
+// runs the fma chains of its eight lanes l = 2 t4 + e + 8q (q = 0..3) in the contract's order, the tree steps off = 16
+// and 8 (l + off: the same thread, q + 2 and q + 1), off = 4 and 2 by shuffles with the quad's threads t4 ^ 2 and
+// t4 ^ 1 (lanes l + 4 and l + 2: same e), off = 1 in the thread (e = 1 into e = 0). The threads that the tree would
+// leave out compute the same sums with the operands swapped (IEEE addition commutes), so the whole quad ends with
+// lane 0's bits. A rotation partner c +- R/2 is fragment j +- R/16 of the same thread (R % 16 == 0). Every thread of
+// the warp runs the shuffles (rows past M included: their zero rows are computed, never stored).
+__device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x, long long r, long long M, long long c,
+                                           int t4) {
+  float p[4][2];
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      float a = 0.0f;
+#pragma unroll
+      for (int m = 0; m < 4; ++m) a = __fmaf_rn(x[2 * (q + 4 * m) + s], x[2 * (q + 4 * m) + s], a);
+      p[q][s] = a;
+    }
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    p[0][s] = __fadd_rn(p[0][s], p[2][s]);  // off = 16
+    p[1][s] = __fadd_rn(p[1][s], p[3][s]);
+    p[0][s] = __fadd_rn(p[0][s], p[1][s]);  // off = 8
+    p[0][s] = __fadd_rn(p[0][s], __shfl_xor_sync(0xffffffffu, p[0][s], 2));  // off = 4
+    p[0][s] = __fadd_rn(p[0][s], __shfl_xor_sync(0xffffffffu, p[0][s], 1));  // off = 2
+  }
+  const float ss = __fadd_rn(p[0][0], p[0][1]);  // off = 1
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, 128.0f), GM_QK_EPS)));
+  const h3bf *w = (const h3bf *)(o == 0 ? e.qkw[0] : e.qkw[1]);  // a select, as gm_out
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+      x[2 * j + s] = rbf(__fmul_rn(rbf(__fmul_rn(x[2 * j + s], inv)), bf2f(w[8 * j + 2 * t4 + s])));
+  if (r >= M) return;
+#if GM_QK_R > 0
+  // Rotate-half in place, one partner pair (fragments j and j + R/16) at a time: both from the normed values.
+  const long long mrow = r % e.metaRows;
+  const float *cs = e.cosT + mrow * GM_QK_R + 2 * t4, *sn = e.sinT + mrow * GM_QK_R + 2 * t4;
+#pragma unroll
+  for (int j = 0; j < GM_QK_R / 16; ++j) {
+    const int k = j + GM_QK_R / 16;
+    const float2 c1 = *(const float2 *)(cs + 8 * j), s1 = *(const float2 *)(sn + 8 * j);
+    const float2 c2 = *(const float2 *)(cs + 8 * k), s2 = *(const float2 *)(sn + 8 * k);
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const float a = x[2 * j + s], b = x[2 * k + s];
+      x[2 * j + s] = rbf(__fadd_rn(__fmul_rn(a, rbf(s ? c1.y : c1.x)), __fmul_rn(-b, rbf(s ? s1.y : s1.x))));
+      x[2 * k + s] = rbf(__fadd_rn(__fmul_rn(b, rbf(s ? c2.y : c2.x)), __fmul_rn(a, rbf(s ? s2.y : s2.x))));
+    }
+  }
+#endif
+  h3bf *out = (h3bf *)gm_out(e, o) + r * GM_OUTN + (c - (long long)o * GM_OUTN);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) *(h3u32 *)(out + 8 * j + 2 * t4) = pack_bf2(x[2 * j], x[2 * j + 1]);
+}
+
+// The qkv tile's 64-row block (NF 8-column fragments from output column c0, a multiple of 128): q and k heads through
+// gm_qk_head, v heads stored as the plain qkv does (bf16 of the sum). A head lies in one of q, k, v (GM_OUTN % 128 ==
+// 0), so the branch is uniform over the warpgroup.
+template <int NF>
+__device__ __forceinline__ void gm_qk_block(const GmEpilogue &ep, const float *acc, long long r0, long long c0,
+                                            long long M, int warp, int g, int t4) {
+#pragma unroll
+  for (int b = 0; b < NF / 16; ++b) {
+    const long long c = c0 + 128 * b;
+    if (c >= GM_N) continue;
+    const int o = (int)(c / GM_OUTN);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long r = r0 + warp * 16 + g + h * 8;
+      float x[32];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        x[2 * j] = rbf(acc[(16 * b + j) * 4 + h * 2]);
+        x[2 * j + 1] = rbf(acc[(16 * b + j) * 4 + h * 2 + 1]);
+      }
+      if (o < 2) {
+        gm_qk_head(ep, o, x, r, M, c, t4);
+      } else if (r < M) {
+        h3bf *out = (h3bf *)ep.y[2] + r * GM_OUTN + (c - 2LL * GM_OUTN);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) *(h3u32 *)(out + 8 * j + 2 * t4) = pack_bf2(x[2 * j], x[2 * j + 1]);
+      }
+    }
+  }
+}
+#endif
+
 // One warpgroup's 64-row block of wgmma accumulators (NF 8-column fragments in the mma.sync layout: accumulator i is
 // row 16 * warp + g + 8 * ((i >> 1) & 1), column 8 * (i >> 2) + 2 * t4 + (i & 1)) through the epilogue, rows from
 // r0 (rows >= M skipped), output columns from c0; for swiglu the first NF / 2 fragments are values, the rest their
@@ -162,6 +269,9 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
 template <int NF>
 __device__ __forceinline__ void gm_store_block(const GmEpilogue &ep, const void *bias, const float *acc, long long r0,
                                                long long c0, long long M, int warp, int g, int t4) {
+#if GM_EPI == GM_EPI_QK_NORM_ROPE
+  gm_qk_block<NF>(ep, acc, r0, c0, M, warp, g, t4);
+#else
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const long long r = r0 + warp * 16 + g + h * 8;
@@ -178,4 +288,5 @@ __device__ __forceinline__ void gm_store_block(const GmEpilogue &ep, const void 
       gm_store2(ep, bias, r, trow, c0 + j * 8 + t4 * 2, acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
 #endif
   }
+#endif
 }

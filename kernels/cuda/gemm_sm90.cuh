@@ -19,7 +19,8 @@
 // wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), and the epilogue's defines
 // (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order): x_map (tensor map of x [rows, K]); residual
 // (residual, gate_residual); table, ts_index, tags (gate_residual); y0 (y1, y2 for qkv); w_map (tensor map of W
-// [GM_N, K]); bias (when GM_HAS_BIAS); rows; meta_rows (gate_residual).
+// [GM_N, K]); bias (when GM_HAS_BIAS); qk_w0, qk_w1, rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables
+// with rope only); rows; meta_rows (gate_residual; qk_norm_rope with rope).
 #define G9_BM 128
 #define G9_BN 256
 #define G9_BK 64

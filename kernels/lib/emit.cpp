@@ -214,14 +214,21 @@ struct GemmDesc {
   bool outF32 = false, bias = false;
   int nout = 1;
   int64_t chunk = 0, numChunks = 1, rowsPerTs = 1;
+  double qkEps = 0;   // qk_norm_rope: the norm's eps
+  int64_t qkR = 0;    // qk_norm_rope: the rotary width (0: norm only)
 };
 
 // The defines of the shared epilogue (gemm_epilogue.cuh).
 void defineEpilogue(Builder &b, const GemmDesc &d) {
-  static const char *epiName[] = {"GM_EPI_NONE", "GM_EPI_RESIDUAL", "GM_EPI_GATE_RESIDUAL", "GM_EPI_SWIGLU"};
+  static const char *epiName[] = {"GM_EPI_NONE", "GM_EPI_RESIDUAL", "GM_EPI_GATE_RESIDUAL", "GM_EPI_SWIGLU",
+                                  "GM_EPI_QK_NORM_ROPE"};
   b.def("GM_K", d.K); b.def("GM_N", d.N); b.def("GM_EPI", epiName[int(d.epi)]);
   b.def("GM_OUT_F32", d.outF32 ? 1 : 0); b.def("GM_HAS_BIAS", d.bias ? 1 : 0); b.def("GM_NOUT", d.nout);
   b.def("GM_CHUNK", d.chunk); b.def("GM_NUM_CHUNKS", d.numChunks); b.def("GM_RPT", d.rowsPerTs);
+  if (d.epi == Epilogue::QkNormRope) {
+    b.def("GM_QK_EPS", floatLit(d.qkEps));
+    b.def("GM_QK_R", d.qkR);
+  }
 }
 
 // The parameter list of both GEMM templates; x and w are buffers (mma.sync) or tensor maps (Hopper: x_map, w_map,
@@ -241,13 +248,22 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRow
     p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, wBoxRows, d.nout == 3 ? 3 : 1);
   else p.weight("w", 0, d.nout == 3 ? 3 : 1);
   if (d.bias) p.bias("bias", 0);
+  if (d.epi == Epilogue::QkNormRope) {  // weights [Wq, Wk, Wv, norm_q, norm_k]; inputs [x(, cos, sin)]
+    p.weight("qk_w0", 3);
+    p.weight("qk_w1", 4);
+    if (d.qkR > 0) {
+      p.in("rope_cos", 1);
+      p.in("rope_sin", 2);
+    }
+  }
   p.scalar("rows", v.rowsOfIn(0));
   if (d.epi == Epilogue::GateResidual) p.scalar("meta_rows", v.rowsOfIn(3));
+  if (d.epi == Epilogue::QkNormRope && d.qkR > 0) p.scalar("meta_rows", v.rowsOfIn(1));
   return p;
 }
 
 std::string gemmName(const OpView &v, const GemmDesc &d, const std::string &impl) {
-  static const char *epiSuffix[] = {"", "_res", "_gres", "_swiglu"};
+  static const char *epiSuffix[] = {"", "_res", "_gres", "_swiglu", "_qknr"};
   std::string xs = d.x == XMode::Bf16 ? "" : "_xf32";
   return fmt::format("{}_{}_k{}_n{}{}{}", plan::opKindName(v.op.kind), impl, d.K, d.N, epiSuffix[int(d.epi)], xs);
 }
@@ -392,8 +408,32 @@ plan::Kernel emitQkv(const OpView &v, const std::string &arch) {
   checkKChunks(v);
   d.nout = 3;
   if (!v.op.biases.empty()) fail(v.where, "qkv_linear takes no bias (H3's to_q/to_k/to_v have none)");
-  if (v.op.weights.size() != 3) fail(v.where, "qkv_linear needs three weight tensors [Wq, Wk, Wv]");
   if (v.a().outDtype != DType::BF16) fail(v.where, "qkv_linear outputs BF16");
+  if (v.a().epilogue == Epilogue::None) {
+    if (v.op.weights.size() != 3) fail(v.where, "qkv_linear needs three weight tensors [Wq, Wk, Wv]");
+    return emitGemmBf16(v, d, arch);
+  }
+  // The qk_norm_rope epilogue (gemm_epilogue.cuh, gm_qk_block): the Hopper kernels only, heads of 128 channels (one
+  // quad of the accumulator layout), a rotary width that keeps rotation partners in one thread, whole q and k.
+  const plan::OpAttrs &a = v.a();
+  if (a.epilogue != Epilogue::QkNormRope)
+    fail(v.where, "qkv_linear's epilogue is none or qk_norm_rope, got {}", plan::epilogueName(a.epilogue));
+  if (v.op.weights.size() != 5)
+    fail(v.where, "qkv_linear with qk_norm_rope needs five weight tensors [Wq, Wk, Wv, norm_q, norm_k]");
+  if (arch != "sm_90a" || !v.options.wgmma || a.xDtype != DType::BF16)
+    fail(v.where, "the qk_norm_rope epilogue runs on the Hopper GEMM only (sm_90a with wgmma, bf16 x); compile for "
+                  "{} without it (h3-fuse keeps qkv_linear and qk_norm_rope apart there)", arch);
+  if (a.headDim != 128 || a.heads * 128 != a.N)
+    fail(v.where, "the qk_norm_rope epilogue needs head_dim 128 and N = heads x 128, got {} x {} for N = {}", a.heads,
+         a.headDim, a.N);
+  if (a.rotaryDim < 0 || a.rotaryDim % 16 || a.rotaryDim > 128)
+    fail(v.where, "the qk_norm_rope epilogue needs a rotary width that is a multiple of 16 and <= 128, got {}",
+         a.rotaryDim);
+  if (a.shard.kind == plan::ShardKind::Column) fail(v.where, "the qk_norm_rope epilogue is not split over tp ranks");
+  if (v.op.in.size() != (a.rotaryDim > 0 ? 3u : 1u)) fail(v.where, "expected inputs [x(, cos, sin)]");
+  d.epi = Epilogue::QkNormRope;
+  d.qkEps = a.eps;
+  d.qkR = a.rotaryDim;
   return emitGemmBf16(v, d, arch);
 }
 

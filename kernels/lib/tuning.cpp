@@ -41,8 +41,9 @@ const Field &field(const std::string &name, int value, const std::string &where)
 
 // The profile names of the ops with a tunable kernel (the linears, qkv, attention); a per-op value for any other
 // name would silently apply to nothing.
-const char *const kTunedOps[] = {"qkv_linear",           "linear",           "linear+residual",
-                                 "linear+gate_residual", "linear+swiglu",    "attention"};
+const char *const kTunedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rope", "linear",
+                                 "linear+residual",      "linear+gate_residual",    "linear+swiglu",
+                                 "attention"};
 
 } // namespace
 
@@ -90,7 +91,8 @@ void EmitOptions::check(const std::string &where) const {
 
 std::string opProfileName(const plan::Op &op) {
   std::string key = plan::opKindName(op.kind);
-  if (op.kind == plan::OpKind::Linear && op.attrs.epilogue != plan::Epilogue::None)
+  if ((op.kind == plan::OpKind::Linear || op.kind == plan::OpKind::QkvLinear) &&
+      op.attrs.epilogue != plan::Epilogue::None)
     key += std::string("+") + plan::epilogueName(op.attrs.epilogue);
   return key;
 }

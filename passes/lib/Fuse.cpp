@@ -70,7 +70,7 @@ FailureOr<OrderAttr> sharedOrder(std::initializer_list<Operation *> ops) {
 
 // Benefits mirror the order in which the fusions were specified (qkv first): they only decide between patterns
 // rooted at the same op, which the node-id checks already keep apart.
-enum Benefit : unsigned { kTimeMlp = 1, kEpilogue = 2, kQkNormRope = 3, kQkv = 4 };
+enum Benefit : unsigned { kTimeMlp = 1, kEpilogue = 2, kQkNormRope = 3, kQkv = 4, kQkvNormRope = 5 };
 
 // to_q, to_k, to_v reading the same input -> qkv_linear (at to_v; the uses of all three must follow it).
 struct FuseQkv : OpRewritePattern<LinearOp> {
@@ -109,8 +109,9 @@ struct FuseQkv : OpRewritePattern<LinearOp> {
       for (Attribute a : l.getBias()) bias.push_back(cast<StringAttr>(a).str());
     rewriter.setInsertionPoint(v);
     auto f = QkvLinearOp::create(rewriter, q.getLoc(), TypeRange{q.getType(), k.getType(), v.getType()}, q.getX(),
-                                 q.getK(), heads, headDim, strArray(rewriter, weight), strArray(rewriter, bias),
-                                 *order, ShardAttr(), strArray(rewriter, concat({q, k, v})),
+                                 ValueRange{}, q.getK(), heads, headDim, strArray(rewriter, weight),
+                                 strArray(rewriter, bias), Epilogue::none, FloatAttr(), IntegerAttr(), *order,
+                                 ShardAttr(), strArray(rewriter, concat({q, k, v})),
                                  strArray(rewriter, {valueName(q, 0), valueName(k, 0), valueName(v, 0)}));
     rewriter.replaceOp(q, f.getQOut());
     rewriter.replaceOp(k, f.getKOut());
@@ -161,6 +162,48 @@ struct FuseQkNormRope : OpRewritePattern<QkNormOp> {
       rewriter.eraseOp(nq);
       rewriter.eraseOp(nk);
     }
+    return success();
+  }
+};
+
+// qkv_linear + the qk_norm_rope that norms (and rotates) exactly its q and k -> qkv_linear with epilogue
+// qk_norm_rope (at the qk_norm_rope). Only the Hopper GEMM (gemm_sm90*.cuh) carries this epilogue, and only for the
+// shapes whose heads its accumulator layout holds whole: head_dim 128 (a row's head lies in one quad of threads) and
+// a rotary width that is a multiple of 16 (a channel's rotation partner lies in the same thread). The caller adds
+// this pattern for sm_90a with wgmma and tp = 1 only (h3-shard-tp does not split the fused form).
+struct FuseQkvNormRope : OpRewritePattern<QkNormRopeOp> {
+  FuseQkvNormRope(MLIRContext *ctx) : OpRewritePattern(ctx, kQkvNormRope) {}
+
+  LogicalResult matchAndRewrite(QkNormRopeOp n, PatternRewriter &rewriter) const override {
+    auto qkv = n.getQ().getDefiningOp<QkvLinearOp>();
+    if (!qkv || qkv.getEpilogue() != Epilogue::none || qkv.getShard() || n.getShard()) return failure();
+    if (n.getQ() != qkv.getQOut() || n.getK() != qkv.getKOut() || !n.getQ().hasOneUse() || !n.getK().hasOneUse())
+      return rewriter.notifyMatchFailure(n, "q and k are not the qkv_linear's q and k, read by this op only");
+    if (!qkv.getBias().empty()) return rewriter.notifyMatchFailure(n, "qkv_linear has a bias");
+    if (n.getHeads() != qkv.getHeads() || n.getHeadDim() != qkv.getHeadDim())
+      return rewriter.notifyMatchFailure(n, "heads differ");
+    if (n.getHeadDim() != 128) return rewriter.notifyMatchFailure(n, "the epilogue needs head_dim 128");
+    if (n.getRotaryDim() % 16) return rewriter.notifyMatchFailure(n, "the epilogue needs rotary_dim % 16 == 0");
+    if (n.getOrderAttr() != laneTreeOrder(n.getContext()))
+      return rewriter.notifyMatchFailure(n, "the norm's order is not the pinned lane_tree");
+    auto bf16 = [](Value v) { return cast<ActType>(v.getType()).getElementType().isBF16(); };
+    if (!bf16(qkv.getX()) || !bf16(qkv.getVOut()) || !bf16(n.getQOut()) || !bf16(n.getKOut()))
+      return rewriter.notifyMatchFailure(n, "the Hopper GEMM reads and writes bf16");
+    if (!usersAfter({qkv, n}, n)) return rewriter.notifyMatchFailure(n, "a use of v precedes the qk_norm_rope");
+
+    std::vector<std::string> weight;
+    for (Operation *op : {qkv.getOperation(), n.getOperation()})
+      for (Attribute a : op->getAttrOfType<ArrayAttr>("weight")) weight.push_back(cast<StringAttr>(a).str());
+    rewriter.setInsertionPoint(n);
+    auto f = QkvLinearOp::create(
+        rewriter, qkv.getLoc(), TypeRange{n.getQOut().getType(), n.getKOut().getType(), qkv.getVOut().getType()},
+        qkv.getX(), n.getRopeTables(), qkv.getK(), qkv.getHeads(), qkv.getHeadDim(), strArray(rewriter, weight),
+        qkv.getBias(), Epilogue::qk_norm_rope, n.getEpsAttr(), n.getRotaryDimAttr(), qkv.getOrderAttr(), ShardAttr(),
+        strArray(rewriter, concat({qkv, n})),
+        strArray(rewriter, {valueName(n, 0), valueName(n, 1), valueName(qkv, 2)}));
+    rewriter.replaceOp(n, ValueRange{f.getQOut(), f.getKOut()});
+    rewriter.replaceAllUsesWith(qkv.getVOut(), f.getVOut());
+    rewriter.eraseOp(qkv);
     return success();
   }
 };
@@ -249,10 +292,10 @@ struct FuseTimeMlp : OpRewritePattern<LinearOp> {
 };
 
 struct Fuse : h3c::passes::impl::H3FuseBase<Fuse> {
+  using Base::Base;
+
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
-    RewritePatternSet patterns(ctx);
-    patterns.add<FuseQkv, FuseQkNormRope, FuseEpilogue, FuseTimeMlp>(ctx);
     // Only the fusions: no folding, constant CSE or region simplification (h3 ops have no folders, and nothing
     // else may move or drop an op of the plan).
     GreedyRewriteConfig config;
@@ -260,8 +303,19 @@ struct Fuse : h3c::passes::impl::H3FuseBase<Fuse> {
         .enableFolding(false)
         .enableConstantCSE(false)
         .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+    RewritePatternSet patterns(ctx);
+    patterns.add<FuseQkv, FuseQkNormRope, FuseEpilogue, FuseTimeMlp>(ctx);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns), config))) {
       getOperation().emitError() << "h3-fuse: the fusion patterns did not converge";
+      return signalPassFailure();
+    }
+    // Second phase, on the finished qkv_linear and qk_norm_rope ops: the Hopper GEMM's qk_norm_rope epilogue. Not
+    // on sm_100a or with --no-wgmma (the mma.sync kernel has no such epilogue), nor when tp > 1.
+    if (arch != "sm_90a" || !wgmma || tp != 1) return;
+    RewritePatternSet hopper(ctx);
+    hopper.add<FuseQkvNormRope>(ctx);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(hopper), config))) {
+      getOperation().emitError() << "h3-fuse: the Hopper epilogue fusion did not converge";
       signalPassFailure();
     }
   }

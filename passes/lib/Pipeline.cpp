@@ -7,7 +7,13 @@ namespace h3c::passes {
 
 void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
   pm.addPass(createH3AssignReductionOrder());
-  if (o.fuse) pm.addPass(createH3Fuse());
+  if (o.fuse) {
+    H3FuseOptions fuse;
+    fuse.arch = o.arch;
+    fuse.wgmma = o.wgmma;
+    fuse.tp = o.tp;
+    pm.addPass(createH3Fuse(fuse));
+  }
   H3ShardTpOptions shard;
   shard.tp = o.tp;
   pm.addPass(createH3ShardTp(shard));

@@ -186,6 +186,13 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
         setI64(op, "N", t.getN() / tp);
         localResult(t.getTable(), t.getNumChunks());  // the [T3, chunks x H] view: one segment per chunk
       } else if (auto q = dyn_cast<QkvLinearOp>(op)) {
+        if (q.getEpilogue() != Epilogue::none) {
+          // The fused epilogue reads whole norm weights and is emitted for one rank's whole q/k/v only; h3-fuse
+          // leaves q/k/v and the norms apart when tp > 1.
+          error(op) << "qkv_linear with the '" << stringifyEpilogue(q.getEpilogue())
+                    << "' epilogue cannot be split over tp = " << int64_t(tp) << " (fuse with tp=" << int64_t(tp) << ")";
+          continue;
+        }
         wholeOperands(op);
         if (!shard(op, q.getHeads(), "heads", 3)) continue;
         setI64(op, "heads", q.getHeads() / tp);

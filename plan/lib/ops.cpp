@@ -39,7 +39,8 @@ const std::pair<OpKind, const char *> kOpKinds[] = {
 const std::pair<Epilogue, const char *> kEpilogues[] = {{Epilogue::None, "none"},
                                                          {Epilogue::Residual, "residual"},
                                                          {Epilogue::GateResidual, "gate_residual"},
-                                                         {Epilogue::Swiglu, "swiglu"}};
+                                                         {Epilogue::Swiglu, "swiglu"},
+                                                         {Epilogue::QkNormRope, "qk_norm_rope"}};
 const std::pair<RowIndex, const char *> kRowIndices[] = {{RowIndex::Adaln, "adaln"}, {RowIndex::Timestep, "timestep"}};
 const std::pair<ShardKind, const char *> kShardKinds[] = {{ShardKind::Replicated, "replicated"},
                                                            {ShardKind::Column, "column"}};
@@ -123,7 +124,9 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
     return v;
   }
   case OpKind::AdalnTable: return {"temb"};
-  case OpKind::QkvLinear: return {"x"};
+  case OpKind::QkvLinear:
+    if (a.epilogue == Epilogue::QkNormRope && a.rotaryDim > 0) return {"x", "cos", "sin"};
+    return {"x"};
   case OpKind::TimeEmbed: return {"sinusoid"};
   case OpKind::RmsNorm: return {"x"};
   case OpKind::NormModulate:
@@ -170,6 +173,7 @@ const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a) {
   static const std::vector<std::string> none, ropeTable = {"rotary_dim", "theta"}, sinusoid = {"freq_dim"},
       linear = {"K", "N", "epilogue"}, linearGate = {"K", "N", "epilogue", "chunk", "num_chunks", "row_index"},
       adaln = {"K", "N", "num_chunks", "rows_per_timestep"}, qkv = {"K", "N", "heads", "head_dim"},
+      qkvNormRope = {"K", "N", "heads", "head_dim", "epilogue", "eps", "rotary_dim"},
       timeEmbed = {"K", "N", "freq_dim", "hidden", "out_dim"}, rms = {"H", "eps"},
       normMod = {"H", "eps", "shift_chunk", "scale_chunk", "num_chunks", "row_index"},
       qkNorm = {"heads", "head_dim", "eps"}, rope = {"heads", "head_dim", "rotary_dim"},
@@ -182,7 +186,7 @@ const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::TimestepSinusoid: return sinusoid;
   case OpKind::Linear: return a.epilogue == Epilogue::GateResidual ? linearGate : linear;
   case OpKind::AdalnTable: return adaln;
-  case OpKind::QkvLinear: return qkv;
+  case OpKind::QkvLinear: return a.epilogue == Epilogue::QkNormRope ? qkvNormRope : qkv;
   case OpKind::TimeEmbed: return timeEmbed;
   case OpKind::RmsNorm: return rms;
   case OpKind::NormModulate: return normMod;

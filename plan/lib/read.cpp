@@ -119,7 +119,7 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
   if (j.contains("epilogue")) {
     std::string e = str(j["epilogue"], where + "/epilogue");
     if (!parseEpilogue(e, a.epilogue))
-      fail(where + "/epilogue", "expected none, residual, gate_residual or swiglu, got \"{}\"", e);
+      fail(where + "/epilogue", "expected none, residual, gate_residual, swiglu or qk_norm_rope, got \"{}\"", e);
   }
   if (isLayoutOp(kind) && j.contains("axis")) {
     std::string ax = str(j["axis"], where + "/axis");
@@ -185,8 +185,14 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
       fail(w("dtype"), "a layout op copies: dtype, x_dtype and out_dtype must agree");
   }
   if (kind == OpKind::Linear) {
+    if (a.epilogue == Epilogue::QkNormRope) fail(w("epilogue"), "qk_norm_rope is an epilogue of qkv_linear only");
     if (a.epilogue == Epilogue::GateResidual && a.chunk >= a.numChunks)
       fail(w("chunk"), "chunk {} out of [0, num_chunks = {})", a.chunk, a.numChunks);
+  } else if (kind == OpKind::QkvLinear) {
+    // Without the key: the plain qkv GEMM (plans compiled before the fused epilogue read as before).
+    if (j.contains("epilogue") && a.epilogue != Epilogue::QkNormRope)
+      fail(w("epilogue"), "a qkv_linear's epilogue is \"qk_norm_rope\" or absent, got \"{}\"",
+           epilogueName(a.epilogue));
   } else if (j.contains("epilogue")) {
     fail(w("epilogue"), "unknown field");
   }
@@ -195,7 +201,9 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
          a.numChunks);
   if (kind == OpKind::GateResidual && a.chunk >= a.numChunks)
     fail(w("chunk"), "chunk {} out of [0, num_chunks = {})", a.chunk, a.numChunks);
-  if ((kind == OpKind::Rope || kind == OpKind::QkNormRope) && (a.rotaryDim > a.headDim || a.rotaryDim % 2))
+  if ((kind == OpKind::Rope || kind == OpKind::QkNormRope ||
+       (kind == OpKind::QkvLinear && a.epilogue == Epilogue::QkNormRope)) &&
+      (a.rotaryDim > a.headDim || a.rotaryDim % 2))
     fail(w("rotary_dim"), "expected an even width <= head_dim ({}), got {}", a.headDim, a.rotaryDim);
   return a;
 }
@@ -404,7 +412,10 @@ NodeShape nodeShape(const Op &op) {
   }
   case OpKind::AllGather:
   case OpKind::Split: return {{}, {}};
-  case OpKind::QkvLinear: return {{"linear", "linear", "linear"}, {}};
+  case OpKind::QkvLinear:
+    if (a.epilogue != Epilogue::QkNormRope) return {{"linear", "linear", "linear"}, {}};
+    if (a.rotaryDim > 0) return {{"linear", "linear", "linear", "qk_norm", "qk_norm", "rope", "rope"}, {}};
+    return {{"linear", "linear", "linear", "qk_norm", "qk_norm"}, {}};
   case OpKind::TimeEmbed: return {{"linear", "silu", "linear"}, {}};
   case OpKind::QkNormRope:
     if (a.rotaryDim > 0) return {{"qk_norm", "qk_norm", "rope", "rope"}, {}};
@@ -533,7 +544,9 @@ void checkShardWeights(const Plan &p, const Op &op) {
            segmentsWidth(sh.segments), y.name, y.cols, sh.tp);
   }
   if (op.kind == OpKind::Linear || op.kind == OpKind::AdalnTable || op.kind == OpKind::QkvLinear)
-    for (const auto &name : op.weights) {
+    for (size_t i = 0; i < op.weights.size(); ++i) {
+      if (op.kind == OpKind::QkvLinear && i >= 3) break;  // the qk_norm_rope epilogue's norm weights [head_dim]
+      const std::string &name = op.weights[i];
       std::vector<int64_t> local = tensorOf(name).localShape();
       if (local.size() != 2 || local[1] != op.attrs.K || local[0] != op.attrs.N)
         fail(op.where + "/attrs", "K = {}, N = {} but the rank holds {} rows of {} columns of '{}'", op.attrs.K,

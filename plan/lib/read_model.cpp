@@ -108,6 +108,10 @@ struct Checker {
     for (const auto &id : op.nodes)
       for (const auto &out : nodes.at(id)->outputs)
         if (!readInside.count(out)) defines.push_back(out);
+    // qkv_linear lists its outputs q, k, v with or without its qk_norm_rope epilogue, whose q and k (the last two in
+    // node order: rope_q, rope_k or norm_q, norm_k) come after to_v's output.
+    if (op.kind == OpKind::QkvLinear && op.attrs.epilogue == Epilogue::QkNormRope && defines.size() == 3)
+      std::rotate(defines.begin(), defines.begin() + 1, defines.end());
     if (defines.size() != op.out.size())
       fail(op.where + "/out", "defines {} values but its nodes define [{}]", op.out.size(), fmt::join(defines, ", "));
     for (size_t k = 0; k < op.out.size(); ++k) held[op.out[k]] = defines[k];
@@ -162,6 +166,18 @@ struct Checker {
       expect(op, "heads", a.heads * a.headDim, a.N);
       cols(op, true, 0, a.K);
       for (size_t k = 0; k < 3; ++k) cols(op, false, k, a.N);
+      if (a.epilogue == Epilogue::QkNormRope) {  // nodes: to_q, to_k, to_v, norm_q, norm_k(, rope_q, rope_k)
+        const json &norm = node(op, 3).attrs;
+        expect(op, "heads", a.heads, I(norm, "heads"));
+        expect(op, "head_dim", a.headDim, I(norm, "head_dim"));
+        expectNum(op, "eps", a.eps, D(norm, "eps"));
+        const bool rope = op.nodes.size() == 7;
+        expect(op, "rotary_dim", a.rotaryDim, rope ? I(last(), "rotary_dim") : 0);
+        if (rope) {
+          cols(op, true, 1, a.rotaryDim);
+          cols(op, true, 2, a.rotaryDim);
+        }
+      }
       return;
     case OpKind::AdalnTable:
       expect(op, "K", a.K, I(n0, "in_features"));

@@ -352,9 +352,12 @@ void runLinear(Ctx &cx) {
   residualEpilogue(cx, acc, M, N, o);
 }
 
+void normRopePair(Ctx &cx, const HostValue *x[2], size_t firstWeight, size_t cosAt);
+
 void runQkvLinear(Ctx &cx) {
-  if (cx.op.weights.size() != 3 || cx.op.out.size() != 3)
-    cx.error("qkv_linear reads [Wq, Wk, Wv] and has three outputs");
+  const bool normRope = cx.op.attrs.epilogue == Epilogue::QkNormRope;
+  if (cx.op.weights.size() != (normRope ? 5u : 3u) || cx.op.out.size() != 3)
+    cx.error("qkv_linear reads [Wq, Wk, Wv(, norm_q, norm_k)] and has three outputs");
   const HostValue &x = cx.in(0);
   const int64_t M = x.batch * x.rows;
   for (int i = 0; i < 3; ++i) {
@@ -371,6 +374,12 @@ void runQkvLinear(Ctx &cx) {
     for (int64_t j = 0; j < M * N; ++j)
       o.f[size_t(j)] = roundBf16(acc[size_t(j)]);
   }
+  if (!normRope) return;
+  // The qk_norm_rope epilogue: exactly the qk_norm_rope op on the GEMM's bf16 q and k (weights 3, 4; cos, sin at
+  // inputs 1, 2). Copies of the GEMM's outputs: out() makes a fresh output.
+  const HostValue q = cx.vals.at(cx.op.out[0]), k = cx.vals.at(cx.op.out[1]);
+  const HostValue *qk[2] = {&q, &k};
+  normRopePair(cx, qk, 3, 1);
 }
 
 // ---- norms ---------------------------------------------------------------------------------------------------
@@ -484,15 +493,22 @@ void runRope(Ctx &cx) {
   o.f = std::move(xcopy.f);
 }
 
-void runQkNormRope(Ctx &cx) {
+// qk_norm_rope's numerics on q = x[0], k = x[1] into outputs 0 and 1: norm weights at weight positions firstWeight
+// and firstWeight + 1, the rope tables (rotary_dim > 0) at input positions cosAt and cosAt + 1. The qk_norm_rope op
+// and qkv_linear's qk_norm_rope epilogue both run this.
+void normRopePair(Ctx &cx, const HostValue *x[2], size_t firstWeight, size_t cosAt) {
   const bool rope = cx.op.attrs.rotaryDim > 0;
   for (size_t i = 0; i < 2; ++i) {
-    const HostValue &x = cx.in(i);
     HostValue &o = cx.out(i);
-    qkNorm(cx, x, cx.weight(i), o);
+    qkNorm(cx, *x[i], cx.weight(firstWeight + i), o);
     if (rope)
-      ropeApply(cx, o, cx.in(2), cx.in(3));
+      ropeApply(cx, o, cx.in(cosAt), cx.in(cosAt + 1));
   }
+}
+
+void runQkNormRope(Ctx &cx) {
+  const HostValue *qk[2] = {&cx.in(0), &cx.in(1)};
+  normRopePair(cx, qk, 0, 2);
 }
 
 // ---- attention -----------------------------------------------------------------------------------------------

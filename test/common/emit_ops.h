@@ -122,4 +122,13 @@ inline plan::OpAttrs with(plan::OpAttrs a, h3c::DType w, h3c::DType x, h3c::DTyp
   return a;
 }
 
+// qkv_linear with the qk_norm_rope epilogue (the Hopper fusion of h3-fuse): x [S, K] -> q, k, v [S, heads * d],
+// weights [Wq, Wk, Wv, norm_q, norm_k], inputs [x(, cos, sin)] (R = 0: the refiner's norm-only form).
+inline EmitOp qkvNormRope(const std::string &node, int64_t K, int64_t heads, int64_t d, double eps, int64_t R) {
+  plan::OpAttrs a = with(attrs({{"K", double(K)}, {"N", double(heads * d)}, {"heads", double(heads)},
+                                {"head_dim", double(d)}, {"eps", eps}, {"rotary_dim", double(R)}}),
+                         h3c::DType::BF16, h3c::DType::BF16, h3c::DType::BF16, plan::Epilogue::QkNormRope);
+  return op(OpKind::QkvLinear, node, a, kchunks(1), 5);
+}
+
 } // namespace h3c::testops

@@ -128,6 +128,22 @@ std::map<std::string, plan::Kernel> Gpu::kernels_;
 
 plan::Extents rowsS(int64_t m, int64_t B = 1) { return {B, m, 0, 0, 0, 1}; }
 
+// The Hopper GEMM's schedule variants, each for every linear kind (the options' per-op defaults cleared): the
+// cooperative kernel, the 2-CTA cluster (B multicast to a pair of row tiles; an odd row-tile count leaves a phantom
+// tile) and the ping-pong schedule (128 x 128 tiles per consumer warpgroup, in turns, with a k-block in flight;
+// 5 stages, the default being 4).
+std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants() {
+  hk::EmitOptions coop, pair, pp;
+  coop.perOp.clear();
+  pair.perOp.clear();
+  pp.perOp.clear();
+  pair.sm90Cluster = 2;
+  pp.sm90Pingpong = 1;
+  pp.sm90Stages = 5;
+  pp.sm90Inflight = 1;
+  return {{"cooperative", coop}, {"2-CTA cluster", pair}, {"ping-pong", pp}};
+}
+
 // ---- host references (contract section 3) ----
 
 float laneTreeSS(const float *x, int n) {
@@ -183,6 +199,7 @@ protected:
   void checkRankAttention(const std::string &cfg, int heads, int d, long long L, int B, long long q0, long long Lq);
   void checkNorms(const std::string &cfg, int H, long long M);
   void checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B);
+  void checkQkvNormRope(const std::string &cfg, long long K, int heads, int R, long long S, int B);
   void checkElementwise(const std::string &cfg, int H, int F, long long M);
   void checkF32(const std::string &cfg, long long K, long long N, long long M, long long freq, long long hid,
                 long long E);
@@ -264,20 +281,8 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
       report(at == SIZE_MAX, name + fmt::format(": Hopper (wgmma) kernel == mma.sync kernel byte for byte{}",
                                                 at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
       // The schedule variants against the same mma.sync output (the options' per-op defaults cleared, so each
-      // variant applies to every linear kind): the cooperative kernel, the 2-CTA cluster (B multicast to a pair of
-      // row tiles; an odd row-tile count leaves a phantom tile) and the ping-pong schedule (128 x 128 tiles per
-      // consumer warpgroup, in turns, with a k-block in flight; 5 stages, the default being 4).
-      hk::EmitOptions coop, pair, pp;
-      coop.perOp.clear();
-      pair.perOp.clear();
-      pp.perOp.clear();
-      pair.sm90Cluster = 2;
-      pp.sm90Pingpong = 1;
-      pp.sm90Stages = 5;
-      pp.sm90Inflight = 1;
-      const std::pair<const char *, hk::EmitOptions> variants[] = {
-          {"cooperative", coop}, {"2-CTA cluster", pair}, {"ping-pong", pp}};
-      for (const auto &[label, opts] : variants) {
+      // variant applies to every linear kind).
+      for (const auto &[label, opts] : hopperGemmVariants()) {
         const plan::Kernel &vk = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), opts);
         size_t vat = firstDiff(runWith(vk, dX, dRes, M, dTs, dTags), ym);
         report(vat == SIZE_MAX, name + fmt::format(": Hopper {} kernel == mma.sync kernel byte for byte{}", label,
@@ -614,6 +619,108 @@ void Kernels::checkQkNormRope(const std::string &cfg, int heads, int d, int R, l
   }
 }
 
+// qkv_linear with the qk_norm_rope epilogue (sm_90a only: the Hopper GEMM's fused form) against what it replaces, the
+// plain qkv_linear kernel followed by the qk_norm_rope kernel: q, k and v byte for byte, for every schedule variant
+// (cooperative, 2-CTA cluster, ping-pong); byte-equal across runs, for a 1-row run and with the rows reversed. S rows
+// per item, B items (the rope tables have S rows, shared by the items).
+void Kernels::checkQkvNormRope(const std::string &cfg, long long K, int heads, int R, long long S, int B) {
+  std::string name = fmt::format("[{}] qkv_linear+qk_norm_rope K={} heads={} R={} S={} B={}", cfg, K, heads, R, S, B);
+  if (hc::device().arch() != "sm_90a") {
+    std::printf("note: %s: not an sm_90a device, the fused form does not exist here (skipped)\n", name.c_str());
+    return;
+  }
+  try {
+    const int d = 128;
+    const long long M = S * B, N = (long long)heads * d;
+    auto W = randBf(size_t(3 * N * K), 1.0 / std::sqrt((double)K));
+    auto x = randBf(size_t(M * K));
+    auto wq = randBf(size_t(d)), wk = randBf(size_t(d));
+    auto cs = randF(size_t(S * std::max(R, 1))), sn = randF(size_t(S * std::max(R, 1)));
+    auto dW = up(W), dX = up(x), dWq = up(wq), dWk = up(wk), dCs = up(cs), dSn = up(sn);
+    const double eps = 1e-5;
+    const EmitOp fused = qkvNormRope("qkv+qk_norm_rope", K, heads, d, eps, R);
+    // The two kernels it replaces.
+    const plan::Kernel &gemm = kernel(op(OpKind::QkvLinear, "qkv",
+                                         with(attrs({{"K", K}, {"N", N}}), DType::BF16, DType::BF16, DType::BF16),
+                                         kchunks(1), 3));
+    const plan::Kernel &norm = kernel(
+        op(OpKind::QkNormRope, "qk",
+           with(attrs({{"heads", heads}, {"head_dim", d}, {"eps", eps}, {"rotary_dim", R}}), DType::BF16, DType::BF16,
+                DType::BF16),
+           laneTree(), 2));
+    auto downAll = [&](const std::vector<Buf> &outs, long long m) {
+      std::vector<uint16_t> all;
+      for (const Buf &o : outs) {
+        auto v = down<uint16_t>(*o, size_t(m * N));
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      return all;  // q, k, v, each [m, N]
+    };
+    auto runFused = [&](const plan::Kernel &kk, Buf xb, Buf cb, Buf sb, long long s, int b) {
+      Launch l;
+      l.in = {xb};
+      if (R) l.in.insert(l.in.end(), {cb, sb});
+      for (int o = 0; o < 3; ++o) l.out.push_back(outBuf(size_t(s * b * N * 2)));
+      l.w = {dW, Buf{}, Buf{}, dWq, dWk};  // [Wq; Wk; Wv] as one matrix (span 3), then the norm weights
+      l.e = rowsS(s, b);
+      run(kk, l);
+      return downAll(l.out, s * b);
+    };
+    auto runTwo = [&](Buf xb, Buf cb, Buf sb, long long s, int b) {
+      Launch g;
+      g.in = {xb};
+      for (int o = 0; o < 3; ++o) g.out.push_back(outBuf(size_t(s * b * N * 2)));
+      g.w = {dW};
+      g.e = rowsS(s, b);
+      run(gemm, g);
+      Launch n;
+      n.in = {g.out[0], g.out[1]};
+      if (R) n.in.insert(n.in.end(), {cb, sb});
+      n.out = {outBuf(size_t(s * b * N * 2)), outBuf(size_t(s * b * N * 2))};
+      n.w = {dWq, dWk};
+      n.e = rowsS(s, b);
+      run(norm, n);
+      return downAll({n.out[0], n.out[1], g.out[2]}, s * b);
+    };
+    auto diffText = [](size_t at) { return at == SIZE_MAX ? std::string() : fmt::format(" (first difference at {})", at); };
+    const auto want = runTwo(dX, dCs, dSn, S, B);
+    for (const auto &[label, opts] : hopperGemmVariants()) {
+      size_t at = firstDiff(runFused(kernel(fused, opts), dX, dCs, dSn, S, B), want);
+      report(at == SIZE_MAX, name + fmt::format(": fused ({}) == qkv_linear then qk_norm_rope, q k v byte for byte{}",
+                                                label, diffText(at)));
+    }
+    const plan::Kernel &fk = kernel(fused);
+    const auto y1 = runFused(fk, dX, dCs, dSn, S, B);
+    report(bytesEqual(y1, runFused(fk, dX, dCs, dSn, S, B)), name + ": two runs byte-equal");
+    // Row 0 alone (one item of one row: the tables' row 0).
+    {
+      auto y0 = runFused(fk, dX, dCs, dSn, 1, 1);
+      bool ok = true;
+      for (int o = 0; o < 3; ++o) ok &= std::memcmp(&y0[size_t(o * N)], &y1[size_t(o * M * N)], size_t(N) * 2) == 0;
+      report(ok, name + ": row 0 of an M-row run == a 1-row run");
+    }
+    // One item with its rows reversed (x and the rope tables move with their rows).
+    {
+      std::vector<uint16_t> xr(size_t(S * K));
+      const long long Rw = std::max(R, 1);
+      std::vector<float> cr(size_t(S * Rw)), sr(size_t(S * Rw));
+      for (long long r = 0; r < S; ++r) {
+        std::copy_n(&x[size_t((S - 1 - r) * K)], K, &xr[size_t(r * K)]);
+        std::copy_n(&cs[size_t((S - 1 - r) * Rw)], Rw, &cr[size_t(r * Rw)]);
+        std::copy_n(&sn[size_t((S - 1 - r) * Rw)], Rw, &sr[size_t(r * Rw)]);
+      }
+      auto yr = runFused(fk, up(xr), up(cr), up(sr), S, 1);
+      bool ok = true;
+      for (int o = 0; o < 3 && ok; ++o)
+        for (long long r = 0; r < S && ok; ++r)
+          ok = std::memcmp(&yr[size_t(o * S * N + r * N)], &y1[size_t(o * M * N + (S - 1 - r) * N)], size_t(N) * 2) == 0;
+      report(ok, name + ": rows reversed -> outputs reversed, byte-equal");
+    }
+  } catch (const std::exception &ex) {
+    report(false, name + ": " + ex.what());
+  }
+}
+
 void Kernels::checkElementwise(const std::string &cfg, int H, int F, long long M) {
   std::string name = fmt::format("[{}] elementwise H={} F={} M={}", cfg, H, F, M);
   try {
@@ -845,6 +952,15 @@ TEST_F(Kernels, FullAttention) {
   checkAttention("small", 2, 128, 8349, 1);
   checkRankAttention("small sp4", 2, 128, 200, 2, 150, 50);
   checkRankAttention("small sp8", 2, 128, 8349, 1, 7305, 1044);
+}
+// The Hopper fusion qkv_linear + qk_norm_rope (sm_90a): full shape (56 heads, rotary 96) at the forward's S = 8,349
+// and at 70 rows, the refiner's norm-only form, and the small config (2 heads: N = 256, one tile per tensor).
+TEST_F(Kernels, QkvNormRopeEpilogue) {
+  checkQkvNormRope("full", 5376, 56, 96, quick() ? 333 : 8349, 1);
+  checkQkvNormRope("full", 5376, 56, 96, 70, 2);
+  checkQkvNormRope("full refiner", 5376, 56, 0, 70, 1);
+  checkQkvNormRope("small", 192, 2, 96, 37, 2);
+  checkQkvNormRope("small refiner", 192, 2, 0, 5, 1);
 }
 TEST_F(Kernels, FullBitwiseKernels) {
   long long M = quick() ? 130 : 333;

@@ -11,6 +11,15 @@ func.func @heads(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, bf16> {
 
 // -----
 
+// The Hopper fusion's qkv_linear with the qk_norm_rope epilogue is never split (h3-fuse keeps it apart when tp > 1).
+func.func @qkv_norm_rope_epilogue(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 384, bf16> {
+  // expected-error @+1 {{[transformer_blocks.0.attn.to_q] qkv_linear with the 'qk_norm_rope' epilogue cannot be split over tp = 3}}
+  %q, %k, %v = h3.qkv_linear %x {K = 24 : i64, heads = 3 : i64, head_dim = 128 : i64, bias = [], epilogue = #h3.epilogue<qk_norm_rope>, eps = 1.0e-05 : f64, rotary_dim = 0 : i64, weight = ["a", "b", "c", "d", "e"], nodes = ["transformer_blocks.0.attn.to_q", "transformer_blocks.0.attn.to_k", "transformer_blocks.0.attn.to_v", "transformer_blocks.0.attn.norm_q", "transformer_blocks.0.attn.norm_k"], values = ["q", "k", "v"]} : (!h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 384, bf16>, !h3.act<B, S, 384, bf16>, !h3.act<B, S, 384, bf16>)
+  return %q : !h3.act<B, S, 384, bf16>
+}
+
+// -----
+
 func.func @out_columns(%x: !h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 25, bf16> {
   // expected-error @+1 {{[transformer_blocks.0.ff.net.2] cannot split 25 output columns over tp = 3}}
   %y = h3.linear %x {K = 128 : i64, N = 25 : i64, bias = [], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>, nodes = ["transformer_blocks.0.ff.net.2"], values = ["y"]} : (!h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 25, bf16>

@@ -233,6 +233,54 @@ func.func @qkv_heads(%x: !h3.act<B, S, 24, bf16>) {
 
 // -----
 
+func.func @qkv_epilogue_weights(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[q] 'weight' must list 5 tensor names, got 3}}
+  %q, %k, %v = h3.qkv_linear %x {K = 24 : i64, heads = 2 : i64, head_dim = 16 : i64, bias = [], epilogue = #h3.epilogue<qk_norm_rope>, eps = 1.0e-05 : f64, rotary_dim = 0 : i64, weight = ["a", "b", "c"], nodes = ["q"], values = ["q", "k", "v"]} : (!h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>)
+  return
+}
+
+// -----
+
+func.func @qkv_epilogue_needs_eps(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[q] the qk_norm_rope epilogue needs a positive eps and rotary_dim}}
+  %q, %k, %v = h3.qkv_linear %x {K = 24 : i64, heads = 2 : i64, head_dim = 16 : i64, bias = [], epilogue = #h3.epilogue<qk_norm_rope>, rotary_dim = 0 : i64, weight = ["a", "b", "c", "d", "e"], nodes = ["q"], values = ["q", "k", "v"]} : (!h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>)
+  return
+}
+
+// -----
+
+func.func @qkv_epilogue_tables(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[q] rotary_dim must be 0 without rope tables}}
+  %q, %k, %v = h3.qkv_linear %x {K = 24 : i64, heads = 2 : i64, head_dim = 16 : i64, bias = [], epilogue = #h3.epilogue<qk_norm_rope>, eps = 1.0e-05 : f64, rotary_dim = 12 : i64, weight = ["a", "b", "c", "d", "e"], nodes = ["q"], values = ["q", "k", "v"]} : (!h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>)
+  return
+}
+
+// -----
+
+func.func @qkv_plain_has_no_eps(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[q] eps, rotary_dim and rope tables belong to the qk_norm_rope epilogue}}
+  %q, %k, %v = h3.qkv_linear %x {K = 24 : i64, heads = 2 : i64, head_dim = 16 : i64, bias = [], eps = 1.0e-05 : f64, weight = ["a", "b", "c"], nodes = ["q"], values = ["q", "k", "v"]} : (!h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>)
+  return
+}
+
+// -----
+
+func.func @qkv_other_epilogue(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[q] qkv_linear's epilogue is none or qk_norm_rope, got 'swiglu'}}
+  %q, %k, %v = h3.qkv_linear %x {K = 24 : i64, heads = 2 : i64, head_dim = 16 : i64, bias = [], epilogue = #h3.epilogue<swiglu>, weight = ["a", "b", "c"], nodes = ["q"], values = ["q", "k", "v"]} : (!h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>)
+  return
+}
+
+// -----
+
+func.func @linear_qk_norm_rope(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[l] epilogue 'qk_norm_rope' belongs to qkv_linear only}}
+  %y = h3.linear %x {K = 24 : i64, N = 32 : i64, bias = [], weight = ["w"], epilogue = #h3.epilogue<qk_norm_rope>, nodes = ["l"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, bf16>
+  return
+}
+
+// -----
+
 func.func @time_embed_weights(%s: !h3.act<T, 8, f32>) {
   // expected-error @+1 {{[te] 'weight' must list 2 tensor names, got 1}}
   %y = h3.time_embed %s {freq_dim = 8 : i64, hidden = 24 : i64, out_dim = 16 : i64, bias = [], weight = ["a"], nodes = ["te"], values = ["y"]} : (!h3.act<T, 8, f32>) -> !h3.act<T, 16, f32>

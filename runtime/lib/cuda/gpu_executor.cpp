@@ -146,7 +146,7 @@ public:
         reference |= op.kernel && ledger.requested(n) == Binding::Reference;
         native |= ledger.requested(n) == Binding::Native;
       }
-      native = native && !reference && op.kernel && hc::NativeOps::implements(op.kind);
+      native = native && !reference && op.kernel && hc::NativeOps::implements(op);
       opBinding[op.index] = reference ? Binding::Reference : native ? Binding::Native : Binding::Row;
       ValueMap fp64;  // the op's inputs, then also its fp64 outputs
       if ((audit || reference) && op.kernel) {
@@ -226,7 +226,8 @@ private:
       float ms = 0;
       hc::check(d.cuEventElapsedTime(&ms, ev[op.index], ev[op.index + 1]), "cuEventElapsedTime");
       std::string key = plan::opKindName(op.kind);
-      if (op.kind == plan::OpKind::Linear && op.attrs.epilogue != plan::Epilogue::None)
+      if ((op.kind == plan::OpKind::Linear || op.kind == plan::OpKind::QkvLinear) &&
+          op.attrs.epilogue != plan::Epilogue::None)
         key += std::string("+") + plan::epilogueName(op.attrs.epilogue);
       perKind[key].first += ms;
       perKind[key].second += 1;

@@ -97,13 +97,17 @@ bool NativeOps::implements(plan::OpKind kind) {
          kind == plan::OpKind::Attention;
 }
 
+bool NativeOps::implements(const plan::Op &op) {
+  return implements(op.kind) && !(op.kind == plan::OpKind::QkvLinear && op.attrs.epilogue != plan::Epilogue::None);
+}
+
 void NativeOps::run(const NativeCall &c) {
   if (!c.op) fail("native", "no op");
   const plan::Op &op = *c.op;
   std::string node = op.nodes.size() > 1 ? "nodes " : "node ";  // what every message names
   for (size_t i = 0; i < op.nodes.size(); ++i) node += (i ? ", " : "") + op.nodes[i];
   node += " (bound native)";
-  if (!implements(op.kind)) fail(node, "a '{}' op has no native implementation", plan::opKindName(op.kind));
+  if (!implements(op)) fail(node, "a '{}' op has no native implementation", plan::opKindName(op.kind));
   if (!handle_) {
     std::string why;
     const CublasLtApi *lt = cublasLt(&why);
@@ -210,6 +214,7 @@ void NativeOps::linear(const NativeCall &c, const std::string &node) {
   case plan::Epilogue::Residual: epiArg = 1; break;
   case plan::Epilogue::GateResidual: epiArg = 2; break;
   case plan::Epilogue::Swiglu: epiArg = 3; break;
+  case plan::Epilogue::QkNormRope: fail(node, "qkv_linear's qk_norm_rope epilogue has no native form");
   }
   long long rows = M, nAllArg = nAll, ldAccArg = ldAcc, metaRowsArg = metaRows, tableWidth = at.numChunks * N,
             chunk = at.chunk;

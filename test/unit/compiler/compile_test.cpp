@@ -53,10 +53,12 @@ fs::path tempDir(const std::string &name) {
 // table and norm, the two output projections, unpack). Section 5.2: tp > 1 adds five column all-gathers per block
 // (the AdaLN table, the attention output, the stream after to_out, the swiglu output, the stream after fc2) and one
 // split of the packed stream; sp > 1 adds five row splits (pack's stream, ts_index and tags, rope cos and sin), two
-// row all-gathers per block (k, v) and two before unpack (the output heads).
+// row all-gathers per block (k, v) and two before unpack (the output heads). sm_90a (the default) with tp = 1 and
+// heads of 128 channels (full, small): qk_norm_rope is qkv's epilogue, one op less per block of either kind.
 size_t fusedOps(const h3::Config &c, int64_t tp, int64_t sp = 1) {
+  const bool qkvEpilogue = tp == 1 && c.attention_head_dim == 128 && c.rotaryDim() % 16 == 0;
   return 9 * c.num_layers + 8 * c.num_refiner_layers + 13 + (tp > 1 ? 5 * c.num_layers + 1 : 0) +
-         (sp > 1 ? 5 + 2 * c.num_layers + 2 : 0);
+         (sp > 1 ? 5 + 2 * c.num_layers + 2 : 0) - (qkvEpilogue ? c.num_layers + c.num_refiner_layers : 0);
 }
 
 } // namespace

@@ -126,6 +126,15 @@ std::vector<EmitOp> h3Ops(const h3c::h3::Config &c) {
   return v;
 }
 
+// The forms that exist on sm_90a with wgmma only, at config c's shapes: qkv_linear with the qk_norm_rope epilogue
+// (transformer block with rope, refiner without), when the heads have 128 channels (else h3-fuse keeps them apart).
+std::vector<EmitOp> hopperOnlyOps(const h3c::h3::Config &c) {
+  if (c.attention_head_dim != 128) return {};
+  const int64_t H = c.hidden_size, heads = c.num_attention_heads;
+  return {qkvNormRope("transformer_blocks.0.attn.qkv+qk_norm_rope", H, heads, 128, c.qk_norm_eps, c.rotaryDim()),
+          qkvNormRope("refiner.qkv+qk_norm", H, heads, 128, c.qk_norm_eps, 0)};
+}
+
 // ---- emitter (pure C++) ----
 
 TEST(KernelEmit, EveryOpKindEmitsForFullAndTiny) {
@@ -154,6 +163,68 @@ TEST(KernelEmit, EveryOpKindEmitsForFullAndTiny) {
       }
     }
   }
+}
+
+// qkv_linear's qk_norm_rope epilogue: the Hopper GEMM (cooperative or ping-pong) with the norm weights and the rope
+// tables as parameters; refused wherever its layout argument does not hold (mma.sync, other head sizes, rotary widths
+// that split a rotation pair over threads, tensor-parallel shards).
+TEST(KernelEmit, QkvNormRopeEpilogueOnHopperOnly) {
+  auto c = h3c::h3::namedConfig("full");
+  auto ops = hopperOnlyOps(c);
+  ASSERT_EQ(ops.size(), 2u);
+  auto k = emit(ops[0]);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->id.rfind("qkv_linear_sm90_k5376_n21504_qknr_", 0), 0u) << k->id;
+  EXPECT_NE(k->source.find("#define GM_EPI GM_EPI_QK_NORM_ROPE\n"), std::string::npos);
+  EXPECT_NE(k->source.find("#define GM_QK_R 96\n"), std::string::npos);
+  EXPECT_NE(k->source.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"), std::string::npos);
+  std::vector<std::string> names;
+  for (const auto &p : k->params) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"x_map", "y0", "y1", "y2", "w_map", "qk_w0", "qk_w1", "rope_cos",
+                                             "rope_sin", "rows", "meta_rows"}));
+  EXPECT_EQ(k->params[4].span, 3);  // [Wq; Wk; Wv] as one matrix; the norm weights are operands 3 and 4
+  EXPECT_EQ(k->params[5].role, plan::OperandRole::Weight);
+  EXPECT_EQ(k->params[5].index, 3);
+  EXPECT_EQ(k->params[6].index, 4);
+  EXPECT_EQ(k->params[7].role, plan::OperandRole::In);
+  EXPECT_EQ(k->params[7].index, 1);
+  EXPECT_EQ(k->params[10].value.text(), "S");  // the rope tables' rows (no batch axis)
+  // The plain qkv kernel is another kernel (the epilogue is in its id and text).
+  EmitOp plain = op(OpKind::QkvLinear, "qkv", with(attrs({{"K", 5376}, {"N", 7168}}), h3c::DType::BF16,
+                                                   h3c::DType::BF16, h3c::DType::BF16), kchunks(1), 3);
+  EXPECT_NE(emit(plain)->id, k->id);
+  // Refiner: no tables, no meta_rows.
+  auto r = emit(ops[1]);
+  ASSERT_TRUE(r);
+  EXPECT_NE(r->source.find("#define GM_QK_R 0\n"), std::string::npos);
+  EXPECT_EQ(r->params.back().name, "rows");
+  // The ping-pong kernel carries it too (128-column tiles: one head each).
+  hk::EmitOptions pp;
+  pp.sm90Pingpong = 1;
+  auto kp = emit(ops[0], "sm_90a", pp);
+  ASSERT_TRUE(kp);
+  EXPECT_EQ(kp->id.rfind("qkv_linear_sm90pp_", 0), 0u) << kp->id;
+  hk::EmitOptions cl;
+  cl.sm90Cluster = 2;
+  EXPECT_TRUE(emit(ops[0], "sm_90a", cl));
+  // Refused: mma.sync (sm_100a, --no-wgmma), head_dim 16, rotary 24, a column shard, five weights missing.
+  EXPECT_THROW(emit(ops[0], "sm_100a"), h3c::Error);
+  hk::EmitOptions mma;
+  mma.wgmma = false;
+  EXPECT_THROW(emit(ops[0], "sm_90a", mma), h3c::Error);
+  EXPECT_THROW(emit(qkvNormRope("q", 24, 2, 16, 1e-5, 12)), h3c::Error);
+  EXPECT_THROW(emit(qkvNormRope("q", 5376, 56, 128, 1e-5, 24)), h3c::Error);
+  EmitOp shard = ops[0];
+  shard.op.attrs.shard.kind = plan::ShardKind::Column;
+  shard.op.attrs.shard.tp = 2;
+  EXPECT_THROW(emit(shard), h3c::Error);
+  EmitOp three = ops[0];
+  three.op.weights.resize(3);
+  EXPECT_THROW(emit(three), h3c::Error);
+  // The small config's shape (2 heads: N = 256, one 256-column tile per tensor) emits as well.
+  EXPECT_EQ(hopperOnlyOps(h3c::h3::namedConfig("small")).size(), 2u);
+  EXPECT_TRUE(emit(hopperOnlyOps(h3c::h3::namedConfig("small"))[0]));
+  EXPECT_TRUE(hopperOnlyOps(h3c::h3::namedConfig("tiny")).empty());
 }
 
 TEST(KernelEmit, HostOpsHaveNoKernel) {
@@ -348,8 +419,13 @@ std::vector<plan::Kernel> fullPlanKernels(const std::string &arch) {
   for (const auto &o : p.forward().ops)
     if (o.kernel) kinds.insert(plan::opKindName(o.kind));
   for (const char *k : {"linear", "qkv_linear", "adaln_table", "time_embed", "rms_norm", "norm_modulate",
-                        "qk_norm_rope", "attention", "pack", "unpack"})
+                        "attention", "pack", "unpack"})
     EXPECT_TRUE(kinds.count(k)) << "the full plan has no '" << k << "' kernel";
+  // sm_90a (wgmma): every qk_norm_rope is the epilogue of its qkv_linear; sm_100a keeps the op.
+  int fused = 0;
+  for (const auto &o : p.forward().ops) fused += o.kind == plan::OpKind::QkvLinear && o.attrs.epilogue == plan::Epilogue::QkNormRope;
+  EXPECT_EQ(kinds.count("qk_norm_rope"), arch == "sm_90a" ? 0u : 1u) << arch;
+  EXPECT_EQ(fused, arch == "sm_90a" ? 52 : 0) << arch;  // 50 transformer blocks + 2 refiner blocks
   EXPECT_GE(p.kernels.size(), 15u);
   std::vector<plan::Kernel> ks;
   for (const auto &[id, k] : p.kernels) {
@@ -373,6 +449,12 @@ void compileAll(const char *cfg, const std::string &arch, bool plan = false,
     ASSERT_TRUE(k);
     ks.emplace_back(o.op.where, *k);
   }
+  if (arch == "sm_90a" && options.wgmma)
+    for (const auto &o : hopperOnlyOps(h3c::h3::namedConfig(cfg))) {
+      auto k = emit(o, arch, options);
+      ASSERT_TRUE(k);
+      ks.emplace_back(o.op.where, *k);
+    }
   if (plan)
     for (const auto &k : fullPlanKernels(arch)) ks.emplace_back("the full plan's " + k.id, k);
   std::set<std::string> seen;
@@ -407,6 +489,30 @@ TEST(NvrtcCompile, FullConfigSm90aTuningVariants) {
   pp.sm90Inflight = 1;
   pp.sm90AttnOverlap = 0;
   compileAll("full", "sm_90a", /*plan=*/false, pp);
+}
+// The qkv GEMM with the qk_norm_rope epilogue (cooperative and ping-pong, full and small shapes): ptxas keeps its
+// wgmmas asynchronous (the JIT refuses a serialized kernel) and spills nothing, like the plain qkv kernel.
+TEST(NvrtcCompile, QkvNormRopeEpilogueNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  hk::EmitOptions pp;
+  pp.sm90Pingpong = 1;
+  for (const char *cfg : {"full", "small"})
+    for (const auto &o : hopperOnlyOps(h3c::h3::namedConfig(cfg)))
+      for (const hk::EmitOptions &opt : {hk::EmitOptions{}, pp}) {
+        plan::Kernel k = *emit(o, "sm_90a", opt);
+        k.nvrtcOptions.push_back("--ptxas-options=-v");
+        hc::CompiledKernel c;
+        try {
+          c = jit.compile(k);
+        } catch (const std::exception &e) {
+          ADD_FAILURE() << cfg << " " << k.id << ": " << e.what();
+          continue;
+        }
+        EXPECT_NE(c.log.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos)
+            << cfg << " " << k.id << ":\n" << c.log;
+        EXPECT_EQ(c.log.find("serialized"), std::string::npos) << c.log;
+      }
 }
 TEST(NvrtcCompile, FullConfigAndPlanSm100a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();

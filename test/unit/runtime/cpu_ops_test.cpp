@@ -447,6 +447,76 @@ TEST(CpuOps, RmsNormLaneTreeAndRoundingPoints) {
     EXPECT_EQ(f.vals["y"].f[size_t(i)], roundBf16(roundBf16(x[size_t(i)] * inv) * w[size_t(i)])) << i;
 }
 
+// qkv_linear with the qk_norm_rope epilogue (the Hopper fusion) is, bit for bit, qkv_linear followed by qk_norm_rope:
+// with rope (a transformer block) and without (a refiner block), in the ordered and the fp64 precision.
+TEST(CpuOps, QkvWithQkNormRopeEpilogueIsQkvThenQkNormRope) {
+  for (Precision prec : {Precision::Ordered, Precision::Fp64})
+    for (bool rope : {true, false}) {
+      SCOPED_TRACE(std::string(rope ? "rope" : "norm only") + (prec == Precision::Fp64 ? ", fp64" : ""));
+      Fixture f(0, 5, 2, 1);  // S = 7 rows
+      const int64_t H = f.c.hidden_size, I = f.c.innerDim(), d = f.c.attention_head_dim, R = f.c.rotaryDim(),
+                    S = f.req.S;
+      uint32_t seed = 12345u;
+      auto next = [&] {  // bf16 values in [-2, 2) from an LCG
+        seed = seed * 1664525u + 1013904223u;
+        return roundBf16(float(seed >> 8) / float(1u << 24) * 4.0f - 2.0f);
+      };
+      auto fill = [&](size_t n) {
+        std::vector<float> v(n);
+        for (auto &e : v) e = next();
+        return v;
+      };
+      const std::string b = "transformer_blocks.0.attn.";
+      for (const char *t : {"to_q", "to_k", "to_v"}) f.w.values[b + t + ".weight"] = fill(size_t(I * H));
+      for (const char *t : {"norm_q", "norm_k"}) f.w.values[b + t + ".weight"] = fill(size_t(d));
+      f.input("x", DType::BF16, "S", H, fill(size_t(S * H)));
+      std::vector<float> cs(size_t(S * R)), sn(size_t(S * R));
+      for (size_t i = 0; i < cs.size(); ++i) {
+        cs[i] = std::cos(0.37f * float(i));
+        sn[i] = std::sin(0.37f * float(i));
+      }
+      f.input("cos", DType::F32, "S", R, cs, false);
+      f.input("sin", DType::F32, "S", R, sn, false);
+      for (const char *v : {"q", "k", "v", "qr", "kr", "fq", "fk", "fv"}) f.value(v, DType::BF16, "S", I);
+      plan::OpAttrs a;
+      a.K = H;
+      a.N = I;
+      a.heads = I / d;
+      a.headDim = d;
+      a.eps = f.c.qk_norm_eps;
+      a.rotaryDim = rope ? R : 0;
+      const std::vector<std::string> gemmNodes = {b + "to_q", b + "to_k", b + "to_v"},
+                                     gemmW = {b + "to_q.weight", b + "to_k.weight", b + "to_v.weight"},
+                                     normW = {b + "norm_q.weight", b + "norm_k.weight"};
+      std::vector<std::string> normNodes = {b + "norm_q", b + "norm_k"}, tables;
+      if (rope) {
+        normNodes.insert(normNodes.end(), {b + "rope_q", b + "rope_k"});
+        tables = {"cos", "sin"};
+      }
+      // Unfused: the GEMM, then the norm (+ rope).
+      f.run(f.op(plan::OpKind::QkvLinear, gemmNodes, {"x"}, {"q", "k", "v"}, gemmW, {}, a, kChunks(1)), prec);
+      std::vector<std::string> in = {"q", "k"};
+      in.insert(in.end(), tables.begin(), tables.end());
+      f.run(f.op(plan::OpKind::QkNormRope, normNodes, in, {"qr", "kr"}, normW, {}, a, laneTree()), prec);
+      // Fused.
+      plan::OpAttrs fa = a;
+      fa.epilogue = plan::Epilogue::QkNormRope;
+      std::vector<std::string> nodes = gemmNodes, w = gemmW, fin = {"x"};
+      nodes.insert(nodes.end(), normNodes.begin(), normNodes.end());
+      w.insert(w.end(), normW.begin(), normW.end());
+      fin.insert(fin.end(), tables.begin(), tables.end());
+      f.run(f.op(plan::OpKind::QkvLinear, nodes, fin, {"fq", "fk", "fv"}, w, {}, fa, kChunks(1)), prec);
+      for (auto [fused, want] : {std::pair{"fq", "qr"}, std::pair{"fk", "kr"}, std::pair{"fv", "v"}}) {
+        const auto &got = f.vals.at(fused).f, &ref = f.vals.at(want).f;
+        ASSERT_EQ(got.size(), ref.size()) << fused;
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(floatToBf16(got[i]), floatToBf16(ref[i])) << fused << " element " << i;
+      }
+      // The epilogue ran: the normed q is not the GEMM's q.
+      EXPECT_NE(f.vals.at("fq").f, f.vals.at("q").f);
+    }
+}
+
 // swiglu uses detmath's silu (bitwise equal to the GPU): y = bf(value * bf(silu(gate))).
 TEST(CpuOps, SwigluIsValueTimesSiluGate) {
   Fixture f(1, 0, 0, 1);

@@ -37,8 +37,8 @@ struct EmitOptions {
   // consumer warpgroups take turns issuing (FA3's ping-pong; with overlap only).
   int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1;
 
-  // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear with one: qkv_linear,
-  // linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
+  // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
+  // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
   // forOp. None by default: on the H200 the full forward is power-capped (SW power cap at every busy sample), and
   // ping-pong for the swiglu / gate_residual linears saves 8-13 ms per kind but lowers the SM clock (1,700 against
   // 1,822 MHz mean) so every other op slows by as much: the same forward time at more power (bench/NOTES.md,

@@ -24,6 +24,8 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<int64_t> sp{*this, "sp", llvm::cl::desc("sequence-parallel degree (1, 2, 4, 8)"), llvm::cl::init(1)};
   Option<int64_t> tp{*this, "tp", llvm::cl::desc("tensor-parallel degree (1, 2, 4, 8)"), llvm::cl::init(1)};
   Option<bool> fuse{*this, "fuse", llvm::cl::desc("run h3-fuse"), llvm::cl::init(true)};
+  Option<bool> wgmma{*this, "wgmma", llvm::cl::desc("sm_90a: Hopper (wgmma) kernels for the bf16 linears"),
+                     llvm::cl::init(true)};
   Option<int64_t> tokens{*this, "tokens", llvm::cl::desc("rows for the buffer peak report"), llvm::cl::init(8192)};
 };
 

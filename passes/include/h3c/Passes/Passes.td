@@ -35,7 +35,15 @@ def H3Fuse : Pass<"h3-fuse", "mlir::ModuleOp"> {
     -> h3.time_embed on the time_proj sinusoid (h3.timestep_sinusoid stays a host op). norm_modulate is already
     one op. A fused op lists every node id it covers, in node order. One rewrite pattern per fusion, applied by
     the greedy driver; each pattern checks the exact producer/consumer shape it fuses.
+    Then, for arch = sm_90a with wgmma and tp = 1 only: a qkv_linear and the qk_norm_rope that normalizes (and
+    rotates) its q and k -> one qkv_linear with `epilogue = #h3.epilogue<qk_norm_rope>` (the Hopper GEMM applies
+    it in registers; head_dim 128 and a rotary width that is a multiple of 16 only, else the two ops stay apart).
   }];
+  let options = [
+    Option<"arch", "arch", "std::string", /*default=*/"\"\"", "Target architecture: sm_90a enables the Hopper-only fusion">,
+    Option<"wgmma", "wgmma", "bool", /*default=*/"true", "sm_90a: the bf16 linears run on the Hopper (wgmma) kernel">,
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel degree the module will be split over">,
+  ];
   let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }
 

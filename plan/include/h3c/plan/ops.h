@@ -18,7 +18,9 @@ enum class OpKind {
   // split: every rank keeps its own part of a value it holds in full (a local copy).
   AllGather, Split,
 };
-enum class Epilogue { None, Residual, GateResidual, Swiglu };
+// What a GEMM applies after its reduction: none, residual, gate_residual, swiglu (linear); qk_norm_rope (qkv_linear
+// only: the per-head norm of q and k and their rope in the epilogue, docs/contract.md section 3).
+enum class Epilogue { None, Residual, GateResidual, Swiglu, QkNormRope };
 // Which AdaLN table row a packed row reads: adaln = ts_index * 3 + tag (blocks), timestep = ts_index (norm_out).
 enum class RowIndex { Adaln, Timestep };
 // How an op's work is divided over the tensor-parallel ranks: every rank computes all of it (replicated), or rank j

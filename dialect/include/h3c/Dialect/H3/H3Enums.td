@@ -12,8 +12,10 @@ def H3_EpilogueNone : I32EnumAttrCase<"none", 0>;
 def H3_EpilogueResidual : I32EnumAttrCase<"residual", 1>;
 def H3_EpilogueGateResidual : I32EnumAttrCase<"gate_residual", 2>;
 def H3_EpilogueSwiglu : I32EnumAttrCase<"swiglu", 3>;
+def H3_EpilogueQkNormRope : I32EnumAttrCase<"qk_norm_rope", 4>;  // qkv_linear only
 def H3_Epilogue : I32EnumAttr<"Epilogue", "what a linear applies after its reduction",
-    [H3_EpilogueNone, H3_EpilogueResidual, H3_EpilogueGateResidual, H3_EpilogueSwiglu]> {
+    [H3_EpilogueNone, H3_EpilogueResidual, H3_EpilogueGateResidual, H3_EpilogueSwiglu,
+     H3_EpilogueQkNormRope]> {
   let genSpecializedAttr = 0;
   let cppNamespace = "::h3c::h3ir";
 }

@@ -80,8 +80,17 @@ def H3_AdalnTableOp : H3_ReducingOp<"adaln_table", H3_OrderKChunks> {
 
 def H3_QkvLinearOp : H3_ReducingOp<"qkv_linear", H3_OrderKChunks> {
   let summary = "Fused to_q/to_k/to_v: one GEMM with weight rows [Wq; Wk; Wv], three results";
-  let arguments = !con((ins H3_ActType:$x, I64Attr:$K, I64Attr:$heads, I64Attr:$head_dim,
-                            StrArrayAttr:$weight, StrArrayAttr:$bias,
+  let description = [{
+    `epilogue = #h3.epilogue<qk_norm_rope>` (h3-fuse on sm_90a with wgmma): the q and k results are also normed per
+    head and, with the cos/sin `rope_tables`, rotated, exactly as h3.qk_norm_rope on the GEMM's bf16 q and k
+    (docs/contract.md section 3); `weight` then lists [Wq, Wk, Wv, norm_q.weight, norm_k.weight], and `eps` and
+    `rotary_dim` (0 without rope) are the norm's and the rope's. The order is the GEMM's k_chunks; the norm's sums of
+    squares follow lane_tree (32 lanes), the only one there is.
+  }];
+  let arguments = !con((ins H3_ActType:$x, Variadic<H3_ActType>:$rope_tables, I64Attr:$K, I64Attr:$heads,
+                            I64Attr:$head_dim, StrArrayAttr:$weight, StrArrayAttr:$bias,
+                            DefaultValuedAttr<H3_EpilogueAttr, "::h3c::h3ir::Epilogue::none">:$epilogue,
+                            OptionalAttr<F64Attr>:$eps, OptionalAttr<I64Attr>:$rotary_dim,
                             OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
   let results = (outs H3_ActType:$q_out, H3_ActType:$k_out, H3_ActType:$v_out);
 }

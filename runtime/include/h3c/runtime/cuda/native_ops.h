@@ -59,6 +59,9 @@ public:
 
   // Whether ops of this kind have a native implementation.
   static bool implements(h3c::plan::OpKind kind);
+  // Whether this op has one: its kind has, and it is not a qkv_linear with the qk_norm_rope epilogue (the Hopper
+  // GEMM's fused form: bound native it runs its row kernel, as the norm and rope ops have no native form either).
+  static bool implements(const h3c::plan::Op &op);
   // Queues the op on c.stream. Throws naming the op's first node: no cuBLASLt, an operand outside what the op's
   // contract allows, or a cuBLASLt failure.
   void run(const NativeCall &c);
