@@ -67,6 +67,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   po.tp = o.tp;
   po.fuse = o.fuse;
   po.wgmma = o.wgmma;
+  po.qkEpilogue = o.qkEpilogue;
   po.tokens = o.tokens;
   passes::buildPipeline(pm, po);
   if (!o.dumpIrDir.empty()) pm.enableIRPrinting(std::make_unique<DumpConfig>(o.dumpIrDir));

@@ -311,7 +311,7 @@ struct Fuse : h3c::passes::impl::H3FuseBase<Fuse> {
     }
     // Second phase, on the finished qkv_linear and qk_norm_rope ops: the Hopper GEMM's qk_norm_rope epilogue. Not
     // on sm_100a or with --no-wgmma (the mma.sync kernel has no such epilogue), nor when tp > 1.
-    if (arch != "sm_90a" || !wgmma || tp != 1) return;
+    if (arch != "sm_90a" || !wgmma || tp != 1 || !qkEpilogue) return;
     RewritePatternSet hopper(ctx);
     hopper.add<FuseQkvNormRope>(ctx);
     if (failed(applyPatternsGreedily(getOperation(), std::move(hopper), config))) {

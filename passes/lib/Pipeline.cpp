@@ -12,6 +12,7 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
     fuse.arch = o.arch;
     fuse.wgmma = o.wgmma;
     fuse.tp = o.tp;
+    fuse.qkEpilogue = o.qkEpilogue;
     pm.addPass(createH3Fuse(fuse));
   }
   H3ShardTpOptions shard;

@@ -21,7 +21,7 @@ namespace cmd_compile {
 struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
   int64_t sp = 1, tp = 1, tokens = 8192;
-  bool noFuse = false, noWgmma = false;
+  bool noFuse = false, noWgmma = false, noQkEpilogue = false;
   std::vector<std::string> tune;
 };
 
@@ -35,6 +35,8 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
   app.add_flag("--no-fuse", a->noFuse, "Skip h3-fuse (one op per node)");
   app.add_flag("--no-wgmma", a->noWgmma, "sm_90a: run the bf16 linears on the mma.sync kernel instead of the Hopper "
                                          "(TMA + wgmma) one; the same bits, slower (for comparisons)");
+  app.add_flag("--no-qk-epilogue", a->noQkEpilogue, "sm_90a: keep qk_norm_rope apart from the qkv GEMM (fused into "
+                                                     "its epilogue by default); the same bits (for comparisons)");
   app.add_option("--tune", a->tune,
                  "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, gemm_pingpong, "
                  "attn_stages, attn_overlap, attn_pingpong), for every op, or OP:NAME=VALUE for one op kind (qkv_linear, "
@@ -54,6 +56,7 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     o.tp = a->tp;
     o.fuse = !a->noFuse;
     o.wgmma = !a->noWgmma;
+    o.qkEpilogue = !a->noQkEpilogue;
     o.tokens = a->tokens;
     o.dumpIrDir = a->dumpIr;
     for (const std::string &t : a->tune) {

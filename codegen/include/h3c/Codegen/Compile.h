@@ -14,6 +14,7 @@ struct CompileOptions {
   int64_t sp = 1;               // sequence-parallel degree: 1, 2, 4, 8
   int64_t tp = 1;               // tensor-parallel degree: 1, 2, 4, 8
   bool fuse = true;
+  bool qkEpilogue = true;       // sm_90a: qk_norm_rope fused into the qkv GEMM epilogue (false: two ops, same bits)
   bool wgmma = true;            // sm_90a: Hopper kernels for the bf16 linears (false: mma.sync, same bits)
   int64_t tokens = 8192;        // rows for the buffer peak report
   std::filesystem::path dumpIrDir;  // when set: 00-import.mlir and NN-<pass>.mlir after every pass

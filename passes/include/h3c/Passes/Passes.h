@@ -26,6 +26,8 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<bool> fuse{*this, "fuse", llvm::cl::desc("run h3-fuse"), llvm::cl::init(true)};
   Option<bool> wgmma{*this, "wgmma", llvm::cl::desc("sm_90a: Hopper (wgmma) kernels for the bf16 linears"),
                      llvm::cl::init(true)};
+  Option<bool> qkEpilogue{*this, "qk-epilogue",
+                          llvm::cl::desc("sm_90a: qk_norm_rope fused into the qkv GEMM's epilogue"), llvm::cl::init(true)};
   Option<int64_t> tokens{*this, "tokens", llvm::cl::desc("rows for the buffer peak report"), llvm::cl::init(8192)};
 };
 

@@ -43,6 +43,8 @@ def H3Fuse : Pass<"h3-fuse", "mlir::ModuleOp"> {
     Option<"arch", "arch", "std::string", /*default=*/"\"\"", "Target architecture: sm_90a enables the Hopper-only fusion">,
     Option<"wgmma", "wgmma", "bool", /*default=*/"true", "sm_90a: the bf16 linears run on the Hopper (wgmma) kernel">,
     Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel degree the module will be split over">,
+    Option<"qkEpilogue", "qk-epilogue", "bool", /*default=*/"true",
+           "sm_90a: fuse qk_norm_rope into the qkv GEMM's epilogue (false keeps the two ops apart, for comparisons)">,
   ];
   let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }
