@@ -193,11 +193,12 @@ CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::
     const Tensor &idx = *mods[m].first;
     for (int64_t k = 0; k < idx.numel(); ++k) {
       int64_t p = idx.getInt(k);
-      std::string w = at(mods[m].second) + "[" + std::to_string(k) + "]";
+      // The place is spelled only for an error (S strings per forward otherwise).
+      auto w = [&] { return at(mods[m].second) + "[" + std::to_string(k) + "]"; };
       if (p < 0 || p >= q.S)
-        fail(w, "index {} is out of range [0, {})", p, q.S);
+        fail(w(), "index {} is out of range [0, {})", p, q.S);
       if (owner[size_t(p)] >= 0)
-        fail(w, "index {} overlaps an earlier index of the packed sequence (canonical row {})", p, owner[size_t(p)]);
+        fail(w(), "index {} overlaps an earlier index of the packed sequence (canonical row {})", p, owner[size_t(p)]);
       owner[size_t(p)] = int64_t(q.packedRow.size());
       q.packedRow.push_back(p);
       canonTag.push_back(modTag[m]);
