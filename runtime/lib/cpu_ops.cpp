@@ -8,12 +8,10 @@
 #include "cpu_kernels.h"
 #include "h3c/runtime/host_ops.h"
 #include "h3c/support/error.h"
+#include "h3c/support/parallel.h"
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
-#include <system_error>
-#include <thread>
 
 namespace h3c::rt {
 
@@ -22,43 +20,10 @@ std::vector<int64_t> HostValue::shape() const { return {batch, rows, cols}; }
 void parallelFor(int64_t n, int threads, const std::function<void(int64_t, int64_t)> &fn) {
   if (n <= 0)
     return;
-  int t = int(std::min<int64_t>(std::max(1, threads), n));
-  if (t == 1) {
-    fn(0, n);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(size_t(t));  // no reallocation while threads run
-  std::exception_ptr err;
-  std::mutex mu;
-  auto part = [&](int64_t b, int64_t e) {
-    try {
-      fn(b, e);
-    } catch (...) {
-      std::lock_guard<std::mutex> g(mu);
-      if (!err)
-        err = std::current_exception();
-    }
-  };
-  for (int i = 0; i < t; ++i) {
-    int64_t b = n * i / t, e = n * (i + 1) / t;
-    if (i == t - 1) {  // the calling thread does the last part instead of waiting: one thread start less per call
-      part(b, e);
-      break;
-    }
-    try {
-      pool.emplace_back(part, b, e);
-    } catch (const std::exception &) {
-      // No more threads (a process or memory limit: std::system_error from the start, std::bad_alloc for the
-      // thread's state): this thread does the part itself. The parts and the result bits stay the same; only the
-      // wall time changes. Nothing may leave this loop while started threads are joinable (std::terminate).
-      part(b, e);
-    }
-  }
-  for (auto &th : pool)
-    th.join();
-  if (err)
-    std::rethrow_exception(err);
+  // Part i of t is [n i / t, n (i + 1) / t): the parts (and so the bits) depend on `threads` only, never on how many
+  // threads could start (support/parallel.h).
+  const int64_t t = std::min<int64_t>(std::max(1, threads), n);
+  parallelForEach(size_t(t), unsigned(t), [&](size_t i) { fn(n * int64_t(i) / t, n * int64_t(i + 1) / t); });
 }
 
 ValueMap graphInputValues(const CanonicalRequest &q) {

@@ -5,8 +5,8 @@
 #include "h3c/models/checkpoint.h"
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/support/error.h"
+#include "h3c/support/parallel.h"
 
-#include <thread>
 
 namespace h3c::rt {
 
@@ -65,8 +65,6 @@ float syntheticValue(uint64_t seed, const h3::TensorSpec &spec, int64_t index) {
 
 namespace {
 
-int hwThreads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
-
 class SyntheticWeights final : public WeightSource {
 public:
   SyntheticWeights(const h3::Config &c, uint64_t seed) : WeightSource(c), seed_(seed) {}
@@ -91,7 +89,7 @@ private:
     uint64_t begin = uint64_t(rowBegin * rowElems), n = uint64_t((rowEnd - rowBegin) * rowElems);
     size_t es = dtypeSize(s.dtype);
     // Elements are independent (counter-based), so the split across threads cannot change a bit.
-    parallelFor(int64_t(n), hwThreads(), [&](int64_t a, int64_t z) {
+    parallelFor(int64_t(n), int(hardwareThreads()), [&](int64_t a, int64_t z) {
       h3::synthTensorRange(s, seed_, begin + uint64_t(a), begin + uint64_t(z), t.bytes.data() + size_t(a) * es);
     });
     return t;

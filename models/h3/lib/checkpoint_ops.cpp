@@ -4,14 +4,11 @@
 
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
+#include "h3c/support/parallel.h"
 #include "h3c/support/sha256.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
 #include <set>
-#include <thread>
 
 namespace fs = std::filesystem;
 
@@ -70,32 +67,11 @@ nlohmann::json snapshotCheckpoint(const fs::path &dir) {
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return folder.at(names[a]).info->nbytes() > folder.at(names[b]).info->nbytes();
   });
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex errorMu;
-  auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < order.size();) {
-      try {
-        const auto &e = folder.at(names[order[k]]);
-        sha[order[k]] = hashRange(folder.data(e), e.info->nbytes());
-      } catch (...) {  // rethrown on the calling thread (a shard truncated under us ends the process: SIGBUS)
-        std::lock_guard<std::mutex> lock(errorMu);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), names.size());
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) {
-    try {
-      pool.emplace_back(work);
-    } catch (...) {  // a thread that cannot start: the others (and this one) do its share
-      break;
-    }
-  }
-  work();
-  for (auto &t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  // An error is rethrown on the calling thread (a shard truncated under us is an error: SIGBUS is caught).
+  parallelForEach(order.size(), 0, [&](size_t k) {
+    const auto &e = folder.at(names[order[k]]);
+    sha[order[k]] = hashRange(folder.data(e), e.info->nbytes());
+  });
   nlohmann::json tensors = tensorHashList(folder, sha);
   nlohmann::json snap;
   snap["schema"] = "h3c-checkpoint-snapshot-v1";

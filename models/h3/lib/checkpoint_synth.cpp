@@ -5,13 +5,11 @@
 #include "h3c/models/checkpoint.h"
 
 #include "h3c/support/error.h"
+#include "h3c/support/parallel.h"
 #include "h3c/support/synth_rng.h"
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 namespace fs = std::filesystem;
 
@@ -24,41 +22,16 @@ void checkDtype(const TensorSpec &spec) {
     fail(spec.name, "synthetic values exist for F32 and BF16 only, not {}", dtypeName(spec.dtype));
 }
 
-// Elements [b, e) in parts of `part` elements, one thread per part. Every element depends on (seed, name, index)
-// only, so the split cannot change a bit.
+// Elements [b, e) in parts of `part` elements on up to `threads` threads. Every element depends on (seed, name,
+// index) only, so the split cannot change a bit.
 void synthRangeParallel(const TensorSpec &s, uint64_t seed, uint64_t b, uint64_t e, uint8_t *dst, unsigned threads,
                         uint64_t part) {
   const size_t es = dtypeSize(s.dtype);
-  if (threads <= 1 || e - b <= part) {
-    synthTensorRange(s, seed, b, e, dst);
-    return;
-  }
-  std::vector<std::thread> pool;
-  std::exception_ptr error;
-  std::mutex mu;
-  uint64_t at = b;
-  for (; at < e; at += part) {
-    const uint64_t z = std::min(e, at + part);
-    uint8_t *out = dst + (at - b) * es;
-    try {
-      pool.emplace_back([&, at, z, out] {
-        try {
-          synthTensorRange(s, seed, at, z, out);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!error) error = std::current_exception();
-        }
-      });
-    } catch (...) {  // no thread to be had: this thread does the rest
-      break;
-    }
-  }
-  if (at < e)
-    synthTensorRange(s, seed, at, e, dst + (at - b) * es);
-  for (auto &t : pool)
-    t.join();
-  if (error)
-    std::rethrow_exception(error);
+  const uint64_t parts = (e - b + part - 1) / part;
+  parallelForEach(size_t(parts), threads, [&](size_t i) {
+    const uint64_t at = b + uint64_t(i) * part, z = std::min(e, at + part);
+    synthTensorRange(s, seed, at, z, dst + (at - b) * es);
+  });
 }
 
 } // namespace
@@ -120,7 +93,7 @@ void synthCheckpoint(const Config &c, uint64_t seed, const fs::path &out, uint64
   // Pieces of kPiece elements per thread (at most 4 MB of buffer each), generated in parallel and written in order:
   // the full model's 33B values are generation-bound on one core (minutes), not write-bound.
   constexpr uint64_t kPiece = 1 << 20;
-  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  const unsigned threads = std::min(16u, hardwareThreads());
   std::vector<uint8_t> buf;
   size_t done = 0;
   uint64_t written = 0;

@@ -2,11 +2,9 @@
 #include "h3c/runtime/cuda/kernel_runner.h"
 
 #include "h3c/support/error.h"
+#include "h3c/support/parallel.h"
 
-#include <atomic>
 #include <cstring>
-#include <exception>
-#include <thread>
 
 namespace h3c::runtime::cuda {
 
@@ -100,34 +98,9 @@ void KernelRunner::loadAll(const std::vector<const plan::Kernel *> &kernels, uns
     todo.push_back(k);
   }
   std::vector<CompiledKernel> done(todo.size());
-  std::vector<std::exception_ptr> errors(todo.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
-      try {
-        done[i] = jit_.compile(*todo[i]);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = unsigned(std::min<size_t>(threads, todo.size()));
-  std::vector<std::thread> pool;
-  pool.reserve(threads);
-  // A thread that cannot start (a process or memory limit) is no error: the others, and this one, take its kernels.
-  // Nothing may leave this loop while started threads are joinable (std::terminate).
-  for (unsigned t = 1; t < threads; ++t) {
-    try {
-      pool.emplace_back(work);
-    } catch (const std::exception &) {
-      break;
-    }
-  }
-  work();
-  for (auto &t : pool) t.join();
-  for (size_t i = 0; i < todo.size(); ++i)
-    if (errors[i]) std::rethrow_exception(errors[i]);
+  // The first kernel (in plan order) that fails to compile is the error, whatever the thread timing (threads 0:
+  // the cores).
+  parallelForEach(todo.size(), threads, [&](size_t i) { done[i] = jit_.compile(*todo[i]); });
   for (size_t i = 0; i < todo.size(); ++i) install(*todo[i], &done[i]);
 }
 
