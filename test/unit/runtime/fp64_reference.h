@@ -7,6 +7,7 @@
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -15,6 +16,38 @@
 namespace h3c::rt::fp64ref {
 
 using Mat = std::vector<double>;  // row-major
+
+// Softmax attention in double over M rows of q, k, v [M, I] (heads of d columns, scale d^-0.5): o [M, I].
+template <class T>
+Mat attention(const std::vector<T> &q, const std::vector<T> &k, const std::vector<T> &v, int64_t M, int64_t I,
+              int64_t heads, int64_t d) {
+  Mat o(size_t(M * I));
+  const double scale = 1.0 / std::sqrt(double(d));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < M; ++i) {
+      std::vector<double> s(static_cast<size_t>(M));
+      double mx = -1e300;
+      for (int64_t j = 0; j < M; ++j) {
+        double a = 0;
+        for (int64_t e = 0; e < d; ++e)
+          a += double(q[size_t(i * I + h * d + e)]) * double(k[size_t(j * I + h * d + e)]);
+        s[size_t(j)] = a * scale;
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      double l = 0;
+      for (auto &e : s) {
+        e = std::exp(e - mx);
+        l += e;
+      }
+      for (int64_t e = 0; e < d; ++e) {
+        double a = 0;
+        for (int64_t j = 0; j < M; ++j)
+          a += s[size_t(j)] * double(v[size_t(j * I + h * d + e)]);
+        o[size_t(i * I + h * d + e)] = a / l;
+      }
+    }
+  return o;
+}
 
 struct Ref {
   const h3::Config &c;
@@ -86,31 +119,7 @@ struct Ref {
             }
             std::copy(out.begin(), out.end(), v0);
           }
-    Mat o(size_t(M * I));
-    const double scale = 1.0 / std::sqrt(double(d));
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < M; ++i) {
-        std::vector<double> s(static_cast<size_t>(M));
-        double mx = -1e300;
-        for (int64_t j = 0; j < M; ++j) {
-          double a = 0;
-          for (int64_t e = 0; e < d; ++e)
-            a += q[size_t(i * I + h * d + e)] * k[size_t(j * I + h * d + e)];
-          s[size_t(j)] = a * scale;
-          mx = std::max(mx, s[size_t(j)]);
-        }
-        double l = 0;
-        for (auto &e : s) {
-          e = std::exp(e - mx);
-          l += e;
-        }
-        for (int64_t e = 0; e < d; ++e) {
-          double a = 0;
-          for (int64_t j = 0; j < M; ++j)
-            a += s[size_t(j)] * v[size_t(j * I + h * d + e)];
-          o[size_t(i * I + h * d + e)] = a / l;
-        }
-      }
+    Mat o = attention(q, k, v, M, I, heads, d);
     return linear(o, M, p + "attn.to_out.0");
   }
   Mat ff(const std::string &p, const Mat &x, int64_t M) {
