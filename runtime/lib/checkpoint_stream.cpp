@@ -248,7 +248,11 @@ StreamResult streamCheckpoint(const h3::Checkpoint &ck, const StreamPlan &plan, 
       cv.wait_for(lock, std::chrono::milliseconds(200));
       if (opt.progress && running > 0) {
         lock.unlock();
-        opt.progress(tensorsDone, plan.tensors.size(), bytesDone);
+        try {  // nothing may leave this loop while workers are joinable (std::terminate): it stops them instead
+          opt.progress(tensorsDone, plan.tensors.size(), bytesDone);
+        } catch (...) {
+          failWith(std::current_exception());
+        }
         lock.lock();
       }
     }

@@ -67,7 +67,8 @@ nlohmann::json snapshotCheckpoint(const fs::path &dir) {
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return folder.at(names[a]).info->nbytes() > folder.at(names[b]).info->nbytes();
   });
-  // An error is rethrown on the calling thread (a shard truncated under us is an error: SIGBUS is caught).
+  // An error is rethrown on the calling thread (a shard truncated under us is no exception: SIGBUS ends the
+  // process, installMappedFileFaultHandler).
   parallelForEach(order.size(), 0, [&](size_t k) {
     const auto &e = folder.at(names[order[k]]);
     sha[order[k]] = hashRange(folder.data(e), e.info->nbytes());

@@ -4,12 +4,12 @@
 
 #include "h3c/runtime/checkpoint_weights.h"
 #include "h3c/support/error.h"
+#include "h3c/support/parallel.h"
 #include "h3c/support/progress_line.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 namespace h3c::runtime::cuda {
 
@@ -109,7 +109,7 @@ long envInt(const char *name, long dflt, long lo, long hi) {
 
 h3c::rt::StreamOptions uploadOptions(int *ring) {
   h3c::rt::StreamOptions o;
-  const long cores = long(std::max(1u, std::thread::hardware_concurrency()));
+  const long cores = long(hardwareThreads());
   o.workers = int(envInt("H3C_LOAD_THREADS", std::min(cores, 16L), 1, 256));
   o.chunkBytes = uint64_t(envInt("H3C_LOAD_CHUNK_MIB", 16, 1, 1024)) << 20;
   *ring = 2;  // one buffer being filled while the other's copy runs: filling is the slower side

@@ -16,11 +16,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
+#include <stdexcept>
+#include <thread>
 
 using namespace h3c;
 using namespace h3c::rt;
@@ -414,6 +418,41 @@ TEST(CheckpointStream, TruncatedShardNamesFileAndTensor) {
     EXPECT_NE(m.find("truncated"), std::string::npos) << m;
   }
   EXPECT_EQ(sink.finished, 1);
+}
+
+// A progress callback that throws (a Python callback raising, stderr gone) while workers run: the workers stop,
+// the sink is finished and the callback's error is the stream's (it once left the wait with the workers joinable:
+// std::terminate). The workers hold their first buffer until the callback has run, so it runs while they do.
+TEST(CheckpointStream, ThrowingProgressStopsTheWorkers) {
+  TempDir t;
+  const h3::Config c = h3::namedConfig("tiny");
+  h3::synthCheckpoint(c, 3, t.dir / "d");
+  auto ck = h3::Checkpoint::open(t.dir / "d");
+  HostTargets host(c);
+  const StreamPlan plan = planStream(*ck, host.targets);
+  struct HeldSink final : StreamSink {
+    HostSink inner{2, 2, 64};
+    std::atomic<bool> progressed{false};
+    uint8_t *buffer(int w) override {
+      for (int i = 0; i < 1000 && !progressed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return inner.buffer(w);
+    }
+    void copy(int w, const std::vector<StreamCopy> &copies) override { inner.copy(w, copies); }
+    void finish() override { inner.finish(); }
+  } sink;
+  StreamOptions opt = smallChunks(2, 64);
+  opt.progress = [&](size_t, size_t, uint64_t) {
+    sink.progressed = true;
+    throw std::runtime_error("progress callback failed");
+  };
+  try {
+    streamCheckpoint(*ck, plan, sink, opt);
+    ADD_FAILURE() << "the progress callback's error was lost";
+  } catch (const std::runtime_error &e) {
+    EXPECT_EQ(std::string(e.what()), "progress callback failed");
+  }
+  EXPECT_TRUE(sink.progressed.load());
+  EXPECT_EQ(sink.inner.finished, 1);
 }
 
 TEST(CheckpointStream, ProgressAndSummaryText) {
