@@ -65,6 +65,14 @@ bool openCublasLt(const std::vector<std::string> &names, CublasLtApi &api, std::
       dlclose(lib);
       continue;
     }
+    // The calls are made with the structs and enums of the headers h3c was built with: another major version (an
+    // unversioned libcublasLt.so, or H3C_CUBLASLT_LIBRARY) is refused, not trusted.
+    if (const size_t major = a.cublasLtGetVersion() / 10000; major != size_t(CUBLAS_VER_MAJOR)) {
+      why += (why.empty() ? "" : "; ") + name + ": is cuBLASLt " + std::to_string(a.cublasLtGetVersion()) +
+             ", h3c was built with major version " + std::to_string(CUBLAS_VER_MAJOR);
+      dlclose(lib);
+      continue;
+    }
     api = a;
     return true;
   }
