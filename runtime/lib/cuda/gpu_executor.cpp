@@ -29,6 +29,7 @@
 #include "h3c/runtime/value_dump.h"
 #include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
+#include "h3c/support/parallel.h"
 #include "h3c/support/synth_rng.h"
 
 #include <algorithm>
@@ -38,7 +39,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
-#include <thread>
 
 namespace h3c::rt {
 
@@ -110,8 +110,16 @@ public:
 
     const auto &d = hc::driver();
     std::vector<CUevent> ev;
+    // Destroyed on every path out of the forward (an op that throws included).
+    struct EventsGuard {
+      std::vector<CUevent> &ev;
+      ~EventsGuard() {
+        for (CUevent e : ev)
+          if (e) hc::driver().cuEventDestroy(e);
+      }
+    } eventsGuard{ev};
     if (profile) {
-      ev.resize(fn.ops.size() + 1);
+      ev.assign(fn.ops.size() + 1, nullptr);
       for (auto &e : ev) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
       hc::check(d.cuEventRecord(ev[0], stream_), "cuEventRecord");
     }
@@ -131,7 +139,7 @@ public:
     std::vector<std::map<std::string, std::vector<int64_t>>> opShapes;
     opShapes.reserve(fn.ops.size());
     const bool audit = opt.mode == Mode::Audit;
-    const int cpuThreads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    const int cpuThreads = opt.threads > 0 ? opt.threads : int(hardwareThreads());
     std::vector<std::optional<AuditError>> opAudit(fn.ops.size());
     std::vector<Binding> opBinding(fn.ops.size(), Binding::Row);
     for (const plan::Op &op : fn.ops) {
@@ -232,7 +240,6 @@ private:
       perKind[key].first += ms;
       perKind[key].second += 1;
     }
-    for (auto &e : ev) d.cuEventDestroy(e);
     size_t freeB = 0, totalB = 0;
     d.cuMemGetInfo(&freeB, &totalB);
     double wbytes = 0;
