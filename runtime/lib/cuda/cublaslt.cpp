@@ -1,6 +1,8 @@
 // dlopen-based cuBLASLt loader (see cublaslt.h).
 #include "h3c/runtime/cuda/cublaslt.h"
 
+#include "dl_symbol.h"
+
 #include "h3c/support/error.h"
 
 #include <dlfcn.h>
@@ -12,27 +14,21 @@
 namespace h3c::runtime::cuda {
 namespace {
 
-template <typename F> bool ltSymbol(void *lib, F &fn, const char *name, std::string &missing) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn) missing = name;
-  return fn != nullptr;
-}
-
 bool resolveLt(void *lib, CublasLtApi &a, std::string &missing) {
-  return ltSymbol(lib, a.cublasLtGetVersion, "cublasLtGetVersion", missing) &&
-         ltSymbol(lib, a.cublasLtGetStatusString, "cublasLtGetStatusString", missing) &&
-         ltSymbol(lib, a.cublasLtCreate, "cublasLtCreate", missing) && ltSymbol(lib, a.cublasLtDestroy, "cublasLtDestroy", missing) &&
-         ltSymbol(lib, a.cublasLtMatmulDescCreate, "cublasLtMatmulDescCreate", missing) &&
-         ltSymbol(lib, a.cublasLtMatmulDescDestroy, "cublasLtMatmulDescDestroy", missing) &&
-         ltSymbol(lib, a.cublasLtMatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute", missing) &&
-         ltSymbol(lib, a.cublasLtMatrixLayoutCreate, "cublasLtMatrixLayoutCreate", missing) &&
-         ltSymbol(lib, a.cublasLtMatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy", missing) &&
-         ltSymbol(lib, a.cublasLtMatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute", missing) &&
-         ltSymbol(lib, a.cublasLtMatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate", missing) &&
-         ltSymbol(lib, a.cublasLtMatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy", missing) &&
-         ltSymbol(lib, a.cublasLtMatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute", missing) &&
-         ltSymbol(lib, a.cublasLtMatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic", missing) &&
-         ltSymbol(lib, a.cublasLtMatmul, "cublasLtMatmul", missing);
+  return dlSymbol(lib, a.cublasLtGetVersion, "cublasLtGetVersion", missing) &&
+         dlSymbol(lib, a.cublasLtGetStatusString, "cublasLtGetStatusString", missing) &&
+         dlSymbol(lib, a.cublasLtCreate, "cublasLtCreate", missing) && dlSymbol(lib, a.cublasLtDestroy, "cublasLtDestroy", missing) &&
+         dlSymbol(lib, a.cublasLtMatmulDescCreate, "cublasLtMatmulDescCreate", missing) &&
+         dlSymbol(lib, a.cublasLtMatmulDescDestroy, "cublasLtMatmulDescDestroy", missing) &&
+         dlSymbol(lib, a.cublasLtMatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute", missing) &&
+         dlSymbol(lib, a.cublasLtMatrixLayoutCreate, "cublasLtMatrixLayoutCreate", missing) &&
+         dlSymbol(lib, a.cublasLtMatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy", missing) &&
+         dlSymbol(lib, a.cublasLtMatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute", missing) &&
+         dlSymbol(lib, a.cublasLtMatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate", missing) &&
+         dlSymbol(lib, a.cublasLtMatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy", missing) &&
+         dlSymbol(lib, a.cublasLtMatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute", missing) &&
+         dlSymbol(lib, a.cublasLtMatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic", missing) &&
+         dlSymbol(lib, a.cublasLtMatmul, "cublasLtMatmul", missing);
 }
 
 } // namespace

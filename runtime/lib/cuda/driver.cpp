@@ -1,6 +1,8 @@
 // dlopen-based CUDA driver loader (see driver.h).
 #include "h3c/runtime/cuda/driver.h"
 
+#include "dl_symbol.h"
+
 #include "h3c/support/error.h"
 
 #include <dlfcn.h>
@@ -17,12 +19,6 @@ struct Loaded {
   std::string why;
 };
 
-template <typename F> bool sym(void *lib, F &fn, const char *name, std::string &why) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn) why = std::string("libcuda.so.1 lacks ") + name;
-  return fn != nullptr;
-}
-
 Loaded &loaded() {
   static Loaded L;
   static std::once_flag once;
@@ -34,33 +30,36 @@ Loaded &loaded() {
       return;
     }
     DriverApi &a = L.api;
-    std::string &w = L.why;
+    std::string w;  // the first entry point libcuda.so.1 lacks
     // Versioned entry points: the _v2 symbols are the 64-bit ABI every current driver exports.
-    bool ok = sym(lib, a.cuInit, "cuInit", w) && sym(lib, a.cuDriverGetVersion, "cuDriverGetVersion", w) &&
-              sym(lib, a.cuDeviceGetCount, "cuDeviceGetCount", w) && sym(lib, a.cuDeviceGet, "cuDeviceGet", w) &&
-              sym(lib, a.cuDeviceGetName, "cuDeviceGetName", w) &&
-              sym(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute", w) &&
-              sym(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", w) &&
-              sym(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent", w) && sym(lib, a.cuCtxSynchronize, "cuCtxSynchronize", w) &&
-              sym(lib, a.cuModuleLoadData, "cuModuleLoadData", w) && sym(lib, a.cuModuleUnload, "cuModuleUnload", w) &&
-              sym(lib, a.cuModuleGetFunction, "cuModuleGetFunction", w) &&
-              sym(lib, a.cuFuncSetAttribute, "cuFuncSetAttribute", w) && sym(lib, a.cuLaunchKernel, "cuLaunchKernel", w) &&
-              sym(lib, a.cuMemAlloc, "cuMemAlloc_v2", w) && sym(lib, a.cuMemFree, "cuMemFree_v2", w) &&
-              sym(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2", w) && sym(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2", w) &&
-              sym(lib, a.cuMemcpyDtoD, "cuMemcpyDtoD_v2", w) &&
-              sym(lib, a.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", w) &&
-              sym(lib, a.cuStreamSynchronize, "cuStreamSynchronize", w) && sym(lib, a.cuMemsetD8, "cuMemsetD8_v2", w) &&
-              sym(lib, a.cuMemGetInfo, "cuMemGetInfo_v2", w) && sym(lib, a.cuEventCreate, "cuEventCreate", w) &&
-              sym(lib, a.cuEventDestroy, "cuEventDestroy_v2", w) && sym(lib, a.cuEventRecord, "cuEventRecord", w) &&
-              sym(lib, a.cuEventSynchronize, "cuEventSynchronize", w) &&
-              sym(lib, a.cuEventElapsedTime, "cuEventElapsedTime", w) &&
-              sym(lib, a.cuGetErrorString, "cuGetErrorString", w) &&
-              sym(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx", w) &&
-              sym(lib, a.cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters", w) &&
-              sym(lib, a.cuMemHostAlloc, "cuMemHostAlloc", w) && sym(lib, a.cuMemFreeHost, "cuMemFreeHost", w) &&
-              sym(lib, a.cuStreamCreate, "cuStreamCreate", w) && sym(lib, a.cuStreamDestroy, "cuStreamDestroy_v2", w) &&
-              sym(lib, a.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", w);
-    if (!ok) return;
+    bool ok = dlSymbol(lib, a.cuInit, "cuInit", w) && dlSymbol(lib, a.cuDriverGetVersion, "cuDriverGetVersion", w) &&
+              dlSymbol(lib, a.cuDeviceGetCount, "cuDeviceGetCount", w) && dlSymbol(lib, a.cuDeviceGet, "cuDeviceGet", w) &&
+              dlSymbol(lib, a.cuDeviceGetName, "cuDeviceGetName", w) &&
+              dlSymbol(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute", w) &&
+              dlSymbol(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", w) &&
+              dlSymbol(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent", w) && dlSymbol(lib, a.cuCtxSynchronize, "cuCtxSynchronize", w) &&
+              dlSymbol(lib, a.cuModuleLoadData, "cuModuleLoadData", w) && dlSymbol(lib, a.cuModuleUnload, "cuModuleUnload", w) &&
+              dlSymbol(lib, a.cuModuleGetFunction, "cuModuleGetFunction", w) &&
+              dlSymbol(lib, a.cuFuncSetAttribute, "cuFuncSetAttribute", w) && dlSymbol(lib, a.cuLaunchKernel, "cuLaunchKernel", w) &&
+              dlSymbol(lib, a.cuMemAlloc, "cuMemAlloc_v2", w) && dlSymbol(lib, a.cuMemFree, "cuMemFree_v2", w) &&
+              dlSymbol(lib, a.cuMemcpyHtoD, "cuMemcpyHtoD_v2", w) && dlSymbol(lib, a.cuMemcpyDtoH, "cuMemcpyDtoH_v2", w) &&
+              dlSymbol(lib, a.cuMemcpyDtoD, "cuMemcpyDtoD_v2", w) &&
+              dlSymbol(lib, a.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", w) &&
+              dlSymbol(lib, a.cuStreamSynchronize, "cuStreamSynchronize", w) && dlSymbol(lib, a.cuMemsetD8, "cuMemsetD8_v2", w) &&
+              dlSymbol(lib, a.cuMemGetInfo, "cuMemGetInfo_v2", w) && dlSymbol(lib, a.cuEventCreate, "cuEventCreate", w) &&
+              dlSymbol(lib, a.cuEventDestroy, "cuEventDestroy_v2", w) && dlSymbol(lib, a.cuEventRecord, "cuEventRecord", w) &&
+              dlSymbol(lib, a.cuEventSynchronize, "cuEventSynchronize", w) &&
+              dlSymbol(lib, a.cuEventElapsedTime, "cuEventElapsedTime", w) &&
+              dlSymbol(lib, a.cuGetErrorString, "cuGetErrorString", w) &&
+              dlSymbol(lib, a.cuLaunchKernelEx, "cuLaunchKernelEx", w) &&
+              dlSymbol(lib, a.cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters", w) &&
+              dlSymbol(lib, a.cuMemHostAlloc, "cuMemHostAlloc", w) && dlSymbol(lib, a.cuMemFreeHost, "cuMemFreeHost", w) &&
+              dlSymbol(lib, a.cuStreamCreate, "cuStreamCreate", w) && dlSymbol(lib, a.cuStreamDestroy, "cuStreamDestroy_v2", w) &&
+              dlSymbol(lib, a.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", w);
+    if (!ok) {
+      L.why = "libcuda.so.1 lacks " + w;
+      return;
+    }
     CUresult r = a.cuInit(0);
     if (r != CUDA_SUCCESS) {
       L.why = "cuInit failed (error " + std::to_string((int)r) + ")";
