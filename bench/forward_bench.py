@@ -159,7 +159,6 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     model = diffusers_model(cfg, torch.bfloat16)
     kw = load_request(req, "cuda")
-    S = int(kw["position_ids"].shape[-2]) if kw["position_ids"].dim() >= 2 else int(kw["position_ids"].shape[0])
     with torch.no_grad():
         with GpuSampler() as g:
             med, _ = timed(lambda: model(**kw, return_dict=False), a.reps)

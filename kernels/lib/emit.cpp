@@ -530,6 +530,9 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
                 tmpl::headops, l, arch);
 }
 
+// The dynamic shared memory one CTA can opt into on sm_90 and sm_100 (227 KiB).
+constexpr int64_t kMaxCtaSharedBytes = 232448;
+
 // The flash order's exponent scale c = fl(d^-0.5 * log2 e) (docs/contract.md section 4), computed in double and
 // rounded once to F32 by floatLit; the CPU reference derives the same value.
 double flashExp2Scale(int64_t d) { return 1.0 / std::sqrt((double)d) * 1.4426950408889634074; }
@@ -544,9 +547,9 @@ plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string
   const int64_t d = 128, ld = heads * d, kv = v.op.order.kvBlock;
   // Q tile 32 KiB + stages x (K + V block) + barriers must fit the 227 KiB an sm_90 CTA can opt into.
   const int64_t smem = 1024 + 128 * d * 2 + int64_t(o.sm90AttnStages) * 2 * kv * d * 2 + 8 * (1 + 3 * o.sm90AttnStages);
-  if (smem > 232448)
-    fail(v.where, "Hopper attention with kv_block {} and {} stages needs {} bytes of shared memory (at most 232,448): "
-         "use fewer stages", kv, o.sm90AttnStages, smem);
+  if (smem > kMaxCtaSharedBytes)
+    fail(v.where, "Hopper attention with kv_block {} and {} stages needs {} bytes of shared memory (at most {}): "
+         "use fewer stages", kv, o.sm90AttnStages, smem, kMaxCtaSharedBytes);
   Builder b;
   b.def("A9_HEADS", heads);
   b.def("A9_KV", kv);
@@ -590,9 +593,9 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   p.scalar("kv_rows", Extent::rowsOf(v.in(1).rows, false));
   // The 64-query Q block and double-buffered K and V blocks of kv_block rows, d + 8 columns each.
   const int64_t smem = (64 + 4 * o.kvBlock) * (d + 8) * 2;
-  if (smem > 232448)
-    fail(v.where, "attention with head_dim {} and kv_block {} needs {} bytes of shared memory (at most 232,448)", d,
-         o.kvBlock, smem);
+  if (smem > kMaxCtaSharedBytes)
+    fail(v.where, "attention with head_dim {} and kv_block {} needs {} bytes of shared memory (at most {})", d,
+         o.kvBlock, smem, kMaxCtaSharedBytes);
   plan::Launch l = launch(128, smem, dim(itemRows, 64), dim(Extent::constant(heads)),
                           dim(Extent::parse("B", v.where)));
   return finish(fmt::format("attention_h{}_d{}{}", heads, d, o.kvBlock == 64 ? "" : "_kv" + std::to_string(o.kvBlock)), "AT_ENTRY", b, p, tmpl::attention, l, arch);

@@ -232,7 +232,7 @@ public:
       // all of it here as well cost ~10 ms per forward at S = 8,349).
       const Tensor &hs = req.tensors.at("hidden_states"), &ahs = req.tensors.at("audio_hidden_states");
       if (hs.shape.size() != 3 || ahs.shape.size() != 3) canonicalize(req, plan_.config, "--inputs");
-      struct { int64_t B, Nv, Na; } q{hs.shape.at(0), hs.shape.at(1), ahs.shape.at(1)};
+      const int64_t B = hs.shape.at(0), Nv = hs.shape.at(1), Na = ahs.shape.at(1);
       for (const char *name : kActivations) {
         if (!device.contains(name)) continue;
         held.push_back(std::make_unique<Imported>(device[name], name));
@@ -241,9 +241,9 @@ public:
       }
       const int64_t C = plan_.config.videoPatchDim(), Ca = plan_.config.audio_in_channels;
       held.push_back(std::make_unique<Imported>(outSample, "sample"));
-      io->sample = held.back()->devicePointer(DType::F32, {q.B, q.Nv, C});
+      io->sample = held.back()->devicePointer(DType::F32, {B, Nv, C});
       held.push_back(std::make_unique<Imported>(outAudio, "audio_sample"));
-      io->audioSample = held.back()->devicePointer(DType::F32, {q.B, q.Na, Ca});
+      io->audioSample = held.back()->devicePointer(DType::F32, {B, Na, Ca});
     }
     RunResult r;
     {
