@@ -2,12 +2,19 @@
 // events: 3 warm-up launches, then the median of 20 timed launches each. Inputs are random (never zeros). Each kernel
 // is JIT-compiled and launched exactly as a plan carries it (its text, NVRTC options and launch ABI).
 // Prints a table (ms, TFLOP/s or GB/s) and writes JSON lines to argv[1] when given.
-//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep] [--only TEXT]
+//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep] [--energy] [--vendor] [--only TEXT]
+// --vendor adds cuBLASLt's plain GEMM of each linear's shape (bf16 out: torch's F.linear) in the same process.
+// --energy times each kernel sustained (back-to-back launches for about 0.6 s, the mean per launch) and reads the
+// board's energy counter and SM clock over it (NVML): watts, MHz and millijoules per launch beside the time, for a
+// focused set of Hopper linear variants and cuBLASLt, each measured twice in alternation. The full forward is
+// power-capped (bench/NOTES.md), so energy per launch is what a kernel costs the ops around it.
 // --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight; the cooperative
 // and the ping-pong schedule, one 2-CTA cluster variant) and of the
 // Hopper attention (stages, overlap) beside the mma.sync kernel of the same op; the output bits of all variants are
 // the same (the GPU checks compare them).
 #include "emit_ops.h"
+#include "nvml_meter.h"
+#include "vendor_gemm.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
 #include "h3c/support/dtype.h"
@@ -18,6 +25,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -59,6 +67,7 @@ std::unique_ptr<hc::DeviceBuffer> randBuf(size_t elems, bool bf16, double stdv) 
 struct Result {
   std::string name;
   double ms = 0, flops = 0, bytes = 0;
+  double watts = 0, mhz = 0, mj = 0;  // --energy only
 };
 
 // Operand addresses of one launch, by role and position.
@@ -71,28 +80,56 @@ struct Operands {
   }
 };
 
-double timeMedian(hc::KernelRunner &r, const hc::LoadedKernel &k, const plan::Extents &e, const Operands &ops) {
-  const auto &d = hc::driver();
-  auto addr = [&](plan::OperandRole role, int64_t i) { return ops.at(role, i); };
-  for (int i = 0; i < 3; ++i) r.launch(k, e, addr);
-  hc::check(d.cuCtxSynchronize(), "warm-up " + k.spec->id);
-  std::vector<float> t;
-  CUevent e0, e1;
-  hc::check(d.cuEventCreate(&e0, 0), "event");
-  hc::check(d.cuEventCreate(&e1, 0), "event");
-  for (int i = 0; i < 20; ++i) {
+struct Events {
+  CUevent e0 = nullptr, e1 = nullptr;
+  Events() {
+    hc::check(hc::driver().cuEventCreate(&e0, 0), "event");
+    hc::check(hc::driver().cuEventCreate(&e1, 0), "event");
+  }
+  ~Events() {
+    hc::driver().cuEventDestroy(e0);
+    hc::driver().cuEventDestroy(e1);
+  }
+  // Milliseconds from e0 to e1 around `fire` called n times.
+  float around(const std::function<void()> &fire, int n, const std::string &what) {
+    const auto &d = hc::driver();
     hc::check(d.cuEventRecord(e0, nullptr), "record");
-    r.launch(k, e, addr);
+    for (int i = 0; i < n; ++i) fire();
     hc::check(d.cuEventRecord(e1, nullptr), "record");
-    hc::check(d.cuEventSynchronize(e1), "sync " + k.spec->id);
+    hc::check(d.cuEventSynchronize(e1), "sync " + what);
     float ms = 0;
     hc::check(d.cuEventElapsedTime(&ms, e0, e1), "elapsed");
-    t.push_back(ms);
+    return ms;
   }
-  d.cuEventDestroy(e0);
-  d.cuEventDestroy(e1);
+};
+
+// The median of 20 timed launches after 3 warm-ups.
+void timeMedian(const std::function<void()> &fire, const std::string &what, Result &r) {
+  for (int i = 0; i < 3; ++i) fire();
+  hc::check(hc::driver().cuCtxSynchronize(), "warm-up " + what);
+  Events ev;
+  std::vector<float> t;
+  for (int i = 0; i < 20; ++i) t.push_back(ev.around(fire, 1, what));
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  r.ms = t[t.size() / 2];
+}
+
+// Sustained: launches back to back for about 0.6 s (after 0.2 s of warm-up), the mean per launch, with the board's
+// energy and mean SM clock over the same window.
+void timeSustained(const std::function<void()> &fire, const std::string &what, h3c::bench::NvmlMeter &meter,
+                   Result &r) {
+  Events ev;
+  const float once = std::max(ev.around(fire, 1, what), 0.001f);
+  ev.around(fire, std::max(1, int(200.0f / once)), what);
+  const int n = std::max(3, int(600.0f / once));
+  meter.start();
+  const unsigned long long e0 = meter.millijoules();
+  const float ms = ev.around(fire, n, what);
+  const unsigned long long e1 = meter.millijoules();
+  r.mhz = meter.stop();
+  r.ms = ms / n;
+  r.mj = double(e1 - e0) / n;
+  r.watts = double(e1 - e0) / ms;
 }
 
 } // namespace
@@ -105,12 +142,14 @@ int main(int argc, char **argv) {
   }
   std::string outPath;
   long long M = 8349;
-  bool sweep = false;
+  bool sweep = false, energy = false, vendor = false;
   std::string only;  // --only TEXT: time only the kernels whose name contains TEXT
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc) M = std::atoll(argv[++i]);
     else if (a == "--sweep") sweep = true;
+    else if (a == "--energy") energy = true;
+    else if (a == "--vendor") vendor = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else outPath = a;
   }
@@ -140,20 +179,45 @@ int main(int argc, char **argv) {
     std::vector<Result> results;
     std::map<std::string, plan::Kernel> kernels;  // the runner keeps pointers to these
     const plan::Extents ext{1, M, 0, 0, 0, T};
+    h3c::bench::NvmlMeter meter;
+    if (energy && !meter.ok()) std::printf("--energy: NVML unavailable (%s): times only\n", meter.why().c_str());
+    // Times `fire` (median, or sustained with energy) and prints one line.
+    auto measure = [&](const std::string &name, const std::function<void()> &fire, double flops, double bytes) {
+      Result r{name, 0, flops, bytes};
+      if (energy && meter.ok()) timeSustained(fire, name, meter, r);
+      else timeMedian(fire, name, r);
+      results.push_back(r);
+      std::printf("%-60s %9.3f ms  %8.1f TFLOP/s  %8.1f GB/s", name.c_str(), r.ms, flops / r.ms / 1e9,
+                  bytes / r.ms / 1e6);
+      if (r.mj > 0) std::printf("  %6.0f W  %5.0f MHz  %8.1f mJ", r.watts, r.mhz, r.mj);
+      std::printf("\n");
+      std::fflush(stdout);
+    };
     auto bench = [&](const std::string &name, const EmitOp &op, const Operands &ops, double flops, double bytes,
                      const h3c::kernels::EmitOptions &opt = {}) {
       if (!only.empty() && name.find(only) == std::string::npos) return;
       try {
         auto k = emit(op, dev.arch(), opt);
         const plan::Kernel &kk = kernels.emplace(k->id, *k).first->second;
-        double ms = timeMedian(runner, runner.load(kk), ext, ops);
-        results.push_back({name, ms, flops, bytes});
-        std::printf("%-52s %9.3f ms  %8.1f TFLOP/s  %8.1f GB/s\n", name.c_str(), ms, flops / ms / 1e9,
-                    bytes / ms / 1e6);
+        const hc::LoadedKernel &lk = runner.load(kk);
+        auto addr = [&](plan::OperandRole role, int64_t i) { return ops.at(role, i); };
+        measure(name, [&] { runner.launch(lk, ext, addr); }, flops, bytes);
       } catch (const std::exception &e) {
-        std::printf("%-52s FAILED: %s\n", name.c_str(), e.what());
+        std::printf("%-60s FAILED: %s\n", name.c_str(), e.what());
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
+    };
+    // cuBLASLt's plain GEMM of the same shape (y = x W^T, bf16 out), in this process.
+    auto vendorGemm = [&](const std::string &name, long long K, long long n) {
+      if (!only.empty() && name.find(only) == std::string::npos) return;
+      try {
+        h3c::bench::VendorGemm g(M, n, K);
+        hc::DeviceBuffer out(size_t(M * n * 2));  // fc1's plain output (M x 28,672) is wider than y
+        measure(name, [&] { g.run(x->get(), w->get(), out.get()); }, 2.0 * M * K * n, 2.0 * (M * K + K * n + M * n));
+      } catch (const std::exception &e) {
+        std::printf("%-60s FAILED: %s\n", name.c_str(), e.what());
+        std::fflush(stdout);
+      }
     };
     auto gemm = [&](const std::string &name, OpKind kind, long long K, long long N, plan::Epilogue epi,
                     const h3c::kernels::EmitOptions &opt = {}) {
@@ -184,8 +248,44 @@ int main(int argc, char **argv) {
         {"fc1 + swiglu", OpKind::Linear, H, 2 * F, plan::Epilogue::Swiglu},
         {"fc2 + gate_residual", OpKind::Linear, F, H, plan::Epilogue::GateResidual},
     };
+    // --energy: the default, cuBLASLt and the variants that trade speed against power, twice in alternation.
+    auto energyVariants = [&](const Linear &l) {
+      std::vector<std::pair<std::string, h3c::kernels::EmitOptions>> v;
+      auto add = [&](const std::string &label, int st, int fl, int cl, int bn, int pp) {
+        h3c::kernels::EmitOptions o;
+        o.perOp.clear();
+        o.sm90Stages = st;
+        o.sm90Inflight = fl;
+        o.sm90Cluster = cl;
+        o.sm90Bn = bn;
+        o.sm90Pingpong = pp;
+        if (pp) o.sm90GroupM = 16;
+        v.push_back({label, o});
+      };
+      add("st3 f1", 3, 1, 1, 256, 0);
+      add("st4 f0 c2", 4, 0, 2, 256, 0);
+      add("st4 f1 c2", 4, 1, 2, 256, 0);
+      if (l.epi != plan::Epilogue::Swiglu) {
+        add("bn192 st4 f0", 4, 0, 1, 192, 0);
+        add("bn192 st5 f1", 5, 1, 1, 192, 0);
+        add("bn192 st5 f1 c2", 5, 1, 2, 192, 0);
+      }
+      add("ping-pong st4 g16 f1", 4, 1, 1, 256, 1);
+      return v;
+    };
     for (const Linear &l : linears) {
+      if (energy && dev.arch() == "sm_90a") {
+        const long long n = l.kind == OpKind::QkvLinear ? 3 * l.N : l.N;
+        for (int rep = 0; rep < 2; ++rep) {
+          gemm(l.name, l.kind, l.K, l.N, l.epi);
+          vendorGemm(std::string(l.name) + " [cuBLASLt plain]", l.K, n);
+          for (const auto &[label, o] : energyVariants(l))
+            gemm(fmt::format("{} [sm90 {}]", l.name, label), l.kind, l.K, l.N, l.epi, o);
+        }
+        continue;
+      }
       gemm(l.name, l.kind, l.K, l.N, l.epi);
+      if (vendor) vendorGemm(std::string(l.name) + " [cuBLASLt plain]", l.K, l.kind == OpKind::QkvLinear ? 3 * l.N : l.N);
       if (!sweep || dev.arch() != "sm_90a") continue;
       h3c::kernels::EmitOptions mma;
       mma.wgmma = false;
@@ -199,9 +299,15 @@ int main(int argc, char **argv) {
             o.sm90GroupM = gm;
             o.sm90Inflight = fl;
             gemm(fmt::format("{} [sm90 st{} g{} f{}]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, o);
-            if (st == 3 && gm == 8 && fl == 0) {  // measured slower (bench/NOTES.md): one variant kept in view
+            if (gm == 8) {  // 3 stages measured slower (bench/NOTES.md); the multicast round trip may need 4
               o.sm90Cluster = 2;
               gemm(fmt::format("{} [sm90 st{} g{} f{} c2]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, o);
+            }
+            if (l.epi != plan::Epilogue::Swiglu && gm == 8) {  // 128 x 192 tiles: whole waves at N = 5,376
+              h3c::kernels::EmitOptions w = o;
+              w.sm90Cluster = 1;
+              w.sm90Bn = 192;
+              gemm(fmt::format("{} [sm90 bn192 st{} g{} f{}]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, w);
             }
           }
       for (int st : {4, 5, 6})
@@ -297,8 +403,9 @@ int main(int argc, char **argv) {
     if (!outPath.empty()) {
       std::ofstream o(outPath);
       for (const auto &r : results)
-        o << json{{"impl", "h3c"}, {"kernel", r.name}, {"rows", M}, {"ms", r.ms}, {"tflops", r.flops / r.ms / 1e9},
-                  {"gbps", r.bytes / r.ms / 1e6}}.dump()
+        o << json{{"impl", r.name.find("cuBLASLt") == std::string::npos ? "h3c" : "cublaslt"},
+                  {"kernel", r.name}, {"rows", M}, {"ms", r.ms}, {"tflops", r.flops / r.ms / 1e9},
+                  {"gbps", r.bytes / r.ms / 1e6}, {"watts", r.watts}, {"sm_mhz", r.mhz}, {"mj", r.mj}}.dump()
           << "\n";
     }
   } catch (const std::exception &e) {

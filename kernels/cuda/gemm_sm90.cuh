@@ -5,8 +5,11 @@
 // the tile order or the SM; the epilogue is the same code (gemm_epilogue.cuh). K is never split across CTAs.
 //
 // Shape: 384 threads. Warpgroup 0 is the producer (one thread issues the TMA loads of a G9_STAGES-deep ring of
-// 128 x 64 A and 256 x 64 B tiles); warpgroups 1 and 2 each own 64 rows of the 128 x 256 tile and issue
-// m64n256k16 wgmmas. The grid is persistent (at most one CTA per SM) and walks the tiles in groups of G9_GROUP_M row
+// 128 x 64 A and G9_BN x 64 B tiles); warpgroups 1 and 2 each own 64 rows of the 128 x G9_BN tile and issue
+// m64nG9_BNk16 wgmmas. G9_BN is 256, or 192 for the linears whose N is an odd multiple of 256 (to_out and fc2,
+// N = 5,376 = 21 x 256: 66 x 21 tiles of 128 x 256 take 10.5 waves of 132 SMs, 66 x 28 tiles of 128 x 192 exactly 14).
+// The 192-wide tile serves the epilogues none, residual and gate_residual only (swiglu pairs value and gate rows by
+// 128, qk_norm_rope needs whole 128-channel heads). The grid is persistent (at most one CTA per SM) and walks the tiles in groups of G9_GROUP_M row
 // tiles, so the CTAs running at once share their A and B tiles in L2. swiglu tiles hold 128 value rows and the 128
 // matching gate rows of W, so each thread finishes value and gate of the same output column in registers.
 //
@@ -15,19 +18,21 @@
 // once (a third less L2 traffic per tile). A stage is refilled only when the consumers of both CTAs released it. The
 // second tile of a pair past the last row tile reads zeros and stores nothing. Timing only: the chains are the same.
 //
-// Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
+// Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_BN G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
 // wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), and the epilogue's defines
 // (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order): x_map (tensor map of x [rows, K]); residual
 // (residual, gate_residual); table, ts_index, tags (gate_residual); y0 (y1, y2 for qkv); w_map (tensor map of W
-// [GM_N, K]); bias (when GM_HAS_BIAS); qk_w0, qk_w1, rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables
+// [GM_N, K], boxes of G9_BN / 2 rows); bias (when GM_HAS_BIAS); qk_w0, qk_w1, rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables
 // with rope only); rows; meta_rows (gate_residual; qk_norm_rope with rope).
 #define G9_BM 128
-#define G9_BN 256
 #define G9_BK 64
 #define G9_THREADS 384
 #define G9_A_BYTES (G9_BM * G9_BK * 2)
 #define G9_B_BYTES (G9_BN * G9_BK * 2)
 #define G9_KT ((GM_K + G9_BK - 1) / G9_BK)
+#if G9_BN != 256 && (GM_EPI == GM_EPI_SWIGLU || GM_EPI == GM_EPI_QK_NORM_ROPE)
+#error "swiglu and qk_norm_rope tiles are 256 wide"
+#endif
 #if GM_EPI == GM_EPI_SWIGLU
 #define G9_TILES_N ((GM_OUTN + 127) / 128)  // 128 output columns per tile (value + gate = 256 weight rows)
 #else
@@ -40,14 +45,14 @@ __device__ __forceinline__ void g9_tile(int t, int tilesM, int &tm, int &tn) {
   grouped_tile(t, tilesM, G9_TILES_N, G9_GROUP_M, tm, tn);
 }
 
-// The two 128-row weight boxes of output tile tn (swiglu: value rows, then the matching gate rows).
+// The two weight boxes (G9_BN / 2 rows each) of output tile tn (swiglu: value rows, then the matching gate rows).
 __device__ __forceinline__ void g9_wrows(int tn, int &w0, int &w1) {
 #if GM_EPI == GM_EPI_SWIGLU
   w0 = tn * 128;
   w1 = GM_OUTN + tn * 128;
 #else
   w0 = tn * G9_BN;
-  w1 = tn * G9_BN + 128;
+  w1 = tn * G9_BN + G9_BN / 2;
 #endif
 }
 
@@ -126,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const void *B = GM_BIAS_PARAM;
     const GmEpilogue ep = GM_EPILOGUE_PARAMS;
-    float acc[128];
+    float acc[G9_BN / 2];
     int s = 0;
     h3u32 ph = 0;
     for (int t = first; t < tiles; t += stride) {
@@ -139,7 +144,13 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
         const unsigned long long da = wgmma_desc_sw128(sA + s * G9_A_BYTES + cw * 64 * 128);
         const unsigned long long db = wgmma_desc_sw128(sB + s * G9_B_BYTES);
 #pragma unroll
-        for (int kk = 0; kk < G9_BK / 16; ++kk) wgmma_256(acc, da + 2 * kk, db + 2 * kk, (kb | kk) != 0);
+        for (int kk = 0; kk < G9_BK / 16; ++kk) {
+#if G9_BN == 192
+          wgmma_192(acc, da + 2 * kk, db + 2 * kk, (kb | kk) != 0);
+#else
+          wgmma_256(acc, da + 2 * kk, db + 2 * kk, (kb | kk) != 0);
+#endif
+        }
         wgmma_commit();
 #if G9_INFLIGHT
         // Keep this k-block's wgmmas in flight (they chain on the same accumulators, in issue order) and release the
@@ -156,11 +167,11 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       wgmma_wait<0>();
       if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
 #endif
-      // Epilogue in registers (gemm_epilogue.cuh): this warpgroup's 64 x 256 block of the tile.
+      // Epilogue in registers (gemm_epilogue.cuh): this warpgroup's 64 x G9_BN block of the tile.
 #if GM_EPI == GM_EPI_SWIGLU
       gm_store_block<32>(ep, B, acc, (long long)tm * G9_BM + cw * 64, (long long)tn * 128, M, warp, g, t4);
 #else
-      gm_store_block<32>(ep, B, acc, (long long)tm * G9_BM + cw * 64, (long long)tn * G9_BN, M, warp, g, t4);
+      gm_store_block<G9_BN / 8>(ep, B, acc, (long long)tm * G9_BM + cw * 64, (long long)tn * G9_BN, M, warp, g, t4);
 #endif
     }
   }

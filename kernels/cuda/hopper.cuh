@@ -70,8 +70,12 @@ __device__ __forceinline__ h3u32 cluster_map(h3u32 addr, h3u32 rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
 }
+// An arrival on a peer CTA's barrier (a consumer releasing a stage the peer's producer multicasts into). The default
+// semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive: the stage's reads were wgmma's, already
+// complete (wgmma.wait_group) when this runs. With `.release.cluster` (a cluster-scope fence in every consumer warp at
+// every k-block) the 2-CTA kernel ran 18-40 % slower than the 1-CTA one (bench/NOTES.md, 2026-12-04).
 __device__ __forceinline__ void mbar_arrive_cluster(h3u32 cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
 }
 // tma_load_2d into the same offset of every CTA in `mask`, completing the bytes on each one's barrier at `bar`.
 __device__ __forceinline__ void tma_load_2d_multicast(h3u32 dst, const H3cTensorMap *map, int c0, int c1, h3u32 bar,
@@ -102,6 +106,14 @@ __device__ __forceinline__ void wgmma_256(float *d, unsigned long long da, unsig
                : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// D (64 x 192 F32) = A (64 x 16, shared) * B (192 x 16, shared)^T + scale_d * D: the 192-wide tile of the linears
+// whose N is 21 x 256 (to_out, fc2: 128 x 192 tiles fill whole waves of 132 SMs where 128 x 256 tiles leave half a wave).
+__device__ __forceinline__ void wgmma_192(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+               : "l"(da), "l"(db), "r"(scale_d));
+}
 // Descriptor of an N-major (MN-major) bf16 operand written by TMA with the 128-byte swizzle: each 128-byte row holds
 // 64 consecutive n for one k; 8-row k groups 1,024 bytes apart (SBO); 64-wide n atoms `atom_bytes` apart (LBO), the
 // canonical MN-major SW128 form ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units (CUTLASS make_gmma_desc<MN>).

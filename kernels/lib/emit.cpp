@@ -292,31 +292,37 @@ plan::Kernel emitGemmSm90Pingpong(const OpView &v, const GemmDesc &d, const std:
   return finish(gemmName(v, d, "sm90pp"), "G9_ENTRY", b, p, body, l, arch);
 }
 
-// The Hopper kernel (gemm_sm90.cuh): 128 x 256 tiles, stages of 48 KiB (3 by default), a persistent grid of at most
+// The Hopper kernel (gemm_sm90.cuh): 128 x 256 tiles (or 128 x 192), stages of 48 KiB (40 KiB; 3 by default), a persistent grid of at most
 // one CTA per SM. The weight's row count and K are constants of the plan; the row count of x is the request's.
 plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;
   const int stages = o.sm90Stages, groupM = o.sm90GroupM;
   if (o.sm90Pingpong == 1) return emitGemmSm90Pingpong(v, d, arch);
-  if (stages < 2 || stages > 4 || groupM < 1 || groupM > 64 || (o.sm90Inflight != 0 && o.sm90Inflight != 1) ||
-      (o.sm90Cluster != 1 && o.sm90Cluster != 2))
-    fail(v.where, "Hopper linear tuning out of range (stages 2-4, group 1-64, in flight 0/1, cluster 1/2)");
+  const int bn = o.sm90Bn;
+  if ((bn != 256 && bn != 192) || stages < 2 || stages > (bn == 192 ? 5 : 4) || groupM < 1 || groupM > 64 ||
+      (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2))
+    fail(v.where, "Hopper linear tuning out of range (tile width 192/256, stages 2-4 (2-5 at width 192), group "
+                  "1-64, in flight 0/1, cluster 1/2)");
+  if (bn != 256 && (d.epi == Epilogue::Swiglu || d.epi == Epilogue::QkNormRope))
+    fail(v.where, "the {} epilogue needs the 256-wide Hopper tile (gemm_bn=256), got {}",
+         plan::epilogueName(d.epi), bn);
   const int cluster = o.sm90Cluster;
   Builder b;
   defineEpilogue(b, d);
+  b.def("G9_BN", bn);
   b.def("G9_STAGES", stages);
   b.def("G9_GROUP_M", groupM);
   b.def("G9_INFLIGHT", o.sm90Inflight);
   b.def("G9_CLUSTER", cluster);
-  Params p = gemmParams(v, d, /*maps=*/true);
+  Params p = gemmParams(v, d, /*maps=*/true, bn / 2);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
-  const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + 255) / 256;
+  const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + bn - 1) / bn;
   // >= the tile count (with pairs: twice the pair count, (rows + 255) / 256 pairs per column tile), capped at the SMs;
   // the runtime rounds the grid to whole clusters.
   plan::GridDim g = cluster == 2 ? dim(v.rowsOfIn(0).plus(255).scaled(2 * tilesN), 256)
                                  : dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);
   g.maxPerSm = 1;
-  const int64_t smem = int64_t(stages) * (128 + 256) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
+  const int64_t smem = int64_t(stages) * (128 + bn) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
   plan::Launch l = launch(384, smem, g);
   l.cluster = {cluster, 1, 1};
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::gemm_sm90;

@@ -21,6 +21,7 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_group_m", &EmitOptions::sm90GroupM, 1, 64},
                           {"gemm_inflight", &EmitOptions::sm90Inflight, 0, 1},
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
+                          {"gemm_bn", &EmitOptions::sm90Bn, 192, 256},  // 192 or 256
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
@@ -83,9 +84,13 @@ void EmitOptions::check(const std::string &where) const {
     if (o.sm90Pingpong == 1 && o.sm90Cluster != 1)
       fail(where, "{}: gemm_pingpong=1 and gemm_cluster={} exclude each other (the ping-pong kernel has no cluster "
                   "form; set {}:gemm_pingpong=0 or gemm_cluster=1)", k, o.sm90Cluster, k);
-    if (o.sm90Pingpong == 0 && o.sm90Stages > 4)
-      fail(where, "{}: gemm_stages={} needs gemm_pingpong=1 (the cooperative kernel's 48 KiB stages fit 2-4)", k,
-           o.sm90Stages);
+    if (o.sm90Bn != 192 && o.sm90Bn != 256) fail(where, "{}: gemm_bn must be 192 or 256, got {}", k, o.sm90Bn);
+    if (o.sm90Pingpong == 0 && o.sm90Stages > (o.sm90Bn == 192 ? 5 : 4))
+      fail(where, "{}: gemm_stages={} needs gemm_pingpong=1 (the cooperative kernel's stages fit 2-4 at 48 KiB, 2-5 "
+                  "at 40 KiB with gemm_bn=192)", k, o.sm90Stages);
+    if (o.sm90Pingpong == 1 && o.sm90Bn != 256)
+      fail(where, "{}: gemm_bn={} is a width of the cooperative kernel (the ping-pong kernel's tiles are 128 wide)", k,
+           o.sm90Bn);
   }
 }
 

@@ -132,8 +132,9 @@ plan::Extents rowsS(int64_t m, int64_t B = 1) { return {B, m, 0, 0, 0, 1}; }
 // cooperative kernel, the 2-CTA cluster (B multicast to a pair of row tiles; an odd row-tile count leaves a phantom
 // tile) and the ping-pong schedule (128 x 128 tiles per consumer warpgroup, in turns, with a k-block in flight;
 // 5 stages, the default being 4).
-std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants() {
-  hk::EmitOptions coop, pair, pp;
+// wide192: whether the op's epilogue allows the 192-wide cooperative tile (not swiglu, not qk_norm_rope).
+std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wide192 = false) {
+  hk::EmitOptions coop, pair, pp, w192, w192pair;
   coop.perOp.clear();
   pair.perOp.clear();
   pp.perOp.clear();
@@ -141,7 +142,19 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants() {
   pp.sm90Pingpong = 1;
   pp.sm90Stages = 5;
   pp.sm90Inflight = 1;
-  return {{"cooperative", coop}, {"2-CTA cluster", pair}, {"ping-pong", pp}};
+  std::vector<std::pair<const char *, hk::EmitOptions>> v = {{"cooperative", coop}, {"2-CTA cluster", pair},
+                                                             {"ping-pong", pp}};
+  if (wide192) {
+    w192.perOp.clear();
+    w192.sm90Bn = 192;
+    w192pair = w192;
+    w192pair.sm90Cluster = 2;
+    w192pair.sm90Stages = 5;
+    w192pair.sm90Inflight = 1;
+    v.push_back({"192-wide", w192});
+    v.push_back({"192-wide 2-CTA cluster (5 stages, in flight)", w192pair});
+  }
+  return v;
 }
 
 // ---- host references (contract section 3) ----
@@ -282,7 +295,7 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
                                                 at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
       // The schedule variants against the same mma.sync output (the options' per-op defaults cleared, so each
       // variant applies to every linear kind).
-      for (const auto &[label, opts] : hopperGemmVariants()) {
+      for (const auto &[label, opts] : hopperGemmVariants(ek != plan::Epilogue::Swiglu)) {
         const plan::Kernel &vk = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), opts);
         size_t vat = firstDiff(runWith(vk, dX, dRes, M, dTs, dTags), ym);
         report(vat == SIZE_MAX, name + fmt::format(": Hopper {} kernel == mma.sync kernel byte for byte{}", label,

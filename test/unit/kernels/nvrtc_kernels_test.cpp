@@ -515,6 +515,45 @@ TEST(NvrtcCompile, QkvNormRopeEpilogueNeitherSerializesNorSpills) {
         EXPECT_EQ(c.log.find("serialized"), std::string::npos) << c.log;
       }
 }
+// The 192-wide cooperative tile (gemm_bn=192: whole waves at N = 5,376) for the linears with the epilogues it serves,
+// alone and with the 2-CTA cluster at 5 stages: ptxas keeps the wgmmas asynchronous and spills nothing; the swiglu
+// and qk_norm_rope epilogues refuse it, naming the tile width.
+TEST(NvrtcCompile, Sm90Gemm192WideNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  hk::EmitOptions w, wc;
+  w.perOp.clear();
+  w.sm90Bn = 192;
+  wc = w;
+  wc.sm90Cluster = 2;
+  wc.sm90Stages = 5;
+  wc.sm90Inflight = 1;
+  int compiled = 0;
+  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
+    if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
+    const plan::Epilogue e = o.op.attrs.epilogue;
+    if (o.op.attrs.wDtype != h3c::DType::BF16 || o.op.attrs.xDtype != h3c::DType::BF16) continue;
+    for (const hk::EmitOptions &opt : {w, wc}) {
+      if (e == plan::Epilogue::Swiglu || e == plan::Epilogue::QkNormRope) {
+        try {
+          emit(o, "sm_90a", opt);
+          ADD_FAILURE() << o.op.nodes.front() << ": the 192-wide tile was not refused";
+        } catch (const h3c::Error &err) {
+          EXPECT_NE(std::string(err.what()).find("256-wide"), std::string::npos) << err.what();
+        }
+        continue;
+      }
+      plan::Kernel k = *emit(o, "sm_90a", opt);
+      EXPECT_NE(k.source.find("m64n192k16"), std::string::npos) << k.id;
+      k.nvrtcOptions.push_back("--ptxas-options=-v");
+      hc::CompiledKernel c = jit.compile(k);
+      EXPECT_NE(c.log.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << k.id << ":\n" << c.log;
+      EXPECT_EQ(c.log.find("serialized"), std::string::npos) << c.log;
+      ++compiled;
+    }
+  }
+  EXPECT_GE(compiled, 4);  // to_out and fc2 (gate_residual) at least, both variants
+}
 // Both kv_block values a plan may carry (128 since 2026-12-04, 64 before: those plans keep running with their bits)
 // compile for both archs, Hopper at every stage count that fits, and ptxas spills nothing: the S fragment at 128 keys
 // doubles the softmax's registers.

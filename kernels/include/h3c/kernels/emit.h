@@ -28,6 +28,9 @@ struct EmitOptions {
   int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // qkv's best in the forward (bench/NOTES.md, 2026-12-04)
   // CTAs per cluster along the rows (1, or 2: a pair shares its B tile through TMA multicast).
   int sm90Cluster = 1;
+  // Width of the cooperative kernel's tile: 256, or 192 (epilogues none, residual, gate_residual only), which fills
+  // whole waves of 132 SMs at N = 5,376 (gemm_sm90.cuh); 192-wide stages are 40 KiB, so 2-5 of them.
+  int sm90Bn = 256;
   // 1: the ping-pong schedule (gemm_sm90_pingpong.cuh: 128 x 128 tiles, one per consumer warpgroup in turns, so one
   // epilogue overlaps the other's main loop); stages may then be 2-6.
   int sm90Pingpong = 0;

@@ -1,0 +1,74 @@
+// cuBLASLt's plain bf16 GEMM y [M, N] = x [M, K] W [N, K]^T (bf16 out, F32 compute, the heuristic's first algorithm
+// with a 32 MiB workspace: what torch.nn.functional.linear runs), timed in the same process as h3c's kernels so both
+// see the same clocks and power state. Opened through the runtime's dlopen loader (cublaslt.h). Bench-only.
+#pragma once
+
+#include "h3c/runtime/cuda/cublaslt.h"
+#include "h3c/runtime/cuda/driver.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace h3c::bench {
+
+class VendorGemm {
+public:
+  VendorGemm(long long M, long long N, long long K) : ws_(size_t(32) << 20) {
+    namespace hc = h3c::runtime::cuda;
+    std::string why;
+    lt_ = hc::cublasLt(&why);
+    if (!lt_) throw std::runtime_error("cuBLASLt: " + why);
+    const auto &lt = *lt_;
+    hc::checkLt(lt, lt.cublasLtCreate(&handle_), "handle");
+    hc::checkLt(lt, lt.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+    hc::checkLt(lt, lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "TRANSA");
+    hc::checkLt(lt, lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n), "TRANSB");
+    // Column-major view: C (N x M, ld N) = W^T (W is K x N, ld K, transposed) * x (K x M, ld K).
+    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, uint64_t(K), uint64_t(N), K), "layout W");
+    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, uint64_t(K), uint64_t(M), K), "layout x");
+    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&c_, CUDA_R_16BF, uint64_t(N), uint64_t(M), N), "layout y");
+    hc::checkLt(lt, lt.cublasLtMatmulPreferenceCreate(&pref_), "preference");
+    const uint64_t wsBytes = ws_.bytes();
+    hc::checkLt(lt, lt.cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes,
+                                                            sizeof wsBytes),
+                "workspace");
+    int found = 0;
+    hc::checkLt(lt, lt.cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a_, b_, c_, c_, pref_, 1, &heur_, &found),
+                "heuristic");
+    if (found < 1) throw std::runtime_error("cuBLASLt offers no algorithm");
+  }
+  ~VendorGemm() {
+    const auto &lt = *lt_;
+    lt.cublasLtMatmulPreferenceDestroy(pref_);
+    lt.cublasLtMatrixLayoutDestroy(c_);
+    lt.cublasLtMatrixLayoutDestroy(b_);
+    lt.cublasLtMatrixLayoutDestroy(a_);
+    lt.cublasLtMatmulDescDestroy(desc_);
+    lt.cublasLtDestroy(handle_);
+  }
+  VendorGemm(const VendorGemm &) = delete;
+  VendorGemm &operator=(const VendorGemm &) = delete;
+
+  void run(CUdeviceptr x, CUdeviceptr w, CUdeviceptr y) {
+    const float alpha = 1.0f, beta = 0.0f;
+    h3c::runtime::cuda::checkLt(*lt_,
+                                lt_->cublasLtMatmul(handle_, desc_, &alpha, reinterpret_cast<void *>(w), a_,
+                                                    reinterpret_cast<void *>(x), b_, &beta,
+                                                    reinterpret_cast<void *>(y), c_, reinterpret_cast<void *>(y), c_,
+                                                    &heur_.algo, reinterpret_cast<void *>(ws_.get()), ws_.bytes(),
+                                                    nullptr),
+                                "cublasLtMatmul");
+  }
+
+private:
+  const h3c::runtime::cuda::CublasLtApi *lt_ = nullptr;
+  h3c::runtime::cuda::DeviceBuffer ws_;
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
+  cublasLtMatmulPreference_t pref_ = nullptr;
+  cublasLtMatmulHeuristicResult_t heur_{};
+};
+
+} // namespace h3c::bench
