@@ -89,6 +89,32 @@ __device__ __forceinline__ float gm_final(const GmEpilogue &e, long long r, long
   return y;
 }
 
+// gm_final of the output columns c and c + 1 of one output tensor (c even, GM_OUTN even, c + 1 < GM_OUTN): the same
+// operations on each element, with the residual and the gate of the pair read by one 4-byte load each.
+__device__ __forceinline__ void gm_final2(const GmEpilogue &e, long long r, long long trow, long long c, float v0,
+                                          float v1, float &y0, float &y1) {
+#if GM_OUT_F32 && GM_EPI == GM_EPI_NONE
+  y0 = v0;
+  y1 = v1;
+#else
+  y0 = rbf(v0);
+  y1 = rbf(v1);
+#endif
+#if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
+  const h3u32 res = *(const h3u32 *)((const h3bf *)e.residual + r * GM_OUTN + c);
+  const float r0 = __uint_as_float(res << 16), r1 = __uint_as_float(res & 0xffff0000u);
+#endif
+#if GM_EPI == GM_EPI_RESIDUAL
+  y0 = rbf(__fadd_rn(r0, y0));
+  y1 = rbf(__fadd_rn(r1, y1));
+#elif GM_EPI == GM_EPI_GATE_RESIDUAL
+  const h3u32 gate =
+      *(const h3u32 *)((const h3bf *)e.table + trow * (long long)(GM_NUM_CHUNKS * GM_OUTN) + GM_CHUNK * GM_OUTN + c);
+  y0 = rbf(__fmaf_rn(__uint_as_float(gate << 16), y0, r0));
+  y1 = rbf(__fmaf_rn(__uint_as_float(gate & 0xffff0000u), y1, r1));
+#endif
+}
+
 // Output tensor o (selects, not an indexed load: a run-time index would put the pointer array in local memory).
 __device__ __forceinline__ void *gm_out(const GmEpilogue &e, int o) { return o == 0 ? e.y[0] : o == 1 ? e.y[1] : e.y[2]; }
 
@@ -121,18 +147,19 @@ __device__ __forceinline__ void gm_store(const GmEpilogue &e, long long r, long 
 __device__ __forceinline__ void gm_store2(const GmEpilogue &e, const void *bias, long long r, long long trow,
                                           long long c, float s0, float s1) {
   if (c >= GM_N) return;
-  float y0 = gm_final(e, r, trow, c, gm_bias(bias, s0, c));
   int o;
   long long at = gm_at(e, r, c, o);
   if (GM_OUTN % 2 == 0 && c + 1 < GM_N) {
-    float y1 = gm_final(e, r, trow, c + 1, gm_bias(bias, s1, c + 1));
+    float y0, y1;
+    gm_final2(e, r, trow, at - r * GM_OUTN, gm_bias(bias, s0, c), gm_bias(bias, s1, c + 1), y0, y1);
 #if GM_OUT_F32
     *(float2 *)((float *)gm_out(e, o) + at) = make_float2(y0, y1);
 #else
-    *(h3u32 *)((h3bf *)gm_out(e, o) + at) = (h3u32)f2bf(y0) | ((h3u32)f2bf(y1) << 16);
+    *(h3u32 *)((h3bf *)gm_out(e, o) + at) = pack_bf2(y0, y1);
 #endif
     return;
   }
+  const float y0 = gm_final(e, r, trow, c, gm_bias(bias, s0, c));
 #if GM_OUT_F32
   ((float *)gm_out(e, o))[at] = y0;
 #else
@@ -143,10 +170,14 @@ __device__ __forceinline__ void gm_store2(const GmEpilogue &e, const void *bias,
 
 // swiglu of one output column c: value and gate sums (weight rows c and GM_OUTN + c), each with its bias and rounded,
 // then bf16(value * bf16(silu(gate))).
-__device__ __forceinline__ h3bf gm_swiglu(const void *bias, float vsum, float gsum, long long c) {
+// gm_swiglu_f is its value as an F32 (already bf16), for a paired store.
+__device__ __forceinline__ float gm_swiglu_f(const void *bias, float vsum, float gsum, long long c) {
   float v = rbf(gm_bias(bias, vsum, c));
   float gt = rbf(gm_bias(bias, gsum, GM_OUTN + c));
-  return f2bf(rbf(__fmul_rn(v, rbf(h3c::detmath::silu(gt)))));
+  return rbf(__fmul_rn(v, rbf(h3c::detmath::silu(gt))));
+}
+__device__ __forceinline__ h3bf gm_swiglu(const void *bias, float vsum, float gsum, long long c) {
+  return f2bf(gm_swiglu_f(bias, vsum, gsum, c));
 }
 
 #if GM_EPI == GM_EPI_SWIGLU
@@ -156,7 +187,7 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
                                            float v1, float g0, float g1) {
   h3bf *y = (h3bf *)e.y[0] + r * GM_OUTN + c;
   if (GM_OUTN % 2 == 0 && c + 1 < GM_OUTN) {
-    *(h3u32 *)y = (h3u32)gm_swiglu(bias, v0, g0, c) | ((h3u32)gm_swiglu(bias, v1, g1, c + 1) << 16);
+    *(h3u32 *)y = pack_bf2(gm_swiglu_f(bias, v0, g0, c), gm_swiglu_f(bias, v1, g1, c + 1));
   } else {
     if (c < GM_OUTN) y[0] = gm_swiglu(bias, v0, g0, c);
     if (c + 1 < GM_OUTN) y[1] = gm_swiglu(bias, v1, g1, c + 1);
