@@ -10,8 +10,8 @@
 // power-capped (bench/NOTES.md), so energy per launch is what a kernel costs the ops around it.
 // --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight; the cooperative
 // and the ping-pong schedule, one 2-CTA cluster variant) and of the
-// Hopper attention (stages, overlap) beside the mma.sync kernel of the same op; the output bits of all variants are
-// the same (the GPU checks compare them).
+// Hopper attention (stages, overlap) beside the mma.sync kernel of the same op, and norm_modulate's rows per CTA and
+// row metadata; the output bits of all variants are the same (the GPU checks compare them).
 #include "emit_ops.h"
 #include "nvml_meter.h"
 #include "vendor_gemm.h"
@@ -175,6 +175,14 @@ int main(int argc, char **argv) {
     ts->upload(meta.data(), meta.size() * 8);
     for (long long r = 0; r < M; ++r) meta[size_t(r)] = r % 3;
     tags->upload(meta.data(), meta.size() * 8);
+    // Metadata in runs, as canonical order gives it (--sweep's norm_modulate): timestep r * T / M, tag 1 for the first
+    // tenth of the rows (text), 0 for the next 80 % (video), 2 for the rest (audio).
+    auto tsRuns = std::make_unique<hc::DeviceBuffer>(size_t(M) * 8);
+    auto tagsRuns = std::make_unique<hc::DeviceBuffer>(size_t(M) * 8);
+    for (long long r = 0; r < M; ++r) meta[size_t(r)] = r * T / M;
+    tsRuns->upload(meta.data(), meta.size() * 8);
+    for (long long r = 0; r < M; ++r) meta[size_t(r)] = r < M / 10 ? 1 : r < 9 * M / 10 ? 0 : 2;
+    tagsRuns->upload(meta.data(), meta.size() * 8);
 
     std::vector<Result> results;
     std::map<std::string, plan::Kernel> kernels;  // the runner keeps pointers to these
@@ -357,12 +365,29 @@ int main(int argc, char **argv) {
       o.in = {x->get(), table->get(), ts->get(), tags->get()};
       o.out = {y->get()};
       o.w = {w->get()};
-      bench("norm_modulate H=5376",
-            op(OpKind::NormModulate, "norm1",
-               with(attrs({{"H", H}, {"eps", 1e-5}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 6}}), BF, BF,
-                    BF),
-               laneTree(), 1),
-            o, 0, 4.0 * M * H);
+      const plan::OpAttrs na =
+          with(attrs({{"H", H}, {"eps", 1e-5}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 6}}), BF, BF, BF);
+      const EmitOp nm = op(OpKind::NormModulate, "norm1", na, laneTree(), 1);
+      bench("norm_modulate H=5376", nm, o, 0, 4.0 * M * H);
+      if (sweep) {
+        // Rows per CTA (8 by default; the SM holds 16 rows either way), row metadata in runs as in the forward
+        // against the bench's (the next row in the next table row: 6 table rows in L1 at once), and rms_norm (the
+        // refiner's).
+        for (int rows : {1, 2, 4, 16}) {
+          h3c::kernels::EmitOptions opt;
+          opt.normRows = rows;
+          bench(fmt::format("norm_modulate H=5376 [rows/CTA {}]", rows), nm, o, 0, 4.0 * M * H, opt);
+        }
+        Operands runs = o;
+        runs.in[2] = tsRuns->get();
+        runs.in[3] = tagsRuns->get();
+        bench("norm_modulate H=5376 [table rows in runs]", nm, runs, 0, 4.0 * M * H);
+        Operands r = o;
+        r.in = {x->get()};
+        bench("rms_norm H=5376",
+              op(OpKind::RmsNorm, "norm", with(attrs({{"H", H}, {"eps", 1e-5}}), BF, BF, BF), laneTree(), 1), r, 0,
+              4.0 * M * H);
+      }
     }
     {
       Operands o;

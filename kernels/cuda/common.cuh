@@ -77,6 +77,36 @@ __device__ __forceinline__ h3u32 pack_bf2(float lo, float hi) {
   return r;
 }
 
+// Pairs of bf16 values in one 32-bit word (low half first) and the hardware's bf16x2 instructions, one instruction
+// per pair where f2bf and F32 arithmetic take about ten. Each equals its F32 form for every input that reaches it
+// (test/gpu/gpu_bf16_pairs_test.cpp checks every such input on the device):
+//   bf2_rn(lo, hi) == pack_bf2(lo, hi) for every non-NaN F32 value and for the canonical NaN 0x7fffffff, the only NaN
+//     F32 arithmetic returns on the GPU (0x7fff both); apply it to arithmetic results only (f2bf keeps other NaN
+//     payloads, the cvt returns 0x7fff);
+//   bf2_mul(a, b) == pack_bf2(lo(a) * lo(b), hi(a) * hi(b)) for every a that bf2_rn returns (any non-NaN value or
+//     0x7fff) and every b: the F32 product of two bf16 values is exact unless it is below 2^-134 (then both forms
+//     round it to a zero of its sign), so the F32 form rounds once, as the bf16 instruction does;
+//   bf2_one_plus(s) == pack_bf2(1 + lo(s), 1 + hi(s)) for every non-NaN s: 1 + s is exact in F32 for |s| >= 2^-16
+//     and rounds to 1 in both forms below; a NaN s gives a NaN (feed it to F32 arithmetic only, which makes every
+//     NaN the canonical one).
+__device__ __forceinline__ float bf2_lo(h3u32 v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf2_hi(h3u32 v) { return __uint_as_float(v & 0xffff0000u); }
+__device__ __forceinline__ h3u32 bf2_rn(float lo, float hi) {
+  h3u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ h3u32 bf2_mul(h3u32 a, h3u32 b) {
+  h3u32 r;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ h3u32 bf2_one_plus(h3u32 s) {
+  h3u32 r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %2;\n" : "=r"(r) : "r"(s), "r"(0x3f803f80u));
+  return r;
+}
+
 // The contract's lane_tree: for off = 16..1, lanes l < off add lane l + off; the result is lane 0's, broadcast.
 __device__ __forceinline__ float h3c_lane_tree(float p) {
 #pragma unroll

@@ -3,14 +3,25 @@
 // inv = 1 / sqrt(ss / H + eps) with IEEE division and square root, n = bf(bf(x * inv) * w), and for norm_modulate
 // y = bf(fma(n, bf(1 + scale), shift)) with scale/shift the table chunks of the row's (timestep, modality).
 //
-// RN_VEC (bf16 in and out, H % 256 == 0): the warp first copies its row into shared memory with 16-byte loads, all in
-// flight at once, and reads it from there twice (the lane_tree's strided order from shared memory, the elementwise
-// pass with 16-byte vectors of x, w, the table chunks and y); without it every access is a 2-byte load per lane and
-// the kernel runs at a third of the memory bandwidth. Same operations on the same values: the same bits.
+// RN_VEC (bf16 in and out, H % 256 == 0) is built to stream at the memory's speed (issue 14):
+//   - the row stays in registers (RN_XREG): lane l loads the 16-byte chunks l + 32 i (RN_NC = H / 256 of them), all
+//     in flight at once, bypassing L1 (read once); 16 rows per SM, whose registers hold 170 KB of rows in flight.
+//     Rows too long for the registers (RN_XREG 0) read x twice, the second time mostly from the caches;
+//   - the lane_tree wants lane l's chain over x_l, x_{l+32}, ... in ascending order, which is not the chunk layout
+//     (a chunk holds 8 neighbours, 8 different chains). Piece i of the row (elements 256 i .. 256 i + 255, chunk i of
+//     every lane) holds steps 8 i .. 8 i + 7 of every chain, so the warp writes RN_STAGE pieces at a time into a small
+//     shared buffer and lane l reads its 8 steps of each: the chain's order, with RN_STAGE * 512 bytes per warp
+//     instead of the whole row (which left L1 too little room for the weight and table rows);
+//   - the elementwise pass takes x from registers and w, shift and scale through L1 (the same few rows for every
+//     row of the launch), and computes two elements per instruction where the contract's rounding allows it:
+//     bf2_rn for bf(F32 result), bf2_mul for bf(n * w), bf2_one_plus for bf(1 + scale) (common.cuh: each equals
+//     its F32 form on every input it gets here); x * inv and the final fma stay F32 operations, as the contract says.
+// The same operations on the same values as rn_one: the same bits.
 //
 // Defined by the emitter: RN_ENTRY H3C_PARAMS RN_H RN_EPS RN_HAS_W RN_XF32 RN_OUT_F32 RN_MOD (1 = norm_modulate)
-// RN_SHIFT RN_SCALE RN_NUMCH RN_RPT RN_VEC (dynamic shared memory 8 * RN_H * 2 bytes when 1). Parameters: x; table, ts_index (, tags when RN_RPT == 3) for norm_modulate; y;
-// w (RN_HAS_W); rows; meta_rows (norm_modulate).
+// RN_SHIFT RN_SCALE RN_NUMCH RN_RPT RN_VEC RN_ROWS (rows per CTA, one warp each) RN_STAGE (RN_VEC: pieces staged at
+// once, a divisor of H / 256) RN_XREG (RN_VEC: 1 = the row in registers). Parameters: x; table, ts_index (, tags
+// when RN_RPT == 3) for norm_modulate; y; w (RN_HAS_W); rows; meta_rows (norm_modulate).
 __device__ __forceinline__ float rn_x(const void *x, long long i) {
 #if RN_XF32
   return ((const float *)x)[i];
@@ -31,36 +42,53 @@ __device__ __forceinline__ float rn_one(float xv, float inv, float wv, float shi
   return n;
 }
 
-extern "C" __global__ void __launch_bounds__(256) RN_ENTRY(H3C_PARAMS) {
-  const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+#if RN_VEC
+#define RN_NC (RN_H / 256)  // 16-byte chunks per lane
+#if RN_NC % RN_STAGE != 0
+#error "RN_STAGE must divide RN_H / 256"
+#endif
+// A chunk of the row that is read once: not kept in L1, which holds the weight and table rows every row reads.
+// Volatile: the compiler keeps the row's loads where they are written, all before the first __syncwarp (it sinks
+// plain loads to their first use, which would issue one stage of the row per memory round trip).
+__device__ __forceinline__ uint4 rn_ld_once(const uint4 *p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+// Two elements (one word of a chunk) of the elementwise pass, rn_one's operations on a bf16 pair.
+__device__ __forceinline__ h3u32 rn_pair(h3u32 xw, float inv, h3u32 ww, h3u32 shw, h3u32 scw) {
+  h3u32 n = bf2_rn(__fmul_rn(bf2_lo(xw), inv), __fmul_rn(bf2_hi(xw), inv));
+#if RN_HAS_W
+  n = bf2_mul(n, ww);
+#endif
+#if RN_MOD
+  const h3u32 s1 = bf2_one_plus(scw);
+  n = bf2_rn(__fmaf_rn(bf2_lo(n), bf2_lo(s1), bf2_lo(shw)), __fmaf_rn(bf2_hi(n), bf2_hi(s1), bf2_hi(shw)));
+#endif
+  return n;
+}
+#endif
+
+// 16 warps per SM (the registers of 16 rows: RN_VEC keeps a row in 4 * RN_NC registers per lane), so the
+// registers per thread are capped at 128.
+extern "C" __global__ void __launch_bounds__(RN_ROWS * 32, RN_ROWS < 16 ? 16 / RN_ROWS : 1) RN_ENTRY(H3C_PARAMS) {
+  const long long row = (long long)blockIdx.x * RN_ROWS + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
-  if (row >= rows) return;  // whole warps leave together: the shuffles below stay full-warp
+  if (row >= rows) return;  // whole warps leave together: the shuffles below stay full-warp, no CTA barrier follows
   const long long base = row * RN_H;
 #if RN_VEC
-  extern __shared__ __align__(16) unsigned char rn_smem[];
-  h3bf *xs = (h3bf *)rn_smem + (threadIdx.x >> 5) * RN_H;
-  {
-    const uint4 *xg = (const uint4 *)((const h3bf *)x + base);
-    uint4 buf[RN_H / 256];
+  const uint4 *xg = (const uint4 *)((const h3bf *)x + base) + lane;
+#if RN_XREG
+  uint4 xr[RN_NC];
 #pragma unroll
-    for (int i = 0; i < RN_H / 256; ++i) buf[i] = __ldg(xg + lane + 32 * i);
-#pragma unroll
-    for (int i = 0; i < RN_H / 256; ++i) ((uint4 *)xs)[lane + 32 * i] = buf[i];
-    __syncwarp();
-  }
-#define RN_XAT(j) bf2f(xs[j])
+  for (int i = 0; i < RN_NC; ++i) xr[i] = rn_ld_once(xg + 32 * i);
+#define RN_CHUNK(i) xr[i]
 #else
-#define RN_XAT(j) rn_x(x, base + (j))
+#define RN_CHUNK(i) __ldg(xg + 32 * (i))
 #endif
-  float p = 0.0f;
-  // Unrolled so that the shared-memory reads of 8 steps issue together; the fma chain keeps its order.
-#pragma unroll 8
-  for (int j = lane; j < RN_H; j += 32) {
-    float v = RN_XAT(j);
-    p = __fmaf_rn(v, v, p);
-  }
-  const float ss = h3c_lane_tree(p);
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)RN_H), RN_EPS)));
+#endif
 #if RN_MOD
 #if RN_RPT == 3
   const long long *tg = (const long long *)tags;
@@ -70,33 +98,57 @@ extern "C" __global__ void __launch_bounds__(256) RN_ENTRY(H3C_PARAMS) {
   const long long trow = h3c_table_row((const long long *)ts_index, tg, meta_rows, row, RN_RPT);
   const h3bf *tab = (const h3bf *)table + trow * (long long)(RN_NUMCH * RN_H);
 #endif
+  float p = 0.0f;
 #if RN_VEC
-  // RN_H / 256 chunks of 8 per lane (21 at H = 5376), unrolled by 7 so that the weight and table loads of 7 chunks
-  // are in flight together instead of one L2 round trip per chunk (elementwise: no order to keep).
-#pragma unroll 7
-  for (int c = lane; c < RN_H / 8; c += 32) {
-    const uint4 xv = ((const uint4 *)xs)[c];
-    uint4 wv = make_uint4(0, 0, 0, 0), sh = wv, sc = wv;
+  {
+    __shared__ __align__(16) h3u32 rn_stage[RN_ROWS][RN_STAGE * 128];
+    h3u32 *st = rn_stage[threadIdx.x >> 5];
+    const h3bf *sh = (const h3bf *)st;
+#pragma unroll
+    for (int i0 = 0; i0 < RN_NC; i0 += RN_STAGE) {
+#pragma unroll
+      for (int s = 0; s < RN_STAGE; ++s) ((uint4 *)st)[32 * s + lane] = RN_CHUNK(i0 + s);
+      __syncwarp();
+#pragma unroll
+      for (int s = 0; s < RN_STAGE; ++s)
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {  // x_j, j = 256 (i0 + s) + 32 m + lane: step 8 (i0 + s) + m of this chain
+          const float v = bf2f(sh[256 * s + 32 * m + lane]);
+          p = __fmaf_rn(v, v, p);
+        }
+      __syncwarp();  // every lane has read the pieces before the next ones overwrite them
+    }
+  }
+#else
+  for (int j = lane; j < RN_H; j += 32) {
+    float v = rn_x(x, base + j);
+    p = __fmaf_rn(v, v, p);
+  }
+#endif
+  const float ss = h3c_lane_tree(p);
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)RN_H), RN_EPS)));
+#if RN_VEC
+  uint4 *yg = (uint4 *)((h3bf *)y + base) + lane;
+#pragma unroll
+  for (int i = 0; i < RN_NC; ++i) {
+    const int c = lane + 32 * i;
+    uint4 wv = make_uint4(0, 0, 0, 0), shv = wv, scv = wv;
 #if RN_HAS_W
     wv = __ldg((const uint4 *)w + c);
 #endif
 #if RN_MOD
-    sh = __ldg((const uint4 *)(tab + RN_SHIFT * RN_H) + c);
-    sc = __ldg((const uint4 *)(tab + RN_SCALE * RN_H) + c);
+    shv = __ldg((const uint4 *)(tab + RN_SHIFT * RN_H) + c);
+    scv = __ldg((const uint4 *)(tab + RN_SCALE * RN_H) + c);
 #endif
-    const h3u32 xa[4] = {xv.x, xv.y, xv.z, xv.w}, wa[4] = {wv.x, wv.y, wv.z, wv.w};
-    const h3u32 sha[4] = {sh.x, sh.y, sh.z, sh.w}, sca[4] = {sc.x, sc.y, sc.z, sc.w};
-    h3u32 o[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float lo = rn_one(__uint_as_float(xa[e] << 16), inv, __uint_as_float(wa[e] << 16),
-                              __uint_as_float(sha[e] << 16), __uint_as_float(sca[e] << 16));
-      const float hi = rn_one(__uint_as_float(xa[e] & 0xffff0000u), inv, __uint_as_float(wa[e] & 0xffff0000u),
-                              __uint_as_float(sha[e] & 0xffff0000u), __uint_as_float(sca[e] & 0xffff0000u));
-      o[e] = pack_bf2(lo, hi);
-    }
-    ((uint4 *)((h3bf *)y + base))[c] = make_uint4(o[0], o[1], o[2], o[3]);
+    const uint4 xv = RN_CHUNK(i);
+    uint4 o;
+    o.x = rn_pair(xv.x, inv, wv.x, shv.x, scv.x);
+    o.y = rn_pair(xv.y, inv, wv.y, shv.y, scv.y);
+    o.z = rn_pair(xv.z, inv, wv.z, shv.z, scv.z);
+    o.w = rn_pair(xv.w, inv, wv.w, shv.w, scv.w);
+    yg[32 * i] = o;
   }
+#undef RN_CHUNK
 #else
   for (int j = lane; j < RN_H; j += 32) {
     float wv = 0.0f, shift = 0.0f, scale = 0.0f;
@@ -115,5 +167,4 @@ extern "C" __global__ void __launch_bounds__(256) RN_ENTRY(H3C_PARAMS) {
 #endif
   }
 #endif
-#undef RN_XAT
 }

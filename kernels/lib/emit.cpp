@@ -503,8 +503,16 @@ plan::Kernel emitNorm(const OpView &v, bool modulate, const std::string &arch) {
   if (modulate) p.scalar("meta_rows", v.rowsOfIn(2));
   // The vector path needs 16-byte aligned rows, tables and weights: bf16 with H % 256 == 0 (8 elements per lane).
   const bool vec = a.xDtype != DType::F32 && a.outDtype != DType::F32 && a.H % 256 == 0;
-  b.def("RN_VEC", vec ? 1 : 0);
-  plan::Launch l = launch(256, vec ? 8 * a.H * 2 : 0, dim(v.rowsOfIn(0), 8));
+  const int64_t chunks = a.H / 256;  // 16-byte chunks per lane
+  // The row in registers (4 per chunk) up to 22 chunks: ptxas fits them in the 128 registers of 16 warps per SM
+  // without spilling (H = 5376 is 21); longer rows read x twice.
+  const int64_t xreg = vec && chunks <= 22 ? 1 : 0;
+  int64_t stage = 1;  // pieces the lane_tree stages at once: the largest divisor of the chunk count up to 4
+  for (int64_t s = 2; vec && s <= 4; ++s)
+    if (chunks % s == 0) stage = s;
+  const int64_t rowsPerCta = v.options.normRows;
+  b.def("RN_VEC", vec ? 1 : 0); b.def("RN_ROWS", rowsPerCta); b.def("RN_STAGE", stage); b.def("RN_XREG", xreg);
+  plan::Launch l = launch(32 * rowsPerCta, 0, dim(v.rowsOfIn(0), rowsPerCta));
   return finish(fmt::format("{}_h{}", plan::opKindName(v.op.kind), a.H), "RN_ENTRY", b, p, tmpl::norm, l, arch);
 }
 

@@ -26,7 +26,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
-                          {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1}};
+                          {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1},
+                          {"norm_rows", &EmitOptions::normRows, 1, 16}};
 
 const Field &field(const std::string &name, int value, const std::string &where) {
   std::string names;
@@ -40,11 +41,11 @@ const Field &field(const std::string &name, int value, const std::string &where)
   fail(where, "unknown tuning name '{}' (known: {})", name, names);
 }
 
-// The profile names of the ops with a tunable kernel (the linears, qkv, attention); a per-op value for any other
-// name would silently apply to nothing.
+// The profile names of the ops with a tunable kernel (the linears, qkv, attention, the norms); a per-op value for any
+// other name would silently apply to nothing.
 const char *const kTunedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rope", "linear",
                                  "linear+residual",      "linear+gate_residual",    "linear+swiglu",
-                                 "attention"};
+                                 "attention",            "rms_norm",                "norm_modulate"};
 
 } // namespace
 

@@ -210,7 +210,7 @@ protected:
                    long long M, int checkRows);
   void checkAttention(const std::string &cfg, int heads, int d, long long L, int B);
   void checkRankAttention(const std::string &cfg, int heads, int d, long long L, int B, long long q0, long long Lq);
-  void checkNorms(const std::string &cfg, int H, long long M);
+  void checkNorms(const std::string &cfg, int H, long long M, int rowsPerCta = 0);
   void checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B);
   void checkQkvNormRope(const std::string &cfg, long long K, int heads, int R, long long S, int B);
   void checkElementwise(const std::string &cfg, int H, int F, long long M);
@@ -503,8 +503,13 @@ void Kernels::checkRankAttention(const std::string &cfg, int heads, int d, long 
 }
 
 // ---- bitwise kernels ----
-void Kernels::checkNorms(const std::string &cfg, int H, long long M) {
-  std::string name = fmt::format("[{}] rms_norm/norm_modulate H={} M={}", cfg, H, M);
+// rms_norm (with and without a weight) and norm_modulate (BF16 out over adaln rows ts * 3 + tag and over timestep
+// rows, without a weight, and F32 out for norm_out) against the contract's formula, bit for bit. rowsPerCta > 0 sets
+// the emitter's norm_rows (rows per CTA); M need not be a multiple of it.
+void Kernels::checkNorms(const std::string &cfg, int H, long long M, int rowsPerCta) {
+  hk::EmitOptions opt;
+  if (rowsPerCta > 0) opt.normRows = rowsPerCta;
+  std::string name = fmt::format("[{}] rms_norm/norm_modulate H={} M={} rows/CTA={}", cfg, H, M, opt.normRows);
   try {
     const float eps = 1e-5f;
     auto x = randBf(size_t(M * H), 3.0);
@@ -517,66 +522,63 @@ void Kernels::checkNorms(const std::string &cfg, int H, long long M) {
       tags[r] = (r / 3) % 3;
     }
     auto dx = up(x), dw = up(w), dt = up(table), dts = up(ts), dtg = up(tags);
-    // rms_norm
-    {
-      const plan::Kernel &k = kernel(op(OpKind::RmsNorm, "norm",
-                                        with(attrs({{"H", H}, {"eps", 1e-5}}), DType::BF16, DType::BF16, DType::BF16),
-                                        laneTree(), 1));
+    const auto xf = toF(x);
+    struct Variant {
+      const char *what;
+      bool modulate, weight, f32out, adaln;
+    };
+    const Variant variants[] = {{"rms_norm", false, true, false, false},
+                                {"rms_norm without weight", false, false, false, false},
+                                {"norm_modulate (BF16, adaln rows)", true, true, false, true},
+                                {"norm_modulate (BF16, timestep rows)", true, true, false, false},
+                                {"norm_modulate without weight (BF16, adaln rows)", true, false, false, true},
+                                {"norm_modulate (F32 out, timestep rows)", true, true, true, false}};
+    for (const Variant &v : variants) {
+      const int nc = v.adaln ? 6 : 2, sh = v.adaln ? 3 : 0, sc = v.adaln ? 4 : 1;
+      const DType out = v.f32out ? DType::F32 : DType::BF16;
+      const plan::OpAttrs a =
+          v.modulate
+              ? with(attrs({{"H", H}, {"eps", 1e-5}, {"shift_chunk", sh}, {"scale_chunk", sc}, {"num_chunks", nc}}),
+                     DType::BF16, DType::BF16, out, plan::Epilogue::None,
+                     v.adaln ? plan::RowIndex::Adaln : plan::RowIndex::Timestep)
+              : with(attrs({{"H", H}, {"eps", 1e-5}}), DType::BF16, DType::BF16, out);
+      const EmitOp o = op(v.modulate ? OpKind::NormModulate : OpKind::RmsNorm, v.modulate ? "norm_modulate" : "norm", a,
+                          laneTree(), v.weight ? 1 : 0);
+      const plan::Kernel &k = kernel(o, opt);
       Launch l;
       l.in = {dx};
-      l.out = {outBuf(size_t(M * H * 2))};
-      l.w = {dw};
+      if (v.modulate) l.in.insert(l.in.end(), {dt, dts});
+      if (v.modulate && v.adaln) l.in.push_back(dtg);
+      l.out = {outBuf(size_t(M * H * (v.f32out ? 4 : 2)))};
+      if (v.weight) l.w = {dw};
       l.e = rowsS(M);
       run(k, l);
-      auto y = down<uint16_t>(*l.out[0], size_t(M * H));
-      std::vector<uint16_t> ref(size_t(M * H));
-      auto xf = toF(x);
-      for (long long r = 0; r < M; ++r) {
-        float inv = invRms(laneTreeSS(&xf[size_t(r * H)], H), H, eps);
-        for (int j = 0; j < H; ++j)
-          ref[size_t(r * H + j)] = floatToBf16(roundBf16(xf[size_t(r * H + j)] * inv) * bf16ToFloat(w[size_t(j)]));
-      }
-      size_t fd = firstDiff(y, ref);
-      report(fd == SIZE_MAX, name + ": rms_norm bitwise vs contract formula" +
-                                 (fd == SIZE_MAX ? "" : fmt::format(" (first diff at {})", fd)));
-    }
-    // norm_modulate, BF16 out (blocks) and F32 out (norm_out, row = timestep)
-    for (int f32out = 0; f32out < 2; ++f32out) {
-      int nc = f32out ? 2 : 6, sh = f32out ? 0 : 3, sc = f32out ? 1 : 4, rpt = f32out ? 1 : 3;
-      plan::OpAttrs a = with(attrs({{"H", H}, {"eps", 1e-5}, {"shift_chunk", sh}, {"scale_chunk", sc}, {"num_chunks", nc}}),
-                             DType::BF16, DType::BF16, f32out ? DType::F32 : DType::BF16, plan::Epilogue::None,
-                             f32out ? plan::RowIndex::Timestep : plan::RowIndex::Adaln);
-      const plan::Kernel &k = kernel(op(OpKind::NormModulate, "norm_modulate", a, laneTree(), 1));
-      Launch l;
-      l.in = {dx, dt, dts};
-      if (!f32out) l.in.push_back(dtg);
-      l.out = {outBuf(size_t(M * H * 4))};
-      l.w = {dw};
-      l.e = rowsS(M);
-      run(k, l);
-      auto xf = toF(x);
+      // The contract (section 3): n = bf(bf(x * inv) * w), y = bf(fma(n, bf(1 + scale), shift)).
       std::vector<float> ref(size_t(M * H));
       for (long long r = 0; r < M; ++r) {
-        float inv = invRms(laneTreeSS(&xf[size_t(r * H)], H), H, eps);
-        long long trow = rpt == 3 ? ts[size_t(r)] * 3 + tags[size_t(r)] : ts[size_t(r)];
+        const float inv = invRms(laneTreeSS(&xf[size_t(r * H)], H), H, eps);
+        const long long trow = v.adaln ? ts[size_t(r)] * 3 + tags[size_t(r)] : ts[size_t(r)];
         for (int j = 0; j < H; ++j) {
-          float n = roundBf16(roundBf16(xf[size_t(r * H + j)] * inv) * bf16ToFloat(w[size_t(j)]));
-          float shift = bf16ToFloat(table[size_t(trow * nc * H + sh * H + j)]);
-          float s1 = roundBf16(1.0f + bf16ToFloat(table[size_t(trow * nc * H + sc * H + j)]));
-          ref[size_t(r * H + j)] = roundBf16(std::fmaf(n, s1, shift));
+          float n = roundBf16(xf[size_t(r * H + j)] * inv);
+          if (v.weight) n = roundBf16(n * bf16ToFloat(w[size_t(j)]));
+          if (v.modulate) {
+            const float shift = bf16ToFloat(table[size_t(trow * nc * H + sh * H + j)]);
+            const float s1 = roundBf16(1.0f + bf16ToFloat(table[size_t(trow * nc * H + sc * H + j)]));
+            n = roundBf16(std::fmaf(n, s1, shift));
+          }
+          ref[size_t(r * H + j)] = n;
         }
       }
-      bool ok;
-      if (f32out) {
-        auto y = down<float>(*l.out[0], size_t(M * H));
-        ok = bytesEqual(y, ref);
+      size_t fd;
+      if (v.f32out) {
+        fd = firstDiff(down<float>(*l.out[0], size_t(M * H)), ref);
       } else {
-        auto y = down<uint16_t>(*l.out[0], size_t(M * H));
         std::vector<uint16_t> rb(ref.size());
         for (size_t i = 0; i < ref.size(); ++i) rb[i] = floatToBf16(ref[i]);
-        ok = bytesEqual(y, rb);
+        fd = firstDiff(down<uint16_t>(*l.out[0], size_t(M * H)), rb);
       }
-      report(ok, name + fmt::format(": norm_modulate ({}) bitwise", f32out ? "F32 out, timestep rows" : "BF16, adaln rows"));
+      report(fd == SIZE_MAX, name + ": " + v.what + " bitwise vs contract formula" +
+                                 (fd == SIZE_MAX ? "" : fmt::format(" (first diff: row {}, column {})", fd / H, fd % H)));
     }
   } catch (const std::exception &ex) {
     report(false, name + ": " + ex.what());
@@ -974,6 +976,16 @@ TEST_F(Kernels, QkvNormRopeEpilogue) {
   checkQkvNormRope("full refiner", 5376, 56, 0, 70, 1);
   checkQkvNormRope("small", 192, 2, 96, 37, 2);
   checkQkvNormRope("small refiner", 192, 2, 0, 5, 1);
+}
+// The norms' shapes and launch forms (norm.cuh): the forward's row count, one row, rows per CTA 1, 3 and 16 (333 rows:
+// a partial last CTA), rows of one 256-element piece, and rows too long to stay in registers (x read twice).
+TEST_F(Kernels, NormShapes) {
+  checkNorms("full", 5376, quick() ? 333 : 8349);
+  checkNorms("full", 5376, 1);
+  for (int rowsPerCta : {1, 3, 16}) checkNorms("full", 5376, 333, rowsPerCta);
+  checkNorms("H 256", 256, 37);
+  checkNorms("H 6144", 6144, 37);
+  checkNorms("tiny", 24, 1);
 }
 TEST_F(Kernels, FullBitwiseKernels) {
   long long M = quick() ? 130 : 333;

@@ -39,8 +39,9 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
                                                      "its epilogue by default); the same bits (for comparisons)");
   app.add_option("--tune", a->tune,
                  "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, gemm_pingpong, "
-                 "attn_stages, attn_overlap, attn_pingpong), for every op, or OP:NAME=VALUE for one op kind (qkv_linear, "
-                 "qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...); changes speed, never a bit")
+                 "attn_stages, attn_overlap, attn_pingpong, norm_rows), for every op, or OP:NAME=VALUE for one op "
+                 "kind (qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, norm_modulate, "
+                 "...); changes speed, never a bit")
       ->allow_extra_args(false);
   app.add_option("--dump-ir", a->dumpIr, "Write the IR after import and after every pass into this folder");
   app.add_option("--tokens", a->tokens, "Packed rows S for the buffer peak report")->check(CLI::PositiveNumber);

@@ -298,6 +298,43 @@ TEST(KernelEmit, LaunchAbiIsWrittenOut) {
   EXPECT_EQ(unpack->launch.grid[0].extent.text(), "96*B*Nv + 96*B*Na");
 }
 
+// The norms (norm.cuh): one warp per row, norm_rows rows per CTA (8 by default), no dynamic shared memory; the row in
+// registers up to 22 chunks of 256 elements (the full config's 5376 is 21), pieces staged by the largest divisor of
+// the chunk count up to 4; the scalar path for rows that are not bf16 multiples of 256 (tiny's 24, F32 out).
+TEST(KernelEmit, NormLaunchAndVariants) {
+  auto nm = [](long long H, DType out) {
+    return op(OpKind::NormModulate, "n",
+              with(attrs({{"H", H}, {"eps", 1e-5}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 6}}),
+                   DType::BF16, DType::BF16, out),
+              laneTree(), 1);
+  };
+  auto has = [](const plan::Kernel &k, const std::string &def) {
+    return k.source.find("#define " + def + "\n") != std::string::npos;
+  };
+  plan::Extents e{2, 8349, 512, 7680, 157, 1};
+  const plan::Kernel full = *emit(nm(5376, DType::BF16));
+  EXPECT_EQ(full.launch.block[0], 256);
+  EXPECT_EQ(full.launch.smemBytes, 0);
+  EXPECT_EQ(full.launch.grid[0].extent.eval(e), 2 * 8349);
+  EXPECT_EQ(full.launch.grid[0].div, 8);
+  for (const char *d : {"RN_VEC 1", "RN_ROWS 8", "RN_STAGE 3", "RN_XREG 1"}) EXPECT_TRUE(has(full, d)) << d;
+  hk::EmitOptions rows3;
+  rows3.set("norm_modulate:norm_rows", 3, "test");
+  const plan::Kernel r3 = *emit(nm(5376, DType::BF16), "sm_90a", rows3);
+  EXPECT_EQ(r3.launch.block[0], 96);
+  EXPECT_EQ(r3.launch.grid[0].div, 3);
+  EXPECT_TRUE(has(r3, "RN_ROWS 3"));
+  EXPECT_NE(r3.id, full.id);
+  EXPECT_EQ(emit(op(OpKind::RmsNorm, "r", with(attrs({{"H", 5376}, {"eps", 1e-5}}), DType::BF16, DType::BF16,
+                                               DType::BF16), laneTree(), 1), "sm_90a", rows3)->launch.block[0],
+            256);  // the per-op value is norm_modulate's only
+  const plan::Kernel wide = *emit(nm(6144, DType::BF16));
+  for (const char *d : {"RN_VEC 1", "RN_STAGE 4", "RN_XREG 0"}) EXPECT_TRUE(has(wide, d)) << d;
+  EXPECT_TRUE(has(*emit(nm(256, DType::BF16)), "RN_STAGE 1"));
+  EXPECT_TRUE(has(*emit(nm(5376, DType::F32)), "RN_VEC 0"));
+  EXPECT_TRUE(has(*emit(nm(24, DType::BF16)), "RN_VEC 0"));
+}
+
 TEST(KernelEmit, TensorCoreLinearsAreOneChain) {
   auto c = h3c::h3::namedConfig("full");
   auto ops = h3Ops(c);
@@ -474,6 +511,21 @@ void compileAll(const char *cfg, const std::string &arch, bool plan = false,
   EXPECT_EQ(jit.stats().compiled, (int)seen.size());
 }
 
+// Compiles with ptxas's report (--ptxas-options=-v: registers, spills, serialized wgmmas) in the log; a compile error
+// is a test failure naming `what`, and nullopt.
+std::optional<hc::CompiledKernel> compileVerbose(hc::NvrtcJit &jit, plan::Kernel k, const std::string &what) {
+  k.nvrtcOptions.push_back("--ptxas-options=-v");
+  try {
+    return jit.compile(k);
+  } catch (const std::exception &e) {
+    ADD_FAILURE() << what << " " << k.id << ": " << e.what();
+    return std::nullopt;
+  }
+}
+bool spillsNothing(const hc::CompiledKernel &c) {
+  return c.log.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos;
+}
+
 TEST(NvrtcCompile, FullConfigAndPlanSm90a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   compileAll("full", "sm_90a", /*plan=*/true);
@@ -501,18 +553,11 @@ TEST(NvrtcCompile, QkvNormRopeEpilogueNeitherSerializesNorSpills) {
   for (const char *cfg : {"full", "small"})
     for (const auto &o : hopperOnlyOps(h3c::h3::namedConfig(cfg)))
       for (const hk::EmitOptions &opt : {hk::EmitOptions{}, pp}) {
-        plan::Kernel k = *emit(o, "sm_90a", opt);
-        k.nvrtcOptions.push_back("--ptxas-options=-v");
-        hc::CompiledKernel c;
-        try {
-          c = jit.compile(k);
-        } catch (const std::exception &e) {
-          ADD_FAILURE() << cfg << " " << k.id << ": " << e.what();
-          continue;
-        }
-        EXPECT_NE(c.log.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos)
-            << cfg << " " << k.id << ":\n" << c.log;
-        EXPECT_EQ(c.log.find("serialized"), std::string::npos) << c.log;
+        const plan::Kernel k = *emit(o, "sm_90a", opt);
+        const auto c = compileVerbose(jit, k, cfg);
+        if (!c) continue;
+        EXPECT_TRUE(spillsNothing(*c)) << cfg << " " << k.id << ":\n" << c->log;
+        EXPECT_EQ(c->log.find("serialized"), std::string::npos) << c->log;
       }
 }
 // The 192-wide cooperative tile (gemm_bn=192: whole waves at N = 5,376) for the linears with the epilogues it serves,
@@ -575,19 +620,38 @@ TEST(NvrtcCompile, AttentionAtBothKvBlocksNeitherSerializesNorSpills) {
           EXPECT_THROW(emit(o, arch, opt), h3c::Error);
           continue;
         }
-        plan::Kernel k = *emit(o, arch, opt);
+        const plan::Kernel k = *emit(o, arch, opt);
         EXPECT_NE(k.source.find("_KV " + std::to_string(kv)), std::string::npos) << k.id;
-        k.nvrtcOptions.push_back("--ptxas-options=-v");
-        hc::CompiledKernel c;
-        try {
-          c = jit.compile(k);
-        } catch (const std::exception &e) {
-          ADD_FAILURE() << arch << " kv " << kv << " " << k.id << ": " << e.what();
-          continue;
-        }
-        EXPECT_NE(c.log.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos)
-            << arch << " kv " << kv << " " << k.id << ":\n" << c.log;
-        EXPECT_EQ(c.log.find("serialized"), std::string::npos) << c.log;
+        const auto c = compileVerbose(jit, k, arch + " kv " + std::to_string(kv));
+        if (!c) continue;
+        EXPECT_TRUE(spillsNothing(*c)) << arch << " kv " << kv << " " << k.id << ":\n" << c->log;
+        EXPECT_EQ(c->log.find("serialized"), std::string::npos) << c->log;
+      }
+}
+// The norms keep the full config's row in registers (84 of them) at 16 warps per SM: at most 128 registers and no
+// spills, for both archs, every rows-per-CTA value the bench sweeps, with and without modulation and weight.
+TEST(NvrtcCompile, NormKernelsKeepTheRowInRegistersWithoutSpilling) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  const EmitOp ops[] = {
+      op(OpKind::NormModulate, "n",
+         with(attrs({{"H", 5376}, {"eps", 1e-5}, {"shift_chunk", 0}, {"scale_chunk", 1}, {"num_chunks", 6}}),
+              DType::BF16, DType::BF16, DType::BF16),
+         laneTree(), 1),
+      op(OpKind::RmsNorm, "r", with(attrs({{"H", 5376}, {"eps", 1e-5}}), DType::BF16, DType::BF16, DType::BF16),
+         laneTree(), 0)};
+  for (const std::string arch : {"sm_90a", "sm_100a"})
+    for (const EmitOp &o : ops)
+      for (int rows : {1, 8, 16}) {
+        hk::EmitOptions opt;
+        opt.normRows = rows;
+        const plan::Kernel k = *emit(o, arch, opt);
+        const auto c = compileVerbose(jit, k, arch);
+        if (!c) continue;
+        EXPECT_TRUE(spillsNothing(*c)) << arch << " " << k.id << ":\n" << c->log;
+        const size_t at = c->log.find("Used ");
+        ASSERT_NE(at, std::string::npos) << c->log;
+        EXPECT_LE(std::atoi(c->log.c_str() + at + 5), 128) << arch << " " << k.id << ":\n" << c->log;
       }
 }
 TEST(NvrtcCompile, FullConfigAndPlanSm100a) {

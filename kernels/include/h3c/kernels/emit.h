@@ -39,6 +39,8 @@ struct EmitOptions {
   // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
   // consumer warpgroups take turns issuing (FA3's ping-pong; with overlap only).
   int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1;
+  // rms_norm / norm_modulate: rows per CTA (one warp each, 1-16; norm.cuh); the SM holds 16 rows either way.
+  int normRows = 8;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
@@ -53,10 +55,10 @@ struct EmitOptions {
   std::vector<PerOp> perOp;
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
-  // gemm_inflight, gemm_cluster, gemm_pingpong, attn_stages, attn_overlap, attn_pingpong), for every op, or, as
-  // `OP:NAME`, for the ops of one profile name (see perOp). Setting a field for every op drops the per-op values of
-  // that field set before (the defaults too): the last word wins. Throws h3c::Error naming `where` for an unknown
-  // name or a value out of the field's range.
+  // gemm_inflight, gemm_cluster, gemm_pingpong, attn_stages, attn_overlap, attn_pingpong, norm_rows), for every op,
+  // or, as `OP:NAME`, for the ops of one profile name (see perOp). Setting a field for every op drops the per-op
+  // values of that field set before (the defaults too): the last word wins. Throws h3c::Error naming `where` for an
+  // unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);
   // These options with the per-op values for `op` (or for the ops of one profile name) applied.
   EmitOptions forOp(const plan::Op &op) const;
