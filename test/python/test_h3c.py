@@ -222,7 +222,7 @@ class Errors(unittest.TestCase):
         lines = [l for l in r.stderr.splitlines() if l.startswith("h3c python: forward ")]
         self.assertEqual(len(lines), 2, r.stderr)
         for line in lines:
-            total = float(line.split(": ")[1].split(" ms = ")[0])
+            total = float(line.split(" ms = ")[0].rsplit(": ", 1)[1])
             parts = [float(p.split()[-1]) for p in line.split(" ms = ")[1].split(" + ")]
             self.assertAlmostEqual(sum(parts), total, delta=0.01 * len(parts) + 1e-9)
             self.assertIn("executor", line)
