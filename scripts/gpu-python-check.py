@@ -7,8 +7,10 @@ and ends with "N passed, N failed" (a machine without CUDA prints one SKIP line 
                         [--diffusers-src carry/diffusers/src]
 
 For each config (synthetic weights; full is the 33B at 8,349 tokens, BF16 request):
-  1. torch CUDA tensors in and out (all ten arguments on the device, on a non-default stream too), byte-equal to the
-     file `h3c run --device gpu` writes for the same request, and the ledger byte-equal to its ledger file;
+  1. torch CUDA tensors in and out (all ten arguments on the device, on a non-default stream too, or the metadata on
+     the host), byte-equal to the file `h3c run --device gpu` writes for the same request, and the ledger byte-equal
+     to its ledger file; a NaN device activation refused, the next forward unchanged; the H3C_PROFILE phases of a
+     forward (FIGURE line) within its wall time;
   2. the call overhead: the Python call's wall time per forward (median of --repeats, synchronized) against the
      forward time `h3c run` reports (H3C_GPU_PROFILE=1, device events), printed as FIGURE lines;
 With --diffusers-src (tiny): 3. one step of diffusers' own denoise loop blocks (MiniMaxH3LoopDenoiser +
@@ -119,6 +121,36 @@ def check_config(a, cfg):
         s.synchronize()
         result(torch.equal(v2, out.sample) and torch.equal(a2, out.audio_sample),
                f"[{cfg}/{name}] on a non-default stream, the same bits")
+        # Host and device tensors together (the metadata on the host, the activations on the device): the engine
+        # reads each where it is, the same bits and the same ledger.
+        mixed = {k: (v if k.endswith("hidden_states") else v.cpu()) for k, v in kw.items()}
+        v3, a3 = t(**mixed, return_dict=False)
+        result(torch.equal(v3, out.sample) and torch.equal(a3, out.audio_sample) and t.ledger_json == ledger,
+               f"[{cfg}/{name}] host metadata with device activations, the same bits and ledger")
+        # A NaN in a device activation is refused before anything runs (the engine's read-back checks it), and the
+        # next forward is the same as ever (the engine's kept request buffers are refilled).
+        bad = dict(kw)
+        bad["hidden_states"] = kw["hidden_states"].clone()
+        bad["hidden_states"].view(-1)[1] = float("nan")
+        try:
+            t(**bad)
+            result(False, f"[{cfg}/{name}] a NaN device activation raises h3c.Error")
+        except h3c.Error as e:
+            result("finite" in str(e), f"[{cfg}/{name}] a NaN device activation raises h3c.Error", str(e)[:200])
+        v4, _ = t(**kw, return_dict=False)
+        result(torch.equal(v4, out.sample) and t.ledger_json == ledger, f"[{cfg}/{name}] after the error, the same bits")
+        # Where a forward's wall time goes (the phases H3C_PROFILE prints), against the call's own wall time.
+        torch.cuda.synchronize()
+        w0 = time.perf_counter()
+        t(**kw, return_dict=False)
+        wall = (time.perf_counter() - w0) * 1e3
+        ph = t._engine.last_profile
+        cxx = sum(ph[k] for k in ("read_request", "bind_device", "engine", "verdict"))
+        inner = sum(v for k, v in ph.items() if k.startswith("engine."))
+        result(0 < cxx <= wall and inner <= ph["engine"] + 1e-3,
+               f"[{cfg}/{name}] the profile's phases lie within the call", f"{ph} wall {wall:.3f}")
+        print(f"FIGURE [{cfg}/{name}] forward phases: wall {wall:.3f} ms = python {wall - cxx:.3f} + " +
+              " + ".join(f"{k} {v:.3f}" for k, v in sorted(ph.items())), flush=True)
         # Call overhead: Python wall per forward against the forward time the CLI measured on the device.
         times = []
         for _ in range(a.repeats if cfg != "full" else max(3, a.repeats // 4)):

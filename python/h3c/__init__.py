@@ -17,15 +17,22 @@ Tensors cross by DLPack. On device="cuda", torch CUDA tensors are read and writt
 are bound directly when they already have the plan's dtype and are contiguous (else converted on the device first:
 float32 -> bfloat16 rounds to nearest even, as `h3c run`'s upload does), the outputs are written into tensors
 allocated with torch on the caller's device, and all work runs on the caller's current stream. The request is also
-read back to the host once (`.cpu()`, a few MB), for the same validation and ledger hash as `h3c run`. On
+read back to the host once (one device-to-host copy per tensor on that stream, into buffers the engine keeps across
+forwards: a few MB), for the same validation and ledger hash as `h3c run`. On
 device="cpu" (or host tensors on "cuda"), NumPy arrays or torch CPU tensors go in and the outputs come back in the
 same kind, exported without a copy.
+
+H3C_PROFILE=1 prints one line per forward on stderr that accounts for its whole wall time (the package's Python, the
+request read-back, the engine's phases, the strict verdict), beside the engine's and the GPU executor's own lines.
 
 Errors are `h3c.Error` (a RuntimeError) with the CLI's message ("<where>: <what>", `.where` and `.message`).
 The sampler (`Scheduler`, `sde_step`, `philox_normals`) and the trajectory tools (`verify_trajectory`, `drift`) are
 thin wrappers over the same C++ as `h3c generate` and `h3c trajectory`.
 """
 import json
+import os
+import sys
+import time
 
 from . import _h3c
 from ._h3c import Error, Scheduler, linspace_f32
@@ -54,6 +61,28 @@ def _exportable(x):
     """NumPy before 2.0 refuses to export a read-only array (np.frombuffer's) through DLPack: such an array is copied
     once here (host inputs are copied into the request anyway)."""
     return x.copy() if type(x).__module__ == "numpy" and not x.flags.writeable else x
+
+
+_PROFILE = bool(os.environ.get("H3C_PROFILE") or os.environ.get("H3C_GPU_PROFILE"))
+
+
+def _print_profile(n, total_ms, phases):
+    """H3C_PROFILE: one line per forward that accounts for all of it. `python` is what the package's Python code
+    took (argument checks, dtype conversions and output tensors on the device); the rest are the C++ phases:
+    read_request (the request tensors into the engine's host buffers: device-to-host copies for CUDA tensors), bind
+    (the device tensors' DLPack import), the engine's canonicalize, ledger_header, executor (the GPU forward, its
+    launches and its synchronization), request_sha_wait (joining the hash that ran beside the executor),
+    outputs_ledger, and the strict rule's verdict."""
+    cxx = sum(phases.get(k, 0.0) for k in ("read_request", "bind_device", "engine", "verdict"))
+    eng = phases.get("engine", 0.0) - sum(v for k, v in phases.items() if k.startswith("engine."))
+    parts = [("python", total_ms - cxx), ("read_request", phases.get("read_request", 0.0)),
+             ("bind", phases.get("bind_device", 0.0))]
+    parts += [(k[len("engine."):], phases[k]) for k in ("engine.canonicalize", "engine.ledger_header",
+                                                         "engine.executor", "engine.request_sha_wait",
+                                                         "engine.outputs_ledger") if k in phases]
+    parts += [("engine_other", eng), ("verdict", phases.get("verdict", 0.0))]
+    sys.stderr.write(f"h3c python: forward {n}: {total_ms:.2f} ms = " +
+                     " + ".join(f"{k} {v:.2f}" for k, v in parts) + "\n")
 
 
 def _numpy(array):
@@ -99,6 +128,8 @@ class Transformer:
                                    None if config is None else str(config), bool(hash_nodes))
         self.device = device
         self.config = json.loads(self._engine.config_json)
+        self._channels = self._engine.output_channels
+        self._want = None  # the plan's activation dtypes as torch dtypes (at the first CUDA forward)
 
     @property
     def ledger(self):
@@ -125,6 +156,15 @@ class Transformer:
     def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep, timestep_indices,
                 token_tags, position_ids, video_indices, audio_indices, text_indices, attention_kwargs=None,
                 return_dict=True):
+        t0 = time.perf_counter() if _PROFILE else 0.0
+        out = self._forward(hidden_states, audio_hidden_states, encoder_hidden_states, timestep, timestep_indices,
+                            token_tags, position_ids, video_indices, audio_indices, text_indices, attention_kwargs)
+        if _PROFILE:
+            _print_profile(self._engine.forwards, (time.perf_counter() - t0) * 1e3, self._engine.last_profile)
+        return TransformerOutput(*out) if return_dict else out
+
+    def _forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep, timestep_indices,
+                 token_tags, position_ids, video_indices, audio_indices, text_indices, attention_kwargs):
         if attention_kwargs and float(attention_kwargs.get("scale", 1.0)) != 1.0:
             raise _error("attention_kwargs", "h3c runs no LoRA layers; a LoRA scale other than 1.0 cannot apply")
         given = dict(zip(_ARGS, (hidden_states, audio_hidden_states, encoder_hidden_states, timestep,
@@ -149,7 +189,7 @@ class Transformer:
             else:
                 sample, audio = (_numpy(a) for a in self._engine.forward(given, {}, None, None, 0))
             out = (sample, audio)
-        return TransformerOutput(*out) if return_dict else out
+        return out
 
     def _forward_cuda(self, given):
         import torch
@@ -157,20 +197,24 @@ class Transformer:
         for name, x in given.items():
             if x.is_cuda and x.device != dev:
                 raise _error(name, f"is on {x.device}, hidden_states on {dev}")
-        # The host view every check and the ledger hash read (`.cpu()` orders itself after the current stream).
-        host = {n: x.cpu() for n, x in given.items()}
-        want = {n: getattr(torch, {"F32": "float32", "BF16": "bfloat16"}[d])
-                for n, d in self._engine.input_dtypes.items()}
+        # The request as given (CUDA tensors contiguous: no copy when they are) is read back to the host by the
+        # engine itself, one copy per tensor on the current stream, into buffers it keeps across forwards: every
+        # check and the ledger hash read those bytes, as `h3c run` reads its file.
+        host = {n: x.contiguous() if x.is_cuda else x for n, x in given.items()}
+        if self._want is None:
+            self._want = {n: getattr(torch, {"F32": "float32", "BF16": "bfloat16"}[d])
+                          for n, d in self._engine.input_dtypes.items()}
+        want = self._want
         device = {}
         for n in _ACTIVATIONS:
             x = given[n]
             if x.is_cuda and x.is_floating_point():
                 device[n] = x.to(want[n]).contiguous()  # no copy when dtype and layout already fit
-        b, nv, na = host["hidden_states"].shape[0], host["hidden_states"].shape[1], host["audio_hidden_states"].shape[1]
-        c, ca = self._engine.output_channels
-        if len(host["hidden_states"].shape) == 3 and len(host["audio_hidden_states"].shape) == 3:
-            sample = torch.empty((b, nv, c), dtype=torch.float32, device=dev)
-            audio = torch.empty((b, na, ca), dtype=torch.float32, device=dev)
+        hs, ahs = given["hidden_states"].shape, given["audio_hidden_states"].shape
+        c, ca = self._channels
+        if len(hs) == 3 and len(ahs) == 3:
+            sample = torch.empty((hs[0], hs[1], c), dtype=torch.float32, device=dev)
+            audio = torch.empty((hs[0], ahs[1], ca), dtype=torch.float32, device=dev)
         else:  # let the engine name the bad shape
             sample = audio = torch.empty((0,), dtype=torch.float32, device=dev)
         with torch.cuda.device(dev):

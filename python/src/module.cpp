@@ -1,9 +1,10 @@
 // h3c._h3c: the extension module under the Python package (python/h3c/__init__.py holds the diffusers-shaped API).
 // One translation unit on purpose: pybind11's headers are heavy, and the module is a thin layer over the runtime:
 //   Engine   the resident engine (runtime/engine.h) built from a plan folder and a checkpoint or synthetic seed;
-//            forward() takes the ten request tensors as DLPack host tensors (copied into the request, as `h3c run`
-//            reads its file) and, on the GPU, the activations and output buffers as DLPack CUDA tensors bound in
-//            place (DeviceIO: no staging copy) with the caller's stream;
+//            forward() takes the ten request tensors as DLPack tensors, host or CUDA (copied into the engine's kept
+//            request, as `h3c run` reads its file; CUDA ones by one device-to-host copy each on the caller's
+//            stream) and, on the GPU, the activations and output buffers as DLPack CUDA tensors bound in place
+//            (DeviceIO: no staging copy) with the caller's stream;
 //   Array    a host result (outputs, sampler values) exported through DLPack without a copy;
 //   the sampler (trajectory/sampler.h) and trajectory verify / drift (trajectory/trajectory.h).
 // Every h3c::Error becomes h3c.Error with the CLI's message ("<where>: <what>"); nothing here aborts the process.
@@ -23,7 +24,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -79,27 +83,61 @@ public:
   }
   const char *data() const { return static_cast<const char *>(t().data) + t().byte_offset; }
 
-  // A host tensor's bytes in row-major order (strided views are gathered element by element).
-  Tensor toHost() const {
+  bool onDevice() const { return t().device.device_type == kDLCUDA; }
+
+  // The tensor's bytes into `out` in row-major order, reusing out's buffer (no allocation once it is large enough:
+  // the Python package reads every request into the same tensors). A host tensor is copied (strided views gathered
+  // element by element); a CUDA tensor (contiguous, on h3c's device) is copied on `stream`, after the caller's work
+  // queued there, and is complete once that stream is synchronized.
+  void readInto(Tensor &out, uint64_t stream) const {
+    const DType dt = dtype();
+    const int64_t numel = [&] {
+      int64_t n = 1;
+      for (int d = 0; d < t().ndim; ++d) n *= t().shape[d];
+      return n;
+    }();
+    const size_t es = dtypeSize(dt);
+    if (onDevice()) {
+#ifdef H3C_HAVE_CUDA
+      checkDevice();
+      if (!contiguous()) fail(name_, "must be contiguous on the device");
+      out.dtype = dt;
+      out.shape = shape();
+      out.bytes.resize(size_t(numel) * es);
+      if (!out.bytes.empty())
+        runtime::cuda::check(runtime::cuda::driver().cuMemcpyDtoHAsync(out.bytes.data(), CUdeviceptr(data()),
+                                                                       out.bytes.size(), CUstream(stream)),
+                             "reading " + name_ + " back to the host");
+      return;
+#else
+      (void)stream;
+      fail(name_, "is a CUDA tensor, and this h3c was built without CUDA");
+#endif
+    }
     if (t().device.device_type != kDLCPU && t().device.device_type != kDLCUDAHost)
       fail(name_, "expected a host tensor here (DLPack device type {})", int(t().device.device_type));
-    Tensor out;
-    out.dtype = dtype();
+    out.dtype = dt;
     out.shape = shape();
-    const size_t es = dtypeSize(out.dtype);
-    out.bytes.resize(size_t(out.numel()) * es);
-    if (out.bytes.empty()) return out;
+    out.bytes.resize(size_t(numel) * es);
+    if (out.bytes.empty()) return;
     if (contiguous()) {
       std::memcpy(out.bytes.data(), data(), out.bytes.size());
-      return out;
+      return;
     }
     std::vector<int64_t> idx(size_t(t().ndim), 0);
-    for (int64_t k = 0; k < out.numel(); ++k) {
+    for (int64_t k = 0; k < numel; ++k) {
       int64_t off = 0;
       for (int d = 0; d < t().ndim; ++d) off += idx[size_t(d)] * t().strides[d];
       std::memcpy(out.bytes.data() + size_t(k) * es, data() + off * int64_t(es), es);
       for (int d = t().ndim - 1; d >= 0 && ++idx[size_t(d)] == t().shape[d]; --d) idx[size_t(d)] = 0;
     }
+  }
+
+  // A host tensor's bytes in a tensor of their own.
+  Tensor toHost() const {
+    if (onDevice()) fail(name_, "expected a host tensor here (DLPack device type {})", int(t().device.device_type));
+    Tensor out;
+    readInto(out, 0);
     return out;
   }
 
@@ -108,9 +146,7 @@ public:
     if (t().device.device_type != kDLCUDA)
       fail(name_, "expected a CUDA tensor (DLPack device type {})", int(t().device.device_type));
 #ifdef H3C_HAVE_CUDA
-    if (t().device.device_id != int(runtime::cuda::device().dev))
-      fail(name_, "is on cuda:{}, h3c runs on cuda:{} (set H3C_CUDA_DEVICE)", t().device.device_id,
-           int(runtime::cuda::device().dev));
+    checkDevice();
 #endif
     if (dtype() != want) fail(name_, "is {} on the device, expected {}", dtypeName(dtype()), dtypeName(want));
     if (shape() != wantShape) fail(name_, "has shape {}, expected {}", nlohmann::json(shape()).dump(),
@@ -120,6 +156,13 @@ public:
   }
 
 private:
+#ifdef H3C_HAVE_CUDA
+  void checkDevice() const {
+    if (t().device.device_id != int(runtime::cuda::device().dev))
+      fail(name_, "is on cuda:{}, h3c runs on cuda:{} (set H3C_CUDA_DEVICE)", t().device.device_id,
+           int(runtime::cuda::device().dev));
+  }
+#endif
   std::string name_;
   DLManagedTensor *m_ = nullptr;
 };
@@ -209,27 +252,52 @@ public:
     engine_ = std::make_unique<Engine>(plan_, *weights_, opt_);
   }
 
-  // host: the ten request tensors (host DLPack). device: activations on the GPU (bound in place); outs: the two
-  // output buffers on the GPU; stream: the caller's CUstream. Returns (sample, audio_sample) as Arrays on the CPU,
-  // (None, None) on the GPU (written into outs).
+  // host: the ten request tensors, host or (device "gpu") CUDA DLPack tensors: read into the engine's request (the
+  // validation and the ledger's request hash read it, exactly as `h3c run` reads its file). device: activations on
+  // the GPU (bound in place); outs: the two output buffers on the GPU; stream: the caller's CUstream. Returns
+  // (sample, audio_sample) as Arrays on the CPU, (None, None) on the GPU (written into outs).
   py::tuple forward(const py::dict &host, const py::dict &device, const py::object &outSample,
                     const py::object &outAudio, uint64_t stream) {
-    Request req;
-    for (const auto &name : requestTensorNames()) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    // The engine's lock: the staged request and the last ledger are the engine's.
+    std::unique_lock<std::mutex> lock = lockEngine();
+    for (const auto &name : requestTensorNames())
       if (!host.contains(name.c_str())) fail("--inputs", "missing tensor '{}'", name);
-      req.tensors[name] = Imported(host[name.c_str()], name).toHost();
-    }
     for (const auto &kv : host)
-      if (!req.tensors.count(py::str(kv.first)))
+      if (std::find(requestTensorNames().begin(), requestTensorNames().end(), std::string(py::str(kv.first))) ==
+          requestTensorNames().end())
         fail("--inputs", "unexpected tensor '{}'", std::string(py::str(kv.first)));
-    std::vector<std::unique_ptr<Imported>> held;  // the caller's device tensors, alive through the forward
+    if (opt_.device != "gpu") stream = 0;
+    // Every request tensor into staged_, whose buffers are kept from forward to forward (no allocation, no page
+    // faults once warm): host tensors by memcpy, CUDA tensors by one copy each on the caller's stream (no torch
+    // .cpu() tensor in between), then one synchronization. The imports live (and are released) under the GIL.
+    std::vector<std::unique_ptr<Imported>> held;  // the caller's tensors, alive through the forward
+    bool anyDevice = false;
+    for (const auto &name : requestTensorNames()) {
+      held.push_back(std::make_unique<Imported>(host[name.c_str()], name));
+      if (held.back()->onDevice() && opt_.device != "gpu")
+        fail(name, "is a CUDA tensor; this engine runs on the CPU");
+      anyDevice |= held.back()->onDevice();
+    }
+    {
+      py::gil_scoped_release release;
+      for (size_t i = 0; i < held.size(); ++i)
+        held[i]->readInto(staged_.tensors[requestTensorNames()[i]], stream);
+#ifdef H3C_HAVE_CUDA
+      if (anyDevice)
+        runtime::cuda::check(runtime::cuda::driver().cuStreamSynchronize(CUstream(stream)),
+                             "reading the request back to the host");
+#endif
+    }
+    const auto t1 = Clock::now();
+    const Request &req = staged_;
     std::optional<DeviceIO> io;
     if (opt_.device == "gpu" && (!device.empty() || !outSample.is_none())) {
       io.emplace();
       io->stream = stream;
       // The output shapes from the activations' own shapes; a request that lacks them is refused here with
-      // canonicalize's message (the engine canonicalizes, checks and hashes the request once more as it runs: doing
-      // all of it here as well cost ~10 ms per forward at S = 8,349).
+      // canonicalize's message (the engine canonicalizes, checks and hashes the request as it runs).
       const Tensor &hs = req.tensors.at("hidden_states"), &ahs = req.tensors.at("audio_hidden_states");
       if (hs.shape.size() != 3 || ahs.shape.size() != 3) canonicalize(req, plan_.config, "--inputs");
       const int64_t B = hs.shape.at(0), Nv = hs.shape.at(1), Na = ahs.shape.at(1);
@@ -246,14 +314,20 @@ public:
       io->audioSample = held.back()->devicePointer(DType::F32, {B, Na, Ca});
     }
     RunResult r;
+    const auto t2 = Clock::now();
     {
       py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mu_);
       r = engine_->run(req, opt_, io ? &*io : nullptr);
     }
+    const auto t3 = Clock::now();
     ledgerBuilder_ = r.ledgerBuilder;  // the document is built when transformer.ledger is read
     ledger_.clear();
     LedgerVerdict v = ledgerBuilder_->verdict();
+    const auto t4 = Clock::now();
+    auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    profile_ = {{"read_request", ms(t1 - t0)}, {"bind_device", ms(t2 - t1)}, {"engine", ms(t3 - t2)},
+                {"verdict", ms(t4 - t3)}};
+    for (const auto &[phase, msValue] : engine_->lastPhases()) profile_["engine." + phase] = msValue;
     if (opt_.mode == Mode::Strict && !v.strictOk) {
       std::string names;
       for (size_t i = 0; i < v.offenders.size() && i < 20; ++i) names += "\n  " + v.offenders[i];
@@ -266,8 +340,8 @@ public:
 
   // The last forward's ledger, as `h3c run --ledger` writes it (built on first read: ~50 ms of JSON and sealing
   // at 479 ops that a sampling loop's forwards would otherwise pay at every step).
-  const std::string &ledger() {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::string ledger() {  // a copy: the lock is let go before pybind11 converts it
+    std::unique_lock<std::mutex> lock = lockEngine();
     if (ledger_.empty() && ledgerBuilder_) ledger_ = sealedJsonDump(ledgerBuilder_->finish(), 1) + "\n";
     return ledger_;
   }
@@ -283,9 +357,22 @@ public:
   std::string configJson() const { return h3::configToJson(plan_.config).dump(); }
   std::string weightsJson() const { return weights_->describe().dump(); }
   int64_t forwards() const { return engine_->forwards(); }
+  std::map<std::string, double> profile() {
+    std::unique_lock<std::mutex> lock = lockEngine();
+    return profile_;
+  }
   std::string device() const { return opt_.device; }
 
 private:
+  // The engine's lock, waited for without the GIL (called with it held): a forward on another thread holds the lock
+  // while it takes the GIL back, so waiting with the GIL would deadlock.
+  std::unique_lock<std::mutex> lockEngine() {
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    py::gil_scoped_release release;
+    lock.lock();
+    return lock;
+  }
+
   plan::Plan plan_;
   std::unique_ptr<WeightSource> weights_;
   RunOptions opt_;
@@ -293,6 +380,8 @@ private:
   std::mutex mu_;
   std::shared_ptr<const LedgerBuilder> ledgerBuilder_;
   std::string ledger_;
+  Request staged_;                         // the request of the last forward (its buffers reused by the next)
+  std::map<std::string, double> profile_;  // the last forward's phases in ms (H3C_PROFILE's line in h3c/__init__.py)
 };
 
 // ---- the sampler ------------------------------------------------------------------------------------------------------
@@ -344,6 +433,7 @@ PYBIND11_MODULE(_h3c, m) {
       .def_property_readonly("config_json", &PyEngine::configJson)
       .def_property_readonly("weights_json", &PyEngine::weightsJson)
       .def_property_readonly("forwards", &PyEngine::forwards)
+      .def_property_readonly("last_profile", &PyEngine::profile)
       .def_property_readonly("device", &PyEngine::device);
 
   py::class_<MiniMaxH3Scheduler>(m, "Scheduler")

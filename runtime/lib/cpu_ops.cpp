@@ -26,20 +26,22 @@ void parallelFor(int64_t n, int threads, const std::function<void(int64_t, int64
   parallelForEach(size_t(t), unsigned(t), [&](size_t i) { fn(n * int64_t(i) / t, n * int64_t(i + 1) / t); });
 }
 
-ValueMap graphInputValues(const CanonicalRequest &q) {
+ValueMap graphInputValues(const CanonicalRequest &q, bool withActivations) {
   ValueMap m;
-  auto floats = [&](const char *name, const std::vector<float> &v, int64_t rows, int64_t cols, DType dt) {
+  auto floats = [&](const char *name, std::vector<float> v, int64_t rows, int64_t cols, DType dt) {
     HostValue h;
     h.dtype = dt;
     h.batch = q.B;
     h.rows = rows;
     h.cols = cols;
-    h.f = v;
+    h.f = std::move(v);
     m[name] = std::move(h);
   };
-  floats("@hidden_states", q.video, q.Nv, q.videoCols, q.videoDtype);
-  floats("@audio_hidden_states", q.audio, q.Na, q.audioCols, q.audioDtype);
-  floats("@encoder_hidden_states", q.text, q.Nt, q.textCols, q.textDtype);
+  if (withActivations) {
+    floats("@hidden_states", activationFloats(q, "video"), q.Nv, q.videoCols, q.videoDtype);
+    floats("@audio_hidden_states", activationFloats(q, "audio"), q.Na, q.audioCols, q.audioDtype);
+    floats("@encoder_hidden_states", activationFloats(q, "text"), q.Nt, q.textCols, q.textDtype);
+  }
   HostValue t;
   t.dtype = DType::F32;
   t.rows = q.T;

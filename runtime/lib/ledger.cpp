@@ -85,7 +85,7 @@ Binding requestedBinding(const std::string &nodeId, Mode mode, const std::vector
 void checkBindRules(const std::vector<BindRule> &rules, const h3::Config &c) {
   if (rules.empty())
     return;
-  const auto nodes = expectedNodes(c);
+  const auto &nodes = expectedNodes(c);
   for (const auto &r : rules) {
     bool any = false;
     for (const auto &n : nodes)
@@ -122,9 +122,9 @@ LedgerBuilder::LedgerBuilder(const plan::Plan &plan, Mode mode, std::string devi
 
 Binding LedgerBuilder::requested(const std::string &nodeId) const { return requestedBinding(nodeId, mode_, binds_); }
 
-void LedgerBuilder::recordOp(const plan::Op &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
+void LedgerBuilder::recordOp(const plan::Op &op, Binding actual, std::map<std::string, std::vector<int64_t>> shapes,
                              const std::optional<AuditError> &audit, std::map<std::string, std::string> hashes) {
-  records_.push_back({&op, actual, shapes, audit, std::move(hashes)});
+  records_.push_back({&op, actual, std::move(shapes), audit, std::move(hashes)});
 }
 
 namespace {
@@ -200,7 +200,7 @@ LedgerVerdict LedgerBuilder::verdict() const {
 }
 
 json LedgerBuilder::finish() const {
-  const std::vector<NodeInfo> expected = expectedNodes(plan_.config);
+  const std::vector<NodeInfo> &expected = expectedNodes(plan_.config);
   std::vector<std::string> missing, offenders, problems;
   evaluateIds(ranNodes(), expected, missing, offenders, problems);
   if (!problems.empty())

@@ -3,12 +3,27 @@
 
 #include "h3c/models/fingerprint.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 namespace h3c::rt {
 
-std::vector<NodeInfo> expectedNodes(const h3::Config &c) {
-  std::vector<NodeInfo> out;
-  for (auto &n : h3::deriveFingerprint(c, "").nodes) out.push_back({std::move(n.id), std::move(n.kind)});
-  return out;
+const std::vector<NodeInfo> &expectedNodes(const h3::Config &c) {
+  // Derived once per config for the process: the derivation builds the whole fingerprint (milliseconds at the full
+  // config), and the strict verdict of every forward reads the table. Entries are never removed, so a returned
+  // reference stays valid; a process sees a handful of configs at most.
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<const std::vector<NodeInfo>>> byConfig;
+  const std::string key = h3::configToJson(c).dump();
+  std::lock_guard<std::mutex> lock(mu);
+  auto &slot = byConfig[key];
+  if (!slot) {
+    auto out = std::make_unique<std::vector<NodeInfo>>();
+    for (auto &n : h3::deriveFingerprint(c, "").nodes) out->push_back({std::move(n.id), std::move(n.kind)});
+    slot = std::move(out);
+  }
+  return *slot;
 }
 
 } // namespace h3c::rt

@@ -4,11 +4,13 @@
 
 #include "h3c/support/error.h"
 #include "h3c/support/safetensors.h"
+#include "h3c/support/sha256.h"
 #include "h3c/support/synth_rng.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -95,9 +97,16 @@ void expectI64(const Tensor &t, const std::string &where) {
     fail(where, "expected I64, got {}", dtypeName(t.dtype));
 }
 
+// Element k of an I64 tensor whose dtype and size were checked.
+int64_t readI64(const Tensor &t, int64_t k) {
+  int64_t v;
+  std::memcpy(&v, t.bytes.data() + size_t(k) * 8, 8);
+  return v;
+}
+
 } // namespace
 
-CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::string &where) {
+CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::string &where, Activations activations) {
   for (const auto &[name, t] : r.tensors) {
     if (std::find(requestTensorNames().begin(), requestTensorNames().end(), name) == requestTensorNames().end())
       fail(where + ":" + name, "not a request tensor");
@@ -173,78 +182,127 @@ CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::
   q.audioDtype = ahs.dtype;
   q.textDtype = ehs.dtype;
   q.timestep = ts.toFloats();
-  for (int64_t i = 0; i < q.T; ++i) {
-    float t = q.timestep[size_t(i)];
-    if (!std::isfinite(t) || t < 0.f || t > 1.f)
-      fail(at("timestep") + "[" + std::to_string(i) + "]", "timesteps lie in [0, 1], got {}", t);
-    for (int64_t k = 0; k < i; ++k)
-      if (q.timestep[size_t(k)] == t)
-        fail(at("timestep") + "[" + std::to_string(i) + "]", "timesteps must be distinct; {} repeats entry {}", t, k);
+  {
+    // Distinct timesteps: each value against the first entry that held it (an ordered map, not all pairs: T is not
+    // bounded by anything but the request). -0 and +0 are one value, as == says.
+    std::map<float, int64_t> first;
+    for (int64_t i = 0; i < q.T; ++i) {
+      float t = q.timestep[size_t(i)];
+      if (!std::isfinite(t) || t < 0.f || t > 1.f)
+        fail(at("timestep") + "[" + std::to_string(i) + "]", "timesteps lie in [0, 1], got {}", t);
+      auto [it, fresh] = first.emplace(t, i);
+      if (!fresh)
+        fail(at("timestep") + "[" + std::to_string(i) + "]", "timesteps must be distinct; {} repeats entry {}", t,
+             it->second);
+    }
   }
 
   // The index tensors must partition [0, S); canonical row c = text rows, video rows, audio rows in tensor order.
-  std::vector<int64_t> owner(size_t(q.S), -1);
-  q.packedRow.reserve(size_t(q.S));
+  // One pass over each tensor, O(S), no allocation per row; the place of an error is spelled only when there is one.
+  const size_t S = size_t(q.S);
+  std::vector<int64_t> owner(S, -1);
+  std::vector<uint8_t> canonTag(S);
+  q.packedRow.resize(S);
   const std::pair<const Tensor *, const char *> mods[] = {{&ti, "text_indices"}, {&vi, "video_indices"},
                                                           {&ai, "audio_indices"}};
-  const int64_t modTag[] = {1, 0, 2};  // text rows may also carry 0 (a vision block of the prompt)
-  std::vector<int64_t> canonTag;
+  const uint8_t modTag[] = {1, 0, 2};  // text rows may also carry 0 (a vision block of the prompt)
+  size_t cr = 0;
   for (int m = 0; m < 3; ++m) {
     const Tensor &idx = *mods[m].first;
-    for (int64_t k = 0; k < idx.numel(); ++k) {
-      int64_t p = idx.getInt(k);
-      // The place is spelled only for an error (S strings per forward otherwise).
+    for (int64_t k = 0, n = idx.numel(); k < n; ++k, ++cr) {
+      const int64_t p = readI64(idx, k);
       auto w = [&] { return at(mods[m].second) + "[" + std::to_string(k) + "]"; };
       if (p < 0 || p >= q.S)
         fail(w(), "index {} is out of range [0, {})", p, q.S);
       if (owner[size_t(p)] >= 0)
         fail(w(), "index {} overlaps an earlier index of the packed sequence (canonical row {})", p, owner[size_t(p)]);
-      owner[size_t(p)] = int64_t(q.packedRow.size());
-      q.packedRow.push_back(p);
-      canonTag.push_back(modTag[m]);
+      owner[size_t(p)] = int64_t(cr);
+      q.packedRow[cr] = p;
+      canonTag[cr] = modTag[m];
     }
   }
-  for (int64_t p = 0; p < q.S; ++p)
-    if (owner[size_t(p)] < 0)  // unreachable given the counts, kept as a guard
+  for (size_t p = 0; p < S; ++p)
+    if (owner[p] < 0)  // unreachable given the counts, kept as a guard
       fail(where, "packed position {} is covered by no index tensor", p);
 
-  auto tsiv = tsi.toInts(), tagv = tags.toInts();
-  // position_ids.to(float32): F64 and I64 round to nearest even, F32 as is. Non-finite coordinates are rejected.
-  std::vector<float> posv(size_t(q.S * 3));
-  for (int64_t k = 0; k < q.S * 3; ++k) {
-    posv[size_t(k)] = pos.dtype == DType::I64 ? float(pos.getInt(k)) : pos.getFloat(k);
-    if (!std::isfinite(posv[size_t(k)]))
+  // position_ids.to(float32): F64 and I64 round to nearest even, F32 as is. Non-finite coordinates are rejected
+  // (checked in packed order, before the per-row checks below, so the first error named is the same as ever).
+  auto coordinate = [&](size_t k) -> float {
+    if (pos.dtype == DType::I64)
+      return float(readI64(pos, int64_t(k)));
+    if (pos.dtype == DType::F64) {
+      double d;
+      std::memcpy(&d, pos.bytes.data() + k * 8, 8);
+      return float(d);
+    }
+    float f;
+    std::memcpy(&f, pos.bytes.data() + k * 4, 4);
+    return f;
+  };
+  q.positions.resize(S * 3);  // canonical order, filled from posPacked below
+  std::vector<float> posPacked(S * 3);
+  for (size_t k = 0; k < S * 3; ++k) {
+    posPacked[k] = coordinate(k);
+    if (!std::isfinite(posPacked[k]))
       fail(at("position_ids") + "[" + std::to_string(k / 3) + "][" + std::to_string(k % 3) + "]",
            "coordinates must be finite (as float32)");
   }
-  q.tags.resize(size_t(q.S));
-  q.tsIndex.resize(size_t(q.S));
-  q.positions.resize(size_t(q.S * 3));
-  for (int64_t cr = 0; cr < q.S; ++cr) {
-    int64_t p = q.packedRow[size_t(cr)];
-    int64_t tag = tagv[size_t(p)], t = tsiv[size_t(p)];
-    if (tag != canonTag[size_t(cr)] && !(canonTag[size_t(cr)] == 1 && tag == 0))
+  q.tags.resize(S);
+  q.tsIndex.resize(S);
+  for (size_t c = 0; c < S; ++c) {
+    const int64_t p = q.packedRow[c];
+    const int64_t tag = readI64(tags, p), t = readI64(tsi, p);
+    if (tag != canonTag[c] && !(canonTag[c] == 1 && tag == 0))
       fail(at("token_tags") + "[" + std::to_string(p) + "]",
            "packed row {} is a {} row by the index tensors, so its tag must be {}, got {}", p,
-           canonTag[size_t(cr)] == 0 ? "video" : canonTag[size_t(cr)] == 1 ? "text" : "audio",
-           canonTag[size_t(cr)] == 1 ? "1 (or 0 for a vision block)" : std::to_string(canonTag[size_t(cr)]), tag);
+           canonTag[c] == 0 ? "video" : canonTag[c] == 1 ? "text" : "audio",
+           canonTag[c] == 1 ? "1 (or 0 for a vision block)" : std::to_string(canonTag[c]), tag);
     if (t < 0 || t >= q.T)
       fail(at("timestep_indices") + "[" + std::to_string(p) + "]", "index {} is out of range [0, {})", t, q.T);
-    q.tags[size_t(cr)] = tag;
-    q.tsIndex[size_t(cr)] = t;
-    for (int a = 0; a < 3; ++a)
-      q.positions[size_t(cr * 3 + a)] = posv[size_t(p * 3 + a)];
+    q.tags[c] = tag;
+    q.tsIndex[c] = t;
+    for (size_t a = 0; a < 3; ++a)
+      q.positions[c * 3 + a] = posPacked[size_t(p) * 3 + a];
   }
-  q.text = ehs.toFloats();
-  q.video = hs.toFloats();
-  q.audio = ahs.toFloats();
-  // Non-finite inputs are refused in every mode: nothing a NaN input computes is worth a ledger.
+  // Non-finite inputs are refused in every mode: nothing a NaN input computes is worth a ledger. A scan of the bit
+  // patterns (Tensor::nonFinite), no conversion.
   for (const char *n : {"encoder_hidden_states", "hidden_states", "audio_hidden_states", "timestep"}) {
     const Tensor::NonFinite nf = get(r, n, where).nonFinite();
     if (nf.first >= 0)
       fail(at(n), "input values must be finite: {}", nf.text());
   }
+  if (activations == Activations::Borrowed) {
+    q.textIn = &ehs;
+    q.videoIn = &hs;
+    q.audioIn = &ahs;
+  } else {
+    q.text = ehs.toFloats();
+    q.video = hs.toFloats();
+    q.audio = ahs.toFloats();
+  }
   return q;
+}
+
+std::vector<float> activationFloats(const CanonicalRequest &q, const std::string &modality) {
+  const std::vector<float> *copied = modality == "text" ? &q.text : modality == "video" ? &q.video
+                                     : modality == "audio" ? &q.audio : nullptr;
+  const Tensor *borrowed = modality == "text" ? q.textIn : modality == "video" ? q.videoIn
+                           : modality == "audio" ? q.audioIn : nullptr;
+  if (!copied)
+    fail("request", "no activation '{}' (text, video or audio)", modality);
+  return borrowed ? borrowed->toFloats() : *copied;
+}
+
+std::string requestSha256(const Request &r) {
+  Sha256 h;
+  for (const auto &[name, t] : r.tensors) {
+    h.update(name);
+    h.update(dtypeName(t.dtype));
+    for (auto d : t.shape)
+      h.update(&d, sizeof d);
+    h.update(t.bytes.data(), t.bytes.size());
+  }
+  return h.hexDigest();
 }
 
 // ---- synthetic requests -------------------------------------------------------------------------------------------

@@ -199,6 +199,35 @@ class Errors(unittest.TestCase):
         # The engine is still usable after every failure.
         self.assertEqual(len(self.t(**a, return_dict=False)), 2)
 
+    def test_profile_accounts_for_the_forward_and_errors_leave_no_trace(self):
+        a = self.args
+        first = self.t(**a, return_dict=False)
+        with self.assertRaises(h3c.Error):  # read into the engine's kept request, then refused
+            self.t(**{**a, "hidden_states": np.full_like(a["hidden_states"], np.nan)})
+        again = self.t(**a, return_dict=False)
+        self.assertEqual(first[0].tobytes(), again[0].tobytes())
+        ph = self.t._engine.last_profile
+        for k in ("read_request", "bind_device", "engine", "verdict", "engine.canonicalize", "engine.ledger_header",
+                  "engine.executor", "engine.request_sha_wait", "engine.outputs_ledger"):
+            self.assertGreaterEqual(ph[k], 0.0, k)
+        self.assertLessEqual(sum(v for k, v in ph.items() if k.startswith("engine.")), ph["engine"] + 1e-3)
+        # H3C_PROFILE=1: one line per forward whose parts add up to its total.
+        code = ("import h3c, sys; sys.path.insert(0, sys.argv[2]); import st_numpy; "
+                "t = h3c.Transformer(plan=sys.argv[1], synthetic=5, device='cpu'); "
+                "a = st_numpy.read(sys.argv[3])[0]; t(**a); t(**a)")
+        r = subprocess.run([sys.executable, "-c", code, f"{TMP}/plan", os.path.join(SRC, "scripts"),
+                            f"{TMP}/a.safetensors"], capture_output=True, text=True,
+                           env={**os.environ, "H3C_PROFILE": "1"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [l for l in r.stderr.splitlines() if l.startswith("h3c python: forward ")]
+        self.assertEqual(len(lines), 2, r.stderr)
+        for line in lines:
+            total = float(line.split(" ms = ")[0].rsplit(": ", 1)[1])
+            parts = [float(p.split()[-1]) for p in line.split(" ms = ")[1].split(" + ")]
+            self.assertAlmostEqual(sum(parts), total, delta=0.01 * len(parts) + 1e-9)
+            self.assertIn("executor", line)
+            self.assertIn("request_sha_wait", line)
+
     def test_hostile_inputs_are_refused_as_by_the_cli(self):
         """The checks `h3c run` makes on its inputs hold for the Python package too (they live in the runtime)."""
         a = self.args

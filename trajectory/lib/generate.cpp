@@ -27,6 +27,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <future>
+#include <optional>
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -236,57 +240,104 @@ int64_t run(Prepared &p, Engine &engine, TrajectoryWriter &w, ModalityFloats &x,
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = p.video.numSteps();
   progress(o.progress, w.sealedSteps(), n, t0);
-  for (int64_t i = w.sealedSteps(); i < n; ++i) {
-    if (o.stopAfter >= 0 && i >= o.stopAfter)
-      return w.sealedSteps();
+  // The model inputs: the request's tensors once (text, positions, indices: ~5-10 MB at S = 8,349 that every step
+  // copied), then each step's latents and row timesteps in place.
+  Request req = p.request;
+  // A step's sealed ledger (its JSON and seal: tens of ms at the full config) is built on a thread while the next
+  // step's forward runs; the step is appended once it is, before the next step's record and before any error of a
+  // later step propagates, so every step sealed before a failure is sealed as it was (the same files, in order).
+  struct Pending {
     TrajectoryStep st;
-    st.step = i;
-    st.t = {p.video.timesteps()[size_t(i)], p.audio.timesteps()[size_t(i)]};
-    st.sigma = {p.video.sigmas()[size_t(i)], p.audio.sigmas()[size_t(i)]};
-    st.sigmaNext = {p.video.sigmas()[size_t(i) + 1], p.audio.sigmas()[size_t(i) + 1]};
-
-    // The model inputs of this step: the latents, and the row timesteps (build_row_timesteps).
-    Request req = p.request;
-    req.tensors["hidden_states"] = Tensor::fromFloats(DType::F32, p.shape[0], x[0].data());
-    req.tensors["audio_hidden_states"] = Tensor::fromFloats(DType::F32, p.shape[1], x[1].data());
-    const RowTimesteps ts = rowTimesteps(p.S, p.videoIdx, p.audioIdx, p.cond[0], p.cond[1], st.t[0], st.t[1],
-                                         conditionVideoTimestep(st.t[0]), kReferenceAudioTimestep);
-    req.tensors["timestep"] = Tensor::fromFloats(DType::F32, {int64_t(ts.timestep.size())}, ts.timestep.data());
-    req.tensors["timestep_indices"] = Tensor::fromInts({p.S}, ts.index.data());
-
-    RunOptions stepOpt = ro;
-    if (i < o.bindFromStep)
-      stepOpt.binds.clear();
-    RunResult rr = engine.run(req, stepOpt);
+    std::future<json> ledger;
+  };
+  std::optional<Pending> pending;
+  auto ledgerFile = [&](int64_t step, const json &ledger) {
     if (!o.ledgerDir.empty())
-      writeFileAtomic(fs::path(o.ledgerDir) / fmt::format("step-{:05d}.json", i), sealedJsonDump(rr.ledger, 1) + "\n");
-    LedgerVerdict v = rr.ledgerBuilder->verdict();  // the rule verifyLedger applies, without re-reading the JSON
-    if (ro.mode == Mode::Strict && !v.strictOk)
-      fail("--mode strict", "step {}: the strict rule failed ({} offender(s), first: {}); the step is not sealed", i,
-           v.offenders.size(), v.offenders.empty() ? "" : v.offenders.front());
-    st.velocity[0] = rr.outputs.sample.toFloats();
-    st.velocity[1] = rr.outputs.audio_sample.toFloats();
-    update(p, i, o.noiseLevel, st, x);
-    st.latent = x;
-    // Whatever the mode, a step with a NaN or Inf in what it records is never sealed: every later step and every
-    // resume would build on it.
-    for (int m = 0; m < kTrajModalities; ++m)
-      for (const auto &[what, v] : {std::pair<const char *, const std::vector<float> *>{"velocity", &st.velocity[m]},
-                                    {"latent", &st.latent[m]}}) {
-        const Tensor::NonFinite nf = Tensor::fromFloats(DType::F32, {int64_t(v->size())}, v->data()).nonFinite();
-        if (nf.first >= 0)
-          fail("h3c generate", "step {}: the {} {} holds non-finite values: {}; the step is not sealed", i,
-               trajModalityName(m), what, nf.text());
+      writeFileAtomic(fs::path(o.ledgerDir) / fmt::format("step-{:05d}.json", step), sealedJsonDump(ledger, 1) + "\n");
+  };
+  auto seal = [&] {
+    if (!pending)
+      return;
+    Pending done = std::move(*pending);
+    pending.reset();
+    const json ledger = done.ledger.get();
+    ledgerFile(done.st.step, ledger);
+    done.st.extra = {{"ledger_seal", ledger.value("seal", "")}, {"ledger_accepted", ledger.value("accepted", false)}};
+    w.append(done.st);
+    progress(o.progress, done.st.step + 1, n, t0);
+  };
+  try {
+    for (int64_t i = w.sealedSteps(); i < n; ++i) {
+      if (o.stopAfter >= 0 && i >= o.stopAfter) {
+        seal();
+        return w.sealedSteps();
       }
-    if (st.sde)
-      for (const SdeRecord &r : *st.sde)
-        for (double lp : r.logprob)
-          if (!std::isfinite(lp))
-            fail("h3c generate", "step {}: a log-probability is {}; the step is not sealed", i, lp);
-    st.extra = {{"ledger_seal", rr.ledger.value("seal", "")},
-                {"ledger_accepted", rr.ledger.value("accepted", false)}};
-    w.append(st);
-    progress(o.progress, i + 1, n, t0);
+      TrajectoryStep st;
+      st.step = i;
+      st.t = {p.video.timesteps()[size_t(i)], p.audio.timesteps()[size_t(i)]};
+      st.sigma = {p.video.sigmas()[size_t(i)], p.audio.sigmas()[size_t(i)]};
+      st.sigmaNext = {p.video.sigmas()[size_t(i) + 1], p.audio.sigmas()[size_t(i) + 1]};
+
+      // The model inputs of this step: the latents, and the row timesteps (build_row_timesteps).
+      req.tensors["hidden_states"] = Tensor::fromFloats(DType::F32, p.shape[0], x[0].data());
+      req.tensors["audio_hidden_states"] = Tensor::fromFloats(DType::F32, p.shape[1], x[1].data());
+      const RowTimesteps ts = rowTimesteps(p.S, p.videoIdx, p.audioIdx, p.cond[0], p.cond[1], st.t[0], st.t[1],
+                                           conditionVideoTimestep(st.t[0]), kReferenceAudioTimestep);
+      req.tensors["timestep"] = Tensor::fromFloats(DType::F32, {int64_t(ts.timestep.size())}, ts.timestep.data());
+      req.tensors["timestep_indices"] = Tensor::fromInts({p.S}, ts.index.data());
+
+      RunOptions stepOpt = ro;
+      if (i < o.bindFromStep)
+        stepOpt.binds.clear();
+      stepOpt.sealLedger = false;  // sealed below, beside the next forward
+      RunResult rr = engine.run(req, stepOpt);
+      seal();  // the previous step, whose ledger was built while this forward ran
+      // A step that fails from here on leaves its ledger file as evidence, as a failed `h3c run` does.
+      struct EvidenceOnFailure {
+        std::function<void()> write;
+        int unwinding = std::uncaught_exceptions();
+        ~EvidenceOnFailure() {
+          if (std::uncaught_exceptions() > unwinding) try {
+              write();
+            } catch (...) {  // the step's own error is the one reported
+            }
+        }
+      } evidence{[&] { ledgerFile(i, rr.ledgerBuilder->finish()); }};
+      LedgerVerdict v = rr.ledgerBuilder->verdict();  // the rule verifyLedger applies, without re-reading the JSON
+      if (ro.mode == Mode::Strict && !v.strictOk)
+        fail("--mode strict", "step {}: the strict rule failed ({} offender(s), first: {}); the step is not sealed", i,
+             v.offenders.size(), v.offenders.empty() ? "" : v.offenders.front());
+      st.velocity[0] = rr.outputs.sample.toFloats();
+      st.velocity[1] = rr.outputs.audio_sample.toFloats();
+      update(p, i, o.noiseLevel, st, x);
+      st.latent = x;
+      // Whatever the mode, a step with a NaN or Inf in what it records is never sealed: every later step and every
+      // resume would build on it.
+      for (int m = 0; m < kTrajModalities; ++m)
+        for (const auto &[what, v] : {std::pair<const char *, const std::vector<float> *>{"velocity", &st.velocity[m]},
+                                      {"latent", &st.latent[m]}}) {
+          const Tensor::NonFinite nf = Tensor::fromFloats(DType::F32, {int64_t(v->size())}, v->data()).nonFinite();
+          if (nf.first >= 0)
+            fail("h3c generate", "step {}: the {} {} holds non-finite values: {}; the step is not sealed", i,
+                 trajModalityName(m), what, nf.text());
+        }
+      if (st.sde)
+        for (const SdeRecord &r : *st.sde)
+          for (double lp : r.logprob)
+            if (!std::isfinite(lp))
+              fail("h3c generate", "step {}: a log-probability is {}; the step is not sealed", i, lp);
+      // The builder refers to the engine's plan (alive through the loop) and is not touched by later forwards.
+      pending = Pending{std::move(st), std::async(std::launch::async, [b = rr.ledgerBuilder] { return b->finish(); })};
+    }
+    seal();
+  } catch (...) {
+    // A step already computed is sealed as before (the error that stopped the run is the one reported; the step's
+    // own sealing error, if any, gives way to it).
+    try {
+      seal();
+    } catch (...) {
+    }
+    throw;
   }
   w.finish();
   if (!o.signKey.empty())

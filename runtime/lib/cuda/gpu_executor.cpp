@@ -88,6 +88,7 @@ public:
            "({} ranks): run it with --device cpu, or compile with --sp 1 --tp 1", p.options.sp, p.options.tp,
            p.options.sp * p.options.tp);
     if (!runner_) runner_ = std::make_unique<hc::KernelRunner>();
+    ropeDevicePending_ = false;
     req_ = &req;
     plan_ = &p;
     extents_ = req.extents();
@@ -97,6 +98,8 @@ public:
     // H3C_GPU_PROFILE=1: per-op CUDA events, a per-kind table and the forward time on stderr (timing only; the
     // results are the same bits).
     const bool profile = std::getenv("H3C_GPU_PROFILE") != nullptr;
+    // H3C_PROFILE (or H3C_GPU_PROFILE): the executor's host phases (no events, nothing synchronized in between).
+    const bool hostProfile = profile || std::getenv("H3C_PROFILE") != nullptr;
     auto t0 = std::chrono::steady_clock::now();
     prepareKernels(fn);
     auto t1 = std::chrono::steady_clock::now();
@@ -196,7 +199,10 @@ public:
         for (const auto &n : *names) shapes[n] = shapeOf(p.value(n));
     }
     // The caller's stream only (other work of the caller's process keeps running); the whole context otherwise.
+    const auto t3 = std::chrono::steady_clock::now();  // every op queued
     hc::check(io ? d.cuStreamSynchronize(stream_) : d.cuCtxSynchronize(), "running the plan");
+    const auto t4 = std::chrono::steady_clock::now();
+    if (ropeDevicePending_) ropeDeviceValid_ = true;
     std::vector<std::map<std::string, std::string>> opHashes(fn.ops.size());
     if (hashK) {
       std::vector<unsigned long long> s(2 * nextHash);
@@ -209,8 +215,18 @@ public:
         }
     }
     for (const plan::Op &op : fn.ops)
-      ledger.recordOp(op, opBinding[op.index], opShapes[op.index], opAudit[op.index], std::move(opHashes[op.index]));
+      ledger.recordOp(op, opBinding[op.index], std::move(opShapes[op.index]), opAudit[op.index],
+                      std::move(opHashes[op.index]));
     if (profile) report(fn, ev, t1 - t0, t2 - t1);
+    if (hostProfile) {
+      // Where the executor's wall time goes on the host: before the first launch the GPU idles, while queuing it runs
+      // what was queued, the wait is the rest of the device work, and the records come after it.
+      auto ms = [](std::chrono::steady_clock::duration x) { return std::chrono::duration<double, std::milli>(x).count(); };
+      std::fprintf(stderr, "h3c gpu: forward host phases: kernels %.2f ms, weights + arena + input uploads %.2f ms "
+                   "(before the first launch), queue %zu ops %.2f ms, stream wait %.2f ms, ledger records %.2f ms\n",
+                   ms(t1 - t0), ms(t2 - t1), fn.ops.size(), ms(t3 - t2), ms(t4 - t3),
+                   ms(std::chrono::steady_clock::now() - t4));
+    }
 
     Outputs o;
     if (io) {  // already in the caller's memory
@@ -265,8 +281,11 @@ private:
     return size_t(totalRows(v)) * size_t(v.cols) * dtypeSize(v.dtype);
   }
 
-  // Every op's kernel, exactly as the plan carries it.
+  // Every op's kernel, exactly as the plan carries it. Once per plan: the later forwards of a resident engine find
+  // them here (the runner keeps what it loaded, so this is only bookkeeping over the ops, at every forward before).
   void prepareKernels(const plan::Function &fn) {
+    if (kernelsFor_ == plan_ && kernelsSha_ == plan_->planSha256) return;
+    kernelsFor_ = nullptr;
     kernels_.clear();
     std::vector<const plan::Kernel *> all;  // JIT-compiled in parallel threads, then loaded
     for (const plan::Op &op : fn.ops)
@@ -274,6 +293,8 @@ private:
     runner_->loadAll(all);
     for (const plan::Op &op : fn.ops)
       if (op.kernel) kernels_[op.index] = &runner_->load(plan_->kernel(op));
+    kernelsFor_ = plan_;
+    kernelsSha_ = plan_->planSha256;
   }
 
   void allocateArena(const plan::Plan &p, const CanonicalRequest &req) {
@@ -327,22 +348,67 @@ private:
   }
 
   // A host table for a value that may carry a batch axis (then repeated per item).
-  void uploadRepeated(const std::string &name, std::vector<float> f) {
+  void uploadRepeated(const std::string &name, const std::vector<float> &f) {
     const plan::Value &v = plan_->value(name);
+    if (!(v.batch && req_->B > 1) && v.dtype == DType::F32) {  // as it is: no copy of the table
+      const DevValue &d = values_.at(name);
+      const size_t n = size_t(d.rows) * size_t(v.cols);
+      if (f.size() != n) fail("value " + name, "has {} elements, expected {}", f.size(), n);
+      if (n) hc::check(hc::driver().cuMemcpyHtoDAsync(d.ptr, f.data(), n * 4, stream_), "upload " + name);
+      return;
+    }
     HostValue h;
     if (v.batch && req_->B > 1) {
       h.f.reserve(f.size() * size_t(req_->B));
       for (int64_t b = 0; b < req_->B; ++b) h.f.insert(h.f.end(), f.begin(), f.end());
     } else {
-      h.f = std::move(f);
+      h.f = f;
     }
     upload(name, h);
   }
 
+  // The graph inputs not bound to the caller's memory. An activation goes up from the request's own bytes when
+  // canonicalize borrowed them (the engine): as they are when the dtypes agree, else converted element by element
+  // (F32 -> BF16 rounds to nearest even, BF16 -> F32 widens exactly), the bits the float path gives.
   void uploadInputs(const plan::Function &fn, const CanonicalRequest &req) {
-    ValueMap in = graphInputValues(req);
-    for (const auto &name : fn.inputs)
-      if (!bound_.count(name)) upload(name, in.at(name));
+    const std::pair<const char *, const Tensor *> borrowed[] = {
+        {"@hidden_states", req.videoIn}, {"@audio_hidden_states", req.audioIn}, {"@encoder_hidden_states", req.textIn}};
+    const bool allBorrowed = req.videoIn && req.audioIn && req.textIn;
+    const ValueMap in = graphInputValues(req, /*withActivations=*/!allBorrowed);
+    for (const auto &name : fn.inputs) {
+      if (bound_.count(name)) continue;
+      const Tensor *t = nullptr;
+      for (const auto &[n, tensor] : borrowed)
+        if (allBorrowed && name == n) t = tensor;
+      if (t) uploadTensor(name, *t);
+      else upload(name, in.at(name));
+    }
+  }
+
+  // A request tensor (float) to the value's arena region in the value's dtype.
+  void uploadTensor(const std::string &name, const Tensor &t) {
+    const plan::Value &v = plan_->value(name);
+    const DevValue &d = values_.at(name);
+    const size_t n = size_t(d.rows) * size_t(v.cols);
+    if (size_t(t.numel()) != n) fail("value " + name, "has {} elements, expected {}", t.numel(), n);
+    if (n == 0) return;
+    const auto &drv = hc::driver();
+    if (t.dtype == v.dtype && (v.dtype == DType::F32 || v.dtype == DType::BF16)) {
+      hc::check(drv.cuMemcpyHtoDAsync(d.ptr, t.bytes.data(), t.bytes.size(), stream_), "upload " + name);
+    } else if (t.dtype == DType::F32 && v.dtype == DType::BF16) {
+      std::vector<uint16_t> b(n);
+      const uint8_t *src = t.bytes.data();
+      for (size_t i = 0; i < n; ++i) {
+        float f;
+        std::memcpy(&f, src + 4 * i, 4);
+        b[i] = floatToBf16(f);
+      }
+      hc::check(drv.cuMemcpyHtoDAsync(d.ptr, b.data(), n * 2, stream_), "upload " + name);
+    } else {
+      HostValue h;
+      h.f = t.toFloats();
+      upload(name, h);
+    }
   }
 
   // The caller's device memory in place of the arena regions of the bound activations and of the two outputs. A
@@ -451,13 +517,32 @@ private:
     const h3::Config &c = plan_->config;
     switch (op.kind) {
     case plan::OpKind::RopeTable: {
-      // The table depends on the positions only: the steps of a sampling loop reuse it (kept per executor).
-      if (ropePositions_ != q.positions || ropeCos_.size() != size_t(q.S) * size_t(6 * c.rope_freq_dim)) {
+      // The table depends on the positions only: the steps of a sampling loop reuse it, on the host and on the
+      // device (kept per executor): a later forward with the same positions and batch binds the two values to the
+      // device copy, with no upload (2 x 3.2 MB at S = 8,349, from pageable memory, at the head of the stream).
+      const size_t R = size_t(6 * c.rope_freq_dim);
+      if (ropePositions_ != q.positions || ropeCos_.size() != size_t(q.S) * R) {
         ropeTable(c, q.positions.data(), q.S, ropeCos_, ropeSin_, kRopeThreads);
         ropePositions_ = q.positions;
+        ropeDeviceValid_ = false;
       }
-      uploadRepeated(op.out.at(0), ropeCos_);
-      uploadRepeated(op.out.at(1), ropeSin_);
+      const std::string &cosName = op.out.at(0), &sinName = op.out.at(1);
+      const size_t cosBytes = values_.at(cosName).bytes, sinBytes = values_.at(sinName).bytes;
+      const size_t bytes = alignUp(cosBytes) + std::max<size_t>(sinBytes, 1);
+      const bool fresh = !ropeDeviceValid_ || ropeDeviceB_ != q.B || !ropeDevice_ || ropeDevice_->bytes() != bytes;
+      if (fresh && (!ropeDevice_ || ropeDevice_->bytes() != bytes)) {
+        ropeDevice_.reset();
+        ropeDevice_ = std::make_unique<hc::DeviceBuffer>(bytes);
+      }
+      values_.at(cosName).ptr = ropeDevice_->get();
+      values_.at(sinName).ptr = ropeDevice_->get() + alignUp(cosBytes);
+      if (fresh) {
+        ropeDeviceValid_ = false;
+        uploadRepeated(cosName, ropeCos_);
+        uploadRepeated(sinName, ropeSin_);
+        ropeDeviceB_ = q.B;
+        ropeDevicePending_ = true;  // valid once this forward has synchronized its stream
+      }
       return;
     }
     case plan::OpKind::TimestepSinusoid:
@@ -567,6 +652,8 @@ private:
   plan::Extents extents_;
   std::map<std::string, DevValue> values_;
   std::map<size_t, const hc::LoadedKernel *> kernels_;
+  const plan::Plan *kernelsFor_ = nullptr;  // the plan kernels_ was made for (with its sha: an address may be reused)
+  std::string kernelsSha_;
   std::map<std::string, hc::DeviceBuffer> weightBuffers_;
   std::map<std::string, CUdeviceptr> weightAddr_;
   std::string weightsKey_;          // plan sha + weight description of what weightBuffers_ hold ("" = nothing)
@@ -576,6 +663,11 @@ private:
   // thread, so it is threaded and reused across the steps of a sampling loop).
   static constexpr int kRopeThreads = 8;
   std::vector<float> ropePositions_, ropeCos_, ropeSin_;
+  // The device copy of that table (cos at 0, sin after it, each repeated per batch item): valid for ropeDeviceB_
+  // items once the forward that uploaded it has synchronized its stream (ropeDevicePending_ until then).
+  std::unique_ptr<hc::DeviceBuffer> ropeDevice_;
+  int64_t ropeDeviceB_ = 0;
+  bool ropeDeviceValid_ = false, ropeDevicePending_ = false;
 };
 
 } // namespace

@@ -4,10 +4,12 @@
 
 #include "h3c/runtime/engine.h"
 #include "h3c/support/error.h"
+#include "h3c/support/sha256.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 using namespace h3c;
 using namespace h3c::rt;
@@ -191,4 +193,93 @@ TEST(RuntimeEngine, NonFiniteWeightsStayRecordedAcrossForwards) {
   NanWeights w2(c, bad);
   Engine strict(p, w2, options(p));
   EXPECT_THROW(strict.run(r), Error);
+}
+
+namespace {
+
+// The request hash as docs say it is defined (request.h), spelled out byte by byte: every tensor in name order, its
+// name, its dtype's name, its shape as little-endian int64 and its bytes, all in one sha256.
+std::string requestShaByDefinition(const Request &r) {
+  std::string all;
+  for (const auto &[name, t] : r.tensors) {
+    all += name;
+    all += dtypeName(t.dtype);
+    for (int64_t d : t.shape)
+      for (int b = 0; b < 8; ++b) all += char(uint64_t(d) >> (8 * b) & 0xff);
+    all.append(reinterpret_cast<const char *>(t.bytes.data()), t.bytes.size());
+  }
+  return sha256Hex(all);
+}
+
+// Threads of this process now (Linux: one entry per thread in /proc/self/task).
+size_t threadCount() {
+  size_t n = 0;
+  for (const auto &e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory() ? 1 : 0;
+  return n;
+}
+
+// Synthetic weights whose load of one tensor throws, as a checkpoint read that fails mid-forward would.
+class FailingWeights final : public WeightSource {
+public:
+  FailingWeights(const h3::Config &c, std::string failOn)
+      : WeightSource(c), inner_(makeSyntheticWeights(c, 7)), failOn_(std::move(failOn)) {}
+  Tensor load(const std::string &name) override {
+    if (name == failOn_) fail("weights:" + name, "the disk went away");
+    return inner_->load(name);
+  }
+  nlohmann::json describe() const override { return inner_->describe(); }
+
+private:
+  std::unique_ptr<WeightSource> inner_;
+  std::string failOn_;
+};
+
+} // namespace
+
+// The request's sha256 runs on a thread of its own beside the executor: the header holds the hash of its definition,
+// the ledger is the one a run with the hash before the executor sealed (runModel's, and the same for two engines),
+// and no thread outlives a forward.
+TEST(RuntimeEngine, RequestHashBesideTheExecutorIsTheLedgersDefinition) {
+  const h3::Config c = h3::namedConfig("tiny");
+  const plan::Plan p = loadModelPlan(c, /*fuse=*/true, 1);
+  auto w = makeSyntheticWeights(c, 7);
+  Engine e(p, *w, options(p));
+  const size_t before = threadCount();
+  for (const Request &r : {req(c, {5, 3, 2, 2, 2, 1, 2}, 1), req(c, {3, 4, 1, 3, 2, 2, 2}, 2)}) {
+    const RunResult got = e.run(r);
+    EXPECT_EQ(got.ledger["header"]["request"]["sha256"], requestShaByDefinition(r));
+    EXPECT_EQ(requestSha256(r), requestShaByDefinition(r));
+    EXPECT_TRUE(verifyLedger(got.ledger).ok());
+    auto fresh = makeSyntheticWeights(c, 7);
+    expectSameRun(got, runModel(p, *fresh, r, options(p)));
+  }
+  EXPECT_EQ(threadCount(), before);
+}
+
+// A forward that throws after the hash started: the executor's error is the one that propagates, the hash thread is
+// joined (no thread left), nothing counts as a forward, and the engine then runs a good forward as before.
+TEST(RuntimeEngine, AForwardThatThrowsLeavesNoHashThread) {
+  const h3::Config c = h3::namedConfig("tiny");
+  const plan::Plan p = loadModelPlan(c, /*fuse=*/true, 1);
+  FailingWeights w(c, "proj_out.weight");
+  RunOptions o = options(p);
+  Engine e(p, w, o, /*cpuCacheBytes=*/0);
+  const Request r = req(c, {5, 3, 2, 2, 2, 1, 2}, 1);
+  const size_t before = threadCount();
+  for (int i = 0; i < 3; ++i) {
+    try {
+      e.run(r);
+      ADD_FAILURE() << "the forward did not throw";
+    } catch (const Error &err) {
+      EXPECT_EQ(err.where(), "weights:proj_out.weight");
+      EXPECT_EQ(err.message(), "the disk went away");
+    }
+    EXPECT_EQ(threadCount(), before);
+  }
+  EXPECT_EQ(e.forwards(), 0);
+  FailingWeights fine(c, "no such tensor");
+  Engine good(p, fine, o, 0);
+  auto fresh = makeSyntheticWeights(c, 7);
+  expectSameRun(good.run(r), runModel(p, *fresh, r, o));
+  EXPECT_EQ(good.forwards(), 1);
 }

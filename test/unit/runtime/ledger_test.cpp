@@ -1,4 +1,5 @@
 // Ledger: bindings and globs, the seal, the strict rule, and what verify reports.
+#include "h3c/models/fingerprint.h"
 #include "h3c/runtime/ledger.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
@@ -130,4 +131,21 @@ TEST(Ledger, SummaryCountsBindings) {
   EXPECT_NE(s.find("reference"), std::string::npos);
   EXPECT_NE(s.find(l["nodes"][0]["id"].get<std::string>()), std::string::npos);
   EXPECT_NE(s.find(std::to_string(l["nodes"].size() - 1)), std::string::npos);  // the row count
+}
+
+// The node table is derived once per config and kept (every forward's strict verdict reads it): the same table for
+// an equal config, another for another config, and the fingerprint derivation's ids and kinds in its order.
+TEST(Ledger, ExpectedNodesAreDerivedOncePerConfig) {
+  const h3::Config tiny = h3::namedConfig("tiny");
+  const std::vector<NodeInfo> &a = expectedNodes(tiny);
+  EXPECT_EQ(&a, &expectedNodes(h3::namedConfig("tiny")));
+  const std::vector<NodeInfo> &small = expectedNodes(h3::namedConfig("small"));
+  EXPECT_NE(&a, &small);
+  EXPECT_GT(small.size(), a.size());
+  const auto derived = h3::deriveFingerprint(tiny, "").nodes;
+  ASSERT_EQ(a.size(), derived.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].id, derived[i].id);
+    EXPECT_EQ(a[i].kind, derived[i].kind);
+  }
 }

@@ -13,8 +13,9 @@ using namespace h3c::rt;
 
 namespace {
 
-Request req(const h3::Config &c, bool shuffle = false, int64_t batch = 1) {
+Request req(const h3::Config &c, bool shuffle = false, int64_t batch = 1, DType floats = DType::F32) {
   RequestShape sh;
+  sh.floatDtype = floats;
   sh.text = 3;
   sh.audio = 2;
   sh.videoT = 2;
@@ -265,4 +266,56 @@ TEST(Request, PermuteAndBatchItemHelpers) {
   EXPECT_EQ(one.tensors.at("hidden_states").shape[0], 1);
   EXPECT_EQ(one.tensors.at("hidden_states").getFloat(0), r.tensors.at("hidden_states").getFloat(8 * 16));
   EXPECT_THROW(batchItem(r, 2), Error);
+}
+
+// The engine's form: the activations borrowed from the request (no float copies) and every other field as the
+// copying form gives it; activationFloats() is the same floats either way (BF16 widened exactly).
+TEST(Request, BorrowedActivationsAreTheRequestsOwnTensors) {
+  const h3::Config c = h3::namedConfig("tiny");
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    const Request r = req(c, /*shuffle=*/true, /*batch=*/2, dt);
+    const CanonicalRequest copied = canonicalize(r, c, "req");
+    const CanonicalRequest borrowed = canonicalize(r, c, "req", Activations::Borrowed);
+    EXPECT_TRUE(borrowed.text.empty() && borrowed.video.empty() && borrowed.audio.empty());
+    EXPECT_EQ(borrowed.textIn, &r.tensors.at("encoder_hidden_states"));
+    EXPECT_EQ(borrowed.videoIn, &r.tensors.at("hidden_states"));
+    EXPECT_EQ(borrowed.audioIn, &r.tensors.at("audio_hidden_states"));
+    EXPECT_EQ(copied.textIn, nullptr);
+    EXPECT_EQ(borrowed.positions, copied.positions);
+    EXPECT_EQ(borrowed.tags, copied.tags);
+    EXPECT_EQ(borrowed.tsIndex, copied.tsIndex);
+    EXPECT_EQ(borrowed.packedRow, copied.packedRow);
+    EXPECT_EQ(borrowed.timestep, copied.timestep);
+    EXPECT_EQ(borrowed.videoDtype, dt);
+    for (const char *m : {"text", "video", "audio"}) {
+      EXPECT_EQ(activationFloats(borrowed, m), activationFloats(copied, m)) << m;
+      EXPECT_FALSE(activationFloats(borrowed, m).empty()) << m;
+    }
+    // The floats are the request's values: element 1 of hidden_states as its dtype stores it.
+    EXPECT_EQ(activationFloats(borrowed, "video")[1], r.tensors.at("hidden_states").getFloat(1));
+    EXPECT_THROW(activationFloats(borrowed, "pixels"), Error);
+  }
+}
+
+// Repeated timesteps are named against the first entry that held the value (-0 and +0 are one value, as == says);
+// many distinct timesteps are accepted.
+TEST(Request, RepeatedTimestepNamesTheFirstEntry) {
+  const h3::Config c = h3::namedConfig("tiny");
+  Request r = req(c);
+  auto message = [&](const std::vector<float> &ts) {
+    r.tensors["timestep"] = Tensor::fromFloats(DType::F32, {int64_t(ts.size())}, ts.data());
+    setInts(r, "timestep_indices", std::vector<int64_t>(13, 0));
+    try {
+      canonicalize(r, c, "req");
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message({0.25f, 0.5f, 0.75f, 0.5f, 0.25f}),
+            "req:timestep[3]: timesteps must be distinct; 0.5 repeats entry 1");
+  EXPECT_EQ(message({0.f, 0.5f, -0.f}), "req:timestep[2]: timesteps must be distinct; -0 repeats entry 0");
+  std::vector<float> many(5000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = float(i) / float(many.size());
+  EXPECT_EQ(message(many), "accepted");
 }

@@ -57,7 +57,8 @@ void runLayoutOp(const plan::Op &op, const plan::Plan &p, const CanonicalRequest
 // the graph runs, so the per-row metadata inputs (@position_ids, @token_tags, @timestep_indices) are presented in
 // canonical row order already, and the index inputs as the canonical positions of each modality's rows; `pack`'s
 // metadata outputs are then the same rows (a rope_table reading @position_ids or pack:positions gets one table).
-ValueMap graphInputValues(const CanonicalRequest &req);
+// withActivations false: without the three activations (the GPU executor uploads those from the request's bytes).
+ValueMap graphInputValues(const CanonicalRequest &req, bool withActivations = true);
 
 // Audit mode: the error of `got` (an executor's output value `name`) against `ref` (the same op's fp64 reference on
 // the same inputs): max abs difference, and that relative to the reference's largest magnitude (NaN as infinite).

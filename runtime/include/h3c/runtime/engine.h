@@ -9,6 +9,7 @@
 #include "h3c/runtime/executor.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 
 namespace h3c::rt {
@@ -42,6 +43,9 @@ public:
   WeightSource &weights() { return *weights_; }
   const RunOptions &options() const { return opt_; }
   int64_t forwards() const { return forwards_; }  // completed forwards
+  // The host phases of the last completed forward in ms (canonicalize, ledger_header, executor, request_sha_wait,
+  // outputs_ledger): what H3C_PROFILE prints, for callers that account for a forward of their own (the package).
+  const std::map<std::string, double> &lastPhases() const { return lastPhases_; }
   bool cachesWeights() const { return cache_ != nullptr; }
 
 private:
@@ -52,6 +56,7 @@ private:
   RunOptions opt_;
   std::unique_ptr<Executor> exec_;      // created at the first forward (after the request is validated)
   int64_t forwards_ = 0;
+  std::map<std::string, double> lastPhases_;
 };
 
 } // namespace h3c::rt

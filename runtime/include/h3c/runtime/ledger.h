@@ -83,7 +83,7 @@ public:
   // One executed op: every node it covers gets an entry (requested from the mode and --bind rules, `actual` what
   // ran). `shapes` maps value name -> the shape actually used ([ranks?, B, rows, cols]).
   // `hashes` (--hash-nodes): value name -> content hash (support/content_hash.h) of the op's outputs.
-  void recordOp(const plan::Op &op, Binding actual, const std::map<std::string, std::vector<int64_t>> &shapes,
+  void recordOp(const plan::Op &op, Binding actual, std::map<std::string, std::vector<int64_t>> shapes,
                 const std::optional<AuditError> &audit = std::nullopt,
                 std::map<std::string, std::string> hashes = {});
   // Builds the sealed document: `missing` = expected nodes without entry, `complete`, `accepted`. recordOp keeps

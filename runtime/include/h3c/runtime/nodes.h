@@ -14,7 +14,8 @@ struct NodeInfo {
   std::string kind;  // rope_table, linear, rms_norm, ... (section 2)
 };
 
-// 893 nodes for the full config: 15 top-level + 17 per transformer block + 14 per refiner block.
-std::vector<NodeInfo> expectedNodes(const h3::Config &c);
+// 893 nodes for the full config: 15 top-level + 17 per transformer block + 14 per refiner block. Derived once per
+// config and kept for the process (the reference stays valid).
+const std::vector<NodeInfo> &expectedNodes(const h3::Config &c);
 
 } // namespace h3c::rt

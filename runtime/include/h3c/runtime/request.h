@@ -43,9 +43,14 @@ struct CanonicalRequest {
   int64_t B = 1, Nt = 0, Nv = 0, Na = 0, S = 0, T = 0;
   DType videoDtype = DType::F32, audioDtype = DType::F32, textDtype = DType::F32;
   int64_t videoCols = 0, audioCols = 0, textCols = 0;  // channels (kept when a modality has no rows)
+  // The three activations as floats (Activations::Copied), or empty with the request's own tensors borrowed below.
   std::vector<float> text;      // [B, Nt, text_dim]
   std::vector<float> video;     // [B, Nv, videoPatchDim]
   std::vector<float> audio;     // [B, Na, audio_in_channels]
+  // Activations::Borrowed: the request's encoder_hidden_states / hidden_states / audio_hidden_states tensors, not
+  // owned (valid while the Request given to canonicalize() lives). The engine borrows: a GPU executor uploads the
+  // bytes as they are and a bound activation is never read, so the ~13 MB of floats at S = 8,349 are never made.
+  const Tensor *textIn = nullptr, *videoIn = nullptr, *audioIn = nullptr;
   std::vector<float> timestep;  // [T]
   // Canonical per-row metadata, [S] (positions [S,3], F32: position_ids.to(float32), round to nearest even).
   std::vector<float> positions;
@@ -58,7 +63,18 @@ struct CanonicalRequest {
   plan::Extents extents() const { return {B, S, Nt, Nv, Na, T, S}; }  // one rank: Sr = S
 };
 
-CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::string &where = "request");
+// Copied: text / video / audio hold the activations as floats (what a caller that keeps the CanonicalRequest apart
+// from its Request needs). Borrowed: they stay empty and textIn / videoIn / audioIn point into `r`.
+enum class Activations { Copied, Borrowed };
+CanonicalRequest canonicalize(const Request &r, const h3::Config &c, const std::string &where = "request",
+                              Activations activations = Activations::Copied);
+// An activation of a canonical request as floats ("text", "video" or "audio"): the copy, or the borrowed tensor
+// widened (BF16 is exact in float).
+std::vector<float> activationFloats(const CanonicalRequest &q, const std::string &modality);
+
+// The request's identity in the ledger header (`request.sha256`): sha256 over every tensor in name order of its
+// name, dtype name, shape (int64 little-endian) and bytes (a fixed definition: ledgers of every build compare).
+std::string requestSha256(const Request &r);
 
 // What `h3c request make` builds without --layout: a valid request with synthetic values (synth_rng, keyed by `seed`
 // and the tensor name). Video rows get integer (t, h, w) grid positions of a T x H x W token grid, text and audio

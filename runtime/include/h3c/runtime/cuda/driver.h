@@ -32,6 +32,7 @@ struct DriverApi {
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   // Stream-ordered forms: a forward of the resident engine runs on the caller's stream (engine.h, DeviceIO).
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);  // the Python package's request read-back
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuMemGetInfo)(size_t *, size_t *);
