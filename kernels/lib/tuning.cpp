@@ -25,7 +25,12 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
-                          {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1}};
+                          {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1},
+                          // the AdaLN table's ring: at most this many stages (0: as many as fit), a multiple of 16
+                          // columns per stage (checked below), 1 or 2 CTAs per SM
+                          {"adaln_stages", &EmitOptions::sm90AdalnStages, 0, 16},
+                          {"adaln_stage_k", &EmitOptions::sm90AdalnStageK, 64, 512},
+                          {"adaln_ctas", &EmitOptions::sm90AdalnCtas, 1, 2}};
 
 const Field &field(const std::string &name, int value, const std::string &where) {
   std::string names;
@@ -43,7 +48,7 @@ const Field &field(const std::string &name, int value, const std::string &where)
 // name would silently apply to nothing.
 const char *const kTunedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rope", "linear",
                                  "linear+residual",      "linear+gate_residual",    "linear+swiglu",
-                                 "attention"};
+                                 "attention",            "adaln_table"};
 
 } // namespace
 
@@ -87,6 +92,10 @@ void EmitOptions::check(const std::string &where) const {
       fail(where, "{}: gemm_stages={} needs gemm_pingpong=1 (the cooperative kernel's 48 KiB stages fit 2-4)", k,
            o.sm90Stages);
   }
+  const EmitOptions a = forOp(std::string("adaln_table"));
+  if (a.sm90AdalnStageK % 16 != 0)
+    fail(where, "adaln_table: adaln_stage_k={} is not a multiple of 16 (a stage holds whole k chunks)",
+         a.sm90AdalnStageK);
 }
 
 std::string opProfileName(const plan::Op &op) {
