@@ -9,9 +9,10 @@
 // focused set of Hopper linear variants and cuBLASLt, each measured twice in alternation. The full forward is
 // power-capped (bench/NOTES.md), so energy per launch is what a kernel costs the ops around it.
 // --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight; the cooperative
-// and the ping-pong schedule, one 2-CTA cluster variant) and of the
-// Hopper attention (stages, overlap) beside the mma.sync kernel of the same op, and norm_modulate's rows per CTA and
-// row metadata; the output bits of all variants are the same (the GPU checks compare them).
+// and the ping-pong schedule, one 2-CTA cluster variant), of the Hopper attention (stages, overlap), of
+// norm_modulate's rows per CTA and row metadata and of the AdaLN table's streaming kernel (stage width, stages, CTAs
+// per SM) beside the mma.sync kernel of the same op; the output bits of all variants are the same (the GPU checks
+// compare them).
 #include "emit_ops.h"
 #include "nvml_meter.h"
 #include "vendor_gemm.h"
@@ -409,11 +410,31 @@ int main(int argc, char **argv) {
       o.in = {tempF->get()};
       o.out = {y->get()};
       o.w = {w->get()};
-      bench("adaln_table T=2 (18H x 2688)",
-            op(OpKind::AdalnTable, "adaln",
-               with(attrs({{"K", E}, {"N", 18 * H}, {"num_chunks", 6}, {"rows_per_timestep", 3}}), BF, F32, BF),
-               kchunks(1), 1),
-            o, 2.0 * T * E * 18 * H, 2.0 * E * 18 * H);
+      const EmitOp ad =
+          op(OpKind::AdalnTable, "adaln",
+             with(attrs({{"K", E}, {"N", 18 * H}, {"num_chunks", 6}, {"rows_per_timestep", 3}}), BF, F32, BF),
+             kchunks(1), 1);
+      const double flops = 2.0 * T * E * 18 * H, bytes = 2.0 * E * 18 * H;  // the weight, read once
+      bench("adaln_table T=2 (18H x 2688)", ad, o, flops, bytes);
+      if (sweep && dev.arch() == "sm_90a") {
+        // The streaming kernel's tunings (adaln_sm90.cuh; the same bits) beside the mma.sync kernel it replaced:
+        // K columns per stage, ring stages (max: as many as fit at K = 2688: 10, 7, 5, 3, 2 stages for 128-512
+        // columns with one CTA per SM; 4, 2, 2 for 128-256 with two), CTAs per SM. Only stage counts that fit.
+        h3c::kernels::EmitOptions mma;
+        mma.wgmma = false;
+        bench("adaln_table T=2 [mma.sync]", ad, o, flops, bytes, mma);
+        const int tunings[][3] = {{128, 0, 1}, {128, 4, 1}, {192, 0, 1}, {192, 3, 1}, {256, 0, 1}, {256, 2, 1},
+                                  {256, 3, 1}, {256, 4, 1}, {384, 0, 1}, {384, 2, 1}, {512, 0, 1}, {128, 0, 2},
+                                  {192, 0, 2}, {256, 0, 2}};
+        for (const auto &t : tunings) {
+          h3c::kernels::EmitOptions v;
+          v.sm90AdalnStageK = t[0];
+          v.sm90AdalnStages = t[1];
+          v.sm90AdalnCtas = t[2];
+          bench(fmt::format("adaln_table T=2 [sm90 k{} st{} c{}]", t[0], t[1] ? std::to_string(t[1]) : "max", t[2]),
+                ad, o, flops, bytes, v);
+        }
+      }
     }
     size_t free1 = 0;
     hc::check(hc::driver().cuMemGetInfo(&free1, &total), "meminfo");

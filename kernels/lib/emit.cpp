@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -29,6 +30,7 @@ extern const char *const headops;
 extern const char *const elementwise;
 extern const char *const linear_f32;
 extern const char *const time_embed;
+extern const char *const adaln_sm90;
 } // namespace tmpl
 
 namespace {
@@ -443,6 +445,8 @@ plan::Kernel emitQkv(const OpView &v, const std::string &arch) {
   return emitGemmBf16(v, d, arch);
 }
 
+std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, const std::string &arch);
+
 plan::Kernel emitAdaln(const OpView &v, const std::string &arch) {
   GemmDesc d;
   d.K = v.a().K;
@@ -450,6 +454,9 @@ plan::Kernel emitAdaln(const OpView &v, const std::string &arch) {
   checkKChunks(v);
   d.x = XMode::SiluF32;
   d.bias = !v.op.biases.empty();
+  // sm_90a: the streaming kernel (same bits) where its ring fits; everywhere else the few-row mma.sync tile.
+  if (arch == "sm_90a" && v.options.wgmma)
+    if (auto k = emitAdalnSm90(v, d, arch)) return *k;
   return emitGemmBf16(v, d, arch, kTileFewRows);
 }
 
@@ -691,6 +698,50 @@ plan::Kernel emitElementwise(const OpView &v, const std::string &arch) {
   Extent units = rows.scaled(cols);
   plan::Launch l = launch(256, 0, dim(units, 256));
   return finish(fmt::format("{}_c{}", plan::opKindName(v.op.kind), cols), "EW_ENTRY", b, p, tmpl::elementwise, l, arch);
+}
+
+// The AdaLN table's streaming kernel (adaln_sm90.cuh; sm_90a): 4 consumer warps of two 8-row weight blocks each
+// (64-row tiles) + 1 producer warp, a ring of stages of 64 weight rows x sm90AdalnStageK columns filled by bulk
+// copies, a persistent grid of sm90AdalnCtas CTAs per SM splitting the weight rows evenly, grid.y = one pass per 8
+// rows of temb (T is not bounded by the plan: every T runs, T > 8 reads the weight once per pass). The parameters are
+// the mma.sync kernel's (plain buffers, no tensor maps). Nothing here depends on T. Returns nullopt where the kernel
+// does not apply: K not in whole 16-wide chunks (the chunk tail would need zero-filled stage columns), or the
+// shape's a rows plus two stages over the shared memory of sm90AdalnCtas CTAs per SM (K past ~10,000 at the
+// defaults); the mma.sync kernel then computes the same bits.
+std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
+  const EmitOptions &o = v.options;
+  constexpr int64_t kWarps = 4, kBlocksPerWarp = 2, kRowsPerPass = 8, kTileRows = 8 * kBlocksPerWarp * kWarps;
+  // 228 KiB of shared memory per SM, of which each resident CTA reserves 1 KiB (sm_90).
+  constexpr int64_t kSmSharedBytes = 233472, kCtaReservedBytes = 1024;
+  int64_t ks = o.sm90AdalnStageK;
+  const int64_t ctas = o.sm90AdalnCtas;
+  if (ks < 16 || ks % 16 != 0 || ctas < 1 || ctas > 2 || o.sm90AdalnStages < 0)
+    fail(v.where, "AdaLN table tuning out of range (adaln_stage_k a multiple of 16, adaln_ctas 1 or 2, "
+                  "adaln_stages >= 0)");
+  if (d.K % 16 != 0) return std::nullopt;
+  ks = std::min(ks, d.K);  // a stage never holds more columns than a row has (the small and tiny configs)
+  const int64_t limit = std::min(kMaxCtaSharedBytes, kSmSharedBytes / ctas - kCtaReservedBytes);
+  const int64_t fixed = 128 + kRowsPerPass * (d.K * 2 + 16);  // alignment slack + the rows of a
+  const int64_t perStage = kTileRows * (ks * 2 + 16) + 16;     // weight rows + the full / empty mbarriers
+  // As many stages as fit, at most kMaxStages (beyond that the ring only holds more than the memory latency needs)
+  // or the tuned count.
+  constexpr int64_t kMaxStages = 16;
+  const int64_t stages =
+      std::min((limit - fixed) / perStage, o.sm90AdalnStages > 0 ? int64_t(o.sm90AdalnStages) : kMaxStages);
+  if (stages < 2) return std::nullopt;
+  Builder b;
+  defineEpilogue(b, d);
+  b.def("AL_KS", ks);
+  b.def("AL_STAGES", stages);
+  b.def("AL_WARPS", kWarps);
+  b.def("AL_NBW", kBlocksPerWarp);
+  b.def("AL_CTAS", ctas);
+  Params p = gemmParams(v, d, /*maps=*/false);
+  plan::GridDim gx = dim(Extent::constant((d.N + 7) / 8));  // >= 1 block per CTA, capped at ctas per SM
+  gx.maxPerSm = ctas;
+  plan::Launch l = launch(32 * (kWarps + 1), fixed + stages * perStage, gx, dim(v.rowsOfIn(0), kRowsPerPass));
+  std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::adaln_sm90;
+  return finish(gemmName(v, d, "sm90"), "AL_ENTRY", b, p, body, l, arch);
 }
 
 } // namespace

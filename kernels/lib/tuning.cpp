@@ -27,7 +27,12 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
                           {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1},
-                          {"norm_rows", &EmitOptions::normRows, 1, 16}};
+                          {"norm_rows", &EmitOptions::normRows, 1, 16},
+                          // the AdaLN table's ring: at most this many stages (0: as many as fit), a multiple of 16
+                          // columns per stage (checked below), 1 or 2 CTAs per SM
+                          {"adaln_stages", &EmitOptions::sm90AdalnStages, 0, 16},
+                          {"adaln_stage_k", &EmitOptions::sm90AdalnStageK, 64, 512},
+                          {"adaln_ctas", &EmitOptions::sm90AdalnCtas, 1, 2}};
 
 const Field &field(const std::string &name, int value, const std::string &where) {
   std::string names;
@@ -45,7 +50,8 @@ const Field &field(const std::string &name, int value, const std::string &where)
 // other name would silently apply to nothing.
 const char *const kTunedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rope", "linear",
                                  "linear+residual",      "linear+gate_residual",    "linear+swiglu",
-                                 "attention",            "rms_norm",                "norm_modulate"};
+                                 "attention",            "rms_norm",                "norm_modulate",
+                                 "adaln_table"};
 
 } // namespace
 
@@ -93,6 +99,10 @@ void EmitOptions::check(const std::string &where) const {
       fail(where, "{}: gemm_bn={} is a width of the cooperative kernel (the ping-pong kernel's tiles are 128 wide)", k,
            o.sm90Bn);
   }
+  const EmitOptions a = forOp(std::string("adaln_table"));
+  if (a.sm90AdalnStageK % 16 != 0)
+    fail(where, "adaln_table: adaln_stage_k={} is not a multiple of 16 (a stage holds whole k chunks)",
+         a.sm90AdalnStageK);
 }
 
 std::string opProfileName(const plan::Op &op) {

@@ -28,6 +28,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace hc = h3c::runtime::cuda;
@@ -153,6 +154,23 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wi
     w192pair.sm90Inflight = 1;
     v.push_back({"192-wide", w192});
     v.push_back({"192-wide 2-CTA cluster (5 stages, in flight)", w192pair});
+  }
+  return v;
+}
+
+// The AdaLN table's streaming kernel (adaln_sm90.cuh) at the tunings the bench sweeps: fewer ring stages, narrower
+// and wider stages, two CTAs per SM.
+std::vector<std::pair<std::string, hk::EmitOptions>> adalnStreamVariants() {
+  std::vector<std::pair<std::string, hk::EmitOptions>> v;
+  const std::tuple<int, int, int> tunings[] = {{2, 256, 1}, {3, 128, 1}, {0, 64, 1},
+                                               {2, 512, 1}, {0, 192, 1}, {0, 256, 2}};
+  for (auto [stages, k, ctas] : tunings) {
+    hk::EmitOptions o;
+    o.sm90AdalnStages = stages;
+    o.sm90AdalnStageK = k;
+    o.sm90AdalnCtas = ctas;
+    const std::string st = stages ? std::to_string(stages) : "max";
+    v.emplace_back(fmt::format("stages {} stage_k {} ctas/SM {}", st, k, ctas), o);
   }
   return v;
 }
@@ -283,9 +301,34 @@ void Kernels::checkLinear(const std::string &cfg, const std::string &kind, long 
     };
     auto runOnce = [&](Buf x, Buf r, long long m, Buf tsb, Buf tgb) { return runWith(kern, x, r, m, tsb, tgb); };
     auto y1 = runOnce(dX, dRes, M, dTs, dTags);
+    // The AdaLN table on sm_90a: the streaming kernel (bulk copies + mma.sync in the mma.sync kernel's operand roles)
+    // and its tuning variants against the mma.sync kernel of the same op: the same bits.
+    const bool adalnStream = adaln && kern.id.rfind("adaln_table_sm90_", 0) == 0;
+    if (adaln && hc::device().arch() == "sm_90a" && K % 16 == 0)
+      report(adalnStream, name + ": the sm_90a AdaLN table runs the streaming kernel (" + kern.id + ")");
+    if (adalnStream) {
+      hk::EmitOptions mma;
+      mma.wgmma = false;
+      const plan::Kernel &ref = kernel(op(k, kind, a, kchunks(1), 1, 1), mma);
+      auto ym = runWith(ref, dX, dRes, M, dTs, dTags);
+      size_t at = firstDiff(y1, ym);
+      report(at == SIZE_MAX, name + fmt::format(": AdaLN streaming kernel == mma.sync kernel byte for byte{}",
+                                                at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
+      for (const auto &[label, opts] : adalnStreamVariants()) {
+        const plan::Kernel &vk = kernel(op(k, kind, a, kchunks(1), 1, 1), opts);
+        if (vk.id.rfind("adaln_table_sm90_", 0) != 0) {
+          report(false, name + ": " + label + " did not emit the streaming kernel (" + vk.id + ")");
+          continue;
+        }
+        size_t vat = firstDiff(runWith(vk, dX, dRes, M, dTs, dTags), ym);
+        std::string where = vat == SIZE_MAX ? "" : fmt::format(" (first difference at {})", vat);
+        report(vat == SIZE_MAX,
+               name + fmt::format(": AdaLN streaming kernel ({}) == mma.sync kernel byte for byte{}", label, where));
+      }
+    }
     // The Hopper kernel (TMA + wgmma) against the mma.sync kernel of the same op and order: the same bits
     // (../shared/HOPPER-KERNELS.md section 1), at this M and at a 1-row run.
-    if (kern.source.find("wgmma.mma_async") != std::string::npos) {
+    if (!adalnStream && kern.source.find("wgmma.mma_async") != std::string::npos) {
       hk::EmitOptions mma;
       mma.wgmma = false;
       const plan::Kernel &ref = kernel(op(k, kind, a, kchunks(1), qkv ? 3 : 1, bias && !qkv ? 1 : 0), mma);
@@ -916,7 +959,6 @@ TEST_F(Kernels, TinyLinears) {
   checkLinear("tiny", "linear", 32, 24, "residual", 37, 8);
   checkLinear("tiny", "linear", 32, 24, "gate_residual", 37, 8);
   checkLinear("tiny", "linear", 24, 64, "swiglu", 37, 8);
-  checkLinear("tiny", "adaln_table", 16, 18 * 24, "none", 3, 3);
   checkLinear("tiny", "linear", 8, 24, "none", 11, 4);
   // A tensor-parallel rank's to_out (tp = 2): the full K, 12 of the 24 output columns.
   checkLinear("tiny tp2", "linear", 32, 12, "gate_residual", 37, 8);
@@ -943,16 +985,30 @@ TEST_F(Kernels, FullLinears) {
   checkLinear("full", "linear", 14336, 5376, "gate_residual", M, 3);
   checkLinear("full", "linear", 14336, 5376, "gate_residual", quick() ? M : 2077, 3);  // 17 row tiles
   checkLinear("full", "linear", 7168, 5376, "residual", M, 2);
-  checkLinear("full", "adaln_table", 2688, 18 * 5376, "none", 2, 2);
   checkLinear("full", "linear", 5120, 5376, "none", M, 2);
   checkLinear("full", "linear", 14336, 5376, "gate_residual", quick() ? M : 2077, 3);  // 17 row tiles
   // One tensor-parallel rank of 8 (section 5.2): 7 heads of q/k/v, fc1's value and gate halves of 1792 columns,
-  // to_out / fc2 with the full K and 672 output columns, the AdaLN table's 18 chunks of 672.
+  // to_out / fc2 with the full K and 672 output columns (the AdaLN table's rank shape: TEST_F AdalnTable).
   checkLinear("full tp8", "qkv_linear", 5376, 896, "none", M, 3);
   checkLinear("full tp8", "linear", 5376, 3584, "swiglu", M, 2);
   checkLinear("full tp8", "linear", 7168, 672, "gate_residual", M, 3);
   checkLinear("full tp8", "linear", 14336, 672, "gate_residual", M, 3);
+}
+// The AdaLN tables (transformer blocks: 18 chunks of H; norm_out: 2) at the timestep counts of a request: T = 1-3,
+// and T = 11 (two 8-row passes of the sm_90a streaming kernel, the second partial), for the full, small and tiny
+// configs and a tensor-parallel rank of 8 (18 chunks of 672). On sm_90a each is also compared byte for byte with the
+// mma.sync kernel, and so is every tuning variant of the streaming kernel.
+TEST_F(Kernels, AdalnTable) {
+  for (long long T : {1, 2, 3}) checkLinear("full", "adaln_table", 2688, 18 * 5376, "none", T, int(T));
+  checkLinear("full", "adaln_table", 2688, 18 * 5376, "none", 11, 3);
+  checkLinear("full norm_out", "adaln_table", 2688, 2 * 5376, "none", 2, 2);
   checkLinear("full tp8", "adaln_table", 2688, 18 * 672, "none", 2, 2);
+  for (long long T : {1, 3, 11}) {
+    checkLinear("small", "adaln_table", 96, 18 * 192, "none", T, int(std::min(T, 3LL)));
+    checkLinear("small norm_out", "adaln_table", 96, 2 * 192, "none", T, int(std::min(T, 3LL)));
+    checkLinear("tiny", "adaln_table", 16, 18 * 24, "none", T, int(std::min(T, 3LL)));
+    checkLinear("tiny norm_out", "adaln_table", 16, 2 * 24, "none", T, int(std::min(T, 3LL)));
+  }
 }
 TEST_F(Kernels, FullAttention) {
   long long L = quick() ? 200 : 777;

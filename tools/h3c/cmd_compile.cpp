@@ -33,15 +33,15 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
       ->check(CLI::IsMember({1, 2, 4, 8}));
   app.add_option("--tp", a->tp, "Tensor-parallel degree (ranks split the columns)")->check(CLI::IsMember({1, 2, 4, 8}));
   app.add_flag("--no-fuse", a->noFuse, "Skip h3-fuse (one op per node)");
-  app.add_flag("--no-wgmma", a->noWgmma, "sm_90a: run the bf16 linears on the mma.sync kernel instead of the Hopper "
-                                         "(TMA + wgmma) one; the same bits, slower (for comparisons)");
+  app.add_flag("--no-wgmma", a->noWgmma, "sm_90a: run the bf16 linears (and the AdaLN tables) on the mma.sync kernel "
+                                         "instead of the Hopper ones; the same bits, slower (for comparisons)");
   app.add_flag("--no-qk-epilogue", a->noQkEpilogue, "sm_90a: keep qk_norm_rope apart from the qkv GEMM (fused into "
                                                      "its epilogue by default); the same bits (for comparisons)");
   app.add_option("--tune", a->tune,
-                 "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, gemm_pingpong, "
-                 "attn_stages, attn_overlap, attn_pingpong, norm_rows), for every op, or OP:NAME=VALUE for one op "
-                 "kind (qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, norm_modulate, "
-                 "...); changes speed, never a bit")
+                 "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, "
+                 "attn_stages, attn_overlap, attn_pingpong, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas), for "
+                 "every op, or OP:NAME=VALUE for one op kind (qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, "
+                 "linear+gate_residual, norm_modulate, ...); changes speed, never a bit")
       ->allow_extra_args(false);
   app.add_option("--dump-ir", a->dumpIr, "Write the IR after import and after every pass into this folder");
   app.add_option("--tokens", a->tokens, "Packed rows S for the buffer peak report")->check(CLI::PositiveNumber);

@@ -228,6 +228,111 @@ TEST(KernelEmit, QkvNormRopeEpilogueOnHopperOnly) {
   EXPECT_TRUE(hopperOnlyOps(h3c::h3::namedConfig("tiny")).empty());
 }
 
+// The AdaLN table ops (transformer block, norm_out) of config `cfg`.
+std::vector<EmitOp> adalnOps(const char *cfg) {
+  std::vector<EmitOp> v;
+  for (const auto &o : h3Ops(h3c::h3::namedConfig(cfg)))
+    if (o.op.kind == OpKind::AdalnTable) v.push_back(o);
+  return v;
+}
+
+hk::EmitOptions adalnTuning(int stages, int stageK, int ctas) {
+  hk::EmitOptions o;
+  o.sm90AdalnStages = stages;
+  o.sm90AdalnStageK = stageK;
+  o.sm90AdalnCtas = ctas;
+  return o;
+}
+
+// The AdaLN table on sm_90a: the streaming kernel (adaln_sm90.cuh) with the mma.sync kernel's parameters (plain
+// buffers), a persistent grid over the weight's 8-row blocks and one pass per 8 rows of temb (any T); the ring takes
+// as many stages as fit, tunings clamp to what fits; sm_100a, --no-wgmma, a K that is not whole 16-wide chunks and a
+// shape whose ring cannot fit keep the mma.sync kernel (the same bits).
+TEST(KernelEmit, AdalnTableStreamsOnHopper) {
+  const auto full = adalnOps("full");
+  ASSERT_EQ(full.size(), 2u);
+  const EmitOp &blk = full[0];
+  ASSERT_EQ(blk.op.attrs.N, 18 * 5376);
+  auto k = emit(blk);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->id.rfind("adaln_table_sm90_k2688_n96768_xf32_", 0), 0u) << k->id;
+  EXPECT_NE(k->source.find("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"), std::string::npos);
+  EXPECT_NE(k->source.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
+  // 256 columns per stage; (227 KiB - 8 rows of a) / (64 x 528 bytes + barriers) = 5 stages.
+  EXPECT_NE(k->source.find("#define AL_KS 256\n#define AL_STAGES 5\n"), std::string::npos);
+  EXPECT_EQ(k->launch.block[0], 160);
+  EXPECT_LE(k->launch.smemBytes, 232448);
+  EXPECT_EQ(k->launch.grid[0].extent.eval({}), 96768 / 8);
+  EXPECT_EQ(k->launch.grid[0].maxPerSm, 1);
+  EXPECT_EQ(k->launch.grid[1].extent.text(), "T");
+  EXPECT_EQ(k->launch.grid[1].div, 8);
+  // The mma.sync kernel of the same op (sm_100a, and sm_90a without the Hopper kernels) and its parameter list,
+  // which the streaming kernel shares.
+  auto m100 = emit(blk, "sm_100a");
+  hk::EmitOptions mma;
+  mma.wgmma = false;
+  auto m90 = emit(blk, "sm_90a", mma);
+  ASSERT_TRUE(m100 && m90);
+  EXPECT_EQ(m100->id.rfind("adaln_table_bf16m16_k2688_n96768_xf32_", 0), 0u) << m100->id;
+  EXPECT_EQ(m90->id.rfind("adaln_table_bf16m16_", 0), 0u) << m90->id;
+  EXPECT_EQ(m90->source.find("cp.async.bulk"), std::string::npos);
+  ASSERT_EQ(k->params.size(), m90->params.size());
+  for (size_t i = 0; i < k->params.size(); ++i) {
+    EXPECT_EQ(k->params[i].name, m90->params[i].name);
+    EXPECT_EQ(k->params[i].kind, m90->params[i].kind);
+    EXPECT_EQ(k->params[i].role, m90->params[i].role);
+    EXPECT_EQ(k->params[i].index, m90->params[i].index);
+  }
+  EXPECT_EQ(k->params.back().value.text(), "T");
+  // Tunings: fewer stages; more than fit clamps; two CTAs per SM (2 stages in half the SM); wide stages; the id
+  // follows the text.
+  auto st3 = emit(blk, "sm_90a", adalnTuning(3, 256, 1));
+  EXPECT_NE(st3->source.find("#define AL_STAGES 3\n"), std::string::npos);
+  EXPECT_NE(st3->id, k->id);
+  EXPECT_NE(emit(blk, "sm_90a", adalnTuning(16, 256, 1))->source.find("#define AL_STAGES 5\n"), std::string::npos);
+  auto two = emit(blk, "sm_90a", adalnTuning(0, 256, 2));
+  EXPECT_NE(two->source.find("#define AL_STAGES 2\n"), std::string::npos);
+  EXPECT_NE(two->source.find("#define AL_CTAS 2\n"), std::string::npos);
+  EXPECT_EQ(two->launch.grid[0].maxPerSm, 2);
+  EXPECT_LE(2 * (two->launch.smemBytes + 1024), 233472);
+  EXPECT_NE(emit(blk, "sm_90a", adalnTuning(0, 512, 1))->source.find("#define AL_STAGES 2\n"), std::string::npos);
+  EXPECT_THROW(emit(blk, "sm_90a", adalnTuning(0, 100, 1)), h3c::Error);
+  // Where two stages do not fit, the mma.sync kernel: 512-column stages at two CTAs per SM, a K of 16,384.
+  EXPECT_EQ(emit(blk, "sm_90a", adalnTuning(0, 512, 2))->id.rfind("adaln_table_bf16m16_", 0), 0u);
+  EmitOp wide = blk;
+  wide.op.attrs.K = 16384;
+  EXPECT_EQ(emit(wide)->id.rfind("adaln_table_bf16m16_", 0), 0u);
+  // K = 24: a half chunk at the end: the mma.sync kernel (its tiles zero-fill the tail).
+  EmitOp ragged = blk;
+  ragged.op.attrs.K = 24;
+  EXPECT_EQ(emit(ragged)->id.rfind("adaln_table_bf16m16_", 0), 0u);
+  // norm_out, and the small and tiny configs (stages hold at most K columns; 16 stages at most).
+  EXPECT_EQ(emit(full[1])->id.rfind("adaln_table_sm90_k2688_n10752_xf32_", 0), 0u);
+  auto small = emit(adalnOps("small")[0]);
+  EXPECT_NE(small->source.find("#define AL_KS 96\n#define AL_STAGES 16\n"), std::string::npos);
+  auto tiny = emit(adalnOps("tiny")[1]);
+  EXPECT_EQ(tiny->id.rfind("adaln_table_sm90_k16_n48_xf32_", 0), 0u) << tiny->id;
+  EXPECT_NE(tiny->source.find("#define AL_KS 16\n"), std::string::npos);
+  EXPECT_EQ(tiny->launch.grid[0].extent.eval({}), 6);
+}
+
+// The AdaLN tuning names of `h3c compile --tune`: per op or for all, ranges, and the stage width's multiple of 16.
+TEST(KernelEmit, AdalnTableTuningNames) {
+  hk::EmitOptions t;
+  t.set("adaln_table:adaln_stages", 3, "test");
+  EXPECT_EQ(t.forOp(std::string("adaln_table")).sm90AdalnStages, 3);
+  EXPECT_EQ(t.forOp(std::string("linear")).sm90AdalnStages, 0);
+  t.set("adaln_ctas", 2, "test");
+  EXPECT_EQ(t.forOp(std::string("adaln_table")).sm90AdalnCtas, 2);
+  EXPECT_NO_THROW(t.check("test"));
+  EXPECT_THROW(t.set("adaln_ctas", 3, "test"), h3c::Error);
+  EXPECT_THROW(t.set("adaln_stages", 17, "test"), h3c::Error);
+  t.set("adaln_stage_k", 100, "test");
+  EXPECT_THROW(t.check("test"), h3c::Error);
+  t.set("adaln_stage_k", 96, "test");
+  EXPECT_NO_THROW(t.check("test"));
+}
+
 TEST(KernelEmit, HostOpsHaveNoKernel) {
   EXPECT_FALSE(emit(op(OpKind::RopeTable, "rope", {})).has_value());
   EXPECT_FALSE(emit(op(OpKind::TimestepSinusoid, "time_proj", {}), "sm_100a").has_value());
@@ -525,6 +630,14 @@ std::optional<hc::CompiledKernel> compileVerbose(hc::NvrtcJit &jit, plan::Kernel
 bool spillsNothing(const hc::CompiledKernel &c) {
   return c.log.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos;
 }
+// compileVerbose's report: no spills and no serialized wgmma (the JIT refuses such a kernel anyway; the check names
+// it here). `what` says which variant failed.
+void expectCompilesWithoutSpills(hc::NvrtcJit &jit, const plan::Kernel &k, const std::string &what) {
+  const auto c = compileVerbose(jit, k, what);
+  if (!c) return;
+  EXPECT_TRUE(spillsNothing(*c)) << what << " " << k.id << ":\n" << c->log;
+  EXPECT_EQ(c->log.find("serialized"), std::string::npos) << what << " " << k.id << ":\n" << c->log;
+}
 
 TEST(NvrtcCompile, FullConfigAndPlanSm90a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
@@ -552,13 +665,8 @@ TEST(NvrtcCompile, QkvNormRopeEpilogueNeitherSerializesNorSpills) {
   pp.sm90Pingpong = 1;
   for (const char *cfg : {"full", "small"})
     for (const auto &o : hopperOnlyOps(h3c::h3::namedConfig(cfg)))
-      for (const hk::EmitOptions &opt : {hk::EmitOptions{}, pp}) {
-        const plan::Kernel k = *emit(o, "sm_90a", opt);
-        const auto c = compileVerbose(jit, k, cfg);
-        if (!c) continue;
-        EXPECT_TRUE(spillsNothing(*c)) << cfg << " " << k.id << ":\n" << c->log;
-        EXPECT_EQ(c->log.find("serialized"), std::string::npos) << c->log;
-      }
+      for (const hk::EmitOptions &opt : {hk::EmitOptions{}, pp})
+        expectCompilesWithoutSpills(jit, *emit(o, "sm_90a", opt), cfg);
 }
 // The 192-wide cooperative tile (gemm_bn=192: whole waves at N = 5,376) for the linears with the epilogues it serves,
 // alone and with the 2-CTA cluster at 5 stages: ptxas keeps the wgmmas asynchronous and spills nothing; the swiglu
@@ -622,10 +730,7 @@ TEST(NvrtcCompile, AttentionAtBothKvBlocksNeitherSerializesNorSpills) {
         }
         const plan::Kernel k = *emit(o, arch, opt);
         EXPECT_NE(k.source.find("_KV " + std::to_string(kv)), std::string::npos) << k.id;
-        const auto c = compileVerbose(jit, k, arch + " kv " + std::to_string(kv));
-        if (!c) continue;
-        EXPECT_TRUE(spillsNothing(*c)) << arch << " kv " << kv << " " << k.id << ":\n" << c->log;
-        EXPECT_EQ(c->log.find("serialized"), std::string::npos) << c->log;
+        expectCompilesWithoutSpills(jit, k, arch + " kv " + std::to_string(kv));
       }
 }
 // The norms keep the full config's row in registers (84 of them) at 16 warps per SM: at most 128 registers and no
@@ -652,6 +757,21 @@ TEST(NvrtcCompile, NormKernelsKeepTheRowInRegistersWithoutSpilling) {
         const size_t at = c->log.find("Used ");
         ASSERT_NE(at, std::string::npos) << c->log;
         EXPECT_LE(std::atoi(c->log.c_str() + at + 5), 128) << arch << " " << k.id << ":\n" << c->log;
+      }
+}
+// The AdaLN streaming kernel (sm_90a) at every config's shapes, and the tunings the GPU checks and the bench run at
+// the full shape, compiles and spills nothing.
+TEST(NvrtcCompile, AdalnTableStreamNeitherSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  for (const char *cfg : {"full", "small", "tiny"})
+    for (const auto &o : adalnOps(cfg))
+      for (const hk::EmitOptions &opt : {hk::EmitOptions{}, adalnTuning(2, 512, 1), adalnTuning(0, 64, 1),
+                                         adalnTuning(0, 192, 1), adalnTuning(0, 256, 2)}) {
+        if (std::string(cfg) != "full" && opt.sm90AdalnStageK != 256) continue;
+        plan::Kernel k = *emit(o, "sm_90a", opt);
+        ASSERT_EQ(k.id.rfind("adaln_table_sm90_", 0), 0u) << k.id;
+        expectCompilesWithoutSpills(jit, k, cfg);
       }
 }
 TEST(NvrtcCompile, FullConfigAndPlanSm100a) {

@@ -20,8 +20,8 @@ struct OperandValues {
 // Choices that change how an op is computed but never its bits (the contract fixes those).
 struct EmitOptions {
   // sm_90a: the bf16 linears with one k_chunks unit and a bf16 input run on the Hopper kernel (TMA + wgmma,
-  // gemm_sm90.cuh); false keeps the mma.sync kernel (gemm_bf16.cuh), which gives the same bits (the GPU checks
-  // compare the two byte for byte).
+  // gemm_sm90.cuh; the AdaLN table on adaln_sm90.cuh, below); false keeps the mma.sync kernel (gemm_bf16.cuh), which
+  // gives the same bits (the GPU checks compare the two byte for byte).
   bool wgmma = true;
   // Tuning of the Hopper linear (none changes a bit: the chain per output is fixed): shared-memory stages (2-4),
   // row tiles per L2 group of the persistent walk, k-blocks kept in flight by each consumer (0 or 1).
@@ -41,6 +41,12 @@ struct EmitOptions {
   int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1;
   // rms_norm / norm_modulate: rows per CTA (one warp each, 1-16; norm.cuh); the SM holds 16 rows either way.
   int normRows = 8;
+  // sm_90a with wgmma: the AdaLN table runs on the streaming kernel (adaln_sm90.cuh: bulk copies of the weight into a
+  // shared-memory ring, mma.sync with the mma.sync kernel's operand roles; the same bits). Tuning (no bit changes):
+  // the most ring stages (0: as many as fit, up to 16; always clamped to what fits), the K columns each stage holds (a
+  // multiple of 16; at most K) and the CTAs per SM (1 or 2). A shape or tuning where two stages do not fit, or a K
+  // that is not a multiple of 16, keeps the mma.sync kernel.
+  int sm90AdalnStages = 0, sm90AdalnStageK = 256, sm90AdalnCtas = 1;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
@@ -55,10 +61,10 @@ struct EmitOptions {
   std::vector<PerOp> perOp;
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
-  // gemm_inflight, gemm_cluster, gemm_pingpong, attn_stages, attn_overlap, attn_pingpong, norm_rows), for every op,
-  // or, as `OP:NAME`, for the ops of one profile name (see perOp). Setting a field for every op drops the per-op
-  // values of that field set before (the defaults too): the last word wins. Throws h3c::Error naming `where` for an
-  // unknown name or a value out of the field's range.
+  // gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, attn_stages, attn_overlap, attn_pingpong, norm_rows,
+  // adaln_stages, adaln_stage_k, adaln_ctas), for every op, or, as `OP:NAME`, for the ops of one profile name (see
+  // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
+  // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);
   // These options with the per-op values for `op` (or for the ops of one profile name) applied.
   EmitOptions forOp(const plan::Op &op) const;
