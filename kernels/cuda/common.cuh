@@ -13,20 +13,17 @@ struct __align__(64) H3cTensorMap {
 };
 
 __device__ __forceinline__ float bf2f(h3bf b) { return __uint_as_float(((h3u32)b) << 16); }
-// h3c's bf16 rounding (support/dtype.h: RNE; a NaN keeps its sign and payload top and is made quiet) as the
-// contract's integer formula. Only the NaN branch of f2bf uses it: for every other input the hardware's RNE conversion
-// (cvt.rn.bf16.f32, one instruction where the formula takes about ten) gives the same bits, checked for all 2^32
-// inputs on the GPU (test/gpu/gpu_bf16_rounding_test.cpp). The epilogues round every output two or three times, so
-// the formula was most of their instructions.
-__device__ __forceinline__ h3bf h3c_bf16_formula(h3u32 u) {
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (h3bf)((u >> 16) | 0x0040u);
-  return (h3bf)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+// h3c's bf16 rounding (support/dtype.h: RNE; a NaN keeps its sign and payload top and is made quiet). For every
+// input but a NaN the hardware's RNE conversion (cvt.rn.bf16.f32) gives the contract's bits; a NaN takes the
+// contract's (u >> 16) | 0x40 by a select (the cvt returns the canonical 0x7fff). Checked for all 2^32 inputs on the GPU
+// against the integer formula (test/gpu/gpu_bf16_rounding_test.cpp). Branch-free: a branch per rounding (tried first)
+// made the qk_norm_rope epilogue, which rounds 128 values per head twice, a third slower (bench/NOTES.md,
+// 2026-12-04); the formula itself takes about ten instructions, this five.
 __device__ __forceinline__ h3bf f2bf(float f) {
-  if (f != f) return h3c_bf16_formula(__float_as_uint(f));
   unsigned short h;
   asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
-  return (h3bf)h;
+  const h3u32 u = __float_as_uint(f);
+  return f != f ? (h3bf)((u >> 16) | 0x0040u) : (h3bf)h;
 }
 __device__ __forceinline__ float rbf(float f) { return bf2f(f2bf(f)); }
 // 2^x by the PTX ex2.approx.ftz.f32 instruction (MUFU.EX2): one fixed hardware function, the contract's exp of the
@@ -69,12 +66,13 @@ __device__ __forceinline__ void mma16816(float *c, const h3u32 *a, h3u32 b0, h3u
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 // f2bf of two values, low half first: one cvt for the pair unless one of them is a NaN.
+// f2bf of two values, low half first: one cvt for the pair, NaN halves replaced by selects as in f2bf.
 __device__ __forceinline__ h3u32 pack_bf2(float lo, float hi) {
-  if (lo != lo || hi != hi)
-    return (h3u32)h3c_bf16_formula(__float_as_uint(lo)) | ((h3u32)h3c_bf16_formula(__float_as_uint(hi)) << 16);
   h3u32 r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
+  const h3u32 ul = __float_as_uint(lo), uh = __float_as_uint(hi);
+  r = lo != lo ? (r & 0xffff0000u) | (ul >> 16) | 0x0040u : r;
+  return hi != hi ? (r & 0x0000ffffu) | (uh & 0xffff0000u) | 0x00400000u : r;
 }
 
 // Pairs of bf16 values in one 32-bit word (low half first) and the hardware's bf16x2 instructions, one instruction

@@ -46,7 +46,8 @@ struct EmitOptions {
   // the most ring stages (0: as many as fit, up to 16; always clamped to what fits), the K columns each stage holds (a
   // multiple of 16; at most K) and the CTAs per SM (1 or 2). A shape or tuning where two stages do not fit, or a K
   // that is not a multiple of 16, keeps the mma.sync kernel.
-  int sm90AdalnStages = 0, sm90AdalnStageK = 256, sm90AdalnCtas = 1;
+  // Two CTAs per SM: 0.170 ms at the full shape against 0.300 ms with one (bench/NOTES.md, 2026-12-04).
+  int sm90AdalnStages = 0, sm90AdalnStageK = 256, sm90AdalnCtas = 2;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
