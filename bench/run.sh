@@ -7,10 +7,12 @@
 set -uo pipefail
 # shellcheck source=bench/gpu_build.sh
 source "$(dirname "$0")/gpu_build.sh" bench h3c_kernel_bench
-# The rollout lengths of issue 12, each with the Hopper linear's tuning sweep beside the mma.sync kernel.
+# The rollout lengths of issue 12, each with the Hopper linear's tuning sweep beside the mma.sync kernel and cuBLASLt
+# (--vendor: the plain GEMM of each shape in the same process). For the sustained, power-aware comparison use
+# `h3c_kernel_bench --energy` and `torch_bench.py OUT M --sustained` (bench/NOTES.md, 2026-12-04).
 for rows in ${H3C_BENCH_ROWS:-8349 2048 925 70}; do
   echo "== h3c kernels (M = $rows)"
-  "$build/bin/h3c_kernel_bench" "$out/h3c_kernels_$rows.jsonl" --rows "$rows" --sweep
+  "$build/bin/h3c_kernel_bench" "$out/h3c_kernels_$rows.jsonl" --rows "$rows" --sweep --vendor
   echo "== torch (M = $rows)"
   python3 "$root/bench/torch_bench.py" "$out/torch_$rows.jsonl" "$rows"
 done
