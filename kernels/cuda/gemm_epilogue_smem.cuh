@@ -21,11 +21,13 @@
 #error "the staged epilogue serves bf16 outputs of none, residual, gate_residual and swiglu with GM_OUTN % 8 == 0"
 #endif
 
-// One consumer warpgroup's staging area: its 64 x G9_BN block as bf16 (swiglu: 128 value + 128 gate columns), rows of
-// G9_BN / 8 16-byte chunks; chunk k of row `row` lies at chunk k ^ (row % 8) (the low three bits flipped, so it stays
-// inside its row's aligned group of 8 chunks): stmatrix's eight 16-byte rows of one matrix and a quarter-warp's
-// eight consecutive chunks of one row both land on distinct banks.
+// One consumer warpgroup's staging area: its 64 x G9_BN block as bf16 (swiglu: 128 value + 128 gate columns) in
+// G9_BN / 64 boxes of 64 rows x 64 columns (8 KiB each), a box's row 128 bytes, its 16-byte chunk q at q ^ (row % 8):
+// TMA's 128-byte swizzle, so a bulk tensor store could read it as it is. stmatrix's eight 16-byte rows of one matrix
+// and a quarter-warp's eight consecutive chunks of one row both land on distinct banks.
 #define G9_OUT_BYTES (64 * G9_BN * 2)
+// Byte offset of 16-byte chunk k (8 columns) of row `row` in the staging area.
+__device__ __forceinline__ int g9_chunk_at(int row, int k) { return (k >> 3) * 8192 + row * 128 + (((k & 7) ^ (row & 7)) << 4); }
 
 __device__ __forceinline__ void stsm_x4(h3u32 addr, h3u32 r0, h3u32 r1, h3u32 r2, h3u32 r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
@@ -75,8 +77,7 @@ __device__ __forceinline__ void g9_bias2(const void *bias, long long w, bool ali
 template <int NF>
 __device__ __forceinline__ void g9_stage_block(h3u32 stage, const void *bias, const float *acc, long long c0, int warp,
                                                int lane) {
-  const int t4 = lane & 3, m = lane >> 3, rr = lane & 7;
-  const h3u32 rowAddr = stage + (h3u32)((16 * warp + rr + 8 * (m & 1)) * (NF * 16));
+  const int t4 = lane & 3, m = lane >> 3, row = 16 * warp + (lane & 7) + 8 * (m & 1);
 #if GM_HAS_BIAS
   const bool aligned = ((unsigned long long)bias & 3) == 0;
 #endif
@@ -101,13 +102,13 @@ __device__ __forceinline__ void g9_stage_block(h3u32 stage, const void *bias, co
       p[2 * f] = pack_bf2(v0, v1);
       p[2 * f + 1] = pack_bf2(v2, v3);
     }
-    stsm_x4(rowAddr + (h3u32)(((j + (m >> 1)) ^ rr) << 4), p[0], p[1], p[2], p[3]);
+    stsm_x4(stage + (h3u32)g9_chunk_at(row, j + (m >> 1)), p[0], p[1], p[2], p[3]);
   }
 }
 
 // The 16-byte chunk k of staged row `row` (generic pointer to the staging area).
-__device__ __forceinline__ uint4 g9_staged_chunk(const unsigned char *stage, int row, int k, int chunksPerRow) {
-  return *(const uint4 *)(stage + row * (chunksPerRow * 16) + ((k ^ (row & 7)) << 4));
+__device__ __forceinline__ uint4 g9_staged_chunk(const unsigned char *stage, int row, int k) {
+  return *(const uint4 *)(stage + g9_chunk_at(row, k));
 }
 
 // Step 3. Each thread keeps one 16-byte column chunk (its lane) and walks rows: a warp stores one row's 512 bytes
@@ -129,7 +130,7 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
     const int row = 8 * i + 2 * warp + (lane >> 4);
     const long long r = r0 + row;
     if (r >= M) break;  // rows grow with i
-    const uint4 vs = g9_staged_chunk(stage, row, k, NF), gs = g9_staged_chunk(stage, row, 16 + k, NF);
+    const uint4 vs = g9_staged_chunk(stage, row, k), gs = g9_staged_chunk(stage, row, 16 + k);
     h3u32 out[4];
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
@@ -189,7 +190,7 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
 #pragma unroll
     for (int i = 0; i < G9_WALK_BATCH && i0 + i < n; ++i) {
       const int row = warp + 4 * (i0 + i);
-      const uint4 s = g9_staged_chunk(stage, row, lane, NF);
+      const uint4 s = g9_staged_chunk(stage, row, lane);
       h3bf *yr = y + (r0 + row) * GM_OUTN;
 #if GM_EPI == GM_EPI_NONE
       *(uint4 *)yr = s;
