@@ -9,7 +9,7 @@
 // focused set of Hopper linear variants and cuBLASLt, each measured twice in alternation. The full forward is
 // power-capped (bench/NOTES.md), so energy per launch is what a kernel costs the ops around it.
 // --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight; the cooperative
-// and the ping-pong schedule, one 2-CTA cluster variant), of the Hopper attention (stages, overlap), of
+// and the ping-pong schedule, one 2-CTA cluster variant, the epilogue staged through shared memory), of the Hopper attention (stages, overlap), of
 // norm_modulate's rows per CTA and row metadata and of the AdaLN table's streaming kernel (stage width, stages, CTAs
 // per SM) beside the mma.sync kernel of the same op; the output bits of all variants are the same (the GPU checks
 // compare them).
@@ -260,7 +260,7 @@ int main(int argc, char **argv) {
     // --energy: the default, cuBLASLt and the variants that trade speed against power, twice in alternation.
     auto energyVariants = [&](const Linear &l) {
       std::vector<std::pair<std::string, h3c::kernels::EmitOptions>> v;
-      auto add = [&](const std::string &label, int st, int fl, int cl, int bn, int pp) {
+      auto add = [&](const std::string &label, int st, int fl, int cl, int bn, int pp, int epi = 0) {
         h3c::kernels::EmitOptions o;
         o.perOp.clear();
         o.sm90Stages = st;
@@ -268,12 +268,16 @@ int main(int argc, char **argv) {
         o.sm90Cluster = cl;
         o.sm90Bn = bn;
         o.sm90Pingpong = pp;
+        o.sm90EpiSmem = epi;
         if (pp) o.sm90GroupM = 16;
         v.push_back({label, o});
       };
       // (the 192-wide tile and st3 f1 measured no better on 2026-12-04: bench/NOTES.md)
       add("st4 f1 c2", 4, 1, 2, 256, 0);
       add("ping-pong st4 g16 f1", 4, 1, 1, 256, 1);
+      // The epilogue staged through shared memory (coalesced 16-byte accesses): 3 stages at most beside it.
+      add("st3 f0 epi-smem", 3, 0, 1, 256, 0, 1);
+      add("st3 f1 c2 epi-smem", 3, 1, 2, 256, 0, 1);
       return v;
     };
     for (const Linear &l : linears) {
@@ -311,6 +315,22 @@ int main(int argc, char **argv) {
               w.sm90Cluster = 1;
               w.sm90Bn = 192;
               gemm(fmt::format("{} [sm90 bn192 st{} g{} f{}]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, w);
+              if (st == 4) {  // the staged epilogue beside 4 stages of 40 KiB
+                w.sm90EpiSmem = 1;
+                gemm(fmt::format("{} [sm90 bn192 st{} g{} f{} epi-smem]", l.name, st, gm, fl), l.kind, l.K, l.N,
+                     l.epi, w);
+              }
+            }
+            if (st == 3) {  // the epilogue staged through shared memory (3 stages of 48 KiB at most beside it)
+              h3c::kernels::EmitOptions e = o;
+              e.sm90Cluster = 1;
+              e.sm90EpiSmem = 1;
+              gemm(fmt::format("{} [sm90 st{} g{} f{} epi-smem]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi, e);
+              if (gm == 8) {
+                e.sm90Cluster = 2;
+                gemm(fmt::format("{} [sm90 st{} g{} f{} c2 epi-smem]", l.name, st, gm, fl), l.kind, l.K, l.N, l.epi,
+                     e);
+              }
             }
           }
       for (int st : {4, 5, 6})

@@ -69,7 +69,15 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
   extern __shared__ unsigned char g9_raw[];
   const h3u32 base = (smem_u32(g9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
   const h3u32 sA = base, sB = base + G9_STAGES * G9_A_BYTES;
+#ifdef G9_EPI_SMEM
+  // The consumers' staging areas (gemm_epilogue_smem.cuh) after the ring, 1,024-byte aligned like it; gate_residual's
+  // table rows after the barriers.
+  const h3u32 sOut = sB + G9_STAGES * G9_B_BYTES;
+  const h3u32 full = sOut + 2 * G9_OUT_BYTES, empty = full + 8 * G9_STAGES;
+  const h3u32 sTrows = empty + 8 * G9_STAGES;
+#else
   const h3u32 full = sB + G9_STAGES * G9_B_BYTES, empty = full + 8 * G9_STAGES;
+#endif
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const long long M = rows;
   const int tilesM = (int)((M + G9_BM - 1) / G9_BM);
@@ -167,11 +175,21 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       wgmma_wait<0>();
       if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
 #endif
+#ifdef G9_EPI_SMEM
+      // Epilogue staged through shared memory (gemm_epilogue_smem.cuh): the same bits, 16-byte global accesses.
+      (void)warp, (void)g, (void)t4;
+      g9_store_block_staged<G9_BN / 8>(ep, B, acc, sOut + cw * G9_OUT_BYTES,
+                                       g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES,
+                                       (long long *)(g9_raw + (sTrows - smem_u32(g9_raw))) + cw * 64,
+                                       (long long)tm * G9_BM + cw * 64,
+                                       (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN), M, cw, tid);
+#else
       // Epilogue in registers (gemm_epilogue.cuh): this warpgroup's 64 x G9_BN block of the tile.
 #if GM_EPI == GM_EPI_SWIGLU
       gm_store_block<32>(ep, B, acc, (long long)tm * G9_BM + cw * 64, (long long)tn * 128, M, warp, g, t4);
 #else
       gm_store_block<G9_BN / 8>(ep, B, acc, (long long)tm * G9_BM + cw * 64, (long long)tn * G9_BN, M, warp, g, t4);
+#endif
 #endif
     }
   }

@@ -20,6 +20,7 @@ extern const char *const common;
 extern const char *const detmath;
 extern const char *const gemm_bf16;
 extern const char *const gemm_epilogue;
+extern const char *const gemm_epilogue_smem;
 extern const char *const gemm_sm90;
 extern const char *const gemm_sm90_pingpong;
 extern const char *const hopper;
@@ -276,8 +277,9 @@ plan::Kernel emitGemmSm90Pingpong(const OpView &v, const GemmDesc &d, const std:
   const EmitOptions &o = v.options;
   const int stages = o.sm90Stages, groupM = o.sm90GroupM;
   if (stages < 2 || stages > 6 || groupM < 1 || groupM > 64 || (o.sm90Inflight != 0 && o.sm90Inflight != 1) ||
-      o.sm90Cluster != 1)
-    fail(v.where, "Hopper ping-pong linear tuning out of range (stages 2-6, group 1-64, in flight 0/1, no cluster)");
+      o.sm90Cluster != 1 || o.sm90EpiSmem != 0)
+    fail(v.where, "Hopper ping-pong linear tuning out of range (stages 2-6, group 1-64, in flight 0/1, no cluster, "
+                  "no staged epilogue)");
   Builder b;
   defineEpilogue(b, d);
   b.def("G9_STAGES", stages);
@@ -302,13 +304,23 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   if (o.sm90Pingpong == 1) return emitGemmSm90Pingpong(v, d, arch);
   const int bn = o.sm90Bn;
   if ((bn != 256 && bn != 192) || stages < 2 || stages > (bn == 192 ? 5 : 4) || groupM < 1 || groupM > 64 ||
-      (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2))
+      (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
+      (o.sm90EpiSmem != 0 && o.sm90EpiSmem != 1))
     fail(v.where, "Hopper linear tuning out of range (tile width 192/256, stages 2-4 (2-5 at width 192), group "
-                  "1-64, in flight 0/1, cluster 1/2)");
+                  "1-64, in flight 0/1, cluster 1/2, staged epilogue 0/1)");
   if (bn != 256 && (d.epi == Epilogue::Swiglu || d.epi == Epilogue::QkNormRope))
     fail(v.where, "the {} epilogue needs the 256-wide Hopper tile (gemm_bn=256), got {}",
          plan::epilogueName(d.epi), bn);
   const int cluster = o.sm90Cluster;
+  // The staged epilogue (gemm_epilogue_smem.cuh) serves bf16 outputs whose rows split into 16-byte chunks, of every
+  // epilogue but qk_norm_rope; the others keep the register epilogue under the same option.
+  const int64_t outN = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N / d.nout;
+  const bool staged = o.sm90EpiSmem == 1 && d.epi != Epilogue::QkNormRope && !d.outF32 && outN % 8 == 0;
+  const int64_t smem = sm90LinearSharedBytes(stages, bn, staged, d.epi == Epilogue::GateResidual);
+  if (smem > kMaxCtaSharedBytes)
+    fail(v.where, "the staged epilogue (gemm_epi_smem=1) with {} stages of the {}-wide Hopper tile needs {} bytes of "
+                  "shared memory (at most {}): use gemm_stages={} or fewer", stages, bn, smem, kMaxCtaSharedBytes,
+         bn == 192 ? 4 : 3);
   Builder b;
   defineEpilogue(b, d);
   b.def("G9_BN", bn);
@@ -316,6 +328,7 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   b.def("G9_GROUP_M", groupM);
   b.def("G9_INFLIGHT", o.sm90Inflight);
   b.def("G9_CLUSTER", cluster);
+  if (staged) b.def("G9_EPI_SMEM", 1);
   Params p = gemmParams(v, d, /*maps=*/true, bn / 2);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
   const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + bn - 1) / bn;
@@ -324,10 +337,10 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   plan::GridDim g = cluster == 2 ? dim(v.rowsOfIn(0).plus(255).scaled(2 * tilesN), 256)
                                  : dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);
   g.maxPerSm = 1;
-  const int64_t smem = int64_t(stages) * (128 + bn) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
   plan::Launch l = launch(384, smem, g);
   l.cluster = {cluster, 1, 1};
-  std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::gemm_sm90;
+  std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" +
+                     (staged ? std::string(tmpl::gemm_epilogue_smem) + "\n" : std::string()) + tmpl::gemm_sm90;
   return finish(gemmName(v, d, "sm90"), "G9_ENTRY", b, p, body, l, arch);
 }
 
@@ -551,9 +564,6 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
                 tmpl::headops, l, arch);
 }
 
-// The dynamic shared memory one CTA can opt into on sm_90 and sm_100 (227 KiB).
-constexpr int64_t kMaxCtaSharedBytes = 232448;
-
 // The flash order's exponent scale c = fl(d^-0.5 * log2 e) (docs/contract.md section 4), computed in double and
 // rounded once to F32 by floatLit; the CPU reference derives the same value.
 double flashExp2Scale(int64_t d) { return 1.0 / std::sqrt((double)d) * 1.4426950408889634074; }
@@ -745,6 +755,12 @@ std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, co
 }
 
 } // namespace
+
+int64_t sm90LinearSharedBytes(int stages, int bn, bool stagedEpilogue, bool gateResidual) {
+  int64_t bytes = int64_t(stages) * (128 + bn) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
+  if (stagedEpilogue) bytes += 2 * 64 * int64_t(bn) * 2 + (gateResidual ? 2 * 64 * 8 : 0);
+  return bytes;
+}
 
 std::vector<std::string> nvrtcOptions(const std::string &arch) {
   if (arch != "sm_90a" && arch != "sm_100a") fail("emitKernel", "arch must be sm_90a or sm_100a, got \"{}\"", arch);

@@ -23,6 +23,7 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
                           {"gemm_bn", &EmitOptions::sm90Bn, 192, 256},  // 192 or 256
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
+                          {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 1},
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
@@ -52,6 +53,10 @@ const char *const kTunedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rop
                                  "linear+residual",      "linear+gate_residual",    "linear+swiglu",
                                  "attention",            "rms_norm",                "norm_modulate",
                                  "adaln_table"};
+
+// The profile names whose kernel the staged epilogue applies to (qkv_linear+qk_norm_rope keeps its register
+// epilogue, so gemm_epi_smem sizes nothing there).
+const char *const kStagedOps[] = {"qkv_linear", "linear", "linear+residual", "linear+gate_residual", "linear+swiglu"};
 
 } // namespace
 
@@ -98,6 +103,18 @@ void EmitOptions::check(const std::string &where) const {
     if (o.sm90Pingpong == 1 && o.sm90Bn != 256)
       fail(where, "{}: gemm_bn={} is a width of the cooperative kernel (the ping-pong kernel's tiles are 128 wide)", k,
            o.sm90Bn);
+  }
+  for (const char *k : kStagedOps) {
+    const EmitOptions o = forOp(std::string(k));
+    if (o.sm90EpiSmem != 1) continue;
+    if (o.sm90Pingpong == 1)
+      fail(where, "{}: gemm_pingpong=1 and gemm_epi_smem=1 exclude each other (the staged epilogue is the cooperative "
+                  "kernel's; set {}:gemm_pingpong=0 or gemm_epi_smem=0)", k, k);
+    const int64_t bytes = sm90LinearSharedBytes(o.sm90Stages, o.sm90Bn, true, std::string(k) == "linear+gate_residual");
+    if (bytes > kMaxCtaSharedBytes)
+      fail(where, "{}: gemm_epi_smem=1 with gemm_stages={} and gemm_bn={} needs {} bytes of shared memory (at most "
+                  "{}): use gemm_stages={} or fewer", k, o.sm90Stages, o.sm90Bn, bytes, kMaxCtaSharedBytes,
+           o.sm90Bn == 192 ? 4 : 3);
   }
   const EmitOptions a = forOp(std::string("adaln_table"));
   if (a.sm90AdalnStageK % 16 != 0)

@@ -135,7 +135,7 @@ plan::Extents rowsS(int64_t m, int64_t B = 1) { return {B, m, 0, 0, 0, 1}; }
 // 5 stages, the default being 4).
 // wide192: whether the op's epilogue allows the 192-wide cooperative tile (not swiglu, not qk_norm_rope).
 std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wide192 = false) {
-  hk::EmitOptions coop, pair, pp, w192, w192pair;
+  hk::EmitOptions coop, pair, pp, w192, w192pair, staged, stagedPair, staged192;
   coop.perOp.clear();
   pair.perOp.clear();
   pp.perOp.clear();
@@ -143,8 +143,18 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wi
   pp.sm90Pingpong = 1;
   pp.sm90Stages = 5;
   pp.sm90Inflight = 1;
-  std::vector<std::pair<const char *, hk::EmitOptions>> v = {{"cooperative", coop}, {"2-CTA cluster", pair},
-                                                             {"ping-pong", pp}};
+  // The epilogue staged through shared memory (gemm_epi_smem=1; qkv's fused qk_norm_rope keeps the register one, so
+  // there it is the cooperative kernel again).
+  staged.perOp.clear();
+  staged.sm90EpiSmem = 1;
+  stagedPair = staged;
+  stagedPair.sm90Cluster = 2;
+  stagedPair.sm90Inflight = 1;
+  std::vector<std::pair<const char *, hk::EmitOptions>> v = {{"cooperative", coop},
+                                                             {"2-CTA cluster", pair},
+                                                             {"ping-pong", pp},
+                                                             {"staged epilogue", staged},
+                                                             {"staged epilogue 2-CTA cluster (in flight)", stagedPair}};
   if (wide192) {
     w192.perOp.clear();
     w192.sm90Bn = 192;
@@ -152,8 +162,12 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wi
     w192pair.sm90Cluster = 2;
     w192pair.sm90Stages = 5;
     w192pair.sm90Inflight = 1;
+    staged192 = w192;
+    staged192.sm90EpiSmem = 1;
+    staged192.sm90Stages = 4;
     v.push_back({"192-wide", w192});
     v.push_back({"192-wide 2-CTA cluster (5 stages, in flight)", w192pair});
+    v.push_back({"192-wide staged epilogue (4 stages)", staged192});
   }
   return v;
 }

@@ -339,6 +339,81 @@ TEST(KernelEmit, AdalnTableTuningNames) {
   EXPECT_NO_THROW(t.check("test"));
 }
 
+// The staged epilogue (gemm_epi_smem=1, gemm_epilogue_smem.cuh): the cooperative kernel of every bf16 linear but
+// qkv's fused qk_norm_rope gets it, with the two 64 x 256 bf16 staging areas (and gate_residual's table rows) in its
+// shared memory; the default kernel carries none of it; combinations beyond 227 KiB and the ping-pong kernel are
+// refused, by the emitter naming the op and by EmitOptions::check before anything is emitted.
+TEST(KernelEmit, StagedEpilogueOption) {
+  hk::EmitOptions staged;
+  staged.sm90EpiSmem = 1;
+  const int64_t ring3 = 3 * (128 + 256) * 64 * 2 + 1024 + 16 * 3;  // 3 stages + alignment + mbarriers
+  EXPECT_EQ(ring3, 148528);
+  int stagedKernels = 0;
+  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
+    if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
+    if (o.op.attrs.wDtype != DType::BF16 || o.op.attrs.xDtype != DType::BF16) continue;
+    const plan::Kernel def = *emit(o), st = *emit(o, "sm_90a", staged);
+    const std::string what = o.op.nodes.front();
+    EXPECT_EQ(def.source.find("#define G9_EPI_SMEM"), std::string::npos) << what;
+    EXPECT_EQ(def.source.find("stmatrix"), std::string::npos) << what;
+    EXPECT_EQ(def.launch.smemBytes, ring3) << what;
+    EXPECT_NE(st.source.find("#define G9_EPI_SMEM 1\n"), std::string::npos) << what;
+    EXPECT_NE(st.source.find("stmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos) << what;
+    const bool gres = o.op.attrs.epilogue == plan::Epilogue::GateResidual;
+    EXPECT_EQ(st.launch.smemBytes, ring3 + 2 * 32768 + (gres ? 1024 : 0)) << what;
+    EXPECT_NE(st.id, def.id) << what;
+    ++stagedKernels;
+  }
+  EXPECT_GE(stagedKernels, 6);  // qkv, to_q, to_out, fc2 (gate_residual), fc1 (swiglu), the refiner's residual ones
+  // qkv + qk_norm_rope keeps its register epilogue: the very same kernel.
+  const EmitOp qknr = hopperOnlyOps(h3c::h3::namedConfig("full"))[0];
+  EXPECT_EQ(emit(qknr, "sm_90a", staged)->id, emit(qknr)->id);
+  // 4 stages of 48 KiB beside 64 KiB of staging do not fit (the message names the op and the stages that do); at
+  // gemm_bn=192 (40 KiB stages, 48 KiB of staging) 4 do.
+  const EmitOp toOut = h3Ops(h3c::h3::namedConfig("full"))[15];
+  ASSERT_EQ(toOut.op.attrs.epilogue, plan::Epilogue::GateResidual);
+  hk::EmitOptions four = staged;
+  four.sm90Stages = 4;
+  try {
+    emit(toOut, "sm_90a", four);
+    ADD_FAILURE() << "4 stages with the staged epilogue were not refused";
+  } catch (const h3c::Error &e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("op 'linear' (node " + toOut.op.nodes.front() + ")"), std::string::npos) << m;
+    EXPECT_NE(m.find("264256 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("gemm_stages=3 or fewer"), std::string::npos) << m;
+  }
+  EXPECT_NO_THROW(emit(toOut, "sm_90a", [] {
+    hk::EmitOptions o;
+    o.sm90Stages = 4;  // without staging 4 stages fit
+    return o;
+  }()));
+  hk::EmitOptions w4 = four;
+  w4.sm90Bn = 192;
+  EXPECT_EQ(emit(toOut, "sm_90a", w4)->launch.smemBytes, 4 * (128 + 192) * 64 * 2 + 1024 + 16 * 4 + 2 * 24576 + 1024);
+  hk::EmitOptions pp = staged;
+  pp.sm90Pingpong = 1;
+  EXPECT_THROW(emit(toOut, "sm_90a", pp), h3c::Error);
+  // EmitOptions::check refuses the same before any emission; qkv's fused epilogue stages nothing, so its op may keep
+  // 4 stages.
+  hk::EmitOptions t;
+  t.set("gemm_epi_smem", 1, "test");
+  EXPECT_NO_THROW(t.check("test"));
+  t.set("qkv_linear+qk_norm_rope:gemm_stages", 4, "test");
+  EXPECT_NO_THROW(t.check("test"));
+  t.set("linear+gate_residual:gemm_bn", 192, "test");
+  t.set("linear+gate_residual:gemm_stages", 4, "test");
+  EXPECT_NO_THROW(t.check("test"));
+  t.set("linear+swiglu:gemm_stages", 4, "test");
+  EXPECT_THROW(t.check("test"), h3c::Error);
+  t.set("linear+swiglu:gemm_stages", 3, "test");
+  t.set("linear+swiglu:gemm_pingpong", 1, "test");
+  EXPECT_THROW(t.check("test"), h3c::Error);
+  t.set("linear+swiglu:gemm_epi_smem", 0, "test");
+  EXPECT_NO_THROW(t.check("test"));
+  EXPECT_THROW(t.set("gemm_epi_smem", 2, "test"), h3c::Error);
+}
+
 TEST(KernelEmit, HostOpsHaveNoKernel) {
   EXPECT_FALSE(emit(op(OpKind::RopeTable, "rope", {})).has_value());
   EXPECT_FALSE(emit(op(OpKind::TimestepSinusoid, "time_proj", {}), "sm_100a").has_value());
@@ -712,6 +787,37 @@ TEST(NvrtcCompile, Sm90Gemm192WideNeitherSerializesNorSpills) {
     }
   }
   EXPECT_GE(compiled, 4);  // to_out and fc2 (gate_residual) at least, both variants
+}
+// The staged epilogue (gemm_epi_smem=1) at the full and small configs' linear shapes, in the 1-CTA and 2-CTA cluster
+// forms and at gemm_bn=192 with 4 stages: ptxas keeps the wgmmas asynchronous and spills nothing.
+TEST(NvrtcCompile, Sm90StagedEpilogueNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  hk::EmitOptions st, pair, w192;
+  st.perOp.clear();
+  st.sm90EpiSmem = 1;
+  pair = st;
+  pair.sm90Cluster = 2;
+  pair.sm90Inflight = 1;
+  w192 = st;
+  w192.sm90Bn = 192;
+  w192.sm90Stages = 4;
+  std::set<std::string> seen;
+  for (const char *cfg : {"full", "small"})
+    for (const EmitOp &o : h3Ops(h3c::h3::namedConfig(cfg))) {
+      if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
+      if (o.op.attrs.wDtype != DType::BF16 || o.op.attrs.xDtype != DType::BF16) continue;
+      const bool swiglu = o.op.attrs.epilogue == plan::Epilogue::Swiglu;
+      for (const hk::EmitOptions *opt : {&st, &pair, &w192}) {
+        if (swiglu && opt == &w192) continue;  // swiglu's tiles are 256 wide
+        if (std::string(cfg) == "small" && opt != &st) continue;
+        const plan::Kernel k = *emit(o, "sm_90a", *opt);
+        ASSERT_NE(k.source.find("#define G9_EPI_SMEM 1\n"), std::string::npos) << k.id;
+        if (!seen.insert(k.source).second) continue;
+        expectCompilesWithoutSpills(jit, k, std::string(cfg) + " " + o.op.nodes.front());
+      }
+    }
+  EXPECT_GE(seen.size(), 20u);
 }
 // Both kv_block values a plan may carry (128 since 2026-12-04, 64 before: those plans keep running with their bits)
 // compile for both archs, Hopper at every stage count that fits, and ptxas spills nothing: the S fragment at 128 keys

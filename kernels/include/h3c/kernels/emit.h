@@ -5,6 +5,7 @@
 
 #include "h3c/plan/plan.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,12 @@ struct EmitOptions {
   // 1: the ping-pong schedule (gemm_sm90_pingpong.cuh: 128 x 128 tiles, one per consumer warpgroup in turns, so one
   // epilogue overlaps the other's main loop); stages may then be 2-6.
   int sm90Pingpong = 0;
+  // 1: the cooperative kernel stages each consumer's 64 x G9_BN block through shared memory (gemm_epilogue_smem.cuh:
+  // bf16 bf(sum + bias) by stmatrix, then coalesced 16-byte loads of residual and gate and 16-byte stores of y; the
+  // same bits) instead of finishing it in registers with 4-byte accesses. Epilogues none, residual, gate_residual and
+  // swiglu with bf16 outputs (qk_norm_rope and F32 outputs keep the register epilogue); the staging areas take 48 KiB
+  // (gemm_bn=192) or 64 KiB, so 3 stages at most (4 at gemm_bn=192). Not with gemm_pingpong. 0 until measured.
+  int sm90EpiSmem = 0;
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
   // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
@@ -62,8 +69,8 @@ struct EmitOptions {
   std::vector<PerOp> perOp;
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
-  // gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, attn_stages, attn_overlap, attn_pingpong, norm_rows,
-  // adaln_stages, adaln_stage_k, adaln_ctas), for every op, or, as `OP:NAME`, for the ops of one profile name (see
+  // gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, gemm_epi_smem, attn_stages, attn_overlap, attn_pingpong,
+  // norm_rows, adaln_stages, adaln_stage_k, adaln_ctas), for every op, or, as `OP:NAME`, for the ops of one profile name (see
   // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);
@@ -71,10 +78,17 @@ struct EmitOptions {
   EmitOptions forOp(const plan::Op &op) const;
   EmitOptions forOp(const std::string &profileName) const;
   // Throws h3c::Error naming `where` when the values some tuned op would get do not form a kernel (ping-pong with a
-  // cluster, more than 4 stages without ping-pong): `h3c compile` checks before it emits, since an emitter's refusal
-  // would leave the op without a kernel.
+  // cluster or the staged epilogue, more than 4 stages without ping-pong, stages and staging areas beyond the shared
+  // memory): `h3c compile` checks before it emits, since an emitter's refusal would leave the op without a kernel.
   void check(const std::string &where) const;
 };
+
+// The most dynamic shared memory one CTA may use on sm_90a (227 KiB).
+constexpr int64_t kMaxCtaSharedBytes = 232448;
+// Dynamic shared memory of the cooperative Hopper linear (gemm_sm90.cuh): `stages` ring stages of (128 + bn) x 64
+// bf16, the alignment slack and the ring's mbarriers; with the staged epilogue (gemm_epi_smem=1) the two consumers'
+// staging areas (64 x bn bf16 each) and, for gate_residual, their lists of 64 table rows.
+int64_t sm90LinearSharedBytes(int stages, int bn, bool stagedEpilogue, bool gateResidual);
 
 // The name an op is tuned and profiled under: its kind, and "+epilogue" for a linear with a fused epilogue.
 std::string opProfileName(const plan::Op &op);

@@ -1,0 +1,232 @@
+// The cooperative Hopper linear's epilogue staged through shared memory (gemm_sm90.cuh with G9_EPI_SMEM defined:
+// `h3c compile --tune gemm_epi_smem=1`). gm_store_block (gemm_epilogue.cuh) finishes each thread's accumulator pairs
+// in registers and stores them with 4-byte accesses (a quad of threads covers 16 bytes of a row: half of every
+// 32-byte sector it writes is written again by another instruction); here each consumer warpgroup
+//   1. rounds its 64 x G9_BN block to bf16 exactly where gm_store_block does first (bf(sum + bias); swiglu: bf(value
+//      + bias) and bf(gate + bias)) and writes it into its staging area with stmatrix,
+//   2. syncs its own 128 threads (named barrier 1 + cw: the other warpgroup and the producer keep running),
+//   3. walks the block row by row, 16 bytes (8 columns) per access: staged values, residual and gate read, y stored,
+//      the lanes of a warp on consecutive 16-byte chunks of a row.
+// Bits: every output element gets the operations of gm_final / gm_swiglu_f in the same order on the same values. The
+// stage holds f2bf(v) where gm_final computes y = rbf(v) = bf2f(f2bf(v)), so reading it back gives that y. The
+// final rounding and the pair packing are one pack_bf2 of the F32 results where gm_store2 / gm_swiglu2 apply
+// pack_bf2(rbf(a), rbf(b)): equal, since f2bf is idempotent on its own results (a non-NaN bf16 value converts to
+// itself; a NaN result (u >> 16) | 0x40 is quiet already, so the select gives it back) and pack_bf2 is f2bf per half
+// (common.cuh). For the epilogue none the staged word is the output word itself.
+// Served: bf16 outputs with GM_OUTN % 8 == 0 (a 16-byte chunk never straddles a row end or qkv's output split) of the
+// epilogues none, residual, gate_residual and swiglu; qk_norm_rope and F32 outputs keep gm_store_block (the emitter
+// does not define G9_EPI_SMEM for them). The output, residual and table buffers must be 16-byte aligned (the arena
+// aligns every slot to 256 bytes; a misaligned one faults with a misaligned-address error, never a wrong value).
+#if GM_EPI == GM_EPI_QK_NORM_ROPE || GM_OUT_F32 || GM_OUTN % 8 != 0
+#error "the staged epilogue serves bf16 outputs of none, residual, gate_residual and swiglu with GM_OUTN % 8 == 0"
+#endif
+
+// One consumer warpgroup's staging area: its 64 x G9_BN block as bf16 (swiglu: 128 value + 128 gate columns) in
+// G9_BN / 64 boxes of 64 rows x 64 columns (8 KiB each), a box's row 128 bytes, its 16-byte chunk q at q ^ (row % 8):
+// TMA's 128-byte swizzle, so a bulk tensor store could read it as it is. stmatrix's eight 16-byte rows of one matrix
+// and a quarter-warp's eight consecutive chunks of one row both land on distinct banks.
+#define G9_OUT_BYTES (64 * G9_BN * 2)
+// Byte offset of 16-byte chunk k (8 columns) of row `row` in the staging area.
+__device__ __forceinline__ int g9_chunk_at(int row, int k) { return (k >> 3) * 8192 + row * 128 + (((k & 7) ^ (row & 7)) << 4); }
+
+__device__ __forceinline__ void stsm_x4(h3u32 addr, h3u32 r0, h3u32 r1, h3u32 r2, h3u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+// The 128 threads of consumer warpgroup cw (named barriers 1 and 2; 0 is __syncthreads). The non-aligned form: the
+// walk's threads past the columns return early, so a warp need not arrive converged.
+__device__ __forceinline__ void g9_wg_sync(int cw) { asm volatile("barrier.sync %0, 128;\n" ::"r"(1 + cw) : "memory"); }
+// Word w (0-3) of a 16-byte chunk (w is a constant after unrolling).
+__device__ __forceinline__ h3u32 g9_word(const uint4 &v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
+
+// The weight rows w, w + 1 of the columns 2 t4, 2 t4 + 1 of fragment j (8 columns) of the block from c0, and whether
+// they exist (swiglu: fragments 0-15 are the values of output columns c, 16-31 their gates, weight rows GM_OUTN + c;
+// columns past the output are never stored). GM_OUTN % 8 == 0, so w + 1 exists where w does.
+__device__ __forceinline__ bool g9_wrow(long long c0, int j, int t4, long long &w) {
+#if GM_EPI == GM_EPI_SWIGLU
+  const long long c = c0 + 8 * (j % 16) + 2 * t4;
+  w = j < 16 ? c : GM_OUTN + c;
+  return c < GM_OUTN;
+#else
+  w = c0 + 8 * j + 2 * t4;
+  return w < GM_N;
+#endif
+}
+
+#if GM_HAS_BIAS
+// The biases of weight rows w and w + 1 (w even): one 4-byte load where the bias is 4-byte aligned (the weight
+// buffers hold tensors back to back, so it may not be), else two 2-byte loads.
+__device__ __forceinline__ void g9_bias2(const void *bias, long long w, bool aligned, float &b0, float &b1) {
+  if (aligned) {
+    const h3u32 b = *(const h3u32 *)((const h3bf *)bias + w);
+    b0 = bf2_lo(b);
+    b1 = bf2_hi(b);
+  } else {
+    b0 = bf2f(((const h3bf *)bias)[w]);
+    b1 = bf2f(((const h3bf *)bias)[w + 1]);
+  }
+}
+#endif
+
+// Step 1: the accumulators (NF 8-column fragments in the wgmma layout of gm_store_block) plus their biases (gm_bias:
+// one F32 add, none without a bias), rounded into the staging area at shared address `stage`. One stmatrix.x4 per
+// two fragments: matrices (j, rows g), (j, rows g + 8), (j + 1, rows g), (j + 1, rows g + 8), each thread's register
+// of a matrix the pair (row g, columns 2 t4, 2 t4 + 1) of the accumulator layout, lane L giving the address of row
+// L % 8 of matrix L / 8. A fragment's bias pair serves both of its rows.
+template <int NF>
+__device__ __forceinline__ void g9_stage_block(h3u32 stage, const void *bias, const float *acc, long long c0, int warp,
+                                               int lane) {
+  const int t4 = lane & 3, m = lane >> 3, row = 16 * warp + (lane & 7) + 8 * (m & 1);
+#if GM_HAS_BIAS
+  const bool aligned = ((unsigned long long)bias & 3) == 0;
+#endif
+#pragma unroll
+  for (int j = 0; j < NF; j += 2) {
+    h3u32 p[4];
+#pragma unroll
+    for (int f = 0; f < 2; ++f) {
+      const float *a = acc + (j + f) * 4;  // (row g: columns 2 t4, 2 t4 + 1), (row g + 8: the same)
+      float v0 = a[0], v1 = a[1], v2 = a[2], v3 = a[3];
+#if GM_HAS_BIAS
+      long long w;
+      if (g9_wrow(c0, j + f, t4, w)) {
+        float b0, b1;
+        g9_bias2(bias, w, aligned, b0, b1);
+        v0 = __fadd_rn(v0, b0);
+        v1 = __fadd_rn(v1, b1);
+        v2 = __fadd_rn(v2, b0);
+        v3 = __fadd_rn(v3, b1);
+      }
+#endif
+      p[2 * f] = pack_bf2(v0, v1);
+      p[2 * f + 1] = pack_bf2(v2, v3);
+    }
+    stsm_x4(stage + (h3u32)g9_chunk_at(row, j + (m >> 1)), p[0], p[1], p[2], p[3]);
+  }
+}
+
+// The 16-byte chunk k of staged row `row` (generic pointer to the staging area).
+__device__ __forceinline__ uint4 g9_staged_chunk(const unsigned char *stage, int row, int k) {
+  return *(const uint4 *)(stage + g9_chunk_at(row, k));
+}
+
+// Step 3. Each thread keeps one 16-byte column chunk (its lane) and walks rows: a warp stores one row's 512 bytes
+// (swiglu: two rows' 256 bytes) per instruction, and the addresses of a thread's rows differ by a multiple of the row
+// pitch only. Rows past M are skipped.
+#if GM_EPI == GM_EPI_SWIGLU
+// swiglu: 64 rows x 128 output columns from c0 (16 chunks a row); lanes 0-15 take row 2 warp + 8 i, lanes 16-31 the
+// next one; chunk k's values are staged chunk k, its gates chunk 16 + k. Per element gm_swiglu_f's
+// bf(value * bf(silu(gate))).
+template <int NF>
+__device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage, const long long *,
+                                              long long r0, long long c0, long long M, int tid) {
+  const int warp = tid / 32, lane = tid % 32, k = lane & 15;
+  const long long c = c0 + 8 * k;
+  if (c >= GM_OUTN) return;
+  h3bf *y = (h3bf *)ep.y[0] + c;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = 8 * i + 2 * warp + (lane >> 4);
+    const long long r = r0 + row;
+    if (r >= M) break;  // rows grow with i
+    const uint4 vs = g9_staged_chunk(stage, row, k), gs = g9_staged_chunk(stage, row, 16 + k);
+    h3u32 out[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const h3u32 v = g9_word(vs, w), g = g9_word(gs, w);
+      out[w] = pack_bf2(__fmul_rn(bf2_lo(v), rbf(h3c::detmath::silu(bf2_lo(g)))),
+                        __fmul_rn(bf2_hi(v), rbf(h3c::detmath::silu(bf2_hi(g)))));
+    }
+    *(uint4 *)(y + r * GM_OUTN) = make_uint4(out[0], out[1], out[2], out[3]);
+  }
+}
+#else
+// none, residual and gate_residual: 64 rows x NF chunks from column c0 (NF = 32, or 24 for the 192-wide tile: lanes
+// 24-31 idle); warp w takes rows w + 4 i, i = 0..15, in batches of G9_WALK_BATCH rows whose global loads (residual,
+// gate) all issue before the batch's first store (the compiler cannot see that the stores alias neither, so it would
+// not hoist the next row's loads above them). 8, not 16: ptxas keeps the 128 accumulator registers allocated through
+// the epilogue (wgmma operands), and 16 rows of residual and gate (128 registers) spilled at the consumers' 232;
+// 8 spill nothing at the full and small shapes (NVRTC, ptxas -v). Per element gm_final's operations: y = the staged
+// bf(v); residual bf(x + y); gate_residual bf(fma(gate, y, x)).
+#define G9_WALK_BATCH 8
+template <int NF>
+__device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage,
+                                              const long long *trows, long long r0, long long c0, long long M,
+                                              int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  const long long c = c0 + 8 * lane;
+  if (lane >= NF || c >= GM_N) return;
+  int o;
+  const long long cc = gm_at(ep, 0, c, o);  // the column in output o (qkv: one of three)
+  h3bf *y = (h3bf *)gm_out(ep, o) + cc;
+#if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
+  const h3bf *x = (const h3bf *)ep.residual + cc;
+#endif
+#if GM_EPI == GM_EPI_GATE_RESIDUAL
+  const h3bf *gate = (const h3bf *)ep.table + GM_CHUNK * GM_OUTN + cc;
+#endif
+  // This warp's rows w + 4 i that exist: i < n.
+  const long long left = M - r0 - warp;
+  const int n = left <= 0 ? 0 : left >= 61 ? 16 : (int)((left + 3) / 4);
+#pragma unroll
+  for (int i0 = 0; i0 < 16; i0 += G9_WALK_BATCH) {
+#if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
+    uint4 xs[G9_WALK_BATCH];
+#endif
+#if GM_EPI == GM_EPI_GATE_RESIDUAL
+    uint4 gs[G9_WALK_BATCH];
+#endif
+#if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
+#pragma unroll
+    for (int i = 0; i < G9_WALK_BATCH && i0 + i < n; ++i) {
+      const int row = warp + 4 * (i0 + i);
+      xs[i] = *(const uint4 *)(x + (r0 + row) * GM_OUTN);
+#if GM_EPI == GM_EPI_GATE_RESIDUAL
+      gs[i] = *(const uint4 *)(gate + trows[row] * (long long)(GM_NUM_CHUNKS * GM_OUTN));
+#endif
+    }
+#endif
+#pragma unroll
+    for (int i = 0; i < G9_WALK_BATCH && i0 + i < n; ++i) {
+      const int row = warp + 4 * (i0 + i);
+      const uint4 s = g9_staged_chunk(stage, row, lane);
+      h3bf *yr = y + (r0 + row) * GM_OUTN;
+#if GM_EPI == GM_EPI_NONE
+      *(uint4 *)yr = s;
+#else
+      h3u32 out[4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const h3u32 v = g9_word(s, w), xr = g9_word(xs[i], w);
+#if GM_EPI == GM_EPI_RESIDUAL
+        out[w] = pack_bf2(__fadd_rn(bf2_lo(xr), bf2_lo(v)), __fadd_rn(bf2_hi(xr), bf2_hi(v)));
+#else
+        const h3u32 g = g9_word(gs[i], w);
+        out[w] = pack_bf2(__fmaf_rn(bf2_lo(g), bf2_lo(v), bf2_lo(xr)), __fmaf_rn(bf2_hi(g), bf2_hi(v), bf2_hi(xr)));
+#endif
+      }
+      *(uint4 *)yr = make_uint4(out[0], out[1], out[2], out[3]);
+#endif
+    }
+  }
+}
+#endif
+
+// The staged epilogue of consumer warpgroup cw's 64-row block (rows from r0, rows >= M skipped; columns from c0 as
+// gm_store_block takes them). `stage` is its staging area (shared address and generic pointer), `trows` its
+// gate_residual table rows.
+template <int NF>
+__device__ __forceinline__ void g9_store_block_staged(const GmEpilogue &ep, const void *bias, const float *acc,
+                                                      h3u32 stage, unsigned char *stagePtr, long long *trows,
+                                                      long long r0, long long c0, long long M, int cw, int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  g9_wg_sync(cw);  // every thread of the warpgroup has read the previous tile's stage
+#if GM_EPI == GM_EPI_GATE_RESIDUAL
+  // The table row of each of the block's rows (a 64-bit division each), once per row instead of once per chunk.
+  if (tid < 64 && r0 + tid < M) trows[tid] = gm_trow(ep, r0 + tid);
+#endif
+  g9_stage_block<NF>(stage, bias, acc, c0, warp, lane);
+  g9_wg_sync(cw);
+  g9_walk_block<NF>(ep, stagePtr, trows, r0, c0, M, tid);
+}
