@@ -4,7 +4,7 @@
 // say what it costs the ops around it; its energy per launch does. Bench-only: the runtime never reads NVML.
 #pragma once
 
-#include <dlfcn.h>
+#include "h3c/runtime/cuda/dl_symbol.h"
 
 #include <atomic>
 #include <chrono>
@@ -21,13 +21,13 @@ public:
       why_ = dlerror();
       return;
     }
-    auto sym = [&](const char *n) { return dlsym(lib_, n); };
-    init_ = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
-    handle_ = reinterpret_cast<int (*)(unsigned, void **)>(sym("nvmlDeviceGetHandleByIndex_v2"));
-    energy_ = reinterpret_cast<int (*)(void *, unsigned long long *)>(sym("nvmlDeviceGetTotalEnergyConsumption"));
-    clock_ = reinterpret_cast<int (*)(void *, int, unsigned *)>(sym("nvmlDeviceGetClockInfo"));
-    if (!init_ || !handle_ || !energy_ || !clock_) {
-      why_ = "an NVML entry point is missing";
+    using h3c::runtime::cuda::dlSymbol;
+    std::string missing;
+    if (!(dlSymbol(lib_, init_, "nvmlInit_v2", missing) &&
+          dlSymbol(lib_, handle_, "nvmlDeviceGetHandleByIndex_v2", missing) &&
+          dlSymbol(lib_, energy_, "nvmlDeviceGetTotalEnergyConsumption", missing) &&
+          dlSymbol(lib_, clock_, "nvmlDeviceGetClockInfo", missing))) {
+      why_ = "libnvidia-ml.so.1 lacks " + missing;
       return;
     }
     if (init_() != 0 || handle_(0, &dev_) != 0) {

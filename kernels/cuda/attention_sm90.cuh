@@ -39,13 +39,8 @@
 #define A9_Q_BYTES (2 * A9_Q_BOX)         // the 128 x 128 Q tile
 #define A9_KV_BYTES (2 * A9_KV_BOX)       // one A9_KV x 128 K (or V) block
 
-// Two F32 values rounded to bf16 (RNE) and packed, low half first: one cvt for the pair. The same bits as
-// pack_bf2 for every non-NaN input (P is in [0, 1] unless the scores were NaN).
-__device__ __forceinline__ h3u32 a9_pack_rn(float lo, float hi) {
-  h3u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
+// P is packed with common.cuh's bf2_rn (one cvt for the pair): pack_bf2's bits for every non-NaN input (P is in
+// [0, 1] unless the scores were NaN).
 
 // The softmax step of one key block on this thread's S fragment (sc[j * 4 + e]: row 16 * warp + g + 8 * (e >> 1),
 // key k0 + 8 * j + 2 * t4 + (e & 1)), exactly attention.cuh's: mask (in the block that crosses Lk only), running
@@ -75,7 +70,7 @@ __device__ __forceinline__ void a9_softmax(float *sc, long long k0, long long Lk
     l[hh] = __fmul_rn(l[hh], alpha[hh]);
 #pragma unroll
     for (int j = 0; j < A9_SN; ++j) {
-      const h3u32 pr = a9_pack_rn(h3c_ex2(__fmaf_rn(sc[j * 4 + hh * 2], A9_C, -mc)),
+      const h3u32 pr = bf2_rn(h3c_ex2(__fmaf_rn(sc[j * 4 + hh * 2], A9_C, -mc)),
                                   h3c_ex2(__fmaf_rn(sc[j * 4 + hh * 2 + 1], A9_C, -mc)));
       sc[j * 4 + hh * 2] = __uint_as_float(pr << 16);
       sc[j * 4 + hh * 2 + 1] = __uint_as_float(pr & 0xffff0000u);
@@ -93,10 +88,10 @@ __device__ __forceinline__ void a9_rescale_pack(const float *sc, const float *al
     for (int e = 0; e < 4; ++e) o[j * 4 + e] = __fmul_rn(o[j * 4 + e], alpha[e >> 1]);
 #pragma unroll
   for (int kc = 0; kc < A9_KV / 16; ++kc) {
-    pa[kc][0] = a9_pack_rn(sc[(2 * kc) * 4 + 0], sc[(2 * kc) * 4 + 1]);
-    pa[kc][1] = a9_pack_rn(sc[(2 * kc) * 4 + 2], sc[(2 * kc) * 4 + 3]);
-    pa[kc][2] = a9_pack_rn(sc[(2 * kc + 1) * 4 + 0], sc[(2 * kc + 1) * 4 + 1]);
-    pa[kc][3] = a9_pack_rn(sc[(2 * kc + 1) * 4 + 2], sc[(2 * kc + 1) * 4 + 3]);
+    pa[kc][0] = bf2_rn(sc[(2 * kc) * 4 + 0], sc[(2 * kc) * 4 + 1]);
+    pa[kc][1] = bf2_rn(sc[(2 * kc) * 4 + 2], sc[(2 * kc) * 4 + 3]);
+    pa[kc][2] = bf2_rn(sc[(2 * kc + 1) * 4 + 0], sc[(2 * kc + 1) * 4 + 1]);
+    pa[kc][3] = bf2_rn(sc[(2 * kc + 1) * 4 + 2], sc[(2 * kc + 1) * 4 + 3]);
   }
 }
 

@@ -1,7 +1,7 @@
 // dlopen-based cuBLASLt loader (see cublaslt.h).
 #include "h3c/runtime/cuda/cublaslt.h"
 
-#include "dl_symbol.h"
+#include "h3c/runtime/cuda/dl_symbol.h"
 
 #include "h3c/support/error.h"
 

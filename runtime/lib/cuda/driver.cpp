@@ -1,7 +1,7 @@
 // dlopen-based CUDA driver loader (see driver.h).
 #include "h3c/runtime/cuda/driver.h"
 
-#include "dl_symbol.h"
+#include "h3c/runtime/cuda/dl_symbol.h"
 
 #include "h3c/support/error.h"
 

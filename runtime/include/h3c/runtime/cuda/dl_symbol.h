@@ -1,5 +1,6 @@
-// One entry point of a dlopen'ed library (the CUDA driver, cuBLASLt): `fn` set from dlsym, `missing` names the
-// symbol when the library lacks it (the loaders chain these with && and report the first one missing).
+// One entry point of a dlopen'ed library (the CUDA driver, cuBLASLt, the bench's NVML): `fn` set from dlsym,
+// `missing` names the symbol when the library lacks it (the loaders chain these with && and report the first one
+// missing).
 #pragma once
 
 #include <dlfcn.h>
