@@ -73,6 +73,27 @@ __device__ __forceinline__ long long gm_trow(const GmEpilogue &e, long long r) {
 #endif
 }
 
+// Where the residual and the AdaLN gate of output element (r, c) lie (residual, gate_residual; trow = gm_trow(e, r)).
+__device__ __forceinline__ const h3bf *gm_residual_at(const GmEpilogue &e, long long r, long long c) {
+  return (const h3bf *)e.residual + r * GM_OUTN + c;
+}
+__device__ __forceinline__ const h3bf *gm_gate_at(const GmEpilogue &e, long long trow, long long c) {
+  return (const h3bf *)e.table + trow * (long long)(GM_NUM_CHUNKS * GM_OUTN) + GM_CHUNK * GM_OUTN + c;
+}
+
+// The residual step of the contract (section 3) on the rounded sum y, before its final bf16 rounding: residual + y,
+// or gate * y + residual; y itself for the other epilogues. The one place this arithmetic is written: gm_final,
+// gm_final2 and the staged epilogue (gemm_epilogue_smem.cuh) all call it.
+__device__ __forceinline__ float gm_mix(float y, float residual, float gate) {
+#if GM_EPI == GM_EPI_RESIDUAL
+  return __fadd_rn(residual, y);
+#elif GM_EPI == GM_EPI_GATE_RESIDUAL
+  return __fmaf_rn(gate, y, residual);
+#else
+  return y;
+#endif
+}
+
 // The final value of output element (r, c) before its store: v is the F32 sum plus bias; trow = gm_trow(e, r).
 __device__ __forceinline__ float gm_final(const GmEpilogue &e, long long r, long long trow, long long c, float v) {
 #if GM_OUT_F32 && GM_EPI == GM_EPI_NONE
@@ -80,11 +101,13 @@ __device__ __forceinline__ float gm_final(const GmEpilogue &e, long long r, long
 #else
   float y = rbf(v);
 #endif
-#if GM_EPI == GM_EPI_RESIDUAL
-  y = rbf(__fadd_rn(bf2f(((const h3bf *)e.residual)[r * GM_OUTN + c]), y));
-#elif GM_EPI == GM_EPI_GATE_RESIDUAL
-  float g = bf2f(((const h3bf *)e.table)[trow * (long long)(GM_NUM_CHUNKS * GM_OUTN) + GM_CHUNK * GM_OUTN + c]);
-  y = rbf(__fmaf_rn(g, y, bf2f(((const h3bf *)e.residual)[r * GM_OUTN + c])));
+#if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
+#if GM_EPI == GM_EPI_GATE_RESIDUAL
+  const float gate = bf2f(*gm_gate_at(e, trow, c));
+#else
+  const float gate = 0.0f;
+#endif
+  y = rbf(gm_mix(y, bf2f(*gm_residual_at(e, r, c)), gate));
 #endif
   return y;
 }
@@ -101,17 +124,14 @@ __device__ __forceinline__ void gm_final2(const GmEpilogue &e, long long r, long
   y1 = rbf(v1);
 #endif
 #if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
-  const h3u32 res = *(const h3u32 *)((const h3bf *)e.residual + r * GM_OUTN + c);
-  const float r0 = __uint_as_float(res << 16), r1 = __uint_as_float(res & 0xffff0000u);
+  const h3u32 res = *(const h3u32 *)gm_residual_at(e, r, c);
+#if GM_EPI == GM_EPI_GATE_RESIDUAL
+  const h3u32 gate = *(const h3u32 *)gm_gate_at(e, trow, c);
+#else
+  const h3u32 gate = 0;
 #endif
-#if GM_EPI == GM_EPI_RESIDUAL
-  y0 = rbf(__fadd_rn(r0, y0));
-  y1 = rbf(__fadd_rn(r1, y1));
-#elif GM_EPI == GM_EPI_GATE_RESIDUAL
-  const h3u32 gate =
-      *(const h3u32 *)((const h3bf *)e.table + trow * (long long)(GM_NUM_CHUNKS * GM_OUTN) + GM_CHUNK * GM_OUTN + c);
-  y0 = rbf(__fmaf_rn(__uint_as_float(gate << 16), y0, r0));
-  y1 = rbf(__fmaf_rn(__uint_as_float(gate & 0xffff0000u), y1, r1));
+  y0 = rbf(gm_mix(y0, bf2_lo(res), bf2_lo(gate)));
+  y1 = rbf(gm_mix(y1, bf2_hi(res), bf2_hi(gate)));
 #endif
 }
 
@@ -170,11 +190,15 @@ __device__ __forceinline__ void gm_store2(const GmEpilogue &e, const void *bias,
 
 // swiglu of one output column c: value and gate sums (weight rows c and GM_OUTN + c), each with its bias and rounded,
 // then bf16(value * bf16(silu(gate))).
-// gm_swiglu_f is its value as an F32 (already bf16), for a paired store.
+// gm_swiglu_mix is value * bf16(silu(gate)) on the rounded value and gate, before the final rounding (also the staged
+// epilogue's); gm_swiglu_f is the output as an F32 (already bf16), for a paired store.
+__device__ __forceinline__ float gm_swiglu_mix(float value, float gate) {
+  return __fmul_rn(value, rbf(h3c::detmath::silu(gate)));
+}
 __device__ __forceinline__ float gm_swiglu_f(const void *bias, float vsum, float gsum, long long c) {
   float v = rbf(gm_bias(bias, vsum, c));
   float gt = rbf(gm_bias(bias, gsum, GM_OUTN + c));
-  return rbf(__fmul_rn(v, rbf(h3c::detmath::silu(gt))));
+  return rbf(gm_swiglu_mix(v, gt));
 }
 __device__ __forceinline__ h3bf gm_swiglu(const void *bias, float vsum, float gsum, long long c) {
   return f2bf(gm_swiglu_f(bias, vsum, gsum, c));

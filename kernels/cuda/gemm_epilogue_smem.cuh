@@ -135,8 +135,7 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const h3u32 v = g9_word(vs, w), g = g9_word(gs, w);
-      out[w] = pack_bf2(__fmul_rn(bf2_lo(v), rbf(h3c::detmath::silu(bf2_lo(g)))),
-                        __fmul_rn(bf2_hi(v), rbf(h3c::detmath::silu(bf2_hi(g)))));
+      out[w] = pack_bf2(gm_swiglu_mix(bf2_lo(v), bf2_lo(g)), gm_swiglu_mix(bf2_hi(v), bf2_hi(g)));
     }
     *(uint4 *)(y + r * GM_OUTN) = make_uint4(out[0], out[1], out[2], out[3]);
   }
@@ -160,12 +159,6 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
   int o;
   const long long cc = gm_at(ep, 0, c, o);  // the column in output o (qkv: one of three)
   h3bf *y = (h3bf *)gm_out(ep, o) + cc;
-#if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
-  const h3bf *x = (const h3bf *)ep.residual + cc;
-#endif
-#if GM_EPI == GM_EPI_GATE_RESIDUAL
-  const h3bf *gate = (const h3bf *)ep.table + GM_CHUNK * GM_OUTN + cc;
-#endif
   // This warp's rows w + 4 i that exist: i < n.
   const long long left = M - r0 - warp;
   const int n = left <= 0 ? 0 : left >= 61 ? 16 : (int)((left + 3) / 4);
@@ -181,9 +174,9 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
 #pragma unroll
     for (int i = 0; i < G9_WALK_BATCH && i0 + i < n; ++i) {
       const int row = warp + 4 * (i0 + i);
-      xs[i] = *(const uint4 *)(x + (r0 + row) * GM_OUTN);
+      xs[i] = *(const uint4 *)gm_residual_at(ep, r0 + row, cc);
 #if GM_EPI == GM_EPI_GATE_RESIDUAL
-      gs[i] = *(const uint4 *)(gate + trows[row] * (long long)(GM_NUM_CHUNKS * GM_OUTN));
+      gs[i] = *(const uint4 *)gm_gate_at(ep, trows[row], cc);
 #endif
     }
 #endif
@@ -199,12 +192,12 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         const h3u32 v = g9_word(s, w), xr = g9_word(xs[i], w);
-#if GM_EPI == GM_EPI_RESIDUAL
-        out[w] = pack_bf2(__fadd_rn(bf2_lo(xr), bf2_lo(v)), __fadd_rn(bf2_hi(xr), bf2_hi(v)));
-#else
+#if GM_EPI == GM_EPI_GATE_RESIDUAL
         const h3u32 g = g9_word(gs[i], w);
-        out[w] = pack_bf2(__fmaf_rn(bf2_lo(g), bf2_lo(v), bf2_lo(xr)), __fmaf_rn(bf2_hi(g), bf2_hi(v), bf2_hi(xr)));
+#else
+        const h3u32 g = 0;
 #endif
+        out[w] = pack_bf2(gm_mix(bf2_lo(v), bf2_lo(xr), bf2_lo(g)), gm_mix(bf2_hi(v), bf2_hi(xr), bf2_hi(g)));
       }
       *(uint4 *)yr = make_uint4(out[0], out[1], out[2], out[3]);
 #endif
