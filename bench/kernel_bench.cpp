@@ -203,7 +203,7 @@ int main(int argc, char **argv) {
       std::fflush(stdout);
     };
     auto bench = [&](const std::string &name, const EmitOp &op, const Operands &ops, double flops, double bytes,
-                     const h3c::kernels::EmitOptions &opt = {}) {
+                     const h3c::kernels::EmitOptions &opt = h3c::kernels::EmitOptions::planDefaults()) {
       if (!only.empty() && name.find(only) == std::string::npos) return;
       try {
         auto k = emit(op, dev.arch(), opt);
@@ -229,7 +229,7 @@ int main(int argc, char **argv) {
       }
     };
     auto gemm = [&](const std::string &name, OpKind kind, long long K, long long N, plan::Epilogue epi,
-                    const h3c::kernels::EmitOptions &opt = {}) {
+                    const h3c::kernels::EmitOptions &opt = h3c::kernels::EmitOptions::planDefaults()) {
       plan::OpAttrs a = with(attrs({{"K", K}, {"N", N}}), BF, BF, BF, epi);
       if (epi == plan::Epilogue::GateResidual) {
         a.chunk = 2;
@@ -301,7 +301,8 @@ int main(int argc, char **argv) {
         for (int gm : {8, 16})
           for (int fl : {0, 1}) {
             h3c::kernels::EmitOptions o;
-            o.perOp.clear();  // this variant for every linear kind (the default runs ping-pong for some)
+            o.perOp.clear();  // this variant for every linear kind (the plan's defaults differ per kind)
+            o.sm90EpiSmem = 0;  // the register epilogue (the staged lines follow)
             o.sm90Stages = st;
             o.sm90GroupM = gm;
             o.sm90Inflight = fl;

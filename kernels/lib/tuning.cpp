@@ -81,6 +81,12 @@ void EmitOptions::set(const std::string &name, int value, const std::string &whe
   fail(where, "unknown op '{}' for a per-op tuning value (known: {})", op, known);
 }
 
+EmitOptions EmitOptions::planDefaults() {
+  EmitOptions o;
+  o.perOp = {{"linear+gate_residual", "gemm_cluster", 2}, {"linear+gate_residual", "gemm_inflight", 1}};
+  return o;
+}
+
 EmitOptions EmitOptions::forOp(const plan::Op &op) const { return forOp(opProfileName(op)); }
 
 EmitOptions EmitOptions::forOp(const std::string &name) const {
@@ -93,9 +99,6 @@ EmitOptions EmitOptions::forOp(const std::string &name) const {
 void EmitOptions::check(const std::string &where) const {
   for (const char *k : kTunedOps) {
     const EmitOptions o = forOp(std::string(k));
-    if (o.sm90Pingpong == 1 && o.sm90Cluster != 1)
-      fail(where, "{}: gemm_pingpong=1 and gemm_cluster={} exclude each other (the ping-pong kernel has no cluster "
-                  "form; set {}:gemm_pingpong=0 or gemm_cluster=1)", k, o.sm90Cluster, k);
     if (o.sm90Bn != 192 && o.sm90Bn != 256) fail(where, "{}: gemm_bn must be 192 or 256, got {}", k, o.sm90Bn);
     if (o.sm90Pingpong == 0 && o.sm90Stages > (o.sm90Bn == 192 ? 5 : 4))
       fail(where, "{}: gemm_stages={} needs gemm_pingpong=1 (the cooperative kernel's stages fit 2-4 at 48 KiB, 2-5 "
@@ -106,15 +109,12 @@ void EmitOptions::check(const std::string &where) const {
   }
   for (const char *k : kStagedOps) {
     const EmitOptions o = forOp(std::string(k));
-    if (o.sm90EpiSmem != 1) continue;
-    if (o.sm90Pingpong == 1)
-      fail(where, "{}: gemm_pingpong=1 and gemm_epi_smem=1 exclude each other (the staged epilogue is the cooperative "
-                  "kernel's; set {}:gemm_pingpong=0 or gemm_epi_smem=0)", k, k);
+    if (o.sm90EpiSmem != 1 || o.sm90Pingpong == 1) continue;  // the ping-pong kernel has no staged epilogue
     const int64_t bytes = sm90LinearSharedBytes(o.sm90Stages, o.sm90Bn, true, std::string(k) == "linear+gate_residual");
     if (bytes > kMaxCtaSharedBytes)
       fail(where, "{}: gemm_epi_smem=1 with gemm_stages={} and gemm_bn={} needs {} bytes of shared memory (at most "
-                  "{}): use gemm_stages={} or fewer", k, o.sm90Stages, o.sm90Bn, bytes, kMaxCtaSharedBytes,
-           o.sm90Bn == 192 ? 4 : 3);
+                  "{}): use gemm_stages={} or fewer, or {}:gemm_epi_smem=0", k, o.sm90Stages, o.sm90Bn, bytes,
+           kMaxCtaSharedBytes, o.sm90Bn == 192 ? 4 : 3, k);
   }
   const EmitOptions a = forOp(std::string("adaln_table"));
   if (a.sm90AdalnStageK % 16 != 0)

@@ -139,6 +139,8 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wi
   coop.perOp.clear();
   pair.perOp.clear();
   pp.perOp.clear();
+  coop.sm90EpiSmem = 0;  // the register epilogue (the staged one is the default since 2026-12-04)
+  pair.sm90EpiSmem = 0;
   pair.sm90Cluster = 2;
   pp.sm90Pingpong = 1;
   pp.sm90Stages = 5;
@@ -157,6 +159,7 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wi
                                                              {"staged epilogue 2-CTA cluster (in flight)", stagedPair}};
   if (wide192) {
     w192.perOp.clear();
+    w192.sm90EpiSmem = 0;
     w192.sm90Bn = 192;
     w192pair = w192;
     w192pair.sm90Cluster = 2;

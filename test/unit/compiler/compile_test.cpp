@@ -172,7 +172,7 @@ TEST(Compile, EveryOpRunsTheKernelMadeForIt) {
         kernels::OperandValues vals;
         for (const auto &n : op.in) vals.in.push_back(p.value(n));
         for (const auto &n : op.out) vals.out.push_back(p.value(n));
-        kernels::EmitOptions eo;
+        kernels::EmitOptions eo = kernels::EmitOptions::planDefaults();  // what compile starts from
         eo.wgmma = wgmma;
         auto k = kernels::emitKernel(op, vals, p.options.arch, eo);
         ASSERT_TRUE(k) << op.where;

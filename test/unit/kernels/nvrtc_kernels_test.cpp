@@ -341,18 +341,20 @@ TEST(KernelEmit, AdalnTableTuningNames) {
 
 // The staged epilogue (gemm_epi_smem=1, gemm_epilogue_smem.cuh): the cooperative kernel of every bf16 linear but
 // qkv's fused qk_norm_rope gets it, with the two 64 x 256 bf16 staging areas (and gate_residual's table rows) in its
-// shared memory; the default kernel carries none of it; combinations beyond 227 KiB and the ping-pong kernel are
-// refused, by the emitter naming the op and by EmitOptions::check before anything is emitted.
+// shared memory (the default since 2026-12-04); gemm_epi_smem=0 carries none of it; combinations beyond 227 KiB are
+// refused, by the emitter naming the op and by EmitOptions::check before anything is emitted; the ping-pong kernel
+// ignores the option.
 TEST(KernelEmit, StagedEpilogueOption) {
-  hk::EmitOptions staged;
-  staged.sm90EpiSmem = 1;
+  hk::EmitOptions staged, unstaged;
+  EXPECT_EQ(staged.sm90EpiSmem, 1);  // the default
+  unstaged.sm90EpiSmem = 0;
   const int64_t ring3 = 3 * (128 + 256) * 64 * 2 + 1024 + 16 * 3;  // 3 stages + alignment + mbarriers
   EXPECT_EQ(ring3, 148528);
   int stagedKernels = 0;
   for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
     if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
     if (o.op.attrs.wDtype != DType::BF16 || o.op.attrs.xDtype != DType::BF16) continue;
-    const plan::Kernel def = *emit(o), st = *emit(o, "sm_90a", staged);
+    const plan::Kernel def = *emit(o, "sm_90a", unstaged), st = *emit(o, "sm_90a", staged);
     const std::string what = o.op.nodes.front();
     EXPECT_EQ(def.source.find("#define G9_EPI_SMEM"), std::string::npos) << what;
     EXPECT_EQ(def.source.find("stmatrix"), std::string::npos) << what;
@@ -367,7 +369,7 @@ TEST(KernelEmit, StagedEpilogueOption) {
   EXPECT_GE(stagedKernels, 6);  // qkv, to_q, to_out, fc2 (gate_residual), fc1 (swiglu), the refiner's residual ones
   // qkv + qk_norm_rope keeps its register epilogue: the very same kernel.
   const EmitOp qknr = hopperOnlyOps(h3c::h3::namedConfig("full"))[0];
-  EXPECT_EQ(emit(qknr, "sm_90a", staged)->id, emit(qknr)->id);
+  EXPECT_EQ(emit(qknr, "sm_90a", staged)->id, emit(qknr, "sm_90a", unstaged)->id);
   // 4 stages of 48 KiB beside 64 KiB of staging do not fit (the message names the op and the stages that do); at
   // gemm_bn=192 (40 KiB stages, 48 KiB of staging) 4 do.
   const EmitOp toOut = h3Ops(h3c::h3::namedConfig("full"))[15];
@@ -386,14 +388,15 @@ TEST(KernelEmit, StagedEpilogueOption) {
   EXPECT_NO_THROW(emit(toOut, "sm_90a", [] {
     hk::EmitOptions o;
     o.sm90Stages = 4;  // without staging 4 stages fit
+    o.sm90EpiSmem = 0;
     return o;
   }()));
   hk::EmitOptions w4 = four;
   w4.sm90Bn = 192;
   EXPECT_EQ(emit(toOut, "sm_90a", w4)->launch.smemBytes, 4 * (128 + 192) * 64 * 2 + 1024 + 16 * 4 + 2 * 24576 + 1024);
-  hk::EmitOptions pp = staged;
-  pp.sm90Pingpong = 1;
-  EXPECT_THROW(emit(toOut, "sm_90a", pp), h3c::Error);
+  hk::EmitOptions pp = staged, ppUnstaged = unstaged;
+  pp.sm90Pingpong = ppUnstaged.sm90Pingpong = 1;
+  EXPECT_EQ(emit(toOut, "sm_90a", pp)->id, emit(toOut, "sm_90a", ppUnstaged)->id);  // ignored by ping-pong
   // EmitOptions::check refuses the same before any emission; qkv's fused epilogue stages nothing, so its op may keep
   // 4 stages.
   hk::EmitOptions t;
@@ -407,10 +410,16 @@ TEST(KernelEmit, StagedEpilogueOption) {
   t.set("linear+swiglu:gemm_stages", 4, "test");
   EXPECT_THROW(t.check("test"), h3c::Error);
   t.set("linear+swiglu:gemm_stages", 3, "test");
-  t.set("linear+swiglu:gemm_pingpong", 1, "test");
-  EXPECT_THROW(t.check("test"), h3c::Error);
-  t.set("linear+swiglu:gemm_epi_smem", 0, "test");
+  t.set("linear+swiglu:gemm_pingpong", 1, "test");  // ping-pong ignores the staged epilogue and the cluster
+  t.set("linear+swiglu:gemm_cluster", 2, "test");
   EXPECT_NO_THROW(t.check("test"));
+  // The plan defaults: the gate_residual linears in 2-CTA clusters with one k-block in flight, nothing else per op.
+  const hk::EmitOptions d = hk::EmitOptions::planDefaults();
+  EXPECT_EQ(d.forOp(std::string("linear+gate_residual")).sm90Cluster, 2);
+  EXPECT_EQ(d.forOp(std::string("linear+gate_residual")).sm90Inflight, 1);
+  EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Cluster, 1);
+  EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Inflight, 0);
+  EXPECT_NO_THROW(d.check("test"));
   EXPECT_THROW(t.set("gemm_epi_smem", 2, "test"), h3c::Error);
 }
 
@@ -757,6 +766,7 @@ TEST(NvrtcCompile, Sm90Gemm192WideNeitherSerializesNorSpills) {
   hc::NvrtcJit jit;
   hk::EmitOptions w, wc;
   w.perOp.clear();
+  w.sm90EpiSmem = 0;  // the register epilogue (5 stages leave no room for the staged one)
   w.sm90Bn = 192;
   wc = w;
   wc.sm90Cluster = 2;

@@ -18,7 +18,8 @@ struct CompileOptions {
   bool wgmma = true;            // sm_90a: Hopper kernels for the bf16 linears (false: mma.sync, same bits)
   int64_t tokens = 8192;        // rows for the buffer peak report
   std::filesystem::path dumpIrDir;  // when set: 00-import.mlir and NN-<pass>.mlir after every pass
-  kernels::EmitOptions tuning;      // kernel variants (`h3c compile --tune`); never a bit of any output
+  // Kernel variants (`h3c compile --tune` over the measured defaults); never a bit of any output.
+  kernels::EmitOptions tuning = kernels::EmitOptions::planDefaults();
 };
 
 struct CompileResult {

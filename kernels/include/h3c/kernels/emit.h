@@ -33,14 +33,16 @@ struct EmitOptions {
   // whole waves of 132 SMs at N = 5,376 (gemm_sm90.cuh); 192-wide stages are 40 KiB, so 2-5 of them.
   int sm90Bn = 256;
   // 1: the ping-pong schedule (gemm_sm90_pingpong.cuh: 128 x 128 tiles, one per consumer warpgroup in turns, so one
-  // epilogue overlaps the other's main loop); stages may then be 2-6.
+  // epilogue overlaps the other's main loop); stages may then be 2-6. gemm_cluster and gemm_epi_smem are the
+  // cooperative kernel's: the ping-pong kernel ignores them.
   int sm90Pingpong = 0;
   // 1: the cooperative kernel stages each consumer's 64 x G9_BN block through shared memory (gemm_epilogue_smem.cuh:
   // bf16 bf(sum + bias) by stmatrix, then coalesced 16-byte loads of residual and gate and 16-byte stores of y; the
   // same bits) instead of finishing it in registers with 4-byte accesses. Epilogues none, residual, gate_residual and
   // swiglu with bf16 outputs (qk_norm_rope and F32 outputs keep the register epilogue); the staging areas take 48 KiB
-  // (gemm_bn=192) or 64 KiB, so 3 stages at most (4 at gemm_bn=192). Not with gemm_pingpong. 0 until measured.
-  int sm90EpiSmem = 0;
+  // (gemm_bn=192) or 64 KiB, so 3 stages at most (4 at gemm_bn=192). The ping-pong kernel has no staged form and
+  // ignores it. Default since 2026-12-04: the full forward 699-701 ms against 713.5 (bench/NOTES.md, session of 14:36).
+  int sm90EpiSmem = 1;
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
   // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
@@ -58,15 +60,19 @@ struct EmitOptions {
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
-  // forOp. None by default: on the H200 the full forward is power-capped (SW power cap at every busy sample), and
-  // ping-pong for the swiglu / gate_residual linears saves 8-13 ms per kind but lowers the SM clock (1,700 against
-  // 1,822 MHz mean) so every other op slows by as much: the same forward time at more power (bench/NOTES.md,
-  // 2026-12-04). E.g. `--tune linear+swiglu:gemm_pingpong=1 --tune linear+swiglu:gemm_stages=4`.
+  // forOp. In planDefaults() the gate_residual linears (to_out, fc2) run 2-CTA clusters with one k-block in flight: with the
+  // staged epilogue the fastest and the least energy per launch of the variants measured (bench/NOTES.md, 2026-12-04,
+  // session of 14:36). On the H200 the full forward is power-capped: ping-pong for the swiglu / gate_residual linears
+  // saved 8-13 ms per kind but lowered the SM clock so every other op slowed by as much. E.g.
+  // `--tune linear+swiglu:gemm_pingpong=1 --tune linear+swiglu:gemm_stages=4`.
   struct PerOp {
     std::string op, name;
     int value;
   };
   std::vector<PerOp> perOp;
+  // What `h3c compile` starts from (CompileOptions::tuning): these fields with the measured per-op defaults (above).
+  // A bare EmitOptions has none, so a kernel test's variant applies to every op as written.
+  static EmitOptions planDefaults();
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
   // gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, gemm_epi_smem, attn_stages, attn_overlap, attn_pingpong,
