@@ -83,6 +83,7 @@ __device__ __forceinline__ void al_chunk(float (&acc)[AL_NBW][4], h3u32 xa, h3u3
 }
 
 extern "C" __global__ void __launch_bounds__(AL_THREADS, AL_CTAS) AL_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   extern __shared__ __align__(128) unsigned char al_raw[];
   const h3u32 raw = smem_u32(al_raw), base = (raw + 127u) & ~127u;
   unsigned char *xs = al_raw + (base - raw);  // a: AL_ROWS rows of AL_XROWB bytes

@@ -25,6 +25,7 @@ __device__ __forceinline__ void at_load_rows(h3bf *dst, const h3bf *src, long lo
 }
 
 extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   extern __shared__ __align__(16) unsigned char at_smem[];
   h3bf *Qs = (h3bf *)at_smem;
   h3bf *Ks = Qs + 64 * AT_LDS;

@@ -132,6 +132,7 @@ __device__ __forceinline__ void a9_issue_pv(float *o, h3u32 (*pa)[4], h3u32 sV, 
 }
 
 extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   extern __shared__ unsigned char a9_raw[];
   const h3u32 base = (smem_u32(a9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
   const h3u32 sQ = base, sK = sQ + A9_Q_BYTES, sV = sK + A9_STAGES * A9_KV_BYTES;

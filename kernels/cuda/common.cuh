@@ -12,6 +12,16 @@ struct __align__(64) H3cTensorMap {
   unsigned long long opaque[16];
 };
 
+// Programmatic dependent launch: every kernel calls this first, before it reads or writes global memory.
+// griddepcontrol.wait returns once the grids before this one in the stream have completed and their writes are
+// visible (at once when the kernel was launched without the attribute, plan::Launch::gridDependency); then
+// launch_dependents lets the stream's next kernel be launched, so its CTAs take the SMs this grid's last wave leaves
+// and wait there in turn. Only when the kernels start changes, never what they compute.
+__device__ __forceinline__ void h3c_grid_dependency_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 __device__ __forceinline__ float bf2f(h3bf b) { return __uint_as_float(((h3u32)b) << 16); }
 // h3c's bf16 rounding (support/dtype.h: RNE; a NaN keeps its sign and payload top and is made quiet). For every
 // input but a NaN the hardware's RNE conversion (cvt.rn.bf16.f32) gives the contract's bits; a NaN takes the

@@ -12,6 +12,7 @@
 #define EW_UNPACK 6
 
 extern "C" __global__ void __launch_bounds__(256) EW_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
   if (i >= rows * EW_COLS) return;
   const long long r = i / EW_COLS, c = i % EW_COLS;

@@ -114,6 +114,7 @@ __device__ __forceinline__ void gm_compute(const h3bf *As, const h3bf *Bs, gm_ac
 }
 
 extern "C" __global__ void __launch_bounds__(GM_THREADS) GM_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   extern __shared__ __align__(16) unsigned char gm_smem[];
   h3bf *As = (h3bf *)gm_smem;
   h3bf *Bs = As + GM_STAGES * GM_BM * GM_LDS;

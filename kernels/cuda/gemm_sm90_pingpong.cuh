@@ -35,6 +35,7 @@
 // wgmma_128 (m64n128k16, both operands K-major in shared memory): hopper.cuh.
 
 extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   extern __shared__ unsigned char g9_raw[];
   const h3u32 base = (smem_u32(g9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
   const h3u32 sA = base, sB = base + G9_STAGES * G9_A_BYTES;

@@ -4,6 +4,7 @@
 // Defined by the emitter: FL_ENTRY H3C_PARAMS FL_K FL_N FL_HAS_BIAS FL_XBF (x is bf16) FL_OUT_BF (bf16 output).
 // Parameters: x, y, w, bias (FL_HAS_BIAS), rows.
 extern "C" __global__ void __launch_bounds__(256) FL_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   __shared__ float xs[64][33];
   __shared__ float ws[64][33];
   const long long M = rows;

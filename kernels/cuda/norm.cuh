@@ -74,6 +74,7 @@ __device__ __forceinline__ h3u32 rn_pair(h3u32 xw, float inv, h3u32 ww, h3u32 sh
 // 16 warps per SM (the registers of 16 rows: RN_VEC keeps a row in 4 * RN_NC registers per lane), so the
 // registers per thread are capped at 128.
 extern "C" __global__ void __launch_bounds__(RN_ROWS * 32, RN_ROWS < 16 ? 16 / RN_ROWS : 1) RN_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   const long long row = (long long)blockIdx.x * RN_ROWS + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;  // whole warps leave together: the shuffles below stay full-warp, no CTA barrier follows

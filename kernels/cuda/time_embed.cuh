@@ -5,6 +5,7 @@
 // Defined by the emitter: TE_ENTRY H3C_PARAMS TE_K TE_HID TE_N. Parameters: sinusoid [T, K], temb [T, N], w1, w2,
 // b1, b2.
 extern "C" __global__ void __launch_bounds__(256) TE_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   __shared__ float sx[TE_K];
   __shared__ float sh[TE_HID];
   const long long t = blockIdx.x;

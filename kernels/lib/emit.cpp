@@ -181,13 +181,18 @@ std::string abiText(const Params &params, const plan::Launch &l) {
   }
   for (const auto &g : l.grid) o << g.extent.text() << '/' << g.div << '/' << g.maxPerSm << ';';
   o << l.block[0] << ',' << l.block[1] << ',' << l.block[2] << ';' << l.smemBytes << ';' << l.cluster[0] << ','
-    << l.cluster[1] << ',' << l.cluster[2];
+    << l.cluster[1] << ',' << l.cluster[2] << ';' << l.gridDependency;
   return o.str();
 }
 
 plan::Kernel finish(const std::string &name, const std::string &entryMacro, Builder &b, const Params &params,
-                    const std::string &body, const plan::Launch &l, const std::string &arch) {
+                    const std::string &body, plan::Launch l, const std::string &arch, const EmitOptions &options) {
   b.def("H3C_PARAMS", params.signature());
+  // Every kernel template waits for the grids before it first thing (common.cuh), so every kernel may be launched
+  // as a programmatic dependent; a template without the wait must never be (it would race its producers).
+  if (body.find("h3c_grid_dependency_wait();") == std::string::npos)
+    fail("emitKernel", "kernel {}: the template does not call h3c_grid_dependency_wait()", name);
+  l.gridDependency = options.gridDependency == 1;
   // The id hashes everything the kernel depends on (defines, templates and its launch ABI), so it changes with any
   // change.
   std::string tail = std::string(tmpl::common) + "\n" + stripPragmaOnce(tmpl::detmath) + "\n" + body;
@@ -292,7 +297,7 @@ plan::Kernel emitGemmSm90Pingpong(const OpView &v, const GemmDesc &d, const std:
   const int64_t smem = int64_t(stages) * (128 + 128) * 64 * 2 + 1024 + 16 * stages + 16;  // + alignment, ring and turn mbarriers
   plan::Launch l = launch(384, smem, g);
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::gemm_sm90_pingpong;
-  return finish(gemmName(v, d, "sm90pp"), "G9_ENTRY", b, p, body, l, arch);
+  return finish(gemmName(v, d, "sm90pp"), "G9_ENTRY", b, p, body, l, arch, v.options);
 }
 
 // The Hopper kernel (gemm_sm90.cuh): 128 x 256 tiles (or 128 x 192), stages of 48 KiB (40 KiB; 3 by default), a persistent grid of at most
@@ -340,7 +345,7 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   l.cluster = {cluster, 1, 1};
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" +
                      (staged ? std::string(tmpl::gemm_epilogue_smem) + "\n" : std::string()) + tmpl::gemm_sm90;
-  return finish(gemmName(v, d, "sm90"), "G9_ENTRY", b, p, body, l, arch);
+  return finish(gemmName(v, d, "sm90"), "G9_ENTRY", b, p, body, l, arch, v.options);
 }
 
 // Tiles of the mma.sync kernel: 128 x 128 (warp tile 64 x 32) for row counts that grow with the request, and 16 x 64
@@ -373,7 +378,7 @@ plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string 
   plan::Launch l = launch(WM * WN * 32, int64_t(stages) * (BM + BN) * (BK + 8) * 2, dim(v.rowsOfIn(0), BM),
                           dim(Extent::constant((outCols + bno - 1) / bno)));
   std::string body = std::string(tmpl::gemm_epilogue) + "\n" + tmpl::gemm_bf16;
-  return finish(gemmName(v, d, tile.name), "GM_ENTRY", b, p, body, l, arch);
+  return finish(gemmName(v, d, tile.name), "GM_ENTRY", b, p, body, l, arch, v.options);
 }
 
 // Every GEMM reduces K in one chain (k_chunks, one unit).
@@ -402,7 +407,7 @@ plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
     if (bias) p.bias("bias", 0);
     p.scalar("rows", v.rowsOfIn(0));
     plan::Launch l = launch(256, 0, dim(v.rowsOfIn(0), 64), dim(Extent::constant((a.N + 63) / 64)));
-    return finish(fmt::format("linear_f32_k{}_n{}", a.K, a.N), "FL_ENTRY", b, p, tmpl::linear_f32, l, arch);
+    return finish(fmt::format("linear_f32_k{}_n{}", a.K, a.N), "FL_ENTRY", b, p, tmpl::linear_f32, l, arch, v.options);
   }
   if (a.epilogue != Epilogue::None && a.outDtype == DType::F32)
     fail(v.where, "epilogue \"{}\" produces BF16; out_dtype F32 is not allowed", plan::epilogueName(a.epilogue));
@@ -489,7 +494,7 @@ plan::Kernel emitTimeEmbed(const OpView &v, const std::string &arch) {
   p.bias("b1", 0);
   p.bias("b2", 1);
   plan::Launch l = launch(256, 0, dim(v.rowsOfIn(0)), dim(Extent::constant((N + 255) / 256)));
-  return finish(fmt::format("time_embed_k{}_h{}_n{}", K, H, N), "TE_ENTRY", b, p, tmpl::time_embed, l, arch);
+  return finish(fmt::format("time_embed_k{}_h{}_n{}", K, H, N), "TE_ENTRY", b, p, tmpl::time_embed, l, arch, v.options);
 }
 
 void checkLaneTree(const OpView &v) {
@@ -532,7 +537,7 @@ plan::Kernel emitNorm(const OpView &v, bool modulate, const std::string &arch) {
   const int64_t rowsPerCta = v.options.normRows;
   b.def("RN_VEC", vec ? 1 : 0); b.def("RN_ROWS", rowsPerCta); b.def("RN_STAGE", stage); b.def("RN_XREG", xreg);
   plan::Launch l = launch(32 * rowsPerCta, 0, dim(v.rowsOfIn(0), rowsPerCta));
-  return finish(fmt::format("{}_h{}", plan::opKindName(v.op.kind), a.H), "RN_ENTRY", b, p, tmpl::norm, l, arch);
+  return finish(fmt::format("{}_h{}", plan::opKindName(v.op.kind), a.H), "RN_ENTRY", b, p, tmpl::norm, l, arch, v.options);
 }
 
 plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string &arch) {
@@ -560,7 +565,7 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
   Extent units = v.rowsOfIn(0).scaled(heads);
   plan::Launch l = launch(256, 0, dim(units, 8), dim(Extent::constant(nt)));
   return finish(fmt::format("{}_h{}_d{}_r{}_t{}", plan::opKindName(v.op.kind), heads, d, R, nt), "HO_ENTRY", b, p,
-                tmpl::headops, l, arch);
+                tmpl::headops, l, arch, v.options);
 }
 
 // The flash order's exponent scale c = fl(d^-0.5 * log2 e) (docs/contract.md section 4), computed in double and
@@ -597,7 +602,7 @@ plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string
   p.scalar("kv_rows", kvRows);
   plan::Launch l = launch(384, smem, dim(itemRows, 128), dim(Extent::constant(heads)), dim(Extent::parse("B", v.where)));
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::attention_sm90;
-  return finish(fmt::format("attention_sm90_h{}_d{}{}", heads, d, kv == 64 ? "" : "_kv" + std::to_string(kv)), "A9_ENTRY", b, p, body, l, arch);
+  return finish(fmt::format("attention_sm90_h{}_d{}{}", heads, d, kv == 64 ? "" : "_kv" + std::to_string(kv)), "A9_ENTRY", b, p, body, l, arch, v.options);
 }
 
 plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
@@ -628,7 +633,7 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
          o.kvBlock, smem, kMaxCtaSharedBytes);
   plan::Launch l = launch(128, smem, dim(itemRows, 64), dim(Extent::constant(heads)),
                           dim(Extent::parse("B", v.where)));
-  return finish(fmt::format("attention_h{}_d{}{}", heads, d, o.kvBlock == 64 ? "" : "_kv" + std::to_string(o.kvBlock)), "AT_ENTRY", b, p, tmpl::attention, l, arch);
+  return finish(fmt::format("attention_h{}_d{}{}", heads, d, o.kvBlock == 64 ? "" : "_kv" + std::to_string(o.kvBlock)), "AT_ENTRY", b, p, tmpl::attention, l, arch, v.options);
 }
 
 plan::Kernel emitElementwise(const OpView &v, const std::string &arch) {
@@ -706,7 +711,7 @@ plan::Kernel emitElementwise(const OpView &v, const std::string &arch) {
   b.def("EW_ACOLS", acols);
   Extent units = rows.scaled(cols);
   plan::Launch l = launch(256, 0, dim(units, 256));
-  return finish(fmt::format("{}_c{}", plan::opKindName(v.op.kind), cols), "EW_ENTRY", b, p, tmpl::elementwise, l, arch);
+  return finish(fmt::format("{}_c{}", plan::opKindName(v.op.kind), cols), "EW_ENTRY", b, p, tmpl::elementwise, l, arch, v.options);
 }
 
 // The AdaLN table's streaming kernel (adaln_sm90.cuh; sm_90a): 4 consumer warps of two 8-row weight blocks each
@@ -750,7 +755,7 @@ std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, co
   gx.maxPerSm = ctas;
   plan::Launch l = launch(32 * (kWarps + 1), fixed + stages * perStage, gx, dim(v.rowsOfIn(0), kRowsPerPass));
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::adaln_sm90;
-  return finish(gemmName(v, d, "sm90"), "AL_ENTRY", b, p, body, l, arch);
+  return finish(gemmName(v, d, "sm90"), "AL_ENTRY", b, p, body, l, arch, v.options);
 }
 
 } // namespace

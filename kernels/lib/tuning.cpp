@@ -33,7 +33,9 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           // columns per stage (checked below), 1 or 2 CTAs per SM
                           {"adaln_stages", &EmitOptions::sm90AdalnStages, 0, 16},
                           {"adaln_stage_k", &EmitOptions::sm90AdalnStageK, 64, 512},
-                          {"adaln_ctas", &EmitOptions::sm90AdalnCtas, 1, 2}};
+                          {"adaln_ctas", &EmitOptions::sm90AdalnCtas, 1, 2},
+                          // programmatic dependent launch of every kernel (0: plain stream order)
+                          {"launch_pdl", &EmitOptions::gridDependency, 0, 1}};
 
 const Field &field(const std::string &name, int value, const std::string &where) {
   std::string names;

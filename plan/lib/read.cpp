@@ -209,7 +209,7 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
 }
 
 Launch parseLaunch(const json &j, const std::string &where) {
-  onlyKeys(j, {"block", "smem_bytes", "grid", "cluster"}, where);
+  onlyKeys(j, {"block", "smem_bytes", "grid", "cluster", "grid_dependency"}, where);
   Launch l;
   auto dims3 = [&](const json &a, const std::string &w, std::array<int64_t, 3> &out) {
     array(a, w);
@@ -221,6 +221,7 @@ Launch parseLaunch(const json &j, const std::string &where) {
   l.smemBytes = nonNegative(member(j, "smem_bytes", where), where + "/smem_bytes", 232448);
   dims3(member(j, "cluster", where), where + "/cluster", l.cluster);
   if (l.cluster[0] * l.cluster[1] * l.cluster[2] > 16) fail(where + "/cluster", "more than 16 CTAs per cluster");
+  if (j.contains("grid_dependency")) l.gridDependency = boolean(j["grid_dependency"], where + "/grid_dependency");
   const json &g = array(member(j, "grid", where), where + "/grid");
   if (g.size() != 3) fail(where + "/grid", "expected three dimensions");
   for (size_t i = 0; i < 3; ++i) {

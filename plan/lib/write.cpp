@@ -142,7 +142,11 @@ json kernelToJson(const Kernel &k) {
           {"arch", k.arch},
           {"nvrtc_options", k.nvrtcOptions},
           {"launch",
-           {{"block", k.launch.block}, {"smem_bytes", k.launch.smemBytes}, {"grid", grid}, {"cluster", k.launch.cluster}}},
+           {{"block", k.launch.block},
+            {"smem_bytes", k.launch.smemBytes},
+            {"grid", grid},
+            {"cluster", k.launch.cluster},
+            {"grid_dependency", k.launch.gridDependency}}},
           {"params", params}};
 }
 

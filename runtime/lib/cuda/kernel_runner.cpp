@@ -4,6 +4,7 @@
 #include "h3c/support/error.h"
 #include "h3c/support/parallel.h"
 
+#include <array>
 #include <cstring>
 
 namespace h3c::runtime::cuda {
@@ -12,10 +13,12 @@ namespace plan = h3c::plan;
 
 namespace {
 
-// The launch configuration of a cluster kernel (cuLaunchKernelEx, cuOccupancyMaxActiveClusters); `attr` holds the
-// cluster-dimension attribute the configuration points at.
-CUlaunchConfig clusterLaunch(const plan::Launch &l, std::array<unsigned, 3> grid, CUstream stream,
-                             CUlaunchAttribute &attr) {
+// The launch configuration of a kernel with launch attributes (cuLaunchKernelEx, cuOccupancyMaxActiveClusters):
+// its cluster dimensions when it has a cluster, and programmatic stream serialization when the plan says the kernel
+// waits for its producers itself (plan::Launch::gridDependency). `attrs` holds the attributes the configuration
+// points at.
+CUlaunchConfig exLaunch(const plan::Launch &l, std::array<unsigned, 3> grid, CUstream stream,
+                        std::array<CUlaunchAttribute, 2> &attrs) {
   CUlaunchConfig cfg{};
   cfg.gridDimX = grid[0];
   cfg.gridDimY = grid[1];
@@ -25,13 +28,22 @@ CUlaunchConfig clusterLaunch(const plan::Launch &l, std::array<unsigned, 3> grid
   cfg.blockDimZ = unsigned(l.block[2]);
   cfg.sharedMemBytes = unsigned(l.smemBytes);
   cfg.hStream = stream;
-  attr = CUlaunchAttribute{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = unsigned(l.cluster[0]);
-  attr.value.clusterDim.y = unsigned(l.cluster[1]);
-  attr.value.clusterDim.z = unsigned(l.cluster[2]);
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  attrs = {};
+  unsigned n = 0;
+  if (l.cluster[0] * l.cluster[1] * l.cluster[2] > 1) {
+    attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[n].value.clusterDim.x = unsigned(l.cluster[0]);
+    attrs[n].value.clusterDim.y = unsigned(l.cluster[1]);
+    attrs[n].value.clusterDim.z = unsigned(l.cluster[2]);
+    ++n;
+  }
+  if (l.gridDependency) {
+    attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[n].value.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = attrs.data();
+  cfg.numAttrs = n;
   return cfg;
 }
 
@@ -67,9 +79,9 @@ const LoadedKernel &KernelRunner::install(const plan::Kernel &k, CompiledKernel 
           "raising the shared-memory limit of " + k.id);
   const plan::Launch &l = k.launch;
   if (l.cluster[0] * l.cluster[1] * l.cluster[2] > 1) {
-    CUlaunchAttribute attr{};
+    std::array<CUlaunchAttribute, 2> attrs{};
     const CUlaunchConfig cfg =
-        clusterLaunch(l, {unsigned(l.cluster[0]), unsigned(l.cluster[1]), unsigned(l.cluster[2])}, nullptr, attr);
+        exLaunch(l, {unsigned(l.cluster[0]), unsigned(l.cluster[1]), unsigned(l.cluster[2])}, nullptr, attrs);
     check(d.cuOccupancyMaxActiveClusters(&lk->maxActiveClusters, lk->fn, &cfg),
           "cuOccupancyMaxActiveClusters(" + k.id + ")");
     if (lk->maxActiveClusters < 1)
@@ -202,14 +214,14 @@ void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const 
     }
   }
   const plan::Launch &l = k.launch;
-  if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1) {
+  if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1 && !l.gridDependency) {
     check(driver().cuLaunchKernel(lk.fn, g[0], g[1], g[2], unsigned(l.block[0]), unsigned(l.block[1]),
                                   unsigned(l.block[2]), unsigned(l.smemBytes), stream, params.data(), nullptr),
           "launching " + k.id);
     return;
   }
-  CUlaunchAttribute attr{};
-  const CUlaunchConfig cfg = clusterLaunch(l, g, stream, attr);
+  std::array<CUlaunchAttribute, 2> attrs{};
+  const CUlaunchConfig cfg = exLaunch(l, g, stream, attrs);
   check(driver().cuLaunchKernelEx(&cfg, lk.fn, params.data(), nullptr), "launching " + k.id);
 }
 

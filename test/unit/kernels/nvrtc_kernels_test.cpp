@@ -423,6 +423,34 @@ TEST(KernelEmit, StagedEpilogueOption) {
   EXPECT_THROW(t.set("gemm_epi_smem", 2, "test"), h3c::Error);
 }
 
+// Programmatic dependent launch: every kernel of the full config (both archs) waits for its producers first thing
+// and is marked for the launch attribute; launch_pdl=0 keeps the same source with plain stream order (another id:
+// the launch is part of it).
+TEST(KernelEmit, EveryKernelMayBeADependentLaunch) {
+  hk::EmitOptions plain;
+  plain.set("launch_pdl", 0, "test");
+  int kernels = 0;
+  for (const char *arch : {"sm_90a", "sm_100a"})
+    for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
+      const auto k = emit(o, arch), p = emit(o, arch, plain);
+      if (!k) continue;
+      ++kernels;
+      EXPECT_TRUE(k->launch.gridDependency) << k->id;
+      EXPECT_FALSE(p->launch.gridDependency) << p->id;
+      // The same text after the id comment and the entry's name.
+      auto text = [](const std::string &s) { return s.substr(s.find('\n', s.find('\n') + 1)); };
+      EXPECT_EQ(text(p->source), text(k->source)) << k->id;
+      EXPECT_NE(p->id, k->id);
+      // The wait is the kernel body's first statement.
+      const size_t entry = k->source.find("extern \"C\" __global__");
+      ASSERT_NE(entry, std::string::npos) << k->id;
+      const size_t body = k->source.find("{\n", entry);
+      EXPECT_EQ(k->source.find("h3c_grid_dependency_wait();", body), k->source.find_first_not_of(" \n", body + 2))
+          << k->id;
+    }
+  EXPECT_GE(kernels, 20);
+}
+
 TEST(KernelEmit, HostOpsHaveNoKernel) {
   EXPECT_FALSE(emit(op(OpKind::RopeTable, "rope", {})).has_value());
   EXPECT_FALSE(emit(op(OpKind::TimestepSinusoid, "time_proj", {}), "sm_100a").has_value());

@@ -391,6 +391,13 @@ TEST(PlanRead, KernelsAreHashCheckedAndFitTheirOps) {
   json grid = p;
   grid["kernels"]["k1"]["launch"]["grid"][0]["extent"] = "B*Q";
   rejects(rehash(grid), "launch/grid/0/extent", t.path);
+  // Programmatic dependent launch: absent is plain stream order; a boolean when present.
+  EXPECT_FALSE(ok.kernels.at("k1").launch.gridDependency);
+  json pdl = p;
+  pdl["kernels"]["k1"]["launch"]["grid_dependency"] = true;
+  EXPECT_TRUE(plan::planFromJson(rehash(pdl), t.path).kernels.at("k1").launch.gridDependency);
+  pdl["kernels"]["k1"]["launch"]["grid_dependency"] = "yes";
+  rejects(rehash(pdl), "launch/grid_dependency", t.path);
   json arch = p;
   arch["kernels"]["k1"]["arch"] = "sm_100a";
   rejects(rehash(arch), "kernel built for sm_100a in a plan for sm_90a", t.path);

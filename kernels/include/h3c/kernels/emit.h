@@ -57,6 +57,10 @@ struct EmitOptions {
   // that is not a multiple of 16, keeps the mma.sync kernel.
   // Two CTAs per SM: 0.170 ms at the full shape against 0.300 ms with one (bench/NOTES.md, 2026-12-04).
   int sm90AdalnStages = 0, sm90AdalnStageK = 256, sm90AdalnCtas = 2;
+  // 1: every kernel is launched as a programmatic dependent of the one before it (plan::Launch::gridDependency; the
+  // kernels wait for their producers first thing, common.cuh), so a kernel's launch and first CTAs overlap the tail of
+  // the previous one; 0: plain stream order. Timing only.
+  int gridDependency = 1;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
@@ -76,7 +80,7 @@ struct EmitOptions {
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
   // gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, gemm_epi_smem, attn_stages, attn_overlap, attn_pingpong,
-  // norm_rows, adaln_stages, adaln_stage_k, adaln_ctas), for every op, or, as `OP:NAME`, for the ops of one profile name (see
+  // norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl), for every op, or, as `OP:NAME`, for the ops of one profile name (see
   // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);

@@ -128,6 +128,11 @@ struct Launch {
   int64_t smemBytes = 0;  // dynamic shared memory (> 48 KiB: the runtime raises the function's limit)
   std::array<GridDim, 3> grid;
   std::array<int64_t, 3> cluster{1, 1, 1};
+  // Programmatic dependent launch (sm_90+): the kernel waits for the grids before it in the stream
+  // (griddepcontrol.wait) before it touches global memory, so the runtime may launch it while the previous kernel
+  // finishes (its CTAs take the SMs the previous one's last wave leaves). Timing only; a kernel without the wait must
+  // never be launched so.
+  bool gridDependency = false;
 };
 
 // Where a buffer parameter points: an operand of the op that launches the kernel (by position), or a weight.
