@@ -10,7 +10,8 @@ For each config (synthetic weights; full is the 33B at 8,349 tokens, BF16 reques
   1. torch CUDA tensors in and out (all ten arguments on the device, on a non-default stream too, or the metadata on
      the host), byte-equal to the file `h3c run --device gpu` writes for the same request, and the ledger byte-equal
      to its ledger file; a NaN device activation refused, the next forward unchanged; the H3C_PROFILE phases of a
-     forward (FIGURE line) within its wall time;
+     forward (FIGURE line) within its wall time; (tiny) outputs that overflow to NaN / Inf (class Overflow), scanned
+     on the device: refused in strict mode with the entry `h3c run --device gpu` records, returned in audit mode;
   2. the call overhead: the Python call's wall time per forward (median of --repeats, synchronized) against the
      forward time `h3c run` reports (H3C_GPU_PROFILE=1, device events), printed as FIGURE lines;
 With --diffusers-src (tiny): 3. one step of diffusers' own denoise loop blocks (MiniMaxH3LoopDenoiser +
@@ -21,6 +22,7 @@ float32 transformer in the same block (relative Frobenius error printed, < 2e-2)
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,6 +83,60 @@ def cli_gpu(a, cfg, plan, req, tag):
         return read_st(o)[0], f.read(), float(m.group(1)) if m else float("nan")
 
 
+class Overflow:
+    """Outputs that overflow (row 3 of proj_out.weight at 3e38: finite, so it loads; channel 3 of the video output
+    becomes NaN / Inf): the engine scans the caller's CUDA outputs on the device, never copying them back. Per
+    request: audit mode returns them byte-equal to `h3c run --device gpu --mode audit`'s, with its very ledger (whose
+    entry comes from the host scan of the bytes the CLI downloaded) and the entry NumPy finds; strict mode raises
+    h3c.Error with that entry, as `h3c run` exits 2 with it. One engine per mode for every request: a scan's counts
+    must not carry into the next forward (the requests differ in size, so their entries differ)."""
+
+    def __init__(self, a, cfg, plan):
+        self.a, self.cfg, self.plan = a, cfg, plan
+        self.ck = f"{a.tmp}/{cfg}-overflow-ckpt"
+        shutil.rmtree(self.ck, ignore_errors=True)
+        tool(a.h3c, "checkpoint", "synth", "--config", cfg, "--seed", 7, "--out", self.ck)
+        st_numpy.overwrite_row(self.ck, "proj_out.weight", 3, 3.0e38)
+        self.audit = h3c.Transformer(plan=plan, checkpoint=self.ck, device="cuda", mode="audit", config=cfg)
+        self.strict = h3c.Transformer(plan=plan, checkpoint=self.ck, device="cuda", config=cfg)
+
+    def check(self, name, path, kw):
+        a, cfg, tag = self.a, self.cfg, f"{self.cfg}-{name}-overflow"
+        run = ["run", "--config", cfg, "--checkpoint", self.ck, "--plan", self.plan, "--inputs", path,
+               "--device", "gpu"]
+        o, led = f"{a.tmp}/{tag}.gpu.safetensors", f"{a.tmp}/{tag}.gpu_ledger.json"
+        tool(a.h3c, *run, "--mode", "audit", "--out", o, "--ledger", led)
+        want = read_st(o)[0]
+        with open(led) as f:
+            ledger = f.read()
+        r = subprocess.run([a.h3c, *run, "--out", f"{a.tmp}/{tag}.strict.safetensors", "--ledger",
+                            f"{a.tmp}/{tag}.strict.json"], capture_output=True, text=True)
+        v, au = self.audit(**kw, return_dict=False)
+        torch.cuda.synchronize()
+        vh, ah = v.cpu().numpy(), au.cpu().numpy()
+        entries = [e for e in (st_numpy.non_finite_entry("sample", vh), st_numpy.non_finite_entry("audio_sample", ah))
+                   if e]
+        first = int(entries[0].split("first: element ")[1].split(",")[0]) if entries else -1
+        result(v.is_cuda and vh.tobytes() == want["sample"][0].tobytes() and
+               ah.tobytes() == want["audio_sample"][0].tobytes(),
+               f"[{cfg}/{name}] overflowing weights, audit: CUDA outputs byte-equal to h3c run --device gpu's")
+        result(len(entries) == 1 and entries[0].startswith("output sample: ") and first % vh.shape[-1] == 3 and
+               self.audit.ledger["header"].get("non_finite") == entries,
+               f"[{cfg}/{name}] overflowing weights: the device scan's ledger entry is the one NumPy finds",
+               f"numpy {entries}, ledger {self.audit.ledger['header'].get('non_finite')}")
+        result(self.audit.ledger_json == ledger and not self.audit.ledger["accepted"],
+               f"[{cfg}/{name}] overflowing weights, audit: ledger byte-equal to h3c run's (its host scan)")
+        offender = f"\n  non-finite {entries[0]}" if entries else "(no entry)"
+        result(r.returncode == 2 and offender in r.stderr,
+               f"[{cfg}/{name}] overflowing weights: h3c run strict exits 2", r.stderr.strip()[-300:])
+        try:
+            self.strict(**kw)
+            result(False, f"[{cfg}/{name}] overflowing weights, strict: h3c.Error naming the output")
+        except h3c.Error as e:
+            result(e.where == "--mode strict" and offender in str(e) and not self.strict.ledger["accepted"],
+                   f"[{cfg}/{name}] overflowing weights, strict: h3c.Error naming the output", str(e)[:300])
+
+
 def check_config(a, cfg):
     plan = f"{a.plans}/{cfg}"
     if not os.path.exists(f"{plan}/plan.json"):
@@ -96,6 +152,7 @@ def check_config(a, cfg):
                           "--dtype", "BF16"]}
     t0 = time.perf_counter()
     t = h3c.Transformer(plan=plan, synthetic=7, device="cuda", config=cfg)
+    overflow = Overflow(a, cfg, plan) if cfg == "tiny" else None
     for name, args in reqs.items():
         tag = f"{cfg}-{name}"
         path = f"{a.tmp}/{tag}.req.safetensors"
@@ -139,6 +196,8 @@ def check_config(a, cfg):
             result("finite" in str(e), f"[{cfg}/{name}] a NaN device activation raises h3c.Error", str(e)[:200])
         v4, _ = t(**kw, return_dict=False)
         result(torch.equal(v4, out.sample) and t.ledger_json == ledger, f"[{cfg}/{name}] after the error, the same bits")
+        if overflow:
+            overflow.check(name, path, kw)
         # Where a forward's wall time goes (the phases H3C_PROFILE prints), against the call's own wall time.
         torch.cuda.synchronize()
         w0 = time.perf_counter()

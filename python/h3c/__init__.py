@@ -25,7 +25,11 @@ same kind, exported without a copy.
 H3C_PROFILE=1 prints one line per forward on stderr that accounts for its whole wall time (the package's Python, the
 request read-back, the engine's phases, the strict verdict), beside the engine's and the GPU executor's own lines.
 
-Errors are `h3c.Error` (a RuntimeError) with the CLI's message ("<where>: <what>", `.where` and `.message`).
+Errors are `h3c.Error` (a RuntimeError) with the CLI's message ("<where>: <what>", `.where` and `.message`). In
+strict mode an output holding NaN / Inf is one, as `h3c run` refuses it: the message names the output, its counts and
+its first element (flat index) and value ("non-finite output sample: 2 NaN, 0 Inf (first: element 3, NaN)") and
+nothing is returned; CUDA outputs are scanned where they are (one reduction kernel, no copy back). In audit and off
+modes they come back and `transformer.ledger` records them.
 The sampler (`Scheduler`, `sde_step`, `philox_normals`) and the trajectory tools (`verify_trajectory`, `drift`) are
 thin wrappers over the same C++ as `h3c generate` and `h3c trajectory`.
 """
@@ -114,10 +118,10 @@ class Transformer:
 
     plan: a plan folder (`h3c compile -o`) or its plan.json; checkpoint: a diffusers or native checkpoint folder, or
     synthetic: the seed of `h3c checkpoint synth` weights (exactly one); device: "cuda" or "cpu"; mode: "strict"
-    (every node must run `row`, else h3c.Error), "audit" or "off"; threads: CPU worker threads (0: all; never
-    changes a bit); binds: `--bind GLOB=native|reference` rules; config: a config name or file that must match the
-    plan's (as `h3c run --config`); hash_nodes: every op output's content hash in the ledger (`h3c run
-    --hash-nodes`; compare two ledgers with `h3c ledger diff`)."""
+    (every node must run `row` and every weight and output value be finite, else h3c.Error), "audit" or "off";
+    threads: CPU worker threads (0: all; never changes a bit); binds: `--bind GLOB=native|reference` rules; config: a
+    config name or file that must match the plan's (as `h3c run --config`); hash_nodes: every op output's content
+    hash in the ledger (`h3c run --hash-nodes`; compare two ledgers with `h3c ledger diff`)."""
 
     def __init__(self, plan, checkpoint=None, synthetic=None, device="cuda", mode="strict", threads=0, binds=(),
                  config=None, hash_nodes=False):

@@ -4,7 +4,8 @@
 //            forward() takes the ten request tensors as DLPack tensors, host or CUDA (copied into the engine's kept
 //            request, as `h3c run` reads its file; CUDA ones by one device-to-host copy each on the caller's
 //            stream) and, on the GPU, the activations and output buffers as DLPack CUDA tensors bound in place
-//            (DeviceIO: no staging copy) with the caller's stream;
+//            (DeviceIO: no staging copy) with the caller's stream; the strict rule's verdict (nodes run `row`, weights
+//            and outputs finite: the engine records CUDA outputs from its scan on the device) is h3c.Error;
 //   Array    a host result (outputs, sampler values) exported through DLPack without a copy;
 //   the sampler (trajectory/sampler.h) and trajectory verify / drift (trajectory/trajectory.h).
 // Every h3c::Error becomes h3c.Error with the CLI's message ("<where>: <what>"); nothing here aborts the process.

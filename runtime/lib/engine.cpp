@@ -90,9 +90,13 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   ledger.header()["checkpoint"] = weights_->describe();
   for (const std::string &w : source_->nonFinite())
     ledger.recordNonFinite("weight " + w);
-  for (const auto &[name, t] : {std::pair<const char *, const Tensor *>{"sample", &r.outputs.sample},
-                                {"audio_sample", &r.outputs.audio_sample}}) {
-    const Tensor::NonFinite nf = t->nonFinite();
+  // The outputs: their bytes scanned here, or (outputs left in the caller's device memory) what the executor found
+  // on the device; either way the same record, so the strict rule refuses a non-finite output on every path.
+  // (value_or's scan of empty bytes costs nothing.)
+  const Outputs &out = r.outputs;
+  for (const auto &[name, nf] :
+       {std::pair<const char *, Tensor::NonFinite>{"sample", out.sampleNonFinite.value_or(out.sample.nonFinite())},
+        {"audio_sample", out.audioSampleNonFinite.value_or(out.audio_sample.nonFinite())}}) {
     if (nf.first >= 0)
       ledger.recordNonFinite(std::string("output ") + name + ": " + nf.text());
   }

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace h3c::rt {
 
@@ -148,9 +150,14 @@ void scanWords(const uint8_t *bytes, size_t n, int64_t firstIndex, W expMask, W 
       std::memcpy(&w, bytes + i * sizeof(W), sizeof(W));
       if ((w & expMask) != expMask)
         continue;
-      ((w & mantMask) ? r.nan : r.inf) += 1;
-      if (r.first < 0)
+      const bool nan = (w & mantMask) != 0;
+      (nan ? r.nan : r.inf) += 1;
+      if (r.first < 0) {
         r.first = firstIndex + int64_t(i);
+        const bool negative = (w >> (8 * sizeof(W) - 1)) != 0;
+        r.firstValue = nan ? std::numeric_limits<float>::quiet_NaN()
+                           : negative ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+      }
     }
   }
 }
@@ -178,7 +185,8 @@ Tensor::NonFinite Tensor::nonFinite() const {
 std::string Tensor::NonFinite::text() const {
   if (first < 0)
     return {};
-  return fmt::format("{} NaN, {} Inf (first: element {})", nan, inf, first);
+  const char *value = std::isnan(firstValue) ? "NaN" : std::signbit(firstValue) ? "-Inf" : "+Inf";
+  return fmt::format("{} NaN, {} Inf (first: element {}, {})", nan, inf, first, value);
 }
 
 } // namespace h3c::rt

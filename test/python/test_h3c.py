@@ -266,6 +266,42 @@ class Errors(unittest.TestCase):
         with self.assertRaises(h3c.Error):
             h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", threads=100000)
 
+    def test_non_finite_outputs_are_refused_in_strict_mode(self):
+        """Finite weights that overflow (row 3 of proj_out.weight at 3e38 loads: no input or weight check refuses it)
+        give NaN / Inf in channel 3 of the video output. Strict: h3c.Error with the CLI's offender line (the output,
+        its counts, its first element and value), no outputs; audit: the outputs and the CLI's very ledger."""
+        a = self.args
+        ck = f"{TMP}/ckpt-overflow"
+        shutil.copytree(f"{TMP}/ckpt", ck)
+        st_numpy.overwrite_row(ck, "proj_out.weight", 3, 3.0e38)
+        weights = ["--checkpoint", ck]
+        r = tool("run", "--config", "tiny", *weights, "--plan", f"{TMP}/plan", "--inputs", f"{TMP}/a.safetensors",
+                 "--out", f"{TMP}/overflow.out", "--device", "cpu", "--ledger", f"{TMP}/overflow.json", ok=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertFalse(os.path.exists(f"{TMP}/overflow.out"))
+        cli_offenders = [l.strip() for l in r.stderr.splitlines() if l.strip().startswith("non-finite output")]
+        want, ledger = cli_run(f"{TMP}/plan", f"{TMP}/a.safetensors", weights, "overflow-audit", "--mode", "audit")
+        audit = h3c.Transformer(plan=f"{TMP}/plan", checkpoint=ck, device="cpu", mode="audit")
+        video, audio = audit(**a, return_dict=False)
+        self.assertEqual(video.tobytes(), want["sample"].tobytes())
+        self.assertEqual(audit.ledger_json, ledger)
+        self.assertFalse(audit.ledger["accepted"])
+        # The entries as NumPy finds them: the poke did overflow, in channel 3 only.
+        entries = [e for e in (st_numpy.non_finite_entry("sample", video),
+                               st_numpy.non_finite_entry("audio_sample", audio)) if e]
+        self.assertEqual(len(entries), 1, entries)
+        first = int(entries[0].split("first: element ")[1].split(",")[0])
+        self.assertEqual(first % video.shape[-1], 3, entries)
+        self.assertEqual(audit.ledger["header"]["non_finite"], entries)
+        self.assertEqual(cli_offenders, ["non-finite " + entries[0]])
+        strict = h3c.Transformer(plan=f"{TMP}/plan", checkpoint=ck, device="cpu")
+        with self.assertRaises(h3c.Error) as e:
+            strict(**a)
+        self.assertEqual(e.exception.where, "--mode strict")
+        self.assertIn("\n  non-finite " + entries[0], str(e.exception))
+        self.assertFalse(strict.ledger["accepted"])
+        self.assertEqual(strict.ledger["header"]["non_finite"], entries)
+
     def test_strict_rule(self):
         t = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu", binds=["*=reference"])
         with self.assertRaises(h3c.Error) as e:

@@ -13,7 +13,8 @@
 // The executor is resident (engine.h): the kernels stay loaded, the weights stay on the device while the plan and the
 // weight content (WeightSource::describe) stay the same, and the arena is reused (grown for a larger request). With a
 // DeviceIO, the caller's activations and outputs are bound in place of their arena regions and all work is ordered
-// on the caller's stream.
+// on the caller's stream; the outputs, never copied back, are scanned for NaN / Inf there (cuda/non_finite.h) for the
+// ledger and the strict rule.
 #include "h3c/runtime/executor.h"
 #include "h3c/runtime/host_ops.h"
 
@@ -23,6 +24,7 @@
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
 #include "h3c/runtime/cuda/native_ops.h"
+#include "h3c/runtime/cuda/non_finite.h"
 #include "h3c/runtime/cuda/runtime_kernel.h"
 #include "h3c/runtime/cuda/value_hash.h"
 #include "h3c/runtime/cuda/weight_upload.h"
@@ -33,6 +35,7 @@
 #include "h3c/support/synth_rng.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -139,6 +142,10 @@ public:
       hc::check(d.cuCtxSynchronize(), "zeroing the hash sums");  // before any launch on the caller's stream
     }
     size_t nextHash = 0;
+    // Outputs left in the caller's memory are scanned for NaN / Inf on the device after the last op (the kernel and
+    // the slots made here: a module load and an allocation before the first launch, not behind them).
+    const hc::LoadedKernel *scanK = io ? &runner_->load(hc::nonFiniteKernel(runner_->arch())) : nullptr;
+    if (scanK && !outputScan_) outputScan_ = std::make_unique<hc::NonFiniteScan>();
     std::vector<std::map<std::string, std::vector<int64_t>>> opShapes;
     opShapes.reserve(fn.ops.size());
     const bool audit = opt.mode == Mode::Audit;
@@ -198,6 +205,9 @@ public:
       for (const auto *names : {&op.in, &op.out})
         for (const auto &n : *names) shapes[n] = shapeOf(p.value(n));
     }
+    const std::vector<int64_t> sampleShape = {req.B, req.Nv, (int64_t)p.config.videoPatchDim()},
+                               audioShape = {req.B, req.Na, (int64_t)p.config.audio_in_channels};
+    if (scanK) queueOutputScan(*scanK, fn, sampleShape, audioShape);
     // The caller's stream only (other work of the caller's process keeps running); the whole context otherwise.
     const auto t3 = std::chrono::steady_clock::now();  // every op queued
     hc::check(io ? d.cuStreamSynchronize(stream_) : d.cuCtxSynchronize(), "running the plan");
@@ -229,17 +239,42 @@ public:
     }
 
     Outputs o;
-    if (io) {  // already in the caller's memory
-      o.sample.shape = {req.B, req.Nv, (int64_t)p.config.videoPatchDim()};
-      o.audio_sample.shape = {req.B, req.Na, (int64_t)p.config.audio_in_channels};
+    if (io) {  // already in the caller's memory: the device scan's results stand for the bytes
+      o.sample.shape = sampleShape;
+      o.audio_sample.shape = audioShape;
+      const hc::NonFiniteScan::Slots slots = outputScan_->readSlots(stream_);
+      o.sampleNonFinite = hc::NonFiniteScan::decode(slots, 0);
+      o.audioSampleNonFinite = hc::NonFiniteScan::decode(slots, 1);
       return o;
     }
-    o.sample = download(fn.outputs.at("sample"), {req.B, req.Nv, (int64_t)p.config.videoPatchDim()});
-    o.audio_sample = download(fn.outputs.at("audio_sample"), {req.B, req.Na, (int64_t)p.config.audio_in_channels});
+    o.sample = download(fn.outputs.at("sample"), sampleShape);
+    o.audio_sample = download(fn.outputs.at("audio_sample"), audioShape);
     return o;
   }
 
 private:
+  // The two outputs' NaN / Inf scan, queued on the forward's stream after its last op (non_finite.h): one kernel
+  // over the elements `download` would copy, and 48 bytes read back after the stream's synchronization.
+  void queueOutputScan(const hc::LoadedKernel &k, const plan::Function &fn, const std::vector<int64_t> &sampleShape,
+                       const std::vector<int64_t> &audioShape) {
+    std::array<CUdeviceptr, 2> ptr{};
+    std::array<int64_t, 2> count{};
+    const std::pair<const char *, const std::vector<int64_t> *> outs[] = {{"sample", &sampleShape},
+                                                                         {"audio_sample", &audioShape}};
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string &name = fn.outputs.at(outs[i].first);
+      const DevValue &dv = values_.at(name);
+      if (plan_->value(name).dtype != DType::F32) fail("value " + name, "output must be F32");
+      int64_t n = 1;
+      for (int64_t e : *outs[i].second) n *= e;
+      if (size_t(n) * 4 > dv.bytes) fail("value " + name, "output shape larger than its value");
+      ptr[i] = dv.ptr;
+      count[i] = n;
+    }
+    outputScan_->reset(stream_);
+    outputScan_->launch(k, ptr, count, stream_);
+  }
+
   void report(const plan::Function &fn, std::vector<CUevent> &ev, std::chrono::steady_clock::duration jit,
               std::chrono::steady_clock::duration upload) {
     const auto &d = hc::driver();
@@ -646,6 +681,7 @@ private:
   // Made at the first native op (it opens cuBLASLt); declared after runner_, so destroyed before it.
   std::unique_ptr<hc::NativeOps> native_;
   std::unique_ptr<hc::DeviceBuffer> arena_;
+  std::unique_ptr<hc::NonFiniteScan> outputScan_;  // the output scan's slots (the first forward with a DeviceIO)
   size_t arenaBytes_ = 0;
   const CanonicalRequest *req_ = nullptr;
   const plan::Plan *plan_ = nullptr;

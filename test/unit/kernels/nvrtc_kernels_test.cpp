@@ -12,6 +12,7 @@
 #ifdef H3C_HAVE_CUDA
 #include "h3c/runtime/cuda/native_ops.h"
 #include "h3c/runtime/cuda/noise.h"
+#include "h3c/runtime/cuda/non_finite.h"
 #include "h3c/runtime/cuda/value_hash.h"
 #include "h3c/runtime/cuda/nvrtc_jit.h"
 #endif
@@ -939,6 +940,15 @@ TEST(NvrtcCompile, ValueHashKernel) {
   for (const char *arch : {"sm_90a", "sm_100a"}) {
     auto c = jit.compile(hc::valueHashKernel(arch));
     EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << arch;
+  }
+}
+// The device output scan (runtime/cuda/non_finite.h) too.
+TEST(NvrtcCompile, NonFiniteScanKernel) {
+  hc::NvrtcJit jit;
+  for (const char *arch : {"sm_90a", "sm_100a"}) {
+    auto c = jit.compile(hc::nonFiniteKernel(arch));
+    EXPECT_EQ(c.cubin.compare(0, 4, "\x7f" "ELF"), 0) << arch;
+    EXPECT_NE(c.cubin.find("h3c_non_finite"), std::string::npos) << arch;
   }
 }
 // The native binding's kernels (runtime/cuda/native_ops.h: input conversion, linear epilogues, softmax, attention

@@ -307,7 +307,7 @@ TEST(CheckpointStream, NonFiniteRecordedOrRefused) {
   Tensor whole = Tensor::zeros(DType::BF16, {24, 8});
   ck->read(name, whole.bytes.data());
   const std::string text = whole.nonFinite().text();
-  ASSERT_EQ(text, "2 NaN, 1 Inf (first: element 37)");
+  ASSERT_EQ(text, "2 NaN, 1 Inf (first: element 37, NaN)");
   HostTargets host(c);
   {
     CheckpointWeights w(c, t.dir / "d");  // strict by default

@@ -96,7 +96,7 @@ struct StreamOptions {
 
 struct StreamResult {
   std::vector<std::string> sha256;              // per stored tensor, in plan order
-  std::map<std::string, std::string> nonFinite;  // stored name -> "1 NaN, 0 Inf (first: element 5)"
+  std::map<std::string, std::string> nonFinite;  // stored name -> "1 NaN, 0 Inf (first: element 5, NaN)"
   std::string contentSha256;                     // the snapshot's content_sha256 (h3::contentSha256)
   uint64_t bytes = 0;                            // read, checked and hashed
   uint64_t copied = 0;                           // handed to the consumer (the targets' bytes)

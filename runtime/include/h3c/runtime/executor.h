@@ -12,6 +12,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct DeviceIO {
 struct Outputs {
   Tensor sample;        // [B, Nv, videoPatchDim] F32
   Tensor audio_sample;  // [B, Na, audio_in_channels] F32
+  // With a DeviceIO the bytes above stay empty (the outputs are in the caller's memory): the GPU executor scans them
+  // where they are (one reduction kernel, runtime/cuda/non_finite.h) and the engine records these as it records a
+  // host scan of the bytes. Unset: the engine scans the bytes.
+  std::optional<Tensor::NonFinite> sampleNonFinite, audioSampleNonFinite;
 };
 
 class Executor {

@@ -93,7 +93,7 @@ public:
   // The strict rule over what was recorded, as verifyLedger(finish()) would judge it (sealOk true: finish seals),
   // without building the document.
   LedgerVerdict verdict() const;
-  // A non-finite weight or output ("output sample: 3 NaN, 0 Inf (first: element 7)"): listed in the header's
+  // A non-finite weight or output ("output sample: 3 NaN, 0 Inf (first: element 7, NaN)"): listed in the header's
   // "non_finite"; any entry fails the strict rule (`accepted` false, verify names it).
   void recordNonFinite(const std::string &what);
 

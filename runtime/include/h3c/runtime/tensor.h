@@ -28,10 +28,12 @@ struct Tensor {
   std::vector<float> toFloats() const;
   std::vector<int64_t> toInts() const;
   std::string shapeString() const;  // "[2, 32, 96]"
-  // Non-finite elements of a float tensor (none for integer dtypes): counts and the first one's index, and a
-  // description for messages and ledgers ("3 NaN, 1 Inf (first: element 17)"), empty when all are finite.
+  // Non-finite elements of a float tensor (none for integer dtypes): counts, the first one's index and value, and a
+  // description for messages and ledgers ("3 NaN, 1 Inf (first: element 17, -Inf)"), empty when all are finite.
+  // The GPU executor fills one on the device for outputs that stay there (runtime/cuda/non_finite.h).
   struct NonFinite {
     int64_t nan = 0, inf = 0, first = -1;
+    float firstValue = 0;  // NaN, +Inf or -Inf (the element at `first`)
     std::string text() const;
   };
   NonFinite nonFinite() const;

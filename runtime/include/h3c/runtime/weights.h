@@ -30,7 +30,7 @@ public:
   virtual nlohmann::json describe() const = 0;
   const h3::Config &config() const { return config_; }
   // Checkpoint tensors are checked for NaN / Inf as they are loaded: with `strict` a non-finite tensor is an error
-  // naming it, otherwise it is recorded ("<tensor>: 1 NaN, 0 Inf (first: element 5)") for the ledger. The record
+  // naming it, otherwise it is recorded ("<tensor>: 1 NaN, 0 Inf (first: element 5, NaN)") for the ledger. The record
   // is kept for the source's life (one entry per tensor, in name order): a resident engine that keeps the tensor
   // (cache, GPU upload) never loads it again, yet every later ledger must still name it.
   void setStrictFinite(bool strict) { strictFinite_ = strict; }
@@ -39,7 +39,7 @@ public:
 protected:
   void checkFinite(const std::string &name, const Tensor &t);
   bool strictFinite_ = true;
-  std::map<std::string, std::string> nonFinite_;  // tensor -> "1 NaN, 0 Inf (first: element 5)"
+  std::map<std::string, std::string> nonFinite_;  // tensor -> "1 NaN, 0 Inf (first: element 5, NaN)"
   explicit WeightSource(const h3::Config &c);
   h3::Config config_;
   std::map<std::string, h3::TensorSpec> specs_;
