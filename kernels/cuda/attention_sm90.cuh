@@ -24,7 +24,8 @@
 // fetches the next tile's first blocks while the consumers finish the last ones; Q has one buffer, refilled when both
 // consumers' last S of the tile completed (qEmpty), which overlaps the load with the last softmax, P V and the store.
 // Every tile's arithmetic is the one-tile kernel's (o, m, l start afresh), so the bits are the same; the ping-pong
-// turns balance within each tile, so they simply repeat. Timing only.
+// turns balance within each tile, so they simply repeat. Timing only. The producer loads a tile's Q after its first
+// K/V block, so it assumes Lk >= 1 (true whenever there is a tile: Lk >= Lq).
 //
 // Defined by the emitter: A9_ENTRY H3C_PARAMS A9_HEADS A9_C (c, a float literal) A9_KV (64 or 128) A9_STAGES A9_OVERLAP
 // A9_PINGPONG (with A9_OVERLAP only) A9_PERSISTENT. Parameters
