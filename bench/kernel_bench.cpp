@@ -9,10 +9,11 @@
 // focused set of Hopper linear variants and cuBLASLt, each measured twice in alternation. The full forward is
 // power-capped (bench/NOTES.md), so energy per launch is what a kernel costs the ops around it.
 // --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight; the cooperative
-// and the ping-pong schedule, one 2-CTA cluster variant, the epilogue staged through shared memory), of the Hopper attention (stages, overlap), of
-// norm_modulate's rows per CTA and row metadata and of the AdaLN table's streaming kernel (stage width, stages, CTAs
-// per SM) beside the mma.sync kernel of the same op; the output bits of all variants are the same (the GPU checks
-// compare them).
+// and the ping-pong schedule, one 2-CTA cluster variant, the epilogue staged through shared memory), of the Hopper
+// attention (stages, overlap, ping-pong, one CTA per tile or persistent; --energy: the persistent grid beside the
+// default, twice), of norm_modulate's rows per CTA and row metadata and of the AdaLN table's streaming kernel (stage
+// width, stages, CTAs per SM) beside the mma.sync kernel of the same op; the output bits of all variants are the same
+// (the GPU checks compare them).
 #include "emit_ops.h"
 #include "nvml_meter.h"
 #include "vendor_gemm.h"
@@ -354,6 +355,16 @@ int main(int argc, char **argv) {
           op(OpKind::Attention, "attention", with(attrs({{"heads", heads}, {"head_dim", d}}), BF, BF, BF), flash());
       const double flops = 4.0 * M * M * d * heads, bytes = 4.0 * M * heads * d * 2;
       bench("attention 56x128 (flash)", at, o, flops, bytes);
+      if ((sweep || energy) && dev.arch() == "sm_90a") {
+        // The persistent grid (attn_persistent=1: at most one CTA per SM walking the 56 x 66 tiles) at the default
+        // schedule; with --energy twice, in alternation with the default.
+        h3c::kernels::EmitOptions pers;
+        pers.sm90AttnPersistent = 1;
+        for (int rep = 0; rep < (energy ? 2 : 1); ++rep) {
+          if (rep > 0) bench("attention 56x128 (flash)", at, o, flops, bytes);
+          bench("attention 56x128 (flash) [sm90 persistent]", at, o, flops, bytes, pers);
+        }
+      }
       if (sweep && dev.arch() == "sm_90a") {
         // kv_block 64 (the contract's order until 2026-12-04, other bits) beside 128 (today's): the same work.
         for (int64_t kv : {64, 128}) {
@@ -362,17 +373,19 @@ int main(int argc, char **argv) {
           h3c::kernels::EmitOptions mma;
           mma.wgmma = false;
           bench(fmt::format("attention 56x128 kv{} [mma.sync]", kv), akv, o, flops, bytes, mma);
-          for (int st : {2, 3, 4})
-            for (int mode = 0; mode < 3; ++mode) {
-              if (kv == 128 && st > 3) continue;  // 4 stages of 64 KiB do not fit
-              h3c::kernels::EmitOptions v;
-              v.sm90AttnStages = st;
-              v.sm90AttnOverlap = mode > 0;
-              v.sm90AttnPingpong = mode == 2;
-              bench(fmt::format("attention 56x128 kv{} [sm90 st{} overlap{} pingpong{}]", kv, st, v.sm90AttnOverlap,
-                                v.sm90AttnPingpong),
-                    akv, o, flops, bytes, v);
-            }
+          for (int per : {0, 1})
+            for (int st : {2, 3, 4})
+              for (int mode = 0; mode < 3; ++mode) {
+                if (kv == 128 && st > 3) continue;  // 4 stages of 64 KiB do not fit
+                h3c::kernels::EmitOptions v;
+                v.sm90AttnStages = st;
+                v.sm90AttnOverlap = mode > 0;
+                v.sm90AttnPingpong = mode == 2;
+                v.sm90AttnPersistent = per;
+                bench(fmt::format("attention 56x128 kv{} [sm90 st{} overlap{} pingpong{}{}]", kv, st,
+                                  v.sm90AttnOverlap, v.sm90AttnPingpong, per ? " persistent" : ""),
+                      akv, o, flops, bytes, v);
+              }
         }
       }
     }

@@ -18,11 +18,21 @@
 // Keys past the item's end read as zeros through the 3-D tensor maps (per item) and are masked to -inf before the
 // max, as in attention.cuh.
 //
-// Defined by the emitter: A9_ENTRY H3C_PARAMS A9_C (c, a float literal) A9_KV (64 or 128) A9_STAGES A9_OVERLAP A9_PINGPONG
-// (with A9_OVERLAP only). Parameters
+// A9_PERSISTENT = 1: a 1-D grid of at most one CTA per SM walks the tiles t = blockIdx.x, + gridDim.x, ..., q tiles
+// fastest (t = (item * heads + head) * q_tiles + q tile: the CTAs running at once share the K and V of one (head,
+// item) in L2). Barriers are initialized once and the K/V ring's stage and phase run on across tiles, so the producer
+// fetches the next tile's first blocks while the consumers finish the last ones; Q has one buffer, refilled when both
+// consumers' last S of the tile completed (qEmpty), which overlaps the load with the last softmax, P V and the store.
+// Every tile's arithmetic is the one-tile kernel's (o, m, l start afresh), so the bits are the same; the ping-pong
+// turns balance within each tile, so they simply repeat. Timing only. The producer loads a tile's Q after its first
+// K/V block, so it assumes Lk >= 1 (true whenever there is a tile: Lk >= Lq).
+//
+// Defined by the emitter: A9_ENTRY H3C_PARAMS A9_HEADS A9_C (c, a float literal) A9_KV (64 or 128) A9_STAGES A9_OVERLAP
+// A9_PINGPONG (with A9_OVERLAP only) A9_PERSISTENT. Parameters
 // (H3C_PARAMS, in this order): q_map (q [B, Lq, heads * 128], boxes of 64 columns x 128 rows), k_map, v_map (k, v
-// [B, Lk, heads * 128], boxes of 64 columns x A9_KV rows), out (o [B, Lq, heads * 128]), item_rows = Lq, kv_rows = Lk
-// (grid.x: 128-query tiles, y: heads, z: items). Lq < Lk under sequence parallelism.
+// [B, Lk, heads * 128], boxes of 64 columns x A9_KV rows), out (o [B, Lq, heads * 128]), item_rows = Lq, kv_rows = Lk,
+// and with A9_PERSISTENT items = B (grid.x: at most the tile count; without it grid.x: 128-query tiles, y: heads, z:
+// items). Lq < Lk under sequence parallelism.
 #define A9_D 128
 // S's wgmma: one m64n(A9_KV)k16 instruction per 16-wide chunk of d.
 #if A9_KV == 64
@@ -131,19 +141,60 @@ __device__ __forceinline__ void a9_issue_pv(float *o, h3u32 (*pa)[4], h3u32 sV, 
   wgmma_commit();
 }
 
+// The CTA's n-th tile (n = 0, 1, ...): its first query row, head and item; false past its last tile. Without
+// A9_PERSISTENT one tile per CTA, set from the grid's x, y and z before the walk (q0, head and item stay as they are);
+// otherwise tile blockIdx.x + n * gridDim.x of the `tiles` tiles, q tiles fastest (nq per (head, item)).
+__device__ __forceinline__ bool a9_tile(int n, int nq, int tiles, int &q0, int &head, int &item) {
+#if A9_PERSISTENT
+  const int t = blockIdx.x + n * gridDim.x;
+  if (t >= tiles) return false;
+  q0 = (t % nq) * 128;
+  head = (t / nq) % A9_HEADS;
+  item = t / nq / A9_HEADS;
+  return true;
+#else
+  return n == 0;
+#endif
+}
+
+// The producer's Q tile load (two 64-column boxes), completing on qFull.
+__device__ __forceinline__ void a9_load_q(h3u32 sQ, const H3cTensorMap *q_map, int head, int q0, int item,
+                                          h3u32 qFull) {
+  mbar_expect_tx(qFull, A9_Q_BYTES);
+  tma_load_3d(sQ, q_map, head * A9_D, q0, item, qFull);
+  tma_load_3d(sQ + A9_Q_BOX, q_map, head * A9_D + 64, q0, item, qFull);
+}
+
+// A consumer warp is done reading the Q tile (its last S of the tile completed): with A9_PERSISTENT the producer may
+// load the next tile's Q over it once all 8 consumer warps arrived.
+__device__ __forceinline__ void a9_release_q(h3u32 qEmpty, int lane) {
+#if A9_PERSISTENT
+  if (lane == 0) mbar_arrive(qEmpty);
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS) {
   h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   extern __shared__ unsigned char a9_raw[];
   const h3u32 base = (smem_u32(a9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
   const h3u32 sQ = base, sK = sQ + A9_Q_BYTES, sV = sK + A9_STAGES * A9_KV_BYTES;
   const h3u32 qFull = sV + A9_STAGES * A9_KV_BYTES, kFull = qFull + 8, vFull = kFull + 8 * A9_STAGES,
-              empty = vFull + 8 * A9_STAGES;
+              empty = vFull + 8 * A9_STAGES, qEmpty = empty + 8 * A9_STAGES;  // qEmpty: A9_PERSISTENT only
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const long long L = item_rows, Lk = kv_rows;
-  const int head = blockIdx.y, item = blockIdx.z, q0 = blockIdx.x * 128;
+#if A9_PERSISTENT
+  int head = 0, item = 0, q0 = 0;  // the tile's (a9_tile)
+  const int nq = (int)((L + 127) / 128), tiles = nq * A9_HEADS * (int)items;
+#else
+  int head = blockIdx.y, item = blockIdx.z, q0 = blockIdx.x * 128;
+  const int nq = 1, tiles = 1;  // unused: one tile per CTA
+#endif
   const int nkv = (int)((Lk + A9_KV - 1) / A9_KV);
   if (threadIdx.x == 0) {
     mbar_init(qFull, 1);
+#if A9_PERSISTENT
+    mbar_init(qEmpty, 8);  // one arrival per consumer warp
+#endif
     for (int s = 0; s < A9_STAGES; ++s) {
       mbar_init(kFull + 8 * s, 1);  // the producer's expect_tx; the TMA bytes complete the phase
       mbar_init(vFull + 8 * s, 1);
@@ -159,20 +210,30 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
       tma_prefetch_map(&q_map);
       tma_prefetch_map(&k_map);
       tma_prefetch_map(&v_map);
-      mbar_expect_tx(qFull, A9_Q_BYTES);
-      tma_load_3d(sQ, &q_map, head * A9_D, q0, item, qFull);
-      tma_load_3d(sQ + A9_Q_BOX, &q_map, head * A9_D + 64, q0, item, qFull);
-      int s = 0;
+      int s = 0;  // the ring's stage and phase run on across tiles
       h3u32 ph = 0;
-      for (int kb = 0; kb < nkv; ++kb) {
-        mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
-        mbar_expect_tx(kFull + 8 * s, A9_KV_BYTES);
-        tma_load_3d(sK + s * A9_KV_BYTES, &k_map, head * A9_D, kb * A9_KV, item, kFull + 8 * s);
-        tma_load_3d(sK + s * A9_KV_BYTES + A9_KV_BOX, &k_map, head * A9_D + 64, kb * A9_KV, item, kFull + 8 * s);
-        mbar_expect_tx(vFull + 8 * s, A9_KV_BYTES);
-        tma_load_3d(sV + s * A9_KV_BYTES, &v_map, head * A9_D, kb * A9_KV, item, vFull + 8 * s);
-        tma_load_3d(sV + s * A9_KV_BYTES + A9_KV_BOX, &v_map, head * A9_D + 64, kb * A9_KV, item, vFull + 8 * s);
-        if (++s == A9_STAGES) { s = 0; ph ^= 1; }
+      for (int n = 0; a9_tile(n, nq, tiles, q0, head, item); ++n) {
+#if !A9_PERSISTENT
+        a9_load_q(sQ, &q_map, head, q0, item, qFull);
+#endif
+        for (int kb = 0; kb < nkv; ++kb) {
+          mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
+          mbar_expect_tx(kFull + 8 * s, A9_KV_BYTES);
+          tma_load_3d(sK + s * A9_KV_BYTES, &k_map, head * A9_D, kb * A9_KV, item, kFull + 8 * s);
+          tma_load_3d(sK + s * A9_KV_BYTES + A9_KV_BOX, &k_map, head * A9_D + 64, kb * A9_KV, item, kFull + 8 * s);
+          mbar_expect_tx(vFull + 8 * s, A9_KV_BYTES);
+          tma_load_3d(sV + s * A9_KV_BYTES, &v_map, head * A9_D, kb * A9_KV, item, vFull + 8 * s);
+          tma_load_3d(sV + s * A9_KV_BYTES + A9_KV_BOX, &v_map, head * A9_D + 64, kb * A9_KV, item, vFull + 8 * s);
+          if (++s == A9_STAGES) { s = 0; ph ^= 1; }
+#if A9_PERSISTENT
+          // Q after the tile's first K/V block: that stage frees while the consumers still run the previous tile,
+          // Q only once both consumers' last S of it completed (a fresh qEmpty counts as released for tile 0).
+          if (kb == 0) {
+            mbar_wait(qEmpty, ((h3u32)n & 1u) ^ 1u);
+            a9_load_q(sQ, &q_map, head, q0, item, qFull);
+          }
+#endif
+        }
       }
     }
   } else {
@@ -181,76 +242,89 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
     const int cw = wg - 1;  // this consumer's 64 query rows of the tile
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const float kNegInf = __int_as_float(0xff800000);
-    float o[A9_D / 2];  // o[j * 4 + e]: row 16 * warp + g + 8 * (e >> 1), column 8 * j + 2 * t4 + (e & 1)
-#pragma unroll
-    for (int i = 0; i < A9_D / 2; ++i) o[i] = 0.0f;
-    float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-    h3u32 pa[A9_KV / 16][4];
-    const unsigned long long dq = wgmma_desc_sw128(sQ + cw * 64 * 128);
-    mbar_wait(qFull, 0);
-    float sc[A9_KV / 2], alpha[2];
 #if A9_OVERLAP
-    // FA3's order of issue: S of block kb and P V of block kb - 1 run on the tensor core while the softmax of kb
-    // runs on the FP32 pipes; o is rescaled and P handed over only after P V of kb - 1 completed. o still sees
-    // ((o * alpha_{kb-1} + P_{kb-1} V_{kb-1}) * alpha_kb + P_kb V_kb), the contract's sequence.
-    if (cw == 1) a9_turn_pass(1);  // consumer 0 issues first
-    mbar_wait(kFull, 0);
-    a9_turn_wait(cw);
-    a9_issue_s(sc, dq, sK, 0);
-    a9_turn_pass(cw);
-    wgmma_wait<0>();
-    a9_softmax(sc, 0, Lk, t4, m, l, alpha);
-    a9_rescale_pack(sc, alpha, o, pa);
-    for (int kb = 1; kb < nkv; ++kb) {
-      const int s = kb % A9_STAGES, sp = (kb - 1) % A9_STAGES;
-      mbar_wait(kFull + 8 * s, (h3u32)(kb / A9_STAGES) & 1u);
-      mbar_wait(vFull + 8 * sp, (h3u32)((kb - 1) / A9_STAGES) & 1u);
-      a9_turn_wait(cw);
-      a9_issue_s(sc, dq, sK, s);
-      a9_issue_pv(o, pa, sV, sp);
-      a9_turn_pass(cw);
-      wgmma_wait<1>();  // S of kb is complete (groups complete in order)
-      a9_softmax(sc, (long long)kb * A9_KV, Lk, t4, m, l, alpha);
-      wgmma_wait<0>();  // P V of kb - 1 is complete: its K and V stage is free
-      if (lane == 0) mbar_arrive(empty + 8 * sp);
-      a9_rescale_pack(sc, alpha, o, pa);
-    }
-    {
-      const int sp = (nkv - 1) % A9_STAGES;
-      mbar_wait(vFull + 8 * sp, (h3u32)((nkv - 1) / A9_STAGES) & 1u);
-      a9_turn_wait(cw);
-      a9_issue_pv(o, pa, sV, sp);
-      if (cw == 0) a9_turn_pass(0);  // consumer 1's last turn; consumer 0 has none left to receive
-      wgmma_wait<0>();
-    }
+    int r0 = 0;  // the ring position of the tile's first key block, modulo 2 * A9_STAGES (stage and phase)
 #else
     int s = 0;
     h3u32 ph = 0;
-    for (int kb = 0; kb < nkv; ++kb) {
-      mbar_wait(kFull + 8 * s, ph);
-      a9_issue_s(sc, dq, sK, s);
-      wgmma_wait<0>();
-      a9_softmax(sc, (long long)kb * A9_KV, Lk, t4, m, l, alpha);
-      a9_rescale_pack(sc, alpha, o, pa);
-      mbar_wait(vFull + 8 * s, ph);
-      a9_issue_pv(o, pa, sV, s);
-      wgmma_wait<0>();
-      if (lane == 0) mbar_arrive(empty + 8 * s);
-      if (++s == A9_STAGES) { s = 0; ph ^= 1; }
-    }
 #endif
-    const long long ld = (long long)A9_HEADS * A9_D;
+    for (int n = 0; a9_tile(n, nq, tiles, q0, head, item); ++n) {
+      float o[A9_D / 2];  // o[j * 4 + e]: row 16 * warp + g + 8 * (e >> 1), column 8 * j + 2 * t4 + (e & 1)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float lt = __fadd_rn(l[hh], __shfl_xor_sync(0xffffffffu, l[hh], 1));
-      lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
-      const long long q = (long long)q0 + cw * 64 + warp * 16 + g + hh * 8;
-      if (q >= L) continue;
-      h3bf *orow = (h3bf *)out + ((long long)item * L + q) * ld + (long long)head * A9_D;
+      for (int i = 0; i < A9_D / 2; ++i) o[i] = 0.0f;
+      float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+      h3u32 pa[A9_KV / 16][4];
+      const unsigned long long dq = wgmma_desc_sw128(sQ + cw * 64 * 128);
+      mbar_wait(qFull, (h3u32)n & 1u);
+      float sc[A9_KV / 2], alpha[2];
+#if A9_OVERLAP
+      // FA3's order of issue: S of block kb and P V of block kb - 1 run on the tensor core while the softmax of kb
+      // runs on the FP32 pipes; o is rescaled and P handed over only after P V of kb - 1 completed. o still sees
+      // ((o * alpha_{kb-1} + P_{kb-1} V_{kb-1}) * alpha_kb + P_kb V_kb), the contract's sequence.
+      if (cw == 1) a9_turn_pass(1);  // consumer 0 issues first (in every tile: each tile's turns balance)
+      mbar_wait(kFull + 8 * (r0 % A9_STAGES), (h3u32)(r0 / A9_STAGES) & 1u);
+      a9_turn_wait(cw);
+      a9_issue_s(sc, dq, sK, r0 % A9_STAGES);
+      a9_turn_pass(cw);
+      wgmma_wait<0>();
+      if (nkv == 1) a9_release_q(qEmpty, lane);
+      a9_softmax(sc, 0, Lk, t4, m, l, alpha);
+      a9_rescale_pack(sc, alpha, o, pa);
+      for (int kb = 1; kb < nkv; ++kb) {
+        const int s = (r0 + kb) % A9_STAGES, sp = (r0 + kb - 1) % A9_STAGES;
+        mbar_wait(kFull + 8 * s, (h3u32)((r0 + kb) / A9_STAGES) & 1u);
+        mbar_wait(vFull + 8 * sp, (h3u32)((r0 + kb - 1) / A9_STAGES) & 1u);
+        a9_turn_wait(cw);
+        a9_issue_s(sc, dq, sK, s);
+        a9_issue_pv(o, pa, sV, sp);
+        a9_turn_pass(cw);
+        wgmma_wait<1>();  // S of kb is complete (groups complete in order)
+        if (kb == nkv - 1) a9_release_q(qEmpty, lane);
+        a9_softmax(sc, (long long)kb * A9_KV, Lk, t4, m, l, alpha);
+        wgmma_wait<0>();  // P V of kb - 1 is complete: its K and V stage is free
+        if (lane == 0) mbar_arrive(empty + 8 * sp);
+        a9_rescale_pack(sc, alpha, o, pa);
+      }
+      {
+        const int sp = (r0 + nkv - 1) % A9_STAGES;
+        mbar_wait(vFull + 8 * sp, (h3u32)((r0 + nkv - 1) / A9_STAGES) & 1u);
+        a9_turn_wait(cw);
+        a9_issue_pv(o, pa, sV, sp);
+        if (cw == 0) a9_turn_pass(0);  // consumer 1's last turn; consumer 0 has none left to receive
+        wgmma_wait<0>();
+#if A9_PERSISTENT
+        if (lane == 0) mbar_arrive(empty + 8 * sp);  // the one-tile kernel never refills it
+        r0 = (r0 + nkv) % (2 * A9_STAGES);
+#endif
+      }
+#else
+      for (int kb = 0; kb < nkv; ++kb) {
+        mbar_wait(kFull + 8 * s, ph);
+        a9_issue_s(sc, dq, sK, s);
+        wgmma_wait<0>();
+        if (kb == nkv - 1) a9_release_q(qEmpty, lane);
+        a9_softmax(sc, (long long)kb * A9_KV, Lk, t4, m, l, alpha);
+        a9_rescale_pack(sc, alpha, o, pa);
+        mbar_wait(vFull + 8 * s, ph);
+        a9_issue_pv(o, pa, sV, s);
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(empty + 8 * s);
+        if (++s == A9_STAGES) { s = 0; ph ^= 1; }
+      }
+#endif
+      const long long ld = (long long)A9_HEADS * A9_D;
 #pragma unroll
-      for (int j = 0; j < A9_D / 8; ++j)
-        *(h3u32 *)(orow + j * 8 + t4 * 2) = (h3u32)f2bf(__fdiv_rn(o[j * 4 + hh * 2], lt)) |
-                                            ((h3u32)f2bf(__fdiv_rn(o[j * 4 + hh * 2 + 1], lt)) << 16);
+      for (int hh = 0; hh < 2; ++hh) {
+        float lt = __fadd_rn(l[hh], __shfl_xor_sync(0xffffffffu, l[hh], 1));
+        lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
+        const long long q = (long long)q0 + cw * 64 + warp * 16 + g + hh * 8;
+        if (q >= L) continue;
+        h3bf *orow = (h3bf *)out + ((long long)item * L + q) * ld + (long long)head * A9_D;
+#pragma unroll
+        for (int j = 0; j < A9_D / 8; ++j)
+          *(h3u32 *)(orow + j * 8 + t4 * 2) = (h3u32)f2bf(__fdiv_rn(o[j * 4 + hh * 2], lt)) |
+                                              ((h3u32)f2bf(__fdiv_rn(o[j * 4 + hh * 2 + 1], lt)) << 16);
+      }
     }
   }
 }

@@ -573,15 +573,20 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
 double flashExp2Scale(int64_t d) { return 1.0 / std::sqrt((double)d) * 1.4426950408889634074; }
 
 // The Hopper attention (attention_sm90.cuh): 128-query tiles of one (head, item), K/V blocks of kv_block keys in a
-// ring of sm90AttnStages stages (kv_block x 512 bytes each); the same bits as attention.cuh.
+// ring of sm90AttnStages stages (kv_block x 512 bytes each); the same bits as attention.cuh. sm90AttnPersistent: a
+// persistent 1-D grid walking the tiles instead of one CTA per tile.
 plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string &arch) {
   const EmitOptions &o = v.options;
   if (o.sm90AttnStages < 2 || o.sm90AttnStages > 5 || (o.sm90AttnOverlap != 0 && o.sm90AttnOverlap != 1) ||
-      (o.sm90AttnPingpong != 0 && o.sm90AttnPingpong != 1))
-    fail(v.where, "Hopper attention tuning out of range (stages 2-5, overlap 0/1, ping-pong 0/1)");
+      (o.sm90AttnPingpong != 0 && o.sm90AttnPingpong != 1) ||
+      (o.sm90AttnPersistent != 0 && o.sm90AttnPersistent != 1))
+    fail(v.where, "Hopper attention tuning out of range (stages 2-5, overlap 0/1, ping-pong 0/1, persistent 0/1)");
+  const bool persistent = o.sm90AttnPersistent == 1;
   const int64_t d = 128, ld = heads * d, kv = v.op.order.kvBlock;
-  // Q tile 32 KiB + stages x (K + V block) + barriers must fit the 227 KiB an sm_90 CTA can opt into.
-  const int64_t smem = 1024 + 128 * d * 2 + int64_t(o.sm90AttnStages) * 2 * kv * d * 2 + 8 * (1 + 3 * o.sm90AttnStages);
+  // Q tile 32 KiB + stages x (K + V block) + barriers (qFull, the ring's three per stage, the persistent kernel's
+  // qEmpty) must fit the 227 KiB an sm_90 CTA can opt into.
+  const int64_t smem = 1024 + 128 * d * 2 + int64_t(o.sm90AttnStages) * 2 * kv * d * 2 +
+                       8 * (1 + 3 * o.sm90AttnStages + (persistent ? 1 : 0));
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "Hopper attention with kv_block {} and {} stages needs {} bytes of shared memory (at most {}): "
          "use fewer stages", kv, o.sm90AttnStages, smem, kMaxCtaSharedBytes);
@@ -592,6 +597,7 @@ plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string
   b.def("A9_STAGES", o.sm90AttnStages);
   b.def("A9_OVERLAP", o.sm90AttnOverlap);
   b.def("A9_PINGPONG", o.sm90AttnOverlap ? o.sm90AttnPingpong : 0);
+  b.def("A9_PERSISTENT", o.sm90AttnPersistent);
   Params p;
   Extent itemRows = Extent::rowsOf(v.in(0).rows, false), kvRows = Extent::rowsOf(v.in(1).rows, false);
   p.itemTensorMap("q_map", OperandRole::In, 0, itemRows, ld, 64, 128);
@@ -601,6 +607,15 @@ plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string
   p.scalar("item_rows", itemRows);
   p.scalar("kv_rows", kvRows);
   plan::Launch l = launch(384, smem, dim(itemRows, 128), dim(Extent::constant(heads)), dim(Extent::parse("B", v.where)));
+  if (persistent) {
+    p.scalar("items", Extent::parse("B", v.where));
+    // heads * B * ceil(Lq / 128) tiles <= ceil(heads * B * (Lq + 127) / 128) CTAs (the extents have no ceiling
+    // division), capped at one per SM; the extra CTAs of a short grid find no tile.
+    plan::GridDim g = dim(Extent::parse(fmt::format("{}*B*{} + {}*B", heads, itemRows.text(), 127 * heads), v.where),
+                          128);
+    g.maxPerSm = 1;
+    l = launch(384, smem, g);
+  }
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::attention_sm90;
   return finish(fmt::format("attention_sm90_h{}_d{}{}", heads, d, kv == 64 ? "" : "_kv" + std::to_string(kv)), "A9_ENTRY", b, p, body, l, arch, v.options);
 }

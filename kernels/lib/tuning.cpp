@@ -28,6 +28,7 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
                           {"attn_pingpong", &EmitOptions::sm90AttnPingpong, 0, 1},
+                          {"attn_persistent", &EmitOptions::sm90AttnPersistent, 0, 1},
                           {"norm_rows", &EmitOptions::normRows, 1, 16},
                           // the AdaLN table's ring: at most this many stages (0: as many as fit), a multiple of 16
                           // columns per stage (checked below), 1 or 2 CTAs per SM

@@ -472,16 +472,22 @@ void Kernels::checkAttention(const std::string &cfg, int heads, int d, long long
         report(at == SIZE_MAX,
                name + fmt::format(": kv_block {}: Hopper (wgmma) attention == mma.sync attention byte for byte{}", kv,
                                   at == SIZE_MAX ? "" : fmt::format(" (first difference at {})", at)));
-        for (int variant = 0; variant < 3; ++variant) {
-          hk::EmitOptions o;
-          o.sm90AttnOverlap = variant > 0;
-          o.sm90AttnPingpong = variant == 2;
-          o.sm90AttnStages = kv == 128 ? 2 + variant % 2 : 2 + variant;  // 128: at most 3 stages of 64 KiB fit
-          auto ov = goWith(kernel(aop, o), L, B);
-          report(bytesEqual(ov, om),
-                 name + fmt::format(": kv_block {}: Hopper attention stages {} overlap {} ping-pong {} == mma.sync", kv,
-                                    o.sm90AttnStages, o.sm90AttnOverlap, o.sm90AttnPingpong));
-        }
+        // Each schedule one tile per CTA and persistent (a grid of at most one CTA per SM walking the tiles, the
+        // ring and the ping-pong turns running on across tiles).
+        for (int persistent = 0; persistent < 2; ++persistent)
+          for (int variant = 0; variant < 3; ++variant) {
+            hk::EmitOptions o;
+            o.sm90AttnOverlap = variant > 0;
+            o.sm90AttnPingpong = variant == 2;
+            o.sm90AttnStages = kv == 128 ? 2 + variant % 2 : 2 + variant;  // 128: at most 3 stages of 64 KiB fit
+            o.sm90AttnPersistent = persistent;
+            auto ov = goWith(kernel(aop, o), L, B);
+            size_t vat = firstDiff(ov, om);
+            report(vat == SIZE_MAX,
+                   name + fmt::format(": kv_block {}: Hopper attention stages {} overlap {} ping-pong {} persistent {} "
+                                      "== mma.sync{}", kv, o.sm90AttnStages, o.sm90AttnOverlap, o.sm90AttnPingpong,
+                                      persistent, vat == SIZE_MAX ? "" : fmt::format(" (first difference at {})", vat)));
+          }
       }
     }
     if (B > 1) {
@@ -553,10 +559,28 @@ void Kernels::checkRankAttention(const std::string &cfg, int heads, int d, long 
     lr.e.Sr = Lq;
     run(rank, lr);
     auto orr = down<uint16_t>(*lr.out[0], size_t(B * Lq * ld));
-    bool ok = true;
-    for (int b = 0; b < B && ok; ++b)
-      ok = std::memcmp(&orr[size_t(b * Lq * ld)], &of[size_t((b * L + q0) * ld)], size_t(Lq * ld) * 2) == 0;
-    report(ok, name + ": byte-equal to those rows of the one-rank run");
+    auto sameRows = [&](const std::vector<uint16_t> &o) {
+      bool ok = true;
+      for (int b = 0; b < B && ok; ++b)
+        ok = std::memcmp(&o[size_t(b * Lq * ld)], &of[size_t((b * L + q0) * ld)], size_t(Lq * ld) * 2) == 0;
+      return ok;
+    };
+    report(sameRows(orr), name + ": byte-equal to those rows of the one-rank run");
+    if (rank.source.find("wgmma.mma_async") != std::string::npos) {
+      // The persistent Hopper kernel on the rank's rows (fewer query tiles than key blocks per item), each schedule.
+      for (int variant = 0; variant < 3; ++variant) {
+        hk::EmitOptions o;
+        o.sm90AttnOverlap = variant > 0;
+        o.sm90AttnPingpong = variant == 2;
+        o.sm90AttnPersistent = 1;
+        Launch lp = lr;
+        lp.out = {outBuf(size_t(B * Lq * ld * 2))};
+        run(kernel(rankOp, o), lp);
+        report(sameRows(down<uint16_t>(*lp.out[0], size_t(B * Lq * ld))),
+               name + fmt::format(": persistent Hopper attention overlap {} ping-pong {}: byte-equal to those rows",
+                                  o.sm90AttnOverlap, o.sm90AttnPingpong));
+      }
+    }
   } catch (const std::exception &ex) {
     report(false, name + ": " + ex.what());
   }
@@ -1040,6 +1064,10 @@ TEST_F(Kernels, FullAttention) {
   checkAttention("small", 2, 128, 8349, 1);
   checkRankAttention("small sp4", 2, 128, 200, 2, 150, 50);
   checkRankAttention("small sp8", 2, 128, 8349, 1, 7305, 1044);
+  // Several tiles per CTA of the persistent kernel at S = 8,349 (4 heads x 2 items x 66 q tiles = 528 tiles on at most
+  // 132 CTAs: each CTA's walk crosses (head, item) boundaries), and a rank's rows of two items.
+  checkAttention("persistent walk", 4, 128, 8349, 2);
+  checkRankAttention("persistent walk sp4", 4, 128, 8349, 2, 6262, 2087);
 }
 // The Hopper fusion qkv_linear + qk_norm_rope (sm_90a): full shape (56 heads, rotary 96) at the forward's S = 8,349
 // and at 70 rows, the refiner's norm-only form, and the small config (2 heads: N = 256, one tile per tensor).

@@ -34,6 +34,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <stdexcept>
 
 using nlohmann::json;
 namespace hk = h3c::kernels;
@@ -126,6 +127,13 @@ std::vector<EmitOp> h3Ops(const h3c::h3::Config &c) {
   v.push_back(op(OpKind::Linear, "time_embedder.linear_1",
                  with(attrs({{"K", c.freq_dim}, {"N", c.time_embed_hidden_dim}}), F32, F32, F32), kchunks(1), 1, 1));
   return v;
+}
+
+// The full config's attention op (head_dim 128: the Hopper kernel on sm_90a).
+EmitOp fullAttention() {
+  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full")))
+    if (o.op.kind == OpKind::Attention) return o;
+  throw std::runtime_error("the full config has no attention op");
 }
 
 // The forms that exist on sm_90a with wgmma only, at config c's shapes: qkv_linear with the qk_norm_rope epilogue
@@ -617,6 +625,84 @@ TEST(KernelEmit, RankQueriesOverAllKeysAndNoKernelForLayoutOps) {
   }
 }
 
+// attn_persistent=1 (sm_90a): one 1-D grid of at least heads * B * ceil(Lq / 128) CTAs (the tile count, computed
+// here) and at most one more per (head, item), capped at one CTA per SM; the item count as the last scalar; qEmpty's
+// 8 bytes more shared memory. 0 (the default) keeps one CTA per (q tile, head, item); sm_100a's mma.sync kernel has
+// no such option.
+TEST(KernelEmit, PersistentAttentionWalksTheTilesOnAGridCappedAtTheSms) {
+  const EmitOp at = fullAttention();
+  const int64_t heads = 56;
+  hk::EmitOptions per;
+  per.set("attn_persistent", 1, "test");
+  EXPECT_EQ(per.sm90AttnPersistent, 1);
+  EXPECT_THROW(per.set("attn_persistent", 2, "test"), h3c::Error);
+  EXPECT_EQ(hk::EmitOptions{}.sm90AttnPersistent, 0);
+  const auto one = emit(at), walk = emit(at, "sm_90a", per);
+  ASSERT_TRUE(one && walk);
+  EXPECT_NE(one->source.find("#define A9_PERSISTENT 0\n"), std::string::npos);
+  EXPECT_NE(walk->source.find("#define A9_PERSISTENT 1\n"), std::string::npos);
+  EXPECT_NE(one->id, walk->id);
+  EXPECT_EQ(one->launch.grid[2].extent.text(), "B");
+  EXPECT_EQ(one->launch.grid[0].maxPerSm, 0);
+  EXPECT_EQ(one->params.back().name, "kv_rows");
+  ASSERT_EQ(walk->params.size(), one->params.size() + 1);
+  EXPECT_EQ(walk->params.back().name, "items");
+  EXPECT_EQ(walk->params.back().kind, plan::KernelParam::Kind::Scalar);
+  EXPECT_EQ(walk->params.back().value.text(), "B");
+  EXPECT_NE(walk->source.find("const long long items"), std::string::npos);
+  EXPECT_EQ(walk->launch.block[0], 384);
+  EXPECT_EQ(walk->launch.smemBytes, one->launch.smemBytes + 8);
+  EXPECT_LE(walk->launch.smemBytes, hk::kMaxCtaSharedBytes);
+  EXPECT_EQ(walk->launch.grid[0].maxPerSm, 1);
+  for (int i : {1, 2}) {
+    EXPECT_EQ(walk->launch.grid[size_t(i)].extent.eval({}), 1);
+    EXPECT_EQ(walk->launch.grid[size_t(i)].div, 1);
+  }
+  auto ctas = [](const plan::Kernel &k, const plan::Extents &e) {
+    const plan::GridDim &g = k.launch.grid[0];
+    return (g.extent.eval(e) + g.div - 1) / g.div;
+  };
+  for (const auto &[B, S] : std::vector<std::pair<int64_t, int64_t>>{{1, 8349}, {2, 777}, {3, 5}, {2, 128}}) {
+    plan::Extents e;
+    e.B = B;
+    e.S = S;
+    e.Sr = S;
+    const int64_t tiles = heads * B * ((S + 127) / 128);
+    EXPECT_GE(ctas(*walk, e), tiles) << B << " x " << S;
+    EXPECT_LE(ctas(*walk, e), tiles + heads * B) << B << " x " << S;
+  }
+  // A sequence-parallel rank: the tiles of its query rows Sr (kv_rows stays S).
+  EmitOp rank = at;
+  rank.vals.in[0].rows = plan::Domain::Sr;
+  rank.vals.out[0].rows = plan::Domain::Sr;
+  const auto r = emit(rank, "sm_90a", per);
+  ASSERT_TRUE(r);
+  plan::Extents e;
+  e.B = 2;
+  e.S = 8349;
+  e.Sr = 1044;
+  EXPECT_GE(ctas(*r, e), heads * 2 * ((1044 + 127) / 128));
+  EXPECT_LE(ctas(*r, e), heads * 2 * ((1044 + 127) / 128) + heads * 2);
+  // Every stage count and kv_block that fits one tile fits the persistent one too.
+  for (int64_t kv : {64, 128})
+    for (int stages : {2, 3}) {
+      EmitOp o = at;
+      o.op.order.kvBlock = kv;
+      hk::EmitOptions opt = per;
+      opt.sm90AttnStages = stages;
+      EXPECT_TRUE(emit(o, "sm_90a", opt)) << kv << " " << stages;
+    }
+  // sm_100a and --no-wgmma: the mma.sync kernel, one CTA per 64-query block, whatever the option.
+  hk::EmitOptions mma = per;
+  mma.wgmma = false;
+  for (const auto &k : {emit(at, "sm_100a", per), emit(at, "sm_90a", mma)}) {
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->source.find("A9_PERSISTENT"), std::string::npos);
+    EXPECT_EQ(k->launch.grid[2].extent.text(), "B");
+    EXPECT_EQ(k->launch.grid[0].maxPerSm, 0);
+  }
+}
+
 TEST(KernelEmit, RejectsOpsOutsideTheContract) {
   auto c = h3c::h3::namedConfig("full");
   auto ops = h3Ops(c);
@@ -861,14 +947,12 @@ TEST(NvrtcCompile, Sm90StagedEpilogueNeitherSerializesNorSpills) {
 TEST(NvrtcCompile, AttentionAtBothKvBlocksNeitherSerializesNorSpills) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   hc::NvrtcJit jit;
-  const auto ops = h3Ops(h3c::h3::namedConfig("full"));
-  auto at = std::find_if(ops.begin(), ops.end(), [](const EmitOp &o) { return o.op.kind == OpKind::Attention; });
-  ASSERT_NE(at, ops.end());
+  const EmitOp at = fullAttention();
   for (int64_t kv : {64, 128})
     for (const std::string arch : {"sm_90a", "sm_100a"})
       for (int stages : {2, 3, 4}) {
         if (arch == "sm_100a" && stages != 2) continue;  // the mma.sync kernel has no stage option
-        EmitOp o = *at;
+        EmitOp o = at;
         o.op.order.kvBlock = kv;
         hk::EmitOptions opt;
         opt.sm90AttnStages = stages;
@@ -880,6 +964,35 @@ TEST(NvrtcCompile, AttentionAtBothKvBlocksNeitherSerializesNorSpills) {
         EXPECT_NE(k.source.find("_KV " + std::to_string(kv)), std::string::npos) << k.id;
         expectCompilesWithoutSpills(jit, k, arch + " kv " + std::to_string(kv));
       }
+}
+// The persistent Hopper attention (attn_persistent=1) in each schedule (overlap 0, overlap, overlap with ping-pong) at
+// both kv_block values and the stage counts that fit: ptxas keeps the wgmmas asynchronous and spills nothing, the
+// producer's tile walk included (24 registers after setmaxnreg). sm_100a ignores the option (mma.sync kernel).
+TEST(NvrtcCompile, PersistentAttentionNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  const EmitOp at = fullAttention();
+  int compiled = 0;
+  for (int64_t kv : {64, 128})
+    for (int stages : {2, 3})
+      for (int mode = 0; mode < 3; ++mode) {
+        EmitOp o = at;
+        o.op.order.kvBlock = kv;
+        hk::EmitOptions opt;
+        opt.sm90AttnPersistent = 1;
+        opt.sm90AttnStages = stages;
+        opt.sm90AttnOverlap = mode > 0;
+        opt.sm90AttnPingpong = mode == 2;
+        const plan::Kernel k = *emit(o, "sm_90a", opt);
+        ASSERT_NE(k.source.find("#define A9_PERSISTENT 1\n"), std::string::npos) << k.id;
+        expectCompilesWithoutSpills(jit, k, "persistent kv " + std::to_string(kv) + " stages " + std::to_string(stages) +
+                                                " mode " + std::to_string(mode));
+        ++compiled;
+      }
+  EXPECT_EQ(compiled, 12);
+  hk::EmitOptions opt;
+  opt.sm90AttnPersistent = 1;
+  expectCompilesWithoutSpills(jit, *emit(at, "sm_100a", opt), "sm_100a persistent option");
 }
 // The norms keep the full config's row in registers (84 of them) at 16 warps per SM: at most 128 registers and no
 // spills, for both archs, every rows-per-CTA value the bench sweeps, with and without modulation and weight.

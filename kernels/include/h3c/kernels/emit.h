@@ -46,8 +46,9 @@ struct EmitOptions {
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
   // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
-  // consumer warpgroups take turns issuing (FA3's ping-pong; with overlap only).
-  int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1;
+  // consumer warpgroups take turns issuing (FA3's ping-pong; with overlap only), and whether a persistent grid of at
+  // most one CTA per SM walks the (query tile, head, item) tiles (1) or each CTA runs one tile (0). 0 until measured.
+  int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1, sm90AttnPersistent = 0;
   // rms_norm / norm_modulate: rows per CTA (one warp each, 1-16; norm.cuh); the SM holds 16 rows either way.
   int normRows = 8;
   // sm_90a with wgmma: the AdaLN table runs on the streaming kernel (adaln_sm90.cuh: bulk copies of the weight into a
@@ -80,7 +81,7 @@ struct EmitOptions {
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
   // gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, gemm_epi_smem, attn_stages, attn_overlap, attn_pingpong,
-  // norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl), for every op, or, as `OP:NAME`, for the ops of one profile name (see
+  // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl), for every op, or, as `OP:NAME`, for the ops of one profile name (see
   // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);
