@@ -224,8 +224,8 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
 #error "the qk_norm_rope epilogue needs bf16 q/k/v without bias, head_dim 128 and a rotary width % 16 == 0"
 #endif
 // The qk_norm_rope epilogue (docs/contract.md section 3: exactly qk_norm_rope's operations on the GEMM's bf16 q and
-// k, qk_norm_rope in headops.cuh) on one row's 128-channel head in the wgmma accumulator layout, in place in x (the
-// caller stores it; rows past M are normed, not rotated: their table rows are not read). The head's columns
+// k, qk_norm_rope in headops.cuh) on one row's 128-channel head in the wgmma accumulator layout, in place in x, then
+// handed to gm_qk_block's put (rows past M are normed only: neither rotated nor stored). The head's columns
 // are fragments j = 0..15 of the head; thread t4 of the row's quad holds channels c = 8j + 2 t4 + e (e = 0, 1) in
 // x[2j + e]. The contract's lane l (lane_tree, 32 lanes) sums channels l, l + 32, l + 64, l + 96, which all have
 // c % 8 = l % 8, so all four lie in one thread: t4 = (l % 8) / 2, e = l % 2, fragments j = l / 8 + 4m. Each thread
@@ -235,7 +235,9 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
 // leave out compute the same sums with the operands swapped (IEEE addition commutes), so the whole quad ends with
 // lane 0's bits. A rotation partner c +- R/2 is fragment j +- R/16 of the same thread (R % 16 == 0). Every thread of
 // the warp runs the shuffles (rows past M included: their zero rows are computed, never stored).
-__device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x, long long r, long long M, int t4) {
+template <class Put>
+__device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x, long long r, long long M, int t4,
+                                           int row, int b, const Put &put) {
   float p[4][2];
 #pragma unroll
   for (int q = 0; q < 4; ++q)
@@ -280,6 +282,7 @@ __device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x,
     }
   }
 #endif
+  put(o, r, row, b, x);
 }
 
 // The qkv tile's 64-row block (NF 8-column fragments from output column c0, a multiple of 128): q and k heads through
@@ -307,8 +310,7 @@ __device__ __forceinline__ void gm_qk_block(const GmEpilogue &ep, const float *a
         x[2 * j + 1] = rbf(acc[(16 * b + j) * 4 + h * 2 + 1]);
       }
       if (o < 2) {
-        gm_qk_head(ep, o, x, r, M, t4);
-        if (r < M) put(o, r, row, b, x);
+        gm_qk_head(ep, o, x, r, M, t4, row, b, put);
       } else if (r < M) {
         put(2, r, row, b, x);
       }
