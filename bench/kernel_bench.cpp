@@ -6,7 +6,8 @@
 // --vendor adds cuBLASLt's plain GEMM of each linear's shape (bf16 out: torch's F.linear) in the same process.
 // --energy times each kernel sustained (back-to-back launches for about 0.6 s, the mean per launch) and reads the
 // board's energy counter and SM clock over it (NVML): watts, MHz and millijoules per launch beside the time, for a
-// focused set of Hopper linear variants and cuBLASLt, each measured twice in alternation. The full forward is
+// focused set of Hopper linear variants (qkv + qk_norm_rope's register and staged epilogues too) and cuBLASLt, each
+// measured twice in alternation. The full forward is
 // power-capped (bench/NOTES.md), so energy per launch is what a kernel costs the ops around it.
 // --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight; the cooperative
 // and the ping-pong schedule, one 2-CTA cluster variant, the epilogue staged through shared memory), of the Hopper
@@ -436,8 +437,25 @@ int main(int argc, char **argv) {
       o.in = {x->get(), cosb->get(), sinb->get()};
       o.out = {y->get(), y2->get(), y3->get()};
       o.w = {w->get(), w->get(), w->get(), w->get(), w->get()};  // [Wq; Wk; Wv] (span 3), norm_q, norm_k
-      bench("qkv + qk_norm_rope epilogue (56x128 r96)", qkvNormRope("qkv_qknr", H, heads, d, 1e-5, 96), o,
-            2.0 * M * H * 3 * I, 2.0 * (M * H + H * 3 * I + M * 3 * I));
+      const EmitOp qknr = qkvNormRope("qkv_qknr", H, heads, d, 1e-5, 96);
+      const double flops = 2.0 * M * H * 3 * I, bytes = 2.0 * (M * H + H * 3 * I + M * 3 * I);
+      bench("qkv + qk_norm_rope epilogue (56x128 r96)", qknr, o, flops, bytes);
+      if (energy || sweep) {
+        // Its outputs staged through shared memory (the default: norm and rope in registers, 16-byte stores) against
+        // the register epilogue's 4-byte stores, and staged in 2-CTA clusters with a k-block in flight; with --energy
+        // twice in alternation.
+        h3c::kernels::EmitOptions reg, staged, pair;
+        reg.sm90EpiSmem = 0;
+        staged.sm90EpiSmem = 1;
+        pair = staged;
+        pair.sm90Cluster = 2;
+        pair.sm90Inflight = 1;
+        for (int rep = 0; rep < (energy ? 2 : 1); ++rep) {
+          bench("qkv + qk_norm_rope epilogue [register]", qknr, o, flops, bytes, reg);
+          bench("qkv + qk_norm_rope epilogue [staged]", qknr, o, flops, bytes, staged);
+          bench("qkv + qk_norm_rope epilogue [staged st3 f1 c2]", qknr, o, flops, bytes, pair);
+        }
+      }
     }
     {
       Operands o;

@@ -224,7 +224,8 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
 #error "the qk_norm_rope epilogue needs bf16 q/k/v without bias, head_dim 128 and a rotary width % 16 == 0"
 #endif
 // The qk_norm_rope epilogue (docs/contract.md section 3: exactly qk_norm_rope's operations on the GEMM's bf16 q and
-// k, qk_norm_rope in headops.cuh) on one row's 128-channel head in the wgmma accumulator layout. The head's columns
+// k, qk_norm_rope in headops.cuh) on one row's 128-channel head in the wgmma accumulator layout, in place in x, then
+// handed to gm_qk_block's put (rows past M are normed only: neither rotated nor stored). The head's columns
 // are fragments j = 0..15 of the head; thread t4 of the row's quad holds channels c = 8j + 2 t4 + e (e = 0, 1) in
 // x[2j + e]. The contract's lane l (lane_tree, 32 lanes) sums channels l, l + 32, l + 64, l + 96, which all have
 // c % 8 = l % 8, so all four lie in one thread: t4 = (l % 8) / 2, e = l % 2, fragments j = l / 8 + 4m. Each thread
@@ -234,8 +235,9 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
 // leave out compute the same sums with the operands swapped (IEEE addition commutes), so the whole quad ends with
 // lane 0's bits. A rotation partner c +- R/2 is fragment j +- R/16 of the same thread (R % 16 == 0). Every thread of
 // the warp runs the shuffles (rows past M included: their zero rows are computed, never stored).
-__device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x, long long r, long long M, long long c,
-                                           int t4) {
+template <class Put>
+__device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x, long long r, long long M, int t4,
+                                           int row, int b, const Put &put) {
   float p[4][2];
 #pragma unroll
   for (int q = 0; q < 4; ++q)
@@ -280,17 +282,18 @@ __device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x,
     }
   }
 #endif
-  h3bf *out = (h3bf *)gm_out(e, o) + r * GM_OUTN + (c - (long long)o * GM_OUTN);
-#pragma unroll
-  for (int j = 0; j < 16; ++j) *(h3u32 *)(out + 8 * j + 2 * t4) = pack_bf2(x[2 * j], x[2 * j + 1]);
+  put(o, r, row, b, x);
 }
 
 // The qkv tile's 64-row block (NF 8-column fragments from output column c0, a multiple of 128): q and k heads through
-// gm_qk_head, v heads stored as the plain qkv does (bf16 of the sum). A head lies in one of q, k, v (GM_OUTN % 128 ==
-// 0), so the branch is uniform over the warpgroup.
-template <int NF>
+// gm_qk_head, v heads as the plain qkv rounds them (bf16 of the sum). A head lies in one of q, k, v (GM_OUTN % 128 ==
+// 0), so the branch is uniform over the warpgroup. Each row's finished head of 16 bf16 pairs (row < M only) goes to
+// put(o, r, row, b, x): output o, row r, the block's row `row`, the tile's head b (columns 128 b from c0), the pair of
+// fragment j in x[2 j], x[2 j + 1], channels 8 j + 2 t4 and 8 j + 2 t4 + 1. gm_store_block's put stores it to the
+// output; the staged epilogue's (gemm_epilogue_smem.cuh) writes it into its staging area.
+template <int NF, class Put>
 __device__ __forceinline__ void gm_qk_block(const GmEpilogue &ep, const float *acc, long long r0, long long c0,
-                                            long long M, int warp, int g, int t4) {
+                                            long long M, int warp, int g, int t4, const Put &put) {
 #pragma unroll
   for (int b = 0; b < NF / 16; ++b) {
     const long long c = c0 + 128 * b;
@@ -298,7 +301,8 @@ __device__ __forceinline__ void gm_qk_block(const GmEpilogue &ep, const float *a
     const int o = (int)(c / GM_OUTN);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const long long r = r0 + warp * 16 + g + h * 8;
+      const int row = warp * 16 + g + h * 8;
+      const long long r = r0 + row;
       float x[32];
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
@@ -306,11 +310,9 @@ __device__ __forceinline__ void gm_qk_block(const GmEpilogue &ep, const float *a
         x[2 * j + 1] = rbf(acc[(16 * b + j) * 4 + h * 2 + 1]);
       }
       if (o < 2) {
-        gm_qk_head(ep, o, x, r, M, c, t4);
+        gm_qk_head(ep, o, x, r, M, t4, row, b, put);
       } else if (r < M) {
-        h3bf *out = (h3bf *)ep.y[2] + r * GM_OUTN + (c - 2LL * GM_OUTN);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) *(h3u32 *)(out + 8 * j + 2 * t4) = pack_bf2(x[2 * j], x[2 * j + 1]);
+        put(2, r, row, b, x);
       }
     }
   }
@@ -325,7 +327,11 @@ template <int NF>
 __device__ __forceinline__ void gm_store_block(const GmEpilogue &ep, const void *bias, const float *acc, long long r0,
                                                long long c0, long long M, int warp, int g, int t4) {
 #if GM_EPI == GM_EPI_QK_NORM_ROPE
-  gm_qk_block<NF>(ep, acc, r0, c0, M, warp, g, t4);
+  gm_qk_block<NF>(ep, acc, r0, c0, M, warp, g, t4, [&](int o, long long r, int, int b, const float *x) {
+    h3bf *out = (h3bf *)gm_out(ep, o) + r * GM_OUTN + (c0 + 128 * b - (long long)o * GM_OUTN);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) *(h3u32 *)(out + 8 * j + 2 * t4) = pack_bf2(x[2 * j], x[2 * j + 1]);
+  });
 #else
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

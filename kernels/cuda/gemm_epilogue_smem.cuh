@@ -3,7 +3,8 @@
 // in registers and stores them with 4-byte accesses (a quad of threads covers 16 bytes of a row: half of every
 // 32-byte sector it writes is written again by another instruction); here each consumer warpgroup
 //   1. rounds its 64 x G9_BN block to bf16 exactly where gm_store_block does first (bf(sum + bias); swiglu: bf(value
-//      + bias) and bf(gate + bias)) and writes it into its staging area with stmatrix,
+//      + bias) and bf(gate + bias); qk_norm_rope: its finished outputs) and writes it into its staging area with
+//      stmatrix (qk_norm_rope: st.shared.b32),
 //   2. syncs its own 128 threads (named barrier 1 + cw: the other warpgroup and the producer keep running),
 //   3. walks the block row by row, 16 bytes (8 columns) per access: staged values, residual and gate read, y stored,
 //      the lanes of a warp on consecutive 16-byte chunks of a row.
@@ -13,12 +14,15 @@
 // pack_bf2(rbf(a), rbf(b)): equal, since f2bf is idempotent on its own results (a non-NaN bf16 value converts to
 // itself; a NaN result (u >> 16) | 0x40 is quiet already, so the select gives it back) and pack_bf2 is f2bf per half
 // (common.cuh). For the epilogue none the staged word is the output word itself.
-// Served: bf16 outputs with GM_OUTN % 8 == 0 (a 16-byte chunk never straddles a row end or qkv's output split) of the
-// epilogues none, residual, gate_residual and swiglu; qk_norm_rope and F32 outputs keep gm_store_block (the emitter
-// does not define G9_EPI_SMEM for them). The output, residual and table buffers must be 16-byte aligned (the arena
-// aligns every slot to 256 bytes; a misaligned one faults with a misaligned-address error, never a wrong value).
-#if GM_EPI == GM_EPI_QK_NORM_ROPE || GM_OUT_F32 || GM_OUTN % 8 != 0
-#error "the staged epilogue serves bf16 outputs of none, residual, gate_residual and swiglu with GM_OUTN % 8 == 0"
+// qk_norm_rope (qkv's fused epilogue) runs gm_qk_block in registers exactly as gm_store_block does (the same norm,
+// reduction tree and rope on the same values) and only its final stores change: each packed output pair, the word
+// gm_store_block would store, goes into the staging area (st.shared.b32), and step 3 is the epilogue none's copy.
+// Served: bf16 outputs with GM_OUTN % 8 == 0 (a 16-byte chunk never straddles a row end or qkv's output split) of
+// every epilogue; F32 outputs keep gm_store_block (the emitter does not define G9_EPI_SMEM for them). The output,
+// residual and table buffers must be 16-byte aligned (the arena aligns every slot to 256 bytes; a misaligned one
+// faults with a misaligned-address error, never a wrong value).
+#if GM_OUT_F32 || GM_OUTN % 8 != 0
+#error "the staged epilogue serves bf16 outputs with GM_OUTN % 8 == 0"
 #endif
 
 // One consumer warpgroup's staging area: its 64 x G9_BN block as bf16 (swiglu: 128 value + 128 gate columns) in
@@ -33,6 +37,9 @@ __device__ __forceinline__ void stsm_x4(h3u32 addr, h3u32 r0, h3u32 r1, h3u32 r2
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
                : "memory");
+}
+__device__ __forceinline__ void sts_u32(h3u32 addr, h3u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 // The 128 threads of consumer warpgroup cw (named barriers 1 and 2; 0 is __syncthreads). The non-aligned form: the
 // walk's threads past the columns return early, so a warp need not arrive converged.
@@ -106,6 +113,24 @@ __device__ __forceinline__ void g9_stage_block(h3u32 stage, const void *bias, co
   }
 }
 
+#if GM_EPI == GM_EPI_QK_NORM_ROPE
+// Step 1 of qk_norm_rope: gm_qk_block (gemm_epilogue.cuh) as the register epilogue runs it, each finished pair of a
+// row < M written to the stage where gm_store_block would store it: fragment j of head b is chunk 16 b + j, the pair
+// of thread t4 its word t4. One st.shared.b32 per pair: a warp's 32 stores of one fragment cover rows g = 0..7 (row %
+// 8 = g) and words t4, at bank 4 ((k % 8) ^ g) + t4, all distinct. (stmatrix would need every lane of the warp, but the
+// rows past M skip the rope and the store.)
+template <int NF>
+__device__ __forceinline__ void g9_stage_qk_block(const GmEpilogue &ep, h3u32 stage, const float *acc, long long r0,
+                                                  long long c0, long long M, int warp, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+  gm_qk_block<NF>(ep, acc, r0, c0, M, warp, g, t4, [&](int, long long, int row, int b, const float *x) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      sts_u32(stage + (h3u32)g9_chunk_at(row, 16 * b + j) + 4 * t4, pack_bf2(x[2 * j], x[2 * j + 1]));
+  });
+}
+#endif
+
 // The 16-byte chunk k of staged row `row` (generic pointer to the staging area).
 __device__ __forceinline__ uint4 g9_staged_chunk(const unsigned char *stage, int row, int k) {
   return *(const uint4 *)(stage + g9_chunk_at(row, k));
@@ -141,13 +166,15 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
   }
 }
 #else
-// none, residual and gate_residual: 64 rows x NF chunks from column c0 (NF = 32, or 24 for the 192-wide tile: lanes
-// 24-31 idle); warp w takes rows w + 4 i, i = 0..15, in batches of G9_WALK_BATCH rows whose global loads (residual,
-// gate) all issue before the batch's first store (the compiler cannot see that the stores alias neither, so it would
-// not hoist the next row's loads above them). 8, not 16: ptxas keeps the 128 accumulator registers allocated through
-// the epilogue (wgmma operands), and 16 rows of residual and gate (128 registers) spilled at the consumers' 232;
-// 8 spill nothing at the full and small shapes (NVRTC, ptxas -v). Per element gm_final's operations: y = the staged
-// bf(v); residual bf(x + y); gate_residual bf(fma(gate, y, x)).
+// none, residual, gate_residual and qk_norm_rope: 64 rows x NF chunks from column c0 (NF = 32, or 24 for the
+// 192-wide tile: lanes 24-31 idle); warp w takes rows w + 4 i, i = 0..15, in batches of G9_WALK_BATCH rows whose
+// global loads (residual, gate) all issue before the batch's first store (the compiler cannot see that the stores
+// alias neither, so it would not hoist the next row's loads above them). 8, not 16: ptxas keeps the 128 accumulator
+// registers allocated through the epilogue (wgmma operands), and 16 rows of residual and gate (128 registers)
+// spilled at the consumers' 232; 8 spill nothing at the full and small shapes (NVRTC, ptxas -v). Per element
+// gm_final's operations: y = the staged bf(v); residual bf(x + y); gate_residual bf(fma(gate, y, x)); none and
+// qk_norm_rope store the staged word. qkv's chunks pick their output each (gm_at): a 256-wide tile straddles q and k,
+// or k and v, where GM_OUTN % 256 == 128.
 #define G9_WALK_BATCH 8
 template <int NF>
 __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage,
@@ -185,7 +212,7 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
       const int row = warp + 4 * (i0 + i);
       const uint4 s = g9_staged_chunk(stage, row, lane);
       h3bf *yr = y + (r0 + row) * GM_OUTN;
-#if GM_EPI == GM_EPI_NONE
+#if GM_EPI == GM_EPI_NONE || GM_EPI == GM_EPI_QK_NORM_ROPE
       *(uint4 *)yr = s;
 #else
       h3u32 out[4];
@@ -219,7 +246,12 @@ __device__ __forceinline__ void g9_store_block_staged(const GmEpilogue &ep, cons
   // The table row of each of the block's rows (a 64-bit division each), once per row instead of once per chunk.
   if (tid < 64 && r0 + tid < M) trows[tid] = gm_trow(ep, r0 + tid);
 #endif
+#if GM_EPI == GM_EPI_QK_NORM_ROPE
+  (void)bias;
+  g9_stage_qk_block<NF>(ep, stage, acc, r0, c0, M, warp, lane);
+#else
   g9_stage_block<NF>(stage, bias, acc, c0, warp, lane);
+#endif
   g9_wg_sync(cw);
   g9_walk_block<NF>(ep, stagePtr, trows, r0, c0, M, tid);
 }

@@ -317,9 +317,10 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
          plan::epilogueName(d.epi), bn);
   const int cluster = o.sm90Cluster;
   // The staged epilogue (gemm_epilogue_smem.cuh) serves bf16 outputs whose rows split into 16-byte chunks, of every
-  // epilogue but qk_norm_rope; the others keep the register epilogue under the same option.
+  // epilogue (qk_norm_rope included: its heads of 128 always do); the others keep the register epilogue under the same
+  // option.
   const int64_t outN = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N / d.nout;
-  const bool staged = o.sm90EpiSmem == 1 && d.epi != Epilogue::QkNormRope && !d.outF32 && outN % 8 == 0;
+  const bool staged = o.sm90EpiSmem == 1 && !d.outF32 && outN % 8 == 0;
   const int64_t smem = sm90LinearSharedBytes(stages, bn, staged, d.epi == Epilogue::GateResidual);
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "the staged epilogue (gemm_epi_smem=1) with {} stages of the {}-wide Hopper tile needs {} bytes of "

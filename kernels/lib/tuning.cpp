@@ -57,9 +57,9 @@ const char *const kTunedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rop
                                  "attention",            "rms_norm",                "norm_modulate",
                                  "adaln_table"};
 
-// The profile names whose kernel the staged epilogue applies to (qkv_linear+qk_norm_rope keeps its register
-// epilogue, so gemm_epi_smem sizes nothing there).
-const char *const kStagedOps[] = {"qkv_linear", "linear", "linear+residual", "linear+gate_residual", "linear+swiglu"};
+// The profile names whose kernel the staged epilogue applies to (every linear with a bf16 output: all of these).
+const char *const kStagedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rope", "linear", "linear+residual",
+                                  "linear+gate_residual", "linear+swiglu"};
 
 } // namespace
 

@@ -145,8 +145,8 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wi
   pp.sm90Pingpong = 1;
   pp.sm90Stages = 5;
   pp.sm90Inflight = 1;
-  // The epilogue staged through shared memory (gemm_epi_smem=1; qkv's fused qk_norm_rope keeps the register one, so
-  // there it is the cooperative kernel again).
+  // The epilogue staged through shared memory (gemm_epi_smem=1; qkv's fused qk_norm_rope too: its norm and rope in
+  // registers, its stores staged).
   staged.perOp.clear();
   staged.sm90EpiSmem = 1;
   stagedPair = staged;
@@ -784,7 +784,13 @@ void Kernels::checkQkvNormRope(const std::string &cfg, long long K, int heads, i
     auto diffText = [](size_t at) { return at == SIZE_MAX ? std::string() : fmt::format(" (first difference at {})", at); };
     const auto want = runTwo(dX, dCs, dSn, S, B);
     for (const auto &[label, opts] : hopperGemmVariants()) {
-      size_t at = firstDiff(runFused(kernel(fused, opts), dX, dCs, dSn, S, B), want);
+      const plan::Kernel &vk = kernel(fused, opts);
+      // The staged variants must run the staged epilogue (st.shared.b32 into the staging area, 16-byte stores out).
+      const bool staged = vk.source.find("#define G9_EPI_SMEM 1\n") != std::string::npos;
+      if (opts.sm90Pingpong == 0 && staged != (opts.sm90EpiSmem == 1))
+        report(false, name + fmt::format(": fused ({}) {} the staged epilogue ({})", label,
+                                         staged ? "runs" : "does not run", vk.id));
+      size_t at = firstDiff(runFused(vk, dX, dCs, dSn, S, B), want);
       report(at == SIZE_MAX, name + fmt::format(": fused ({}) == qkv_linear then qk_norm_rope, q k v byte for byte{}",
                                                 label, diffText(at)));
     }
@@ -1069,14 +1075,20 @@ TEST_F(Kernels, FullAttention) {
   checkAttention("persistent walk", 4, 128, 8349, 2);
   checkRankAttention("persistent walk sp4", 4, 128, 8349, 2, 6262, 2087);
 }
-// The Hopper fusion qkv_linear + qk_norm_rope (sm_90a): full shape (56 heads, rotary 96) at the forward's S = 8,349
-// and at 70 rows, the refiner's norm-only form, and the small config (2 heads: N = 256, one tile per tensor).
+// The Hopper fusion qkv_linear + qk_norm_rope (sm_90a), every variant of hopperGemmVariants (register and staged
+// epilogues, 2-CTA clusters, ping-pong): full shape (56 heads, rotary 96) at the forward's S = 8,349 and at 70 rows,
+// the refiner's norm-only form, the small config (2 heads: N = 256, one tile per tensor), and 3 heads (N = 384: the
+// 256-wide tiles 1 and 3 straddle q and k, k and v), with rope and without; row counts that are not multiples of 128
+// (8,349, 333, 140, 70, 74, 37, 5) and one that is (256).
 TEST_F(Kernels, QkvNormRopeEpilogue) {
   checkQkvNormRope("full", 5376, 56, 96, quick() ? 333 : 8349, 1);
   checkQkvNormRope("full", 5376, 56, 96, 70, 2);
   checkQkvNormRope("full refiner", 5376, 56, 0, 70, 1);
   checkQkvNormRope("small", 192, 2, 96, 37, 2);
   checkQkvNormRope("small refiner", 192, 2, 0, 5, 1);
+  checkQkvNormRope("3 heads", 192, 3, 96, 37, 2);
+  checkQkvNormRope("3 heads", 192, 3, 32, 128, 2);
+  checkQkvNormRope("3 heads refiner", 192, 3, 0, 333, 1);
 }
 // The norms' shapes and launch forms (norm.cuh): the forward's row count, one row, rows per CTA 1, 3 and 16 (333 rows:
 // a partial last CTA), rows of one 256-element piece, and rows too long to stay in registers (x read twice).

@@ -348,10 +348,10 @@ TEST(KernelEmit, AdalnTableTuningNames) {
   EXPECT_NO_THROW(t.check("test"));
 }
 
-// The staged epilogue (gemm_epi_smem=1, gemm_epilogue_smem.cuh): the cooperative kernel of every bf16 linear but
-// qkv's fused qk_norm_rope gets it, with the two 64 x 256 bf16 staging areas (and gate_residual's table rows) in its
-// shared memory (the default since 2026-12-04); gemm_epi_smem=0 carries none of it; combinations beyond 227 KiB are
-// refused, by the emitter naming the op and by EmitOptions::check before anything is emitted; the ping-pong kernel
+// The staged epilogue (gemm_epi_smem=1, gemm_epilogue_smem.cuh): the cooperative kernel of every bf16 linear, qkv's
+// fused qk_norm_rope included, gets it, with the two 64 x 256 bf16 staging areas (and gate_residual's table rows) in
+// its shared memory (the default since 2026-12-04); gemm_epi_smem=0 carries none of it; combinations beyond 227 KiB
+// are refused, by the emitter naming the op and by EmitOptions::check before anything is emitted; the ping-pong kernel
 // ignores the option.
 TEST(KernelEmit, StagedEpilogueOption) {
   hk::EmitOptions staged, unstaged;
@@ -359,26 +359,33 @@ TEST(KernelEmit, StagedEpilogueOption) {
   unstaged.sm90EpiSmem = 0;
   const int64_t ring3 = 3 * (128 + 256) * 64 * 2 + 1024 + 16 * 3;  // 3 stages + alignment + mbarriers
   EXPECT_EQ(ring3, 148528);
-  int stagedKernels = 0;
-  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
+  // The linears, then qkv + qk_norm_rope (with rope, and the refiner's without): its norm and rope stay in registers,
+  // its stores go through the staging area (st.shared.b32, then the epilogue none's 16-byte copy).
+  std::vector<EmitOp> ops = h3Ops(h3c::h3::namedConfig("full"));
+  for (const EmitOp &o : hopperOnlyOps(h3c::h3::namedConfig("full"))) ops.push_back(o);
+  int stagedKernels = 0, stagedQknr = 0;
+  for (const EmitOp &o : ops) {
     if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
     if (o.op.attrs.wDtype != DType::BF16 || o.op.attrs.xDtype != DType::BF16) continue;
     const plan::Kernel def = *emit(o, "sm_90a", unstaged), st = *emit(o, "sm_90a", staged);
     const std::string what = o.op.nodes.front();
+    const bool qknr = o.op.attrs.epilogue == plan::Epilogue::QkNormRope;
     EXPECT_EQ(def.source.find("#define G9_EPI_SMEM"), std::string::npos) << what;
     EXPECT_EQ(def.source.find("stmatrix"), std::string::npos) << what;
+    EXPECT_EQ(def.source.find("st.shared.b32"), std::string::npos) << what;
     EXPECT_EQ(def.launch.smemBytes, ring3) << what;
     EXPECT_NE(st.source.find("#define G9_EPI_SMEM 1\n"), std::string::npos) << what;
-    EXPECT_NE(st.source.find("stmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos) << what;
+    EXPECT_NE(st.source.find(qknr ? "st.shared.b32" : "stmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos)
+        << what;
     const bool gres = o.op.attrs.epilogue == plan::Epilogue::GateResidual;
     EXPECT_EQ(st.launch.smemBytes, ring3 + 2 * 32768 + (gres ? 1024 : 0)) << what;
     EXPECT_NE(st.id, def.id) << what;
     ++stagedKernels;
+    stagedQknr += qknr;
   }
-  EXPECT_GE(stagedKernels, 6);  // qkv, to_q, to_out, fc2 (gate_residual), fc1 (swiglu), the refiner's residual ones
-  // qkv + qk_norm_rope keeps its register epilogue: the very same kernel.
-  const EmitOp qknr = hopperOnlyOps(h3c::h3::namedConfig("full"))[0];
-  EXPECT_EQ(emit(qknr, "sm_90a", staged)->id, emit(qknr, "sm_90a", unstaged)->id);
+  // qkv, to_q, to_out, fc2 (gate_residual), fc1 (swiglu), the refiner's residual ones; qkv + qk_norm_rope twice
+  EXPECT_GE(stagedKernels, 8);
+  EXPECT_EQ(stagedQknr, 2);
   // 4 stages of 48 KiB beside 64 KiB of staging do not fit (the message names the op and the stages that do); at
   // gemm_bn=192 (40 KiB stages, 48 KiB of staging) 4 do.
   const EmitOp toOut = h3Ops(h3c::h3::namedConfig("full"))[15];
@@ -406,12 +413,20 @@ TEST(KernelEmit, StagedEpilogueOption) {
   hk::EmitOptions pp = staged, ppUnstaged = unstaged;
   pp.sm90Pingpong = ppUnstaged.sm90Pingpong = 1;
   EXPECT_EQ(emit(toOut, "sm_90a", pp)->id, emit(toOut, "sm_90a", ppUnstaged)->id);  // ignored by ping-pong
-  // EmitOptions::check refuses the same before any emission; qkv's fused epilogue stages nothing, so its op may keep
-  // 4 stages.
+  // EmitOptions::check refuses the same before any emission, qkv's fused epilogue included (it stages too; without
+  // staging it may keep 4 stages).
   hk::EmitOptions t;
   t.set("gemm_epi_smem", 1, "test");
   EXPECT_NO_THROW(t.check("test"));
   t.set("qkv_linear+qk_norm_rope:gemm_stages", 4, "test");
+  try {
+    t.check("test");
+    ADD_FAILURE() << "4 stages with qkv_linear+qk_norm_rope's staged epilogue were not refused";
+  } catch (const h3c::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("qkv_linear+qk_norm_rope: gemm_epi_smem=1 with gemm_stages=4"),
+              std::string::npos) << e.what();
+  }
+  t.set("qkv_linear+qk_norm_rope:gemm_epi_smem", 0, "test");
   EXPECT_NO_THROW(t.check("test"));
   t.set("linear+gate_residual:gemm_bn", 192, "test");
   t.set("linear+gate_residual:gemm_stages", 4, "test");
@@ -861,17 +876,26 @@ TEST(NvrtcCompile, FullConfigSm90aTuningVariants) {
   pp.sm90AttnOverlap = 0;
   compileAll("full", "sm_90a", /*plan=*/false, pp);
 }
-// The qkv GEMM with the qk_norm_rope epilogue (cooperative and ping-pong, full and small shapes): ptxas keeps its
-// wgmmas asynchronous (the JIT refuses a serialized kernel) and spills nothing, like the plain qkv kernel.
+// The qkv GEMM with the qk_norm_rope epilogue (cooperative with the staged epilogue (the default), alone and in
+// 2-CTA clusters with a k-block in flight, with the register epilogue, and ping-pong; full and small shapes, with and
+// without rope): ptxas keeps its wgmmas asynchronous (the JIT refuses a serialized kernel) and spills nothing, like
+// the plain qkv kernel.
 TEST(NvrtcCompile, QkvNormRopeEpilogueNeitherSerializesNorSpills) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   hc::NvrtcJit jit;
-  hk::EmitOptions pp;
+  hk::EmitOptions staged, pair, reg, pp;
+  pair.sm90Cluster = 2;
+  pair.sm90Inflight = 1;
+  reg.sm90EpiSmem = 0;
   pp.sm90Pingpong = 1;
   for (const char *cfg : {"full", "small"})
     for (const auto &o : hopperOnlyOps(h3c::h3::namedConfig(cfg)))
-      for (const hk::EmitOptions &opt : {hk::EmitOptions{}, pp})
-        expectCompilesWithoutSpills(jit, *emit(o, "sm_90a", opt), cfg);
+      for (const hk::EmitOptions *opt : {&staged, &pair, &reg, &pp}) {
+        const plan::Kernel k = *emit(o, "sm_90a", *opt);
+        EXPECT_EQ(k.source.find("#define G9_EPI_SMEM 1\n") != std::string::npos, opt == &staged || opt == &pair)
+            << k.id;
+        expectCompilesWithoutSpills(jit, k, cfg);
+      }
 }
 // The 192-wide cooperative tile (gemm_bn=192: whole waves at N = 5,376) for the linears with the epilogues it serves,
 // alone and with the 2-CTA cluster at 5 stages: ptxas keeps the wgmmas asynchronous and spills nothing; the swiglu

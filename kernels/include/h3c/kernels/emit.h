@@ -38,10 +38,11 @@ struct EmitOptions {
   int sm90Pingpong = 0;
   // 1: the cooperative kernel stages each consumer's 64 x G9_BN block through shared memory (gemm_epilogue_smem.cuh:
   // bf16 bf(sum + bias) by stmatrix, then coalesced 16-byte loads of residual and gate and 16-byte stores of y; the
-  // same bits) instead of finishing it in registers with 4-byte accesses. Epilogues none, residual, gate_residual and
-  // swiglu with bf16 outputs (qk_norm_rope and F32 outputs keep the register epilogue); the staging areas take 48 KiB
-  // (gemm_bn=192) or 64 KiB, so 3 stages at most (4 at gemm_bn=192). The ping-pong kernel has no staged form and
-  // ignores it. Default since 2026-12-04: the full forward 699-701 ms against 713.5 (bench/NOTES.md, session of 14:36).
+  // same bits) instead of finishing it in registers with 4-byte accesses. Every epilogue with bf16 outputs (qkv's
+  // qk_norm_rope too: its norm and rope stay in registers, only the stores are staged; F32 outputs keep the register
+  // epilogue); the staging areas take 48 KiB (gemm_bn=192) or 64 KiB, so 3 stages at most (4 at gemm_bn=192). The
+  // ping-pong kernel has no staged form and ignores it. Default since 2026-12-04: the full forward 699-701 ms against
+  // 713.5 (bench/NOTES.md, session of 14:36).
   int sm90EpiSmem = 1;
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
