@@ -86,7 +86,11 @@ void EmitOptions::set(const std::string &name, int value, const std::string &whe
 
 EmitOptions EmitOptions::planDefaults() {
   EmitOptions o;
-  o.perOp = {{"linear+gate_residual", "gemm_cluster", 2}, {"linear+gate_residual", "gemm_inflight", 1}};
+  o.perOp = {{"linear+gate_residual", "gemm_cluster", 2},
+             {"linear+gate_residual", "gemm_inflight", 1},
+             {"qkv_linear+qk_norm_rope", "gemm_cluster", 2},
+             {"qkv_linear+qk_norm_rope", "gemm_inflight", 1},
+             {"attention", "attn_persistent", 1}};
   return o;
 }
 

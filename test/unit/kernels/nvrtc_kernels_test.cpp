@@ -443,6 +443,9 @@ TEST(KernelEmit, StagedEpilogueOption) {
   EXPECT_EQ(d.forOp(std::string("linear+gate_residual")).sm90Inflight, 1);
   EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Cluster, 1);
   EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Inflight, 0);
+  EXPECT_EQ(d.forOp(std::string("qkv_linear+qk_norm_rope")).sm90Cluster, 2);
+  EXPECT_EQ(d.forOp(std::string("attention")).sm90AttnPersistent, 1);
+  EXPECT_EQ(d.forOp(std::string("linear")).sm90AttnPersistent, 0);  // per op: only attention reads it
   EXPECT_NO_THROW(d.check("test"));
   EXPECT_THROW(t.set("gemm_epi_smem", 2, "test"), h3c::Error);
 }

@@ -66,9 +66,10 @@ struct EmitOptions {
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
-  // forOp. In planDefaults() the gate_residual linears (to_out, fc2) run 2-CTA clusters with one k-block in flight: with the
-  // staged epilogue the fastest and the least energy per launch of the variants measured (bench/NOTES.md, 2026-12-04,
-  // session of 14:36). On the H200 the full forward is power-capped: ping-pong for the swiglu / gate_residual linears
+  // forOp. In planDefaults() the gate_residual linears (to_out, fc2) and qkv with its qk_norm_rope epilogue run 2-CTA
+  // clusters with one k-block in flight (with the staged epilogue the fastest of the variants measured; gate_residual
+  // also the least energy per launch), and attention runs persistent (the full forward 5 ms faster; bench/NOTES.md,
+  // 2026-12-04, session of 14:36). On the H200 the full forward is power-capped: ping-pong for the swiglu / gate_residual linears
   // saved 8-13 ms per kind but lowered the SM clock so every other op slowed by as much. E.g.
   // `--tune linear+swiglu:gemm_pingpong=1 --tune linear+swiglu:gemm_stages=4`.
   struct PerOp {
