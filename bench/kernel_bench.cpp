@@ -262,7 +262,7 @@ int main(int argc, char **argv) {
     // --energy: the default, cuBLASLt and the variants that trade speed against power, twice in alternation.
     auto energyVariants = [&](const Linear &l) {
       std::vector<std::pair<std::string, h3c::kernels::EmitOptions>> v;
-      auto add = [&](const std::string &label, int st, int fl, int cl, int bn, int pp, int epi = 0) {
+      auto add = [&](const std::string &label, int st, int fl, int cl, int bn, int pp, int epi = 0, int gm = 8) {
         h3c::kernels::EmitOptions o;
         o.perOp.clear();
         o.sm90Stages = st;
@@ -271,15 +271,19 @@ int main(int argc, char **argv) {
         o.sm90Bn = bn;
         o.sm90Pingpong = pp;
         o.sm90EpiSmem = epi;
-        if (pp) o.sm90GroupM = 16;
+        o.sm90GroupM = pp ? 16 : gm;
         v.push_back({label, o});
       };
       // (the 192-wide tile and st3 f1 measured no better on 2026-12-04: bench/NOTES.md)
-      add("st4 f1 c2", 4, 1, 2, 256, 0);
+      add("st4 f1 c2 register", 4, 1, 2, 256, 0);
       add("ping-pong st4 g16 f1", 4, 1, 1, 256, 1);
       // The epilogue staged through shared memory (coalesced 16-byte accesses): 3 stages at most beside it.
       add("st3 f0 epi-smem", 3, 0, 1, 256, 0, 1);
+      add("st3 f1 epi-smem", 3, 1, 1, 256, 0, 1);
+      add("st3 f0 g16 epi-smem", 3, 0, 1, 256, 0, 1, 16);
+      add("st3 f0 c2 epi-smem", 3, 0, 2, 256, 0, 1);
       add("st3 f1 c2 epi-smem", 3, 1, 2, 256, 0, 1);
+      add("st3 f1 c2 g16 epi-smem", 3, 1, 2, 256, 0, 1, 16);
       return v;
     };
     for (const Linear &l : linears) {
