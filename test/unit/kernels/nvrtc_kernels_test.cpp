@@ -894,6 +894,7 @@ TEST(NvrtcCompile, QkvNormRopeEpilogueNeitherSerializesNorSpills) {
   for (const char *cfg : {"full", "small"})
     for (const auto &o : hopperOnlyOps(h3c::h3::namedConfig(cfg)))
       for (const hk::EmitOptions *opt : {&staged, &pair, &reg, &pp}) {
+        if (std::string(cfg) == "small" && opt != &pair) continue;  // small: the plan's default form only (CI time)
         const plan::Kernel k = *emit(o, "sm_90a", *opt);
         EXPECT_EQ(k.source.find("#define G9_EPI_SMEM 1\n") != std::string::npos, opt == &staged || opt == &pair)
             << k.id;
