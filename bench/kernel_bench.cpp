@@ -284,9 +284,6 @@ int main(int argc, char **argv) {
       add("st3 f0 c2 epi-smem", 3, 0, 2, 256, 0, 1);
       add("st3 f1 c2 epi-smem", 3, 1, 2, 256, 0, 1);
       add("st3 f1 c2 g16 epi-smem", 3, 1, 2, 256, 0, 1, 16);
-      // The chunked staged epilogue (one 64 x 64 box per consumer, 16 KiB in all) beside 4 stages.
-      add("st4 f1 epi-chunk", 4, 1, 1, 256, 0, 2);
-      add("st4 f1 c2 epi-chunk", 4, 1, 2, 256, 0, 2);
       return v;
     };
     for (const Linear &l : linears) {
@@ -451,20 +448,16 @@ int main(int argc, char **argv) {
         // Its outputs staged through shared memory (the default: norm and rope in registers, 16-byte stores) against
         // the register epilogue's 4-byte stores, and staged in 2-CTA clusters with a k-block in flight; with --energy
         // twice in alternation.
-        h3c::kernels::EmitOptions reg, staged, pair, chunk;
+        h3c::kernels::EmitOptions reg, staged, pair;
         reg.sm90EpiSmem = 0;
         staged.sm90EpiSmem = 1;
         pair = staged;
         pair.sm90Cluster = 2;
         pair.sm90Inflight = 1;
-        chunk = pair;  // the chunked staged epilogue beside 4 stages
-        chunk.sm90EpiSmem = 2;
-        chunk.sm90Stages = 4;
         for (int rep = 0; rep < (energy ? 2 : 1); ++rep) {
           bench("qkv + qk_norm_rope epilogue [register]", qknr, o, flops, bytes, reg);
           bench("qkv + qk_norm_rope epilogue [staged]", qknr, o, flops, bytes, staged);
           bench("qkv + qk_norm_rope epilogue [staged st3 f1 c2]", qknr, o, flops, bytes, pair);
-          bench("qkv + qk_norm_rope epilogue [chunked st4 f1 c2]", qknr, o, flops, bytes, chunk);
         }
       }
     }

@@ -29,12 +29,7 @@
 // G9_BN / 64 boxes of 64 rows x 64 columns (8 KiB each), a box's row 128 bytes, its 16-byte chunk q at q ^ (row % 8):
 // TMA's 128-byte swizzle, so a bulk tensor store could read it as it is. stmatrix's eight 16-byte rows of one matrix
 // and a quarter-warp's eight consecutive chunks of one row both land on distinct banks.
-// With G9_EPI_CHUNK (gemm_epi_smem=2) the area is one such box (see g9_store_block_chunked).
-#ifdef G9_EPI_CHUNK
-#define G9_OUT_BYTES 8192
-#else
 #define G9_OUT_BYTES (64 * G9_BN * 2)
-#endif
 // Byte offset of 16-byte chunk k (8 columns) of row `row` in the staging area.
 __device__ __forceinline__ int g9_chunk_at(int row, int k) { return (k >> 3) * 8192 + row * 128 + (((k & 7) ^ (row & 7)) << 4); }
 
@@ -86,44 +81,36 @@ __device__ __forceinline__ void g9_bias2(const void *bias, long long w, bool ali
 // two fragments: matrices (j, rows g), (j, rows g + 8), (j + 1, rows g), (j + 1, rows g + 8), each thread's register
 // of a matrix the pair (row g, columns 2 t4, 2 t4 + 1) of the accumulator layout, lane L giving the address of row
 // L % 8 of matrix L / 8. A fragment's bias pair serves both of its rows.
-// Fragments j, j + 1 into the stage's chunks k, k + 1 (the whole-block form: k = j).
-__device__ __forceinline__ void g9_stage_pair(h3u32 stage, const void *bias, bool aligned, const float *acc,
-                                              long long c0, int j, int k, int t4, int m, int row) {
-  h3u32 p[4];
-#pragma unroll
-  for (int f = 0; f < 2; ++f) {
-    const float *a = acc + (j + f) * 4;  // (row g: columns 2 t4, 2 t4 + 1), (row g + 8: the same)
-    float v0 = a[0], v1 = a[1], v2 = a[2], v3 = a[3];
-#if GM_HAS_BIAS
-    long long w;
-    if (g9_wrow(c0, j + f, t4, w)) {
-      float b0, b1;
-      g9_bias2(bias, w, aligned, b0, b1);
-      v0 = __fadd_rn(v0, b0);
-      v1 = __fadd_rn(v1, b1);
-      v2 = __fadd_rn(v2, b0);
-      v3 = __fadd_rn(v3, b1);
-    }
-#else
-    (void)bias, (void)aligned, (void)c0, (void)t4;
-#endif
-    p[2 * f] = pack_bf2(v0, v1);
-    p[2 * f + 1] = pack_bf2(v2, v3);
-  }
-  stsm_x4(stage + (h3u32)g9_chunk_at(row, k + (m >> 1)), p[0], p[1], p[2], p[3]);
-}
-
 template <int NF>
 __device__ __forceinline__ void g9_stage_block(h3u32 stage, const void *bias, const float *acc, long long c0, int warp,
                                                int lane) {
   const int t4 = lane & 3, m = lane >> 3, row = 16 * warp + (lane & 7) + 8 * (m & 1);
 #if GM_HAS_BIAS
   const bool aligned = ((unsigned long long)bias & 3) == 0;
-#else
-  const bool aligned = false;
 #endif
 #pragma unroll
-  for (int j = 0; j < NF; j += 2) g9_stage_pair(stage, bias, aligned, acc, c0, j, j, t4, m, row);
+  for (int j = 0; j < NF; j += 2) {
+    h3u32 p[4];
+#pragma unroll
+    for (int f = 0; f < 2; ++f) {
+      const float *a = acc + (j + f) * 4;  // (row g: columns 2 t4, 2 t4 + 1), (row g + 8: the same)
+      float v0 = a[0], v1 = a[1], v2 = a[2], v3 = a[3];
+#if GM_HAS_BIAS
+      long long w;
+      if (g9_wrow(c0, j + f, t4, w)) {
+        float b0, b1;
+        g9_bias2(bias, w, aligned, b0, b1);
+        v0 = __fadd_rn(v0, b0);
+        v1 = __fadd_rn(v1, b1);
+        v2 = __fadd_rn(v2, b0);
+        v3 = __fadd_rn(v3, b1);
+      }
+#endif
+      p[2 * f] = pack_bf2(v0, v1);
+      p[2 * f + 1] = pack_bf2(v2, v3);
+    }
+    stsm_x4(stage + (h3u32)g9_chunk_at(row, j + (m >> 1)), p[0], p[1], p[2], p[3]);
+  }
 }
 
 #if GM_EPI == GM_EPI_QK_NORM_ROPE
@@ -153,17 +140,6 @@ __device__ __forceinline__ uint4 g9_staged_chunk(const unsigned char *stage, int
 // (swiglu: two rows' 256 bytes) per instruction, and the addresses of a thread's rows differ by a multiple of the row
 // pitch only. Rows past M are skipped.
 #if GM_EPI == GM_EPI_SWIGLU
-// The output chunk of 8 staged values vs and their staged gates gs: per element gm_swiglu_f's bf(value *
-// bf(silu(gate))).
-__device__ __forceinline__ uint4 g9_swiglu_chunk(const uint4 &vs, const uint4 &gs) {
-  h3u32 out[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    const h3u32 v = g9_word(vs, w), g = g9_word(gs, w);
-    out[w] = pack_bf2(gm_swiglu_mix(bf2_lo(v), bf2_lo(g)), gm_swiglu_mix(bf2_hi(v), bf2_hi(g)));
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
 // swiglu: 64 rows x 128 output columns from c0 (16 chunks a row); lanes 0-15 take row 2 warp + 8 i, lanes 16-31 the
 // next one; chunk k's values are staged chunk k, its gates chunk 16 + k. Per element gm_swiglu_f's
 // bf(value * bf(silu(gate))).
@@ -179,7 +155,14 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
     const int row = 8 * i + 2 * warp + (lane >> 4);
     const long long r = r0 + row;
     if (r >= M) break;  // rows grow with i
-    *(uint4 *)(y + r * GM_OUTN) = g9_swiglu_chunk(g9_staged_chunk(stage, row, k), g9_staged_chunk(stage, row, 16 + k));
+    const uint4 vs = g9_staged_chunk(stage, row, k), gs = g9_staged_chunk(stage, row, 16 + k);
+    h3u32 out[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const h3u32 v = g9_word(vs, w), g = g9_word(gs, w);
+      out[w] = pack_bf2(gm_swiglu_mix(bf2_lo(v), bf2_lo(g)), gm_swiglu_mix(bf2_hi(v), bf2_hi(g)));
+    }
+    *(uint4 *)(y + r * GM_OUTN) = make_uint4(out[0], out[1], out[2], out[3]);
   }
 }
 #else
@@ -193,25 +176,6 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
 // qk_norm_rope store the staged word. qkv's chunks pick their output each (gm_at): a 256-wide tile straddles q and k,
 // or k and v, where GM_OUTN % 256 == 128.
 #define G9_WALK_BATCH 8
-#if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
-// The output chunk of 8 staged values s with their residuals x (and gates gt, gate_residual only): per element
-// gm_final's bf(x + y) or bf(fma(gate, y, x)).
-__device__ __forceinline__ uint4 g9_mix_chunk(const uint4 &s, const uint4 &x, const uint4 &gt) {
-  h3u32 out[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    const h3u32 v = g9_word(s, w), xr = g9_word(x, w);
-#if GM_EPI == GM_EPI_GATE_RESIDUAL
-    const h3u32 g = g9_word(gt, w);
-#else
-    const h3u32 g = 0;
-    (void)gt;
-#endif
-    out[w] = pack_bf2(gm_mix(bf2_lo(v), bf2_lo(xr), bf2_lo(g)), gm_mix(bf2_hi(v), bf2_hi(xr), bf2_hi(g)));
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
-#endif
 template <int NF>
 __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage,
                                               const long long *trows, long long r0, long long c0, long long M,
@@ -250,10 +214,19 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
       h3bf *yr = y + (r0 + row) * GM_OUTN;
 #if GM_EPI == GM_EPI_NONE || GM_EPI == GM_EPI_QK_NORM_ROPE
       *(uint4 *)yr = s;
-#elif GM_EPI == GM_EPI_GATE_RESIDUAL
-      *(uint4 *)yr = g9_mix_chunk(s, xs[i], gs[i]);
 #else
-      *(uint4 *)yr = g9_mix_chunk(s, xs[i], xs[i]);  // (residual: the gate operand is unused)
+      h3u32 out[4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const h3u32 v = g9_word(s, w), xr = g9_word(xs[i], w);
+#if GM_EPI == GM_EPI_GATE_RESIDUAL
+        const h3u32 g = g9_word(gs[i], w);
+#else
+        const h3u32 g = 0;
+#endif
+        out[w] = pack_bf2(gm_mix(bf2_lo(v), bf2_lo(xr), bf2_lo(g)), gm_mix(bf2_hi(v), bf2_hi(xr), bf2_hi(g)));
+      }
+      *(uint4 *)yr = make_uint4(out[0], out[1], out[2], out[3]);
 #endif
     }
   }
@@ -282,163 +255,3 @@ __device__ __forceinline__ void g9_store_block_staged(const GmEpilogue &ep, cons
   g9_wg_sync(cw);
   g9_walk_block<NF>(ep, stagePtr, trows, r0, c0, M, tid);
 }
-
-#ifdef G9_EPI_CHUNK
-// The chunked form (gemm_epi_smem=2): each consumer's staging area is one 64 x 64 box (8 KiB instead of 32; the ring
-// gets room for a fourth 48 KiB stage), and its 64 x G9_BN block goes through it in G9_BN / 64 passes: pass p stages
-// the accumulator fragments of columns [64 p, 64 p + 64) (swiglu: value fragments 4p..4p+3 into chunks 0-3, their
-// gate fragments 16+4p.. into chunks 4-7, so a row's value chunk k sits beside its gate chunk 4 + k; qk_norm_rope: the
-// head's finished pairs, see below), syncs the warpgroup, walks the box with 16-byte accesses, and the next pass
-// syncs again before overwriting it. Every element gets the same operations on the same values as in the whole-block
-// form (g9_stage_pair, g9_swiglu_chunk, g9_mix_chunk, gm_qk_block are shared): only the order of the stores changes.
-#if GM_EPI == GM_EPI_SWIGLU
-// A pass's walk: 64 rows x 32 output columns from c0 (4 chunks a row; values at box chunk k, gates at 4 + k). Lane:
-// chunk k = lane % 4, rows 32 i + 8 warp + (lane / 8) + 4 ((lane / 4) % 2), i = 0, 1: the two rows of a quarter warp
-// differ by 4 in row % 8, so their swizzled chunks fall on distinct banks.
-__device__ __forceinline__ void g9_walk_pass(const GmEpilogue &ep, const unsigned char *stage, const long long *,
-                                             long long r0, long long c0, long long M, int tid) {
-  const int warp = tid / 32, lane = tid % 32, k = lane & 3;
-  const long long c = c0 + 8 * k;
-  if (c >= GM_OUTN) return;
-  h3bf *y = (h3bf *)ep.y[0] + c;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = 32 * i + 8 * warp + (lane >> 3) + 4 * ((lane >> 2) & 1);
-    const long long r = r0 + row;
-    if (r >= M) break;  // rows grow with i
-    *(uint4 *)(y + r * GM_OUTN) = g9_swiglu_chunk(g9_staged_chunk(stage, row, k), g9_staged_chunk(stage, row, 4 + k));
-  }
-}
-#else
-// A pass's walk: 64 rows x 8 chunks from c0. Lane: chunk k = lane % 8, rows 16 i + 4 warp + lane / 8, i = 0..3 (a
-// warp stores four rows' 128 bytes per instruction); the four rows' residual and gate loads issue before the first
-// store, as in a G9_WALK_BATCH batch.
-__device__ __forceinline__ void g9_walk_pass(const GmEpilogue &ep, const unsigned char *stage, const long long *trows,
-                                             long long r0, long long c0, long long M, int tid) {
-  const int warp = tid / 32, lane = tid % 32, k = lane & 7;
-  const long long c = c0 + 8 * k;
-  if (c >= GM_N) return;
-  int o;
-  const long long cc = gm_at(ep, 0, c, o);  // the column in output o (qkv: one of three)
-  h3bf *y = (h3bf *)gm_out(ep, o) + cc;
-  const int row0 = 4 * warp + (lane >> 3);
-  // This thread's rows row0 + 16 i that exist: i < n.
-  const long long left = M - r0 - row0;
-  const int n = left <= 0 ? 0 : left >= 64 ? 4 : (int)((left + 15) / 16);
-#if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
-  uint4 xs[4];
-#if GM_EPI == GM_EPI_GATE_RESIDUAL
-  uint4 gs[4];
-#endif
-#pragma unroll
-  for (int i = 0; i < 4 && i < n; ++i) {
-    const int row = row0 + 16 * i;
-    xs[i] = *(const uint4 *)gm_residual_at(ep, r0 + row, cc);
-#if GM_EPI == GM_EPI_GATE_RESIDUAL
-    gs[i] = *(const uint4 *)gm_gate_at(ep, trows[row], cc);
-#endif
-  }
-#else
-  (void)trows;
-#endif
-#pragma unroll
-  for (int i = 0; i < 4 && i < n; ++i) {
-    const int row = row0 + 16 * i;
-    const uint4 s = g9_staged_chunk(stage, row, k);
-    h3bf *yr = y + (r0 + row) * GM_OUTN;
-#if GM_EPI == GM_EPI_NONE || GM_EPI == GM_EPI_QK_NORM_ROPE
-    *(uint4 *)yr = s;
-#elif GM_EPI == GM_EPI_GATE_RESIDUAL
-    *(uint4 *)yr = g9_mix_chunk(s, xs[i], gs[i]);
-#else
-    *(uint4 *)yr = g9_mix_chunk(s, xs[i], xs[i]);  // (residual: the gate operand is unused)
-#endif
-  }
-}
-#endif
-
-// The chunked staged epilogue of consumer warpgroup cw's 64-row block (the arguments of g9_store_block_staged; `stage`
-// is its one box). Every pass's conditions are uniform over the warpgroup (they depend on the tile only), so all 128
-// threads meet every barrier.
-template <int NF>
-__device__ __forceinline__ void g9_store_block_chunked(const GmEpilogue &ep, const void *bias, const float *acc,
-                                                       h3u32 stage, unsigned char *stagePtr, long long *trows,
-                                                       long long r0, long long c0, long long M, int cw, int tid) {
-  const int warp = tid / 32, lane = tid % 32;
-#if GM_EPI == GM_EPI_QK_NORM_ROPE
-  // Head by head (128 columns, two passes): gm_qk_block finishes the head's two rows of this thread in registers
-  // exactly as the whole-block form runs it (gm_qk_block<16> on the head's 16 fragments from its column: the same
-  // loop body), its put keeps each finished packed pair (lo: the row g, hi: the row g + 8; rows past M are never put
-  // and never walked), and pass q stages fragments 8q..8q+7 of both rows with st.shared.b32 (bank 4 ((k % 8) ^ g) +
-  // t4: distinct over the warp).
-  (void)bias;
-  const int g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-  for (int b = 0; b < NF / 16; ++b) {
-    const long long cb = c0 + 128 * b;
-    if (cb >= GM_N) break;  // qkv's last tile may hold one head only
-    h3u32 lo[16], hi[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) lo[j] = hi[j] = 0u;
-    gm_qk_block<16>(ep, acc + 64 * b, r0, cb, M, warp, g, t4, [&](int, long long, int row, int, const float *x) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const h3u32 v = pack_bf2(x[2 * j], x[2 * j + 1]);
-        if (row & 8)  // row = 16 warp + g + 8 h
-          hi[j] = v;
-        else
-          lo[j] = v;
-      }
-    });
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      g9_wg_sync(cw);  // every thread has walked the previous pass (or tile)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        sts_u32(stage + (h3u32)g9_chunk_at(16 * warp + g, j) + 4 * t4, lo[8 * q + j]);
-        sts_u32(stage + (h3u32)g9_chunk_at(16 * warp + g + 8, j) + 4 * t4, hi[8 * q + j]);
-      }
-      g9_wg_sync(cw);
-      g9_walk_pass(ep, stagePtr, trows, r0, cb + 64 * q, M, tid);
-    }
-  }
-#else
-  const int t4 = lane & 3, m = lane >> 3, row = 16 * warp + (lane & 7) + 8 * (m & 1);
-#if GM_HAS_BIAS
-  const bool aligned = ((unsigned long long)bias & 3) == 0;
-#else
-  const bool aligned = false;
-#endif
-#pragma unroll
-  for (int p = 0; p < NF / 8; ++p) {
-#if GM_EPI == GM_EPI_SWIGLU
-    const long long cp = c0 + 32 * p;
-    if (cp >= GM_OUTN) break;  // the passes past the output store nothing
-#else
-    const long long cp = c0 + 64 * p;
-    if (cp >= GM_N) break;
-#endif
-    g9_wg_sync(cw);  // every thread has walked the previous pass (or tile)
-#if GM_EPI == GM_EPI_GATE_RESIDUAL
-    // The table row of each of the block's rows, once per tile (read by every pass's walk).
-    if (p == 0 && tid < 64 && r0 + tid < M) trows[tid] = gm_trow(ep, r0 + tid);
-#endif
-#if GM_EPI == GM_EPI_SWIGLU
-#pragma unroll
-    for (int j = 0; j < 4; j += 2) {
-      g9_stage_pair(stage, bias, aligned, acc, c0, 4 * p + j, j, t4, m, row);
-      g9_stage_pair(stage, bias, aligned, acc, c0, 16 + 4 * p + j, 4 + j, t4, m, row);
-    }
-#else
-#pragma unroll
-    for (int j = 0; j < 8; j += 2) g9_stage_pair(stage, bias, aligned, acc, c0, 8 * p + j, j, t4, m, row);
-#endif
-    g9_wg_sync(cw);
-    g9_walk_pass(ep, stagePtr, trows, r0, cp, M, tid);
-  }
-#endif
-}
-#define G9_STORE_STAGED g9_store_block_chunked
-#else
-#define G9_STORE_STAGED g9_store_block_staged
-#endif

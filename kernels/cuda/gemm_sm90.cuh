@@ -177,10 +177,9 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
 #endif
 #ifdef G9_EPI_SMEM
-      // Epilogue staged through shared memory (gemm_epilogue_smem.cuh; G9_EPI_CHUNK: in 64-column passes through one
-      // box): the same bits, 16-byte global accesses.
+      // Epilogue staged through shared memory (gemm_epilogue_smem.cuh): the same bits, 16-byte global accesses.
       (void)warp, (void)g, (void)t4;
-      G9_STORE_STAGED<G9_BN / 8>(ep, B, acc, sOut + cw * G9_OUT_BYTES,
+      g9_store_block_staged<G9_BN / 8>(ep, B, acc, sOut + cw * G9_OUT_BYTES,
                                        g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES,
                                        (long long *)(g9_raw + (sTrows - smem_u32(g9_raw))) + cw * 64,
                                        (long long)tm * G9_BM + cw * 64,

@@ -309,9 +309,9 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   const int bn = o.sm90Bn;
   if ((bn != 256 && bn != 192) || stages < 2 || stages > (bn == 192 ? 5 : 4) || groupM < 1 || groupM > 64 ||
       (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
-      o.sm90EpiSmem < 0 || o.sm90EpiSmem > 2)
+      (o.sm90EpiSmem != 0 && o.sm90EpiSmem != 1))
     fail(v.where, "Hopper linear tuning out of range (tile width 192/256, stages 2-4 (2-5 at width 192), group "
-                  "1-64, in flight 0/1, cluster 1/2, staged epilogue 0-2)");
+                  "1-64, in flight 0/1, cluster 1/2, staged epilogue 0/1)");
   if (bn != 256 && (d.epi == Epilogue::Swiglu || d.epi == Epilogue::QkNormRope))
     fail(v.where, "the {} epilogue needs the 256-wide Hopper tile (gemm_bn=256), got {}",
          plan::epilogueName(d.epi), bn);
@@ -320,16 +320,12 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   // epilogue (qk_norm_rope included: its heads of 128 always do); the others keep the register epilogue under the same
   // option.
   const int64_t outN = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N / d.nout;
-  const bool staged = o.sm90EpiSmem != 0 && !d.outF32 && outN % 8 == 0;
-  const bool gres = d.epi == Epilogue::GateResidual;
-  const int64_t smem = sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, gres);
-  if (smem > kMaxCtaSharedBytes) {
-    int fit = stages;
-    while (fit > 2 && sm90LinearSharedBytes(fit, bn, o.sm90EpiSmem, gres) > kMaxCtaSharedBytes) --fit;
-    fail(v.where, "the staged epilogue (gemm_epi_smem={}) with {} stages of the {}-wide Hopper tile needs {} bytes of "
-                  "shared memory (at most {}): use gemm_stages={} or fewer", o.sm90EpiSmem, stages, bn, smem,
-         kMaxCtaSharedBytes, fit);
-  }
+  const bool staged = o.sm90EpiSmem == 1 && !d.outF32 && outN % 8 == 0;
+  const int64_t smem = sm90LinearSharedBytes(stages, bn, staged, d.epi == Epilogue::GateResidual);
+  if (smem > kMaxCtaSharedBytes)
+    fail(v.where, "the staged epilogue (gemm_epi_smem=1) with {} stages of the {}-wide Hopper tile needs {} bytes of "
+                  "shared memory (at most {}): use gemm_stages={} or fewer", stages, bn, smem, kMaxCtaSharedBytes,
+         bn == 192 ? 4 : 3);
   Builder b;
   defineEpilogue(b, d);
   b.def("G9_BN", bn);
@@ -338,7 +334,6 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   b.def("G9_INFLIGHT", o.sm90Inflight);
   b.def("G9_CLUSTER", cluster);
   if (staged) b.def("G9_EPI_SMEM", 1);
-  if (staged && o.sm90EpiSmem == 2) b.def("G9_EPI_CHUNK", 1);
   Params p = gemmParams(v, d, /*maps=*/true, bn / 2);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
   const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + bn - 1) / bn;
@@ -781,10 +776,9 @@ std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, co
 
 } // namespace
 
-int64_t sm90LinearSharedBytes(int stages, int bn, int stagedEpilogue, bool gateResidual) {
+int64_t sm90LinearSharedBytes(int stages, int bn, bool stagedEpilogue, bool gateResidual) {
   int64_t bytes = int64_t(stages) * (128 + bn) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
-  if (stagedEpilogue != 0)
-    bytes += 2 * 64 * int64_t(stagedEpilogue == 2 ? 64 : bn) * 2 + (gateResidual ? 2 * 64 * 8 : 0);
+  if (stagedEpilogue) bytes += 2 * 64 * int64_t(bn) * 2 + (gateResidual ? 2 * 64 * 8 : 0);
   return bytes;
 }
 

@@ -23,7 +23,7 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
                           {"gemm_bn", &EmitOptions::sm90Bn, 192, 256},  // 192 or 256
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
-                          {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 2},  // 2: chunked
+                          {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 1},
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
@@ -116,16 +116,12 @@ void EmitOptions::check(const std::string &where) const {
   }
   for (const char *k : kStagedOps) {
     const EmitOptions o = forOp(std::string(k));
-    if (o.sm90EpiSmem == 0 || o.sm90Pingpong == 1) continue;  // the ping-pong kernel has no staged epilogue
-    const bool gres = std::string(k) == "linear+gate_residual";
-    const int64_t bytes = sm90LinearSharedBytes(o.sm90Stages, o.sm90Bn, o.sm90EpiSmem, gres);
-    if (bytes > kMaxCtaSharedBytes) {
-      int fit = o.sm90Stages;
-      while (fit > 2 && sm90LinearSharedBytes(fit, o.sm90Bn, o.sm90EpiSmem, gres) > kMaxCtaSharedBytes) --fit;
-      fail(where, "{}: gemm_epi_smem={} with gemm_stages={} and gemm_bn={} needs {} bytes of shared memory (at most "
-                  "{}): use gemm_stages={} or fewer, or {}:gemm_epi_smem=0", k, o.sm90EpiSmem, o.sm90Stages, o.sm90Bn,
-           bytes, kMaxCtaSharedBytes, fit, k);
-    }
+    if (o.sm90EpiSmem != 1 || o.sm90Pingpong == 1) continue;  // the ping-pong kernel has no staged epilogue
+    const int64_t bytes = sm90LinearSharedBytes(o.sm90Stages, o.sm90Bn, true, std::string(k) == "linear+gate_residual");
+    if (bytes > kMaxCtaSharedBytes)
+      fail(where, "{}: gemm_epi_smem=1 with gemm_stages={} and gemm_bn={} needs {} bytes of shared memory (at most "
+                  "{}): use gemm_stages={} or fewer, or {}:gemm_epi_smem=0", k, o.sm90Stages, o.sm90Bn, bytes,
+           kMaxCtaSharedBytes, o.sm90Bn == 192 ? 4 : 3, k);
   }
   const EmitOptions a = forOp(std::string("adaln_table"));
   if (a.sm90AdalnStageK % 16 != 0)

@@ -135,7 +135,7 @@ plan::Extents rowsS(int64_t m, int64_t B = 1) { return {B, m, 0, 0, 0, 1}; }
 // 5 stages, the default being 4).
 // wide192: whether the op's epilogue allows the 192-wide cooperative tile (not swiglu, not qk_norm_rope).
 std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wide192 = false) {
-  hk::EmitOptions coop, pair, pp, w192, w192pair, staged, stagedPair, staged192, chunked, chunkedPair;
+  hk::EmitOptions coop, pair, pp, w192, w192pair, staged, stagedPair, staged192;
   coop.perOp.clear();
   pair.perOp.clear();
   pp.perOp.clear();
@@ -152,21 +152,11 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wi
   stagedPair = staged;
   stagedPair.sm90Cluster = 2;
   stagedPair.sm90Inflight = 1;
-  // The chunked staged epilogue (gemm_epi_smem=2: one 64 x 64 box per consumer, in 64-column passes) with the fourth
-  // ring stage it leaves room for, alone and in 2-CTA clusters, a k-block in flight.
-  chunked = staged;
-  chunked.sm90EpiSmem = 2;
-  chunked.sm90Stages = 4;
-  chunked.sm90Inflight = 1;
-  chunkedPair = chunked;
-  chunkedPair.sm90Cluster = 2;
   std::vector<std::pair<const char *, hk::EmitOptions>> v = {{"cooperative", coop},
                                                              {"2-CTA cluster", pair},
                                                              {"ping-pong", pp},
                                                              {"staged epilogue", staged},
-                                                             {"staged epilogue 2-CTA cluster (in flight)", stagedPair},
-                                                             {"staged chunked 4 stages (in flight)", chunked},
-                                                             {"staged chunked 4 stages 2-CTA (in flight)", chunkedPair}};
+                                                             {"staged epilogue 2-CTA cluster (in flight)", stagedPair}};
   if (wide192) {
     w192.perOp.clear();
     w192.sm90EpiSmem = 0;
@@ -797,10 +787,9 @@ void Kernels::checkQkvNormRope(const std::string &cfg, long long K, int heads, i
       const plan::Kernel &vk = kernel(fused, opts);
       // The staged variants must run the staged epilogue (st.shared.b32 into the staging area, 16-byte stores out).
       const bool staged = vk.source.find("#define G9_EPI_SMEM 1\n") != std::string::npos;
-      const bool chunkedForm = vk.source.find("#define G9_EPI_CHUNK 1\n") != std::string::npos;
-      if (opts.sm90Pingpong == 0 && (staged != (opts.sm90EpiSmem != 0) || chunkedForm != (opts.sm90EpiSmem == 2)))
-        report(false, name + fmt::format(": fused ({}) {} the staged epilogue{} ({})", label,
-                                         staged ? "runs" : "does not run", chunkedForm ? " (chunked)" : "", vk.id));
+      if (opts.sm90Pingpong == 0 && staged != (opts.sm90EpiSmem == 1))
+        report(false, name + fmt::format(": fused ({}) {} the staged epilogue ({})", label,
+                                         staged ? "runs" : "does not run", vk.id));
       size_t at = firstDiff(runFused(vk, dX, dCs, dSn, S, B), want);
       report(at == SIZE_MAX, name + fmt::format(": fused ({}) == qkv_linear then qk_norm_rope, q k v byte for byte{}",
                                                 label, diffText(at)));

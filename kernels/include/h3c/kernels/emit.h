@@ -42,8 +42,7 @@ struct EmitOptions {
   // qk_norm_rope too: its norm and rope stay in registers, only the stores are staged; F32 outputs keep the register
   // epilogue); the staging areas take 48 KiB (gemm_bn=192) or 64 KiB, so 3 stages at most (4 at gemm_bn=192). The
   // ping-pong kernel has no staged form and ignores it. Default since 2026-12-04: the full forward 699-701 ms against
-  // 713.5 (bench/NOTES.md, session of 14:36). 2: the chunked form (G9_EPI_CHUNK): the block goes through one 64 x 64
-  // box per consumer in 64-column passes, 16 KiB of staging in all, so 4 stages fit (5 at gemm_bn=192); the same bits.
+  // 713.5 (bench/NOTES.md, session of 14:36).
   int sm90EpiSmem = 1;
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
@@ -100,10 +99,9 @@ struct EmitOptions {
 // The most dynamic shared memory one CTA may use on sm_90a (227 KiB).
 constexpr int64_t kMaxCtaSharedBytes = 232448;
 // Dynamic shared memory of the cooperative Hopper linear (gemm_sm90.cuh): `stages` ring stages of (128 + bn) x 64
-// bf16, the alignment slack and the ring's mbarriers; with the staged epilogue (stagedEpilogue = gemm_epi_smem: 1 the
-// whole-block form, 2 the chunked one) the two consumers' staging areas (64 x bn bf16 each, chunked 64 x 64) and, for
-// gate_residual, their lists of 64 table rows.
-int64_t sm90LinearSharedBytes(int stages, int bn, int stagedEpilogue, bool gateResidual);
+// bf16, the alignment slack and the ring's mbarriers; with the staged epilogue (gemm_epi_smem=1) the two consumers'
+// staging areas (64 x bn bf16 each) and, for gate_residual, their lists of 64 table rows.
+int64_t sm90LinearSharedBytes(int stages, int bn, bool stagedEpilogue, bool gateResidual);
 
 // The name an op is tuned and profiled under: its kind, and "+epilogue" for a linear with a fused epilogue.
 std::string opProfileName(const plan::Op &op);
