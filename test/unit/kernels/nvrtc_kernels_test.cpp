@@ -1004,6 +1004,8 @@ TEST(NvrtcCompile, PersistentAttentionNeitherSerializesNorSpills) {
   for (int64_t kv : {64, 128})
     for (int stages : {2, 3})
       for (int mode = 0; mode < 3; ++mode) {
+        // CI time: every schedule at the plan's 3 stages, the default schedule (ping-pong) at 2 as well.
+        if (stages == 2 && mode != 2) continue;
         EmitOp o = at;
         o.op.order.kvBlock = kv;
         hk::EmitOptions opt;
@@ -1017,7 +1019,7 @@ TEST(NvrtcCompile, PersistentAttentionNeitherSerializesNorSpills) {
                                                 " mode " + std::to_string(mode));
         ++compiled;
       }
-  EXPECT_EQ(compiled, 12);
+  EXPECT_EQ(compiled, 8);
   hk::EmitOptions opt;
   opt.sm90AttnPersistent = 1;
   expectCompilesWithoutSpills(jit, *emit(at, "sm_100a", opt), "sm_100a persistent option");
