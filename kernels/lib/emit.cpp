@@ -324,8 +324,8 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   const int64_t smem = sm90LinearSharedBytes(stages, bn, staged, d.epi == Epilogue::GateResidual);
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "the staged epilogue (gemm_epi_smem=1) with {} stages of the {}-wide Hopper tile needs {} bytes of "
-                  "shared memory (at most {}): use gemm_stages={} or fewer", stages, bn, smem, kMaxCtaSharedBytes,
-         bn == 192 ? 4 : 3);
+                  "shared memory (at most {}): use gemm_stages={} or fewer, or gemm_epi_smem=0", stages, bn, smem,
+         kMaxCtaSharedBytes, bn == 192 ? 4 : 3);
   Builder b;
   defineEpilogue(b, d);
   b.def("G9_BN", bn);

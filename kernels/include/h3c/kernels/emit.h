@@ -48,7 +48,8 @@ struct EmitOptions {
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
   // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
   // consumer warpgroups take turns issuing (FA3's ping-pong; with overlap only), and whether a persistent grid of at
-  // most one CTA per SM walks the (query tile, head, item) tiles (1) or each CTA runs one tile (0). 0 until measured.
+  // most one CTA per SM walks the (query tile, head, item) tiles (1) or each CTA runs one tile (0); planDefaults()
+  // sets 1 for the attention ops (measured faster in the forward), a bare EmitOptions keeps 0.
   int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1, sm90AttnPersistent = 0;
   // rms_norm / norm_modulate: rows per CTA (one warp each, 1-16; norm.cuh); the SM holds 16 rows either way.
   int normRows = 8;
@@ -90,9 +91,9 @@ struct EmitOptions {
   // These options with the per-op values for `op` (or for the ops of one profile name) applied.
   EmitOptions forOp(const plan::Op &op) const;
   EmitOptions forOp(const std::string &profileName) const;
-  // Throws h3c::Error naming `where` when the values some tuned op would get do not form a kernel (ping-pong with a
-  // cluster or the staged epilogue, more than 4 stages without ping-pong, stages and staging areas beyond the shared
-  // memory): `h3c compile` checks before it emits, since an emitter's refusal would leave the op without a kernel.
+  // Throws h3c::Error naming `where` when the values some tuned op would get do not form a kernel (more than 4 stages
+  // without ping-pong, a 192-wide ping-pong tile, stages and staging areas beyond the shared memory): `h3c compile`
+  // checks before it emits, since an emitter's refusal would leave the op without a kernel.
   void check(const std::string &where) const;
 };
 

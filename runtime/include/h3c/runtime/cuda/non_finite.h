@@ -18,7 +18,7 @@ namespace h3c::runtime::cuda {
 const h3c::plan::Kernel &nonFiniteKernel(const std::string &arch);
 
 // Two float32 tensors (contiguous, 4-byte aligned; a count of 0 skips one) scanned on `stream`: reset(), then
-// launch(), then (once the stream is synchronized past them) read() -- or readSlots() for the raw slots.
+// launch(), then readSlots() (it synchronizes the stream) and decode() per tensor.
 class NonFiniteScan {
 public:
   static constexpr int kTensors = 2;
