@@ -259,31 +259,38 @@ int main(int argc, char **argv) {
         {"fc1 + swiglu", OpKind::Linear, H, 2 * F, plan::Epilogue::Swiglu},
         {"fc2 + gate_residual", OpKind::Linear, F, H, plan::Epilogue::GateResidual},
     };
+    // A cooperative (or ping-pong) Hopper linear's tuning, for every linear kind (the per-op defaults cleared).
+    using Variants = std::vector<std::pair<std::string, h3c::kernels::EmitOptions>>;
+    auto addVariant = [](Variants &v, const std::string &label, int st, int fl, int cl, int bn, int pp, int epi,
+                         int gm = 8) {
+      h3c::kernels::EmitOptions o;
+      o.perOp.clear();
+      o.sm90Stages = st;
+      o.sm90Inflight = fl;
+      o.sm90Cluster = cl;
+      o.sm90Bn = bn;
+      o.sm90Pingpong = pp;
+      o.sm90EpiSmem = epi;
+      o.sm90GroupM = pp ? 16 : gm;
+      v.push_back({label, o});
+    };
+    // The staged epilogue's step 3 in the producer warpgroup's epilogue warps (gemm_epi_smem=2): 1-CTA, 2-CTA in
+    // flight, and the 192-wide tile at 4 stages for the epilogues it serves.
+    auto addWarps = [&](Variants &v, const Linear &l) {
+      addVariant(v, "st3 f0 epi-warps", 3, 0, 1, 256, 0, 2);
+      addVariant(v, "st3 f1 epi-warps", 3, 1, 1, 256, 0, 2);
+      addVariant(v, "st3 f1 c2 epi-warps", 3, 1, 2, 256, 0, 2);
+      if (l.epi != plan::Epilogue::Swiglu) addVariant(v, "bn192 st4 f1 c2 epi-warps", 4, 1, 2, 192, 0, 2);
+    };
     // --energy: the default, cuBLASLt and the variants that trade speed against power, twice in alternation.
     auto energyVariants = [&](const Linear &l) {
-      std::vector<std::pair<std::string, h3c::kernels::EmitOptions>> v;
-      auto add = [&](const std::string &label, int st, int fl, int cl, int bn, int pp, int epi = 0, int gm = 8) {
-        h3c::kernels::EmitOptions o;
-        o.perOp.clear();
-        o.sm90Stages = st;
-        o.sm90Inflight = fl;
-        o.sm90Cluster = cl;
-        o.sm90Bn = bn;
-        o.sm90Pingpong = pp;
-        o.sm90EpiSmem = epi;
-        o.sm90GroupM = pp ? 16 : gm;
-        v.push_back({label, o});
-      };
-      // (the 192-wide tile and st3 f1 measured no better on 2026-12-04: bench/NOTES.md)
-      add("st4 f1 c2 register", 4, 1, 2, 256, 0);
-      add("ping-pong st4 g16 f1", 4, 1, 1, 256, 1);
+      Variants v;
+      // (the register epilogue, ping-pong, g16 and the 1-CTA staged kernel in flight measured no better on
+      // 2026-12-04: bench/NOTES.md, session of 14:36)
       // The epilogue staged through shared memory (coalesced 16-byte accesses): 3 stages at most beside it.
-      add("st3 f0 epi-smem", 3, 0, 1, 256, 0, 1);
-      add("st3 f1 epi-smem", 3, 1, 1, 256, 0, 1);
-      add("st3 f0 g16 epi-smem", 3, 0, 1, 256, 0, 1, 16);
-      add("st3 f0 c2 epi-smem", 3, 0, 2, 256, 0, 1);
-      add("st3 f1 c2 epi-smem", 3, 1, 2, 256, 0, 1);
-      add("st3 f1 c2 g16 epi-smem", 3, 1, 2, 256, 0, 1, 16);
+      addVariant(v, "st3 f0 epi-smem", 3, 0, 1, 256, 0, 1);
+      addVariant(v, "st3 f1 c2 epi-smem", 3, 1, 2, 256, 0, 1);
+      addWarps(v, l);
       return v;
     };
     for (const Linear &l : linears) {
@@ -299,6 +306,11 @@ int main(int argc, char **argv) {
       }
       gemm(l.name, l.kind, l.K, l.N, l.epi);
       if (vendor) vendorGemm(std::string(l.name) + " [cuBLASLt plain]", l.K, l.kind == OpKind::QkvLinear ? 3 * l.N : l.N);
+      if (dev.arch() == "sm_90a") {
+        Variants v;
+        addWarps(v, l);
+        for (const auto &[label, o] : v) gemm(fmt::format("{} [sm90 {}]", l.name, label), l.kind, l.K, l.N, l.epi, o);
+      }
       if (!sweep || dev.arch() != "sm_90a") continue;
       h3c::kernels::EmitOptions mma;
       mma.wgmma = false;
@@ -448,16 +460,19 @@ int main(int argc, char **argv) {
         // Its outputs staged through shared memory (the default: norm and rope in registers, 16-byte stores) against
         // the register epilogue's 4-byte stores, and staged in 2-CTA clusters with a k-block in flight; with --energy
         // twice in alternation.
-        h3c::kernels::EmitOptions reg, staged, pair;
+        h3c::kernels::EmitOptions reg, staged, pair, warps;
         reg.sm90EpiSmem = 0;
         staged.sm90EpiSmem = 1;
         pair = staged;
         pair.sm90Cluster = 2;
         pair.sm90Inflight = 1;
+        warps = pair;  // the stores in the epilogue warps (gemm_epi_smem=2)
+        warps.sm90EpiSmem = 2;
         for (int rep = 0; rep < (energy ? 2 : 1); ++rep) {
           bench("qkv + qk_norm_rope epilogue [register]", qknr, o, flops, bytes, reg);
           bench("qkv + qk_norm_rope epilogue [staged]", qknr, o, flops, bytes, staged);
           bench("qkv + qk_norm_rope epilogue [staged st3 f1 c2]", qknr, o, flops, bytes, pair);
+          bench("qkv + qk_norm_rope epilogue [epi-warps st3 f1 c2]", qknr, o, flops, bytes, warps);
         }
       }
     }

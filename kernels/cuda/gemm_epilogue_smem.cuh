@@ -44,6 +44,12 @@ __device__ __forceinline__ void sts_u32(h3u32 addr, h3u32 v) {
 // The 128 threads of consumer warpgroup cw (named barriers 1 and 2; 0 is __syncthreads). The non-aligned form: the
 // walk's threads past the columns return early, so a warp need not arrive converged.
 __device__ __forceinline__ void g9_wg_sync(int cw) { asm volatile("barrier.sync %0, 128;\n" ::"r"(1 + cw) : "memory"); }
+// One 16-byte global store of four words (NVVM split `*(uint4 *)p = make_uint4(...)` of computed words into four
+// 4-byte stores in the swiglu walk: a quarter of each 32-byte sector per instruction, four times the instructions).
+// p is 16-byte aligned (the walk's chunks are).
+__device__ __forceinline__ void stg_v4(void *p, h3u32 a, h3u32 b, h3u32 c, h3u32 d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d));
+}
 // Word w (0-3) of a 16-byte chunk (w is a constant after unrolling).
 __device__ __forceinline__ h3u32 g9_word(const uint4 &v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
@@ -136,25 +142,27 @@ __device__ __forceinline__ uint4 g9_staged_chunk(const unsigned char *stage, int
   return *(const uint4 *)(stage + g9_chunk_at(row, k));
 }
 
-// Step 3. Each thread keeps one 16-byte column chunk (its lane) and walks rows: a warp stores one row's 512 bytes
-// (swiglu: two rows' 256 bytes) per instruction, and the addresses of a thread's rows differ by a multiple of the row
-// pitch only. Rows past M are skipped.
+// Step 3, by NW warps (the consumer warpgroup's 4, or the producer warpgroup's 3 epilogue warps with G9_EPI_WARPS),
+// warp wi of them. Each thread keeps one 16-byte column chunk (its lane) and walks rows: a warp stores one row's 512
+// bytes (swiglu: two rows' 256 bytes) per instruction, and the addresses of a thread's rows differ by a multiple of
+// the row pitch only. Rows past M are skipped.
+#define G9_WALK_BATCH 8  // the consumers' rows per batch (the epilogue warps: 4)
 #if GM_EPI == GM_EPI_SWIGLU
-// swiglu: 64 rows x 128 output columns from c0 (16 chunks a row); lanes 0-15 take row 2 warp + 8 i, lanes 16-31 the
+// swiglu: 64 rows x 128 output columns from c0 (16 chunks a row); lanes 0-15 take row 2 wi + 2 NW i, lanes 16-31 the
 // next one; chunk k's values are staged chunk k, its gates chunk 16 + k. Per element gm_swiglu_f's
 // bf(value * bf(silu(gate))).
-template <int NF>
-__device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage, const long long *,
-                                              long long r0, long long c0, long long M, int tid) {
-  const int warp = tid / 32, lane = tid % 32, k = lane & 15;
+template <int NF, int NW, int BATCH>
+__device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage, long long *,
+                                              long long r0, long long c0, long long M, int wi, int lane) {
+  const int k = lane & 15;
   const long long c = c0 + 8 * k;
   if (c >= GM_OUTN) return;
   h3bf *y = (h3bf *)ep.y[0] + c;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int row = 8 * i + 2 * warp + (lane >> 4);
+  for (int i = 0; i < (64 + 2 * NW - 1) / (2 * NW); ++i) {
+    const int row = 2 * NW * i + 2 * wi + (lane >> 4);
     const long long r = r0 + row;
-    if (r >= M) break;  // rows grow with i
+    if (row >= 64 || r >= M) break;  // rows grow with i
     const uint4 vs = g9_staged_chunk(stage, row, k), gs = g9_staged_chunk(stage, row, 16 + k);
     h3u32 out[4];
 #pragma unroll
@@ -162,58 +170,68 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
       const h3u32 v = g9_word(vs, w), g = g9_word(gs, w);
       out[w] = pack_bf2(gm_swiglu_mix(bf2_lo(v), bf2_lo(g)), gm_swiglu_mix(bf2_hi(v), bf2_hi(g)));
     }
-    *(uint4 *)(y + r * GM_OUTN) = make_uint4(out[0], out[1], out[2], out[3]);
+    stg_v4(y + r * GM_OUTN, out[0], out[1], out[2], out[3]);
   }
 }
 #else
 // none, residual, gate_residual and qk_norm_rope: 64 rows x NF chunks from column c0 (NF = 32, or 24 for the
-// 192-wide tile: lanes 24-31 idle); warp w takes rows w + 4 i, i = 0..15, in batches of G9_WALK_BATCH rows whose
-// global loads (residual, gate) all issue before the batch's first store (the compiler cannot see that the stores
-// alias neither, so it would not hoist the next row's loads above them). 8, not 16: ptxas keeps the 128 accumulator
-// registers allocated through the epilogue (wgmma operands), and 16 rows of residual and gate (128 registers)
-// spilled at the consumers' 232; 8 spill nothing at the full and small shapes (NVRTC, ptxas -v). Per element
-// gm_final's operations: y = the staged bf(v); residual bf(x + y); gate_residual bf(fma(gate, y, x)); none and
-// qk_norm_rope store the staged word. qkv's chunks pick their output each (gm_at): a 256-wide tile straddles q and k,
-// or k and v, where GM_OUTN % 256 == 128.
-#define G9_WALK_BATCH 8
-template <int NF>
-__device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage,
-                                              const long long *trows, long long r0, long long c0, long long M,
-                                              int tid) {
-  const int warp = tid / 32, lane = tid % 32;
+// 192-wide tile: lanes 24-31 idle); warp wi takes rows wi + NW i, in batches of BATCH rows whose global loads
+// (residual, gate) all issue before the batch's first store (the compiler cannot see that the stores alias neither,
+// so it would not hoist the next row's loads above them). The consumers walk with 8 rows a batch: ptxas keeps the 128
+// accumulator registers allocated through the epilogue (wgmma operands), and 16 rows of residual and gate (128
+// registers) spilled at the consumers' 232; 8 spill nothing at the full and small shapes (NVRTC, ptxas -v); the
+// epilogue warps, with 88 registers, walk 4 rows at a time (gate_residual: 2, 4 spilled 16 bytes). gate_residual's table rows: lane l of the warp computes its
+// row l's (a 64-bit division each) into `trows` (this warp's 32 slots), once per row instead of once per chunk. Per
+// element gm_final's operations: y = the staged bf(v); residual bf(x + y); gate_residual bf(fma(gate, y, x)); none
+// and qk_norm_rope store the staged word. qkv's chunks pick their output each (gm_at): a 256-wide tile straddles q
+// and k, or k and v, where GM_OUTN % 256 == 128.
+template <int NF, int NW, int BATCH>
+__device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage, long long *trows,
+                                              long long r0, long long c0, long long M, int wi, int lane) {
+  constexpr int kRows = (64 + NW - 1) / NW;  // the most rows of one warp (warp 0's)
+  // This warp's rows wi + NW i that exist: i < n.
+  const long long left = M - r0 - wi;
+  const int mine = (64 - wi + NW - 1) / NW;
+  const int n = left <= 0 ? 0 : left >= (long long)NW * mine ? mine : (int)((left + NW - 1) / NW);
+#if GM_EPI == GM_EPI_GATE_RESIDUAL
+  if (lane < n) trows[lane] = gm_trow(ep, r0 + wi + NW * lane);
+  __syncwarp();
+#else
+  (void)trows;
+#endif
   const long long c = c0 + 8 * lane;
   if (lane >= NF || c >= GM_N) return;
   int o;
   const long long cc = gm_at(ep, 0, c, o);  // the column in output o (qkv: one of three)
   h3bf *y = (h3bf *)gm_out(ep, o) + cc;
-  // This warp's rows w + 4 i that exist: i < n.
-  const long long left = M - r0 - warp;
-  const int n = left <= 0 ? 0 : left >= 61 ? 16 : (int)((left + 3) / 4);
-#pragma unroll
-  for (int i0 = 0; i0 < 16; i0 += G9_WALK_BATCH) {
+  // The consumers unroll their two batches; the epilogue warps keep one batch's loads in registers (unrolled, ptxas
+  // hoists the next batches' loads and spills at 88 registers).
+  constexpr int kUnroll = NW == 4 ? 2 : 1;
+#pragma unroll kUnroll
+  for (int i0 = 0; i0 < kRows; i0 += BATCH) {
 #if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
-    uint4 xs[G9_WALK_BATCH];
+    uint4 xs[BATCH];
 #endif
 #if GM_EPI == GM_EPI_GATE_RESIDUAL
-    uint4 gs[G9_WALK_BATCH];
+    uint4 gs[BATCH];
 #endif
 #if GM_EPI == GM_EPI_RESIDUAL || GM_EPI == GM_EPI_GATE_RESIDUAL
 #pragma unroll
-    for (int i = 0; i < G9_WALK_BATCH && i0 + i < n; ++i) {
-      const int row = warp + 4 * (i0 + i);
+    for (int i = 0; i < BATCH && i0 + i < n; ++i) {
+      const int row = wi + NW * (i0 + i);
       xs[i] = *(const uint4 *)gm_residual_at(ep, r0 + row, cc);
 #if GM_EPI == GM_EPI_GATE_RESIDUAL
-      gs[i] = *(const uint4 *)gm_gate_at(ep, trows[row], cc);
+      gs[i] = *(const uint4 *)gm_gate_at(ep, trows[i0 + i], cc);
 #endif
     }
 #endif
 #pragma unroll
-    for (int i = 0; i < G9_WALK_BATCH && i0 + i < n; ++i) {
-      const int row = warp + 4 * (i0 + i);
+    for (int i = 0; i < BATCH && i0 + i < n; ++i) {
+      const int row = wi + NW * (i0 + i);
       const uint4 s = g9_staged_chunk(stage, row, lane);
       h3bf *yr = y + (r0 + row) * GM_OUTN;
 #if GM_EPI == GM_EPI_NONE || GM_EPI == GM_EPI_QK_NORM_ROPE
-      *(uint4 *)yr = s;
+      stg_v4(yr, s.x, s.y, s.z, s.w);
 #else
       h3u32 out[4];
 #pragma unroll
@@ -226,32 +244,37 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
 #endif
         out[w] = pack_bf2(gm_mix(bf2_lo(v), bf2_lo(xr), bf2_lo(g)), gm_mix(bf2_hi(v), bf2_hi(xr), bf2_hi(g)));
       }
-      *(uint4 *)yr = make_uint4(out[0], out[1], out[2], out[3]);
+      stg_v4(yr, out[0], out[1], out[2], out[3]);
 #endif
     }
   }
 }
 #endif
 
-// The staged epilogue of consumer warpgroup cw's 64-row block (rows from r0, rows >= M skipped; columns from c0 as
-// gm_store_block takes them). `stage` is its staging area (shared address and generic pointer), `trows` its
-// gate_residual table rows.
+// Steps 1 and 2 of consumer warpgroup cw's 64-row block (rows from r0, rows >= M skipped; columns from c0 as
+// gm_store_block takes them) into its staging area at shared address `stage`.
+template <int NF>
+__device__ __forceinline__ void g9_stage_any_block(const GmEpilogue &ep, const void *bias, const float *acc,
+                                                   h3u32 stage, long long r0, long long c0, long long M, int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+#if GM_EPI == GM_EPI_QK_NORM_ROPE
+  (void)bias;
+  g9_stage_qk_block<NF>(ep, stage, acc, r0, c0, M, warp, lane);
+#else
+  (void)ep, (void)r0, (void)M;
+  g9_stage_block<NF>(stage, bias, acc, c0, warp, lane);
+#endif
+}
+
+// The whole staged epilogue in consumer warpgroup cw (without G9_EPI_WARPS): `stage` is its staging area (shared
+// address and generic pointer), `trows` its gate_residual table rows (4 warps x 32).
 template <int NF>
 __device__ __forceinline__ void g9_store_block_staged(const GmEpilogue &ep, const void *bias, const float *acc,
                                                       h3u32 stage, unsigned char *stagePtr, long long *trows,
                                                       long long r0, long long c0, long long M, int cw, int tid) {
   const int warp = tid / 32, lane = tid % 32;
   g9_wg_sync(cw);  // every thread of the warpgroup has read the previous tile's stage
-#if GM_EPI == GM_EPI_GATE_RESIDUAL
-  // The table row of each of the block's rows (a 64-bit division each), once per row instead of once per chunk.
-  if (tid < 64 && r0 + tid < M) trows[tid] = gm_trow(ep, r0 + tid);
-#endif
-#if GM_EPI == GM_EPI_QK_NORM_ROPE
-  (void)bias;
-  g9_stage_qk_block<NF>(ep, stage, acc, r0, c0, M, warp, lane);
-#else
-  g9_stage_block<NF>(stage, bias, acc, c0, warp, lane);
-#endif
+  g9_stage_any_block<NF>(ep, bias, acc, stage, r0, c0, M, tid);
   g9_wg_sync(cw);
-  g9_walk_block<NF>(ep, stagePtr, trows, r0, c0, M, tid);
+  g9_walk_block<NF, 4, G9_WALK_BATCH>(ep, stagePtr, trows + 32 * warp, r0, c0, M, warp, lane);
 }

@@ -30,6 +30,19 @@
 #define G9_A_BYTES (G9_BM * G9_BK * 2)
 #define G9_B_BYTES (G9_BN * G9_BK * 2)
 #define G9_KT ((GM_K + G9_BK - 1) / G9_BK)
+// setmaxnreg's split of the 168 x 384 registers of the launch: the producer warpgroup (one TMA thread; with
+// G9_EPI_WARPS also the three epilogue warps, whose walk needs more than 40) and the two consumer warpgroups
+// (128 accumulators each). 88 x 128 + 208 x 256 = 40 x 128 + 232 x 256 = 168 x 384.
+#ifdef G9_EPI_WARPS
+#ifndef G9_EPI_SMEM
+#error "G9_EPI_WARPS walks the staged epilogue (G9_EPI_SMEM)"
+#endif
+#define G9_REGS_PRODUCER 88
+#define G9_REGS_CONSUMER 208
+#else
+#define G9_REGS_PRODUCER 40
+#define G9_REGS_CONSUMER 232
+#endif
 #if G9_BN != 256 && (GM_EPI == GM_EPI_SWIGLU || GM_EPI == GM_EPI_QK_NORM_ROPE)
 #error "swiglu and qk_norm_rope tiles are 256 wide"
 #endif
@@ -71,11 +84,17 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
   const h3u32 base = (smem_u32(g9_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
   const h3u32 sA = base, sB = base + G9_STAGES * G9_A_BYTES;
 #ifdef G9_EPI_SMEM
-  // The consumers' staging areas (gemm_epilogue_smem.cuh) after the ring, 1,024-byte aligned like it; gate_residual's
-  // table rows after the barriers.
+  // The consumers' staging areas (gemm_epilogue_smem.cuh) after the ring, 1,024-byte aligned like it; with
+  // G9_EPI_WARPS each area's full / empty barriers after the ring's; gate_residual's table rows after the barriers.
   const h3u32 sOut = sB + G9_STAGES * G9_B_BYTES;
   const h3u32 full = sOut + 2 * G9_OUT_BYTES, empty = full + 8 * G9_STAGES;
+#ifdef G9_EPI_WARPS
+  const h3u32 stFull = empty + 8 * G9_STAGES, stEmpty = stFull + 16;
+  const h3u32 sTrows = stEmpty + 16;
+#else
   const h3u32 sTrows = empty + 8 * G9_STAGES;
+#endif
+  long long *const trows = (long long *)(g9_raw + (sTrows - smem_u32(g9_raw)));  // 8 warps x 32 rows
 #else
   const h3u32 full = sB + G9_STAGES * G9_B_BYTES, empty = full + 8 * G9_STAGES;
 #endif
@@ -97,6 +116,12 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       mbar_init(full + 8 * s, 1);                // the producer's expect_tx; the TMA bytes complete the phase
       mbar_init(empty + 8 * s, 8 * G9_CLUSTER);  // one arrival per consumer warp of each CTA writing the stage
     }
+#ifdef G9_EPI_WARPS
+    for (int cw = 0; cw < 2; ++cw) {
+      mbar_init(stFull + 8 * cw, 128);  // every consumer thread, after its writes into the staging area
+      mbar_init(stEmpty + 8 * cw, 96);  // every epilogue thread, after its reads of it
+    }
+#endif
     mbar_init_fence();
   }
 #if G9_CLUSTER == 2
@@ -106,10 +131,30 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
 #endif
 
   if (wg == 0) {
-    regs_dealloc<40>();
+    regs_dealloc<G9_REGS_PRODUCER>();
+#ifdef G9_EPI_WARPS
+    if (tid >= 32) {
+      // The epilogue warps (1-3): walk each consumer's staged block of every tile this CTA owns, in the consumers'
+      // order, while the consumers run the next tile's main loop.
+      const int wi = tid / 32 - 1, lane = tid % 32;
+      const GmEpilogue ep = GM_EPILOGUE_PARAMS;
+      h3u32 eph = 0;
+      for (int t = first; t < tiles; t += stride) {
+        int tm, tn;
+        g9_tile(t, walkM, tm, tn);
+        tm = tm * G9_CLUSTER + (int)rank;
+        for (int cw = 0; cw < 2; ++cw) {
+          mbar_wait(stFull + 8 * cw, eph);
+          g9_walk_block<G9_BN / 8, 3, GM_EPI == GM_EPI_GATE_RESIDUAL ? 2 : 4>(ep, g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES,
+                                         trows + 32 * wi, (long long)tm * G9_BM + cw * 64,
+                                         (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN), M, wi, lane);
+          mbar_arrive(stEmpty + 8 * cw);
+        }
+        eph ^= 1;
+      }
+    }
+#endif
     if (tid == 0) {
-      tma_prefetch_map(&x_map);
-      tma_prefetch_map(&w_map);
       int s = 0;
       h3u32 ph = 0;
       for (int t = first; t < tiles; t += stride) {
@@ -135,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     }
   } else {
     // Consumers (the roles are the two branches of one if/else, so ptxas applies setmaxnreg).
-    regs_alloc<232>();
+    regs_alloc<G9_REGS_CONSUMER>();
     const int cw = wg - 1;  // this consumer's 64 rows of the tile
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const void *B = GM_BIAS_PARAM;
@@ -143,6 +188,9 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     float acc[G9_BN / 2];
     int s = 0;
     h3u32 ph = 0;
+#ifdef G9_EPI_WARPS
+    h3u32 eph = 0;  // the staging area's phase
+#endif
     for (int t = first; t < tiles; t += stride) {
       int tm, tn;
       g9_tile(t, walkM, tm, tn);
@@ -176,12 +224,20 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       wgmma_wait<0>();
       if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
 #endif
-#ifdef G9_EPI_SMEM
+#if defined(G9_EPI_WARPS)
+      // Round into the staging area once the epilogue warps have walked the previous tile's block, hand it to them
+      // and go on to the next tile.
+      (void)warp, (void)g, (void)t4;
+      mbar_wait(stEmpty + 8 * cw, eph ^ 1);  // a fresh barrier counts as released (parity 1 done)
+      g9_stage_any_block<G9_BN / 8>(ep, B, acc, sOut + cw * G9_OUT_BYTES, (long long)tm * G9_BM + cw * 64,
+                                    (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN), M, tid);
+      mbar_arrive(stFull + 8 * cw);
+      eph ^= 1;
+#elif defined(G9_EPI_SMEM)
       // Epilogue staged through shared memory (gemm_epilogue_smem.cuh): the same bits, 16-byte global accesses.
       (void)warp, (void)g, (void)t4;
       g9_store_block_staged<G9_BN / 8>(ep, B, acc, sOut + cw * G9_OUT_BYTES,
-                                       g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES,
-                                       (long long *)(g9_raw + (sTrows - smem_u32(g9_raw))) + cw * 64,
+                                       g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES, trows + 128 * cw,
                                        (long long)tm * G9_BM + cw * 64,
                                        (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN), M, cw, tid);
 #else

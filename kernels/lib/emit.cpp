@@ -309,9 +309,9 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   const int bn = o.sm90Bn;
   if ((bn != 256 && bn != 192) || stages < 2 || stages > (bn == 192 ? 5 : 4) || groupM < 1 || groupM > 64 ||
       (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
-      (o.sm90EpiSmem != 0 && o.sm90EpiSmem != 1))
+      o.sm90EpiSmem < 0 || o.sm90EpiSmem > 2)
     fail(v.where, "Hopper linear tuning out of range (tile width 192/256, stages 2-4 (2-5 at width 192), group "
-                  "1-64, in flight 0/1, cluster 1/2, staged epilogue 0/1)");
+                  "1-64, in flight 0/1, cluster 1/2, staged epilogue 0-2)");
   if (bn != 256 && (d.epi == Epilogue::Swiglu || d.epi == Epilogue::QkNormRope))
     fail(v.where, "the {} epilogue needs the 256-wide Hopper tile (gemm_bn=256), got {}",
          plan::epilogueName(d.epi), bn);
@@ -320,11 +320,12 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   // epilogue (qk_norm_rope included: its heads of 128 always do); the others keep the register epilogue under the same
   // option.
   const int64_t outN = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N / d.nout;
-  const bool staged = o.sm90EpiSmem == 1 && !d.outF32 && outN % 8 == 0;
-  const int64_t smem = sm90LinearSharedBytes(stages, bn, staged, d.epi == Epilogue::GateResidual);
+  const bool staged = o.sm90EpiSmem >= 1 && !d.outF32 && outN % 8 == 0;
+  const bool epiWarps = staged && o.sm90EpiSmem == 2;
+  const int64_t smem = sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, d.epi == Epilogue::GateResidual);
   if (smem > kMaxCtaSharedBytes)
-    fail(v.where, "the staged epilogue (gemm_epi_smem=1) with {} stages of the {}-wide Hopper tile needs {} bytes of "
-                  "shared memory (at most {}): use gemm_stages={} or fewer, or gemm_epi_smem=0", stages, bn, smem,
+    fail(v.where, "the staged epilogue (gemm_epi_smem={}) with {} stages of the {}-wide Hopper tile needs {} bytes of "
+                  "shared memory (at most {}): use gemm_stages={} or fewer, or gemm_epi_smem=0", o.sm90EpiSmem, stages, bn, smem,
          kMaxCtaSharedBytes, bn == 192 ? 4 : 3);
   Builder b;
   defineEpilogue(b, d);
@@ -334,6 +335,7 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   b.def("G9_INFLIGHT", o.sm90Inflight);
   b.def("G9_CLUSTER", cluster);
   if (staged) b.def("G9_EPI_SMEM", 1);
+  if (epiWarps) b.def("G9_EPI_WARPS", 1);
   Params p = gemmParams(v, d, /*maps=*/true, bn / 2);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
   const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + bn - 1) / bn;
@@ -776,9 +778,10 @@ std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, co
 
 } // namespace
 
-int64_t sm90LinearSharedBytes(int stages, int bn, bool stagedEpilogue, bool gateResidual) {
+int64_t sm90LinearSharedBytes(int stages, int bn, int epiSmem, bool gateResidual) {
   int64_t bytes = int64_t(stages) * (128 + bn) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
-  if (stagedEpilogue) bytes += 2 * 64 * int64_t(bn) * 2 + (gateResidual ? 2 * 64 * 8 : 0);
+  // the two staging areas, their full / empty barriers (epilogue warps), gate_residual's table rows (8 warps x 32)
+  if (epiSmem >= 1) bytes += 2 * 64 * int64_t(bn) * 2 + (epiSmem == 2 ? 32 : 0) + (gateResidual ? 8 * 32 * 8 : 0);
   return bytes;
 }
 

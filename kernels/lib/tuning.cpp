@@ -23,7 +23,7 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
                           {"gemm_bn", &EmitOptions::sm90Bn, 192, 256},  // 192 or 256
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
-                          {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 1},
+                          {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 2},
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
@@ -86,7 +86,10 @@ void EmitOptions::set(const std::string &name, int value, const std::string &whe
 
 EmitOptions EmitOptions::planDefaults() {
   EmitOptions o;
-  o.perOp = {{"linear+gate_residual", "gemm_cluster", 2},
+  o.perOp = {{"linear+swiglu", "gemm_epi_smem", 2},
+             {"linear+swiglu", "gemm_cluster", 2},
+             {"linear+swiglu", "gemm_inflight", 1},
+             {"linear+gate_residual", "gemm_cluster", 2},
              {"linear+gate_residual", "gemm_inflight", 1},
              {"qkv_linear+qk_norm_rope", "gemm_cluster", 2},
              {"qkv_linear+qk_norm_rope", "gemm_inflight", 1},
@@ -116,11 +119,12 @@ void EmitOptions::check(const std::string &where) const {
   }
   for (const char *k : kStagedOps) {
     const EmitOptions o = forOp(std::string(k));
-    if (o.sm90EpiSmem != 1 || o.sm90Pingpong == 1) continue;  // the ping-pong kernel has no staged epilogue
-    const int64_t bytes = sm90LinearSharedBytes(o.sm90Stages, o.sm90Bn, true, std::string(k) == "linear+gate_residual");
+    if (o.sm90EpiSmem == 0 || o.sm90Pingpong == 1) continue;  // the ping-pong kernel has no staged epilogue
+    const int64_t bytes =
+        sm90LinearSharedBytes(o.sm90Stages, o.sm90Bn, o.sm90EpiSmem, std::string(k) == "linear+gate_residual");
     if (bytes > kMaxCtaSharedBytes)
-      fail(where, "{}: gemm_epi_smem=1 with gemm_stages={} and gemm_bn={} needs {} bytes of shared memory (at most "
-                  "{}): use gemm_stages={} or fewer, or {}:gemm_epi_smem=0", k, o.sm90Stages, o.sm90Bn, bytes,
+      fail(where, "{}: gemm_epi_smem={} with gemm_stages={} and gemm_bn={} needs {} bytes of shared memory (at most "
+                  "{}): use gemm_stages={} or fewer, or {}:gemm_epi_smem=0", k, o.sm90EpiSmem, o.sm90Stages, o.sm90Bn, bytes,
            kMaxCtaSharedBytes, o.sm90Bn == 192 ? 4 : 3, k);
   }
   const EmitOptions a = forOp(std::string("adaln_table"));

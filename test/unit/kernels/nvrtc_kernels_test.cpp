@@ -378,8 +378,15 @@ TEST(KernelEmit, StagedEpilogueOption) {
     EXPECT_NE(st.source.find(qknr ? "st.shared.b32" : "stmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos)
         << what;
     const bool gres = o.op.attrs.epilogue == plan::Epilogue::GateResidual;
-    EXPECT_EQ(st.launch.smemBytes, ring3 + 2 * 32768 + (gres ? 1024 : 0)) << what;
+    EXPECT_EQ(st.launch.smemBytes, ring3 + 2 * 32768 + (gres ? 2048 : 0)) << what;  // table rows: 8 warps x 32
     EXPECT_NE(st.id, def.id) << what;
+    // gemm_epi_smem=2: the same staging, its two full / empty mbarrier pairs, the walk in the epilogue warps.
+    hk::EmitOptions warps = staged;
+    warps.sm90EpiSmem = 2;
+    const plan::Kernel ew = *emit(o, "sm_90a", warps);
+    EXPECT_NE(ew.source.find("#define G9_EPI_WARPS 1\n"), std::string::npos) << what;
+    EXPECT_EQ(st.source.find("#define G9_EPI_WARPS 1\n"), std::string::npos) << what;
+    EXPECT_EQ(ew.launch.smemBytes, st.launch.smemBytes + 32) << what;
     ++stagedKernels;
     stagedQknr += qknr;
   }
@@ -398,7 +405,7 @@ TEST(KernelEmit, StagedEpilogueOption) {
   } catch (const h3c::Error &e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("op 'linear' (node " + toOut.op.nodes.front() + ")"), std::string::npos) << m;
-    EXPECT_NE(m.find("264256 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("265280 bytes"), std::string::npos) << m;
     EXPECT_NE(m.find("gemm_stages=3 or fewer"), std::string::npos) << m;
   }
   EXPECT_NO_THROW(emit(toOut, "sm_90a", [] {
@@ -409,7 +416,7 @@ TEST(KernelEmit, StagedEpilogueOption) {
   }()));
   hk::EmitOptions w4 = four;
   w4.sm90Bn = 192;
-  EXPECT_EQ(emit(toOut, "sm_90a", w4)->launch.smemBytes, 4 * (128 + 192) * 64 * 2 + 1024 + 16 * 4 + 2 * 24576 + 1024);
+  EXPECT_EQ(emit(toOut, "sm_90a", w4)->launch.smemBytes, 4 * (128 + 192) * 64 * 2 + 1024 + 16 * 4 + 2 * 24576 + 2048);
   hk::EmitOptions pp = staged, ppUnstaged = unstaged;
   pp.sm90Pingpong = ppUnstaged.sm90Pingpong = 1;
   EXPECT_EQ(emit(toOut, "sm_90a", pp)->id, emit(toOut, "sm_90a", ppUnstaged)->id);  // ignored by ping-pong
@@ -437,17 +444,21 @@ TEST(KernelEmit, StagedEpilogueOption) {
   t.set("linear+swiglu:gemm_pingpong", 1, "test");  // ping-pong ignores the staged epilogue and the cluster
   t.set("linear+swiglu:gemm_cluster", 2, "test");
   EXPECT_NO_THROW(t.check("test"));
-  // The plan defaults: the gate_residual linears in 2-CTA clusters with one k-block in flight, nothing else per op.
+  // The plan defaults: the gate_residual and swiglu linears in 2-CTA clusters with one k-block in flight, swiglu's
+  // staged epilogue walked in the epilogue warps.
   const hk::EmitOptions d = hk::EmitOptions::planDefaults();
   EXPECT_EQ(d.forOp(std::string("linear+gate_residual")).sm90Cluster, 2);
   EXPECT_EQ(d.forOp(std::string("linear+gate_residual")).sm90Inflight, 1);
-  EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Cluster, 1);
-  EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Inflight, 0);
+  EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Cluster, 2);
+  EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Inflight, 1);
+  EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90EpiSmem, 2);
+  EXPECT_EQ(d.forOp(std::string("linear+gate_residual")).sm90EpiSmem, 1);
   EXPECT_EQ(d.forOp(std::string("qkv_linear+qk_norm_rope")).sm90Cluster, 2);
   EXPECT_EQ(d.forOp(std::string("attention")).sm90AttnPersistent, 1);
   EXPECT_EQ(d.forOp(std::string("linear")).sm90AttnPersistent, 0);  // per op: only attention reads it
   EXPECT_NO_THROW(d.check("test"));
-  EXPECT_THROW(t.set("gemm_epi_smem", 2, "test"), h3c::Error);
+  EXPECT_NO_THROW(t.set("gemm_epi_smem", 2, "test"));
+  EXPECT_THROW(t.set("gemm_epi_smem", 3, "test"), h3c::Error);
 }
 
 // Programmatic dependent launch: every kernel of the full config (both archs) waits for its producers first thing
@@ -886,17 +897,20 @@ TEST(NvrtcCompile, FullConfigSm90aTuningVariants) {
 TEST(NvrtcCompile, QkvNormRopeEpilogueNeitherSerializesNorSpills) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   hc::NvrtcJit jit;
-  hk::EmitOptions staged, pair, reg, pp;
+  hk::EmitOptions staged, pair, reg, pp, warps;
   pair.sm90Cluster = 2;
   pair.sm90Inflight = 1;
   reg.sm90EpiSmem = 0;
   pp.sm90Pingpong = 1;
+  warps = pair;  // the norm and rope in the consumers at 208 registers, the copy in the epilogue warps
+  warps.sm90EpiSmem = 2;
   for (const char *cfg : {"full", "small"})
     for (const auto &o : hopperOnlyOps(h3c::h3::namedConfig(cfg)))
-      for (const hk::EmitOptions *opt : {&staged, &pair, &reg, &pp}) {
+      for (const hk::EmitOptions *opt : {&staged, &pair, &reg, &pp, &warps}) {
         if (std::string(cfg) == "small" && opt != &pair) continue;  // small: the plan's default form only (CI time)
         const plan::Kernel k = *emit(o, "sm_90a", *opt);
-        EXPECT_EQ(k.source.find("#define G9_EPI_SMEM 1\n") != std::string::npos, opt == &staged || opt == &pair)
+        EXPECT_EQ(k.source.find("#define G9_EPI_SMEM 1\n") != std::string::npos,
+                  opt == &staged || opt == &pair || opt == &warps)
             << k.id;
         expectCompilesWithoutSpills(jit, k, cfg);
       }
@@ -943,7 +957,7 @@ TEST(NvrtcCompile, Sm90Gemm192WideNeitherSerializesNorSpills) {
 TEST(NvrtcCompile, Sm90StagedEpilogueNeitherSerializesNorSpills) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   hc::NvrtcJit jit;
-  hk::EmitOptions st, pair, w192;
+  hk::EmitOptions st, pair, w192, warps;
   st.perOp.clear();
   st.sm90EpiSmem = 1;
   pair = st;
@@ -952,17 +966,20 @@ TEST(NvrtcCompile, Sm90StagedEpilogueNeitherSerializesNorSpills) {
   w192 = st;
   w192.sm90Bn = 192;
   w192.sm90Stages = 4;
+  warps = pair;  // the walk in the epilogue warps (gemm_epi_smem=2), consumers at 216 registers
+  warps.sm90EpiSmem = 2;
   std::set<std::string> seen;
   for (const char *cfg : {"full", "small"})
     for (const EmitOp &o : h3Ops(h3c::h3::namedConfig(cfg))) {
       if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
       if (o.op.attrs.wDtype != DType::BF16 || o.op.attrs.xDtype != DType::BF16) continue;
       const bool swiglu = o.op.attrs.epilogue == plan::Epilogue::Swiglu;
-      for (const hk::EmitOptions *opt : {&st, &pair, &w192}) {
+      for (const hk::EmitOptions *opt : {&st, &pair, &w192, &warps}) {
         if (swiglu && opt == &w192) continue;  // swiglu's tiles are 256 wide
         if (std::string(cfg) == "small" && opt != &st) continue;
         const plan::Kernel k = *emit(o, "sm_90a", *opt);
         ASSERT_NE(k.source.find("#define G9_EPI_SMEM 1\n"), std::string::npos) << k.id;
+        EXPECT_EQ(k.source.find("#define G9_EPI_WARPS 1\n") != std::string::npos, opt == &warps) << k.id;
         if (!seen.insert(k.source).second) continue;
         expectCompilesWithoutSpills(jit, k, std::string(cfg) + " " + o.op.nodes.front());
       }

@@ -42,7 +42,9 @@ struct EmitOptions {
   // qk_norm_rope too: its norm and rope stay in registers, only the stores are staged; F32 outputs keep the register
   // epilogue); the staging areas take 48 KiB (gemm_bn=192) or 64 KiB, so 3 stages at most (4 at gemm_bn=192). The
   // ping-pong kernel has no staged form and ignores it. Default since 2026-12-04: the full forward 699-701 ms against
-  // 713.5 (bench/NOTES.md, session of 14:36).
+  // 713.5 (bench/NOTES.md, session of 14:36). 2: staged, and step 3 (residual / gate loads, swiglu, the coalesced
+  // stores) runs in the producer warpgroup's three other warps (gemm_sm90.cuh, G9_EPI_WARPS) while the consumers go on
+  // to the next tile's main loop: the tensor cores idle only for the rounding into the staging area.
   int sm90EpiSmem = 1;
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
@@ -70,7 +72,9 @@ struct EmitOptions {
   // forOp. In planDefaults() the gate_residual linears (to_out, fc2) and qkv with its qk_norm_rope epilogue run 2-CTA
   // clusters with one k-block in flight (with the staged epilogue the fastest of the variants measured; gate_residual
   // also the least energy per launch), and attention runs persistent (the full forward 5 ms faster; bench/NOTES.md,
-  // 2026-12-04, session of 14:36). On the H200 the full forward is power-capped: ping-pong for the swiglu / gate_residual linears
+  // 2026-12-04, session of 14:36); the swiglu linears (fc1) walk their staged epilogue in the epilogue warps
+  // (gemm_epi_smem=2) in 2-CTA clusters with a k-block in flight (the full forward 688.7-691.4 ms against 701-706,
+  // session of 17:42). On the H200 the full forward is power-capped: ping-pong for the swiglu / gate_residual linears
   // saved 8-13 ms per kind but lowered the SM clock so every other op slowed by as much. E.g.
   // `--tune linear+swiglu:gemm_pingpong=1 --tune linear+swiglu:gemm_stages=4`.
   struct PerOp {
@@ -100,9 +104,10 @@ struct EmitOptions {
 // The most dynamic shared memory one CTA may use on sm_90a (227 KiB).
 constexpr int64_t kMaxCtaSharedBytes = 232448;
 // Dynamic shared memory of the cooperative Hopper linear (gemm_sm90.cuh): `stages` ring stages of (128 + bn) x 64
-// bf16, the alignment slack and the ring's mbarriers; with the staged epilogue (gemm_epi_smem=1) the two consumers'
-// staging areas (64 x bn bf16 each) and, for gate_residual, their lists of 64 table rows.
-int64_t sm90LinearSharedBytes(int stages, int bn, bool stagedEpilogue, bool gateResidual);
+// bf16, the alignment slack and the ring's mbarriers; with the staged epilogue (gemm_epi_smem=1 or 2) the two
+// consumers' staging areas (64 x bn bf16 each), with 2 their full / empty mbarriers, and for gate_residual the walking
+// warps' table rows (8 warps x 32).
+int64_t sm90LinearSharedBytes(int stages, int bn, int epiSmem, bool gateResidual);
 
 // The name an op is tuned and profiled under: its kind, and "+epilogue" for a linear with a fused epilogue.
 std::string opProfileName(const plan::Op &op);
