@@ -18,9 +18,15 @@
 // once (a third less L2 traffic per tile). A stage is refilled only when the consumers of both CTAs released it. The
 // second tile of a pair past the last row tile reads zeros and stores nothing. Timing only: the chains are the same.
 //
+// G9_EPI_SMEM stages each consumer's rounded 64-row block in shared memory (gemm_epilogue_smem.cuh). With G9_EPI_WARPS
+// too, the consumers only write that stage and go on to their next tile's main loop; warps 1-3 of the producer
+// warpgroup (idle otherwise: one thread issues the TMA loads) wait for it on a full barrier, walk it (residual and
+// gate loads, swiglu, qkv's qk_norm_rope, the 16-byte stores) and free it on an empty barrier, so the tensor cores
+// idle only while the stage is written (measured on fc1 + swiglu: tensor pipe 80.8 -> 93.8 %, bench/NOTES.md).
+//
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_BN G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
-// wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), and the epilogue's defines
-// (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order): x_map (tensor map of x [rows, K]); residual
+// wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM and G9_EPI_WARPS
+// (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order): x_map (tensor map of x [rows, K]); residual
 // (residual, gate_residual); table, ts_index, tags (gate_residual); y0 (y1, y2 for qkv); w_map (tensor map of W
 // [GM_N, K], boxes of G9_BN / 2 rows); bias (when GM_HAS_BIAS); qk_w0, qk_w1, rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables
 // with rope only); rows; meta_rows (gate_residual; qk_norm_rope with rope).
@@ -144,10 +150,15 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
         g9_tile(t, walkM, tm, tn);
         tm = tm * G9_CLUSTER + (int)rank;
         for (int cw = 0; cw < 2; ++cw) {
+          const unsigned char *stage = g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES;
+          const long long r0 = (long long)tm * G9_BM + cw * 64, c0 = (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN);
           mbar_wait(stFull + 8 * cw, eph);
-          g9_walk_block<G9_BN / 8, 3, GM_EPI == GM_EPI_GATE_RESIDUAL ? 2 : 4>(ep, g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES,
-                                         trows + 32 * wi, (long long)tm * G9_BM + cw * 64,
-                                         (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN), M, wi, lane);
+#if GM_EPI == GM_EPI_QK_NORM_ROPE
+          g9_walk_qk_block<3>(ep, stage, r0, c0, M, wi, lane);
+#else
+          g9_walk_block<G9_BN / 8, 3, GM_EPI == GM_EPI_GATE_RESIDUAL ? 2 : 4>(ep, stage, trows + 32 * wi, r0, c0, M, wi,
+                                                                             lane);
+#endif
           mbar_arrive(stEmpty + 8 * cw);
         }
         eph ^= 1;
