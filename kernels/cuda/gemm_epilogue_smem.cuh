@@ -182,11 +182,11 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
 // so it would not hoist the next row's loads above them). The consumers walk with 8 rows a batch: ptxas keeps the 128
 // accumulator registers allocated through the epilogue (wgmma operands), and 16 rows of residual and gate (128
 // registers) spilled at the consumers' 232; 8 spill nothing at the full and small shapes (NVRTC, ptxas -v); the
-// epilogue warps, with 88 registers, walk 4 rows at a time (gate_residual: 2, 4 spilled 16 bytes). gate_residual's table rows: lane l of the warp computes its
-// row l's (a 64-bit division each) into `trows` (this warp's 32 slots), once per row instead of once per chunk. Per
-// element gm_final's operations: y = the staged bf(v); residual bf(x + y); gate_residual bf(fma(gate, y, x)); none
-// and qk_norm_rope store the staged word. qkv's chunks pick their output each (gm_at): a 256-wide tile straddles q
-// and k, or k and v, where GM_OUTN % 256 == 128.
+// epilogue warps, with 88 registers, walk 4 rows at a time (gate_residual: 2; 4 spilled 16 bytes). gate_residual's
+// table rows: lane l of the warp computes its row l's (a 64-bit division each) into `trows` (this warp's 32 slots),
+// once per row instead of once per chunk. Per element gm_final's operations: y = the staged bf(v); residual
+// bf(x + y); gate_residual bf(fma(gate, y, x)); none and qk_norm_rope store the staged word. qkv's chunks pick their
+// output each (gm_at): a 256-wide tile straddles q and k, or k and v, where GM_OUTN % 256 == 128.
 template <int NF, int NW, int BATCH>
 __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage, long long *trows,
                                               long long r0, long long c0, long long M, int wi, int lane) {

@@ -26,10 +26,11 @@
 //
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_BN G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
 // wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM and G9_EPI_WARPS
-// (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order): x_map (tensor map of x [rows, K]); residual
-// (residual, gate_residual); table, ts_index, tags (gate_residual); y0 (y1, y2 for qkv); w_map (tensor map of W
-// [GM_N, K], boxes of G9_BN / 2 rows); bias (when GM_HAS_BIAS); qk_w0, qk_w1, rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables
-// with rope only); rows; meta_rows (gate_residual; qk_norm_rope with rope).
+// (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order):
+// x_map (tensor map of x [rows, K]); residual (residual, gate_residual); table, ts_index, tags (gate_residual); y0
+// (y1, y2 for qkv); w_map (tensor map of W [GM_N, K], boxes of G9_BN / 2 rows); bias (when GM_HAS_BIAS); qk_w0, qk_w1,
+// rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables with rope only); rows; meta_rows (gate_residual;
+// qk_norm_rope with rope).
 #define G9_BM 128
 #define G9_BK 64
 #define G9_THREADS 384
@@ -151,7 +152,8 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
         tm = tm * G9_CLUSTER + (int)rank;
         for (int cw = 0; cw < 2; ++cw) {
           const unsigned char *stage = g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES;
-          const long long r0 = (long long)tm * G9_BM + cw * 64, c0 = (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN);
+          const long long r0 = (long long)tm * G9_BM + cw * 64;
+          const long long c0 = (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN);
           mbar_wait(stFull + 8 * cw, eph);
 #if GM_EPI == GM_EPI_QK_NORM_ROPE
           g9_walk_qk_block<3>(ep, stage, r0, c0, M, wi, lane);
@@ -166,6 +168,8 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     }
 #endif
     if (tid == 0) {
+      tma_prefetch_map(&x_map);
+      tma_prefetch_map(&w_map);
       int s = 0;
       h3u32 ph = 0;
       for (int t = first; t < tiles; t += stride) {
