@@ -235,6 +235,19 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
 // leave out compute the same sums with the operands swapped (IEEE addition commutes), so the whole quad ends with
 // lane 0's bits. A rotation partner c +- R/2 is fragment j +- R/16 of the same thread (R % 16 == 0). Every thread of
 // the warp runs the shuffles (rows past M included: their zero rows are computed, never stored).
+// qk_norm_rope's per-head arithmetic (headops.cuh's, contract section 3), the one place the fused forms write it
+// (gm_qk_head here, g9_walk_qk_block in the epilogue warps): the scale from a head's sum of squares, one channel
+// normed and weighted, and one rotated channel, bf(mine * bf(cos) + other * bf(sin)) with other = -partner for the
+// first half's channels and +partner for the second's.
+__device__ __forceinline__ float gm_qk_inv(float ss) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, 128.0f), GM_QK_EPS)));
+}
+__device__ __forceinline__ float gm_qk_normed(float x, float inv, float w) {
+  return rbf(__fmul_rn(rbf(__fmul_rn(x, inv)), w));
+}
+__device__ __forceinline__ float gm_qk_rotated(float mine, float other, float cosv, float sinv) {
+  return rbf(__fadd_rn(__fmul_rn(mine, rbf(cosv)), __fmul_rn(other, rbf(sinv))));
+}
 template <class Put>
 __device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x, long long r, long long M, int t4,
                                            int row, int b, const Put &put) {
@@ -257,13 +270,12 @@ __device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x,
     p[0][s] = __fadd_rn(p[0][s], __shfl_xor_sync(0xffffffffu, p[0][s], 1));  // off = 2
   }
   const float ss = __fadd_rn(p[0][0], p[0][1]);  // off = 1
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, 128.0f), GM_QK_EPS)));
+  const float inv = gm_qk_inv(ss);
   const h3bf *w = (const h3bf *)(o == 0 ? e.qkw[0] : e.qkw[1]);  // a select, as gm_out
 #pragma unroll
   for (int j = 0; j < 16; ++j)
 #pragma unroll
-    for (int s = 0; s < 2; ++s)
-      x[2 * j + s] = rbf(__fmul_rn(rbf(__fmul_rn(x[2 * j + s], inv)), bf2f(w[8 * j + 2 * t4 + s])));
+    for (int s = 0; s < 2; ++s) x[2 * j + s] = gm_qk_normed(x[2 * j + s], inv, bf2f(w[8 * j + 2 * t4 + s]));
   if (r >= M) return;
 #if GM_QK_R > 0
   // Rotate-half in place, one partner pair (fragments j and j + R/16) at a time: both from the normed values.
@@ -277,8 +289,8 @@ __device__ __forceinline__ void gm_qk_head(const GmEpilogue &e, int o, float *x,
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const float a = x[2 * j + s], b = x[2 * k + s];
-      x[2 * j + s] = rbf(__fadd_rn(__fmul_rn(a, rbf(s ? c1.y : c1.x)), __fmul_rn(-b, rbf(s ? s1.y : s1.x))));
-      x[2 * k + s] = rbf(__fadd_rn(__fmul_rn(b, rbf(s ? c2.y : c2.x)), __fmul_rn(a, rbf(s ? s2.y : s2.x))));
+      x[2 * j + s] = gm_qk_rotated(a, -b, s ? c1.y : c1.x, s ? s1.y : s1.x);
+      x[2 * k + s] = gm_qk_rotated(b, a, s ? c2.y : c2.x, s ? s2.y : s2.x);
     }
   }
 #endif

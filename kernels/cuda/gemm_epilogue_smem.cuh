@@ -321,10 +321,10 @@ __device__ __forceinline__ void g9_walk_qk_block(const GmEpilogue &ep, const uns
     p[0] = __fadd_rn(p[0], p[2]);                                   // off = 2
     p[1] = __fadd_rn(p[1], p[3]);
     const float ss = __shfl_sync(0xffffffffu, __fadd_rn(p[0], p[1]), lane & 16);  // off = 1, half-lane 0's
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, 128.0f), GM_QK_EPS)));
+    const float inv = gm_qk_inv(ss);
     h3u32 out[4];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = rbf(__fmul_rn(rbf(__fmul_rn(x[e], inv)), w[e]));
+    for (int e = 0; e < 8; ++e) x[e] = gm_qk_normed(x[e], inv, w[e]);
 #pragma unroll
     for (int q = 0; q < 4; ++q) out[q] = pack_bf2(x[2 * q], x[2 * q + 1]);  // exact: x is bf16 already
 #if GM_QK_R > 0
@@ -347,10 +347,8 @@ __device__ __forceinline__ void g9_walk_qk_block(const GmEpilogue &ep, const uns
         float t[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float mine = x[2 * q + e], other = e ? bf2_hi(pw[q]) : bf2_lo(pw[q]);
-          const float c = rbf(cv[2 * q + e]), sgn = rbf(sv[2 * q + e]);
-          t[e] = k < kHalf ? rbf(__fadd_rn(__fmul_rn(mine, c), __fmul_rn(-other, sgn)))
-                           : rbf(__fadd_rn(__fmul_rn(mine, c), __fmul_rn(other, sgn)));
+          const float partnerValue = e ? bf2_hi(pw[q]) : bf2_lo(pw[q]);
+          t[e] = gm_qk_rotated(x[2 * q + e], k < kHalf ? -partnerValue : partnerValue, cv[2 * q + e], sv[2 * q + e]);
         }
         out[q] = pack_bf2(t[0], t[1]);
       }

@@ -60,10 +60,14 @@
 #endif
 
 // Tile t of the persistent walk: row tiles vary fastest inside a group of G9_GROUP_M row tiles (with G9_CLUSTER = 2,
-// t and tm count pairs of row tiles).
-__device__ __forceinline__ void g9_tile(int t, int tilesM, int &tm, int &tn) {
-  grouped_tile(t, tilesM, G9_TILES_N, G9_GROUP_M, tm, tn);
+// t counts pairs of row tiles, and tm is this CTA's row tile of the pair: cluster rank `rank`).
+__device__ __forceinline__ void g9_tile(int t, int walkM, h3u32 rank, int &tm, int &tn) {
+  grouped_tile(t, walkM, G9_TILES_N, G9_GROUP_M, tm, tn);
+  tm = tm * G9_CLUSTER + (int)rank;
 }
+
+// The first output column of column tile tn (swiglu: 128 output columns a tile, from 256 weight rows).
+__device__ __forceinline__ long long g9_col0(int tn) { return (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN); }
 
 // The two weight boxes (G9_BN / 2 rows each) of output tile tn (swiglu: value rows, then the matching gate rows).
 __device__ __forceinline__ void g9_wrows(int tn, int &w0, int &w1) {
@@ -148,12 +152,11 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       h3u32 eph = 0;
       for (int t = first; t < tiles; t += stride) {
         int tm, tn;
-        g9_tile(t, walkM, tm, tn);
-        tm = tm * G9_CLUSTER + (int)rank;
+        g9_tile(t, walkM, rank, tm, tn);
         for (int cw = 0; cw < 2; ++cw) {
           const unsigned char *stage = g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES;
           const long long r0 = (long long)tm * G9_BM + cw * 64;
-          const long long c0 = (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN);
+          const long long c0 = g9_col0(tn);
           mbar_wait(stFull + 8 * cw, eph);
 #if GM_EPI == GM_EPI_QK_NORM_ROPE
           g9_walk_qk_block<3>(ep, stage, r0, c0, M, wi, lane);
@@ -174,8 +177,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       h3u32 ph = 0;
       for (int t = first; t < tiles; t += stride) {
         int tm, tn, w0, w1;
-        g9_tile(t, walkM, tm, tn);
-        tm = tm * G9_CLUSTER + (int)rank;
+        g9_tile(t, walkM, rank, tm, tn);
         g9_wrows(tn, w0, w1);
         for (int kb = 0; kb < G9_KT; ++kb) {
           mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
@@ -208,8 +210,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
 #endif
     for (int t = first; t < tiles; t += stride) {
       int tm, tn;
-      g9_tile(t, walkM, tm, tn);
-      tm = tm * G9_CLUSTER + (int)rank;
+      g9_tile(t, walkM, rank, tm, tn);
       for (int kb = 0; kb < G9_KT; ++kb) {
         mbar_wait(full + 8 * s, ph);
         wgmma_fence();
@@ -245,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       (void)warp, (void)g, (void)t4;
       mbar_wait(stEmpty + 8 * cw, eph ^ 1);  // a fresh barrier counts as released (parity 1 done)
       g9_stage_any_block<G9_BN / 8>(ep, B, acc, sOut + cw * G9_OUT_BYTES, (long long)tm * G9_BM + cw * 64,
-                                    (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN), M, tid);
+                                    g9_col0(tn), M, tid);
       mbar_arrive(stFull + 8 * cw);
       eph ^= 1;
 #elif defined(G9_EPI_SMEM)
@@ -253,8 +254,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       (void)warp, (void)g, (void)t4;
       g9_store_block_staged<G9_BN / 8>(ep, B, acc, sOut + cw * G9_OUT_BYTES,
                                        g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES, trows + 128 * cw,
-                                       (long long)tm * G9_BM + cw * 64,
-                                       (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN), M, cw, tid);
+                                       (long long)tm * G9_BM + cw * 64, g9_col0(tn), M, cw, tid);
 #else
       // Epilogue in registers (gemm_epilogue.cuh): this warpgroup's 64 x G9_BN block of the tile.
 #if GM_EPI == GM_EPI_SWIGLU
