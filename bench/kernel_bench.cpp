@@ -262,7 +262,7 @@ int main(int argc, char **argv) {
     // A cooperative (or ping-pong) Hopper linear's tuning, for every linear kind (the per-op defaults cleared).
     using Variants = std::vector<std::pair<std::string, h3c::kernels::EmitOptions>>;
     auto addVariant = [](Variants &v, const std::string &label, int st, int fl, int cl, int bn, int pp, int epi,
-                         int gm = 8) {
+                         int gm = 8, int halfTail = 1) {
       h3c::kernels::EmitOptions o;
       o.perOp.clear();
       o.sm90Stages = st;
@@ -272,6 +272,7 @@ int main(int argc, char **argv) {
       o.sm90Pingpong = pp;
       o.sm90EpiSmem = epi;
       o.sm90GroupM = pp ? 16 : gm;
+      o.sm90HalfTail = halfTail;
       v.push_back({label, o});
     };
     // The staged epilogue's step 3 in the producer warpgroup's epilogue warps (gemm_epi_smem=2): 1-CTA, 2-CTA in
@@ -280,6 +281,7 @@ int main(int argc, char **argv) {
       addVariant(v, "st3 f0 epi-warps", 3, 0, 1, 256, 0, 2);
       addVariant(v, "st3 f1 epi-warps", 3, 1, 1, 256, 0, 2);
       addVariant(v, "st3 f1 c2 epi-warps", 3, 1, 2, 256, 0, 2);
+      if (l.N == H) addVariant(v, "st3 f1 c2 epi-warps whole tiles", 3, 1, 2, 256, 0, 2, 8, 0);
       if (l.epi != plan::Epilogue::Swiglu) addVariant(v, "bn192 st4 f1 c2 epi-warps", 4, 1, 2, 192, 0, 2);
     };
     // --energy: the default, cuBLASLt and the variants that trade speed against power, twice in alternation.
@@ -290,6 +292,8 @@ int main(int argc, char **argv) {
       // The epilogue staged through shared memory (coalesced 16-byte accesses): 3 stages at most beside it.
       addVariant(v, "st3 f0 epi-smem", 3, 0, 1, 256, 0, 1);
       addVariant(v, "st3 f1 c2 epi-smem", 3, 1, 2, 256, 0, 1);
+      // whole tiles only (gemm_half_tail=0): the last partial wave at N = 5,376 as whole tiles on half the SMs
+      if (l.N == H) addVariant(v, "st3 f1 c2 epi-smem whole tiles", 3, 1, 2, 256, 0, 1, 8, 0);
       addWarps(v, l);
       return v;
     };

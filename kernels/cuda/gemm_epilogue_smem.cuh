@@ -155,7 +155,7 @@ __device__ __forceinline__ uint4 g9_staged_chunk(const unsigned char *stage, int
 // bf(value * bf(silu(gate))).
 template <int NF, int NW, int BATCH>
 __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage, long long *,
-                                              long long r0, long long c0, long long M, int wi, int lane) {
+                                              long long r0, long long c0, long long M, int wi, int lane, int) {
   const int k = lane & 15;
   const long long c = c0 + 8 * k;
   if (c >= GM_OUTN) return;
@@ -189,7 +189,7 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
 // output each (gm_at): a 256-wide tile straddles q and k, or k and v, where GM_OUTN % 256 == 128.
 template <int NF, int NW, int BATCH>
 __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsigned char *stage, long long *trows,
-                                              long long r0, long long c0, long long M, int wi, int lane) {
+                                              long long r0, long long c0, long long M, int wi, int lane, int live) {
   constexpr int kRows = (64 + NW - 1) / NW;  // the most rows of one warp (warp 0's)
   // This warp's rows wi + NW i that exist: i < n.
   const long long left = M - r0 - wi;
@@ -202,7 +202,7 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
   (void)trows;
 #endif
   const long long c = c0 + 8 * lane;
-  if (lane >= NF || c >= GM_N) return;
+  if (lane >= NF || lane >= live || c >= GM_N) return;
   int o;
   const long long cc = gm_at(ep, 0, c, o);  // the column in output o (qkv: one of three)
   h3bf *y = (h3bf *)gm_out(ep, o) + cc;
@@ -376,15 +376,13 @@ __device__ __forceinline__ void g9_stage_any_block(const GmEpilogue &ep, const v
 #endif
 }
 
-// The whole staged epilogue in consumer warpgroup cw (without G9_EPI_WARPS): `stage` is its staging area (shared
-// address and generic pointer), `trows` its gate_residual table rows (4 warps x 32).
+// Steps 1 and 2 of the staged epilogue in consumer warpgroup cw (without G9_EPI_WARPS; step 3 is g9_walk_block with
+// NW = 4 after it): `stage` is its staging area.
 template <int NF>
-__device__ __forceinline__ void g9_store_block_staged(const GmEpilogue &ep, const void *bias, const float *acc,
-                                                      h3u32 stage, unsigned char *stagePtr, long long *trows,
-                                                      long long r0, long long c0, long long M, int cw, int tid) {
-  const int warp = tid / 32, lane = tid % 32;
+__device__ __forceinline__ void g9_stage_block_synced(const GmEpilogue &ep, const void *bias, const float *acc,
+                                                      h3u32 stage, long long r0, long long c0, long long M, int cw,
+                                                      int tid) {
   g9_wg_sync(cw);  // every thread of the warpgroup has read the previous tile's stage
   g9_stage_any_block<NF>(ep, bias, acc, stage, r0, c0, M, tid);
   g9_wg_sync(cw);
-  g9_walk_block<NF, 4, G9_WALK_BATCH>(ep, stagePtr, trows + 32 * warp, r0, c0, M, warp, lane);
 }

@@ -24,9 +24,16 @@
 // gate loads, swiglu, qkv's qk_norm_rope, the 16-byte stores) and free it on an empty barrier, so the tensor cores
 // idle only while the stage is written (measured on fc1 + swiglu: tensor pipe 80.8 -> 93.8 %, bench/NOTES.md).
 //
+// G9_HALF_TAIL (the staged 256-wide tiles of the epilogues none, residual and gate_residual): when the tiles of the
+// walk leave a last partial wave of at most half the grid, those tiles run as two 128-wide halves each (m64n128k16
+// wgmmas on the first 128 rows of B's stage, one 128-row box of B a stage), so the last wave takes half a tile's time
+// on every SM instead of a whole one on half of them: to_out and fc2 (N = 5,376) at M = 8,349 walk 10 whole waves and
+// a half instead of 11 (and a walk with fewer tiles than the grid runs as halves on twice the CTAs). A half's block is
+// staged from its 64 accumulators and walked by the whole tile's walk, 16 chunks a row. Timing only.
+//
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_BN G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
-// wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM and G9_EPI_WARPS
-// (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order):
+// wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM, G9_EPI_WARPS and
+// G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order):
 // x_map (tensor map of x [rows, K]); residual (residual, gate_residual); table, ts_index, tags (gate_residual); y0
 // (y1, y2 for qkv); w_map (tensor map of W [GM_N, K], boxes of G9_BN / 2 rows); bias (when GM_HAS_BIAS); qk_w0, qk_w1,
 // rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables with rope only); rows; meta_rows (gate_residual;
@@ -46,12 +53,21 @@
 #endif
 #define G9_REGS_PRODUCER 88
 #define G9_REGS_CONSUMER 208
+#elif defined(G9_HALF_TAIL)
+// The half tiles' second main loop and staging spilled 12 bytes at the consumers' 232 (1-CTA, no k-block in flight);
+// the producer's one TMA thread fits in 24 (ptxas -v: no spills). 24 x 128 + 240 x 256 = 168 x 384.
+#define G9_REGS_PRODUCER 24
+#define G9_REGS_CONSUMER 240
 #else
 #define G9_REGS_PRODUCER 40
 #define G9_REGS_CONSUMER 232
 #endif
 #if G9_BN != 256 && (GM_EPI == GM_EPI_SWIGLU || GM_EPI == GM_EPI_QK_NORM_ROPE)
 #error "swiglu and qk_norm_rope tiles are 256 wide"
+#endif
+#if defined(G9_HALF_TAIL) && (G9_BN != 256 || GM_EPI == GM_EPI_SWIGLU || GM_EPI == GM_EPI_QK_NORM_ROPE || \
+                               !defined(G9_EPI_SMEM))
+#error "G9_HALF_TAIL splits the staged 256-wide tiles of the epilogues none, residual and gate_residual"
 #endif
 #if GM_EPI == GM_EPI_SWIGLU
 #define G9_TILES_N ((GM_OUTN + 127) / 128)  // 128 output columns per tile (value + gate = 256 weight rows)
@@ -64,6 +80,32 @@
 __device__ __forceinline__ void g9_tile(int t, int walkM, h3u32 rank, int &tm, int &tn) {
   grouped_tile(t, walkM, G9_TILES_N, G9_GROUP_M, tm, tn);
   tm = tm * G9_CLUSTER + (int)rank;
+}
+
+// The persistent walk's items: items 0 .. full - 1 are tiles 0 .. full - 1, whole; with G9_HALF_TAIL the tiles of a
+// last partial wave that fills at most half the grid (`stride` CTAs, or pairs) follow as halves: item full + 2 u + h
+// is half h of tile full + u, so each CTA (pair) gets at most one half in that wave.
+struct G9Walk {
+  int full, items;
+};
+__device__ __forceinline__ G9Walk g9_walk(int tiles, int stride) {
+  G9Walk w{tiles, tiles};
+#ifdef G9_HALF_TAIL
+  const int rem = tiles % stride;
+  if (2 * rem <= stride) {
+    w.full = tiles - rem;
+    w.items = tiles + rem;
+  }
+#else
+  (void)stride;
+#endif
+  return w;
+}
+// Item `it`'s tile (tm, tn as g9_tile) and part: -1 the whole tile, 0 or 1 its first or second 128 columns.
+__device__ __forceinline__ int g9_item(int it, const G9Walk &w, int walkM, h3u32 rank, int &tm, int &tn) {
+  const bool half = it >= w.full;
+  g9_tile(half ? w.full + ((it - w.full) >> 1) : it, walkM, rank, tm, tn);
+  return half ? (it - w.full) & 1 : -1;
 }
 
 // The first output column of column tile tn (swiglu: 128 output columns a tile, from 256 weight rows).
@@ -86,6 +128,87 @@ __device__ __forceinline__ void g9_release(h3u32 bar, h3u32 peer) {
   mbar_arrive(bar);
 #if G9_CLUSTER == 2
   mbar_arrive_cluster(cluster_map(bar, peer));
+#endif
+}
+
+// One k-block of a consumer warpgroup's main loop (stage s): its four wgmmas of the 16-wide chunks on B's stage rows
+// 0 .. N - 1 (N = G9_BN, or 128 for a half tile; N / 2 accumulators), the first of a tile (FIRST) starting the chain
+// with write-only accumulators, then the stage's release to its producer (and the peer's) once its wgmmas completed
+// (with G9_INFLIGHT the previous stage's, this k-block's staying in flight).
+template <int N, bool FIRST>
+__device__ __forceinline__ void g9_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
+                                          int cw, int lane, int &s, h3u32 &ph) {
+  mbar_wait(full + 8 * s, ph);
+  wgmma_fence();
+  const unsigned long long da = wgmma_desc_sw128(sA + s * G9_A_BYTES + cw * 64 * 128);
+  const unsigned long long db = wgmma_desc_sw128(sB + s * G9_B_BYTES);
+#pragma unroll
+  for (int kk = 0; kk < G9_BK / 16; ++kk) {
+    if constexpr (N == 256) {
+      if (FIRST && kk == 0) wgmma_256_first(acc, da, db);
+      else wgmma_256(acc, da + 2 * kk, db + 2 * kk, 1);
+    } else if constexpr (N == 192) {
+      if (FIRST && kk == 0) wgmma_192_first(acc, da, db);
+      else wgmma_192(acc, da + 2 * kk, db + 2 * kk, 1);
+    } else {
+      if (FIRST && kk == 0) wgmma_128_first(acc, da, db);
+      else wgmma_128(acc, da + 2 * kk, db + 2 * kk, 1);
+    }
+  }
+  wgmma_commit();
+#if G9_INFLIGHT
+  // Keep this k-block's wgmmas in flight (they chain on the same accumulators, in issue order) and release the stage
+  // of the previous one, which has completed.
+  wgmma_wait<1>();
+  if (!FIRST && lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
+#else
+  wgmma_wait<0>();
+  if (lane == 0) g9_release(empty + 8 * s, peer);
+#endif
+  if (++s == G9_STAGES) { s = 0; ph ^= 1; }
+}
+
+// One consumer warpgroup's main loop over the k-blocks of a tile: the k_chunks chain of its 64 rows into acc.
+template <int N>
+__device__ __forceinline__ void g9_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
+                                            int cw, int lane, int &s, h3u32 &ph) {
+  g9_kblock<N, true>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+#pragma unroll 1
+  for (int kb = 1; kb < G9_KT; ++kb) g9_kblock<N, false>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+#if G9_INFLIGHT
+  wgmma_wait<0>();
+  if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
+#endif
+}
+
+// One consumer warpgroup's epilogue of its 64 x 8 NF block at rows from r0, columns from c0 (NF = G9_BN / 8, or 16
+// for a half tile), up to the stores: with G9_EPI_WARPS rounded into the staging area and handed to the epilogue
+// warps; with G9_EPI_SMEM rounded into it (the walk follows, one code for whole and half tiles); else finished and
+// stored in registers.
+template <int NF>
+__device__ __forceinline__ void g9_finish(const GmEpilogue &ep, const void *bias, const float *acc, long long M, int cw,
+                                          int tid,
+#if defined(G9_EPI_WARPS)
+                                          h3u32 sOut, h3u32 stFull, h3u32 stEmpty, h3u32 &eph,
+#elif defined(G9_EPI_SMEM)
+                                          h3u32 sOut,
+#endif
+                                          long long r0, long long c0) {
+#if defined(G9_EPI_WARPS)
+  // Round into the staging area once the epilogue warps have walked the previous tile's block, hand it to them and
+  // go on to the next tile.
+  mbar_wait(stEmpty + 8 * cw, eph ^ 1);  // a fresh barrier counts as released (parity 1 done)
+  g9_stage_any_block<NF>(ep, bias, acc, sOut + cw * G9_OUT_BYTES, r0, c0, M, tid);
+  mbar_arrive(stFull + 8 * cw);
+  eph ^= 1;
+#elif defined(G9_EPI_SMEM)
+  // Epilogue staged through shared memory (gemm_epilogue_smem.cuh): the same bits, 16-byte global accesses.
+  g9_stage_block_synced<NF>(ep, bias, acc, sOut + cw * G9_OUT_BYTES, r0, c0, M, cw, tid);
+#else
+  // Epilogue in registers (gemm_epilogue.cuh).
+  (void)cw;
+  const int lane = tid % 32;
+  gm_store_block<NF>(ep, bias, acc, r0, c0, M, tid / 32, lane >> 2, lane & 3);
 #endif
 }
 
@@ -121,7 +244,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
   const int walkM = tilesM;
   const int first = blockIdx.x, stride = gridDim.x;
 #endif
-  const int tiles = walkM * G9_TILES_N;
+  const G9Walk walk = g9_walk(walkM * G9_TILES_N, stride);
   if (threadIdx.x == 0) {
     for (int s = 0; s < G9_STAGES; ++s) {
       mbar_init(full + 8 * s, 1);                // the producer's expect_tx; the TMA bytes complete the phase
@@ -150,19 +273,20 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       const int wi = tid / 32 - 1, lane = tid % 32;
       const GmEpilogue ep = GM_EPILOGUE_PARAMS;
       h3u32 eph = 0;
-      for (int t = first; t < tiles; t += stride) {
+      constexpr int kBatch = GM_EPI == GM_EPI_GATE_RESIDUAL ? 2 : 4;
+      for (int it = first; it < walk.items; it += stride) {
         int tm, tn;
-        g9_tile(t, walkM, rank, tm, tn);
+        const int part = g9_item(it, walk, walkM, rank, tm, tn);
         for (int cw = 0; cw < 2; ++cw) {
           const unsigned char *stage = g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES;
           const long long r0 = (long long)tm * G9_BM + cw * 64;
-          const long long c0 = g9_col0(tn);
+          const long long c0 = g9_col0(tn) + (part > 0 ? 128 : 0);
           mbar_wait(stFull + 8 * cw, eph);
 #if GM_EPI == GM_EPI_QK_NORM_ROPE
+          (void)part;
           g9_walk_qk_block<3>(ep, stage, r0, c0, M, wi, lane);
 #else
-          g9_walk_block<G9_BN / 8, 3, GM_EPI == GM_EPI_GATE_RESIDUAL ? 2 : 4>(ep, stage, trows + 32 * wi, r0, c0, M, wi,
-                                                                             lane);
+          g9_walk_block<G9_BN / 8, 3, kBatch>(ep, stage, trows + 32 * wi, r0, c0, M, wi, lane, part < 0 ? G9_BN / 8 : 16);
 #endif
           mbar_arrive(stEmpty + 8 * cw);
         }
@@ -175,22 +299,33 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       tma_prefetch_map(&w_map);
       int s = 0;
       h3u32 ph = 0;
-      for (int t = first; t < tiles; t += stride) {
+      for (int it = first; it < walk.items; it += stride) {
         int tm, tn, w0, w1;
-        g9_tile(t, walkM, rank, tm, tn);
+        const int part = g9_item(it, walk, walkM, rank, tm, tn);
         g9_wrows(tn, w0, w1);
         for (int kb = 0; kb < G9_KT; ++kb) {
           mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
-          mbar_expect_tx(full + 8 * s, G9_A_BYTES + G9_B_BYTES);
+          mbar_expect_tx(full + 8 * s, G9_A_BYTES + (part < 0 ? G9_B_BYTES : G9_B_BYTES / 2));
           tma_load_2d(sA + s * G9_A_BYTES, &x_map, kb * G9_BK, tm * G9_BM, full + 8 * s);
+          if (part < 0) {
 #if G9_CLUSTER == 2
-          // This CTA's half of B (rank 0: rows w0, rank 1: rows w1) into both CTAs of the pair.
-          tma_load_2d_multicast(sB + s * G9_B_BYTES + rank * (G9_B_BYTES / 2), &w_map, kb * G9_BK, rank ? w1 : w0,
-                                full + 8 * s, (unsigned short)3);
+            // This CTA's half of B (rank 0: rows w0, rank 1: rows w1) into both CTAs of the pair.
+            tma_load_2d_multicast(sB + s * G9_B_BYTES + rank * (G9_B_BYTES / 2), &w_map, kb * G9_BK, rank ? w1 : w0,
+                                  full + 8 * s, (unsigned short)3);
 #else
-          tma_load_2d(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, w0, full + 8 * s);
-          tma_load_2d(sB + s * G9_B_BYTES + G9_B_BYTES / 2, &w_map, kb * G9_BK, w1, full + 8 * s);
+            tma_load_2d(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, w0, full + 8 * s);
+            tma_load_2d(sB + s * G9_B_BYTES + G9_B_BYTES / 2, &w_map, kb * G9_BK, w1, full + 8 * s);
 #endif
+          } else {
+            // A half tile: its 128 rows of B (one box) at the stage's start; with pairs, rank 0 loads them into both.
+#if G9_CLUSTER == 2
+            if (rank == 0)
+              tma_load_2d_multicast(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, part ? w1 : w0, full + 8 * s,
+                                    (unsigned short)3);
+#else
+            tma_load_2d(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, part ? w1 : w0, full + 8 * s);
+#endif
+          }
           if (++s == G9_STAGES) { s = 0; ph ^= 1; }
         }
       }
@@ -199,69 +334,41 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     // Consumers (the roles are the two branches of one if/else, so ptxas applies setmaxnreg).
     regs_alloc<G9_REGS_CONSUMER>();
     const int cw = wg - 1;  // this consumer's 64 rows of the tile
-    const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
+    const int lane = tid % 32;
     const void *B = GM_BIAS_PARAM;
     const GmEpilogue ep = GM_EPILOGUE_PARAMS;
+    // (Never zeroed: each tile's first wgmma ignores them, scale_d = 0, and a half tile's other 64 are staged but
+    // never stored. Zeroing them here made ptxas serialize the wgmmas of a small 1-CTA variant.)
     float acc[G9_BN / 2];
     int s = 0;
     h3u32 ph = 0;
-#ifdef G9_EPI_WARPS
-    h3u32 eph = 0;  // the staging area's phase
-#endif
-    for (int t = first; t < tiles; t += stride) {
-      int tm, tn;
-      g9_tile(t, walkM, rank, tm, tn);
-      for (int kb = 0; kb < G9_KT; ++kb) {
-        mbar_wait(full + 8 * s, ph);
-        wgmma_fence();
-        const unsigned long long da = wgmma_desc_sw128(sA + s * G9_A_BYTES + cw * 64 * 128);
-        const unsigned long long db = wgmma_desc_sw128(sB + s * G9_B_BYTES);
-#pragma unroll
-        for (int kk = 0; kk < G9_BK / 16; ++kk) {
-#if G9_BN == 192
-          wgmma_192(acc, da + 2 * kk, db + 2 * kk, (kb | kk) != 0);
-#else
-          wgmma_256(acc, da + 2 * kk, db + 2 * kk, (kb | kk) != 0);
-#endif
-        }
-        wgmma_commit();
-#if G9_INFLIGHT
-        // Keep this k-block's wgmmas in flight (they chain on the same accumulators, in issue order) and release the
-        // stage of the previous one, which has completed.
-        wgmma_wait<1>();
-        if (kb > 0 && lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
-#else
-        wgmma_wait<0>();
-        if (lane == 0) g9_release(empty + 8 * s, peer);
-#endif
-        if (++s == G9_STAGES) { s = 0; ph ^= 1; }
-      }
-#if G9_INFLIGHT
-      wgmma_wait<0>();
-      if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
-#endif
 #if defined(G9_EPI_WARPS)
-      // Round into the staging area once the epilogue warps have walked the previous tile's block, hand it to them
-      // and go on to the next tile.
-      (void)warp, (void)g, (void)t4;
-      mbar_wait(stEmpty + 8 * cw, eph ^ 1);  // a fresh barrier counts as released (parity 1 done)
-      g9_stage_any_block<G9_BN / 8>(ep, B, acc, sOut + cw * G9_OUT_BYTES, (long long)tm * G9_BM + cw * 64,
-                                    g9_col0(tn), M, tid);
-      mbar_arrive(stFull + 8 * cw);
-      eph ^= 1;
+    h3u32 eph = 0;  // the staging area's phase
+#define G9_FINISH_ARGS ep, B, acc, M, cw, tid, sOut, stFull, stEmpty, eph
 #elif defined(G9_EPI_SMEM)
-      // Epilogue staged through shared memory (gemm_epilogue_smem.cuh): the same bits, 16-byte global accesses.
-      (void)warp, (void)g, (void)t4;
-      g9_store_block_staged<G9_BN / 8>(ep, B, acc, sOut + cw * G9_OUT_BYTES,
-                                       g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES, trows + 128 * cw,
-                                       (long long)tm * G9_BM + cw * 64, g9_col0(tn), M, cw, tid);
+#define G9_FINISH_ARGS ep, B, acc, M, cw, tid, sOut
 #else
-      // Epilogue in registers (gemm_epilogue.cuh): this warpgroup's 64 x G9_BN block of the tile.
-#if GM_EPI == GM_EPI_SWIGLU
-      gm_store_block<32>(ep, B, acc, (long long)tm * G9_BM + cw * 64, (long long)tn * 128, M, warp, g, t4);
-#else
-      gm_store_block<G9_BN / 8>(ep, B, acc, (long long)tm * G9_BM + cw * 64, (long long)tn * G9_BN, M, warp, g, t4);
+#define G9_FINISH_ARGS ep, B, acc, M, cw, tid
 #endif
+    for (int it = first; it < walk.items; it += stride) {
+      int tm, tn;
+      const int part = g9_item(it, walk, walkM, rank, tm, tn);
+      const long long r0 = (long long)tm * G9_BM + cw * 64, c0 = g9_col0(tn) + (part > 0 ? 128 : 0);
+      if (part < 0) {
+        g9_mainloop<G9_BN>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+        g9_finish<G9_BN / 8>(G9_FINISH_ARGS, r0, c0);
+      }
+#ifdef G9_HALF_TAIL
+      else {
+        g9_mainloop<128>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+        g9_finish<16>(G9_FINISH_ARGS, r0, c0);
+      }
+#endif
+#if defined(G9_EPI_SMEM) && !defined(G9_EPI_WARPS)
+      // Step 3 of the staged epilogue: the block's rows, 16 bytes a lane (a half tile's first 16 chunks).
+      g9_walk_block<G9_BN / 8, 4, G9_WALK_BATCH>(ep, g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES,
+                                                 trows + 128 * cw + 32 * (tid / 32), r0, c0, M, tid / 32, lane,
+                                                 part < 0 ? G9_BN / 8 : 16);
 #endif
     }
   }

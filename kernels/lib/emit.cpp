@@ -309,9 +309,9 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   const int bn = o.sm90Bn;
   if ((bn != 256 && bn != 192) || stages < 2 || stages > (bn == 192 ? 5 : 4) || groupM < 1 || groupM > 64 ||
       (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
-      o.sm90EpiSmem < 0 || o.sm90EpiSmem > 2)
+      o.sm90EpiSmem < 0 || o.sm90EpiSmem > 2 || (o.sm90HalfTail != 0 && o.sm90HalfTail != 1))
     fail(v.where, "Hopper linear tuning out of range (tile width 192/256, stages 2-4 (2-5 at width 192), group "
-                  "1-64, in flight 0/1, cluster 1/2, staged epilogue 0-2)");
+                  "1-64, in flight 0/1, cluster 1/2, staged epilogue 0-2, half tail 0/1)");
   if (bn != 256 && (d.epi == Epilogue::Swiglu || d.epi == Epilogue::QkNormRope))
     fail(v.where, "the {} epilogue needs the 256-wide Hopper tile (gemm_bn=256), got {}",
          plan::epilogueName(d.epi), bn);
@@ -336,13 +336,20 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   b.def("G9_CLUSTER", cluster);
   if (staged) b.def("G9_EPI_SMEM", 1);
   if (epiWarps) b.def("G9_EPI_WARPS", 1);
+  // The last partial wave as half tiles (gemm_sm90.cuh): the staged 256-wide tiles of the epilogues that finish a
+  // 128-column block on its own (swiglu pairs value and gate columns 128 apart; qk_norm_rope's tile holds two heads).
+  const bool halfTail = o.sm90HalfTail == 1 && staged && bn == 256 && d.epi != Epilogue::Swiglu &&
+                        d.epi != Epilogue::QkNormRope;
+  if (halfTail) b.def("G9_HALF_TAIL", 1);
   Params p = gemmParams(v, d, /*maps=*/true, bn / 2);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
   const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + bn - 1) / bn;
-  // >= the tile count (with pairs: twice the pair count, (rows + 255) / 256 pairs per column tile), capped at the SMs;
-  // the runtime rounds the grid to whole clusters.
-  plan::GridDim g = cluster == 2 ? dim(v.rowsOfIn(0).plus(255).scaled(2 * tilesN), 256)
-                                 : dim(v.rowsOfIn(0).plus(127).scaled(tilesN), 128);
+  // >= the tile count (with pairs: twice the pair count, (rows + 255) / 256 pairs per column tile; with half tiles
+  // twice that, for a walk of fewer tiles than the grid, which runs as halves), capped at the SMs; the runtime rounds
+  // the grid to whole clusters.
+  const int64_t perTile = halfTail ? 2 : 1;
+  plan::GridDim g = cluster == 2 ? dim(v.rowsOfIn(0).plus(255).scaled(2 * perTile * tilesN), 256)
+                                 : dim(v.rowsOfIn(0).plus(127).scaled(perTile * tilesN), 128);
   g.maxPerSm = 1;
   plan::Launch l = launch(384, smem, g);
   l.cluster = {cluster, 1, 1};

@@ -24,6 +24,7 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_bn", &EmitOptions::sm90Bn, 192, 256},  // 192 or 256
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
                           {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 2},
+                          {"gemm_half_tail", &EmitOptions::sm90HalfTail, 0, 1},
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},

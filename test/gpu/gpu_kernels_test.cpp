@@ -156,6 +156,10 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wi
   hk::EmitOptions warps = staged, warpsPair = stagedPair;
   warps.sm90EpiSmem = 2;
   warpsPair.sm90EpiSmem = 2;
+  // Every variant above runs a last partial wave of at most half the grid as half tiles (gemm_half_tail=1, the
+  // default, where the epilogue allows it); this one keeps whole tiles.
+  hk::EmitOptions wholeTiles = stagedPair;
+  wholeTiles.sm90HalfTail = 0;
   std::vector<std::pair<const char *, hk::EmitOptions>> v = {
       {"cooperative", coop},
       {"2-CTA cluster", pair},
@@ -163,7 +167,8 @@ std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wi
       {"staged epilogue", staged},
       {"staged epilogue 2-CTA cluster (in flight)", stagedPair},
       {"staged epilogue in epilogue warps", warps},
-      {"staged epilogue in epilogue warps 2-CTA cluster (in flight)", warpsPair}};
+      {"staged epilogue in epilogue warps 2-CTA cluster (in flight)", warpsPair},
+      {"staged epilogue 2-CTA cluster (in flight), whole tiles only", wholeTiles}};
   if (wide192) {
     w192.perOp.clear();
     w192.sm90EpiSmem = 0;
@@ -1043,6 +1048,9 @@ TEST_F(Kernels, FullLinears) {
   checkLinear("full", "linear", 5376, 28672, "swiglu", M, 2);
   checkLinear("full", "linear", 14336, 5376, "gate_residual", M, 3);
   checkLinear("full", "linear", 14336, 5376, "gate_residual", quick() ? M : 2077, 3);  // 17 row tiles
+  // 7 row tiles x 21 column tiles: whole tiles, then a last partial wave of half tiles (147 tiles on 132 CTAs, or 84
+  // pairs on 66 clusters), where M = 130 and 333 run as half tiles only.
+  checkLinear("full", "linear", 7168, 5376, "gate_residual", 893, 3);
   checkLinear("full", "linear", 7168, 5376, "residual", M, 2);
   checkLinear("full", "linear", 5120, 5376, "none", M, 2);
   checkLinear("full", "linear", 14336, 5376, "gate_residual", quick() ? M : 2077, 3);  // 17 row tiles

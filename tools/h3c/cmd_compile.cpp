@@ -39,7 +39,7 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
                                                      "its epilogue by default); the same bits (for comparisons)");
   app.add_option("--tune", a->tune,
                  "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, "
-                 "gemm_epi_smem, attn_stages, attn_overlap, attn_pingpong, attn_persistent, norm_rows, adaln_stages, "
+                 "gemm_epi_smem, gemm_half_tail, attn_stages, attn_overlap, attn_pingpong, attn_persistent, norm_rows, adaln_stages, "
                  "adaln_stage_k, adaln_ctas, launch_pdl), for every op, or OP:NAME=VALUE for one op kind (qkv_linear, "
                  "qkv_linear+qk_norm_rope, linear+swiglu, "
                  "linear+gate_residual, norm_modulate, ...); changes speed, never a bit")

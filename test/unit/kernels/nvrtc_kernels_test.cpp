@@ -541,10 +541,20 @@ TEST(KernelEmit, LaunchAbiIsWrittenOut) {
   EXPECT_NE(h->source.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"), std::string::npos);
   EXPECT_EQ(h->launch.block[0], 384);
   EXPECT_EQ(h->launch.grid[0].maxPerSm, 1);
+  // Two CTAs per tile (capped at the SMs by maxPerSm): a walk of fewer tiles than the grid runs as half tiles
+  // (gemm_half_tail, the default); one per tile without them.
   const int64_t tiles = (2 * 8349 + 127) / 128 * (21504 / 256);
   const int64_t g0 = (h->launch.grid[0].extent.eval(e) + 127) / h->launch.grid[0].div;
-  EXPECT_GE(g0, tiles);
-  EXPECT_LT(g0, tiles + 21504 / 256);
+  EXPECT_GE(g0, 2 * tiles);
+  EXPECT_LT(g0, 2 * (tiles + 21504 / 256));
+  EXPECT_NE(h->source.find("#define G9_HALF_TAIL"), std::string::npos);
+  hk::EmitOptions whole;
+  whole.sm90HalfTail = 0;
+  auto hw = emit(ops[4], "sm_90a", whole);
+  const int64_t w0 = (hw->launch.grid[0].extent.eval(e) + 127) / hw->launch.grid[0].div;
+  EXPECT_GE(w0, tiles);
+  EXPECT_LT(w0, tiles + 21504 / 256);
+  EXPECT_EQ(hw->source.find("#define G9_HALF_TAIL"), std::string::npos);
   // The mma.sync kernel stays reachable on sm_90a (the GPU checks compare the two byte for byte).
   hk::EmitOptions mma;
   mma.wgmma = false;

@@ -46,6 +46,10 @@ struct EmitOptions {
   // stores) runs in the producer warpgroup's three other warps (gemm_sm90.cuh, G9_EPI_WARPS) while the consumers go on
   // to the next tile's main loop: the tensor cores idle only for the rounding into the staging area.
   int sm90EpiSmem = 1;
+  // 1: the cooperative kernel's 256-wide tiles of the epilogues none, residual and gate_residual run a last partial
+  // wave that fills at most half the grid as 128-wide halves (gemm_sm90.cuh, G9_HALF_TAIL): at N = 5,376 (to_out, fc2)
+  // and M = 8,349 the walk takes 10.5 tile times instead of 11.
+  int sm90HalfTail = 1;
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
   // with P V of the previous one, before its softmax (1, FA3's order) or after its P V (0), and whether the two
@@ -87,7 +91,7 @@ struct EmitOptions {
   static EmitOptions planDefaults();
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
-  // gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, gemm_epi_smem, attn_stages, attn_overlap, attn_pingpong,
+  // gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, gemm_epi_smem, gemm_half_tail, attn_stages, attn_overlap, attn_pingpong,
   // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl), for every op, or, as `OP:NAME`, for the ops of one profile name (see
   // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
