@@ -16,9 +16,10 @@
 // (common.cuh). For the epilogue none the staged word is the output word itself.
 // qk_norm_rope (qkv's fused epilogue) runs gm_qk_block in registers exactly as gm_store_block does (the same norm,
 // reduction tree and rope on the same values) and only its final stores change: each packed output pair, the word
-// gm_store_block would store, goes into the staging area (st.shared.b32), and step 3 is the epilogue none's copy;
-// with G9_EPI_WARPS (gemm_sm90.cuh) the consumers stage the plain bf(sum) instead and the epilogue warps run the norm
-// and rope from it (g9_walk_qk_block), the same operations in the same order.
+// gm_store_block would store, goes into the staging area (st.shared.b32), and step 3 is the epilogue none's copy
+// (with G9_EPI_WARPS in the epilogue warps, gemm_sm90.cuh: the norm and rope stay in the consumers, only the copy
+// moves; running the norm and rope in the three epilogue warps instead was measured 20 % slower in the forward,
+// 184 against 154 ms, bench/NOTES.md 2026-12-04 session of 20:05).
 // Served: bf16 outputs with GM_OUTN % 8 == 0 (a 16-byte chunk never straddles a row end or qkv's output split) of
 // every epilogue; F32 outputs keep gm_store_block (the emitter does not define G9_EPI_SMEM for them). The output,
 // residual and table buffers must be 16-byte aligned (the arena aligns every slot to 256 bytes; a misaligned one
@@ -253,121 +254,13 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
 }
 #endif
 
-#if GM_EPI == GM_EPI_QK_NORM_ROPE
-// qk_norm_rope's step 3 in the epilogue warps (G9_EPI_WARPS): the consumers staged the plain bf16 q / k / v block
-// (bf(sum), exactly the x that gm_qk_block starts from), and here NW warps finish it: warp wi takes rows wi + NW i,
-// lanes 0-15 head 0 of the tile and lanes 16-31 head 1, lane k of a half the 8 channels 8k..8k+7 (staged chunk k of
-// the head). gm_qk_head's operations on the same values in the same order (docs/contract.md section 3): the contract's
-// lane l = 8 q + j (q = 0..3) sums channels l + 32 m (m = 0..3), which are element j of chunks q + 4 m, so half-lane
-// q runs the fma chains of lanes 8 q .. 8 q + 7 on its own chunk and those of lanes q + 4, q + 8, q + 12 (shuffles
-// within the half); the tree's steps off = 16 and 8 are half-lanes q + 2 and q + 1, off = 4, 2, 1 elements j + 4,
-// j + 2, j + 1 of half-lane 0, whose sum every lane of the half then reads. Rotation partners c +- R/2 are half-lanes
-// k +- R/16, exchanged as their rounded bf16 pairs (exact). v heads (and a head past N) are stored as staged (v) or
-// not at all; every lane runs every shuffle, so the branch is only on the stores.
-template <int NW>
-__device__ __forceinline__ void g9_walk_qk_block(const GmEpilogue &ep, const unsigned char *stage, long long r0,
-                                                 long long c0, long long M, int wi, int lane) {
-  const int h = lane >> 4, k = lane & 15;
-  const long long col = c0 + 128 * h;  // the head's first column (heads never straddle an output: GM_OUTN % 128 == 0)
-  const bool live = col < GM_N;
-  const int o = live ? (int)(col / GM_OUTN) : 2;
-  h3bf *y = (h3bf *)gm_out(ep, o) + col % GM_OUTN + 8 * k;
-  // This lane's 8 norm weights (q or k; a v head reads q's and never uses them). The weight buffers hold tensors
-  // back to back, so the vector load only where it is 16-byte aligned.
-  float w[8];
-  {
-    const h3bf *wp = (const h3bf *)(o == 1 ? ep.qkw[1] : ep.qkw[0]) + 8 * k;
-    if (((unsigned long long)wp & 15) == 0) {
-      const uint4 v = *(const uint4 *)wp;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        w[2 * q] = bf2_lo(g9_word(v, q));
-        w[2 * q + 1] = bf2_hi(g9_word(v, q));
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) w[e] = bf2f(wp[e]);
-    }
-  }
-  for (int i = 0; i < (64 + NW - 1) / NW; ++i) {
-    const int row = wi + NW * i;
-    const long long r = r0 + row;
-    if (row >= 64 || r >= M) break;  // uniform over the warp; rows grow with i
-    const uint4 s = g9_staged_chunk(stage, row, 16 * h + k);
-    float x[8];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      x[2 * q] = bf2_lo(g9_word(s, q));
-      x[2 * q + 1] = bf2_hi(g9_word(s, q));
-    }
-    // The fma chains of lanes 8 k + j (k < 4): channels of chunks k, k + 4, k + 8, k + 12, in that order.
-    float p[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) p[j] = __fmaf_rn(x[j], x[j], 0.0f);
-#pragma unroll
-    for (int m = 1; m < 4; ++m)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const h3u32 v = __shfl_down_sync(0xffffffffu, g9_word(s, q), 4 * m, 16);
-        p[2 * q] = __fmaf_rn(bf2_lo(v), bf2_lo(v), p[2 * q]);
-        p[2 * q + 1] = __fmaf_rn(bf2_hi(v), bf2_hi(v), p[2 * q + 1]);
-      }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) p[j] = __fadd_rn(p[j], __shfl_down_sync(0xffffffffu, p[j], 2, 16));  // off = 16
-#pragma unroll
-    for (int j = 0; j < 8; ++j) p[j] = __fadd_rn(p[j], __shfl_down_sync(0xffffffffu, p[j], 1, 16));  // off = 8
-#pragma unroll
-    for (int j = 0; j < 4; ++j) p[j] = __fadd_rn(p[j], p[j + 4]);  // off = 4
-    p[0] = __fadd_rn(p[0], p[2]);                                   // off = 2
-    p[1] = __fadd_rn(p[1], p[3]);
-    const float ss = __shfl_sync(0xffffffffu, __fadd_rn(p[0], p[1]), lane & 16);  // off = 1, half-lane 0's
-    const float inv = gm_qk_inv(ss);
-    h3u32 out[4];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = gm_qk_normed(x[e], inv, w[e]);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) out[q] = pack_bf2(x[2 * q], x[2 * q + 1]);  // exact: x is bf16 already
-#if GM_QK_R > 0
-    // Rotate-half: half-lanes k < R/16 hold the first halves' channels c (a), k + R/16 their partners c + R/2 (b);
-    // both from the normed values, each side with the tables at its own channel.
-    constexpr int kHalf = GM_QK_R / 16;
-    const int partner = k < kHalf ? lane + kHalf : k < 2 * kHalf ? lane - kHalf : lane;
-    h3u32 pw[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) pw[q] = __shfl_sync(0xffffffffu, out[q], partner);
-    if (k < 2 * kHalf) {
-      const long long mrow = r % ep.metaRows;
-      const float4 *cs = (const float4 *)(ep.cosT + mrow * GM_QK_R + 8 * k);
-      const float4 *sn = (const float4 *)(ep.sinT + mrow * GM_QK_R + 8 * k);
-      const float4 c0v = cs[0], c1v = cs[1], s0v = sn[0], s1v = sn[1];
-      const float cv[8] = {c0v.x, c0v.y, c0v.z, c0v.w, c1v.x, c1v.y, c1v.z, c1v.w};
-      const float sv[8] = {s0v.x, s0v.y, s0v.z, s0v.w, s1v.x, s1v.y, s1v.z, s1v.w};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float t[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float partnerValue = e ? bf2_hi(pw[q]) : bf2_lo(pw[q]);
-          t[e] = gm_qk_rotated(x[2 * q + e], k < kHalf ? -partnerValue : partnerValue, cv[2 * q + e], sv[2 * q + e]);
-        }
-        out[q] = pack_bf2(t[0], t[1]);
-      }
-    }
-#endif
-    if (!live) continue;
-    if (o == 2) stg_v4(y + r * GM_OUTN, s.x, s.y, s.z, s.w);
-    else stg_v4(y + r * GM_OUTN, out[0], out[1], out[2], out[3]);
-  }
-}
-#endif
-
 // Steps 1 and 2 of consumer warpgroup cw's 64-row block (rows from r0, rows >= M skipped; columns from c0 as
 // gm_store_block takes them) into its staging area at shared address `stage`.
 template <int NF>
 __device__ __forceinline__ void g9_stage_any_block(const GmEpilogue &ep, const void *bias, const float *acc,
                                                    h3u32 stage, long long r0, long long c0, long long M, int tid) {
   const int warp = tid / 32, lane = tid % 32;
-#if GM_EPI == GM_EPI_QK_NORM_ROPE && !defined(G9_EPI_WARPS)
+#if GM_EPI == GM_EPI_QK_NORM_ROPE
   (void)bias;
   g9_stage_qk_block<NF>(ep, stage, acc, r0, c0, M, warp, lane);
 #else

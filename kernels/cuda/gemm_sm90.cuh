@@ -19,10 +19,11 @@
 // second tile of a pair past the last row tile reads zeros and stores nothing. Timing only: the chains are the same.
 //
 // G9_EPI_SMEM stages each consumer's rounded 64-row block in shared memory (gemm_epilogue_smem.cuh). With G9_EPI_WARPS
-// too, the consumers only write that stage and go on to their next tile's main loop; warps 1-3 of the producer
-// warpgroup (idle otherwise: one thread issues the TMA loads) wait for it on a full barrier, walk it (residual and
-// gate loads, swiglu, qkv's qk_norm_rope, the 16-byte stores) and free it on an empty barrier, so the tensor cores
-// idle only while the stage is written (measured on fc1 + swiglu: tensor pipe 80.8 -> 93.8 %, bench/NOTES.md).
+// too, the consumers only write that stage (qkv's qk_norm_rope: its finished outputs) and go on to their next tile's
+// main loop; warps 1-3 of the producer warpgroup (idle otherwise: one thread issues the TMA loads) wait for it on a
+// full barrier, walk it (residual and gate loads, swiglu, the 16-byte stores) and free it on an empty barrier, so the
+// tensor cores idle only while the stage is written (measured on fc1 + swiglu: tensor pipe 80.8 -> 93.8 %,
+// bench/NOTES.md).
 //
 // G9_HALF_TAIL (the staged 256-wide tiles of the epilogues none, residual and gate_residual): when the tiles of the
 // walk leave a last partial wave of at most half the grid, those tiles run as two 128-wide halves each (m64n128k16
@@ -282,12 +283,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
           const long long r0 = (long long)tm * G9_BM + cw * 64;
           const long long c0 = g9_col0(tn) + (part > 0 ? 128 : 0);
           mbar_wait(stFull + 8 * cw, eph);
-#if GM_EPI == GM_EPI_QK_NORM_ROPE
-          (void)part;
-          g9_walk_qk_block<3>(ep, stage, r0, c0, M, wi, lane);
-#else
           g9_walk_block<G9_BN / 8, 3, kBatch>(ep, stage, trows + 32 * wi, r0, c0, M, wi, lane, part < 0 ? G9_BN / 8 : 16);
-#endif
           mbar_arrive(stEmpty + 8 * cw);
         }
         eph ^= 1;
