@@ -28,9 +28,11 @@
 // G9_HALF_TAIL (the staged 256-wide tiles of the epilogues none, residual and gate_residual): when the tiles of the
 // walk leave a last partial wave of at most half the grid, those tiles run as two 128-wide halves each (m64n128k16
 // wgmmas on the first 128 rows of B's stage, one 128-row box of B a stage), so the last wave takes half a tile's time
-// on every SM instead of a whole one on half of them: to_out and fc2 (N = 5,376) at M = 8,349 walk 10 whole waves and
-// a half instead of 11 (and a walk with fewer tiles than the grid runs as halves on twice the CTAs). A half's block is
-// staged from its 64 accumulators and walked by the whole tile's walk, 16 chunks a row. Timing only.
+// on every SM instead of a whole one on half of them, and a walk with fewer tiles than the grid runs as halves on twice
+// the CTAs. Measured (bench/NOTES.md, 2026-12-04): 6-7 % off to_out / fc2 at M = 925; at M = 8,349 (10.5 waves of
+// whole tiles) within noise, likely because a half tile's k-block (512 tensor cycles) is too short for 3 stages to
+// cover the ring's refill latency. A half's block is staged from its 64 accumulators and walked by the whole tile's
+// walk, 16 chunks a row. Timing only.
 //
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_BN G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
 // wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM, G9_EPI_WARPS and

@@ -43,12 +43,16 @@ struct EmitOptions {
   // epilogue); the staging areas take 48 KiB (gemm_bn=192) or 64 KiB, so 3 stages at most (4 at gemm_bn=192). The
   // ping-pong kernel has no staged form and ignores it. Default since 2026-12-04: the full forward 699-701 ms against
   // 713.5 (bench/NOTES.md, session of 14:36). 2: staged, and step 3 (residual / gate loads, swiglu, the coalesced
-  // stores) runs in the producer warpgroup's three other warps (gemm_sm90.cuh, G9_EPI_WARPS) while the consumers go on
-  // to the next tile's main loop: the tensor cores idle only for the rounding into the staging area.
+  // stores; qkv's qk_norm_rope: the copy of the outputs the consumers finished) runs in the producer warpgroup's three
+  // other warps (gemm_sm90.cuh, G9_EPI_WARPS) while the consumers go on to the next tile's main loop: the tensor cores
+  // idle only for the rounding into the staging area.
   int sm90EpiSmem = 1;
-  // 1: the cooperative kernel's 256-wide tiles of the epilogues none, residual and gate_residual run a last partial
-  // wave that fills at most half the grid as 128-wide halves (gemm_sm90.cuh, G9_HALF_TAIL): at N = 5,376 (to_out, fc2)
-  // and M = 8,349 the walk takes 10.5 tile times instead of 11.
+  // 1: the cooperative kernel's staged 256-wide tiles of the epilogues none, residual and gate_residual run a last
+  // partial wave that fills at most half the grid as 128-wide halves (gemm_sm90.cuh, G9_HALF_TAIL), and a walk of
+  // fewer tiles than the grid as halves on twice the CTAs: to_out / fc2 with epilogue warps 6-7 % faster at M = 925
+  // (0.161 / 0.291 ms against 0.173 / 0.310), but within noise at M = 8,349 (to_out 1.440 M cycles against 1.4445 M
+  // under ncu; likely because a half tile's k-block, 512 tensor cycles, is too short for 3 stages to cover the ring's
+  // refill latency; bench/NOTES.md, 2026-12-04, session of 20:05).
   int sm90HalfTail = 1;
   // sm_90a with wgmma: attention with head_dim 128 runs on the Hopper kernel (attention_sm90.cuh; same bits as the
   // mma.sync kernel). Tuning (no bit changes): K/V ring stages (2-5), and whether S of the next key block is issued
