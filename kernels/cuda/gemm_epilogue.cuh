@@ -235,10 +235,9 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
 // leave out compute the same sums with the operands swapped (IEEE addition commutes), so the whole quad ends with
 // lane 0's bits. A rotation partner c +- R/2 is fragment j +- R/16 of the same thread (R % 16 == 0). Every thread of
 // the warp runs the shuffles (rows past M included: their zero rows are computed, never stored).
-// qk_norm_rope's per-head arithmetic (headops.cuh's, contract section 3), the one place the fused forms write it
-// (gm_qk_head): the scale from a head's sum of squares, one channel
-// normed and weighted, and one rotated channel, bf(mine * bf(cos) + other * bf(sin)) with other = -partner for the
-// first half's channels and +partner for the second's.
+// qk_norm_rope's per-head arithmetic in gm_qk_head (headops.cuh's, contract section 3): the scale from a head's sum of
+// squares, one channel normed and weighted, and one rotated channel, bf(mine * bf(cos) + other * bf(sin)) with other =
+// -partner for the first half's channels and +partner for the second's.
 __device__ __forceinline__ float gm_qk_inv(float ss) {
   return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, 128.0f), GM_QK_EPS)));
 }

@@ -4,12 +4,12 @@
 // mma.sync's (measured, ../shared/HOPPER-KERNELS.md section 1), so both kernels give the same bits, whatever the tile,
 // the tile order or the SM; the epilogue is the same code (gemm_epilogue.cuh). K is never split across CTAs.
 //
-// Shape: 384 threads. Warpgroup 0 is the producer (one thread issues the TMA loads of a G9_STAGES-deep ring of
-// 128 x 64 A and G9_BN x 64 B tiles); warpgroups 1 and 2 each own 64 rows of the 128 x G9_BN tile and issue
-// m64nG9_BNk16 wgmmas. G9_BN is 256, or 192 for the linears whose N is an odd multiple of 256 (to_out and fc2,
-// N = 5,376 = 21 x 256: 66 x 21 tiles of 128 x 256 take 10.5 waves of 132 SMs, 66 x 28 tiles of 128 x 192 exactly 14).
-// The 192-wide tile serves the epilogues none, residual and gate_residual only (swiglu pairs value and gate rows by
-// 128, qk_norm_rope needs whole 128-channel heads). The grid is persistent (at most one CTA per SM) and walks the tiles in groups of G9_GROUP_M row
+// Shape: 384 threads. Warpgroup 0 is the producer (one thread issues the TMA loads of a G9_STAGES-deep ring of 128 x 64
+// A and G9_BN x 64 B tiles); warpgroups 1 and 2 each own 64 rows of the 128 x G9_BN tile and issue m64nG9_BNk16 wgmmas.
+// G9_BN is 256, or 192 for the linears whose N is an odd multiple of 256 (to_out and fc2, N = 5,376 = 21 x 256: 66 x 21
+// tiles of 128 x 256 take 10.5 waves of 132 SMs, 66 x 28 tiles of 128 x 192 exactly 14). The 192-wide tile serves the
+// epilogues none, residual and gate_residual only (swiglu pairs value and gate rows by 128, qk_norm_rope needs whole
+// 128-channel heads). The grid is persistent (at most one CTA per SM) and walks the tiles in groups of G9_GROUP_M row
 // tiles, so the CTAs running at once share their A and B tiles in L2. swiglu tiles hold 128 value rows and the 128
 // matching gate rows of W, so each thread finishes value and gate of the same output column in registers.
 //
@@ -36,10 +36,10 @@
 //
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_BN G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
 // wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM, G9_EPI_WARPS and
-// G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this order):
-// x_map (tensor map of x [rows, K]); residual (residual, gate_residual); table, ts_index, tags (gate_residual); y0
-// (y1, y2 for qkv); w_map (tensor map of W [GM_N, K], boxes of G9_BN / 2 rows); bias (when GM_HAS_BIAS); qk_w0, qk_w1,
-// rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables with rope only); rows; meta_rows (gate_residual;
+// G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this
+// order): x_map (tensor map of x [rows, K]); residual (residual, gate_residual); table, ts_index, tags (gate_residual);
+// y0 (y1, y2 for qkv); w_map (tensor map of W [GM_N, K], boxes of G9_BN / 2 rows); bias (when GM_HAS_BIAS); qk_w0,
+// qk_w1, rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables with rope only); rows; meta_rows (gate_residual;
 // qk_norm_rope with rope).
 #define G9_BM 128
 #define G9_BK 64
@@ -111,8 +111,12 @@ __device__ __forceinline__ int g9_item(int it, const G9Walk &w, int walkM, h3u32
   return half ? (it - w.full) & 1 : -1;
 }
 
-// The first output column of column tile tn (swiglu: 128 output columns a tile, from 256 weight rows).
+// The first output column of column tile tn (swiglu: 128 output columns a tile, from 256 weight rows), and of its
+// part (g9_item): the tile's, or its half's.
 __device__ __forceinline__ long long g9_col0(int tn) { return (long long)tn * (GM_EPI == GM_EPI_SWIGLU ? 128 : G9_BN); }
+__device__ __forceinline__ long long g9_part_col0(int tn, int part) { return g9_col0(tn) + (part > 0 ? 128 : 0); }
+// The 16-byte chunks a row of the part's staged block holds: the tile's G9_BN / 8, a half's 16.
+__device__ __forceinline__ int g9_part_chunks(int part) { return part < 0 ? G9_BN / 8 : 16; }
 
 // The two weight boxes (G9_BN / 2 rows each) of output tile tn (swiglu: value rows, then the matching gate rows).
 __device__ __forceinline__ void g9_wrows(int tn, int &w0, int &w1) {
@@ -224,6 +228,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
   // The consumers' staging areas (gemm_epilogue_smem.cuh) after the ring, 1,024-byte aligned like it; with
   // G9_EPI_WARPS each area's full / empty barriers after the ring's; gate_residual's table rows after the barriers.
   const h3u32 sOut = sB + G9_STAGES * G9_B_BYTES;
+  unsigned char *const sOutPtr = g9_raw + (sOut - smem_u32(g9_raw));  // the same, as a generic pointer (the walks)
   const h3u32 full = sOut + 2 * G9_OUT_BYTES, empty = full + 8 * G9_STAGES;
 #ifdef G9_EPI_WARPS
   const h3u32 stFull = empty + 8 * G9_STAGES, stEmpty = stFull + 16;
@@ -281,11 +286,10 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
         int tm, tn;
         const int part = g9_item(it, walk, walkM, rank, tm, tn);
         for (int cw = 0; cw < 2; ++cw) {
-          const unsigned char *stage = g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES;
           const long long r0 = (long long)tm * G9_BM + cw * 64;
-          const long long c0 = g9_col0(tn) + (part > 0 ? 128 : 0);
           mbar_wait(stFull + 8 * cw, eph);
-          g9_walk_block<G9_BN / 8, 3, kBatch>(ep, stage, trows + 32 * wi, r0, c0, M, wi, lane, part < 0 ? G9_BN / 8 : 16);
+          g9_walk_block<G9_BN / 8, 3, kBatch>(ep, sOutPtr + cw * G9_OUT_BYTES, trows + 32 * wi, r0,
+                                              g9_part_col0(tn, part), M, wi, lane, g9_part_chunks(part));
           mbar_arrive(stEmpty + 8 * cw);
         }
         eph ^= 1;
@@ -335,8 +339,8 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     const int lane = tid % 32;
     const void *B = GM_BIAS_PARAM;
     const GmEpilogue ep = GM_EPILOGUE_PARAMS;
-    // (Never zeroed: each tile's first wgmma ignores them, scale_d = 0, and a half tile's other 64 are staged but
-    // never stored. Zeroing them here made ptxas serialize the wgmmas of a small 1-CTA variant.)
+    // (Never zeroed: each tile's first wgmma writes them without reading, and a half tile uses and stages the first
+    // 64 only. Zeroing them here made ptxas serialize the wgmmas of a small 1-CTA variant.)
     float acc[G9_BN / 2];
     int s = 0;
     h3u32 ph = 0;
@@ -351,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     for (int it = first; it < walk.items; it += stride) {
       int tm, tn;
       const int part = g9_item(it, walk, walkM, rank, tm, tn);
-      const long long r0 = (long long)tm * G9_BM + cw * 64, c0 = g9_col0(tn) + (part > 0 ? 128 : 0);
+      const long long r0 = (long long)tm * G9_BM + cw * 64, c0 = g9_part_col0(tn, part);
       if (part < 0) {
         g9_mainloop<G9_BN>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
         g9_finish<G9_BN / 8>(G9_FINISH_ARGS, r0, c0);
@@ -364,11 +368,11 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
 #endif
 #if defined(G9_EPI_SMEM) && !defined(G9_EPI_WARPS)
       // Step 3 of the staged epilogue: the block's rows, 16 bytes a lane (a half tile's first 16 chunks).
-      g9_walk_block<G9_BN / 8, 4, G9_WALK_BATCH>(ep, g9_raw + (sOut - smem_u32(g9_raw)) + cw * G9_OUT_BYTES,
-                                                 trows + 128 * cw + 32 * (tid / 32), r0, c0, M, tid / 32, lane,
-                                                 part < 0 ? G9_BN / 8 : 16);
+      g9_walk_block<G9_BN / 8, 4, G9_WALK_BATCH>(ep, sOutPtr + cw * G9_OUT_BYTES, trows + 128 * cw + 32 * (tid / 32),
+                                                 r0, c0, M, tid / 32, lane, g9_part_chunks(part));
 #endif
     }
+#undef G9_FINISH_ARGS
   }
 #if G9_CLUSTER == 2
   cluster_sync();  // the peer may still multicast into this CTA's stages or arrive on its barriers
