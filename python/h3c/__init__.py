@@ -147,6 +147,64 @@ class Transformer:
         return self._engine.ledger_json
 
     @property
+    def weights(self):
+        """The identity of the weights the next forward runs with, as its ledger records it under "weights":
+        {"identity": "h3c-weights-v1", "hash": "h3c-sum128-v1", "sha256", "tensors": {name: hash}, "updates": N,
+        "updated": [names]} (the first read hashes every tensor where it lives: on the GPU, on the device)."""
+        return json.loads(self._engine.weights_record_json)
+
+    def update_weights(self, tensors, qkv_layout="interleaved"):
+        """Replaces weights in place, without a reload: `tensors` is a state dict or an iterable of (name, tensor),
+        any subset, by diffusers name (`transformer_blocks.3.attn.to_q.weight`) or native name
+        (`blocks.3.attn.qkv_proj.weight`, its q/k/v rows in `qkv_layout`: "interleaved" as the raw release, or
+        "concat"); torch tensors (CPU or CUDA) or NumPy arrays, bfloat16 or float32. float32 values are rounded to
+        the pinned dtype to nearest even (torch's `.to(torch.bfloat16)`; CUDA tensors are cast by torch on their
+        device, host ones by h3c). Names, shapes and NaN / Inf (after the cast) are checked before anything changes:
+        a refused update raises h3c.Error naming the tensor and leaves the weights as they were. The next forward is
+        byte-equal to one of a Transformer loaded cold from a folder holding the same weights, and its ledger's
+        "weights" record has their new identity. CUDA tensors are read on the current stream; the call returns
+        when the update is done."""
+        items = list(tensors.items()) if hasattr(tensors, "items") else list(tensors)
+        prepared, stream = [], 0
+        for item in items:
+            if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str):
+                raise _error("update", "expected a state dict or (name, tensor) pairs")
+            name, x = item
+            if not hasattr(x, "__dlpack__"):
+                raise _error("update:" + name, f"expected a torch tensor or a NumPy array, got {type(x).__name__}")
+            if _is_torch(x):
+                x = x.detach()
+                if x.is_cuda:
+                    x, stream = self._device_update_tensor(name, x)
+            prepared.append((name, _exportable(x)))
+        self._engine.update_weights(prepared, qkv_layout, stream)
+
+    def _device_update_tensor(self, name, x):
+        """A CUDA tensor of an update in the pinned dtype (torch's cast: round to nearest even) and contiguous,
+        scanned for NaN / Inf on the device; returns it and the current stream."""
+        import torch
+        if self.device != "cuda":
+            raise _error("update:" + name, "is a CUDA tensor; this transformer runs on the CPU")
+        if x.dtype not in (torch.float32, torch.bfloat16):
+            raise _error("update:" + name, f"is {x.dtype}; an update takes bfloat16 or float32 tensors")
+        want = self._engine.update_dtype(name)
+        if want:  # an unknown name is refused by the engine, naming it, before anything changes
+            cast = x.to({"F32": torch.float32, "BF16": torch.bfloat16}[want]).contiguous()
+            bad = ~torch.isfinite(cast)
+            if bool(bad.any()):
+                flat = cast.reshape(-1)
+                nan = int(torch.isnan(flat).sum())
+                first = int(bad.reshape(-1).nonzero()[0])
+                value = float(flat[first])
+                cast_note = f" after the cast to {want}" if cast.dtype != x.dtype else ""
+                raise _error("update:" + name, f"holds non-finite values{cast_note}: {nan} NaN, "
+                             f"{int(bad.sum()) - nan} Inf (first: element {first}, "
+                             f"{'NaN' if value != value else ('+Inf' if value > 0 else '-Inf')}); nothing was updated")
+            x = cast
+        with torch.cuda.device(x.device):
+            return x, torch.cuda.current_stream(x.device).cuda_stream
+
+    @property
     def forwards(self):
         return self._engine.forwards
 

@@ -9,6 +9,7 @@
 //   Array    a host result (outputs, sampler values) exported through DLPack without a copy;
 //   the sampler (trajectory/sampler.h) and trajectory verify / drift (trajectory/trajectory.h).
 // Every h3c::Error becomes h3c.Error with the CLI's message ("<where>: <what>"); nothing here aborts the process.
+#include "h3c/models/checkpoint.h"
 #include "h3c/models/config.h"
 #include "h3c/plan/io.h"
 #include "h3c/runtime/engine.h"
@@ -354,6 +355,54 @@ public:
   std::pair<int64_t, int64_t> outputChannels() const {
     return {plan_.config.videoPatchDim(), plan_.config.audio_in_channels};
   }
+  // A hot update (runtime/weight_update.h): `tensors` = [(name, tensor)], host tensors as given (cast and scanned
+  // here), CUDA tensors already in the pinned dtype and scanned for NaN / Inf by the package (h3c/__init__.py).
+  // Nothing changes unless every tensor passes the checks.
+  void updateWeights(const py::list &tensors, const std::string &qkvLayout, uint64_t stream) {
+    const h3::QkvLayout layout = h3::parseQkvLayout(qkvLayout);
+    std::unique_lock<std::mutex> lock = lockEngine();
+    std::vector<std::unique_ptr<Imported>> held;
+    std::vector<Tensor> copies;  // host tensors that were not contiguous
+    copies.reserve(tensors.size());
+    std::vector<WeightInput> inputs;
+    for (const auto &item : tensors) {
+      const py::tuple pair = item.cast<py::tuple>();
+      const std::string name = pair[0].cast<std::string>();
+      held.push_back(std::make_unique<Imported>(pair[1], "update:" + name));
+      const Imported &im = *held.back();
+      WeightInput in{name, im.dtype(), im.shape(), nullptr, 0};
+      if (im.onDevice()) {
+        if (opt_.device != "gpu") fail("update:" + name, "is a CUDA tensor; this engine runs on the CPU");
+        if (!im.contiguous()) fail("update:" + name, "must be contiguous on the device");
+        in.device = reinterpret_cast<uint64_t>(im.data());
+      } else if (im.contiguous()) {
+        in.host = im.data();
+      } else {
+        copies.push_back(im.toHost());
+        in.host = copies.back().bytes.data();
+      }
+      inputs.push_back(std::move(in));
+    }
+    py::gil_scoped_release release;
+    engine_->updateWeights(inputs, layout, opt_.device == "gpu" ? stream : 0, /*deviceChecked=*/true);
+  }
+  // The dtype a tensor of an update must have on the device (diffusers or native name), or "" when the name is
+  // none of the plan's (the update then refuses it, naming it).
+  std::string updateDtype(const std::string &name) const {
+    for (const auto &b : plan_.weights)
+      for (const auto &t : b.tensors)
+        if (t.name == name) return std::string(dtypeName(t.dtype));
+    if (h3::isNativeName(name))
+      for (const auto &t : h3::nativeTensors(h3::diffusersTensors(plan_.config), plan_.config))
+        if (t.name == name) return std::string(dtypeName(t.dtype));
+    return "";
+  }
+  // The weights' identity record of the next ledger (weight_identity.h), as JSON.
+  std::string weightsRecord() {
+    std::unique_lock<std::mutex> lock = lockEngine();
+    py::gil_scoped_release release;
+    return engine_->weightsRecord().dump();
+  }
   std::string planSha() const { return plan_.planSha256; }
   std::string configJson() const { return h3::configToJson(plan_.config).dump(); }
   std::string weightsJson() const { return weights_->describe().dump(); }
@@ -427,6 +476,9 @@ PYBIND11_MODULE(_h3c, m) {
            py::arg("threads"), py::arg("binds"), py::arg("config"), py::arg("hash_nodes") = false)
       .def("forward", &PyEngine::forward, py::arg("host"), py::arg("device"), py::arg("out_sample"),
            py::arg("out_audio_sample"), py::arg("stream"))
+      .def("update_weights", &PyEngine::updateWeights, py::arg("tensors"), py::arg("qkv_layout"), py::arg("stream"))
+      .def("update_dtype", &PyEngine::updateDtype, py::arg("name"))
+      .def_property_readonly("weights_record_json", &PyEngine::weightsRecord)
       .def_property_readonly("ledger_json", &PyEngine::ledger)
       .def_property_readonly("input_dtypes", &PyEngine::inputDtypes)
       .def_property_readonly("output_channels", &PyEngine::outputChannels)

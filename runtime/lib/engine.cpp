@@ -1,12 +1,14 @@
 // The resident engine (engine.h) and runModel(), its one-forward form.
 #include "h3c/runtime/engine.h"
 
+#include "h3c/runtime/weight_identity.h"
 #include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 
 namespace h3c::rt {
@@ -42,6 +44,10 @@ Engine::Engine(const plan::Plan &p, WeightSource &weights, const RunOptions &opt
     cache_ = makeCachedWeights(weights);
     weights_ = cache_.get();
   }
+  if (opt.device == "cpu") {  // the GPU executor writes updates into its device buffers instead
+    overlay_ = std::make_unique<OverlayWeights>(*weights_);
+    weights_ = overlay_.get();
+  }
 }
 
 Engine::~Engine() = default;
@@ -62,8 +68,10 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   // ledger header takes it. A std::async future joins in its destructor, so a forward that throws waits for the
   // hash and leaves no thread behind; the executor's error is the one that propagates.
   std::future<std::string> requestSha = std::async(std::launch::async, [&request] { return requestSha256(request); });
-  if (!exec_)
-    exec_ = makeExecutor(opt_.device);
+  if (weightsBroken_)
+    fail("engine", "a weight update failed while writing to the device: the weights are neither the old nor the new "
+         "ones; load them again (a new engine)");
+  ensureExecutor();
   auto builder = std::make_shared<LedgerBuilder>(plan_, opt.mode, exec_->device(), opt.binds);
   LedgerBuilder &ledger = *builder;
   nlohmann::json info = exec_->deviceInfo();
@@ -76,7 +84,7 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   // otherwise, like the outputs (found only at the end), it goes into the ledger, whose strict rule then fails.
   const bool strict = opt.mode == Mode::Strict;
   source_->setStrictFinite(strict);
-  if (const std::vector<std::string> known = source_->nonFinite(); strict && !known.empty())
+  if (const std::vector<std::string> known = currentNonFinite(); strict && !known.empty())
     fail("weights:" + known.front(), "a strict run refuses non-finite weights ({} tensor(s))", known.size());
   RunResult r;
   const auto t2 = Clock::now();
@@ -88,7 +96,8 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   // After the run: a GPU load computed the checkpoint's content hash while uploading it (asked before, it would be
   // a hashing pass of its own).
   ledger.header()["checkpoint"] = weights_->describe();
-  for (const std::string &w : source_->nonFinite())
+  ledger.header()["weights"] = weightsRecord();
+  for (const std::string &w : currentNonFinite())
     ledger.recordNonFinite("weight " + w);
   // The outputs: their bytes scanned here, or (outputs left in the caller's device memory) what the executor found
   // on the device; either way the same record, so the strict rule refuses a non-finite output on every path.
@@ -116,11 +125,83 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   return r;
 }
 
-void Engine::loadWeights(bool progress) {
+void Engine::ensureExecutor() {
   if (!exec_)
     exec_ = makeExecutor(opt_.device);
+}
+
+void Engine::loadWeights(bool progress) {
+  ensureExecutor();
   source_->setStrictFinite(opt_.mode == Mode::Strict);
   exec_->loadWeights(plan_, *weights_, progress);
+}
+
+std::vector<std::string> Engine::currentNonFinite() const {
+  // The source's record ("<tensor>: <counts>"), less the tensors updates replaced (an update is finite).
+  std::vector<std::string> v;
+  for (const std::string &w : source_->nonFinite())
+    if (!updated_.count(w.substr(0, w.find(':')))) v.push_back(w);
+  return v;
+}
+
+void Engine::updateWeights(const std::vector<WeightInput> &inputs, h3::QkvLayout layout, uint64_t stream,
+                           bool deviceChecked) {
+  if (weightsBroken_)
+    fail("update", "an earlier update failed while writing to the device; load the weights again (a new engine)");
+  for (const WeightInput &in : inputs)
+    if (in.device && opt_.device != "gpu")
+      fail("update:" + in.name, "is in device memory; this engine runs on the CPU");
+  const PreparedUpdate u = prepareWeightUpdate(plan_, inputs, layout, deviceChecked);
+  if (u.tensors.empty()) return;
+  std::map<std::string, std::string> hashes;
+  if (overlay_) {
+    // CPU: the new values of every tensor written, all built before the overlay changes (a tensor written in part
+    // starts from its current value).
+    std::map<std::string, Tensor> next;
+    for (size_t i = 0; i < u.tensors.size(); ++i) {
+      const plan::WeightTensor &t = plan_.weightTensor(u.tensors[i]);
+      next[u.tensors[i]] = u.whole[i] ? Tensor::zeros(t.dtype, t.shape) : weights_->load(u.tensors[i]);
+    }
+    for (const WeightWrite &w : u.writes)
+      std::memcpy(next.at(w.tensor).bytes.data() + w.offset, w.host, w.bytes);
+    for (auto &[name, t] : next) {
+      overlay_->set(name, std::move(t));
+      hashes[name] = overlay_->contentHashOf(name);
+    }
+  } else {
+    loadWeights(false);
+    try {
+      exec_->writeWeights(plan_, *weights_, u.writes, stream);
+    } catch (...) {
+      weightsBroken_ = true;
+      throw;
+    }
+    hashes = exec_->weightHashes(plan_, *weights_, u.tensors);
+  }
+  for (auto &[name, h] : hashes) weightHashes_[name] = h;
+  updated_.insert(u.tensors.begin(), u.tensors.end());
+  ++updates_;
+  weightsRecord_ = nullptr;
+}
+
+const nlohmann::json &Engine::weightsRecord() {
+  if (!weightsRecord_.is_null()) return weightsRecord_;
+  ensureExecutor();
+  std::vector<std::string> missing;
+  for (const auto &b : plan_.weights)
+    for (const auto &t : b.tensors)
+      if (!weightHashes_.count(t.name)) missing.push_back(t.name);
+  if (overlay_)  // CPU: the hashes the overlay took as the forward loaded each tensor
+    for (const auto &name : missing) weightHashes_[name] = overlay_->contentHashOf(name);
+  else
+    for (auto &[name, h] : exec_->weightHashes(plan_, *weights_, missing)) weightHashes_[name] = h;
+  weightsRecord_ = {{"identity", kWeightsIdentityName},
+                    {"hash", kContentHashName},
+                    {"sha256", combineWeightHashes(plan_, weightHashes_)},
+                    {"tensors", weightHashes_},
+                    {"updates", updates_},
+                    {"updated", std::vector<std::string>(updated_.begin(), updated_.end())}};
+  return weightsRecord_;
 }
 
 RunResult runModel(const plan::Plan &p, WeightSource &weights, const Request &request, const RunOptions &opt) {

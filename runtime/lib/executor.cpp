@@ -143,6 +143,20 @@ public:
 
 } // namespace
 
+std::map<std::string, std::string> Executor::weightHashes(const plan::Plan & /*p*/, WeightSource & /*weights*/,
+                                                          const std::vector<std::string> & /*names*/) {
+  fail("weights", "internal error: the {} executor holds no weights to hash", device());
+}
+
+void Executor::writeWeights(const plan::Plan & /*p*/, WeightSource & /*weights*/,
+                            const std::vector<WeightWrite> & /*writes*/, uint64_t /*stream*/) {
+  fail("update", "internal error: the {} executor holds no weights to write", device());
+}
+
+Tensor Executor::readWeight(const plan::Plan & /*p*/, WeightSource &weights, const std::string &name) {
+  return weights.load(name);
+}
+
 std::unique_ptr<Executor> makeCpuExecutor() { return std::make_unique<CpuExecutor>(); }
 
 std::unique_ptr<Executor> makeExecutor(const std::string &device) {

@@ -82,6 +82,28 @@ std::vector<std::string> compareNodes(const json &a, const json &b, bool hashes,
   return what;
 }
 
+// The header's weights records: the tensors whose content hashes differ (a ledger written before the record
+// existed has none: then only whether both lack it).
+void compareWeights(const json &a, const json &b, LedgerDiff &d) {
+  // The values, not how they came (a record's "updates" / "updated" may differ for the same values).
+  const auto value = [](const json &w, const char *k) { return w.is_object() ? w.value(k, json()) : json(); };
+  if (value(a, "sha256") == value(b, "sha256") && value(a, "tensors") == value(b, "tensors")) return;
+  d.weightsDiffer = true;
+  const json ta = a.is_object() ? a.value("tensors", json::object()) : json::object();
+  const json tb = b.is_object() ? b.value("tensors", json::object()) : json::object();
+  std::set<std::string> names;
+  for (const json *t : {&ta, &tb})
+    if (t->is_object())
+      for (auto it = t->begin(); it != t->end(); ++it) names.insert(it.key());
+  d.weightsTensors = names.size();
+  for (const auto &n : names)
+    if (!ta.contains(n) || !tb.contains(n) || ta[n] != tb[n]) d.weightsChanged.push_back(n);
+  const auto field = [](const json &w, const char *k) {
+    return w.is_object() && w.contains(k) ? str(w[k]) : std::string("(none)");
+  };
+  d.header.push_back(fmt::format("weights: sha256 {} -> {}", field(a, "sha256"), field(b, "sha256")));
+}
+
 } // namespace
 
 LedgerDiff diffLedgers(const json &a, const json &b, const std::string &whereA, const std::string &whereB) {
@@ -94,8 +116,9 @@ LedgerDiff diffLedgers(const json &a, const json &b, const std::string &whereA, 
       for (auto it = h->begin(); it != h->end(); ++it) keys.insert(it.key());
   for (const auto &k : keys) {
     const json va = ha.value(k, json()), vb = hb.value(k, json());
-    if (va != vb) d.header.push_back(fmt::format("{}: {} -> {}", k, brief(va), brief(vb)));
+    if (va != vb && k != "weights") d.header.push_back(fmt::format("{}: {} -> {}", k, brief(va), brief(vb)));
   }
+  compareWeights(ha.value("weights", json()), hb.value("weights", json()), d);
   d.hashesA = hasHashes(na);
   d.hashesB = hasHashes(nb);
   std::map<std::string, size_t> inB;
@@ -133,6 +156,7 @@ json LedgerDiff::toJson() const {
   auto node = [](const Node &n) {
     return json{{"id", n.id}, {"op", n.op}, {"seq_a", n.seqA}, {"seq_b", n.seqB}, {"what", n.what}};
   };
+  j["weights"] = {{"differ", weightsDiffer}, {"changed", weightsChanged}, {"tensors", weightsTensors}};
   if (first) j["first"] = node(*first);
   j["first_output"] = firstOutput ? node(*firstOutput) : json(nullptr);
   return j;
@@ -141,6 +165,14 @@ json LedgerDiff::toJson() const {
 std::string LedgerDiff::text() const {
   std::string s;
   for (const auto &h : header) s += "header " + h + "\n";
+  if (weightsDiffer) {
+    std::string names;
+    for (size_t i = 0; i < weightsChanged.size() && i < 8; ++i) names += (i ? ", " : "") + weightsChanged[i];
+    if (weightsChanged.size() > 8) names += fmt::format(", ... {} more", weightsChanged.size() - 8);
+    s += weightsChanged.empty()
+             ? std::string("the weights differ (the ledgers' weights records differ; no per-tensor hashes to compare)\n")
+             : fmt::format("the weights differ: {} of {} tensors ({})\n", weightsChanged.size(), weightsTensors, names);
+  }
   if (first) {
     s += fmt::format("first difference at node '{}' (op {}, A seq {}, B seq {}):\n", first->id, first->op,
                      first->seqA, first->seqB);

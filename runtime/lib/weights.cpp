@@ -4,9 +4,9 @@
 
 #include "h3c/models/checkpoint.h"
 #include "h3c/runtime/cpu_ops.h"
+#include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
 #include "h3c/support/parallel.h"
-
 
 namespace h3c::rt {
 
@@ -119,6 +119,41 @@ private:
 
 std::unique_ptr<WeightSource> makeCachedWeights(WeightSource &source) {
   return std::make_unique<CachedWeights>(source);
+}
+
+OverlayWeights::OverlayWeights(WeightSource &base) : WeightSource(base.config()), base_(base) {}
+
+Tensor OverlayWeights::load(const std::string &name) {
+  auto it = kept_.find(name);
+  if (it != kept_.end()) return it->second;
+  Tensor t = base_.load(name);
+  if (!hashes_.count(name)) hashes_[name] = contentHash(t.bytes.data(), t.bytes.size());
+  return t;
+}
+
+std::string OverlayWeights::contentHashOf(const std::string &name) {
+  auto it = hashes_.find(name);
+  if (it != hashes_.end()) return it->second;
+  load(name);
+  return hashes_.at(name);
+}
+
+void OverlayWeights::erase(const std::string &name) {
+  if (kept_.erase(name)) hashes_.erase(name);
+}
+
+Tensor OverlayWeights::loadRows(const std::string &name, int64_t b, int64_t e) {
+  auto it = kept_.find(name);
+  return it == kept_.end() ? base_.loadRows(name, b, e) : sliceRows(it->second, name, b, e);
+}
+
+void OverlayWeights::set(const std::string &name, Tensor t) {
+  const h3::TensorSpec &s = spec(name);
+  if (t.dtype != s.dtype || t.shape != s.shape)
+    fail("weights:" + name, "a replacement must be {} {}, got {} {}", dtypeName(s.dtype), shapeText(s.shape),
+         dtypeName(t.dtype), t.shapeString());
+  hashes_[name] = contentHash(t.bytes.data(), t.bytes.size());
+  kept_[name] = std::move(t);
 }
 
 std::unique_ptr<WeightSource> makeSyntheticWeights(const h3::Config &c, uint64_t seed) {

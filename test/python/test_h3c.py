@@ -42,13 +42,15 @@ def read_st(path):
     return st_numpy.read(path)[0]
 
 
-def write_st(path, tensors):
+def write_st(path, tensors, bf16=()):
+    """`bf16`: names whose arrays are int16 BF16 bit patterns."""
     names = sorted(tensors)
     codes = {v: k for k, v in DT.items()}
     head, off = {}, 0
     for k in names:
         a = np.ascontiguousarray(tensors[k])
-        head[k] = {"dtype": codes[a.dtype.type], "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        code = "BF16" if k in bf16 else codes[a.dtype.type]
+        head[k] = {"dtype": code, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
         off += a.nbytes
     text = json.dumps(head).encode()
     text += b" " * ((8 - len(text) % 8) % 8)
@@ -143,6 +145,56 @@ class TransformerAgainstCli(unittest.TestCase):
         self.assertFalse(hs.is_contiguous())
         video2, _ = t(**{**args, "hidden_states": hs}, return_dict=False)
         self.assertTrue(torch.equal(video, video2))
+
+
+class WeightUpdates(unittest.TestCase):
+    Q = "transformer_blocks.0.attn.to_q.weight"
+    OUT = "transformer_blocks.1.attn.to_out.0.weight"
+
+    def test_update_weights_equals_the_clis_update_and_refusals_change_nothing(self):
+        ck = read_st(f"{TMP}/ckpt/diffusion_pytorch_model.safetensors")
+        rng = np.random.default_rng(3)
+        # float32 values for BF16 weights whose rounding is known by construction: BF16 bit patterns b with low halves
+        # below 0x8000 (round to b) or above (round to b + 1, away from zero in magnitude).
+        new, rounded = {}, {}
+        for n in (self.Q, self.OUT):
+            b = (rng.integers(0x3C00, 0x3D00, size=ck[n].shape) | (rng.integers(0, 2, size=ck[n].shape) << 15))
+            up = rng.integers(0, 2, size=ck[n].shape)
+            low = np.where(up == 1, 0x9000 + rng.integers(0, 0x7000, size=ck[n].shape),
+                           rng.integers(0, 0x8000, size=ck[n].shape))
+            new[n] = ((b.astype(np.uint32) << 16) | low.astype(np.uint32)).view(np.float32)
+            rounded[n] = (b + up).astype(np.uint16).view(np.int16)
+        write_st(f"{TMP}/update.safetensors", rounded, bf16=rounded.keys())
+        want, ledger = cli_run(f"{TMP}/plan", f"{TMP}/a.safetensors", ["--checkpoint", f"{TMP}/ckpt"], "update",
+                               "--update", f"{TMP}/update.safetensors")
+        t = h3c.Transformer(plan=f"{TMP}/plan", checkpoint=f"{TMP}/ckpt", device="cpu")
+        args = read_st(f"{TMP}/a.safetensors")
+        before = [np.asarray(x).tobytes() for x in t(**args)]
+        identity = t.weights["sha256"]
+        t.update_weights(new)  # a state dict of float32 arrays
+        got = [np.asarray(x) for x in t(**args)]
+        self.assertEqual(got[0].tobytes(), want["sample"].tobytes())
+        self.assertEqual(got[1].tobytes(), want["audio_sample"].tobytes())
+        self.assertNotEqual(got[0].tobytes(), before[0])
+        self.assertEqual(t.ledger_json, ledger)  # the CLI's ledger byte for byte, weights record included
+        self.assertEqual(t.weights["updated"], sorted(new))
+        self.assertNotEqual(t.weights["sha256"], identity)
+        # Refused: a NaN (after a good tensor), an unknown name, a wrong shape: nothing changes.
+        bad = new[self.Q].copy()
+        bad[1, 2] = np.nan
+        for tensors, says in (([(self.OUT, new[self.OUT]), (self.Q, bad)], "1 NaN, 0 Inf (first: element"),
+                              ([("transformer_blocks.0.attn.to_w.weight", bad)], "no weight tensor of the plan"),
+                              ({self.Q: bad[:, :-1]}, "has shape")):
+            with self.assertRaises(h3c.Error) as e:
+                t.update_weights(tensors)
+            self.assertIn(says, str(e.exception))
+        again = [np.asarray(x) for x in t(**args)]
+        self.assertEqual(again[0].tobytes(), want["sample"].tobytes())
+        self.assertEqual(t.weights["updates"], 1)
+        # Back to the checkpoint's values by name (float32 arrays holding its BF16 values exactly), from a generator.
+        t.update_weights((n, (ck[n].astype(np.uint16).astype(np.uint32) << 16).view(np.float32)) for n in new)
+        self.assertEqual(np.asarray(t(**args)[0]).tobytes(), before[0])
+        self.assertEqual(t.weights["sha256"], identity)
 
 
 class Version(unittest.TestCase):

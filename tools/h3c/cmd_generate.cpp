@@ -49,6 +49,9 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   auto *bd = app.add_option("--bind", o->binds, "GLOB=native|reference binding overlay (repeatable)");
   auto *bf = app.add_option("--bind-from-step", o->g.bindFromStep, "apply the --bind rules from this step on");
   app.add_option("--threads", o->g.run.threads, "CPU worker threads (never changes a bit)")->check(CLI::Range(0, 1024));
+  app.add_option("--update", o->g.updates, "a .safetensors file or folder of weights (any subset, diffusers or "
+                 "native names, BF16 or F32) that replace the checkpoint's before the first step (repeatable; with "
+                 "--resume: the recorded ones' new locations)");
   app.add_option("--ledger", o->g.ledgerDir, "folder for the ledger of every step (step-NNNNN.json)");
   app.add_flag("--hash-nodes", o->g.run.hashNodes, "every step's ledger records a content hash of every op output");
   app.add_flag("--progress", o->progress, "report every step on stderr (default: on a terminal only)");
@@ -63,8 +66,10 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
     if (const char *stop = std::getenv("H3C_GENERATE_STOP_AFTER"))  // tests: simulate a kill after N steps
       o->g.stopAfter = std::atoll(stop);
     if (!o->resume.empty()) {
-      h3c::checkOutputsApart({{"--plan", o->g.plan}, {"--inputs", o->g.request}, {"--checkpoint", o->g.checkpoint}},
-                             {{"--resume", o->resume}, {"--ledger", o->g.ledgerDir}});
+      std::vector<h3c::PathArg> in = {
+          {"--plan", o->g.plan}, {"--inputs", o->g.request}, {"--checkpoint", o->g.checkpoint}};
+      for (const auto &u : o->g.updates) in.push_back({"--update", u});
+      h3c::checkOutputsApart(in, {{"--resume", o->resume}, {"--ledger", o->g.ledgerDir}});
       int64_t n = h3c::rt::resumeGenerate(o->resume, o->g);
       std::printf("%s: %lld steps sealed\n", o->resume.c_str(), static_cast<long long>(n));
       return;
@@ -76,9 +81,10 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
                                {!o->out.empty(), "--out"}})
       if (!given)
         h3c::fail("h3c generate", "{} is required (or --resume TRAJ)", name);
-    h3c::checkOutputsApart({{"--config", o->g.config}, {"--plan", o->g.plan}, {"--inputs", o->g.request},
-                            {"--checkpoint", o->g.checkpoint}, {"--noise", o->g.noise}},
-                           {{"--out", o->out}, {"--ledger", o->g.ledgerDir}});
+    std::vector<h3c::PathArg> in = {{"--config", o->g.config}, {"--plan", o->g.plan}, {"--inputs", o->g.request},
+                                    {"--checkpoint", o->g.checkpoint}, {"--noise", o->g.noise}};
+    for (const auto &u : o->g.updates) in.push_back({"--update", u});
+    h3c::checkOutputsApart(in, {{"--out", o->out}, {"--ledger", o->g.ledgerDir}});
     o->g.synthetic = o->synthetic;
     if (o->seed >= 0)
       o->g.seed = uint64_t(o->seed);

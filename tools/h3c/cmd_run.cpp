@@ -3,7 +3,7 @@
 
 #include "h3c/models/config.h"
 #include "h3c/plan/io.h"
-#include "h3c/runtime/executor.h"
+#include "h3c/runtime/engine.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -20,7 +20,7 @@ struct Opts {
   long long sp = 0, tp = 0;
   int threads = 0;
   bool progress = false, hashNodes = false;
-  std::vector<std::string> binds;
+  std::vector<std::string> binds, updates;
 };
 
 // No metadata: outputs of equivalent runs (another tp, fused or not, permuted request) are byte-equal files.
@@ -52,6 +52,8 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
   app.add_option("--bind", o->binds, "GLOB=native|reference binding overlay (repeatable)");
   app.add_option("--threads", o->threads, "CPU worker threads (0 = all cores; never changes a bit)")
       ->check(CLI::Range(0, 1024));
+  app.add_option("--update", o->updates, "a .safetensors file or folder of weights (any subset, diffusers or native "
+                 "names, BF16 or F32) that replace the checkpoint's before the run (repeatable, applied in order)");
   app.add_option("--ledger", o->ledger, "ledger.json to write")->required();
   app.add_flag("--progress", o->progress, "print one line per op to stderr");
   app.add_flag("--hash-nodes", o->hashNodes, "record a content hash of every op output in the ledger (the GPU hashes on "
@@ -60,9 +62,10 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
   app.callback([o] {
     if (o->checkpoint.empty() && o->synthetic < 0)
       h3c::fail("h3c run", "give --checkpoint DIR or --synthetic SEED");
-    h3c::checkOutputsApart({{"--config", o->config}, {"--checkpoint", o->checkpoint}, {"--plan", o->plan},
-                            {"--inputs", o->inputs}},
-                           {{"--out", o->out}, {"--ledger", o->ledger}});
+    std::vector<h3c::PathArg> inputs = {
+        {"--config", o->config}, {"--checkpoint", o->checkpoint}, {"--plan", o->plan}, {"--inputs", o->inputs}};
+    for (const auto &u : o->updates) inputs.push_back({"--update", u});
+    h3c::checkOutputsApart(inputs, {{"--out", o->out}, {"--ledger", o->ledger}});
     if (!o->signKey.empty())
       h3c::checkSigningKey(o->signKey);  // before the run, not after it
     h3c::h3::Config c = h3c::h3::loadConfig(o->config);
@@ -83,7 +86,13 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
         o->checkpoint.empty() ? h3c::rt::makeSyntheticWeights(c, uint64_t(o->synthetic))
                               : h3c::rt::makeCheckpointWeights(c, o->checkpoint);
     h3c::rt::Request req = h3c::rt::loadRequest(o->inputs);
-    h3c::rt::RunResult r = h3c::rt::runModel(plan, *w, req, opt);
+    // One forward of an engine that caches nothing (runModel's), after the updates.
+    h3c::rt::Engine engine(plan, *w, opt, /*cpuCacheBytes=*/0);
+    for (const auto &path : o->updates) {
+      const h3c::rt::UpdateFiles u = h3c::rt::openUpdateFiles(path, c);
+      engine.updateWeights(u.inputs, u.layout);
+    }
+    h3c::rt::RunResult r = engine.run(req);
     // The ledger is written even when the strict rule fails (it is the evidence); outputs only when accepted or
     // when the mode does not demand it.
     h3c::writeFileAtomic(o->ledger, h3c::sealedJsonDump(r.ledger, 1) + "\n");  // Python-identical floats

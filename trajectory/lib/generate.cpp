@@ -65,6 +65,14 @@ json weightsIdentity(const WeightSource &w) {
   return d;
 }
 
+// The --update files, applied in order before the first step.
+void applyUpdates(Engine &engine, const h3::Config &c, const std::vector<std::string> &paths) {
+  for (const auto &path : paths) {
+    const UpdateFiles u = openUpdateFiles(path, c);
+    engine.updateWeights(u.inputs, u.layout);
+  }
+}
+
 // `resuming`: the initial latents are in the trajectory already (no noise source needed).
 std::unique_ptr<Prepared> prepare(const GenerateOptions &o, bool resuming) {
   auto p = std::make_unique<Prepared>(o.videoShift, o.audioShift);
@@ -361,6 +369,7 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
   // The weights first: on the GPU their upload computes the checkpoint's content hash that the header records.
   Engine engine(p->plan, *p->weights, ro);
   engine.loadWeights(o.progress);
+  applyUpdates(engine, p->config, o.updates);
   json header;
   header["num_steps"] = p->video.numSteps();
   header["save_tensors"] = o.saveTensors;
@@ -379,6 +388,9 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
   header["h3c"] = versionJson();  // the build that started the trajectory (each step's ledger names its own)
   header["plan_sha256"] = p->plan.planSha256;
   header["run"] = runDescription(o, *p);
+  header["run"]["updates"] = json::array();
+  for (const auto &u : o.updates) header["run"]["updates"].push_back(absolute(u));
+  header["run"]["weights_sha256"] = engine.weightsRecord().at("sha256");
   TrajectoryWriter w = TrajectoryWriter::create(out, header, x);
   return run(*p, engine, w, x, o, ro);
 }
@@ -413,6 +425,8 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
     for (const auto &b : r.at("binds"))
       o.run.binds.push_back(parseBindRule(b.get<std::string>()));
     o.bindFromStep = r.at("bind_from_step");
+    // Trajectories written before hot updates have neither key.
+    o.updates = !given.updates.empty() ? given.updates : r.value("updates", std::vector<std::string>());
   } catch (const json::exception &e) {
     fail((traj / "header.json").string(), "#/run is incomplete: {}", e.what());
   }
@@ -442,6 +456,14 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
   if (weightsIdentity(*p->weights) != recorded)
     fail("weights", "the weights changed since the trajectory was started: {} != {}",
          weightsIdentity(*p->weights).dump(), recorded.dump());
+  if (!given.updates.empty() && given.updates.size() != r.value("updates", json::array()).size())
+    fail("--update", "the trajectory was started with {} update(s), {} given", r.value("updates", json::array()).size(),
+         given.updates.size());
+  applyUpdates(engine, p->config, o.updates);
+  if (r.contains("weights_sha256") && engine.weightsRecord().at("sha256") != r["weights_sha256"])
+    fail("weights", "the weights' identity {} differs from the trajectory's recorded weights_sha256 {} (an update "
+         "file changed?)", engine.weightsRecord().at("sha256").get<std::string>(),
+         r["weights_sha256"].get<std::string>());
   ModalityFloats x;
   TrajectoryWriter w = TrajectoryWriter::resume(traj, x);
   for (int m = 0; m < kTrajModalities; ++m)

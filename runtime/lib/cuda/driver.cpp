@@ -46,6 +46,7 @@ Loaded &loaded() {
               dlSymbol(lib, a.cuMemcpyDtoD, "cuMemcpyDtoD_v2", w) &&
               dlSymbol(lib, a.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", w) &&
               dlSymbol(lib, a.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", w) &&
+              dlSymbol(lib, a.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", w) &&
               dlSymbol(lib, a.cuStreamSynchronize, "cuStreamSynchronize", w) && dlSymbol(lib, a.cuMemsetD8, "cuMemsetD8_v2", w) &&
               dlSymbol(lib, a.cuMemGetInfo, "cuMemGetInfo_v2", w) && dlSymbol(lib, a.cuEventCreate, "cuEventCreate", w) &&
               dlSymbol(lib, a.cuEventDestroy, "cuEventDestroy_v2", w) && dlSymbol(lib, a.cuEventRecord, "cuEventRecord", w) &&

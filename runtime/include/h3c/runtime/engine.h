@@ -7,10 +7,12 @@
 #pragma once
 
 #include "h3c/runtime/executor.h"
+#include "h3c/runtime/weight_update.h"
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 
 namespace h3c::rt {
 
@@ -39,6 +41,18 @@ public:
   // does it when needed. `progress`: a progress line on stderr while it loads.
   void loadWeights(bool progress = false);
 
+  // A hot update (weight_update.h): checked against the plan before anything changes (a refused update changes
+  // nothing), then written where the engine's weights live: the device weight buffers on the GPU (loaded first when
+  // needed; device inputs are copied on `stream`, the caller's), a host overlay on the CPU. The next forward is
+  // byte-equal to one of an engine cold-loaded with the same values, and its ledger's "weights" record (below) has
+  // the new identity. `deviceChecked`: the caller scanned device inputs for NaN / Inf (the Python package).
+  void updateWeights(const std::vector<WeightInput> &inputs, h3::QkvLayout layout = h3::QkvLayout::Interleaved,
+                     uint64_t stream = 0, bool deviceChecked = false);
+  // The weights' identity (weight_identity.h) as every ledger's header records it under "weights": {"identity":
+  // "h3c-weights-v1", "hash": "h3c-sum128-v1", "sha256", "tensors": {name: hash}, "updates": N, "updated":
+  // [names written by updates since the load]}. Hashes what it has not hashed yet (on the GPU: the device copies).
+  const nlohmann::json &weightsRecord();
+
   const plan::Plan &plan() const { return plan_; }
   WeightSource &weights() { return *weights_; }
   const RunOptions &options() const { return opt_; }
@@ -51,8 +65,17 @@ public:
 private:
   const plan::Plan &plan_;
   WeightSource *source_;                // the caller's (it checks loaded tensors for NaN / Inf)
-  WeightSource *weights_;               // the caller's, or cache_ wrapping it
+  WeightSource *weights_;               // the caller's, or cache_ wrapping it, or overlay_ above those (CPU)
   std::unique_ptr<WeightSource> cache_;
+  std::unique_ptr<OverlayWeights> overlay_;  // CPU: the tensors updates replaced
+  void ensureExecutor();
+  std::vector<std::string> currentNonFinite() const;  // the source's non-finite tensors that no update replaced
+  // The ledger's weights record: per-tensor hashes of what the executor holds (filled lazily, replaced by updates).
+  std::map<std::string, std::string> weightHashes_;
+  std::set<std::string> updated_;       // tensors updates wrote
+  int64_t updates_ = 0;
+  nlohmann::json weightsRecord_;        // null when it must be rebuilt
+  bool weightsBroken_ = false;          // a device write failed midway: the weights are neither old nor new
   RunOptions opt_;
   std::unique_ptr<Executor> exec_;      // created at the first forward (after the request is validated)
   int64_t forwards_ = 0;

@@ -8,6 +8,7 @@
 #include "h3c/plan/plan.h"
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/tensor.h"
+#include "h3c/runtime/weight_update.h"
 #include "h3c/runtime/weights.h"
 
 #include <map>
@@ -70,6 +71,19 @@ public:
   // content, and a checkpoint's content hash is computed on the way; `progress`: a progress line on stderr). The
   // CPU executor reads weights per op: nothing to do.
   virtual void loadWeights(const plan::Plan & /*p*/, WeightSource & /*weights*/, bool /*progress*/) {}
+  // The content hash (support/content_hash.h) of each named plan weight tensor as this executor holds it, for the
+  // ledger's weights record (weight_identity.h): the GPU executor hashes its device copy where it lives. The CPU
+  // executor holds no weights (the CPU engine's OverlayWeights hashes what it hands out): the default refuses.
+  virtual std::map<std::string, std::string> weightHashes(const plan::Plan &p, WeightSource &weights,
+                                                          const std::vector<std::string> &names);
+  // A hot update's writes (weight_update.h) into the weights this executor holds: the GPU executor copies them into
+  // its device weight buffers (loading the weights first when needed) on `stream` and returns when they are done.
+  // The CPU executor holds no weights (the CPU engine keeps updates in its OverlayWeights): the default refuses.
+  virtual void writeWeights(const plan::Plan &p, WeightSource &weights, const std::vector<WeightWrite> &writes,
+                            uint64_t stream);
+  // One whole plan weight tensor as this executor holds it (the GPU executor copies it back): what a LoRA merge
+  // starts from. The default loads it from `weights`.
+  virtual Tensor readWeight(const plan::Plan &p, WeightSource &weights, const std::string &name);
 };
 
 std::unique_ptr<Executor> makeCpuExecutor();

@@ -1,7 +1,8 @@
 // `h3c ledger diff A B`: where two runs part. Walks A's nodes in graph (execution) order and compares each with B's
 // node of the same id: requested and actual binding, kernel (id and source hash), reduction order, and every output's
 // dtype, shape and content hash (`--hash-nodes`). The first node that differs is where the bits part (every later
-// node reads it); the header fields that differ (plan, weights, request, device, ...) say why they may.
+// node reads it); the header fields that differ (plan, weights, request, device, ...) say why they may. A weight change
+// is named as such: which tensors' content hashes differ (the header's "weights" record).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -27,7 +28,12 @@ struct LedgerDiff {
   bool hashesA = false, hashesB = false;
   std::optional<Node> first;          // the first differing node in A's order (or the first node missing in B)
   std::optional<Node> firstOutput;    // the first node whose output hashes differ: where the bits part
-  bool same() const { return !first && onlyA.empty() && onlyB.empty(); }
+  // The weights' identities (header "weights", weight_identity.h): whether they differ, and which tensors' hashes
+  // (names in either ledger whose hash differs or is missing in the other), of how many.
+  bool weightsDiffer = false;
+  std::vector<std::string> weightsChanged;
+  size_t weightsTensors = 0;
+  bool same() const { return !first && onlyA.empty() && onlyB.empty() && !weightsDiffer; }
   nlohmann::json toJson() const;
   std::string text() const;
 };

@@ -61,6 +61,31 @@ std::unique_ptr<WeightSource> makeRankWeights(WeightSource &all, const plan::Pla
 // checkpoint and generate no synthetic value again). loadRows slices the kept tensor. Keeps a reference to `source`.
 std::unique_ptr<WeightSource> makeCachedWeights(WeightSource &source);
 
+// `base`'s tensors with some replaced: the CPU engine's weights (engine.h), with its hot updates and merged LoRA
+// adapters. load / loadRows give a replaced tensor's kept value, every other tensor `base`'s; describe() is `base`'s
+// (the ledger's "weights" record says what changed). It also keeps the content hash (support/content_hash.h) of
+// every whole tensor it hands out or is given, so the ledger's weights record costs no second read of a tensor the
+// forward loaded. Keeps a reference to `base`.
+class OverlayWeights final : public WeightSource {
+public:
+  explicit OverlayWeights(WeightSource &base);
+  Tensor load(const std::string &name) override;
+  Tensor loadRows(const std::string &name, int64_t rowBegin, int64_t rowEnd) override;
+  nlohmann::json describe() const override { return base_.describe(); }
+  // Replaces tensor `name` (its spec's dtype and shape, else an error naming it).
+  void set(const std::string &name, Tensor t);
+  // Back to `base`'s value.
+  void erase(const std::string &name);
+  bool replaced(const std::string &name) const { return kept_.count(name) != 0; }
+  // The content hash of tensor `name`'s current value (loaded and hashed when no whole load was seen yet).
+  std::string contentHashOf(const std::string &name);
+
+private:
+  WeightSource &base_;
+  std::map<std::string, Tensor> kept_;
+  std::map<std::string, std::string> hashes_;
+};
+
 // Synthetic value of one element (as float, before dtype rounding): exposed so the GPU path and tests can agree.
 float syntheticValue(uint64_t seed, const h3::TensorSpec &spec, int64_t index);
 

@@ -45,6 +45,10 @@ struct GenerateOptions {
   bool progress = false;    // a progress bar on stderr
   int64_t stopAfter = -1;   // testing: stop after this many sealed steps (as if killed), without final.json
   std::string signKey;      // Ed25519 private key (PEM): final.json's seal is signed into final.json.sig
+  // Weights that replace the checkpoint's before the first step (runtime/weight_update.h, openUpdateFiles), in
+  // order. The header records them and the weights' identity (weight_identity.h); a resume applies them again
+  // (from the recorded paths, or these when given: files that moved) and checks the identity.
+  std::vector<std::string> updates;
 };
 
 // Runs a new trajectory into `out` (must not exist). Returns the number of sealed steps.

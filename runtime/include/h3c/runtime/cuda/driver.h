@@ -33,6 +33,7 @@ struct DriverApi {
   // Stream-ordered forms: a forward of the resident engine runs on the caller's stream (engine.h, DeviceIO).
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
   CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);  // the Python package's request read-back
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);  // hot updates from CUDA tensors
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuMemGetInfo)(size_t *, size_t *);
