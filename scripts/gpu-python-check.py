@@ -230,6 +230,99 @@ def check_config(a, cfg):
         result("token_tags" in str(e), f"[{cfg}] a bad request raises h3c.Error", str(e)[:200])
 
 
+def write_bf16_update(path, tensors):
+    """A safetensors file of BF16 tensors (name -> torch bfloat16 tensor), for `h3c run --update`."""
+    arrays = {n: v.detach().cpu().view(torch.int16).numpy() for n, v in tensors.items()}
+    st_numpy.write(path, arrays, {n: "BF16" for n in arrays})
+
+
+def check_updates(a, cfg):
+    """Hot updates on the GPU (issue 21): CUDA float32 tensors rounded by torch on the device, CPU bfloat16 and
+    pinned host tensors, against `h3c run --device gpu --update FILE` holding torch's rounded values (outputs and
+    ledger byte for byte: the weights record hashed on the device included); a refused update (NaN on the device)
+    changes nothing; going back restores the first bits and identity. full: the time of a whole-model update from
+    CUDA tensors and GB/s from pinned host memory (FIGURE lines)."""
+    plan = f"{a.plans}/{cfg}"
+    t = h3c.Transformer(plan=plan, synthetic=7, device="cuda", config=cfg)
+    path = f"{a.tmp}/{cfg}-update.req.safetensors"
+    tool(a.h3c, "request", "make", "--config", cfg, "--text", 7, "--audio", 5, "--video", "2,3,4", "--seed", 3,
+         *(["--dtype", "BF16"] if cfg == "full" else []), "-o", path)
+    req, _ = read_st(path)
+    kw = to_torch(req, "cuda")
+    base = t(**kw, return_dict=False)[0].clone()
+    ident = t.weights
+    if cfg == "full":
+        return check_update_speed(a, t, ident)
+    names = ["transformer_blocks.0.attn.to_q.weight", "transformer_blocks.1.ff.net.0.proj.weight"]
+    shapes = {n: tuple(int(x) for x in s) for n, s in t._engine.weight_shapes.items()}
+    g = torch.Generator(device="cuda").manual_seed(5)
+    new = {n: torch.randn(shapes[n], generator=g, device="cuda") * 0.02 for n in names}
+    write_bf16_update(f"{a.tmp}/{cfg}-update.safetensors", {n: v.to(torch.bfloat16) for n, v in new.items()})
+    o, led = f"{a.tmp}/{cfg}-update.gpu.safetensors", f"{a.tmp}/{cfg}-update.gpu_ledger.json"
+    tool(a.h3c, "run", "--config", cfg, "--synthetic", 7, "--plan", plan, "--inputs", path, "--out", o,
+         "--device", "gpu", "--ledger", led, "--update", f"{a.tmp}/{cfg}-update.safetensors")
+    want = read_st(o)[0]
+    with open(led) as f:
+        ledger = f.read()
+    t.update_weights(new)
+    v = t(**kw, return_dict=False)[0]
+    result(v.cpu().numpy().tobytes() == want["sample"][0].tobytes() and not torch.equal(v, base),
+           f"[{cfg}] update_weights from CUDA float32 tensors: outputs byte-equal to h3c run --update (torch's bf16)")
+    result(t.ledger_json == ledger, f"[{cfg}] after the update, the ledger (device-hashed weights record) is h3c run's")
+    bad = {names[0]: new[names[0]].clone()}
+    bad[names[0]].view(-1)[3] = float("nan")
+    try:
+        t.update_weights(bad)
+        result(False, f"[{cfg}] a NaN CUDA tensor is refused")
+    except h3c.Error as e:
+        result("1 NaN" in str(e), f"[{cfg}] a NaN CUDA tensor is refused", str(e)[:200])
+    v2 = t(**kw, return_dict=False)[0]
+    result(torch.equal(v2, v) and t.weights["updates"] == 1, f"[{cfg}] the refused update changed nothing")
+    # Back to the generator's values from host memory (pinned, and plain CPU bfloat16 tensors).
+    back = {n: torch.empty(shapes[n], dtype=torch.bfloat16) for n in names}
+    cold = h3c.Transformer(plan=plan, synthetic=7, device="cpu", config=cfg)
+    for n in names:
+        back[n].view(torch.int16).copy_(torch.from_numpy(
+            np.frombuffer(cold._engine.read_weight(n), dtype=np.int16).reshape(shapes[n]).copy()))
+    t.update_weights({names[0]: back[names[0]].pin_memory(), names[1]: back[names[1]]})
+    v3 = t(**kw, return_dict=False)[0]
+    result(torch.equal(v3, base) and t.weights["sha256"] == ident["sha256"],
+           f"[{cfg}] updating back from host tensors restores the first bits and the weights identity")
+
+
+def check_update_speed(a, t, ident):
+    shapes = {n: tuple(int(x) for x in s) for n, s in t._engine.weight_shapes.items()}
+    dtypes = {n: {"BF16": torch.bfloat16, "F32": torch.float32}[d] for n, d in t._engine.weight_dtypes.items()}
+    total = sum(int(np.prod(s)) * (2 if dtypes[n] == torch.bfloat16 else 4) for n, s in shapes.items())
+    sd = {}
+    for n, s in shapes.items():
+        sd[n] = torch.empty(s, dtype=dtypes[n], device="cuda").normal_(0, 0.02)
+    torch.cuda.synchronize()
+    w0 = time.perf_counter()
+    t.update_weights(sd)
+    dt = time.perf_counter() - w0
+    print(f"FIGURE [full] update_weights of all {len(sd)} tensors ({total / 2**30:.2f} GiB) from CUDA tensors: "
+          f"{dt:.3f} s ({total / 1e9 / dt:.1f} GB/s; names/shapes checked, NaN scan by torch, device copies, device "
+          f"hashes)", flush=True)
+    result(t.weights["sha256"] != ident["sha256"] and t.weights["updates"] == 1, "[full] the whole-model update "
+           "changed the identity")
+    del sd
+    torch.cuda.empty_cache()
+    # From pinned host memory: the blocks' tensors up to ~16 GiB (host memory is the limit on this machine).
+    host, size = {}, 0
+    for n, s in shapes.items():
+        b = int(np.prod(s)) * (2 if dtypes[n] == torch.bfloat16 else 4)
+        if size + b > 16 * 2**30:
+            break
+        host[n] = torch.empty(s, dtype=dtypes[n]).normal_(0, 0.02).pin_memory()
+        size += b
+    w0 = time.perf_counter()
+    t.update_weights(host)
+    dt = time.perf_counter() - w0
+    print(f"FIGURE [full] update_weights of {len(host)} tensors ({size / 2**30:.2f} GiB) from pinned host memory: "
+          f"{dt:.3f} s ({size / 1e9 / dt:.1f} GB/s)", flush=True)
+
+
 def check_pipeline_step(a):
     """One step of diffusers' denoise loop blocks with the h3c transformer swapped in (tiny, fl2va)."""
     sys.path.insert(0, a.diffusers_src)
@@ -306,6 +399,10 @@ def main():
             check_config(a, cfg)
         except Exception as e:  # noqa: BLE001 - one FAIL line per config, then go on
             result(False, f"[{cfg}] raised {type(e).__name__}", str(e)[:800])
+        try:
+            check_updates(a, cfg)
+        except Exception as e:  # noqa: BLE001
+            result(False, f"[{cfg}] updates raised {type(e).__name__}", str(e)[:800])
     if a.diffusers_src and os.path.isdir(a.diffusers_src):
         try:
             check_pipeline_step(a)

@@ -26,6 +26,24 @@ def read(path):
     return arrays, dtypes, meta
 
 
+def write(path, arrays, dtypes=None):
+    """A safetensors file of name -> array; `dtypes` names a tensor's safetensors dtype where the array's own does not
+    say it (BF16 tensors as int16 bit patterns)."""
+    codes = {v: k for k, v in DTYPES.items() if k != "BF16"}
+    head, off, names = {}, 0, sorted(arrays)
+    for k in names:
+        a = np.ascontiguousarray(arrays[k])
+        code = (dtypes or {}).get(k) or codes[a.dtype.type]
+        head[k] = {"dtype": code, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+    text = json.dumps(head).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for k in names:
+            f.write(np.ascontiguousarray(arrays[k]).tobytes())
+
+
 def overwrite_row(folder, name, row, value):
     """Row `row` of the 2-D tensor `name` (F32) in a checkpoint folder's safetensors files set to `value`, in place
     (the tests' overflowing weights: a finite value loads, and the outputs it feeds overflow). Returns the row's

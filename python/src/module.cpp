@@ -403,6 +403,28 @@ public:
     py::gil_scoped_release release;
     return engine_->weightsRecord().dump();
   }
+  // The plan's weight tensors: name -> shape, name -> dtype ("BF16" / "F32"), and one tensor's current bytes.
+  std::map<std::string, std::vector<int64_t>> weightShapes() const {
+    std::map<std::string, std::vector<int64_t>> m;
+    for (const auto &b : plan_.weights)
+      for (const auto &t : b.tensors) m[t.name] = t.shape;
+    return m;
+  }
+  std::map<std::string, std::string> weightDtypes() const {
+    std::map<std::string, std::string> m;
+    for (const auto &b : plan_.weights)
+      for (const auto &t : b.tensors) m[t.name] = std::string(dtypeName(t.dtype));
+    return m;
+  }
+  py::bytes readWeight(const std::string &name) {
+    Tensor t;
+    {
+      std::unique_lock<std::mutex> lock = lockEngine();
+      py::gil_scoped_release release;
+      t = engine_->readWeight(name);
+    }
+    return py::bytes(reinterpret_cast<const char *>(t.bytes.data()), t.bytes.size());
+  }
   std::string planSha() const { return plan_.planSha256; }
   std::string configJson() const { return h3::configToJson(plan_.config).dump(); }
   std::string weightsJson() const { return weights_->describe().dump(); }
@@ -478,6 +500,9 @@ PYBIND11_MODULE(_h3c, m) {
            py::arg("out_audio_sample"), py::arg("stream"))
       .def("update_weights", &PyEngine::updateWeights, py::arg("tensors"), py::arg("qkv_layout"), py::arg("stream"))
       .def("update_dtype", &PyEngine::updateDtype, py::arg("name"))
+      .def("read_weight", &PyEngine::readWeight, py::arg("name"))
+      .def_property_readonly("weight_shapes", &PyEngine::weightShapes)
+      .def_property_readonly("weight_dtypes", &PyEngine::weightDtypes)
       .def_property_readonly("weights_record_json", &PyEngine::weightsRecord)
       .def_property_readonly("ledger_json", &PyEngine::ledger)
       .def_property_readonly("input_dtypes", &PyEngine::inputDtypes)

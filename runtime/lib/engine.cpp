@@ -184,6 +184,13 @@ void Engine::updateWeights(const std::vector<WeightInput> &inputs, h3::QkvLayout
   weightsRecord_ = nullptr;
 }
 
+Tensor Engine::readWeight(const std::string &name) {
+  plan_.weightTensor(name);  // throws naming a tensor the plan lacks
+  if (overlay_) return overlay_->load(name);
+  loadWeights(false);
+  return exec_->readWeight(plan_, *weights_, name);
+}
+
 const nlohmann::json &Engine::weightsRecord() {
   if (!weightsRecord_.is_null()) return weightsRecord_;
   ensureExecutor();

@@ -44,20 +44,7 @@ def read_st(path):
 
 def write_st(path, tensors, bf16=()):
     """`bf16`: names whose arrays are int16 BF16 bit patterns."""
-    names = sorted(tensors)
-    codes = {v: k for k, v in DT.items()}
-    head, off = {}, 0
-    for k in names:
-        a = np.ascontiguousarray(tensors[k])
-        code = "BF16" if k in bf16 else codes[a.dtype.type]
-        head[k] = {"dtype": code, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        off += a.nbytes
-    text = json.dumps(head).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for k in names:
-            f.write(np.ascontiguousarray(tensors[k]).tobytes())
+    st_numpy.write(path, tensors, {k: "BF16" for k in bf16})
 
 
 def setUpModule():

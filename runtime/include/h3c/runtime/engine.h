@@ -52,6 +52,8 @@ public:
   // "h3c-weights-v1", "hash": "h3c-sum128-v1", "sha256", "tensors": {name: hash}, "updates": N, "updated":
   // [names written by updates since the load]}. Hashes what it has not hashed yet (on the GPU: the device copies).
   const nlohmann::json &weightsRecord();
+  // One whole plan weight tensor as the engine holds it now (on the GPU: copied back from the device).
+  Tensor readWeight(const std::string &name);
 
   const plan::Plan &plan() const { return plan_; }
   WeightSource &weights() { return *weights_; }
