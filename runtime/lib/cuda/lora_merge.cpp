@@ -87,7 +87,7 @@ void mergeLoraOnDevice(KernelRunner &runner, CUdeviceptr w, h3c::DType dtype, in
   }
   const CUdeviceptr tablePtr = factors.get() + tableAt;
   check(d.cuMemcpyHtoDAsync(tablePtr, table.data(), table.size() * sizeof(DeviceTerm), stream), where + ": terms");
-  const unsigned long long none = ~0ull;
+  static const unsigned long long none = ~0ull;  // static: an asynchronous copy's source
   check(d.cuMemcpyHtoDAsync(flag.get(), &none, sizeof none, stream), where + ": flag");
 
   CUdeviceptr in = w, out = scratch.get(), termsArg = tablePtr, flagArg = flag.get();
