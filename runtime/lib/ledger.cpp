@@ -319,6 +319,10 @@ std::string ledgerSummary(const json &l) {
   std::string out = fmt::format("ledger: device {}, mode {}, sp {}, tp {}, plan {}\n", h.value("device", "?"),
                                 h.value("mode", "?"), h.value("sp", 1), h.value("tp", 0),
                                 h.value("plan_sha256", "?").substr(0, 16));
+  if (const json w = h.value("weights", json()); w.is_object())
+    out += fmt::format("weights: sha256 {} ({} tensors, {}), {} update(s) since the load\n",
+                       w.value("sha256", "?"), w.value("tensors", json::object()).size(), w.value("identity", "?"),
+                       w.value("updates", 0));
   out += fmt::format("{:<10} {:<10} {:>6}\n", "actual", "requested", "nodes");
   for (const auto &[a, m] : counts)
     for (const auto &[r, n] : m)

@@ -75,6 +75,9 @@ TEST(RuntimeCli, RequestRunLedgerVerify) {
   EXPECT_EQ(0, runTool("ledger summary " + t / "ledger.json", &out)) << out;
   EXPECT_NE(out.find("row"), std::string::npos);
   EXPECT_NE(out.find("accepted: true"), std::string::npos);
+  const auto ledger = nlohmann::json::parse(readFile(t / "ledger.json"));
+  EXPECT_NE(out.find("weights: sha256 " + ledger["header"]["weights"]["sha256"].get<std::string>()), std::string::npos)
+      << out;
 
   // Tampering: any change breaks the seal -> verify exits 1.
   auto l = nlohmann::json::parse(readFile(t / "ledger.json"));
