@@ -179,6 +179,18 @@ class Transformer:
             prepared.append((name, _exportable(x)))
         self._engine.update_weights(prepared, qkv_layout, stream)
 
+    def load_lora(self, path, scale=1.0):
+        """Merges a LoRA adapter file into the weights (diffusers' `load_lora_weights` file layouts and alpha rules:
+        diffusers, PEFT, kohya, musubi-tuner, DiffSynth-Studio .safetensors), W + scale * alpha / r * B A in float32
+        in a fixed order and rounded once (docs/contract.md section 12), on the device for device="cuda". Adapters
+        stack in load order; the weights record (`weights["lora"]`) lists them. The scale is fixed here: a forward's
+        attention_kwargs={"scale": s} other than 1.0 is refused."""
+        self._engine.load_lora(str(path), float(scale))
+
+    def unload_lora(self):
+        """Every weight the loaded adapters changed back to its value before the first, byte for byte."""
+        self._engine.unload_loras()
+
     def _device_update_tensor(self, name, x):
         """A CUDA tensor of an update in the pinned dtype (torch's cast: round to nearest even) and contiguous,
         scanned for NaN / Inf on the device; returns it and the current stream."""
@@ -228,7 +240,8 @@ class Transformer:
     def _forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep, timestep_indices,
                  token_tags, position_ids, video_indices, audio_indices, text_indices, attention_kwargs):
         if attention_kwargs and float(attention_kwargs.get("scale", 1.0)) != 1.0:
-            raise _error("attention_kwargs", "h3c runs no LoRA layers; a LoRA scale other than 1.0 cannot apply")
+            raise _error("attention_kwargs", "h3c merges LoRA adapters with the scale given to load_lora(path, "
+                         "scale); a per-call LoRA scale other than 1.0 cannot apply")
         given = dict(zip(_ARGS, (hidden_states, audio_hidden_states, encoder_hidden_states, timestep,
                                  timestep_indices, token_tags, position_ids, video_indices, audio_indices,
                                  text_indices)))

@@ -386,6 +386,17 @@ public:
     py::gil_scoped_release release;
     engine_->updateWeights(inputs, layout, opt_.device == "gpu" ? stream : 0, /*deviceChecked=*/true);
   }
+  // A LoRA adapter file merged into the weights (runtime/lora.h, Engine::loadLora), and every adapter unloaded.
+  void loadLora(const std::string &path, double scale) {
+    std::unique_lock<std::mutex> lock = lockEngine();
+    py::gil_scoped_release release;
+    engine_->loadLora(readLora(path, plan_.config), scale);
+  }
+  void unloadLoras() {
+    std::unique_lock<std::mutex> lock = lockEngine();
+    py::gil_scoped_release release;
+    engine_->unloadLoras();
+  }
   // The dtype a tensor of an update must have on the device (diffusers or native name), or "" when the name is
   // none of the plan's (the update then refuses it, naming it).
   std::string updateDtype(const std::string &name) const {
@@ -500,6 +511,8 @@ PYBIND11_MODULE(_h3c, m) {
            py::arg("out_audio_sample"), py::arg("stream"))
       .def("update_weights", &PyEngine::updateWeights, py::arg("tensors"), py::arg("qkv_layout"), py::arg("stream"))
       .def("update_dtype", &PyEngine::updateDtype, py::arg("name"))
+      .def("load_lora", &PyEngine::loadLora, py::arg("path"), py::arg("scale"))
+      .def("unload_loras", &PyEngine::unloadLoras)
       .def("read_weight", &PyEngine::readWeight, py::arg("name"))
       .def_property_readonly("weight_shapes", &PyEngine::weightShapes)
       .def_property_readonly("weight_dtypes", &PyEngine::weightDtypes)

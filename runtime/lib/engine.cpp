@@ -6,6 +6,7 @@
 #include "h3c/support/error.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -153,6 +154,10 @@ void Engine::updateWeights(const std::vector<WeightInput> &inputs, h3::QkvLayout
       fail("update:" + in.name, "is in device memory; this engine runs on the CPU");
   const PreparedUpdate u = prepareWeightUpdate(plan_, inputs, layout, deviceChecked);
   if (u.tensors.empty()) return;
+  for (const auto &t : u.tensors)
+    if (loraBase_.count(t))
+      fail("update:" + t, "has a LoRA adapter merged into it ({} loaded): unload the adapters first, then update and "
+           "load them again", loras_.size());
   std::map<std::string, std::string> hashes;
   if (overlay_) {
     // CPU: the new values of every tensor written, all built before the overlay changes (a tensor written in part
@@ -191,6 +196,98 @@ Tensor Engine::readWeight(const std::string &name) {
   return exec_->readWeight(plan_, *weights_, name);
 }
 
+LoraTerms Engine::loraTerms(const std::string &tensor) const {
+  LoraTerms terms;
+  for (const LoadedLora &l : loras_)
+    for (const LoraModule &m : l.adapter->modules)
+      if (m.target == tensor) terms.push_back({&m, l.scale});
+  return terms;
+}
+
+void Engine::applyMerged(const std::string &tensor, const LoraTerms &terms) {
+  const Tensor &base = loraBase_.at(tensor);
+  if (overlay_) {
+    overlay_->set(tensor, terms.empty() ? base : mergeLora(base, terms, opt_.threads));
+    return;
+  }
+  const std::vector<WeightWrite> w = {{tensor, 0, base.bytes.size(), base.bytes.data(), 0}};
+  exec_->writeWeights(plan_, *weights_, w, 0);
+  if (!terms.empty()) exec_->mergeLora(plan_, *weights_, tensor, terms);
+}
+
+void Engine::rehash(const std::vector<std::string> &tensors) {
+  if (overlay_)
+    for (const auto &t : tensors) weightHashes_[t] = overlay_->contentHashOf(t);
+  else
+    for (auto &[name, h] : exec_->weightHashes(plan_, *weights_, tensors)) weightHashes_[name] = h;
+  weightsRecord_ = nullptr;
+}
+
+void Engine::loadLora(LoraAdapter adapter, double scale) {
+  if (weightsBroken_)
+    fail("lora", "an earlier weight change failed while writing to the device; load the weights again (a new engine)");
+  if (!std::isfinite(scale)) fail("lora:" + adapter.path, "the scale {} is not finite", scale);
+  std::vector<std::string> targets;
+  for (const LoraModule &m : adapter.modules) {
+    const plan::WeightTensor &t = plan_.weightTensor(m.target);  // throws naming a tensor the plan lacks
+    checkLoraTerms(t.dtype, t.shape, {{&m, scale}});
+    targets.push_back(m.target);
+  }
+  ensureExecutor();
+  if (!overlay_) loadWeights(false);
+  // The bases of tensors no adapter touched yet, read before anything changes.
+  std::map<std::string, Tensor> fresh;
+  for (const auto &t : targets)
+    if (!loraBase_.count(t)) fresh[t] = readWeight(t);
+  auto shared = std::make_shared<const LoraAdapter>(std::move(adapter));
+  loraBase_.insert(fresh.begin(), fresh.end());
+  loras_.push_back({shared, scale});
+  if (overlay_) {
+    // CPU: every merged value computed first (a refused merge changes nothing), then set.
+    std::map<std::string, Tensor> merged;
+    try {
+      for (const auto &t : targets) merged[t] = mergeLora(loraBase_.at(t), loraTerms(t), opt_.threads);
+    } catch (...) {
+      loras_.pop_back();
+      for (const auto &[t, v] : fresh) loraBase_.erase(t);
+      throw;
+    }
+    for (auto &[t, v] : merged) overlay_->set(t, std::move(v));
+  } else {
+    // GPU: tensor by tensor on the device; a refused merge leaves its tensor as it was, and the tensors merged
+    // before it are set back to their previous adapters' values.
+    size_t done = 0;
+    try {
+      for (; done < targets.size(); ++done) applyMerged(targets[done], loraTerms(targets[done]));
+    } catch (...) {
+      loras_.pop_back();
+      try {
+        for (size_t i = 0; i < done; ++i) applyMerged(targets[i], loraTerms(targets[i]));
+      } catch (...) {
+        weightsBroken_ = true;
+      }
+      for (const auto &[t, v] : fresh) loraBase_.erase(t);
+      throw;
+    }
+  }
+  rehash(targets);
+}
+
+void Engine::unloadLoras() {
+  if (loras_.empty()) return;
+  std::vector<std::string> targets;
+  for (const auto &[t, base] : loraBase_) targets.push_back(t);
+  try {
+    for (const auto &t : targets) applyMerged(t, {});
+  } catch (...) {
+    weightsBroken_ = true;
+    throw;
+  }
+  loras_.clear();
+  loraBase_.clear();
+  rehash(targets);
+}
+
 const nlohmann::json &Engine::weightsRecord() {
   if (!weightsRecord_.is_null()) return weightsRecord_;
   ensureExecutor();
@@ -207,7 +304,15 @@ const nlohmann::json &Engine::weightsRecord() {
                     {"sha256", combineWeightHashes(plan_, weightHashes_)},
                     {"tensors", weightHashes_},
                     {"updates", updates_},
-                    {"updated", std::vector<std::string>(updated_.begin(), updated_.end())}};
+                    {"updated", std::vector<std::string>(updated_.begin(), updated_.end())},
+                    {"lora", nlohmann::json::array()}};
+  for (const LoadedLora &l : loras_)
+    weightsRecord_["lora"].push_back({{"path", l.adapter->path},
+                                      {"sha256", l.adapter->sha256},
+                                      {"format", l.adapter->format},
+                                      {"scale", l.scale},
+                                      {"mode", "merged"},
+                                      {"modules", l.adapter->modules.size()}});
   return weightsRecord_;
 }
 

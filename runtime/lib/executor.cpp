@@ -157,6 +157,11 @@ Tensor Executor::readWeight(const plan::Plan & /*p*/, WeightSource &weights, con
   return weights.load(name);
 }
 
+void Executor::mergeLora(const plan::Plan & /*p*/, WeightSource & /*weights*/, const std::string &tensor,
+                         const LoraTerms & /*terms*/) {
+  fail("lora:" + tensor, "internal error: the {} executor holds no weights to merge into", device());
+}
+
 std::unique_ptr<Executor> makeCpuExecutor() { return std::make_unique<CpuExecutor>(); }
 
 std::unique_ptr<Executor> makeExecutor(const std::string &device) {

@@ -1,4 +1,4 @@
-// The host LoRA merge (lora.h; docs/contract.md section 11). Per output element: w = float(W), then per term in order
+// The host LoRA merge (lora.h; docs/contract.md section 12). Per output element: w = float(W), then per term in order
 // acc = the fma chain over k ascending of up[i][k] * down[k][j] from 0, w = w + s * acc (a rounded multiply, then a
 // rounded add), and one rounding to W's dtype at the end. The device merge (cuda/lora_merge.h) computes the same
 // sequence. The project compiles with -ffp-contract=off (CMakeLists.txt), and the multiply and the add are also

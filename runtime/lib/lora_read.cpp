@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -575,6 +576,17 @@ LoraAdapter readLora(const fs::path &given, const h3::Config &c) {
   for (auto &[name, m] : modules)
     a.modules.push_back(std::move(m));
   return a;
+}
+
+LoraSpec parseLoraSpec(const std::string &spec) {
+  LoraSpec l{spec, 1.0};
+  const size_t colon = spec.rfind(':');
+  if (colon == std::string::npos || colon == 0) return l;
+  const std::string tail = spec.substr(colon + 1);
+  char *end = nullptr;
+  const double v = std::strtod(tail.c_str(), &end);
+  if (!tail.empty() && end && *end == '\0' && std::isfinite(v)) l = {spec.substr(0, colon), v};
+  return l;
 }
 
 } // namespace h3c::rt

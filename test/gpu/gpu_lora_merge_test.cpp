@@ -1,5 +1,5 @@
 // The LoRA merge on the GPU (GpuLoraMerge*): the runtime's kernel (runtime/cuda/lora_merge.h) leaves the weight with
-// the bytes of the host's mergeLora (runtime/lora.h; docs/contract.md section 11) for BF16 and F32 weights, shapes
+// the bytes of the host's mergeLora (runtime/lora.h; docs/contract.md section 12) for BF16 and F32 weights, shapes
 // from one element to more rows than one grid pass covers and columns that are not whole 256-thread blocks, ranks 1
 // to 70, one to three stacked terms, on the legacy stream and on a created non-blocking stream. A merge that comes
 // out non-finite is refused with the host's message and leaves the device weight as it was. Skips without a GPU.

@@ -52,12 +52,14 @@ h3c::tool::Command cmd("generate", "Sample a trajectory (MiniMax-H3 scheduler) o
   app.add_option("--update", o->g.updates, "a .safetensors file or folder of weights (any subset, diffusers or "
                  "native names, BF16 or F32) that replace the checkpoint's before the first step (repeatable; with "
                  "--resume: the recorded ones' new locations)");
+  auto *lr = app.add_option("--lora", o->g.loras, "a LoRA adapter FILE[:SCALE] merged into the weights after the updates "
+                 "(repeatable; recorded, and merged again by --resume)");
   app.add_option("--ledger", o->g.ledgerDir, "folder for the ledger of every step (step-NNNNN.json)");
   app.add_flag("--hash-nodes", o->g.run.hashNodes, "every step's ledger records a content hash of every op output");
   app.add_flag("--progress", o->progress, "report every step on stderr (default: on a terminal only)");
   app.add_option("--sign-key", o->g.signKey, "Ed25519 private key (PEM): sign the finished trajectory (final.json.sig)");
   auto *rs = app.add_option("--resume", o->resume, "continue this trajectory from its last sealed step");
-  for (auto *opt : {cfg, sy, st, vs, as, sd, ss, nz, sa, nl, ou, sv, dv, md, sp, tp, bd, bf})
+  for (auto *opt : {cfg, sy, st, vs, as, sd, ss, nz, sa, nl, ou, sv, dv, md, sp, tp, bd, bf, lr})
     rs->excludes(opt);  // --plan, --inputs, --checkpoint may accompany --resume: files that moved (hash-checked)
   app.callback([o] {
     o->g.progress = o->progress || ::isatty(2);

@@ -20,7 +20,7 @@ struct Opts {
   long long sp = 0, tp = 0;
   int threads = 0;
   bool progress = false, hashNodes = false;
-  std::vector<std::string> binds, updates;
+  std::vector<std::string> binds, updates, loras;
 };
 
 // No metadata: outputs of equivalent runs (another tp, fused or not, permuted request) are byte-equal files.
@@ -54,6 +54,8 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
       ->check(CLI::Range(0, 1024));
   app.add_option("--update", o->updates, "a .safetensors file or folder of weights (any subset, diffusers or native "
                  "names, BF16 or F32) that replace the checkpoint's before the run (repeatable, applied in order)");
+  app.add_option("--lora", o->loras, "a LoRA adapter FILE[:SCALE] (diffusers, PEFT or kohya .safetensors) merged into "
+                 "the weights after the updates (repeatable, merged in order)");
   app.add_option("--ledger", o->ledger, "ledger.json to write")->required();
   app.add_flag("--progress", o->progress, "print one line per op to stderr");
   app.add_flag("--hash-nodes", o->hashNodes, "record a content hash of every op output in the ledger (the GPU hashes on "
@@ -65,6 +67,7 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
     std::vector<h3c::PathArg> inputs = {
         {"--config", o->config}, {"--checkpoint", o->checkpoint}, {"--plan", o->plan}, {"--inputs", o->inputs}};
     for (const auto &u : o->updates) inputs.push_back({"--update", u});
+    for (const auto &l : o->loras) inputs.push_back({"--lora", h3c::rt::parseLoraSpec(l).path});
     h3c::checkOutputsApart(inputs, {{"--out", o->out}, {"--ledger", o->ledger}});
     if (!o->signKey.empty())
       h3c::checkSigningKey(o->signKey);  // before the run, not after it
@@ -91,6 +94,10 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
     for (const auto &path : o->updates) {
       const h3c::rt::UpdateFiles u = h3c::rt::openUpdateFiles(path, c);
       engine.updateWeights(u.inputs, u.layout);
+    }
+    for (const auto &spec : o->loras) {
+      const h3c::rt::LoraSpec l = h3c::rt::parseLoraSpec(spec);
+      engine.loadLora(h3c::rt::readLora(l.path, c), l.scale);
     }
     h3c::rt::RunResult r = engine.run(req);
     // The ledger is written even when the strict rule fails (it is the evidence); outputs only when accepted or

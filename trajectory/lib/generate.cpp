@@ -8,6 +8,7 @@
 #include "h3c/plan/io.h"
 #include "h3c/runtime/checkpoint_weights.h"
 #include "h3c/runtime/engine.h"
+#include "h3c/runtime/lora.h"
 #include "h3c/runtime/request_layout.h"
 #include "h3c/support/json_read.h"
 #include "h3c/support/canonical_json.h"
@@ -65,11 +66,16 @@ json weightsIdentity(const WeightSource &w) {
   return d;
 }
 
-// The --update files, applied in order before the first step.
-void applyUpdates(Engine &engine, const h3::Config &c, const std::vector<std::string> &paths) {
+// The --update files, then the --lora adapters, applied in order before the first step.
+void applyUpdates(Engine &engine, const h3::Config &c, const std::vector<std::string> &paths,
+                  const std::vector<std::string> &loras) {
   for (const auto &path : paths) {
     const UpdateFiles u = openUpdateFiles(path, c);
     engine.updateWeights(u.inputs, u.layout);
+  }
+  for (const auto &spec : loras) {
+    const LoraSpec l = parseLoraSpec(spec);
+    engine.loadLora(readLora(l.path, c), l.scale);
   }
 }
 
@@ -369,7 +375,7 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
   // The weights first: on the GPU their upload computes the checkpoint's content hash that the header records.
   Engine engine(p->plan, *p->weights, ro);
   engine.loadWeights(o.progress);
-  applyUpdates(engine, p->config, o.updates);
+  applyUpdates(engine, p->config, o.updates, o.loras);
   json header;
   header["num_steps"] = p->video.numSteps();
   header["save_tensors"] = o.saveTensors;
@@ -390,6 +396,11 @@ int64_t generate(const fs::path &out, const GenerateOptions &o) {
   header["run"] = runDescription(o, *p);
   header["run"]["updates"] = json::array();
   for (const auto &u : o.updates) header["run"]["updates"].push_back(absolute(u));
+  header["run"]["loras"] = json::array();
+  for (const auto &l : o.loras) {
+    const LoraSpec spec = parseLoraSpec(l);
+    header["run"]["loras"].push_back(absolute(spec.path) + ":" + fmt::format("{}", spec.scale));
+  }
   header["run"]["weights_sha256"] = engine.weightsRecord().at("sha256");
   TrajectoryWriter w = TrajectoryWriter::create(out, header, x);
   return run(*p, engine, w, x, o, ro);
@@ -427,6 +438,7 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
     o.bindFromStep = r.at("bind_from_step");
     // Trajectories written before hot updates have neither key.
     o.updates = !given.updates.empty() ? given.updates : r.value("updates", std::vector<std::string>());
+    o.loras = r.value("loras", std::vector<std::string>());
   } catch (const json::exception &e) {
     fail((traj / "header.json").string(), "#/run is incomplete: {}", e.what());
   }
@@ -459,7 +471,7 @@ int64_t resumeGenerate(const fs::path &traj, const GenerateOptions &given) {
   if (!given.updates.empty() && given.updates.size() != r.value("updates", json::array()).size())
     fail("--update", "the trajectory was started with {} update(s), {} given", r.value("updates", json::array()).size(),
          given.updates.size());
-  applyUpdates(engine, p->config, o.updates);
+  applyUpdates(engine, p->config, o.updates, o.loras);
   if (r.contains("weights_sha256") && engine.weightsRecord().at("sha256") != r["weights_sha256"])
     fail("weights", "the weights' identity {} differs from the trajectory's recorded weights_sha256 {} (an update "
          "file changed?)", engine.weightsRecord().at("sha256").get<std::string>(),

@@ -27,6 +27,7 @@
 #include "h3c/runtime/cuda/non_finite.h"
 #include "h3c/runtime/cuda/runtime_kernel.h"
 #include "h3c/runtime/cuda/value_hash.h"
+#include "h3c/runtime/cuda/lora_merge.h"
 #include "h3c/runtime/cuda/weight_upload.h"
 #include "h3c/runtime/value_dump.h"
 #include "h3c/support/content_hash.h"
@@ -520,6 +521,14 @@ public:
         hc::check(d.cuMemcpyHtoDAsync(dst, w.host, w.bytes, s), "update " + w.tensor);
     }
     hc::check(d.cuStreamSynchronize(s), "updating the weights");
+  }
+
+  void mergeLora(const plan::Plan &p, WeightSource &weights, const std::string &tensor,
+                 const LoraTerms &terms) override {
+    loadWeights(p, weights, false);
+    const plan::WeightTensor &t = p.weightTensor(tensor);
+    if (t.shape.size() != 2) fail("lora:" + tensor, "is not a matrix");
+    hc::mergeLoraOnDevice(*runner_, weightAt(tensor), t.dtype, t.shape[0], t.shape[1], terms, nullptr);
   }
 
   Tensor readWeight(const plan::Plan &p, WeightSource &weights, const std::string &name) override {

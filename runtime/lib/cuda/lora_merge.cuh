@@ -1,5 +1,5 @@
 // The LoRA merge on the device (lora_merge.h; the runtime's own kernel, not a plan kernel), the same bits as the host
-// merge (runtime/lib/lora_merge.cpp; docs/contract.md section 11): out[i][j] = round(w + s_1 acc_1 + ... ) with each
+// merge (runtime/lib/lora_merge.cpp; docs/contract.md section 12): out[i][j] = round(w + s_1 acc_1 + ... ) with each
 // term's acc the fma chain over k ascending from 0 and w = w + s * acc a rounded multiply then a rounded add (every
 // operation named: __fmaf_rn, __fmul_rn, __fadd_rn; compiled with --fmad=false besides). One thread computes one
 // column j of H3L_ROWS consecutive rows (each down[k][j] read once for them; up[i][k] is the same address across a

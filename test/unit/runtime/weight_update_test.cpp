@@ -8,6 +8,7 @@
 #include "h3c/models/checkpoint.h"
 #include "h3c/runtime/engine.h"
 #include "h3c/runtime/ledger_diff.h"
+#include "h3c/runtime/lora.h"
 #include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -16,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -257,6 +259,7 @@ TEST(WeightUpdate, ARefusedUpdateChangesNothing) {
   Tensor wrongShape = Tensor::zeros(DType::BF16, {nan.shape[0] + 1, nan.shape[1]});
   Tensor ints = Tensor::zeros(DType::I64, nan.shape);
   const Tensor qkv = Tensor::zeros(DType::BF16, {3 * nan.shape[0], nan.shape[1]});
+  const Tensor goodQ = other->load(kQ);
   struct Case {
     std::vector<WeightInput> in;
     std::string says;
@@ -268,7 +271,7 @@ TEST(WeightUpdate, ARefusedUpdateChangesNothing) {
       {{input(kOut, good), input(kQ, ints)}, "is I64"},
       {{input(kOut, good), input("transformer_blocks.0.attn.to_z.weight", good)}, "is no weight tensor of the plan"},
       {{input(kOut, good), input(kOut, good)}, "is given twice"},
-      {{input(kQ, other->load(kQ)), input("blocks.0.attn.qkv_proj.weight", qkv)}, "which '" + std::string(kQ) + "' of the same"},
+      {{input(kQ, goodQ), input("blocks.0.attn.qkv_proj.weight", qkv)}, "which '" + std::string(kQ) + "' of the same"},
       {{input(kOut, good), input("rope.inv_freq", good)}, "computed from the config"},
   };
   for (const Case &k : cases) {
@@ -276,7 +279,7 @@ TEST(WeightUpdate, ARefusedUpdateChangesNothing) {
       e.updateWeights(k.in);
       ADD_FAILURE() << "accepted: " << k.says;
     } catch (const Error &err) {
-      EXPECT_NE(std::string(err.what()).find(k.says), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find(k.says), std::string::npos) << err.what() << " / " << k.says;
     }
   }
   const RunResult after = e.run(r);
@@ -313,4 +316,114 @@ TEST(WeightUpdate, UpdateFilesFromAFolderOrAFile) {
   UpdateFiles v = openUpdateFiles(dir, c);
   EXPECT_EQ(v.layout, h3::QkvLayout::Concat);
   EXPECT_THROW(openUpdateFiles(tmp.path / "missing", c), Error);
+}
+
+namespace {
+
+// A diffusers-layout LoRA file (transformer.<module>.lora_A/B.weight, F32) for `targets` at `rank`, values from
+// another synthetic seed's tensors scaled down; returns the factors by target as floats (A [rank, in], B [out, rank]).
+struct Factors {
+  std::vector<float> a, b;
+  int64_t in = 0, out = 0;
+};
+std::map<std::string, Factors> writeLora(const fs::path &path, const h3::Config &c,
+                                         const std::vector<std::string> &targets, int64_t rank, uint32_t seed) {
+  std::map<std::string, Factors> f;
+  std::vector<st::TensorDecl> decls;
+  for (const auto &t : targets) {
+    Factors &x = f[t];
+    for (const auto &s : h3::diffusersTensors(c))
+      if (s.name == t) x.out = s.shape[0], x.in = s.shape[1];
+    x.a.resize(size_t(rank * x.in));
+    x.b.resize(size_t(x.out * rank));
+    uint32_t st = seed * 2654435761u + uint32_t(t.size());
+    auto next = [&] {
+      st = st * 1664525u + 1013904223u;
+      return (float(st >> 8) / float(1 << 24) - 0.5f) * 0.25f;
+    };
+    for (float &v : x.a) v = next();
+    for (float &v : x.b) v = next();
+    const std::string m = "transformer." + t.substr(0, t.size() - std::string(".weight").size());
+    decls.push_back({m + ".lora_A.weight", DType::F32, {rank, x.in}});
+    decls.push_back({m + ".lora_B.weight", DType::F32, {x.out, rank}});
+  }
+  st::Writer w(path, decls);
+  for (const auto &info : w.order()) {
+    const std::string t = info.name.substr(std::string("transformer.").size(),
+                                           info.name.find(".lora_") - std::string("transformer.").size()) + ".weight";
+    const std::vector<float> &v = info.name.find("lora_A") != std::string::npos ? f.at(t).a : f.at(t).b;
+    w.write(info.name, v.data(), v.size() * 4);
+  }
+  w.commit();
+  return f;
+}
+
+// The contract's merge (docs/contract.md section 12), written out here for BF16 weights: w = W, then per adapter
+// s = float(scale * alpha / rank) with alpha = rank (an alpha-less file), acc an fma chain over k, w = w + s * acc
+// (separately rounded), rounded once to BF16 at the end.
+Tensor mergedByContract(const Tensor &w, const std::vector<std::pair<const Factors *, double>> &terms, int64_t rank) {
+  Tensor out = w;
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float v = w.getFloat(i * cols + j);
+      for (const auto &[f, scale] : terms) {
+        const float s = float(scale * double(rank) / double(rank));
+        float acc = 0.0f;
+        for (int64_t k = 0; k < rank; ++k) acc = std::fma(f->b[size_t(i * rank + k)], f->a[size_t(k * cols + j)], acc);
+        volatile float prod = s * acc;
+        v = v + prod;
+      }
+      const uint16_t b = floatToBf16(v);
+      std::memcpy(out.bytes.data() + 2 * (i * cols + j), &b, 2);
+    }
+  return out;
+}
+
+} // namespace
+
+TEST(WeightUpdate, MergedLoraEqualsAColdLoadOfTheMergedValuesAndUnloads) {
+  const h3::Config c = h3::namedConfig("tiny");
+  const plan::Plan p = loadModelPlan(c, /*fuse=*/true);
+  const Request r = makeRequest(c, {4, 2, 1, 2, 2, 1, 2}, 3);
+  TempDir tmp;
+  const int64_t rank = 4;
+  const std::vector<std::string> t1 = {kQ, kOut}, t2 = {kOut, kFc1};
+  const auto f1 = writeLora(tmp.path / "one.safetensors", c, t1, rank, 1);
+  const auto f2 = writeLora(tmp.path / "two.safetensors", c, t2, rank, 2);
+  auto w = makeSyntheticWeights(c, 7);
+  Engine e(p, *w, options(p));
+  const RunResult before = e.run(r);
+  e.loadLora(readLora(tmp.path / "one.safetensors", c), 0.75);
+  e.loadLora(readLora(tmp.path / "two.safetensors", c), -1.5);
+  const RunResult merged = e.run(r);
+  // The cold load: a folder holding the contract's merged values.
+  std::map<std::string, Tensor> values;
+  values[kQ] = mergedByContract(w->load(kQ), {{&f1.at(kQ), 0.75}}, rank);
+  values[kOut] = mergedByContract(w->load(kOut), {{&f1.at(kOut), 0.75}, {&f2.at(kOut), -1.5}}, rank);
+  values[kFc1] = mergedByContract(w->load(kFc1), {{&f2.at(kFc1), -1.5}}, rank);
+  auto cold = makeCheckpointWeights(c, writeFolder(tmp.path / "ckpt", c, 7, values));
+  const RunResult want = runModel(p, *cold, r, options(p));
+  EXPECT_TRUE(merged.outputs.sample.bytes == want.outputs.sample.bytes);
+  EXPECT_TRUE(merged.outputs.audio_sample.bytes == want.outputs.audio_sample.bytes);
+  EXPECT_EQ(merged.ledger["header"]["weights"]["sha256"], want.ledger["header"]["weights"]["sha256"]);
+  const auto &lora = merged.ledger["header"]["weights"]["lora"];
+  ASSERT_EQ(lora.size(), 2u);
+  EXPECT_EQ(lora[0]["scale"], 0.75);
+  EXPECT_EQ(lora[1]["modules"], 2);
+  EXPECT_EQ(lora[0]["mode"], "merged");
+  EXPECT_EQ(lora[0]["sha256"].get<std::string>().size(), 64u);
+  // A tensor an adapter touches cannot be updated while it is merged; others can.
+  const Tensor q = w->load(kQ);
+  EXPECT_THROW(e.updateWeights({input(kQ, q)}), Error);
+  // Unloading restores the bytes and the identity.
+  e.unloadLoras();
+  const RunResult after = e.run(r);
+  EXPECT_TRUE(after.outputs.sample.bytes == before.outputs.sample.bytes);
+  EXPECT_EQ(after.ledger["header"]["weights"]["sha256"], before.ledger["header"]["weights"]["sha256"]);
+  EXPECT_EQ(after.ledger["header"]["weights"]["lora"].size(), 0u);
+  // A refused adapter (a non-finite merged value: a huge scale) changes nothing.
+  EXPECT_THROW(e.loadLora(readLora(tmp.path / "one.safetensors", c), 1e300), Error);
+  EXPECT_TRUE(e.run(r).outputs.sample.bytes == before.outputs.sample.bytes);
+  EXPECT_EQ(e.lorasLoaded(), 0u);
 }

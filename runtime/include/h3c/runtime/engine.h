@@ -54,6 +54,15 @@ public:
   const nlohmann::json &weightsRecord();
   // One whole plan weight tensor as the engine holds it now (on the GPU: copied back from the device).
   Tensor readWeight(const std::string &name);
+  // A LoRA adapter merged into the weights it targets (lora.h; docs/contract.md section 12): every tensor an adapter
+  // touches becomes its value before the first adapter merged with the terms of every loaded adapter, in load
+  // order, rounded once (mergeLora on the CPU; the device merge, the same bits, on the GPU). Nothing changes when it
+  // is refused (a target that is no weight of the plan, a non-finite merged value). The weights record lists the
+  // adapters under "lora". A hot update of a tensor a loaded adapter touches is refused until unloadLoras().
+  void loadLora(LoraAdapter adapter, double scale);
+  // Every tensor the loaded adapters touched back to its value before the first, byte for byte.
+  void unloadLoras();
+  size_t lorasLoaded() const { return loras_.size(); }
 
   const plan::Plan &plan() const { return plan_; }
   WeightSource &weights() { return *weights_; }
@@ -78,6 +87,16 @@ private:
   int64_t updates_ = 0;
   nlohmann::json weightsRecord_;        // null when it must be rebuilt
   bool weightsBroken_ = false;          // a device write failed midway: the weights are neither old nor new
+  struct LoadedLora {
+    std::shared_ptr<const LoraAdapter> adapter;
+    double scale;
+  };
+  std::vector<LoadedLora> loras_;          // in load order
+  std::map<std::string, Tensor> loraBase_;  // every tensor an adapter touches, before the first (host copy)
+  LoraTerms loraTerms(const std::string &tensor) const;  // the loaded adapters' terms for `tensor`, in load order
+  // `tensor` set to its LoRA base merged with `terms` where the engine holds it (CPU overlay, or the device).
+  void applyMerged(const std::string &tensor, const LoraTerms &terms);
+  void rehash(const std::vector<std::string> &tensors);
   RunOptions opt_;
   std::unique_ptr<Executor> exec_;      // created at the first forward (after the request is validated)
   int64_t forwards_ = 0;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "h3c/runtime/ledger.h"
+#include "h3c/runtime/lora.h"
 #include "h3c/plan/plan.h"
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/tensor.h"
@@ -84,6 +85,10 @@ public:
   // One whole plan weight tensor as this executor holds it (the GPU executor copies it back): what a LoRA merge
   // starts from. The default loads it from `weights`.
   virtual Tensor readWeight(const plan::Plan &p, WeightSource &weights, const std::string &name);
+  // Merges LoRA terms into plan weight tensor `tensor` where this executor holds it (docs/contract.md section 12):
+  // the GPU executor on the device (cuda/lora_merge.h; the tensor is unchanged when the merge is refused). The CPU
+  // engine merges on the host into its OverlayWeights instead: the default refuses.
+  virtual void mergeLora(const plan::Plan &p, WeightSource &weights, const std::string &tensor, const LoraTerms &terms);
 };
 
 std::unique_ptr<Executor> makeCpuExecutor();

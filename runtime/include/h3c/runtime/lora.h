@@ -1,6 +1,6 @@
 // LoRA adapters for MiniMax-H3: a .safetensors LoRA file read with diffusers' key and alpha rules (every layout
 // diffusers' MiniMaxH3LoraLoaderMixin accepts, converted onto the diffusers weight names), and the deterministic
-// merge of adapters into a weight tensor (docs/contract.md section 11, "LoRA merge numerics"). The device form of the
+// merge of adapters into a weight tensor (docs/contract.md section 12, "LoRA merge numerics"). The device form of the
 // merge, with the same bits, is cuda/lora_merge.h.
 #pragma once
 
@@ -42,6 +42,14 @@ struct LoraAdapter {
 // would load something h3c cannot apply exactly: DoRA (dora_scale), `transformer_ref.` keys (h3c runs the one
 // `transformer` partition), a non-numeric `__metadata__` alpha (diffusers ignores it with a warning).
 LoraAdapter readLora(const std::filesystem::path &file, const h3::Config &c);
+
+// `--lora FILE[:SCALE]` (h3c run / generate): the file and its scale (default 1). The text after the last ':' is
+// the scale when it is a finite number, else part of the path.
+struct LoraSpec {
+  std::string path;
+  double scale = 1.0;
+};
+LoraSpec parseLoraSpec(const std::string &spec);
 
 // (module, scale) pairs, merged in this order.
 using LoraTerms = std::vector<std::pair<const LoraModule *, double>>;

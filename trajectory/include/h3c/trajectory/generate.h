@@ -49,6 +49,8 @@ struct GenerateOptions {
   // order. The header records them and the weights' identity (weight_identity.h); a resume applies them again
   // (from the recorded paths, or these when given: files that moved) and checks the identity.
   std::vector<std::string> updates;
+  // LoRA adapters `FILE[:SCALE]` merged after the updates (runtime/lora.h), recorded and re-applied the same way.
+  std::vector<std::string> loras;
 };
 
 // Runs a new trajectory into `out` (must not exist). Returns the number of sealed steps.

@@ -1,5 +1,5 @@
 // The LoRA merge on the device: a weight tensor in device memory updated in place with the same bits as the host's
-// mergeLora (lora.h; docs/contract.md section 11), for hot weight updates of a resident engine. The kernel
+// mergeLora (lora.h; docs/contract.md section 12), for hot weight updates of a resident engine. The kernel
 // (lora_merge.cuh) writes the merged tensor to scratch memory and checks it; only a fully finite result is copied
 // over the weight, so a refused merge leaves the weight as it was.
 #pragma once
