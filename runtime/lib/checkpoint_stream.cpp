@@ -25,7 +25,8 @@ namespace fs = std::filesystem;
 
 namespace h3c::rt {
 
-StreamPlan planStream(const h3::Checkpoint &ck, std::vector<StreamTarget> targets) {
+StreamPlan planStream(const h3::Checkpoint &ck, std::vector<StreamTarget> targets,
+                      const std::set<std::string> &castToBf16) {
   const st::Folder &folder = ck.storage();
   StreamPlan plan;
   plan.dir = folder.dir();
@@ -47,6 +48,15 @@ StreamPlan planStream(const h3::Checkpoint &ck, std::vector<StreamTarget> target
     stored.emplace(name, plan.tensors.size());
     plan.tensors.push_back(std::move(t));
   }
+  // Tensors stored F32 and placed as BF16: only in diffusers naming (a stored name is the diffusers name), only F32.
+  for (const std::string &name : castToBf16) {
+    if (ck.format() != h3::CheckpointFormat::Diffusers)
+      fail(plan.dir.string(), "tensor '{}': F32 is read as BF16 only from a folder in diffusers naming", name);
+    auto it = stored.find(name);
+    if (it == stored.end() || plan.tensors[it->second].dtype != DType::F32)
+      fail(plan.dir.string(), "internal error: '{}' is to be read as BF16 but is no stored F32 tensor", name);
+    plan.tensors[it->second].castToBf16 = true;
+  }
   // Where each diffusers tensor's bytes are stored: itself in a diffusers folder, the mapper's byte ranges of native
   // tensors (concatenated in order) in a native one.
   std::unordered_map<std::string, std::vector<h3::SourcePiece>> sources;
@@ -60,8 +70,11 @@ StreamPlan planStream(const h3::Checkpoint &ck, std::vector<StreamTarget> target
       fail("weight " + tg.name, "is a load target twice");
     if (!ck.find(tg.name))
       fail(plan.dir.string(), "tensor '{}' is not in the checkpoint", tg.name);
-    if (ck.nbytes(tg.name) != tg.bytes)
-      fail("weight " + tg.name, "the checkpoint holds {} bytes, the target {}", ck.nbytes(tg.name), tg.bytes);
+    const bool cast = castToBf16.count(tg.name) > 0;
+    const uint64_t placed = cast ? ck.nbytes(tg.name) / 2 : ck.nbytes(tg.name);
+    if (placed != tg.bytes)
+      fail("weight " + tg.name, "the checkpoint holds {} bytes{}, the target {}", placed,
+           cast ? " (as BF16, rounded from F32)" : "", tg.bytes);
     std::vector<h3::SourcePiece> pieces;
     if (ck.format() == h3::CheckpointFormat::Native)
       pieces = sources.at(tg.name);
@@ -73,7 +86,7 @@ StreamPlan planStream(const h3::Checkpoint &ck, std::vector<StreamTarget> target
       if (it == stored.end())
         fail(plan.dir.string(), "stored tensor '{}' is missing (diffusers '{}' is built from it)", p.source, tg.name);
       StoredTensor &t = plan.tensors[it->second];
-      if (p.offset > t.bytes || p.length > t.bytes - p.offset)
+      if (p.offset > t.placedBytes() || p.length > t.placedBytes() - p.offset)
         fail(t.name, "internal error: a piece of '{}' lies outside the stored tensor", tg.name);
       if (p.length)
         t.pieces.push_back({p.offset, p.length, k, at});
@@ -100,13 +113,16 @@ std::vector<StreamChunk> chunksOf(const StoredTensor &t, size_t tensor, uint64_t
 
 std::vector<StreamCopy> copiesOf(const StreamPlan &plan, const StreamChunk &c) {
   std::vector<StreamCopy> v;
-  const uint64_t end = c.offset + c.length;
-  for (const StreamPiece &p : plan.tensors.at(c.tensor).pieces) {
-    const uint64_t b = std::max(p.offset, c.offset), e = std::min(p.offset + p.length, end);
+  const StoredTensor &t = plan.tensors.at(c.tensor);
+  // The chunk's placed bytes: its stored bytes, or half of them (BF16 from F32; chunks hold whole F32 values).
+  const uint64_t begin = t.castToBf16 ? c.offset / 2 : c.offset;
+  const uint64_t end = t.castToBf16 ? (c.offset + c.length) / 2 : c.offset + c.length;
+  for (const StreamPiece &p : t.pieces) {
+    const uint64_t b = std::max(p.offset, begin), e = std::min(p.offset + p.length, end);
     if (b >= e)
       continue;
     const StreamTarget &tg = plan.targets.at(p.target);
-    v.push_back({b - c.offset, e - b, tg.address + p.targetOffset + (b - p.offset)});
+    v.push_back({b - begin, e - b, tg.address + p.targetOffset + (b - p.offset)});
   }
   return v;
 }
@@ -204,8 +220,18 @@ StreamResult streamCheckpoint(const h3::Checkpoint &ck, const StreamPlan &plan, 
           for (uint64_t s = 0; s < c.length; s += kReadStep) {
             const uint64_t n = std::min(kReadStep, c.length - s);
             readExactly(files.fd(t.file), buf + s, n, t.fileOffset + c.offset + s, file, t);
-            Tensor::scanNonFinite(t.dtype, buf + s, size_t(n), int64_t((c.offset + s) / es), nf);
-            sha.update(buf + s, size_t(n));
+            sha.update(buf + s, size_t(n));  // the stored bytes: the snapshot's hash
+            uint8_t *placed = buf + s;
+            uint64_t placedBytes = n;
+            if (t.castToBf16) {
+              // In place: step s's BF16 values go to buf + s / 2, before any F32 value not yet rounded (s is a
+              // multiple of the step, n of 4 bytes: chunks and steps hold whole F32 values).
+              placed = buf + s / 2;
+              placedBytes = n / 2;
+              roundF32ToBf16(buf + s, placed, size_t(n / 4));
+            }
+            // NaN / Inf of the values placed: after a cast, an F32 value beyond BF16's range is Inf.
+            Tensor::scanNonFinite(t.placedDtype(), placed, size_t(placedBytes), int64_t((c.offset + s) / es), nf);
             bytesDone += n;
           }
           const std::vector<StreamCopy> copies = copiesOf(plan, c);
@@ -279,16 +305,22 @@ StreamResult streamCheckpoint(const h3::Checkpoint &ck, const StreamPlan &plan, 
 
 std::string streamSummary(const std::string &dir, const std::string &format, const StreamPlan &plan,
                           const StreamResult &r, const std::string &destination, const std::string &against) {
+  size_t cast = 0;
+  for (const auto &t : plan.tensors) cast += t.castToBf16 ? 1 : 0;
   std::string finite = r.nonFinite.empty()
                            ? "every value finite"
                            : fmt::format("{} tensor(s) holding NaN / Inf (first: {}; recorded in the ledger)",
                                          r.nonFinite.size(), r.nonFinite.begin()->first);
-  return fmt::format("checkpoint {} ({}): {} tensors, {:.2f} GiB {} in {:.2f} s ({:.2f} GB/s); checked while "
-                     "loading: the sha256 of every stored tensor -> content_sha256 {}{}, {}; before loading: names, "
-                     "dtypes and shapes as the config implies",
-                     dir, format, plan.tensors.size(), double(r.bytes) / 1073741824.0, destination, r.seconds,
-                     r.seconds > 0 ? double(r.bytes) / 1e9 / r.seconds : 0.0, r.contentSha256,
-                     against.empty() ? std::string() : " (equal to " + against + ")", finite);
+  std::string line = fmt::format(
+      "checkpoint {} ({}): {} tensors, {:.2f} GiB {} in {:.2f} s ({:.2f} GB/s); checked while loading: the sha256 of "
+      "every stored tensor -> content_sha256 {}{}, {}; before loading: names, dtypes and shapes as the config implies",
+      dir, format, plan.tensors.size(), double(r.bytes) / 1073741824.0, destination, r.seconds,
+      r.seconds > 0 ? double(r.bytes) / 1e9 / r.seconds : 0.0, r.contentSha256,
+      against.empty() ? std::string() : " (equal to " + against + ")", finite);
+  if (cast)
+    line += fmt::format("; {} tensor(s) stored as F32 rounded to BF16 (nearest even) while loading, before the NaN / "
+                        "Inf check ({:.2f} GiB placed)", cast, double(r.copied) / 1073741824.0);
+  return line;
 }
 
 } // namespace h3c::rt

@@ -5,6 +5,7 @@
 #include "h3c/models/checkpoint.h"
 #include "h3c/support/error.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -37,6 +38,8 @@ CheckpointWeights::CheckpointWeights(const h3::Config &c, const fs::path &dir) :
     add("mismatched", rep.mismatched);
     fail(dir.string(), "checkpoint check failed for this config:{}", msg);
   }
+  // F32 stored where the config implies BF16 (a float32 diffusers folder): read as F32, rounded to BF16.
+  cast_.insert(rep.cast.begin(), rep.cast.end());
   ckpt_ = h3::Checkpoint::open(dir);
   // The content hash is not computed here: a GPU load computes it from the bytes it uploads (stream()), anything
   // else when describe() first needs it.
@@ -44,11 +47,28 @@ CheckpointWeights::CheckpointWeights(const h3::Config &c, const fs::path &dir) :
 
 CheckpointWeights::~CheckpointWeights() = default;
 
+void CheckpointWeights::readElements(const std::string &name, uint64_t first, uint64_t count, uint8_t *dst) const {
+  if (!cast_.count(name)) {
+    const uint64_t es = dtypeSize(spec(name).dtype);
+    ckpt_->read(name, first * es, count * es, dst);
+    return;
+  }
+  // Stored F32: read in steps through a bounded buffer (a tensor of the full model is up to 300 MB as F32), each
+  // step rounded to the BF16 the spec asks for.
+  constexpr uint64_t kStep = uint64_t(1) << 16;
+  std::vector<uint8_t> f32(size_t(std::min(count, kStep)) * 4);
+  for (uint64_t at = 0; at < count; at += kStep) {
+    const uint64_t n = std::min(kStep, count - at);
+    ckpt_->read(name, (first + at) * 4, n * 4, f32.data());
+    roundF32ToBf16(f32.data(), dst + at * 2, size_t(n));
+  }
+}
+
 Tensor CheckpointWeights::load(const std::string &name) {
   const auto &s = spec(name);
   Tensor t = Tensor::zeros(s.dtype, s.shape);
-  ckpt_->read(name, 0, t.bytes.size(), t.bytes.data());
-  checkFinite(name, t);
+  readElements(name, 0, uint64_t(s.numel()), t.bytes.data());
+  checkFinite(name, t);  // after the rounding: an F32 value beyond BF16's range is Inf now
   return t;
 }
 
@@ -59,8 +79,8 @@ Tensor CheckpointWeights::loadRows(const std::string &name, int64_t b, int64_t e
   std::vector<int64_t> shape = s.shape;
   shape[0] = e - b;
   Tensor t = Tensor::zeros(s.dtype, shape);
-  size_t rowBytes = size_t(s.numel() / s.shape[0]) * dtypeSize(s.dtype);
-  ckpt_->read(name, uint64_t(b) * rowBytes, t.bytes.size(), t.bytes.data());
+  const uint64_t rowElements = uint64_t(s.numel() / s.shape[0]);
+  readElements(name, uint64_t(b) * rowElements, uint64_t(e - b) * rowElements, t.bytes.data());
   checkFinite(name, t);
   return t;
 }
@@ -94,16 +114,19 @@ nlohmann::json CheckpointWeights::describe() const {
     std::fflush(stderr);
     setContent(h3::snapshotCheckpoint(dir_).at("content_sha256").get<std::string>());
   }
-  return {{"kind", "checkpoint"},
-          {"path", fs::absolute(dir_).string()},
-          {"format", h3::formatName(ckpt_->format())},
-          {"content_sha256", *content_}};
+  nlohmann::json d = {{"kind", "checkpoint"},
+                      {"path", fs::absolute(dir_).string()},
+                      {"format", h3::formatName(ckpt_->format())},
+                      {"content_sha256", *content_}};
+  if (!cast_.empty())
+    d["cast"] = {{"from", "F32"}, {"to", "BF16"}, {"rounding", "nearest-even"}, {"tensors", cast_.size()}};
+  return d;
 }
 
 std::string CheckpointWeights::stream(const std::vector<StreamTarget> &targets, StreamSink &sink, StreamOptions opt,
                                       const std::string &destination) {
   opt.strictFinite = strictFinite_;
-  const StreamPlan plan = planStream(*ckpt_, targets);
+  const StreamPlan plan = planStream(*ckpt_, targets, cast_);
   const StreamResult r = streamCheckpoint(*ckpt_, plan, sink, opt);
   std::string against;
   {

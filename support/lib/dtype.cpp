@@ -39,6 +39,17 @@ bool parseDType(std::string_view name, DType &out) {
   return false;
 }
 
+void roundF32ToBf16(const void *src, void *dst, size_t count) {
+  const uint8_t *in = static_cast<const uint8_t *>(src);
+  uint8_t *out = static_cast<uint8_t *>(dst);
+  for (size_t i = 0; i < count; ++i) {
+    float f;
+    std::memcpy(&f, in + 4 * i, 4);  // value i is read before BF16 value i (at or before it) is written
+    const uint16_t b = floatToBf16(f);
+    std::memcpy(out + 2 * i, &b, 2);
+  }
+}
+
 std::string shapeText(const std::vector<int64_t> &s) {
   std::string t = "[";
   for (size_t i = 0; i < s.size(); ++i)

@@ -3,6 +3,7 @@
 // buffers, read back and compared with the diffusers folder's bytes; the content hash equals the snapshot's. Then
 // the executor: a failed load (a content hash other than the expected one) keeps nothing, the next load uploads
 // again and later ones upload nothing. Skips without a GPU.
+#include "f32_folder.h"
 #include "test_plans.h"
 
 #include "h3c/models/checkpoint.h"
@@ -56,6 +57,16 @@ struct DeviceTargets {
       b.download(dev.data(), dev.size());
       want.read(name, ref.data());
       if (dev != ref) bad.push_back(name);
+    }
+    return bad;
+  }
+  // The same against expected bytes per tensor (a float32 folder's BF16 values).
+  std::vector<std::string> differing(const std::map<std::string, std::vector<uint8_t>> &want) const {
+    std::vector<std::string> bad;
+    for (const auto &[name, b] : buffers) {
+      std::vector<uint8_t> dev(b.bytes());
+      b.download(dev.data(), dev.size());
+      if (dev != want.at(name)) bad.push_back(name);
     }
     return bad;
   }
@@ -134,4 +145,77 @@ TEST(GpuWeightUpload, ExecutorKeepsNothingFromAFailedLoad) {
   const std::string second = testing::internal::GetCapturedStderr();
   reportUpload(second.empty(), "a loaded checkpoint is not loaded again");
   EXPECT_EQ(second, "");
+}
+
+// A float32 diffusers folder (f32_folder.h; mixed: a quarter of the BF16 tensors left BF16, the rounding's edge values
+// in one tensor): the F32-stored tensors are rounded to BF16 in the pinned staging buffers, so the device holds
+// exactly the bytes CheckpointWeights::load gives on the CPU (and the reference rounding's); the content hash is the
+// snapshot's of the stored F32 bytes. An F32 value beyond BF16's range is Inf once rounded: a strict load fails
+// naming the tensor. Then the executor loads such a folder for a plan and says it rounded.
+TEST(GpuWeightUpload, Float32FolderCastInStaging) {
+  std::string why;
+  if (!hc::driverAvailable(&why)) GTEST_SKIP() << "no GPU: " << why;
+  hc::device();
+  Scratch s;
+  const h3::Config c = h3::namedConfig("tiny");
+  const std::string special = "context_embedder.weight";
+  h3::synthCheckpoint(c, 5, s.dir / "d", /*shardSize=*/4096);
+  size_t k = 0;
+  const auto w32 = testf32::writeF32Folder(
+      s.dir / "d", s.dir / "f32", c, [&](const std::string &n) { return n == special || k++ % 4; }, special,
+      testf32::firstNonFiniteSpecial(), {}, 4096);
+  const std::string snap = h3::snapshotCheckpoint(s.dir / "f32")["content_sha256"].get<std::string>();
+  CheckpointWeights cpu(c, s.dir / "f32");
+  std::map<std::string, std::vector<uint8_t>> cpuBytes;
+  for (const auto &t : h3::diffusersTensors(c)) cpuBytes[t.name] = cpu.load(t.name).bytes;
+  for (int small = 0; small < 2; ++small) {
+    CheckpointWeights w(c, s.dir / "f32");
+    DeviceTargets dev(c);
+    const char *how = small ? "64-byte chunks, 3 workers" : "default options";
+    if (small) {
+      StreamOptions opt;
+      opt.workers = 3;
+      opt.chunkBytes = 64;
+      hc::PinnedStaging staging(opt.workers, 2, opt.chunkBytes);
+      std::printf("    %s\n", w.stream(dev.targets, staging, opt, "to the GPU").c_str());
+    } else {
+      hc::uploadCheckpoint(w, dev.targets, /*progress=*/true);
+    }
+    const auto bad = dev.differing(cpuBytes), badRef = dev.differing(w32.expected);
+    reportUpload(bad.empty() && badRef.empty(),
+                 std::string("float32 folder: device bytes == the CPU load's (rounded to BF16), ") + how);
+    EXPECT_TRUE(bad.empty()) << how << ": first differing tensor " << (bad.empty() ? "" : bad.front());
+    EXPECT_TRUE(badRef.empty()) << how << ": first differing tensor " << (badRef.empty() ? "" : badRef.front());
+    const nlohmann::json d = w.describe();
+    reportUpload(d["content_sha256"] == snap && d["cast"]["tensors"] == w32.cast.size(),
+                 std::string("float32 folder: content_sha256 == the snapshot's, the cast recorded, ") + how);
+    EXPECT_EQ(d["content_sha256"], snap);
+    EXPECT_EQ(d["cast"]["tensors"], w32.cast.size());
+  }
+  // Overflow to Inf: refused by a strict load, after the rounding.
+  testf32::writeF32Folder(s.dir / "d", s.dir / "ovf", c, [](const std::string &) { return true; }, special,
+                          testf32::specials().size());
+  {
+    CheckpointWeights w(c, s.dir / "ovf");
+    DeviceTargets dev(c);
+    std::string where;
+    try {
+      hc::uploadCheckpoint(w, dev.targets, /*progress=*/false);
+    } catch (const Error &e) {
+      where = e.where();
+    }
+    reportUpload(where == "weights:" + special, "float32 folder: a value beyond BF16's range fails a strict load");
+    EXPECT_EQ(where, "weights:" + special);
+  }
+  // The executor: a plan's weights from the float32 folder (the targets are the plan's BF16 tensors).
+  const plan::Plan p = testplans::loadModelPlan(c);
+  CheckpointWeights w(c, s.dir / "f32");
+  auto exec = makeGpuExecutor();
+  testing::internal::CaptureStderr();
+  exec->loadWeights(p, w, false);
+  const std::string line = testing::internal::GetCapturedStderr();
+  const bool said = line.find(std::to_string(w32.cast.size()) + " tensor(s) stored as F32 rounded to BF16") !=
+                    std::string::npos;
+  reportUpload(said, "float32 folder: the executor loads it and says it rounded");
+  EXPECT_TRUE(said) << line;
 }

@@ -75,7 +75,9 @@ void setup(CLI::App &app) {
     }
   });
 
-  auto *check = app.add_subcommand("check", "Compare the stored tensors with the tensor list (exit 1 on a difference)");
+  auto *check = app.add_subcommand("check", "Compare the stored tensors with the tensor list (exit 1 on a difference; "
+                                            "F32 where BF16 is expected, in diffusers naming, is a cast: no "
+                                            "difference)");
   check->add_option("DIR", o->dir, "model folder")->required();
   check->add_option("--fingerprint", o->fingerprint, "compare with this fingerprint's tensors (default: config.json)");
   auto checkJson = std::make_shared<bool>(false);
@@ -93,18 +95,24 @@ void setup(CLI::App &app) {
       tool::exitCode() = kExitMismatch;
     if (*checkJson) {
       std::printf("%s\n", nlohmann::json{{"ok", r.ok()}, {"expected", r.expected}, {"missing", r.missing},
-                                         {"unexpected", r.unexpected}, {"mismatched", r.mismatched}}
+                                         {"unexpected", r.unexpected}, {"mismatched", r.mismatched},
+                                         {"cast", r.cast}}
                                .dump(1)
                                .c_str());
       return;
     }
     if (r.ok()) {
-      std::printf("ok: all %zu tensors match\n", r.expected);
+      if (r.cast.empty())
+        std::printf("ok: all %zu tensors match\n", r.expected);
+      else
+        std::printf("ok: all %zu tensors match, %zu of them stored as F32 where BF16 is expected: they load as BF16, "
+                    "rounded to nearest even\n", r.expected, r.cast.size());
       return;
     }
     printList("missing", r.missing);
     printList("unexpected", r.unexpected);
     printList("mismatched", r.mismatched);
+    printList("stored as F32, read as BF16", r.cast);
     std::printf("checkpoint differs: %zu missing, %zu unexpected, %zu mismatched\n", r.missing.size(),
                 r.unexpected.size(), r.mismatched.size());
   });

@@ -223,9 +223,8 @@ CheckReport compareTensors(const std::vector<TensorSpec> &expected, const Checkp
     const TensorSpec *s = ck.find(t.name);
     if (!s)
       r.missing.push_back(t.name);
-    else if (s->dtype != t.dtype || s->shape != t.shape)
-      r.mismatched.push_back(t.name + ": expected " + std::string(dtypeName(t.dtype)) + " " + shapeText(t.shape) +
-                             ", stored " + std::string(dtypeName(s->dtype)) + " " + shapeText(s->shape));
+    else
+      detail::compareSpec(r, t, s->dtype, s->shape, ck.format() == CheckpointFormat::Diffusers);
   }
   for (const auto &s : ck.tensors())
     if (!want.count(s.name))

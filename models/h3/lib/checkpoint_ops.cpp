@@ -86,7 +86,22 @@ nlohmann::json snapshotCheckpoint(const fs::path &dir) {
   return snap;
 }
 
-CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Folder &stored) {
+void detail::compareSpec(CheckReport &r, const TensorSpec &want, DType dtype, const std::vector<int64_t> &shape,
+                         bool castAllowed) {
+  if (dtype == want.dtype && shape == want.shape)
+    return;
+  const bool f32 = castsToBf16(dtype, want.dtype) && shape == want.shape;
+  if (f32 && castAllowed) {
+    r.cast.push_back(want.name);
+    return;
+  }
+  r.mismatched.push_back(want.name + ": expected " + specText(want.dtype, want.shape) + ", stored " +
+                         specText(dtype, shape) +
+                         (f32 ? " (F32 is read as BF16 only from a folder in diffusers naming)" : ""));
+}
+
+CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Folder &stored,
+                           CheckpointFormat format) {
   CheckReport r;
   r.expected = expected.size();
   std::set<std::string> want;
@@ -95,9 +110,8 @@ CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Fo
     const auto *e = stored.find(t.name);
     if (!e)
       r.missing.push_back(t.name);
-    else if (e->info->dtype != t.dtype || e->info->shape != t.shape)
-      r.mismatched.push_back(t.name + ": expected " + specText(t.dtype, t.shape) + ", stored " +
-                             specText(e->info->dtype, e->info->shape));
+    else
+      detail::compareSpec(r, t, e->info->dtype, e->info->shape, format == CheckpointFormat::Diffusers);
   }
   for (const auto &n : stored.names())
     if (!want.count(n))
@@ -114,8 +128,8 @@ CheckReport checkCheckpoint(const fs::path &dir, const ExpectedTensors *expected
     expected = &fromConfig;
   }
   if (detectFormat(folder) == CheckpointFormat::Native)
-    return compareTensors(nativeTensors(expected->tensors, expected->config), folder);
-  return compareTensors(expected->tensors, folder);
+    return compareTensors(nativeTensors(expected->tensors, expected->config), folder, CheckpointFormat::Native);
+  return compareTensors(expected->tensors, folder, CheckpointFormat::Diffusers);
 }
 
 void mapCheckpoint(const fs::path &in, const fs::path &out, CheckpointFormat to, std::optional<QkvLayout> layoutOpt,

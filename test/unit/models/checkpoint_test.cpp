@@ -1,6 +1,7 @@
 // Checkpoints: synthetic values against the generator's formula written out again here, the native layout against
 // row formulas, bitwise round trips (tiny and small, both qkv layouts), fail-closed mapping, and the h3c checkpoint
 // commands' exit codes and reports.
+#include "error_of.h"
 #include "h3c/models/checkpoint.h"
 #include "h3c/models/fingerprint.h"
 #include "h3c/support/dtype.h"
@@ -75,14 +76,7 @@ struct TempDir {
   }
 };
 
-std::string errorOf(const std::function<void()> &f) {
-  try {
-    f();
-  } catch (const Error &e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using h3c::testtool::errorOf;
 
 #define EXPECT_ERROR(stmt, text)                                                                                      \
   do {                                                                                                                \
@@ -593,15 +587,18 @@ TEST(CheckpointTool, CheckListsMissingUnexpectedMismatched) {
   Edit e;
   e.drop = {"transformer_blocks.0.attn.to_v.weight", "proj_out.bias"};
   e.add = {{"transformer_blocks.0.attn.to_v.bias", DType::BF16, {32}}};
-  e.retype = {{"context_embedder.weight", DType::F32}};
+  // F16 for BF16 is a mismatch; F32 for BF16 (a float32 folder) is a cast, listed apart, no difference.
+  e.retype = {{"context_embedder.weight", DType::F16}, {"transformer_blocks.0.attn.to_q.weight", DType::F32}};
   copyEdited(t.path / "d", t.path / "bad", e, "diffusion_pytorch_model");
   std::string out;
   EXPECT_EQ(runTool("checkpoint check " + q(t.path / "bad"), &out), 1) << out;
   EXPECT_NE(out.find("missing (2):\n  transformer_blocks.0.attn.to_v.weight\n  proj_out.bias"), std::string::npos)
       << out;
   EXPECT_NE(out.find("unexpected (1):\n  transformer_blocks.0.attn.to_v.bias"), std::string::npos) << out;
-  EXPECT_NE(out.find("mismatched (1):\n  context_embedder.weight: expected BF16 [24, 8], stored F32 [24, 8]"),
+  EXPECT_NE(out.find("mismatched (1):\n  context_embedder.weight: expected BF16 [24, 8], stored F16 [24, 8]\n"),
             std::string::npos)
+      << out;
+  EXPECT_NE(out.find("stored as F32, read as BF16 (1):\n  transformer_blocks.0.attn.to_q.weight"), std::string::npos)
       << out;
   EXPECT_NE(out.find("2 missing, 1 unexpected, 1 mismatched"), std::string::npos);
   // The library report says the same.
@@ -609,6 +606,34 @@ TEST(CheckpointTool, CheckListsMissingUnexpectedMismatched) {
   EXPECT_EQ(r.missing.size(), 2u);
   EXPECT_EQ(r.unexpected, std::vector<std::string>{"transformer_blocks.0.attn.to_v.bias"});
   EXPECT_EQ(r.mismatched.size(), 1u);
+  EXPECT_EQ(r.cast, std::vector<std::string>{"transformer_blocks.0.attn.to_q.weight"});
+  // Only the casts: ok, in the text and in the JSON (its keys as before, plus "cast").
+  Edit f32;
+  f32.retype = {{"transformer_blocks.0.attn.to_q.weight", DType::F32}, {"context_embedder.weight", DType::F32}};
+  copyEdited(t.path / "d", t.path / "f32", f32, "diffusion_pytorch_model");
+  EXPECT_EQ(runTool("checkpoint check " + q(t.path / "f32"), &out), 0) << out;
+  EXPECT_NE(out.find("ok: all 62 tensors match, 2 of them stored as F32 where BF16 is expected: they load as BF16, "
+                     "rounded to nearest even"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(runTool("checkpoint check --json " + q(t.path / "f32"), &out), 0) << out;
+  nlohmann::json rep = nlohmann::json::parse(out);
+  EXPECT_EQ(rep["cast"].get<std::set<std::string>>(),
+            (std::set<std::string>{"context_embedder.weight", "transformer_blocks.0.attn.to_q.weight"}));
+  EXPECT_EQ(rep["cast"].size(), 2u);
+  rep.erase("cast");
+  EXPECT_EQ(rep, (nlohmann::json{{"ok", true}, {"expected", 62}, {"missing", nlohmann::json::array()},
+                                 {"unexpected", nlohmann::json::array()}, {"mismatched", nlohmann::json::array()}}));
+  // The other direction (BF16 stored where F32 is expected) and another shape stay mismatches.
+  std::string f32Name;
+  for (const auto &s : h3::diffusersTensors(h3::namedConfig("tiny")))
+    if (s.dtype == DType::F32 && f32Name.empty()) f32Name = s.name;
+  Edit down;
+  down.retype = {{f32Name, DType::BF16}};
+  copyEdited(t.path / "d", t.path / "down", down, "diffusion_pytorch_model");
+  r = h3::checkCheckpoint(t.path / "down");
+  EXPECT_EQ(r.mismatched.size(), 1u);
+  EXPECT_TRUE(r.cast.empty());
 
   // Native folders are checked in native naming, through the tool's map.
   ASSERT_EQ(runTool("checkpoint map --to native " + q(t.path / "d") + " -o " + q(t.path / "n"), &out), 0) << out;
@@ -618,6 +643,13 @@ TEST(CheckpointTool, CheckListsMissingUnexpectedMismatched) {
   copyEdited(t.path / "n", t.path / "n2", ne, "model");
   EXPECT_EQ(runTool("checkpoint check " + q(t.path / "n2"), &out), 1) << out;
   EXPECT_NE(out.find("missing (1):\n  rope.inv_freq"), std::string::npos) << out;
+  // A native folder's F32 for BF16 is a mismatch that says where F32 is read.
+  Edit nf;
+  nf.retype = {{"blocks.0.attn.qkv_proj.weight", DType::F32}};
+  copyEdited(t.path / "n", t.path / "nf", nf, "model");
+  EXPECT_EQ(runTool("checkpoint check " + q(t.path / "nf"), &out), 1) << out;
+  EXPECT_NE(out.find("mismatched (1):\n  blocks.0.attn.qkv_proj.weight: expected BF16"), std::string::npos) << out;
+  EXPECT_NE(out.find("(F32 is read as BF16 only from a folder in diffusers naming)"), std::string::npos) << out;
   ASSERT_EQ(runTool("checkpoint map --to diffusers " + q(t.path / "n") + " -o " + q(t.path / "d2"), &out), 0) << out;
   expectSameTensors(t.path / "d", t.path / "d2");
   // A failed map through the tool: exit 2, no output.

@@ -3,6 +3,7 @@
 // staging buffer before its copies were done would place wrong bytes. Expectations are independent of the stream:
 // the folder's own bytes, the diffusers folder a native one was mapped from, Python's sha256 of every tensor
 // (test/fixtures/safetensors/python_read_of_h3c_output.txt), and the snapshot's content hash.
+#include "f32_folder.h"
 #include "tool.h"
 
 #include "h3c/models/checkpoint.h"
@@ -284,6 +285,97 @@ TEST(CheckpointStream, TargetsAreChecked) {
   EXPECT_EQ(buf, want);
   EXPECT_EQ(r.copied, buf.size());
   EXPECT_EQ(r.bytes, plan.totalBytes);  // every stored tensor is still read and hashed
+}
+
+// A float32 diffusers folder (f32_folder.h: most BF16 tensors stored as F32 with rounding-exercising low bits, some
+// left BF16): each cast chunk is rounded in its staging buffer and placed from its first half, so every target
+// holds the reference's BF16 bytes, the very bytes CheckpointWeights::load gives; the hashes are the stored bytes'
+// (the snapshot's), at several chunk sizes (tensors across many chunks and read steps) and worker counts.
+TEST(CheckpointStream, F32FolderCastInStaging) {
+  TempDir t;
+  const h3::Config c = h3::namedConfig("tiny");
+  h3::synthCheckpoint(c, 3, t.dir / "d");
+  size_t k = 0;
+  const auto w32 = testf32::writeF32Folder(t.dir / "d", t.dir / "f32", c, [&](const std::string &n) {
+    return n == "context_embedder.weight" || k++ % 4;
+  },
+                                           "context_embedder.weight", testf32::firstNonFiniteSpecial(), {}, 4096);
+  ASSERT_TRUE(w32.cast.count("context_embedder.weight"));
+  CheckpointWeights w(c, t.dir / "f32");
+  ASSERT_EQ(w.castToBf16(), w32.cast);
+  HostTargets host(c);
+  const StreamPlan plan = planStream(w.checkpoint(), host.targets, w.castToBf16());
+  uint64_t placed = 0, casts = 0;
+  for (const auto &tensor : plan.tensors) {
+    EXPECT_EQ(tensor.castToBf16, w32.cast.count(tensor.name) > 0) << tensor.name;
+    placed += tensor.placedBytes();
+    casts += tensor.castToBf16;
+  }
+  EXPECT_EQ(casts, w32.cast.size());
+  const std::string snap = h3::snapshotCheckpoint(t.dir / "f32")["content_sha256"].get<std::string>();
+  const auto sha = storedSha(t.dir / "f32");
+  for (uint64_t chunk : {uint64_t(24), uint64_t(72), uint64_t(1) << 20}) {
+    for (auto &[n, b] : host.bytes) std::fill(b.begin(), b.end(), 0x55);
+    HostSink sink(3, 2, chunk);
+    StreamResult r = streamCheckpoint(w.checkpoint(), plan, sink, smallChunks(3, chunk));
+    for (const auto &[name, b] : host.bytes) {
+      EXPECT_EQ(b, w32.expected.at(name)) << name << " (chunk " << chunk << ")";
+      EXPECT_EQ(b, w.load(name).bytes) << name << " (chunk " << chunk << ")";
+    }
+    for (size_t i = 0; i < plan.tensors.size(); ++i) EXPECT_EQ(r.sha256[i], sha.at(plan.tensors[i].name));
+    EXPECT_EQ(r.contentSha256, snap);
+    EXPECT_EQ(r.bytes, plan.totalBytes);  // read and hashed as stored
+    EXPECT_EQ(r.copied, placed);          // placed as BF16
+    EXPECT_LT(r.copied, r.bytes);
+    EXPECT_TRUE(r.nonFinite.empty());
+  }
+  // Through CheckpointWeights::stream: the summary says so, describe() records the cast and the stored bytes' hash.
+  for (auto &[n, b] : host.bytes) std::fill(b.begin(), b.end(), 0x55);
+  HostSink sink(2, 2, 64);
+  const std::string summary = w.stream(host.targets, sink, smallChunks(2, 64), "to the host");
+  EXPECT_NE(summary.find("content_sha256 " + snap), std::string::npos) << summary;
+  EXPECT_NE(summary.find(std::to_string(w32.cast.size()) + " tensor(s) stored as F32 rounded to BF16 (nearest even)"),
+            std::string::npos)
+      << summary;
+  for (const auto &[name, b] : host.bytes) EXPECT_EQ(b, w32.expected.at(name)) << name;
+  EXPECT_EQ(w.describe()["content_sha256"], snap);
+  EXPECT_EQ(w.describe()["cast"]["tensors"], w32.cast.size());
+  // Without the cast set the plan refuses the F32 targets (their bytes are twice the BF16 target's).
+  EXPECT_THROW(planStream(w.checkpoint(), host.targets), Error);
+}
+
+// An F32 value beyond BF16's range is finite as stored but Inf once rounded: the stream judges the values it places,
+// so a strict stream refuses the tensor and a lax one records it as the CPU load does (and places the Inf).
+TEST(CheckpointStream, F32OverflowJudgedAfterTheCast) {
+  TempDir t;
+  const h3::Config c = h3::namedConfig("tiny");
+  h3::synthCheckpoint(c, 3, t.dir / "d");
+  const std::string name = "context_embedder.weight";
+  const auto w32 = testf32::writeF32Folder(t.dir / "d", t.dir / "f32", c, [](const std::string &) { return true; },
+                                           name, testf32::specials().size());
+  HostTargets host(c);
+  {
+    CheckpointWeights w(c, t.dir / "f32");
+    HostSink sink(3, 2, 64);
+    try {
+      w.stream(host.targets, sink, smallChunks(3, 64), "to the host");
+      ADD_FAILURE() << "a strict stream accepted a value that overflows BF16";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.where(), "weights:" + name);
+      EXPECT_NE(e.message().find("0 NaN, 3 Inf (first: element 11, +Inf)"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(sink.finished, 1);
+  }
+  CheckpointWeights w(c, t.dir / "f32");
+  w.setStrictFinite(false);
+  HostSink sink(3, 2, 64);
+  w.stream(host.targets, sink, smallChunks(3, 64), "to the host");
+  EXPECT_EQ(w.nonFinite(), std::vector<std::string>{name + ": 0 NaN, 3 Inf (first: element 11, +Inf)"});
+  EXPECT_EQ(host.bytes.at(name), w32.expected.at(name));
+  CheckpointWeights cpu(c, t.dir / "f32");
+  cpu.setStrictFinite(false);
+  EXPECT_EQ(cpu.load(name).bytes, host.bytes.at(name));
+  EXPECT_EQ(cpu.nonFinite(), w.nonFinite());
 }
 
 // NaN / Inf found in the streamed bytes: recorded with the whole tensor's counts and first element (as

@@ -7,6 +7,7 @@
 #include "h3c/support/safetensors.h"
 #include "h3c/support/sha256.h"
 
+#include "f32_folder.h"
 #include "tool.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -263,6 +265,43 @@ TEST(HostileCli, ConcatNativeCheckpointReadsCorrectly) {
   ASSERT_EQ(0, s.run("--checkpoint " + s / "inter", "c", &out)) << out;
   EXPECT_EQ(readFile(s / "a.safetensors"), readFile(s / "b.safetensors"));
   EXPECT_EQ(readFile(s / "a.safetensors"), readFile(s / "c.safetensors"));
+}
+
+// A float32 diffusers folder (save_pretrained without torch_dtype; mixed: a fifth of the BF16 tensors left BF16)
+// runs, and its outputs are byte for byte those of the BF16 folder holding the reference-rounded values
+// (f32_folder.h), not those of the folder it was widened from (a truncating cast would give those); the ledger
+// records the cast and the stored bytes' content hash (`h3c checkpoint snapshot`'s); `h3c checkpoint check` calls
+// the folder loadable with a cast.
+TEST(HostileCli, Float32FolderRunsAsItsRoundedBf16) {
+  Rig s;
+  std::string out;
+  size_t k = 0;
+  const auto w32 = testf32::writeF32Folder(s.dir / "ck", s.dir / "f32", h3::namedConfig("tiny"),
+                                           [&](const std::string &) { return k++ % 5 != 0; }, "", 0, s.dir / "rounded");
+  ASSERT_GT(w32.cast.size(), 10u);
+  ASSERT_EQ(0, s.run("--checkpoint " + s / "f32", "f32", &out)) << out;
+  ASSERT_EQ(0, s.run("--checkpoint " + s / "rounded", "rounded", &out)) << out;
+  ASSERT_EQ(0, s.run("--checkpoint " + s / "ck", "widened_from", &out)) << out;
+  EXPECT_EQ(readFile(s / "f32.safetensors"), readFile(s / "rounded.safetensors"));
+  EXPECT_NE(readFile(s / "f32.safetensors"), readFile(s / "widened_from.safetensors"));
+  EXPECT_EQ(0, runTool("ledger verify " + s / "f32.json", &out)) << out;
+  const nlohmann::json ck = nlohmann::json::parse(readFile(s / "f32.json"))["header"]["checkpoint"];
+  EXPECT_EQ(ck["cast"], (nlohmann::json{{"from", "F32"}, {"to", "BF16"}, {"rounding", "nearest-even"},
+                                        {"tensors", w32.cast.size()}}));
+  ASSERT_EQ(0, runTool("checkpoint snapshot " + s / "f32 -o " + s / "snap.json", &out)) << out;
+  EXPECT_EQ(ck["content_sha256"], nlohmann::json::parse(readFile(s / "snap.json"))["content_sha256"]);
+  EXPECT_FALSE(nlohmann::json::parse(readFile(s / "rounded.json"))["header"]["checkpoint"].contains("cast"));
+  ASSERT_EQ(0, runTool("checkpoint check --json " + s / "f32", &out)) << out;
+  const nlohmann::json rep = nlohmann::json::parse(out);
+  EXPECT_EQ(rep["ok"], true);
+  EXPECT_TRUE(rep["mismatched"].empty());
+  EXPECT_EQ(rep["cast"].get<std::set<std::string>>(), w32.cast);
+  EXPECT_EQ(rep["cast"].size(), w32.cast.size());
+  ASSERT_EQ(0, runTool("checkpoint check " + s / "f32", &out)) << out;
+  EXPECT_NE(out.find("ok: all 62 tensors match, " + std::to_string(w32.cast.size()) +
+                     " of them stored as F32 where BF16 is expected"),
+            std::string::npos)
+      << out;
 }
 
 // The checkpoint's own config.json must exist, parse and describe the plan's model.

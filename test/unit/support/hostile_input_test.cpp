@@ -1,6 +1,7 @@
 // Hostile and careless input to the support layer (issue 18): the one JSON reader policy, safetensors headers of many
 // tensors in linear time, inputs that are not regular files, outputs that alias inputs, a mapped file that shrinks.
 // Expectations are the rules themselves (json_read.h, files.h), never output captured from this code.
+#include "error_of.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 #include "h3c/support/json_read.h"
@@ -26,14 +27,7 @@ namespace {
 
 using Tmp = h3c::testtool::TempDir;
 
-std::string errorOf(const std::function<void()> &f) {
-  try {
-    f();
-  } catch (const Error &e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using h3c::testtool::errorOf;
 
 } // namespace
 

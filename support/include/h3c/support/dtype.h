@@ -38,4 +38,8 @@ inline float bf16ToFloat(uint16_t b) {
 
 inline float roundBf16(float f) { return bf16ToFloat(floatToBf16(f)); }
 
+// `count` F32 values at `src` rounded to BF16 (floatToBf16) at `dst`. May run in place: dst may be src or lie before
+// it (each value is read before anything at or after it is written), the BF16 values then fill the first half.
+void roundF32ToBf16(const void *src, void *dst, size_t count);
+
 } // namespace h3c

@@ -140,7 +140,12 @@ nlohmann::json checkpointConfigJson(const Config &c, CheckpointFormat f, QkvLayo
 Config readCheckpointConfig(const std::filesystem::path &dir, std::optional<QkvLayout> *qkvLayout = nullptr,
                             std::optional<CheckpointFormat> *format = nullptr);
 
+struct CheckReport;
 namespace detail {
+// Adds how a stored tensor (`dtype`, `shape`) compares with `want` to `r`: nothing when equal, a cast (F32 for BF16,
+// same shape, when `castAllowed`), else a mismatch.
+void compareSpec(CheckReport &r, const TensorSpec &want, DType dtype, const std::vector<int64_t> &shape,
+                 bool castAllowed);
 // Throws when config.json's _h3c_format (when recorded) disagrees with the naming of the stored tensors.
 void checkRecordedFormat(const std::filesystem::path &dir, std::optional<CheckpointFormat> recorded,
                          CheckpointFormat stored);
@@ -158,21 +163,33 @@ nlohmann::json snapshotCheckpoint(const std::filesystem::path &dir);
 // that hashes the tensors while it reads them computes it: no byte is read again.
 std::string contentSha256(const st::Folder &folder, const std::vector<std::string> &tensorSha256);
 
+// Float32 folders: a diffusers folder saved in float32 (save_pretrained without torch_dtype, what a trainer holding
+// float32 master weights writes) stores F32 where the config implies BF16. Such a tensor, with exactly the implied
+// shape, is read as BF16 rounded to nearest even (floatToBf16: torch's .to(torch.bfloat16) for every non-NaN value;
+// NaN stays NaN), and NaN / Inf are judged after that rounding. Only F32 -> BF16 and only in diffusers naming: every
+// other dtype difference, and an F32 tensor of a native-named folder, is a mismatch.
+inline bool castsToBf16(DType stored, DType expected) { return stored == DType::F32 && expected == DType::BF16; }
+
 struct CheckReport {
   std::vector<std::string> missing;     // expected, not stored
   std::vector<std::string> unexpected;  // stored, not expected
-  std::vector<std::string> mismatched;  // "name: expected BF16 [..], stored F32 [..]"
+  std::vector<std::string> mismatched;  // "name: expected BF16 [..], stored F16 [..]"
+  std::vector<std::string> cast;        // stored F32 where BF16 is expected (diffusers naming): read as BF16
   size_t expected = 0;                  // how many tensors were expected
+  // A cast is no difference: the folder loads (the load records the cast).
   bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
 };
 // Compares stored tensors (by stored name and layout) with `expected` diffusers specs (mapped to native names when the
-// folder is native). Without `expected`, diffusersTensors(DIR/config.json).
+// folder is native). Without `expected`, diffusersTensors(DIR/config.json). F32 stored for BF16 is a cast in a
+// diffusers folder, a mismatch (that says why) in a native one.
 struct ExpectedTensors {
   Config config;  // for the native mapping (heads, head_dim, ffn, rope)
   std::vector<TensorSpec> tensors;  // diffusers naming
 };
 CheckReport checkCheckpoint(const std::filesystem::path &dir, const ExpectedTensors *expected = nullptr);
-CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Folder &stored);
+// `format`: the naming of `stored` (decides whether F32 for BF16 is a cast).
+CheckReport compareTensors(const std::vector<TensorSpec> &expected, const st::Folder &stored,
+                           CheckpointFormat format);
 // The same by diffusers name for an opened checkpoint (what the runtime checks against a fingerprint's tensors).
 CheckReport compareTensors(const std::vector<TensorSpec> &expected, const Checkpoint &ck);
 
