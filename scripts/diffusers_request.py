@@ -202,6 +202,62 @@ def cmd_make(a):
           f"(conditioning {cv}) Na={all_audio.shape[0]} (reference {ca}) T={timestep.numel()} step {a.step}/{a.steps}")
 
 
+def cmd_lora_make(a):
+    """A LoRA adapter in the original checkpoint's naming (ai-toolkit's `diffusion_model.` prefix, fused qkv_proj and
+    fc1 [gate; value], lora_A/lora_B float32, alpha-less) on every block linear and the blocks' AdaLN projections:
+    diffusers converts it (MiniMaxH3LoraLoaderMixin.lora_state_dict) and h3c converts it (readLora), each by its own
+    code."""
+    cfg = load_config(a.checkpoint)
+    g = torch.Generator().manual_seed(a.seed)
+    hidden, inner = cfg["hidden_size"], cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    ffn = cfg.get("ffn_hidden_size") or cfg.get("intermediate_size")
+    ck = {}
+    for path in sorted(p for p in __import__("os").listdir(a.checkpoint) if p.endswith(".safetensors")):
+        ck.update(read_safetensors(f"{a.checkpoint}/{path}")[0])
+    if ffn is None:
+        ffn = ck["transformer_blocks.0.ff.net.2.weight"].shape[1]
+    r, out = a.rank, {}
+
+    def add(module, rows, cols):
+        out[f"diffusion_model.{module}.lora_A.weight"] = (torch.randn(r, cols, generator=g) * 0.05).numpy()
+        out[f"diffusion_model.{module}.lora_B.weight"] = (torch.randn(rows, r, generator=g) * 0.05).numpy()
+
+    for i in range(cfg["num_layers"]):
+        add(f"blocks.{i}.attn.qkv_proj", 3 * inner, hidden)
+        add(f"blocks.{i}.attn.out_proj", hidden, inner)
+        add(f"blocks.{i}.mlp.fc1", 2 * ffn, hidden)
+        add(f"blocks.{i}.mlp.fc2", hidden, ffn)
+        ada = ck[f"transformer_blocks.{i}.adaln_proj.linear.weight"].shape
+        add(f"blocks.{i}.adaln_proj.linear", ada[0], ada[1])
+    write_safetensors(a.out, out)
+    print(f"wrote {a.out}: {len(out) // 2} LoRA modules, rank {r}, original naming")
+
+
+def merge_lora_like_diffusers(model, spec):
+    """diffusers' own conversion of the file (lora_state_dict), then each adapted weight fused in float32 as
+    diffusers' fuse_lora computes it (W + scale * alpha / r * B @ A, alpha = r for an alpha-less file) and cast to the
+    model's dtype. (Loading through peft needs the peft package, which the GPU machine does not have.)"""
+    from diffusers.loaders.lora_pipeline import MiniMaxH3LoraLoaderMixin
+
+    path, _, scale = spec.rpartition(":") if ":" in spec else (spec, "", "1")
+    tensors = {k: torch.from_numpy(v) for k, v in read_safetensors(path)[0].items()}
+    sd = MiniMaxH3LoraLoaderMixin.lora_state_dict(tensors)
+    sd = sd[0] if isinstance(sd, tuple) else sd
+    n = 0
+    with torch.no_grad():
+        for k, down in sd.items():
+            if not k.endswith(".lora_A.weight"):
+                continue
+            module = k[len("transformer."):-len(".lora_A.weight")]
+            up = sd[k.replace(".lora_A.", ".lora_B.")]
+            lin = model.get_submodule(module)
+            w = lin.weight.data.float() + float(scale) * (up.float().to(lin.weight.device) @
+                                                          down.float().to(lin.weight.device))
+            lin.weight.data.copy_(w.to(lin.weight.dtype))
+            n += 1
+    print(f"merged {n} LoRA modules (diffusers' conversion) at scale {scale}")
+
+
 def cmd_forward(a):
     from diffusers import MiniMaxH3Transformer3DModel
 
@@ -209,6 +265,8 @@ def cmd_forward(a):
     torch.backends.cudnn.allow_tf32 = False
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[a.dtype]
     model = MiniMaxH3Transformer3DModel.from_pretrained(a.checkpoint, torch_dtype=dtype).to(a.device).eval()
+    if a.lora:
+        merge_lora_like_diffusers(model, a.lora)
     req, _ = read_safetensors(a.request)
     kw = {k: torch.from_numpy(v).to(a.device) for k, v in req.items()}
     with torch.no_grad():
@@ -269,6 +327,12 @@ def main():
     f.add_argument("--dtype", choices=["float32", "bfloat16"], required=True)
     f.add_argument("--device", default="cuda")
     f.add_argument("-o", "--out", required=True)
+    f.add_argument("--lora", help="FILE[:SCALE] merged as diffusers converts and fuses it")
+    lm = sub.add_parser("lora-make")
+    lm.add_argument("--checkpoint", required=True)
+    lm.add_argument("--rank", type=int, default=4)
+    lm.add_argument("--seed", type=int, default=1)
+    lm.add_argument("-o", "--out", required=True)
     c = sub.add_parser("compare")
     c.add_argument("--reference", required=True)
     c.add_argument("--bf16", required=True)
@@ -284,6 +348,9 @@ def main():
         return 0
     if a.cmd == "forward":
         cmd_forward(a)
+        return 0
+    if a.cmd == "lora-make":
+        cmd_lora_make(a)
         return 0
     return cmd_compare(a)
 

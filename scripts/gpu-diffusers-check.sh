@@ -60,6 +60,16 @@ for cfg in tiny small; do
     check "[$cfg/$name] diffusers bfloat16 forward (GPU, fp32 modules kept)" dreq forward --checkpoint "$d/ckpt" --request "$r.req.safetensors" --dtype bfloat16 --out "$r.ref16.safetensors"
     check "[$cfg/$name] h3c CPU and GPU within 2x diffusers' bf16 error of its fp32 forward" dreq compare --reference "$r.ref32.safetensors" --bf16 "$r.ref16.safetensors" "$r.h3c_cpu.safetensors" "$r.h3c_gpu.safetensors"
   done
+  # A LoRA adapter in the original naming (fused qkv, fc1): h3c's conversion and merge (CPU host merge, GPU device
+  # merge) against diffusers' conversion fused in float32, within 2x diffusers' own bf16 error.
+  r=$d/t2va
+  check "[$cfg/lora] an adapter in the original checkpoint naming" dreq lora-make --checkpoint "$d/ckpt" --rank 4 --seed 3 -o "$d/lora.safetensors"
+  check "[$cfg/lora] h3c CPU run --lora" "$H3C" run --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --inputs "$r.req.safetensors" --out "$r.lora_cpu.safetensors" --device cpu --ledger "$r.lora_cpu.json" --lora "$d/lora.safetensors:0.8"
+  check "[$cfg/lora] h3c GPU run --lora" "$H3C" run --config "$cfg" --checkpoint "$d/ckpt" --plan "$plan" --inputs "$r.req.safetensors" --out "$r.lora_gpu.safetensors" --device gpu --ledger "$r.lora_gpu.json" --lora "$d/lora.safetensors:0.8"
+  check "[$cfg/lora] merged weights: GPU identity equals CPU identity (device merge = host merge)" python3 -c "import json,sys; a,b=(json.load(open(p))['header']['weights'] for p in sys.argv[1:]); sys.exit(0 if a['sha256']==b['sha256'] and a['lora'] and a['lora'][0]['modules']>0 else 1)" "$r.lora_cpu.json" "$r.lora_gpu.json"
+  check "[$cfg/lora] diffusers float32 forward with the adapter" dreq forward --checkpoint "$d/ckpt" --request "$r.req.safetensors" --dtype float32 --lora "$d/lora.safetensors:0.8" --out "$r.lora_ref32.safetensors"
+  check "[$cfg/lora] diffusers bfloat16 forward with the adapter" dreq forward --checkpoint "$d/ckpt" --request "$r.req.safetensors" --dtype bfloat16 --lora "$d/lora.safetensors:0.8" --out "$r.lora_ref16.safetensors"
+  check "[$cfg/lora] h3c CPU and GPU with the adapter within 2x diffusers' bf16 error" dreq compare --reference "$r.lora_ref32.safetensors" --bf16 "$r.lora_ref16.safetensors" "$r.lora_cpu.safetensors" "$r.lora_gpu.safetensors"
   # 3. trajectories from the pipeline's noise, and the SDE, on the GPU; recomputed in Python
   r=$d/fl2va
   rm -rf "$r.traj_ode" "$r.traj_sde"

@@ -184,6 +184,43 @@ class WeightUpdates(unittest.TestCase):
         self.assertEqual(t.weights["sha256"], identity)
 
 
+    def test_load_lora_equals_the_clis_lora_and_unloads(self):
+        # A diffusers-layout adapter (transformer.<module>.lora_A/B.weight, float32, alpha-less: alpha = rank).
+        rng = np.random.default_rng(7)
+        ck = read_st(f"{TMP}/ckpt/diffusion_pytorch_model.safetensors")
+        lora = {}
+        for n in (self.Q, self.OUT):
+            out, inn = ck[n].shape
+            m = "transformer." + n[:-len(".weight")]
+            lora[m + ".lora_A.weight"] = (rng.standard_normal((4, inn)) * 0.1).astype(np.float32)
+            lora[m + ".lora_B.weight"] = (rng.standard_normal((out, 4)) * 0.1).astype(np.float32)
+        write_st(f"{TMP}/lora.safetensors", lora)
+        want, ledger = cli_run(f"{TMP}/plan", f"{TMP}/a.safetensors", ["--synthetic", "5"], "lora",
+                               "--lora", f"{TMP}/lora.safetensors:0.5")
+        t = h3c.Transformer(plan=f"{TMP}/plan", synthetic=5, device="cpu")
+        args = read_st(f"{TMP}/a.safetensors")
+        before = np.asarray(t(**args)[0]).tobytes()
+        identity = t.weights["sha256"]
+        t.load_lora(f"{TMP}/lora.safetensors", scale=0.5)
+        got = [np.asarray(x) for x in t(**args)]
+        self.assertEqual(got[0].tobytes(), want["sample"].tobytes())
+        self.assertEqual(got[1].tobytes(), want["audio_sample"].tobytes())
+        self.assertNotEqual(got[0].tobytes(), before)
+        self.assertEqual(t.ledger_json, ledger)
+        self.assertEqual([(x["scale"], x["modules"], x["format"]) for x in t.weights["lora"]], [(0.5, 2, "diffusers")])
+        with self.assertRaises(h3c.Error) as e:
+            t(**args, attention_kwargs={"scale": 0.3})
+        self.assertIn("load_lora", str(e.exception))
+        t.unload_lora()
+        self.assertEqual(np.asarray(t(**args)[0]).tobytes(), before)
+        self.assertEqual(t.weights["sha256"], identity)
+        write_st(f"{TMP}/bad_lora.safetensors", {"transformer.nowhere.lora_A.weight": lora[m + ".lora_A.weight"],
+                                                 "transformer.nowhere.lora_B.weight": lora[m + ".lora_B.weight"]})
+        with self.assertRaises(h3c.Error):
+            t.load_lora(f"{TMP}/bad_lora.safetensors")
+        self.assertEqual(np.asarray(t(**args)[0]).tobytes(), before)
+
+
 class Version(unittest.TestCase):
     def test_version_is_the_clis(self):
         words = tool("--version").stdout.split()  # "h3c <version> (build <commit>)"
