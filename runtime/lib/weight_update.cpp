@@ -3,6 +3,7 @@
 
 #include "h3c/runtime/tensor.h"
 #include "h3c/support/error.h"
+#include "h3c/support/parallel.h"
 
 #include <algorithm>
 #include <map>
@@ -13,32 +14,58 @@ namespace h3c::rt {
 
 namespace {
 
-// The input's values in `to`: a copy of the bytes when the dtypes agree, else the cast (F32 -> BF16 to nearest
-// even, BF16 -> F32 exactly).
+// Host values are cast and scanned in chunks of this many elements on the machine's threads (a whole-model update
+// from pinned host memory must not be bound by one core), with results that do not depend on the split.
+constexpr size_t kChunk = size_t(1) << 20;
+
+size_t chunks(size_t n) { return (n + kChunk - 1) / kChunk; }
+
+// The input's values in `to`: F32 -> BF16 to nearest even, BF16 -> F32 exactly (the caller copies nothing when the
+// dtypes agree).
 std::vector<uint8_t> castTo(const WeightInput &in, int64_t numel, DType to) {
   const size_t n = size_t(numel);
   std::vector<uint8_t> out(n * dtypeSize(to));
   const uint8_t *src = static_cast<const uint8_t *>(in.host);
-  if (in.dtype == to) {
-    std::copy(src, src + out.size(), out.begin());
-  } else if (in.dtype == DType::F32 && to == DType::BF16) {
-    for (size_t i = 0; i < n; ++i) {
-      float f;
-      std::memcpy(&f, src + 4 * i, 4);
-      const uint16_t b = floatToBf16(f);
-      std::memcpy(out.data() + 2 * i, &b, 2);
-    }
-  } else if (in.dtype == DType::BF16 && to == DType::F32) {
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t b;
-      std::memcpy(&b, src + 2 * i, 2);
-      const float f = bf16ToFloat(b);
-      std::memcpy(out.data() + 4 * i, &f, 4);
-    }
-  } else {
+  const bool narrow = in.dtype == DType::F32 && to == DType::BF16;
+  if (!narrow && !(in.dtype == DType::BF16 && to == DType::F32))
     fail("update:" + in.name, "cannot take {} values for a {} tensor", dtypeName(in.dtype), dtypeName(to));
-  }
+  parallelForEach(chunks(n), 0, [&](size_t c) {
+    for (size_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i) {
+      if (narrow) {
+        float f;
+        std::memcpy(&f, src + 4 * i, 4);
+        const uint16_t b = floatToBf16(f);
+        std::memcpy(out.data() + 2 * i, &b, 2);
+      } else {
+        uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        const float f = bf16ToFloat(b);
+        std::memcpy(out.data() + 4 * i, &f, 4);
+      }
+    }
+  });
   return out;
+}
+
+// Tensor::scanNonFinite over `numel` elements, chunk by chunk in parallel, combined in chunk order (counts added,
+// the first element the lowest chunk's first).
+Tensor::NonFinite scanValues(DType dtype, const uint8_t *bytes, size_t numel) {
+  const size_t es = dtypeSize(dtype);
+  std::vector<Tensor::NonFinite> part(chunks(numel));
+  parallelForEach(part.size(), 0, [&](size_t c) {
+    const size_t b = c * kChunk, e = std::min(numel, b + kChunk);
+    Tensor::scanNonFinite(dtype, bytes + b * es, (e - b) * es, int64_t(b), part[c]);
+  });
+  Tensor::NonFinite all;
+  for (const auto &p : part) {
+    all.nan += p.nan;
+    all.inf += p.inf;
+    if (all.first < 0 && p.first >= 0) {
+      all.first = p.first;
+      all.firstValue = p.firstValue;
+    }
+  }
+  return all;
 }
 
 int64_t numelOf(const std::vector<int64_t> &shape) {
@@ -132,8 +159,7 @@ PreparedUpdate prepareWeightUpdate(const plan::Plan &p, const std::vector<Weight
       } else {
         src = static_cast<const uint8_t *>(in.host);
       }
-      Tensor::NonFinite nf;
-      Tensor::scanNonFinite(pinned, src, size_t(numel) * dtypeSize(pinned), 0, nf);
+      const Tensor::NonFinite nf = scanValues(pinned, src, size_t(numel));
       if (nf.first >= 0)
         fail(where, "holds non-finite values{}: {}; nothing was updated",
              in.dtype != pinned ? fmt::format(" after the cast to {}", dtypeName(pinned)) : std::string(), nf.text());

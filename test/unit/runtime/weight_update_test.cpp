@@ -27,7 +27,9 @@ using namespace h3c;
 using namespace h3c::rt;
 namespace fs = std::filesystem;
 
-namespace {
+// Everything in a namespace of its own, tests included: the test binaries are unity builds, where another file's
+// anonymous-namespace helpers (options, TempDir) would collide.
+namespace weight_update_test {
 
 using testplans::loadModelPlan;
 
@@ -127,7 +129,7 @@ const char *kV = "transformer_blocks.0.attn.to_v.weight";
 const char *kFc1 = "transformer_blocks.1.ff.net.0.proj.weight";
 const char *kOut = "transformer_blocks.1.attn.to_out.0.weight";
 
-} // namespace
+
 
 TEST(WeightUpdate, UpdateThenForwardEqualsColdLoadAndTheIdentityFollows) {
   const h3::Config c = h3::namedConfig("tiny");
@@ -318,8 +320,6 @@ TEST(WeightUpdate, UpdateFilesFromAFolderOrAFile) {
   EXPECT_THROW(openUpdateFiles(tmp.path / "missing", c), Error);
 }
 
-namespace {
-
 // A diffusers-layout LoRA file (transformer.<module>.lora_A/B.weight, F32) for `targets` at `rank`, values from
 // another synthetic seed's tensors scaled down; returns the factors by target as floats (A [rank, in], B [out, rank]).
 struct Factors {
@@ -380,8 +380,6 @@ Tensor mergedByContract(const Tensor &w, const std::vector<std::pair<const Facto
   return out;
 }
 
-} // namespace
-
 TEST(WeightUpdate, MergedLoraEqualsAColdLoadOfTheMergedValuesAndUnloads) {
   const h3::Config c = h3::namedConfig("tiny");
   const plan::Plan p = loadModelPlan(c, /*fuse=*/true);
@@ -427,3 +425,5 @@ TEST(WeightUpdate, MergedLoraEqualsAColdLoadOfTheMergedValuesAndUnloads) {
   EXPECT_TRUE(e.run(r).outputs.sample.bytes == before.outputs.sample.bytes);
   EXPECT_EQ(e.lorasLoaded(), 0u);
 }
+
+} // namespace weight_update_test
