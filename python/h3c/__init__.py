@@ -44,7 +44,7 @@ from ._h3c import Error, Scheduler, linspace_f32
 __version__ = _h3c.version  # the h3c build's version (`h3c --version`); _h3c.build is its git commit
 
 __all__ = ["Transformer", "TransformerOutput", "Error", "Scheduler", "scheduler_step", "sde_constants", "sde_step", "philox_normals",
-           "linspace_f32", "verify_trajectory", "drift"]
+           "linspace_f32", "verify_trajectory", "drift", "weights_identity"]
 
 _ARGS = ("hidden_states", "audio_hidden_states", "encoder_hidden_states", "timestep", "timestep_indices",
          "token_tags", "position_ids", "video_indices", "audio_indices", "text_indices")
@@ -296,6 +296,20 @@ class Transformer:
             stream = torch.cuda.current_stream(dev).cuda_stream
             self._engine.forward(host, device, sample, audio, stream)
         return sample, audio
+
+
+def weights_identity(tensors, config="full"):
+    """The identity a ledger records for these weights (header["weights"]["sha256"], docs/contract.md section 11),
+    computed on the host from a complete state dict (or (name, tensor) pairs) by diffusers name: every tensor of the
+    config, bfloat16 or float32 (rounded to nearest even where the model pins bfloat16). A trainer compares it with
+    the ledgers of the rollouts it trains on."""
+    items = list(tensors.items()) if hasattr(tensors, "items") else list(tensors)
+    pairs = []
+    for name, x in items:
+        if _is_torch(x):
+            x = x.detach().cpu()
+        pairs.append((name, _exportable(x)))
+    return _h3c.weights_identity(pairs, str(config))
 
 
 def sde_constants(scheduler, i, noise_level):

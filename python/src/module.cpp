@@ -13,6 +13,8 @@
 #include "h3c/models/config.h"
 #include "h3c/plan/io.h"
 #include "h3c/runtime/engine.h"
+#include "h3c/runtime/weight_identity.h"
+#include "h3c/support/content_hash.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
 #include "h3c/support/version.h"
@@ -570,6 +572,39 @@ PYBIND11_MODULE(_h3c, m) {
   }, py::arg("seed"), py::arg("modality"), py::arg("draw"), py::arg("count"));
   m.def("linspace_f32", &linspaceF32, py::arg("start"), py::arg("end"), py::arg("steps"));
 
+  // The weights' identity (runtime/weight_identity.h) of a complete set of tensors, computed on the host: what a
+  // trainer compares with a rollout ledger's header.weights.sha256. Every tensor of the config, by diffusers name,
+  // in its pinned dtype or F32 (rounded to nearest even for BF16 tensors, as an update is).
+  m.def("weights_identity", [](const py::list &tensors, const std::string &config) {
+    const h3::Config c = h3::loadConfig(config);
+    std::map<std::string, h3::TensorSpec> specs;
+    for (auto &t : h3::diffusersTensors(c)) specs[t.name] = t;
+    std::map<std::string, HashedTensor> hashed;
+    for (const auto &item : tensors) {
+      const py::tuple pair = item.cast<py::tuple>();
+      const std::string name = pair[0].cast<std::string>();
+      auto it = specs.find(name);
+      if (it == specs.end()) fail("weights:" + name, "is no tensor of the config '{}'", config);
+      if (hashed.count(name)) fail("weights:" + name, "is given twice");
+      Tensor t = Imported(pair[1], "weights:" + name).toHost();
+      if (t.shape != it->second.shape)
+        fail("weights:" + name, "has shape {}, the tensor {}", shapeText(t.shape), shapeText(it->second.shape));
+      if (t.dtype == DType::F32 && it->second.dtype == DType::BF16) {
+        Tensor b = Tensor::zeros(DType::BF16, t.shape);
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          const uint16_t v = floatToBf16(t.getFloat(i));
+          std::memcpy(b.bytes.data() + 2 * i, &v, 2);
+        }
+        t = std::move(b);
+      }
+      if (t.dtype != it->second.dtype)
+        fail("weights:" + name, "is {}, the tensor {}", dtypeName(t.dtype), dtypeName(it->second.dtype));
+      hashed[name] = {std::string(dtypeName(t.dtype)), shapeText(t.shape), contentHash(t.bytes.data(), t.bytes.size())};
+    }
+    for (const auto &[name, spec] : specs)
+      if (!hashed.count(name)) fail("weights:" + name, "is missing (the identity covers every tensor of the config)");
+    return combineWeightHashes(hashed);
+  }, py::arg("tensors"), py::arg("config"));
   m.def("verify_trajectory", [](const std::string &dir) { return verifyTrajectory(dir).toJson().dump(); },
         py::arg("path"));
   m.def("drift", [](const std::string &a, const std::string &b) {

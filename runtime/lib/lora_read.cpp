@@ -529,7 +529,11 @@ LoraAdapter readLora(const fs::path &given, const h3::Config &c) {
       parts.emplace_back(src.target, std::move(from));
     }
 
-    for (auto &[target, from] : parts) {
+    for (auto &part : parts) {
+      // Named references, not a structured binding: the lambdas below capture `target` (C++17 does not let a lambda
+      // capture a structured binding; clang refuses it).
+      const std::string &target = part.first;
+      std::vector<int64_t> &from = part.second;
       const std::string weight = target + ".weight";
       auto w = weights.find(weight);
       if (w == weights.end())

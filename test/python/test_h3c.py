@@ -182,6 +182,14 @@ class WeightUpdates(unittest.TestCase):
         t.update_weights((n, (ck[n].astype(np.uint16).astype(np.uint32) << 16).view(np.float32)) for n in new)
         self.assertEqual(np.asarray(t(**args)[0]).tobytes(), before[0])
         self.assertEqual(t.weights["sha256"], identity)
+        # A trainer's own computation of the identity, from the folder's tensors (float32 widened for the F32 ones).
+        _, dtypes, _ = st_numpy.read(f"{TMP}/ckpt/diffusion_pytorch_model.safetensors")
+        state = {n: (v if dtypes[n] != "BF16" else (v.astype(np.uint16).astype(np.uint32) << 16).view(np.float32))
+                 for n, v in ck.items()}
+        self.assertEqual(h3c.weights_identity(state, "tiny"), identity)
+        state.pop(self.Q)
+        with self.assertRaises(h3c.Error):
+            h3c.weights_identity(state, "tiny")
 
 
     def test_load_lora_equals_the_clis_lora_and_unloads(self):
