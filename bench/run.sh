@@ -26,3 +26,8 @@ if [ -n "${H3C_PLANS:-}" ] && [ -d "${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/s
   PYTHONPATH="$build/python:${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/src}${PYTHONPATH:+:$PYTHONPATH}" \
     python3 "$root/bench/forward_bench.py" --h3c "$build/bin/h3c" --plan "$H3C_PLANS/full" --out "$out/forward.jsonl"
 fi
+if [ -n "${H3C_PLANS:-}" ] && cmake --build "$build" -j"$(nproc)" --target h3c_python >/dev/null; then
+  echo "== weights that change: whole-model hot updates, merged LoRA (issue 21)"
+  PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" \
+    python3 "$root/bench/update_bench.py" --plan "$H3C_PLANS/full" --out "$out/update.jsonl"
+fi
