@@ -155,7 +155,7 @@ void Engine::updateWeights(const std::vector<WeightInput> &inputs, h3::QkvLayout
   const PreparedUpdate u = prepareWeightUpdate(plan_, inputs, layout, deviceChecked);
   if (u.tensors.empty()) return;
   for (const auto &t : u.tensors)
-    if (loraBase_.count(t))
+    if (loraTouched_.count(t))
       fail("update:" + t, "has a LoRA adapter merged into it ({} loaded): unload the adapters first, then update and "
            "load them again", loras_.size());
   std::map<std::string, std::string> hashes;
@@ -204,14 +204,30 @@ LoraTerms Engine::loraTerms(const std::string &tensor) const {
   return terms;
 }
 
-void Engine::applyMerged(const std::string &tensor, const LoraTerms &terms) {
-  const Tensor &base = loraBase_.at(tensor);
+Tensor Engine::loraBaseValue(const std::string &tensor) {
+  auto it = loraBase_.find(tensor);
+  return it != loraBase_.end() ? it->second : overlay_->baseLoad(tensor);
+}
+
+void Engine::restoreLoraBase(const std::string &tensor) {
+  auto it = loraBase_.find(tensor);
   if (overlay_) {
-    overlay_->set(tensor, terms.empty() ? base : mergeLora(base, terms, opt_.threads));
+    if (it != loraBase_.end()) overlay_->set(tensor, it->second);
+    else overlay_->erase(tensor);
+  } else if (it != loraBase_.end()) {
+    exec_->writeWeights(plan_, *weights_, {{tensor, 0, it->second.bytes.size(), it->second.bytes.data(), 0}}, 0);
+  } else {
+    exec_->restoreWeights(plan_, *weights_, {tensor});
+  }
+}
+
+void Engine::applyMerged(const std::string &tensor, const LoraTerms &terms, bool holdsBase) {
+  if (overlay_) {
+    if (terms.empty()) restoreLoraBase(tensor);
+    else overlay_->set(tensor, mergeLora(loraBaseValue(tensor), terms, opt_.threads));
     return;
   }
-  const std::vector<WeightWrite> w = {{tensor, 0, base.bytes.size(), base.bytes.data(), 0}};
-  exec_->writeWeights(plan_, *weights_, w, 0);
+  if (!holdsBase) restoreLoraBase(tensor);
   if (!terms.empty()) exec_->mergeLora(plan_, *weights_, tensor, terms);
 }
 
@@ -235,56 +251,66 @@ void Engine::loadLora(LoraAdapter adapter, double scale) {
   }
   ensureExecutor();
   if (!overlay_) loadWeights(false);
-  // The bases of tensors no adapter touched yet, read before anything changes.
-  std::map<std::string, Tensor> fresh;
+  // Tensors no adapter touched yet: their value now is their base. Where a hot update made it, it is kept on the
+  // host for the unload (the source has another value); otherwise the unload reads it from the source again.
+  std::set<std::string> fresh;
+  std::map<std::string, Tensor> kept;
   for (const auto &t : targets)
-    if (!loraBase_.count(t)) fresh[t] = readWeight(t);
+    if (!loraTouched_.count(t)) {
+      fresh.insert(t);
+      if (updated_.count(t)) kept[t] = readWeight(t);
+    }
   auto shared = std::make_shared<const LoraAdapter>(std::move(adapter));
-  loraBase_.insert(fresh.begin(), fresh.end());
+  loraBase_.insert(kept.begin(), kept.end());
   loras_.push_back({shared, scale});
+  auto forget = [&] {
+    loras_.pop_back();
+    for (const auto &[t, v] : kept) loraBase_.erase(t);
+  };
   if (overlay_) {
     // CPU: every merged value computed first (a refused merge changes nothing), then set.
     std::map<std::string, Tensor> merged;
     try {
-      for (const auto &t : targets) merged[t] = mergeLora(loraBase_.at(t), loraTerms(t), opt_.threads);
+      for (const auto &t : targets) merged[t] = mergeLora(loraBaseValue(t), loraTerms(t), opt_.threads);
     } catch (...) {
-      loras_.pop_back();
-      for (const auto &[t, v] : fresh) loraBase_.erase(t);
+      forget();
       throw;
     }
     for (auto &[t, v] : merged) overlay_->set(t, std::move(v));
   } else {
-    // GPU: tensor by tensor on the device; a refused merge leaves its tensor as it was, and the tensors merged
-    // before it are set back to their previous adapters' values.
+    // GPU: tensor by tensor on the device (a fresh tensor holds its base: merged in place; another is set back to
+    // its base first); a refused merge leaves its tensor as it was, and the tensors merged before it are set back
+    // to their previous adapters' values.
     size_t done = 0;
     try {
-      for (; done < targets.size(); ++done) applyMerged(targets[done], loraTerms(targets[done]));
+      for (; done < targets.size(); ++done)
+        applyMerged(targets[done], loraTerms(targets[done]), fresh.count(targets[done]) != 0);
     } catch (...) {
-      loras_.pop_back();
+      forget();
       try {
-        for (size_t i = 0; i < done; ++i) applyMerged(targets[i], loraTerms(targets[i]));
+        for (size_t i = 0; i < done; ++i) applyMerged(targets[i], loraTerms(targets[i]), false);
       } catch (...) {
         weightsBroken_ = true;
       }
-      for (const auto &[t, v] : fresh) loraBase_.erase(t);
       throw;
     }
   }
+  loraTouched_.insert(targets.begin(), targets.end());
   rehash(targets);
 }
 
 void Engine::unloadLoras() {
   if (loras_.empty()) return;
-  std::vector<std::string> targets;
-  for (const auto &[t, base] : loraBase_) targets.push_back(t);
+  const std::vector<std::string> targets(loraTouched_.begin(), loraTouched_.end());
   try {
-    for (const auto &t : targets) applyMerged(t, {});
+    for (const auto &t : targets) restoreLoraBase(t);
   } catch (...) {
     weightsBroken_ = true;
     throw;
   }
   loras_.clear();
   loraBase_.clear();
+  loraTouched_.clear();
   rehash(targets);
 }
 

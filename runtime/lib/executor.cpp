@@ -162,6 +162,11 @@ void Executor::mergeLora(const plan::Plan & /*p*/, WeightSource & /*weights*/, c
   fail("lora:" + tensor, "internal error: the {} executor holds no weights to merge into", device());
 }
 
+void Executor::restoreWeights(const plan::Plan & /*p*/, WeightSource & /*weights*/,
+                              const std::vector<std::string> & /*names*/) {
+  fail("weights", "internal error: the {} executor holds no weights to restore", device());
+}
+
 std::unique_ptr<Executor> makeCpuExecutor() { return std::make_unique<CpuExecutor>(); }
 
 std::unique_ptr<Executor> makeExecutor(const std::string &device) {

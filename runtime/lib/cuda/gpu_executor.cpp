@@ -531,6 +531,19 @@ public:
     hc::mergeLoraOnDevice(*runner_, weightAt(tensor), t.dtype, t.shape[0], t.shape[1], terms, nullptr);
   }
 
+  void restoreWeights(const plan::Plan &p, WeightSource &ws, const std::vector<std::string> &names) override {
+    loadWeights(p, ws, false);
+    const json desc = ws.describe();  // loaded: a checkpoint's hash is known, nothing is hashed again
+    const bool synthetic = desc.value("kind", "") == "synthetic";
+    const uint64_t seed = synthetic ? desc.at("seed").get<uint64_t>() : 0;
+    const hc::LoadedKernel *synth = synthetic ? &runner_->load(synthFillKernel(runner_->arch())) : nullptr;
+    for (const auto &name : names) {
+      const plan::WeightTensor &t = p.weightTensor(name);
+      fillWeight(ws, ws.spec(name), weightAt(name), size_t(t.numel()) * dtypeSize(t.dtype), synth, seed);
+    }
+    hc::check(hc::driver().cuCtxSynchronize(), "restoring weights");
+  }
+
   Tensor readWeight(const plan::Plan &p, WeightSource &weights, const std::string &name) override {
     loadWeights(p, weights, false);
     const plan::WeightTensor &t = p.weightTensor(name);

@@ -426,4 +426,28 @@ TEST(WeightUpdate, MergedLoraEqualsAColdLoadOfTheMergedValuesAndUnloads) {
   EXPECT_EQ(e.lorasLoaded(), 0u);
 }
 
+// An adapter over a tensor a hot update wrote: merged from the updated value, and the unload returns to it (not
+// to the checkpoint's).
+TEST(WeightUpdate, LoraOverAnUpdatedTensorUnloadsToTheUpdate) {
+  const h3::Config c = h3::namedConfig("tiny");
+  const plan::Plan p = loadModelPlan(c, /*fuse=*/true);
+  const Request r = makeRequest(c, {4, 2, 1, 2, 2, 1, 2}, 3);
+  TempDir tmp;
+  const auto f = writeLora(tmp.path / "one.safetensors", c, {kOut}, 4, 9);
+  auto w = makeSyntheticWeights(c, 7);
+  auto other = makeSyntheticWeights(c, 5);
+  const Tensor updated = other->load(kOut);
+  Engine e(p, *w, options(p));
+  e.updateWeights({input(kOut, updated)});
+  const RunResult afterUpdate = e.run(r);
+  e.loadLora(readLora(tmp.path / "one.safetensors", c), 2.0);
+  std::map<std::string, Tensor> values = {{kOut, mergedByContract(updated, {{&f.at(kOut), 2.0}}, 4)}};
+  auto cold = makeCheckpointWeights(c, writeFolder(tmp.path / "ckpt", c, 7, values));
+  EXPECT_TRUE(e.run(r).outputs.sample.bytes == runModel(p, *cold, r, options(p)).outputs.sample.bytes);
+  e.unloadLoras();
+  const RunResult back = e.run(r);
+  EXPECT_TRUE(back.outputs.sample.bytes == afterUpdate.outputs.sample.bytes);
+  EXPECT_EQ(back.ledger["header"]["weights"]["sha256"], afterUpdate.ledger["header"]["weights"]["sha256"]);
+}
+
 } // namespace weight_update_test

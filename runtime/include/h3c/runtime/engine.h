@@ -92,10 +92,16 @@ private:
     double scale;
   };
   std::vector<LoadedLora> loras_;          // in load order
-  std::map<std::string, Tensor> loraBase_;  // every tensor an adapter touches, before the first (host copy)
+  std::set<std::string> loraTouched_;       // every tensor a loaded adapter touches
+  // Host copies of the bases that hot updates made (touched tensors an update wrote before the first adapter); the
+  // other touched tensors' bases are the source's values, read again for the unload (no 60 GB host copy).
+  std::map<std::string, Tensor> loraBase_;
   LoraTerms loraTerms(const std::string &tensor) const;  // the loaded adapters' terms for `tensor`, in load order
-  // `tensor` set to its LoRA base merged with `terms` where the engine holds it (CPU overlay, or the device).
-  void applyMerged(const std::string &tensor, const LoraTerms &terms);
+  Tensor loraBaseValue(const std::string &tensor);        // CPU: a touched tensor's base value
+  void restoreLoraBase(const std::string &tensor);        // a touched tensor back to its base where it is held
+  // `tensor` set to its base merged with `terms` where the engine holds it (CPU overlay, or the device; on the
+  // device `holdsBase` says the tensor holds its base already: merged in place).
+  void applyMerged(const std::string &tensor, const LoraTerms &terms, bool holdsBase);
   void rehash(const std::vector<std::string> &tensors);
   RunOptions opt_;
   std::unique_ptr<Executor> exec_;      // created at the first forward (after the request is validated)

@@ -89,6 +89,10 @@ public:
   // the GPU executor on the device (cuda/lora_merge.h; the tensor is unchanged when the merge is refused). The CPU
   // engine merges on the host into its OverlayWeights instead: the default refuses.
   virtual void mergeLora(const plan::Plan &p, WeightSource &weights, const std::string &tensor, const LoraTerms &terms);
+  // The named plan weight tensors set back to `weights`' values where this executor holds them (the GPU executor:
+  // generated on the device for synthetic weights, read and copied for a checkpoint), e.g. a LoRA adapter's unload.
+  // The default refuses (the CPU engine's overlay forgets its replacements instead).
+  virtual void restoreWeights(const plan::Plan &p, WeightSource &weights, const std::vector<std::string> &names);
 };
 
 std::unique_ptr<Executor> makeCpuExecutor();

@@ -77,6 +77,8 @@ public:
   // Back to `base`'s value.
   void erase(const std::string &name);
   bool replaced(const std::string &name) const { return kept_.count(name) != 0; }
+  // `base`'s value of tensor `name`, whether or not it is replaced here.
+  Tensor baseLoad(const std::string &name) { return base_.load(name); }
   // The content hash of tensor `name`'s current value (loaded and hashed when no whole load was seen yet).
   std::string contentHashOf(const std::string &name);
 
