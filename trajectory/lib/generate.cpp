@@ -277,6 +277,10 @@ int64_t run(Prepared &p, Engine &engine, TrajectoryWriter &w, ModalityFloats &x,
     const json ledger = done.ledger.get();
     ledgerFile(done.st.step, ledger);
     done.st.extra = {{"ledger_seal", ledger.value("seal", "")}, {"ledger_accepted", ledger.value("accepted", false)}};
+    // The identity of the weights that computed the step (the ledger's, docs/contract.md section 11): what a
+    // trainer checks against its own (h3c.weights_identity) before it trains on the step.
+    if (ledger.contains("header") && ledger["header"].contains("weights"))
+      done.st.extra["weights_sha256"] = ledger["header"]["weights"].value("sha256", "");
     w.append(done.st);
     progress(o.progress, done.st.step + 1, n, t0);
   };

@@ -104,6 +104,12 @@ void checkRecord(const json &rec, const json &header, int64_t i, const std::stri
          i == 0 ? std::string("header.json") : trajStepJson(dir, i - 1).filename().string());
   if (!rec["extra"].is_null() && !rec["extra"].is_object())
     fail(where, "'extra' must be null or an object");
+  // The weights do not change within a trajectory: a step that records their identity must have the header's.
+  if (rec["extra"].is_object() && rec["extra"].contains("weights_sha256") && header.contains("run") &&
+      header["run"].is_object() && header["run"].contains("weights_sha256") &&
+      rec["extra"]["weights_sha256"] != header["run"]["weights_sha256"])
+    fail(where, "extra.weights_sha256 {} is not the header's run.weights_sha256 {}: the step ran with other weights",
+         rec["extra"]["weights_sha256"].dump(), header["run"]["weights_sha256"].dump());
   for (int m = 0; m < kTrajModalities; ++m) {
     const char *mn = trajModalityName(m);
     const std::pair<const char *, float> grid[] = {{"t", traj::gridValue(header, "timesteps", m, i)},

@@ -4,6 +4,8 @@
 # (or MISMATCH lines) and exits 1 on a mismatch.
 #   weights_identity.py LEDGER.json FILE_OR_FOLDER...
 #   weights_identity.py --extract FOLDER NAME OUT.safetensors     (one tensor of a folder into a file of its own)
+#   weights_identity.py --trajectory TRAJ LEDGER FILE_OR_FOLDER...  (every step record's extra.weights_sha256 and
+#                        the header's run.weights_sha256 against the formula over LEDGER's tensor list)
 import hashlib, json, os, struct, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +34,10 @@ if sys.argv[1] == "--extract":
     open(sys.argv[4], "wb").write(struct.pack("<Q", len(head)) + head + data)
     sys.exit(0)
 
+traj = None
+if sys.argv[1] == "--trajectory":
+    traj = sys.argv[2]
+    sys.argv = sys.argv[:1] + sys.argv[3:]
 record = json.load(open(sys.argv[1]))["header"]["weights"]
 have = {}
 for p in sys.argv[2:]:
@@ -47,5 +53,12 @@ for name in sorted(record["tensors"]):
     lines.append(f"{name} {dtype} [{', '.join(map(str, shape))}] {h}\n")
 print("ok tensors" if not bad else "MISMATCH tensors", len(lines))
 sha = hashlib.sha256("".join(lines).encode()).hexdigest()
+if traj is not None:
+    header = json.load(open(os.path.join(traj, "header.json")))
+    steps = sorted(f for f in os.listdir(os.path.join(traj, "steps")) if f.endswith(".json"))
+    recorded = [json.load(open(os.path.join(traj, "steps", f)))["extra"]["weights_sha256"] for f in steps]
+    same = header["run"]["weights_sha256"] == sha and all(r == sha for r in recorded)
+    print(f"{'ok' if same else 'MISMATCH'} trajectory weights_sha256 ({len(recorded)} steps)")
+    sys.exit(0 if same else 1)
 print("ok sha256" if sha == record["sha256"] else f"MISMATCH sha256 {sha} {record['sha256']}")
 sys.exit(1 if bad or sha != record["sha256"] else 0)
