@@ -163,7 +163,11 @@ class Transformer:
         a refused update raises h3c.Error naming the tensor and leaves the weights as they were. The next forward is
         byte-equal to one of a Transformer loaded cold from a folder holding the same weights, and its ledger's
         "weights" record has their new identity. CUDA tensors are read on the current stream; the call returns
-        when the update is done."""
+        when the update is done. `tensors` may also be the path of a .safetensors file or folder (what
+        `h3c run --update` reads; a folder's config.json must match and gives the native q/k/v layout)."""
+        if isinstance(tensors, (str, os.PathLike)):
+            self._engine.update_from_files(os.fspath(tensors))
+            return
         items = list(tensors.items()) if hasattr(tensors, "items") else list(tensors)
         prepared, stream = [], 0
         for item in items:

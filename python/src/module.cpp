@@ -388,6 +388,13 @@ public:
     py::gil_scoped_release release;
     engine_->updateWeights(inputs, layout, opt_.device == "gpu" ? stream : 0, /*deviceChecked=*/true);
   }
+  // An update read from a .safetensors file or folder (runtime/weight_update.h openUpdateFiles: `h3c run --update`).
+  void updateFromFiles(const std::string &path) {
+    std::unique_lock<std::mutex> lock = lockEngine();
+    py::gil_scoped_release release;
+    const UpdateFiles u = openUpdateFiles(path, plan_.config);
+    engine_->updateWeights(u.inputs, u.layout);
+  }
   // A LoRA adapter file merged into the weights (runtime/lora.h, Engine::loadLora), and every adapter unloaded.
   void loadLora(const std::string &path, double scale) {
     std::unique_lock<std::mutex> lock = lockEngine();
@@ -514,6 +521,7 @@ PYBIND11_MODULE(_h3c, m) {
       .def("update_weights", &PyEngine::updateWeights, py::arg("tensors"), py::arg("qkv_layout"), py::arg("stream"))
       .def("update_dtype", &PyEngine::updateDtype, py::arg("name"))
       .def("load_lora", &PyEngine::loadLora, py::arg("path"), py::arg("scale"))
+      .def("update_from_files", &PyEngine::updateFromFiles, py::arg("path"))
       .def("unload_loras", &PyEngine::unloadLoras)
       .def("read_weight", &PyEngine::readWeight, py::arg("name"))
       .def_property_readonly("weight_shapes", &PyEngine::weightShapes)

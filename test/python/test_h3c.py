@@ -160,6 +160,9 @@ class WeightUpdates(unittest.TestCase):
         identity = t.weights["sha256"]
         t.update_weights(new)  # a state dict of float32 arrays
         got = [np.asarray(x) for x in t(**args)]
+        by_file = h3c.Transformer(plan=f"{TMP}/plan", checkpoint=f"{TMP}/ckpt", device="cpu")
+        by_file.update_weights(f"{TMP}/update.safetensors")  # the file h3c run --update reads
+        self.assertEqual(np.asarray(by_file(**args)[0]).tobytes(), want["sample"].tobytes())
         self.assertEqual(got[0].tobytes(), want["sample"].tobytes())
         self.assertEqual(got[1].tobytes(), want["audio_sample"].tobytes())
         self.assertNotEqual(got[0].tobytes(), before[0])
