@@ -16,12 +16,7 @@ namespace h3c::rt {
 CheckpointWeights::CheckpointWeights(const h3::Config &c, const fs::path &dir) : WeightSource(c), dir_(dir) {
   // The folder's own config.json (required) must describe the model the plan was compiled for, and its record of
   // the native q/k/v layout decides how the tensors are read (Checkpoint::open).
-  const nlohmann::json want = h3::configToJson(c), have = h3::configToJson(h3::readCheckpointConfig(dir));
-  for (auto it = want.begin(); it != want.end(); ++it)
-    if (!have.contains(it.key()) || have[it.key()] != it.value())
-      fail((dir / "config.json").string() + "#/" + it.key(),
-           "is {} but the plan was compiled for {}: the checkpoint describes another model",
-           have.contains(it.key()) ? have[it.key()].dump() : "missing", it.value().dump());
+  h3::checkFolderConfig(dir, c, "checkpoint");
   // Fail closed: the folder must hold exactly the tensors this config implies before anything runs.
   h3::ExpectedTensors expected{c, h3::diffusersTensors(c)};
   h3::CheckReport rep = h3::checkCheckpoint(dir, &expected);

@@ -22,16 +22,8 @@ UpdateFiles openUpdateFiles(const fs::path &path, const h3::Config &c) {
     return u;
   }
   if (!fs::is_directory(path)) fail(path.string(), "--update must be a .safetensors file or a folder of them");
-  if (fs::exists(path / "config.json")) {
-    std::optional<h3::QkvLayout> layout;
-    const nlohmann::json want = h3::configToJson(c), have = h3::configToJson(h3::readCheckpointConfig(path, &layout));
-    for (auto it = want.begin(); it != want.end(); ++it)
-      if (!have.contains(it.key()) || have[it.key()] != it.value())
-        fail((path / "config.json").string() + "#/" + it.key(), "is {} but the plan was compiled for {}: the update "
-             "describes another model", have.contains(it.key()) ? have[it.key()].dump() : "missing",
-             it.value().dump());
-    if (layout) u.layout = *layout;
-  }
+  if (fs::exists(path / "config.json"))
+    if (const std::optional<h3::QkvLayout> layout = h3::checkFolderConfig(path, c, "update")) u.layout = *layout;
   u.folder = std::make_unique<st::Folder>(path);
   for (const auto &name : u.folder->names()) {
     const st::Folder::Entry &e = u.folder->at(name);

@@ -106,6 +106,16 @@ Config readCheckpointConfig(const fs::path &dir, std::optional<QkvLayout> *qkvLa
   return configFromJson(j, p.string() + "#");
 }
 
+std::optional<QkvLayout> checkFolderConfig(const fs::path &dir, const Config &want, const std::string &what) {
+  std::optional<QkvLayout> layout;
+  const nlohmann::json w = configToJson(want), have = configToJson(readCheckpointConfig(dir, &layout));
+  for (auto it = w.begin(); it != w.end(); ++it)
+    if (!have.contains(it.key()) || have[it.key()] != it.value())
+      fail((dir / "config.json").string() + "#/" + it.key(), "is {} but the plan was compiled for {}: the {} describes "
+           "another model", have.contains(it.key()) ? have[it.key()].dump() : "missing", it.value().dump(), what);
+  return layout;
+}
+
 void detail::checkRecordedFormat(const fs::path &dir, std::optional<CheckpointFormat> recorded,
                                  CheckpointFormat stored) {
   if (recorded && *recorded != stored)

@@ -141,6 +141,12 @@ Config readCheckpointConfig(const std::filesystem::path &dir, std::optional<QkvL
                             std::optional<CheckpointFormat> *format = nullptr);
 
 struct CheckReport;
+// Reads DIR/config.json and checks that it describes `want`, key by key: the first key that differs is an error
+// naming it ("DIR/config.json#/num_layers: is 40 but the plan was compiled for 50: the <what> describes another
+// model"). Returns the native q/k/v layout it records, when it records one.
+std::optional<QkvLayout> checkFolderConfig(const std::filesystem::path &dir, const Config &want,
+                                           const std::string &what);
+
 namespace detail {
 // Adds how a stored tensor (`dtype`, `shape`) compares with `want` to `r`: nothing when equal, a cast (F32 for BF16,
 // same shape, when `castAllowed`), else a mismatch.
