@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors index config fingerprint plan request ledger trajectory)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors index config fingerprint plan request ledger trajectory lora)
 fz=$root/build-fuzz
 cmake -S "$root" -B "$fz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_C_COMPILER=clang-14 -DH3C_ENABLE_MLIR=OFF -DH3C_ENABLE_TESTS=OFF -DH3C_SANITIZE=ON -DH3C_FUZZ=ON \

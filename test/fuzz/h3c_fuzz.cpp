@@ -11,10 +11,13 @@
 //   ledger       parseJson + rt::verifyLedger
 //   trajectory   the bytes split at "\n--8<--\n" into header.json, steps/step-00000.json, final.json of a folder,
 //                then rt::verifyTrajectory
+//   lora         the bytes as a LoRA adapter file: rt::readLora for the tiny config (every layout's key rules, the
+//                metadata JSON), then each module merged into a zero weight (rt::mergeLora)
 #include "h3c/models/config.h"
 #include "h3c/models/fingerprint.h"
 #include "h3c/plan/io.h"
 #include "h3c/runtime/ledger.h"
+#include "h3c/runtime/lora.h"
 #include "h3c/runtime/request.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -75,9 +78,16 @@ void runOne(std::string_view in) {
       at = cut == std::string::npos ? text.size() + 1 : cut + 8;
     }
     rt::verifyTrajectory(dir);
+  } else if (target == "lora") {
+    writeRaw(scratch / "lora.safetensors", text);
+    const rt::LoraAdapter a = rt::readLora(scratch / "lora.safetensors", h3::namedConfig("tiny"));
+    for (const rt::LoraModule &m : a.modules) {
+      const rt::Tensor w = rt::Tensor::zeros(DType::BF16, {m.up.shape.at(0), m.down.shape.at(1)});
+      rt::mergeLora(w, {{&m, 0.5}}, 1);
+    }
   } else {
     std::fprintf(stderr, "H3C_FUZZ_TARGET must be one of safetensors, index, config, fingerprint, plan, request, "
-                         "ledger, trajectory (got '%s')\n", target.c_str());
+                         "ledger, trajectory, lora (got '%s')\n", target.c_str());
     std::abort();
   }
 }
