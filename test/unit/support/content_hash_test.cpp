@@ -86,3 +86,17 @@ TEST(ContentHash, EveryByteAndItsPlaceCount) {
   h3c::chash::addWord(w, b.size() / 8, a, s);
   EXPECT_EQ(h3c::contentHashHex(a, s, b.size()), h0);
 }
+
+// Large values are hashed in pieces on several threads: the same hash as the formula's one pass over the words
+// (written out here with the header's addWord / finish), the tail word included.
+TEST(ContentHash, PiecesOnThreadsGiveTheOnePassHash) {
+  const auto b = chashBytes((size_t(40) << 20) + 3, 9);
+  unsigned long long a = 0, s = 0;
+  const size_t words = (b.size() + 7) / 8;
+  for (size_t i = 0; i < words; ++i) {
+    unsigned long long w = 0;
+    for (size_t j = 0; j < 8 && 8 * i + j < b.size(); ++j) w |= (unsigned long long)b[8 * i + j] << (8 * j);
+    h3c::chash::addWord(w, i, a, s);
+  }
+  EXPECT_EQ(h3c::contentHash(b.data(), b.size()), h3c::contentHashHex(a, s, b.size()));
+}
