@@ -11,7 +11,6 @@ weights record). Prints one line per figure and appends them to OUT.jsonl."""
 import argparse
 import json
 import os
-import struct
 import sys
 import time
 
@@ -20,27 +19,22 @@ import torch
 
 import h3c
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import st_numpy  # noqa: E402 - the one safetensors writer of the Python scripts
+
 
 def write_lora(path, shapes, rank, seed):
     """A diffusers-layout adapter (transformer.<module>.lora_A/B.weight, float32) on every 2-D block weight."""
     g = torch.Generator().manual_seed(seed)
-    head, blobs, off = {}, [], 0
+    arrays = {}
     for n, s in sorted(shapes.items()):
         if not n.startswith("transformer_blocks.") or len(s) != 2 or not n.endswith(".weight"):
             continue
         m = "transformer." + n[:-len(".weight")]
         for key, shape in ((m + ".lora_A.weight", (rank, s[1])), (m + ".lora_B.weight", (s[0], rank))):
-            a = (torch.randn(shape, generator=g) * 0.01).numpy().astype(np.float32)
-            head[key] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + a.nbytes]}
-            blobs.append(a.tobytes())
-            off += a.nbytes
-    text = json.dumps(head).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for b in blobs:
-            f.write(b)
-    return len(head) // 2
+            arrays[key] = (torch.randn(shape, generator=g) * 0.01).numpy().astype(np.float32)
+    st_numpy.write(path, arrays)
+    return len(arrays) // 2
 
 
 def main():
