@@ -35,6 +35,7 @@ const std::pair<OpKind, const char *> kOpKinds[] = {
     {OpKind::Residual, "residual"},      {OpKind::GateResidual, "gate_residual"},
     {OpKind::Pack, "pack"},              {OpKind::Unpack, "unpack"},
     {OpKind::AllGather, "all_gather"},   {OpKind::Split, "split"},
+    {OpKind::LoraDown, "lora_down"},
 };
 const std::pair<Epilogue, const char *> kEpilogues[] = {{Epilogue::None, "none"},
                                                          {Epilogue::Residual, "residual"},
@@ -79,6 +80,7 @@ OrderKind requiredOrder(OpKind k) {
   case OpKind::AdalnTable:
   case OpKind::QkvLinear:
   case OpKind::TimeEmbed:
+  case OpKind::LoraDown:
     return OrderKind::KChunks;
   case OpKind::RmsNorm:
   case OpKind::NormModulate:
@@ -98,6 +100,8 @@ bool isLayoutOp(OpKind k) { return k == OpKind::AllGather || k == OpKind::Split;
 
 bool splitsWeights(OpKind k) { return k == OpKind::Linear || k == OpKind::QkvLinear || k == OpKind::AdalnTable; }
 
+bool takesLora(OpKind k) { return k == OpKind::Linear || k == OpKind::QkvLinear; }
+
 std::vector<size_t> hostOutputs(OpKind k) {
   if (k == OpKind::Pack) return {1, 2, 3};
   return {};
@@ -115,6 +119,13 @@ void epilogueInputs(std::vector<std::string> &v, Epilogue e) {
 } // namespace
 
 std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
+  if (takesLora(k) && a.loraK > 0) {
+    OpAttrs base = a;
+    base.loraK = 0;
+    std::vector<std::string> v = inputRoles(k, base);
+    v.push_back("lora_t");
+    return v;
+  }
   switch (k) {
   case OpKind::RopeTable: return {"positions", "text_indices", "video_indices", "audio_indices"};
   case OpKind::TimestepSinusoid: return {"t"};
@@ -148,6 +159,7 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
   case OpKind::Unpack: return {"y_video", "y_audio"};
   case OpKind::AllGather: return {"part"};
   case OpKind::Split: return {"full"};
+  case OpKind::LoraDown: return {"x"};
   }
   return {};
 }
@@ -169,7 +181,14 @@ std::vector<std::string> outputRoles(OpKind k, const OpAttrs &) {
   }
 }
 
-const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a) {
+std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
+  if (takesLora(k) && a.loraK > 0) {
+    OpAttrs base = a;
+    base.loraK = 0;
+    std::vector<std::string> v = attrKeys(k, base);
+    v.push_back("lora_k");
+    return v;
+  }
   static const std::vector<std::string> none, ropeTable = {"rotary_dim", "theta"}, sinusoid = {"freq_dim"},
       linear = {"K", "N", "epilogue"}, linearGate = {"K", "N", "epilogue", "chunk", "num_chunks", "row_index"},
       adaln = {"K", "N", "num_chunks", "rows_per_timestep"}, qkv = {"K", "N", "heads", "head_dim"},
@@ -180,7 +199,7 @@ const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a) {
       qkNormRope = {"heads", "head_dim", "eps", "rotary_dim"}, attention = {"heads", "head_dim", "domain", "scale"},
       swiglu = {"F", "cols"}, colsDtype = {"cols", "dtype"}, gateRes = {"H", "chunk", "num_chunks", "row_index"},
       pack = {"H"}, unpack = {"video_cols", "audio_cols"}, layoutRows = {"axis", "parts", "cols", "dtype"},
-      layoutCols = {"axis", "parts", "cols", "dtype", "segments"};
+      layoutCols = {"axis", "parts", "cols", "dtype", "segments"}, loraDown = {"K", "N"};
   switch (k) {
   case OpKind::RopeTable: return ropeTable;
   case OpKind::TimestepSinusoid: return sinusoid;
@@ -202,6 +221,7 @@ const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::Unpack: return unpack;
   case OpKind::AllGather:
   case OpKind::Split: return a.axis == Axis::Cols ? layoutCols : layoutRows;
+  case OpKind::LoraDown: return loraDown;
   }
   return none;
 }

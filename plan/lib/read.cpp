@@ -121,6 +121,8 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     if (!parseEpilogue(e, a.epilogue))
       fail(where + "/epilogue", "expected none, residual, gate_residual, swiglu or qk_norm_rope, got \"{}\"", e);
   }
+  // lora_k (an unmerged LoRA path) adds an attr, an input and a weight (ops.h).
+  if (takesLora(kind) && j.contains("lora_k")) a.loraK = positive(j["lora_k"], where + "/lora_k", 1 << 16);
   if (isLayoutOp(kind) && j.contains("axis")) {
     std::string ax = str(j["axis"], where + "/axis");
     if (!parseAxis(ax, a.axis)) fail(where + "/axis", "expected rows or cols, got \"{}\"", ax);
@@ -173,6 +175,10 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     else if (k == "w_dtype") a.wDtype = floatDtype(v, w("w_dtype"));
     else if (k == "out_dtype") a.outDtype = floatDtype(v, w("out_dtype"), isLayoutOp(kind));
     else if (k == "shard") a.shard = parseShard(v, opt.tp, w("shard"));
+    else if (k == "lora_k") {
+      // Whole 64-column k-blocks of the Hopper GEMM, so lora_t's chunks start a block of their own (section 13).
+      if (a.loraK % 64) fail(w("lora_k"), "expected a multiple of 64, got {}", a.loraK);
+    }
   }
   if (isLayoutOp(kind)) {
     // Rows move over the sequence-parallel group, columns over the tensor-parallel group (section 5.2).
@@ -412,7 +418,8 @@ NodeShape nodeShape(const Op &op) {
     return {{"linear", e}, {}};
   }
   case OpKind::AllGather:
-  case OpKind::Split: return {{}, {}};
+  case OpKind::Split:
+  case OpKind::LoraDown: return {{}, {}};
   case OpKind::QkvLinear:
     if (a.epilogue != Epilogue::QkNormRope) return {{"linear", "linear", "linear"}, {}};
     if (a.rotaryDim > 0) return {{"linear", "linear", "linear", "qk_norm", "qk_norm", "rope", "rope"}, {}};
@@ -444,12 +451,75 @@ void checkOpNodes(const Op &op, const std::map<std::string, const h3::Node *> &n
       bool bias = t.size() > 5 && t.compare(t.size() - 5, 5, ".bias") == 0;
       (bias ? biases : weights).push_back(t);
     }
-  if (weights != op.weights)
-    fail(op.where + "/weights/weight", "expected [{}] (the tensors of its nodes), got [{}]", fmt::join(weights, ", "),
-         fmt::join(op.weights, ", "));
+  // The adapter slots an unmerged LoRA path adds (checkLoraOperands) are no tensors of the nodes.
+  std::vector<std::string> own = op.weights;
+  if (op.kind == OpKind::LoraDown) own.clear();
+  else if (takesLora(op.kind) && op.attrs.loraK > 0 && !own.empty()) own.pop_back();
+  if (weights != own)
+    fail(op.where + "/weights/weight", "expected [{}] (the tensors of its nodes{}), got [{}]", fmt::join(weights, ", "),
+         own.size() == op.weights.size() ? "" : ", then the LoRA up slot", fmt::join(op.weights, ", "));
   if (biases != op.biases)
     fail(op.where + "/weights/bias", "expected [{}] (the tensors of its nodes), got [{}]", fmt::join(biases, ", "),
          fmt::join(op.biases, ", "));
+}
+
+// Unmerged LoRA (docs/contract.md section 13): adapter slots are read only where the contract puts them, with the
+// shapes the ops imply. A lora_down op reads one slot [N, K] (N = its lora_k width, a multiple of 64) and defines
+// the value that a linear / qkv_linear with lora_k = N reads as its last input; that op's last weight is the up slot
+// [all its weight rows, N]. Every other op reads no slot, and every slot is read by exactly one op.
+void checkLoraOperands(const Plan &p, const Function &fn) {
+  std::map<std::string, const Op *> downOf;  // lora_down output -> the op
+  std::set<std::string> slotsRead;
+  auto slot = [&](const Op &op, const std::string &name, int64_t rows, int64_t cols) {
+    const WeightTensor &t = p.weightTensor(name);
+    if (!t.adapter) fail(op.where + "/weights/weight", "'{}' must be an adapter slot (weights: \"adapter\": true)", name);
+    if (t.shape != std::vector<int64_t>{rows, cols})
+      fail(op.where + "/weights/weight", "adapter slot '{}' is {}x{}, the op needs {}x{}", name, t.shape[0],
+           t.shape[1], rows, cols);
+    if (!slotsRead.insert(name).second) fail(op.where + "/weights/weight", "adapter slot '{}' is read by two ops", name);
+  };
+  for (const Op &op : fn.ops) {
+    const OpAttrs &a = op.attrs;
+    if (op.kind == OpKind::LoraDown) {
+      if (op.weights.size() != 1 || !op.biases.empty())
+        fail(op.where + "/weights", "a lora_down op reads one adapter slot and no bias");
+      if (a.N % 64) fail(op.where + "/attrs/N", "a lora_down width is a multiple of 64, got {}", a.N);
+      if (a.shard.kind != ShardKind::Replicated) fail(op.where + "/attrs/shard", "a lora_down op is not sharded");
+      if (p.value(op.in[0]).cols != a.K || p.value(op.out[0]).cols != a.N || p.value(op.out[0]).dtype != DType::BF16 ||
+          p.value(op.out[0]).rows != p.value(op.in[0]).rows)
+        fail(op.where, "a lora_down op maps x [rows, K = {}] to a BF16 [rows, N = {}]", a.K, a.N);
+      slot(op, op.weights[0], a.N, a.K);
+      downOf[op.out[0]] = &op;
+      continue;
+    }
+    for (const auto *list : {&op.weights, &op.biases})
+      for (size_t i = 0; i < list->size(); ++i) {
+        const bool up = list == &op.weights && takesLora(op.kind) && a.loraK > 0 && i + 1 == list->size();
+        if (!up && p.weightTensor((*list)[i]).adapter)
+          fail(op.where + "/weights", "'{}' is an adapter slot, which only a LoRA path reads", (*list)[i]);
+      }
+    if (!takesLora(op.kind) || a.loraK == 0) continue;
+    if (a.shard.kind != ShardKind::Replicated)
+      fail(op.where + "/attrs/shard", "an unmerged LoRA path is not split over tensor-parallel ranks");
+    if (op.weights.empty()) fail(op.where + "/weights", "no up slot");
+    const std::string &t = op.in.back();
+    auto it = downOf.find(t);
+    if (it == downOf.end()) fail(op.where + "/in", "its lora_t '{}' is no lora_down op's output", t);
+    const Op &down = *it->second;
+    if (down.in[0] != op.in[0]) fail(op.where + "/in", "its lora_t is the down projection of '{}', not of its x '{}'", down.in[0], op.in[0]);
+    if (down.attrs.N != a.loraK) fail(op.where + "/attrs/lora_k", "is {} but its lora_t has {} columns", a.loraK, down.attrs.N);
+    int64_t rows = 0;
+    for (size_t i = 0; i + 1 < op.weights.size(); ++i) {
+      if (op.kind == OpKind::QkvLinear && i >= 3) break;  // qkv's norm weights follow its three matrices
+      rows += p.weightTensor(op.weights[i]).shape[0];
+    }
+    slot(op, op.weights.back(), rows, a.loraK);
+    if (a.wDtype != DType::BF16 || a.xDtype != DType::BF16)
+      fail(op.where + "/attrs", "an unmerged LoRA path runs on the BF16 GEMM (x and W in BF16)");
+  }
+  for (const auto &b : p.weights)
+    for (const auto &t : b.tensors)
+      if (t.adapter && !slotsRead.count(t.name)) fail("#/weights", "adapter slot '{}' is read by no op", t.name);
 }
 
 // The "ranks" section: exactly the grid of section 5.2 for options.sp x options.tp, spelled out.
@@ -653,13 +723,19 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
     if (ts.empty()) fail(w + "/tensors", "a weight buffer holds at least one tensor");
     for (size_t t = 0; t < ts.size(); ++t) {
       std::string wt = w + "/tensors/" + std::to_string(t);
-      onlyKeys(ts[t], {"name", "dtype", "shape", "split"}, wt);
+      onlyKeys(ts[t], {"name", "dtype", "shape", "split", "adapter"}, wt);
       WeightTensor x;
       x.name = str(member(ts[t], "name", wt), wt + "/name");
       x.dtype = floatDtype(member(ts[t], "dtype", wt), wt + "/dtype");
       const json &sh = array(member(ts[t], "shape", wt), wt + "/shape");
       if (sh.empty() || sh.size() > 4) fail(wt + "/shape", "expected 1 to 4 dimensions");
       for (size_t d = 0; d < sh.size(); ++d) x.shape.push_back(positive(sh[d], wt + "/shape/" + std::to_string(d), 1 << 30));
+      if (ts[t].contains("adapter")) {
+        x.adapter = boolean(ts[t]["adapter"], wt + "/adapter");
+        if (!x.adapter) fail(wt + "/adapter", "written only as true");
+        if (x.dtype != DType::BF16 || x.shape.size() != 2)
+          fail(wt, "an adapter slot is a BF16 matrix, got {} with {} dimensions", dtypeName(x.dtype), x.shape.size());
+      }
       if (ts[t].contains("split")) {
         const json &sp = ts[t]["split"];
         const std::string ws = wt + "/split";
@@ -681,6 +757,10 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
     for (size_t t = 0; t < p.weights[i].tensors.size(); ++t) {
       const WeightTensor &x = p.weights[i].tensors[t];
       std::string wt = root + "/weights/" + std::to_string(i) + "/tensors/" + std::to_string(t);
+      if (x.adapter) {  // shapes checked against the ops that read it (checkLoraOperands)
+        if (specs.count(x.name)) fail(wt + "/name", "'{}' is a tensor of the config, not an adapter slot", x.name);
+        continue;
+      }
       auto it = specs.find(x.name);
       if (it == specs.end()) fail(wt + "/name", "'{}' is not a tensor of this config", x.name);
       if (it->second.dtype != x.dtype || it->second.shape != x.shape)
@@ -727,8 +807,10 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       std::string kind = str(member(o, "op", w), w + "/op");
       if (!parseOpKind(kind, op.kind)) fail(w + "/op", "unknown op kind '{}'", kind);
       op.nodes = strList(member(o, "nodes", w), w + "/nodes");
-      if (op.nodes.empty() != isLayoutOp(op.kind))
-        fail(w + "/nodes", isLayoutOp(op.kind) ? "a layout op implements no node" : "an op implements at least one node");
+      if (op.nodes.empty() != (isLayoutOp(op.kind) || op.kind == OpKind::LoraDown))
+        fail(w + "/nodes", isLayoutOp(op.kind)                ? "a layout op implements no node"
+                           : op.kind == OpKind::LoraDown ? "a lora_down op implements no node (an adapter is no node of the model)"
+                                                         : "an op implements at least one node");
       for (size_t n = 0; n < op.nodes.size(); ++n) {
         auto [it, fresh] = nodeOwner.emplace(op.nodes[n], w);
         if (!fresh) fail(w + "/nodes/" + std::to_string(n), "node '{}' is already implemented by {}", op.nodes[n], it->second);
@@ -810,6 +892,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       checkOpNodes(op, expected);
       checkShardWeights(p, op);
     }
+  for (const auto &[name, fn] : p.functions) checkLoraOperands(p, fn);
   checkPlanComputesModel(p, derived, root);
   return p;
 }

@@ -89,6 +89,14 @@ struct Checker {
       held[op.out.at(0)] = held.at(op.in.at(0));
       return;
     }
+    // An unmerged LoRA path (docs/contract.md section 13) is no part of the model: its down projection's output
+    // holds no fingerprint value ("~"), and the linear that reads it last is checked without it
+    // (read.cpp checkLoraOperands ties the two together).
+    if (op.kind == OpKind::LoraDown) {
+      held[op.out.at(0)] = "~lora:" + op.in.at(0);
+      return;
+    }
+    const size_t modelInputs = takesLora(op.kind) && op.attrs.loraK > 0 ? op.in.size() - 1 : op.in.size();
     std::set<std::string> internal;
     std::vector<std::string> reads;
     for (const auto &id : op.nodes) {
@@ -97,7 +105,7 @@ struct Checker {
       for (const auto &out : nodes.at(id)->outputs) internal.insert(out);
     }
     std::vector<std::string> got;
-    for (const auto &v : op.in) got.push_back(held.count(v) ? held.at(v) : "?" + v);
+    for (size_t k = 0; k < modelInputs; ++k) got.push_back(held.count(op.in[k]) ? held.at(op.in[k]) : "?" + op.in[k]);
     if (got != reads)
       fail(op.where + "/in", "reads [{}] but its nodes ({}) read [{}]: the plan does not compute the model",
            fmt::join(got, ", "), fmt::join(op.nodes, ", "), fmt::join(reads, ", "));
@@ -120,7 +128,8 @@ struct Checker {
   // The value's dtype, rows and width against the fingerprint value it holds.
   void checkValue(const std::string &name, const std::string &where) const {
     auto it = held.find(name);
-    if (it == held.end() || it->second.empty() || it->second[0] == '@') return;  // graph inputs: request-checked
+    // graph inputs: request-checked; a LoRA down projection: read.cpp checkLoraOperands
+    if (it == held.end() || it->second.empty() || it->second[0] == '@' || it->second[0] == '~') return;
     auto [n, k] = defs.at(it->second);
     const Value &v = value(name);
     const std::string fpRows = n->outputRows.at(k);
@@ -136,7 +145,7 @@ struct Checker {
 
   // Attrs against the op's nodes, operands against the attrs.
   void checkAttrs(const Op &op) const {
-    if (isLayoutOp(op.kind)) return;
+    if (isLayoutOp(op.kind) || op.kind == OpKind::LoraDown) return;  // lora_down: read.cpp checkLoraOperands
     const OpAttrs &a = op.attrs;
     const int64_t d = a.shard.kind == ShardKind::Column ? p.options.tp : 1;
     const json &n0 = node(op, 0).attrs;
@@ -292,7 +301,8 @@ struct Checker {
       cols(op, false, 0, a.freqDim);
       return;
     case OpKind::AllGather:
-    case OpKind::Split: return;
+    case OpKind::Split:
+    case OpKind::LoraDown: return;
     }
   }
 };

@@ -97,6 +97,7 @@ json attrsToJson(const Op &op) {
     else if (k == "parts") j[k] = a.parts;
     else if (k == "segments") j[k] = segmentsToJson(a.segments);
     else if (k == "dtype") j[k] = dt(a.dtype);
+    else if (k == "lora_k") j[k] = a.loraK;
     else fail(op.where, "the writer has no spelling for attr '{}'", k);
   }
   return j;
@@ -198,6 +199,7 @@ json planToJson(const Plan &p) {
     for (const auto &t : b.tensors) {
       json e{{"name", t.name}, {"dtype", dt(t.dtype)}, {"shape", t.shape}};
       if (!t.split.empty()) e["split"] = {{"parts", t.splitParts}, {"segments", segmentsToJson(t.split)}};
+      if (t.adapter) e["adapter"] = true;
       ts.push_back(e);
     }
     weights.push_back({{"buffer", b.name}, {"tensors", ts}});

@@ -17,6 +17,10 @@ enum class OpKind {
   // compute nothing. all_gather: every rank of a group receives the parts of all ranks (a copy, no arithmetic);
   // split: every rank keeps its own part of a value it holds in full (a local copy).
   AllGather, Split,
+  // The down projection of an unmerged LoRA adapter (docs/contract.md section 13): t = bf(x A^T) over the stacked
+  // adapter slots of one base linear, k_chunks. It implements no node of the model (an adapter is no part of the
+  // fingerprint); its output is the base linear's last input ("lora_t"), which continues that linear's chain.
+  LoraDown,
 };
 // What a GEMM applies after its reduction: none, residual, gate_residual, swiglu (linear); qk_norm_rope (qkv_linear
 // only: the per-head norm of q and k and their rope in the epilogue, docs/contract.md section 3).
@@ -66,7 +70,10 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a);
 std::vector<std::string> outputRoles(OpKind k, const OpAttrs &a);
 
 // The attrs an op kind carries in plan.json (every one required), beside the ones every op carries (out_dtype,
-// shard, and x_dtype when it has inputs). Keys as spelled in JSON.
-const std::vector<std::string> &attrKeys(OpKind k, const OpAttrs &a);
+// shard, and x_dtype when it has inputs). Keys as spelled in JSON. A linear or qkv_linear with an unmerged LoRA
+// path (attrs lora_k > 0) also carries "lora_k" and reads "lora_t" as its last input, the up slot as its last weight.
+std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a);
+// The GEMM kinds that may carry an unmerged LoRA path (linear, qkv_linear).
+bool takesLora(OpKind k);
 
 } // namespace h3c::plan

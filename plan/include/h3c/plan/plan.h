@@ -90,6 +90,9 @@ struct OpAttrs {
   Domain domain = Domain::S;
   int64_t H = 0, F = 0, cols = 0, videoCols = 0, audioCols = 0;
   int64_t freqDim = 0, hidden = 0, outDim = 0;
+  // linear / qkv_linear: the width of the unmerged LoRA input "lora_t" (0: no LoRA path). The GEMM's chain runs over
+  // x's k-chunks, then lora_t's against the up slot (docs/contract.md section 13).
+  int64_t loraK = 0;
   // all_gather / split (section 5.2): the axis, the number of parts (sp for rows, tp for columns), the full width
   // `cols`, and for columns the segments of the full value.
   Axis axis = Axis::Rows;
@@ -186,6 +189,9 @@ struct WeightTensor {
   std::vector<int64_t> shape;
   Segments split;
   int64_t splitParts = 1;
+  // An unmerged LoRA adapter slot (docs/contract.md section 13): no tensor of the checkpoint or the config; the
+  // runtime holds it, zero until an adapter is loaded into it. BF16, [rows, cols] as the plan says.
+  bool adapter = false;
   int64_t numel() const;
   // The shape rank j holds (dim 0 divided by splitParts when split).
   std::vector<int64_t> localShape() const;
