@@ -69,6 +69,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   po.wgmma = o.wgmma;
   po.qkEpilogue = o.qkEpilogue;
   po.tokens = o.tokens;
+  po.loraRank = o.loraRank;
   passes::buildPipeline(pm, po);
   if (!o.dumpIrDir.empty()) pm.enableIRPrinting(std::make_unique<DumpConfig>(o.dumpIrDir));
 

@@ -50,11 +50,13 @@ plan::Segments tensorSplit(const plan::Op &op, const std::vector<std::string> &l
 // Weight buffers in op order: the tensors a kernel parameter spans go into one buffer, every other tensor alone.
 // A column-sharded op's tensors carry their split (section 5.2).
 void addWeightBuffers(plan::Plan &p, const plan::Op &op, const std::optional<plan::Kernel> &k,
-                      const std::map<std::string, h3::TensorSpec> &specs, std::set<std::string> &placed) {
+                      const std::map<std::string, h3::TensorSpec> &specs, const std::set<std::string> &adapterSlots,
+                      std::set<std::string> &placed) {
   auto tensor = [&](const std::string &name) {
     auto it = specs.find(name);
     if (it == specs.end()) fail(op.where, "reads '{}', which is not a tensor of this config", name);
     plan::WeightTensor t{name, it->second.dtype, it->second.shape, {}, 1};
+    t.adapter = it->second.init == h3::TensorSpec::Init::Zeros && adapterSlots.count(name);
     if (op.attrs.shard.kind == plan::ShardKind::Column && plan::splitsWeights(op.kind)) {
       bool bias = std::find(op.biases.begin(), op.biases.end(), name) != op.biases.end();
       t.split = tensorSplit(op, bias ? op.biases : op.weights, name, specs);
@@ -124,6 +126,19 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
 
   std::map<std::string, h3::TensorSpec> specs;
   for (const auto &t : fp.tensors) specs[t.name] = t;
+  // h3-lora's adapter slots (docs/contract.md section 13): BF16 matrices of the shapes it recorded, zero until an
+  // adapter is loaded; no tensor of the model has their names.
+  std::set<std::string> adapterSlots;
+  if (auto slots = m->getAttrOfType<DictionaryAttr>("h3.adapter_slots"))
+    for (NamedAttribute na : slots) {
+      h3::TensorSpec s;
+      s.name = na.getName().str();
+      s.dtype = DType::BF16;
+      for (Attribute d : cast<ArrayAttr>(na.getValue())) s.shape.push_back(cast<IntegerAttr>(d).getInt());
+      s.init = h3::TensorSpec::Init::Zeros;
+      if (!specs.emplace(s.name, s).second) fail("h3.adapter_slots", "'{}' is a tensor of the model", s.name);
+      adapterSlots.insert(s.name);
+    }
   std::set<std::string> placed;
   for (Operation &op : body) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
@@ -145,7 +160,7 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
     } catch (const std::exception &e) {
       if (!plan::runsOnHost(pop.kind)) out.warnings.push_back(where(&op) + ": no kernel: " + e.what());
     }
-    addWeightBuffers(p, pop, k, specs, placed);
+    addWeightBuffers(p, pop, k, specs, adapterSlots, placed);
     if (k) {
       auto it = p.kernels.find(k->id);
       if (it != p.kernels.end() && it->second.source != k->source)

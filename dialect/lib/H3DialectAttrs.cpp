@@ -69,6 +69,21 @@ LogicalResult H3Dialect::verifyOperationAttribute(Operation *op, NamedAttribute 
     if (!d) return op->emitOpError() << "'h3.buffers' must be a dictionary";
     return verifyBuffers(op, d);
   }
+  if (name == getAdapterSlotsAttrHelper().getName()) {
+    if (!onModule) return moduleOnly();
+    auto d = dyn_cast<DictionaryAttr>(value);
+    if (!d) return op->emitOpError() << "'h3.adapter_slots' must be a dictionary";
+    for (NamedAttribute s : d) {
+      auto shape = dyn_cast<ArrayAttr>(s.getValue());
+      if (!shape || shape.size() != 2 || !llvm::all_of(shape, [](Attribute a) {
+            auto i = dyn_cast<IntegerAttr>(a);
+            return i && i.getType().isInteger(64) && i.getInt() > 0;
+          }))
+        return op->emitOpError() << "'h3.adapter_slots' entry '" << s.getName().getValue()
+                                 << "' must be [rows, cols] of positive i64";
+    }
+    return success();
+  }
   if (name == getSlotsAttrHelper().getName()) {
     if (op->getDialect() != this)
       return op->emitOpError() << "'h3.slots' belongs on h3 ops (one slot per result)";

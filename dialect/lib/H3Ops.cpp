@@ -179,6 +179,19 @@ LogicalResult TimestepSinusoidOp::verify() {
   return expect(op, act(getY()), "embedding", f, f32, "T", false);
 }
 
+// An unmerged LoRA path (lora_k): the last operand `t` is a bf16 [x's rows, lora_k] value made by h3.lora_down from
+// the same x, lora_k a positive multiple of 64, x and the weights bf16 (docs/contract.md section 13).
+static LogicalResult verifyLoraInput(Operation *op, Value x, std::optional<uint64_t> loraK, Value t) {
+  if (!loraK) return success();
+  if (*loraK == 0 || *loraK % 64) return err(op) << "lora_k must be a positive multiple of 64, got " << *loraK;
+  if (!act(x).getElementType().isBF16()) return err(op) << "an unmerged LoRA path needs a bf16 input";
+  if (failed(expect(op, act(t), "LoRA input", int64_t(*loraK), BFloat16Type::get(op->getContext())))) return failure();
+  if (failed(sameRows(op, act(x), act(t), "LoRA input"))) return failure();
+  auto down = t.getDefiningOp<LoraDownOp>();
+  if (!down || down.getX() != x) return err(op) << "the LoRA input must be h3.lora_down of the same x";
+  return success();
+}
+
 LogicalResult LinearOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op))) return failure();
@@ -186,8 +199,12 @@ LogicalResult LinearOp::verify() {
   if (getK() <= 0 || getN() <= 0) return err(op) << "K and N must be positive";
   if (failed(expect(op, x, "input", getK()))) return failure();
   if (!isFloat(x.getElementType())) return err(op) << "input must be bf16 or f32";
-  if (failed(weightCount(op, getWeight(), 1, 1, "weight")) || failed(weightCount(op, getBias(), 0, 1, "bias")))
+  const size_t lora = getLoraK() ? 1 : 0;  // the up slot after W, t after the epilogue operands
+  if (lora && getEpilogueOperands().empty()) return err(op) << "lora_k without the LoRA input operand";
+  if (failed(weightCount(op, getWeight(), 1 + lora, 1 + lora, "weight")) ||
+      failed(weightCount(op, getBias(), 0, 1, "bias")))
     return failure();
+  if (lora && failed(verifyLoraInput(op, getX(), getLoraK(), getEpilogueOperands().back()))) return failure();
   if (failed(sameRows(op, x, y, "output"))) return failure();
   Epilogue epi = getEpilogue();
   if (!isFloat(y.getElementType())) return err(op) << "output must be bf16 or f32";
@@ -197,7 +214,7 @@ LogicalResult LinearOp::verify() {
     outCols = getN() / 2;
   }
   if (y.getCols() != outCols) return err(op) << "output must have " << outCols << " columns, got " << y.getCols();
-  return verifyEpilogue(op, epi, getEpilogueOperands(), y, getChunk(), getNumChunks(), getRowIndex());
+  return verifyEpilogue(op, epi, getEpilogueOperands().drop_back(lora), y, getChunk(), getNumChunks(), getRowIndex());
 }
 
 LogicalResult AdalnTableOp::verify() {
@@ -227,28 +244,43 @@ LogicalResult QkvLinearOp::verify() {
   const bool normRope = getEpilogue() == Epilogue::qk_norm_rope;
   if (getEpilogue() != Epilogue::none && !normRope)
     return err(op) << "qkv_linear's epilogue is none or qk_norm_rope, got '" << stringifyEpilogue(getEpilogue()) << "'";
-  const size_t nw = normRope ? 5 : 3;  // [Wq, Wk, Wv(, norm_q.weight, norm_k.weight)]
+  const size_t lora = getLoraK() ? 1 : 0;  // the up slot last, t after the rope tables
+  const size_t nw = (normRope ? 5 : 3) + lora;  // [Wq, Wk, Wv(, norm_q.weight, norm_k.weight)(, up slot)]
   if (failed(weightCount(op, getWeight(), nw, nw, "weight")) || failed(weightCount(op, getBias(), 0, 3, "bias")))
     return failure();
+  if (lora && getRopeTables().empty()) return err(op) << "lora_k without the LoRA input operand";
+  if (lora && failed(verifyLoraInput(op, getX(), getLoraK(), getRopeTables().back()))) return failure();
   if (!getBias().empty() && getBias().size() != 3) return err(op) << "bias must list 0 or 3 tensors";
   for (Value v : {getQOut(), getKOut(), getVOut()}) {
     if (failed(sameRows(op, x, act(v), "q/k/v")) || failed(verifyHeads(op, act(v), getHeads(), getHeadDim(), "q/k/v")))
       return failure();
   }
+  auto tables = getRopeTables().drop_back(lora);
   if (!normRope) {
-    if (getEps() || getRotaryDim() || !getRopeTables().empty())
+    if (getEps() || getRotaryDim() || !tables.empty())
       return err(op) << "eps, rotary_dim and rope tables belong to the qk_norm_rope epilogue";
     return success();
   }
   if (!getEps() || !(getEps()->convertToDouble() > 0) || !getRotaryDim())
     return err(op) << "the qk_norm_rope epilogue needs a positive eps and rotary_dim";
-  auto tables = getRopeTables();
   if (tables.empty()) {
     if (*getRotaryDim() != 0) return err(op) << "rotary_dim must be 0 without rope tables";
     return success();
   }
   if (tables.size() != 2) return err(op) << "rope tables are cos and sin, got " << tables.size() << " operands";
   return verifyRopeTables(op, x, tables[0], tables[1], getHeadDim(), *getRotaryDim());
+}
+
+LogicalResult LoraDownOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op, /*nodesMayBeEmpty=*/true))) return failure();
+  if (!getNodes().empty()) return err(op) << "implements no fingerprint node ('nodes' must be empty)";
+  if (getK() <= 0 || getN() <= 0 || getN() % 64) return err(op) << "K must be positive and N a positive multiple of 64";
+  Type bf16 = BFloat16Type::get(getContext());
+  if (failed(expect(op, act(getX()), "input", getK(), bf16))) return failure();
+  if (failed(weightCount(op, getWeight(), 1, 1, "weight"))) return failure();
+  if (failed(expect(op, act(getT()), "result", getN(), bf16))) return failure();
+  return sameRows(op, act(getX()), act(getT()), "result");
 }
 
 LogicalResult TimeEmbedOp::verify() {
@@ -484,6 +516,7 @@ LogicalResult h3c::h3ir::detail::verifyOrderedReduction(Operation *op) {
 SmallVector<int64_t> LinearOp::getReducedExtents() { return {int64_t(getK())}; }
 SmallVector<int64_t> AdalnTableOp::getReducedExtents() { return {int64_t(getK())}; }
 SmallVector<int64_t> QkvLinearOp::getReducedExtents() { return {int64_t(getK())}; }
+SmallVector<int64_t> LoraDownOp::getReducedExtents() { return {int64_t(getK())}; }
 // linear_1 reduces the sinusoid's freq_dim channels, linear_2 the hidden ones.
 SmallVector<int64_t> TimeEmbedOp::getReducedExtents() { return {int64_t(getFreqDim()), int64_t(getHidden())}; }
 SmallVector<int64_t> RmsNormOp::getReducedExtents() { return {act(getX()).getCols()}; }

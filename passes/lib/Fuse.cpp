@@ -111,7 +111,7 @@ struct FuseQkv : OpRewritePattern<LinearOp> {
     auto f = QkvLinearOp::create(rewriter, q.getLoc(), TypeRange{q.getType(), k.getType(), v.getType()}, q.getX(),
                                  ValueRange{}, q.getK(), heads, headDim, strArray(rewriter, weight),
                                  strArray(rewriter, bias), Epilogue::none, FloatAttr(), IntegerAttr(), *order,
-                                 ShardAttr(), strArray(rewriter, concat({q, k, v})),
+                                 ShardAttr(), /*lora_k=*/IntegerAttr(), strArray(rewriter, concat({q, k, v})),
                                  strArray(rewriter, {valueName(q, 0), valueName(k, 0), valueName(v, 0)}));
     rewriter.replaceOp(q, f.getQOut());
     rewriter.replaceOp(k, f.getKOut());
@@ -199,9 +199,9 @@ struct FuseQkvNormRope : OpRewritePattern<QkNormRopeOp> {
         rewriter, qkv.getLoc(), TypeRange{n.getQOut().getType(), n.getKOut().getType(), qkv.getVOut().getType()},
         qkv.getX(), n.getRopeTables(), qkv.getK(), qkv.getHeads(), qkv.getHeadDim(), strArray(rewriter, weight),
         qkv.getBias(), Epilogue::qk_norm_rope, n.getEpsAttr(), n.getRotaryDimAttr(), qkv.getOrderAttr(), ShardAttr(),
-        strArray(rewriter, concat({qkv, n})),
+        /*lora_k=*/IntegerAttr(), strArray(rewriter, concat({qkv, n})),
         strArray(rewriter, {valueName(n, 0), valueName(n, 1), valueName(qkv, 2)}));
-    rewriter.replaceOp(n, ValueRange{f.getQOut(), f.getKOut()});
+    rewriter.replaceOp(n, ValueRange{Value(f.getQOut()), Value(f.getKOut())});
     rewriter.replaceAllUsesWith(qkv.getVOut(), f.getVOut());
     rewriter.eraseOp(qkv);
     return success();
@@ -246,7 +246,8 @@ struct FuseEpilogue : OpRewritePattern<LinearOp> {
     rewriter.setInsertionPoint(u);
     auto f = LinearOp::create(rewriter, l.getLoc(), u->getResult(0).getType(), l.getX(), epi, l.getK(), l.getN(),
                               l.getWeight(), l.getBias(), epilogue, chunk, numChunks, rowIndex, l.getOrderAttr(),
-                              ShardAttr(), strArray(rewriter, concat({l, u})), strArray(rewriter, {valueName(u, 0)}));
+                              ShardAttr(), /*lora_k=*/IntegerAttr(), strArray(rewriter, concat({l, u})),
+                              strArray(rewriter, {valueName(u, 0)}));
     rewriter.replaceOp(u, f.getY());
     rewriter.eraseOp(l);
     return success();

@@ -15,6 +15,11 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
     fuse.qkEpilogue = o.qkEpilogue;
     pm.addPass(createH3Fuse(fuse));
   }
+  if (o.loraRank != 0) {
+    H3LoraOptions lora;
+    lora.rank = o.loraRank;
+    pm.addPass(createH3Lora(lora));
+  }
   H3ShardTpOptions shard;
   shard.tp = o.tp;
   pm.addPass(createH3ShardTp(shard));
@@ -32,7 +37,7 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
 void registerAll() {
   registerH3Passes();
   mlir::PassPipelineRegistration<PipelineOptions>(
-      "h3-pipeline", "The h3c compile pipeline: order, fuse, shard-tp, shard-seq, verify, plan buffers", buildPipeline);
+      "h3-pipeline", "The h3c compile pipeline: order, fuse, lora, shard-tp, shard-seq, verify, plan buffers", buildPipeline);
 }
 
 } // namespace h3c::passes

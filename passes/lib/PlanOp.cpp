@@ -158,6 +158,7 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
         else if (k == "out_dim") a.outDim = x;
         else if (k == "parts") a.parts = x;
         else if (k == "segments") segmentCount = x;
+        else if (k == "lora_k") a.loraK = x;
         else fail(w, "integer attribute '{}' has no plan attr", k);
       } else if (auto f = dyn_cast<FloatAttr>(v)) {
         if (k == "eps") a.eps = f.getValueAsDouble();

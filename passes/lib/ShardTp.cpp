@@ -161,6 +161,12 @@ struct ShardTp : h3c::passes::impl::H3ShardTpBase<ShardTp> {
       m.emitError() << "h3-shard-tp: tp must be >= 1, got " << int64_t(tp);
       return signalPassFailure();
     }
+    if (tp > 1 && m->hasAttr("h3.adapter_slots")) {
+      // (docs/contract.md section 13: the down slot would be replicated and the up slot split with W; not built)
+      m.emitError() << "h3-shard-tp: unmerged LoRA (h3-lora) is not split over tensor-parallel ranks yet; compile "
+                       "with --tp 1 (sequence parallelism works) or load the adapter merged";
+      return signalPassFailure();
+    }
     auto tpAttr = getContext().getLoadedDialect<H3Dialect>()->getTpAttrHelper();
     bool sharded = false;
     m.walk([&](Operation *op) {

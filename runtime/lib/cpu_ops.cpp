@@ -11,6 +11,7 @@
 #include "h3c/support/parallel.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 
 namespace h3c::rt {
@@ -149,7 +150,35 @@ struct Ctx {
 // y[M][N] = x W^T (no bias) in the op's order: k_chunks with one unit for BF16 weights, the sequential fma order for
 // F32 weights (section 6), plain double dot products for the reference. W is the rank's: a tensor a column shard
 // splits arrives as this rank's rows (the executor's rank WeightSource).
-std::vector<float> gemm(Ctx &cx, const std::vector<float> &x, int64_t M, int64_t K, const std::string &tensor) {
+// An unmerged LoRA path of the op (docs/contract.md section 13): the input t [M, L] and the rows of the up slot
+// [rows, L] that continue the chain of the weight's outputs (qkv: the matrix's third of the slot).
+struct LoraPath {
+  const std::vector<float> *t = nullptr;
+  int64_t L = 0;
+  std::vector<float> up;  // [N, L], this weight's rows
+};
+
+// The op's LoRA path for its weight matrix `group` of N rows (null without one).
+std::optional<LoraPath> loraPath(Ctx &cx, size_t group, int64_t M, int64_t N) {
+  const int64_t L = cx.op.attrs.loraK;
+  if (!plan::takesLora(cx.op.kind) || L == 0) return std::nullopt;
+  const HostValue &t = cx.in(cx.op.in.size() - 1);
+  if (t.cols != L || t.batch * t.rows != M)
+    cx.error(fmt::format("lora_t '{}' is [{} x {}], the op needs [{} x {}]", cx.op.in.back(), t.batch * t.rows, t.cols, M, L));
+  const std::string &up = cx.op.weights.back();
+  const h3::TensorSpec &s = cx.spec(up);
+  if (s.shape.size() != 2 || s.shape[1] != L || s.shape[0] < int64_t(group + 1) * N)
+    cx.error(fmt::format("up slot {} is {}, the op needs [{} rows, {}]", up, shapeText(s.shape), int64_t(group + 1) * N, L));
+  std::vector<float> all = cx.load(up);
+  LoraPath p;
+  p.t = &t.f;
+  p.L = L;
+  p.up.assign(all.begin() + int64_t(group) * N * L, all.begin() + int64_t(group + 1) * N * L);
+  return p;
+}
+
+std::vector<float> gemm(Ctx &cx, const std::vector<float> &x, int64_t M, int64_t K, const std::string &tensor,
+                        const std::optional<LoraPath> &lora = std::nullopt) {
   const h3::TensorSpec &spec = cx.spec(tensor);
   const int64_t N = spec.shape[0];
   if (spec.shape.size() != 2 || spec.shape[1] != K)
@@ -157,6 +186,23 @@ std::vector<float> gemm(Ctx &cx, const std::vector<float> &x, int64_t M, int64_t
   if (cx.op.order.kind != plan::OrderKind::KChunks || cx.op.order.units != 1)
     cx.error("a GEMM runs the k_chunks order with one unit");
   std::vector<float> w = cx.load(tensor), y(size_t(M * N));
+  if (lora) {
+    // One chain over [x | t] against [W | up]: x's chunks (the last zero-padded to 16), then t's (section 13).
+    if (spec.dtype != DType::BF16) cx.error("an unmerged LoRA path needs a BF16 weight");
+    const int64_t K16 = (K + 15) / 16 * 16, KE = K16 + lora->L;
+    std::vector<float> xe(size_t(M * KE), 0.f), we(size_t(N * KE), 0.f);
+    for (int64_t m = 0; m < M; ++m) {
+      std::copy(x.begin() + m * K, x.begin() + (m + 1) * K, xe.begin() + m * KE);
+      std::copy(lora->t->begin() + m * lora->L, lora->t->begin() + (m + 1) * lora->L, xe.begin() + m * KE + K16);
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      std::copy(w.begin() + n * K, w.begin() + (n + 1) * K, we.begin() + n * KE);
+      std::copy(lora->up.begin() + n * lora->L, lora->up.begin() + (n + 1) * lora->L, we.begin() + n * KE + K16);
+    }
+    if (cx.exact) cpu::gemmFp64(xe.data(), M, KE, we.data(), N, nullptr, y.data(), cx.env.threads);
+    else cpu::gemmKChunks(xe.data(), M, KE, we.data(), N, y.data(), cx.env.threads);
+    return y;
+  }
   if (cx.exact)
     cpu::gemmFp64(x.data(), M, K, w.data(), N, nullptr, y.data(), cx.env.threads);
   else if (spec.dtype == DType::F32)
@@ -292,7 +338,7 @@ void runLinear(Ctx &cx) {
     xa = asWeightDtype(x, wdt);
   }
 
-  std::vector<float> acc = gemm(cx, xa, M, K, wname);
+  std::vector<float> acc = gemm(cx, xa, M, K, wname, loraPath(cx, 0, M, N));
   // The linear node's own output (diffusers: the weight's dtype): acc + bias in F32, rounded for BF16 weights.
   addBias(cx, acc, M, N, bname, wdt == DType::BF16);
 
@@ -323,8 +369,9 @@ void normRopePair(Ctx &cx, const HostValue *x[2], size_t firstWeight, size_t cos
 
 void runQkvLinear(Ctx &cx) {
   const bool normRope = cx.op.attrs.epilogue == Epilogue::QkNormRope;
-  if (cx.op.weights.size() != (normRope ? 5u : 3u) || cx.op.out.size() != 3)
-    cx.error("qkv_linear reads [Wq, Wk, Wv(, norm_q, norm_k)] and has three outputs");
+  const size_t lora = cx.op.attrs.loraK > 0 ? 1 : 0;
+  if (cx.op.weights.size() != (normRope ? 5u : 3u) + lora || cx.op.out.size() != 3)
+    cx.error("qkv_linear reads [Wq, Wk, Wv(, norm_q, norm_k)(, LoRA up slot)] and has three outputs");
   const HostValue &x = cx.in(0);
   const int64_t M = x.batch * x.rows;
   for (int i = 0; i < 3; ++i) {
@@ -334,7 +381,7 @@ void runQkvLinear(Ctx &cx) {
       cx.error(fmt::format("{} has K = {}, input has {} columns", w, spec.shape[1], x.cols));
     const int64_t N = spec.shape[0];
     checkAttr(cx, "N", cx.op.attrs.N, N);
-    std::vector<float> acc = gemm(cx, asWeightDtype(x, spec.dtype), M, x.cols, w);
+    std::vector<float> acc = gemm(cx, asWeightDtype(x, spec.dtype), M, x.cols, w, loraPath(cx, size_t(i), M, N));
     HostValue &o = cx.out(static_cast<size_t>(i));
     if (o.numel() != M * N)
       cx.error(fmt::format("output '{}' shape disagrees with {}", cx.op.out[size_t(i)], w));
@@ -663,6 +710,7 @@ void runCpuOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
   Ctx cx{op, env, values, env.plan.config, env.precision == Precision::Fp64};
   switch (op.kind) {
   case OpKind::Linear:
+  case OpKind::LoraDown:  // t = bf(x A^T): a plain BF16 linear over the down slot (section 13)
   case OpKind::AdalnTable: return runLinear(cx);
   case OpKind::QkvLinear: return runQkvLinear(cx);
   case OpKind::RmsNorm: return runRmsNorm(cx);

@@ -1,6 +1,7 @@
 // The resident engine (engine.h) and runModel(), its one-forward form.
 #include "h3c/runtime/engine.h"
 
+#include "h3c/runtime/lora_slots.h"
 #include "h3c/runtime/weight_identity.h"
 #include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
@@ -47,8 +48,11 @@ Engine::Engine(const plan::Plan &p, WeightSource &weights, const RunOptions &opt
   }
   if (opt.device == "cpu") {  // the GPU executor writes updates into its device buffers instead
     overlay_ = std::make_unique<OverlayWeights>(*weights_);
+    overlay_->holdAdapterSlots(p);  // (the GPU executor zeroes them in its buffers)
     weights_ = overlay_.get();
   }
+  for (const auto &b : p.weights)
+    for (const auto &t : b.tensors) unmerged_ |= t.adapter;
 }
 
 Engine::~Engine() = default;
@@ -156,8 +160,9 @@ void Engine::updateWeights(const std::vector<WeightInput> &inputs, h3::QkvLayout
   if (u.tensors.empty()) return;
   for (const auto &t : u.tensors)
     if (loraTouched_.count(t))
-      fail("update:" + t, "has a LoRA adapter merged into it ({} loaded): unload the adapters first, then update and "
-           "load them again", loras_.size());
+      fail("update:" + t, "{} ({} loaded): unload the adapters first, then update and load them again",
+           unmerged_ ? "is an adapter slot a loaded LoRA adapter fills" : "has a LoRA adapter merged into it",
+           loras_.size());
   std::map<std::string, std::string> hashes;
   if (overlay_) {
     // CPU: the new values of every tensor written, all built before the overlay changes (a tensor written in part
@@ -239,10 +244,43 @@ void Engine::rehash(const std::vector<std::string> &tensors) {
   weightsRecord_ = nullptr;
 }
 
+void Engine::writeLoraSlots(const std::map<std::string, Tensor> &values) {
+  if (overlay_) {
+    for (const auto &[name, t] : values) overlay_->set(name, t);
+    return;
+  }
+  std::vector<WeightWrite> writes;
+  for (const auto &[name, t] : values) writes.push_back({name, 0, t.bytes.size(), t.bytes.data(), 0});
+  try {
+    exec_->writeWeights(plan_, *weights_, writes, 0);
+  } catch (...) {
+    weightsBroken_ = true;
+    throw;
+  }
+}
+
 void Engine::loadLora(LoraAdapter adapter, double scale) {
   if (weightsBroken_)
     fail("lora", "an earlier weight change failed while writing to the device; load the weights again (a new engine)");
   if (!std::isfinite(scale)) fail("lora:" + adapter.path, "the scale {} is not finite", scale);
+  if (unmerged_) {
+    // Unmerged (docs/contract.md section 13): the slots' values with this adapter after the loaded ones, all computed
+    // before anything is written (a refused adapter changes nothing); the slots it touches set, W untouched.
+    auto shared = std::make_shared<const LoraAdapter>(std::move(adapter));
+    LoadedAdapters all;
+    for (const LoadedLora &l : loras_) all.push_back({l.adapter.get(), l.scale});
+    all.push_back({shared.get(), scale});
+    std::map<std::string, Tensor> values = loraSlotValues(plan_, all);
+    ensureExecutor();
+    if (!overlay_) loadWeights(false);
+    writeLoraSlots(values);
+    loras_.push_back({shared, scale});
+    std::vector<std::string> slots;
+    for (const auto &[name, t] : values) slots.push_back(name);
+    loraTouched_.insert(slots.begin(), slots.end());
+    rehash(slots);
+    return;
+  }
   std::vector<std::string> targets;
   for (const LoraModule &m : adapter.modules) {
     const plan::WeightTensor &t = plan_.weightTensor(m.target);  // throws naming a tensor the plan lacks
@@ -302,6 +340,18 @@ void Engine::loadLora(LoraAdapter adapter, double scale) {
 void Engine::unloadLoras() {
   if (loras_.empty()) return;
   const std::vector<std::string> targets(loraTouched_.begin(), loraTouched_.end());
+  if (unmerged_) {
+    std::map<std::string, Tensor> zeros;
+    for (const auto &t : targets) {
+      const plan::WeightTensor &w = plan_.weightTensor(t);
+      zeros[t] = Tensor::zeros(w.dtype, w.shape);
+    }
+    writeLoraSlots(zeros);
+    loras_.clear();
+    loraTouched_.clear();
+    rehash(targets);
+    return;
+  }
   try {
     for (const auto &t : targets) restoreLoraBase(t);
   } catch (...) {
@@ -337,7 +387,7 @@ const nlohmann::json &Engine::weightsRecord() {
                                       {"sha256", l.adapter->sha256},
                                       {"format", l.adapter->format},
                                       {"scale", l.scale},
-                                      {"mode", "merged"},
+                                      {"mode", unmerged_ ? "unmerged" : "merged"},
                                       {"modules", l.adapter->modules.size()}});
   return weightsRecord_;
 }

@@ -147,6 +147,21 @@ Tensor OverlayWeights::loadRows(const std::string &name, int64_t b, int64_t e) {
   return it == kept_.end() ? base_.loadRows(name, b, e) : sliceRows(it->second, name, b, e);
 }
 
+void OverlayWeights::holdAdapterSlots(const plan::Plan &p) {
+  for (const auto &b : p.weights)
+    for (const auto &t : b.tensors) {
+      if (!t.adapter) continue;
+      if (specs_.count(t.name)) fail("weights:" + t.name, "an adapter slot named like a tensor of the model");
+      h3::TensorSpec s;
+      s.name = t.name;
+      s.dtype = t.dtype;
+      s.shape = t.shape;
+      s.init = h3::TensorSpec::Init::Zeros;
+      specs_[t.name] = s;
+      set(t.name, Tensor::zeros(t.dtype, t.shape));
+    }
+}
+
 void OverlayWeights::set(const std::string &name, Tensor t) {
   const h3::TensorSpec &s = spec(name);
   if (t.dtype != s.dtype || t.shape != s.shape)

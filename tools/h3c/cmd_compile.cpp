@@ -1,5 +1,5 @@
 // `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --sp N --tp M [--no-fuse] [--tune NAME=V ...] [--dump-ir DIR]
-// [--tokens S] -o OUT/`:
+// [--tokens S] [--lora-rank R] -o OUT/`:
 // imports the fingerprint, runs h3-pipeline and writes OUT/plan.json + OUT/kernels/*.cu atomically.
 #include "command.h"
 
@@ -20,7 +20,7 @@ namespace cmd_compile {
 
 struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
-  int64_t sp = 1, tp = 1, tokens = 8192;
+  int64_t sp = 1, tp = 1, tokens = 8192, loraRank = 0;
   bool noFuse = false, noWgmma = false, noQkEpilogue = false;
   std::vector<std::string> tune;
 };
@@ -46,6 +46,10 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
       ->allow_extra_args(false);
   app.add_option("--dump-ir", a->dumpIr, "Write the IR after import and after every pass into this folder");
   app.add_option("--tokens", a->tokens, "Packed rows S for the buffer peak report")->check(CLI::PositiveNumber);
+  app.add_option("--lora-rank", a->loraRank,
+                 "Unmerged LoRA: adapter slots of this rank (a multiple of 64) beside every attention and feed-forward "
+                 "linear (docs/contract.md section 13); adapters of rank <= R load into them without touching W")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("-o,--out", a->out, "Output plan folder")->required();
   app.callback([a] {
     h3c::checkOutputsApart({{"fingerprint", a->fingerprint}}, {{"-o", a->out}, {"--dump-ir", a->dumpIr}});
@@ -60,6 +64,7 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     o.wgmma = !a->noWgmma;
     o.qkEpilogue = !a->noQkEpilogue;
     o.tokens = a->tokens;
+    o.loraRank = a->loraRank;
     o.dumpIrDir = a->dumpIr;
     for (const std::string &t : a->tune) {
       const size_t eq = t.find('=');

@@ -572,6 +572,13 @@ private:
         hc::DeviceBuffer &buf = weightBuffers_[b.name] = hc::DeviceBuffer(total);
         size_t off = 0;
         for (const auto &t : b.tensors) {
+          if (t.adapter) {  // an unmerged LoRA slot: no source holds it; zero until an adapter is written into it
+            const size_t bytes = size_t(t.numel()) * dtypeSize(t.dtype);
+            hc::check(hc::driver().cuMemsetD8(buf.get() + off, 0, bytes), "zeroing adapter slot " + t.name);
+            weightAddr_[t.name] = buf.get() + off;
+            off += bytes;
+            continue;
+          }
           const h3::TensorSpec &spec = ws.spec(t.name);
           if (spec.dtype != t.dtype || spec.shape != t.shape)
             fail("weight " + t.name, "the weight source has {} {}, the plan {} {}", dtypeName(spec.dtype),

@@ -17,6 +17,7 @@ struct CompileOptions {
   bool qkEpilogue = true;       // sm_90a: qk_norm_rope fused into the qkv GEMM epilogue (false: two ops, same bits)
   bool wgmma = true;            // sm_90a: Hopper kernels for the bf16 linears (false: mma.sync, same bits)
   int64_t tokens = 8192;        // rows for the buffer peak report
+  int64_t loraRank = 0;         // unmerged LoRA slots of this rank (h3-lora; 0: none)
   std::filesystem::path dumpIrDir;  // when set: 00-import.mlir and NN-<pass>.mlir after every pass
   // Kernel variants (`h3c compile --tune` over the measured defaults); never a bit of any output.
   kernels::EmitOptions tuning = kernels::EmitOptions::planDefaults();

@@ -29,9 +29,13 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<bool> qkEpilogue{*this, "qk-epilogue",
                           llvm::cl::desc("sm_90a: qk_norm_rope fused into the qkv GEMM's epilogue"), llvm::cl::init(true)};
   Option<int64_t> tokens{*this, "tokens", llvm::cl::desc("rows for the buffer peak report"), llvm::cl::init(8192)};
+  Option<int64_t> loraRank{*this, "lora-rank",
+                           llvm::cl::desc("unmerged LoRA slots of this rank on the attention and feed-forward linears "
+                                          "(a multiple of 64; 0: none)"),
+                           llvm::cl::init(0)};
 };
 
-// assign-reduction-order, [fuse], shard-tp, shard-seq, verify-strict, plan-buffers (in that order).
+// assign-reduction-order, [fuse], [lora], shard-tp, shard-seq, verify-strict, plan-buffers (in that order).
 void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o);
 // Registers every h3 pass and the h3-pipeline.
 void registerAll();

@@ -49,6 +49,25 @@ def H3Fuse : Pass<"h3-fuse", "mlir::ModuleOp"> {
   let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }
 
+def H3Lora : Pass<"h3-lora", "mlir::ModuleOp"> {
+  let summary = "Unmerged LoRA: a fixed-order low-rank path beside every targeted linear (docs/contract.md section 13)";
+  let description = [{
+    For every h3.linear / h3.qkv_linear one of whose nodes is a target module (a node id equal to a name of
+    `targets` or ending in "." + it, as PEFT matches target_modules): an h3.lora_down of its x over the down slot
+    `<module>.lora_down` [G x rank, K] (G = 3 for qkv, else 1), whose result becomes the op's last operand, the up
+    slot `<module>.lora_up` [its weight rows, G x rank] its last weight and `lora_k = G x rank` (the qkv module is
+    `<attn>.to_qkv`). The slots are recorded in the module's `h3.adapter_slots` ({name: [rows, cols]}) for the plan
+    emitter. Runs after h3-fuse (the fused ops carry the path) and before h3-shard-tp, which refuses it for tp > 1.
+    rank 0 changes nothing. Errors: a rank that is not a multiple of 64, a target op whose x or weights are not
+    bf16, a second run.
+  }];
+  let options = [
+    Option<"rank", "rank", "int64_t", /*default=*/"0", "Adapter slot rank per weight matrix (a multiple of 64; 0: none)">,
+    ListOption<"targets", "targets", "std::string", "Target module names (default: the attention and feed-forward linears)">,
+  ];
+  let dependentDialects = ["::h3c::h3ir::H3Dialect"];
+}
+
 def H3ShardTp : Pass<"h3-shard-tp", "mlir::ModuleOp"> {
   let summary = "Split the transformer blocks over tp ranks by columns only; every collective a bf16 all-gather";
   let description = [{

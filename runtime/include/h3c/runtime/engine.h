@@ -59,9 +59,14 @@ public:
   // order, rounded once (mergeLora on the CPU; the device merge, the same bits, on the GPU). Nothing changes when it
   // is refused (a target that is no weight of the plan, a non-finite merged value). The weights record lists the
   // adapters under "lora". A hot update of a tensor a loaded adapter touches is refused until unloadLoras().
+  // On a plan with unmerged LoRA slots (h3c compile --lora-rank; docs/contract.md section 13) the adapter goes into
+  // the slots instead (lora_slots.h): W stays as it is, so hot updates of W go on; a module the slots do not serve is
+  // refused. The record's "mode" says which.
   void loadLora(LoraAdapter adapter, double scale);
-  // Every tensor the loaded adapters touched back to its value before the first, byte for byte.
+  // Every tensor the loaded adapters touched back to its value before the first, byte for byte (unmerged: the slots
+  // back to zero).
   void unloadLoras();
+  bool loraUnmerged() const { return unmerged_; }
   size_t lorasLoaded() const { return loras_.size(); }
 
   const plan::Plan &plan() const { return plan_; }
@@ -92,6 +97,8 @@ private:
     double scale;
   };
   std::vector<LoadedLora> loras_;          // in load order
+  bool unmerged_ = false;                   // the plan has adapter slots: adapters load unmerged
+  void writeLoraSlots(const std::map<std::string, Tensor> &values);  // slots set where the engine holds them
   std::set<std::string> loraTouched_;       // every tensor a loaded adapter touches
   // Host copies of the bases that hot updates made (touched tensors an update wrote before the first adapter); the
   // other touched tensors' bases are the source's values, read again for the unload (no 60 GB host copy).

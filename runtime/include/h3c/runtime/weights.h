@@ -76,6 +76,9 @@ public:
   void set(const std::string &name, Tensor t);
   // Back to `base`'s value.
   void erase(const std::string &name);
+  // The plan's unmerged LoRA adapter slots (plan::WeightTensor::adapter; docs/contract.md section 13), which no
+  // weight source holds: tensors of this overlay from now on, zero until set().
+  void holdAdapterSlots(const plan::Plan &p);
   bool replaced(const std::string &name) const { return kept_.count(name) != 0; }
   // `base`'s value of tensor `name`, whether or not it is replaced here.
   Tensor baseLoad(const std::string &name) { return base_.load(name); }

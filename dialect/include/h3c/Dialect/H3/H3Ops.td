@@ -60,13 +60,16 @@ def H3_LinearOp : H3_ReducingOp<"linear", H3_OrderKChunks> {
     residual stream x, the AdaLN table, row metadata; gate = chunk `chunk` of `num_chunks` of the table row);
     swiglu (the result has N/2 columns). With `shard = #h3.shard<column, ...>` N and the result are the rank's
     columns (the epilogue operands are the rank's columns too).
+    `lora_k` (h3-lora): an unmerged LoRA path; the last operand is then the h3.lora_down result t [rows, lora_k]
+    and the last `weight` the up slot, and the chain continues over t's chunks (docs/contract.md section 13).
   }];
   let arguments = !con((ins H3_ActType:$x, Variadic<H3_ActType>:$epilogue_operands, I64Attr:$K, I64Attr:$N,
                             StrArrayAttr:$weight, StrArrayAttr:$bias,
                             DefaultValuedAttr<H3_EpilogueAttr, "::h3c::h3ir::Epilogue::none">:$epilogue,
                             OptionalAttr<I64Attr>:$chunk,
                             OptionalAttr<I64Attr>:$num_chunks, OptionalAttr<H3_RowIndexAttr>:$row_index,
-                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
+                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard,
+                            OptionalAttr<I64Attr>:$lora_k), H3_Common);
   let results = (outs H3_ActType:$y);
 }
 
@@ -86,13 +89,28 @@ def H3_QkvLinearOp : H3_ReducingOp<"qkv_linear", H3_OrderKChunks> {
     (docs/contract.md section 3); `weight` then lists [Wq, Wk, Wv, norm_q.weight, norm_k.weight], and `eps` and
     `rotary_dim` (0 without rope) are the norm's and the rope's. The order is the GEMM's k_chunks; the norm's sums of
     squares follow lane_tree (32 lanes), the only one there is.
+    `lora_k` (h3-lora): as for h3.linear, the last operand (after the rope tables) is the LoRA input t and the
+    last `weight` the up slot [3N, lora_k] (block diagonal: q, k and v each read their own third of t).
   }];
   let arguments = !con((ins H3_ActType:$x, Variadic<H3_ActType>:$rope_tables, I64Attr:$K, I64Attr:$heads,
                             I64Attr:$head_dim, StrArrayAttr:$weight, StrArrayAttr:$bias,
                             DefaultValuedAttr<H3_EpilogueAttr, "::h3c::h3ir::Epilogue::none">:$epilogue,
                             OptionalAttr<F64Attr>:$eps, OptionalAttr<I64Attr>:$rotary_dim,
-                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
+                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard,
+                            OptionalAttr<I64Attr>:$lora_k), H3_Common);
   let results = (outs H3_ActType:$q_out, H3_ActType:$k_out, H3_ActType:$v_out);
+}
+
+def H3_LoraDownOp : H3_ReducingOp<"lora_down", H3_OrderKChunks> {
+  let summary = "Unmerged LoRA down projection t = bf(x A^T) over an adapter slot (h3-lora)";
+  let description = [{
+    `weight` is the down slot [N, K] (an adapter slot of the plan, no tensor of the model); N = G x rank, a multiple
+    of 64. The result is the last operand of the h3.linear / h3.qkv_linear with `lora_k = N` that reads the same x.
+    An adapter is no part of the fingerprint: `nodes` is empty (docs/contract.md section 13).
+  }];
+  let arguments = !con((ins H3_ActType:$x, I64Attr:$K, I64Attr:$N, StrArrayAttr:$weight,
+                            OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let results = (outs H3_ActType:$t);
 }
 
 def H3_TimeEmbedOp : H3_ReducingOp<"time_embed", H3_OrderKChunks> {
