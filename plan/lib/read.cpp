@@ -617,6 +617,7 @@ void checkShardWeights(const Plan &p, const Op &op) {
   if (op.kind == OpKind::Linear || op.kind == OpKind::AdalnTable || op.kind == OpKind::QkvLinear)
     for (size_t i = 0; i < op.weights.size(); ++i) {
       if (op.kind == OpKind::QkvLinear && i >= 3) break;  // the qk_norm_rope epilogue's norm weights [head_dim]
+      if (op.attrs.loraK > 0 && i + 1 == op.weights.size()) break;  // the LoRA up slot: checkLoraOperands
       const std::string &name = op.weights[i];
       std::vector<int64_t> local = tensorOf(name).localShape();
       if (local.size() != 2 || local[1] != op.attrs.K || local[0] != op.attrs.N)
