@@ -55,6 +55,7 @@ def setUpModule():
     tool("fingerprint", "derive", "--config", "tiny", "-o", f"{TMP}/fp.json")
     tool("compile", f"{TMP}/fp.json", "--arch", "sm_90a", "-o", f"{TMP}/plan")
     tool("compile", f"{TMP}/fp.json", "--arch", "sm_90a", "--sp", 2, "--tp", 2, "-o", f"{TMP}/plan22")
+    tool("compile", f"{TMP}/fp.json", "--arch", "sm_90a", "--lora-rank", 64, "-o", f"{TMP}/plan_lora")
     tool("checkpoint", "synth", "--config", "tiny", "--seed", 11, "--out", f"{TMP}/ckpt")
     tool("request", "make", "--config", "tiny", "--text", 5, "--audio", 3, "--video", "2,2,2", "--seed", 1,
          "-o", f"{TMP}/a.safetensors")
@@ -230,6 +231,36 @@ class WeightUpdates(unittest.TestCase):
         with self.assertRaises(h3c.Error):
             t.load_lora(f"{TMP}/bad_lora.safetensors")
         self.assertEqual(np.asarray(t(**args)[0]).tobytes(), before)
+
+    def test_unmerged_lora_equals_the_clis_and_leaves_the_base_weights(self):
+        # A plan with LoRA slots (h3c compile --lora-rank 64): the adapter goes into the slots, unmerged
+        # (docs/contract.md section 13); with empty slots the outputs are the plain plan's.
+        rng = np.random.default_rng(9)
+        ck = read_st(f"{TMP}/ckpt/diffusion_pytorch_model.safetensors")
+        lora = {}
+        for n in (self.Q, self.OUT):
+            out, inn = ck[n].shape
+            m = "transformer." + n[:-len(".weight")]
+            lora[m + ".lora_A.weight"] = (rng.standard_normal((8, inn)) * 0.1).astype(np.float32)
+            lora[m + ".lora_B.weight"] = (rng.standard_normal((out, 8)) * 0.1).astype(np.float32)
+        write_st(f"{TMP}/lora_un.safetensors", lora)
+        plain, _ = cli_run(f"{TMP}/plan", f"{TMP}/a.safetensors", ["--synthetic", "5"], "plain")
+        want, ledger = cli_run(f"{TMP}/plan_lora", f"{TMP}/a.safetensors", ["--synthetic", "5"], "lora_un",
+                               "--lora", f"{TMP}/lora_un.safetensors:0.5")
+        t = h3c.Transformer(plan=f"{TMP}/plan_lora", synthetic=5, device="cpu")
+        args = read_st(f"{TMP}/a.safetensors")
+        self.assertEqual(np.asarray(t(**args)[0]).tobytes(), plain["sample"].tobytes())
+        q = np.asarray(t._engine.read_weight(self.Q)).tobytes()  # W before the adapter
+        t.load_lora(f"{TMP}/lora_un.safetensors", scale=0.5)
+        got = [np.asarray(x) for x in t(**args)]
+        self.assertEqual(got[0].tobytes(), want["sample"].tobytes())
+        self.assertEqual(got[1].tobytes(), want["audio_sample"].tobytes())
+        self.assertNotEqual(got[0].tobytes(), plain["sample"].tobytes())
+        self.assertEqual(t.ledger_json, ledger)
+        self.assertEqual([x["mode"] for x in t.weights["lora"]], ["unmerged"])
+        self.assertEqual(np.asarray(t._engine.read_weight(self.Q)).tobytes(), q)  # W untouched
+        t.unload_lora()
+        self.assertEqual(np.asarray(t(**args)[0]).tobytes(), plain["sample"].tobytes())
 
 
 class Version(unittest.TestCase):
