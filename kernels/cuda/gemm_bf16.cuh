@@ -6,8 +6,9 @@
 // Defined by the emitter: GM_ENTRY H3C_PARAMS GM_K GM_BM GM_BN GM_BK GM_WM GM_WN GM_STAGES GM_XMODE (one of
 // GM_X_*), and the epilogue's defines (gemm_epilogue.cuh, emitted before this file).
 // Parameters (H3C_PARAMS, in this order): x; residual (epilogues residual, gate_residual); table, ts_index, tags
-// (gate_residual); y0 (y1, y2 for qkv); w (qkv: [Wq; Wk; Wv] as one matrix); bias (when GM_HAS_BIAS); rows; meta_rows
-// (gate_residual).
+// (gate_residual); y0 (y1, y2 for qkv); w (qkv: [Wq; Wk; Wv] as one matrix); lora_t, lora_up (GM_LORA_K > 0: the
+// unmerged LoRA input [rows, GM_LORA_K] and up slot [GM_N, GM_LORA_K], docs/contract.md section 13, whose k-tiles
+// follow x's and W's in the same chain); bias (when GM_HAS_BIAS); rows; meta_rows (gate_residual).
 #define GM_THREADS (GM_WM * GM_WN * 32)
 #define GM_WTM (GM_BM / GM_WM)
 #define GM_WTN (GM_BN / GM_WN)
@@ -45,8 +46,9 @@ __device__ __forceinline__ long long gm_wrow(int n0, int r, bool &valid) {
 #endif
 }
 
+// The k-tile at column k0 of x [M, ldk] and W [GM_N rows, ldk] (or of the LoRA input and up slot, ldk = GM_LORA_K).
 __device__ __forceinline__ void gm_load_tile(h3bf *As, h3bf *Bs, const void *xv, const h3bf *W, long long M,
-                                             long long m0, int n0, int k0) {
+                                             long long m0, int n0, int k0, const int ldk = GM_K) {
   const int tid = threadIdx.x;
   // The weight tile first: its cp.async loads are in flight while an F32 x tile is loaded and converted below
   // (adaln_table: silu of temb), which stalls this thread on ordinary loads.
@@ -55,8 +57,8 @@ __device__ __forceinline__ void gm_load_tile(h3bf *As, h3bf *Bs, const void *xv,
     bool valid;
     long long wr = gm_wrow(n0, r, valid);
     int kc = k0 + c;
-    bool ok = valid && kc < GM_K;
-    cp_async16(Bs + r * GM_LDS + c, ok ? (const void *)(W + wr * GM_K + kc) : (const void *)W, ok ? 16 : 0);
+    bool ok = valid && kc < ldk;
+    cp_async16(Bs + r * GM_LDS + c, ok ? (const void *)(W + wr * ldk + kc) : (const void *)W, ok ? 16 : 0);
   }
 #if GM_XMODE == GM_X_BF16
   const h3bf *X = (const h3bf *)xv;
@@ -64,8 +66,8 @@ __device__ __forceinline__ void gm_load_tile(h3bf *As, h3bf *Bs, const void *xv,
     int r = i / (GM_BK / 8), c = (i % (GM_BK / 8)) * 8;
     long long gr = m0 + r;
     int kc = k0 + c;
-    bool ok = gr < M && kc < GM_K;
-    cp_async16(As + r * GM_LDS + c, ok ? (const void *)(X + gr * GM_K + kc) : (const void *)X, ok ? 16 : 0);
+    bool ok = gr < M && kc < ldk;
+    cp_async16(As + r * GM_LDS + c, ok ? (const void *)(X + gr * ldk + kc) : (const void *)X, ok ? 16 : 0);
   }
 #else
   const float *X = (const float *)xv;
@@ -76,11 +78,11 @@ __device__ __forceinline__ void gm_load_tile(h3bf *As, h3bf *Bs, const void *xv,
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {
       float v0 = 0.0f, v1 = 0.0f;
-      if (gr < M && k0 + c + e < GM_K) v0 = X[gr * GM_K + k0 + c + e];
-      if (gr < M && k0 + c + e + 1 < GM_K) v1 = X[gr * GM_K + k0 + c + e + 1];
+      if (gr < M && k0 + c + e < ldk) v0 = X[gr * ldk + k0 + c + e];
+      if (gr < M && k0 + c + e + 1 < ldk) v1 = X[gr * ldk + k0 + c + e + 1];
 #if GM_XMODE == GM_X_SILU_F32
-      if (gr < M && k0 + c + e < GM_K) v0 = h3c::detmath::silu(v0);
-      if (gr < M && k0 + c + e + 1 < GM_K) v1 = h3c::detmath::silu(v1);
+      if (gr < M && k0 + c + e < ldk) v0 = h3c::detmath::silu(v0);
+      if (gr < M && k0 + c + e + 1 < ldk) v1 = h3c::detmath::silu(v1);
 #endif
       pk[e / 2] = pack_bf2(v0, v1);
     }
@@ -127,13 +129,25 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS) GM_ENTRY(H3C_PARAMS) {
   const void *X = x;
   const void *B = GM_BIAS_PARAM;
   const GmEpilogue ep = GM_EPILOGUE_PARAMS;
-  const int KT = (GM_K + GM_BK - 1) / GM_BK;
+  const int KTX = (GM_K + GM_BK - 1) / GM_BK;  // x's k-tiles (the last zero-filled past K)
+  const int KT = KTX + GM_LORA_K / GM_BK;     // then the LoRA input's (contract section 13)
+#if GM_LORA_K
+  static_assert(GM_LORA_K % GM_BK == 0, "the LoRA width is a multiple of the k-tile");
+  const h3bf *const U = (const h3bf *)lora_up;
+  // k-tile kt of the chain: x's and W's, then the LoRA input's and the up slot's.
+#define GM_TILE(s, kt)                                                                                          \
+  ((kt) < KTX ? gm_load_tile(As + (s) * GM_BM * GM_LDS, Bs + (s) * GM_BN * GM_LDS, X, W, M, m0, n0, (kt) * GM_BK)  \
+              : gm_load_tile(As + (s) * GM_BM * GM_LDS, Bs + (s) * GM_BN * GM_LDS, lora_t, U, M, m0, n0,             \
+                             ((kt) - KTX) * GM_BK, GM_LORA_K))
+#else
+#define GM_TILE(s, kt) gm_load_tile(As + (s) * GM_BM * GM_LDS, Bs + (s) * GM_BN * GM_LDS, X, W, M, m0, n0, (kt) * GM_BK)
+#endif
 
   gm_acc_t acc;
   gm_zero(acc);
 #pragma unroll
   for (int s = 0; s < GM_STAGES - 1; ++s) {
-    if (s < KT) gm_load_tile(As + s * GM_BM * GM_LDS, Bs + s * GM_BN * GM_LDS, X, W, M, m0, n0, s * GM_BK);
+    if (s < KT) GM_TILE(s, s);
     cp_async_commit();
   }
   for (int kt = 0; kt < KT; ++kt) {
@@ -142,13 +156,14 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS) GM_ENTRY(H3C_PARAMS) {
     int nk = kt + GM_STAGES - 1;
     if (nk < KT) {
       int s = nk % GM_STAGES;
-      gm_load_tile(As + s * GM_BM * GM_LDS, Bs + s * GM_BN * GM_LDS, X, W, M, m0, n0, nk * GM_BK);
+      GM_TILE(s, nk);
     }
     cp_async_commit();
     int s = kt % GM_STAGES;
     gm_compute(As + s * GM_BM * GM_LDS, Bs + s * GM_BN * GM_LDS, acc, wm, wn, lane);
   }
   cp_async_wait<0>();
+#undef GM_TILE
   gm_acc_t &res = acc;
 
   const int g = lane >> 2, t4 = lane & 3;

@@ -38,7 +38,10 @@
 // wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM, G9_EPI_WARPS and
 // G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this
 // order): x_map (tensor map of x [rows, K]); residual (residual, gate_residual); table, ts_index, tags (gate_residual);
-// y0 (y1, y2 for qkv); w_map (tensor map of W [GM_N, K], boxes of G9_BN / 2 rows); bias (when GM_HAS_BIAS); qk_w0,
+// y0 (y1, y2 for qkv); w_map (tensor map of W [GM_N, K], boxes of G9_BN / 2 rows); t_map and u_map (GM_LORA_K > 0:
+// the unmerged LoRA input t [rows, GM_LORA_K] and up slot [GM_N, GM_LORA_K], docs/contract.md section 13: the
+// producer loads their k-blocks after x's and W's, into the same ring, and the consumers' chain goes on over them);
+// bias (when GM_HAS_BIAS); qk_w0,
 // qk_w1, rope_cos, rope_sin (qkv's qk_norm_rope epilogue, the tables with rope only); rows; meta_rows (gate_residual;
 // qk_norm_rope with rope).
 #define G9_BM 128
@@ -47,6 +50,11 @@
 #define G9_A_BYTES (G9_BM * G9_BK * 2)
 #define G9_B_BYTES (G9_BN * G9_BK * 2)
 #define G9_KT ((GM_K + G9_BK - 1) / G9_BK)
+// All k-blocks of a tile's chain: x's (the last zero-filled past K), then the LoRA input's (whole blocks of 64).
+#define G9_KT_ALL (G9_KT + GM_LORA_K / G9_BK)
+#if GM_LORA_K % G9_BK
+#error "the LoRA width is a multiple of the k-block"
+#endif
 // setmaxnreg's split of the 168 x 384 registers of the launch: the producer warpgroup (one TMA thread; with
 // G9_EPI_WARPS also the three epilogue warps, whose walk needs more than 40) and the two consumer warpgroups
 // (128 accumulators each). 88 x 128 + 208 x 256 = 40 x 128 + 232 x 256 = 168 x 384.
@@ -181,7 +189,7 @@ __device__ __forceinline__ void g9_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u3
                                             int cw, int lane, int &s, h3u32 &ph) {
   g9_kblock<N, true>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
 #pragma unroll 1
-  for (int kb = 1; kb < G9_KT; ++kb) g9_kblock<N, false>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+  for (int kb = 1; kb < G9_KT_ALL; ++kb) g9_kblock<N, false>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
 #if G9_INFLIGHT
   wgmma_wait<0>();
   if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
@@ -299,33 +307,46 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     if (tid == 0) {
       tma_prefetch_map(&x_map);
       tma_prefetch_map(&w_map);
+#if GM_LORA_K
+      tma_prefetch_map(&t_map);
+      tma_prefetch_map(&u_map);
+#endif
       int s = 0;
       h3u32 ph = 0;
       for (int it = first; it < walk.items; it += stride) {
         int tm, tn, w0, w1;
         const int part = g9_item(it, walk, walkM, rank, tm, tn);
         g9_wrows(tn, w0, w1);
-        for (int kb = 0; kb < G9_KT; ++kb) {
+        for (int kb = 0; kb < G9_KT_ALL; ++kb) {
+          // x's and W's k-blocks, then (GM_LORA_K) the LoRA input's and the up slot's, at the same rows.
+#if GM_LORA_K
+          const bool lora = kb >= G9_KT;
+          const H3cTensorMap *const amap = lora ? &t_map : &x_map, *const bmap = lora ? &u_map : &w_map;
+          const int kc = (lora ? kb - G9_KT : kb) * G9_BK;
+#else
+          const H3cTensorMap *const amap = &x_map, *const bmap = &w_map;
+          const int kc = kb * G9_BK;
+#endif
           mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
           mbar_expect_tx(full + 8 * s, G9_A_BYTES + (part < 0 ? G9_B_BYTES : G9_B_BYTES / 2));
-          tma_load_2d(sA + s * G9_A_BYTES, &x_map, kb * G9_BK, tm * G9_BM, full + 8 * s);
+          tma_load_2d(sA + s * G9_A_BYTES, amap, kc, tm * G9_BM, full + 8 * s);
           if (part < 0) {
 #if G9_CLUSTER == 2
             // This CTA's half of B (rank 0: rows w0, rank 1: rows w1) into both CTAs of the pair.
-            tma_load_2d_multicast(sB + s * G9_B_BYTES + rank * (G9_B_BYTES / 2), &w_map, kb * G9_BK, rank ? w1 : w0,
+            tma_load_2d_multicast(sB + s * G9_B_BYTES + rank * (G9_B_BYTES / 2), bmap, kc, rank ? w1 : w0,
                                   full + 8 * s, (unsigned short)3);
 #else
-            tma_load_2d(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, w0, full + 8 * s);
-            tma_load_2d(sB + s * G9_B_BYTES + G9_B_BYTES / 2, &w_map, kb * G9_BK, w1, full + 8 * s);
+            tma_load_2d(sB + s * G9_B_BYTES, bmap, kc, w0, full + 8 * s);
+            tma_load_2d(sB + s * G9_B_BYTES + G9_B_BYTES / 2, bmap, kc, w1, full + 8 * s);
 #endif
           } else {
             // A half tile: its 128 rows of B (one box) at the stage's start; with pairs, rank 0 loads them into both.
 #if G9_CLUSTER == 2
             if (rank == 0)
-              tma_load_2d_multicast(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, part ? w1 : w0, full + 8 * s,
+              tma_load_2d_multicast(sB + s * G9_B_BYTES, bmap, kc, part ? w1 : w0, full + 8 * s,
                                     (unsigned short)3);
 #else
-            tma_load_2d(sB + s * G9_B_BYTES, &w_map, kb * G9_BK, part ? w1 : w0, full + 8 * s);
+            tma_load_2d(sB + s * G9_B_BYTES, bmap, kc, part ? w1 : w0, full + 8 * s);
 #endif
           }
           if (++s == G9_STAGES) { s = 0; ph ^= 1; }

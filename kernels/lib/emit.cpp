@@ -224,6 +224,7 @@ struct GemmDesc {
   int64_t chunk = 0, numChunks = 1, rowsPerTs = 1;
   double qkEps = 0;   // qk_norm_rope: the norm's eps
   int64_t qkR = 0;    // qk_norm_rope: the rotary width (0: norm only)
+  int64_t loraK = 0;  // an unmerged LoRA path: the chain goes on over lora_t's loraK columns (contract section 13)
 };
 
 // The defines of the shared epilogue (gemm_epilogue.cuh).
@@ -233,6 +234,7 @@ void defineEpilogue(Builder &b, const GemmDesc &d) {
   b.def("GM_K", d.K); b.def("GM_N", d.N); b.def("GM_EPI", epiName[int(d.epi)]);
   b.def("GM_OUT_F32", d.outF32 ? 1 : 0); b.def("GM_HAS_BIAS", d.bias ? 1 : 0); b.def("GM_NOUT", d.nout);
   b.def("GM_CHUNK", d.chunk); b.def("GM_NUM_CHUNKS", d.numChunks); b.def("GM_RPT", d.rowsPerTs);
+  b.def("GM_LORA_K", d.loraK);
   if (d.epi == Epilogue::QkNormRope) {
     b.def("GM_QK_EPS", floatLit(d.qkEps));
     b.def("GM_QK_R", d.qkR);
@@ -255,6 +257,16 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRow
   if (maps)
     p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, wBoxRows, d.nout == 3 ? 3 : 1);
   else p.weight("w", 0, d.nout == 3 ? 3 : 1);
+  if (d.loraK > 0) {  // the LoRA input (the op's last) and up slot (its last weight), read like x and W
+    const int64_t tIn = int64_t(v.op.in.size()) - 1, upW = int64_t(v.op.weights.size()) - 1;
+    if (maps) {
+      p.tensorMap("t_map", OperandRole::In, tIn, v.rowsOfIn(size_t(tIn)), d.loraK, 64, 128);
+      p.tensorMap("u_map", OperandRole::Weight, upW, Extent::constant(d.N), d.loraK, 64, wBoxRows);
+    } else {
+      p.in("lora_t", tIn);
+      p.weight("lora_up", upW);
+    }
+  }
   if (d.bias) p.bias("bias", 0);
   if (d.epi == Epilogue::QkNormRope) {  // weights [Wq, Wk, Wv, norm_q, norm_k]; inputs [x(, cos, sin)]
     p.weight("qk_w0", 3);
@@ -273,7 +285,8 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRow
 std::string gemmName(const OpView &v, const GemmDesc &d, const std::string &impl) {
   static const char *epiSuffix[] = {"", "_res", "_gres", "_swiglu", "_qknr"};
   std::string xs = d.x == XMode::Bf16 ? "" : "_xf32";
-  return fmt::format("{}_{}_k{}_n{}{}{}", plan::opKindName(v.op.kind), impl, d.K, d.N, epiSuffix[int(d.epi)], xs);
+  std::string lora = d.loraK > 0 ? fmt::format("_lora{}", d.loraK) : "";
+  return fmt::format("{}_{}_k{}_n{}{}{}{}", plan::opKindName(v.op.kind), impl, d.K, d.N, epiSuffix[int(d.epi)], xs, lora);
 }
 
 // The ping-pong Hopper kernel (gemm_sm90_pingpong.cuh): 128 x 128 tiles (swiglu: 64 output columns), each owned by
@@ -305,7 +318,8 @@ plan::Kernel emitGemmSm90Pingpong(const OpView &v, const GemmDesc &d, const std:
 plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;
   const int stages = o.sm90Stages, groupM = o.sm90GroupM;
-  if (o.sm90Pingpong == 1) return emitGemmSm90Pingpong(v, d, arch);
+  // (the ping-pong kernel has no LoRA path: a LoRA op takes the cooperative kernel, the same bits)
+  if (o.sm90Pingpong == 1 && d.loraK == 0) return emitGemmSm90Pingpong(v, d, arch);
   const int bn = o.sm90Bn;
   if ((bn != 256 && bn != 192) || stages < 2 || stages > (bn == 192 ? 5 : 4) || groupM < 1 || groupM > 64 ||
       (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
@@ -338,8 +352,9 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   if (epiWarps) b.def("G9_EPI_WARPS", 1);
   // The last partial wave as half tiles (gemm_sm90.cuh): the staged 256-wide tiles of the epilogues that finish a
   // 128-column block on its own (swiglu pairs value and gate columns 128 apart; qk_norm_rope's tile holds two heads).
+  // (not with a LoRA path: its producer's choice of maps spilled in the 24 registers the half tiles leave it)
   const bool halfTail = o.sm90HalfTail == 1 && staged && bn == 256 && d.epi != Epilogue::Swiglu &&
-                        d.epi != Epilogue::QkNormRope;
+                        d.epi != Epilogue::QkNormRope && d.loraK == 0;
   if (halfTail) b.def("G9_HALF_TAIL", 1);
   Params p = gemmParams(v, d, /*maps=*/true, bn / 2);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
@@ -372,6 +387,8 @@ plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string 
                           const MmaTile &tile = kTileLarge) {
   const int64_t K = d.K, N = d.N;
   if (K % 8 != 0) fail(v.where, "bf16 linear needs K % 8 == 0 (16-byte rows), got K = {}", K);
+  if (d.loraK % 64 != 0 || d.loraK < 0 || (d.loraK > 0 && d.x != XMode::Bf16))
+    fail(v.where, "an unmerged LoRA path needs a bf16 x and lora_k a multiple of 64, got {}", d.loraK);
   if (d.epi == Epilogue::Swiglu && N % 2 != 0)
     fail(v.where, "swiglu epilogue needs an even N (value and gate halves), got {}", N);
   if (arch == "sm_90a" && v.options.wgmma && d.x == XMode::Bf16) return emitGemmSm90(v, d, arch);
@@ -401,12 +418,14 @@ void checkKChunks(const OpView &v) {
 plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
   checkKChunks(v);
-  if (v.op.weights.size() != 1) fail(v.where, "a linear op needs exactly one weight tensor");
+  const size_t lora = a.loraK > 0 ? 1 : 0;  // the up slot after W (contract section 13)
+  if (v.op.weights.size() != 1 + lora)
+    fail(v.where, "a linear op needs exactly one weight tensor{}", lora ? " and the LoRA up slot" : "");
   if (v.op.biases.size() > 1) fail(v.where, "a linear op has at most one bias tensor");
   const bool bias = !v.op.biases.empty();
   if (a.wDtype == DType::F32) {
-    if (a.epilogue != Epilogue::None)
-      fail(v.where, "F32 linears take no epilogue (got \"{}\")", plan::epilogueName(a.epilogue));
+    if (a.epilogue != Epilogue::None || lora)
+      fail(v.where, "F32 linears take no epilogue and no LoRA path (got \"{}\")", plan::epilogueName(a.epilogue));
     Builder b;
     b.def("FL_K", a.K); b.def("FL_N", a.N); b.def("FL_HAS_BIAS", bias ? 1 : 0);
     b.def("FL_XBF", a.xDtype == DType::F32 ? 0 : 1); b.def("FL_OUT_BF", a.outDtype == DType::F32 ? 0 : 1);
@@ -428,6 +447,7 @@ plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
   d.epi = a.epilogue;
   d.outF32 = a.outDtype == DType::F32;
   d.bias = bias;
+  d.loraK = a.loraK;
   if (a.epilogue == Epilogue::GateResidual) {
     d.chunk = a.chunk;
     d.numChunks = a.numChunks;
@@ -442,10 +462,13 @@ plan::Kernel emitQkv(const OpView &v, const std::string &arch) {
   d.N = 3 * v.a().N;
   checkKChunks(v);
   d.nout = 3;
+  d.loraK = v.a().loraK;
+  const size_t lora = d.loraK > 0 ? 1 : 0;  // the up slot last, lora_t the last input (contract section 13)
   if (!v.op.biases.empty()) fail(v.where, "qkv_linear takes no bias (H3's to_q/to_k/to_v have none)");
   if (v.a().outDtype != DType::BF16) fail(v.where, "qkv_linear outputs BF16");
   if (v.a().epilogue == Epilogue::None) {
-    if (v.op.weights.size() != 3) fail(v.where, "qkv_linear needs three weight tensors [Wq, Wk, Wv]");
+    if (v.op.weights.size() != 3 + lora)
+      fail(v.where, "qkv_linear needs three weight tensors [Wq, Wk, Wv]{}", lora ? " and the LoRA up slot" : "");
     return emitGemmBf16(v, d, arch);
   }
   // The qk_norm_rope epilogue (gemm_epilogue.cuh, gm_qk_block): the Hopper kernels only, heads of 128 channels (one
@@ -453,8 +476,9 @@ plan::Kernel emitQkv(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
   if (a.epilogue != Epilogue::QkNormRope)
     fail(v.where, "qkv_linear's epilogue is none or qk_norm_rope, got {}", plan::epilogueName(a.epilogue));
-  if (v.op.weights.size() != 5)
-    fail(v.where, "qkv_linear with qk_norm_rope needs five weight tensors [Wq, Wk, Wv, norm_q, norm_k]");
+  if (v.op.weights.size() != 5 + lora)
+    fail(v.where, "qkv_linear with qk_norm_rope needs five weight tensors [Wq, Wk, Wv, norm_q, norm_k]{}",
+         lora ? " and the LoRA up slot" : "");
   if (arch != "sm_90a" || !v.options.wgmma || a.xDtype != DType::BF16)
     fail(v.where, "the qk_norm_rope epilogue runs on the Hopper GEMM only (sm_90a with wgmma, bf16 x); compile for "
                   "{} without it (h3-fuse keeps qkv_linear and qk_norm_rope apart there)", arch);
@@ -465,7 +489,7 @@ plan::Kernel emitQkv(const OpView &v, const std::string &arch) {
     fail(v.where, "the qk_norm_rope epilogue needs a rotary width that is a multiple of 16 and <= 128, got {}",
          a.rotaryDim);
   if (a.shard.kind == plan::ShardKind::Column) fail(v.where, "the qk_norm_rope epilogue is not split over tp ranks");
-  if (v.op.in.size() != (a.rotaryDim > 0 ? 3u : 1u)) fail(v.where, "expected inputs [x(, cos, sin)]");
+  if (v.op.in.size() != (a.rotaryDim > 0 ? 3u : 1u) + lora) fail(v.where, "expected inputs [x(, cos, sin)(, lora_t)]");
   d.epi = Epilogue::QkNormRope;
   d.qkEps = a.eps;
   d.qkR = a.rotaryDim;
@@ -814,7 +838,8 @@ std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &
   case OpKind::TimestepSinusoid:
   case OpKind::AllGather:  // layout ops: copies the runtime performs
   case OpKind::Split: return std::nullopt;
-  case OpKind::Linear: return emitLinear(v, arch);
+  case OpKind::Linear:
+  case OpKind::LoraDown: return emitLinear(v, arch);  // lora_down: a plain bf16 linear over the down slot
   case OpKind::QkvLinear: return emitQkv(v, arch);
   case OpKind::AdalnTable: return emitAdaln(v, arch);
   case OpKind::TimeEmbed: return emitTimeEmbed(v, arch);

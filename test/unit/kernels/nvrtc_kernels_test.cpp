@@ -1110,6 +1110,95 @@ TEST(NvrtcCompile, AdalnTableStreamNeitherSpills) {
         expectCompilesWithoutSpills(jit, k, cfg);
       }
 }
+// The unmerged LoRA forms (docs/contract.md section 13) of the block's GEMMs: each linear / qkv_linear with lora_k (the
+// LoRA input its last operand, the up slot its last weight) and the lora_down GEMM, in `c`'s shapes.
+std::vector<EmitOp> loraOps(const h3c::h3::Config &c) {
+  std::vector<EmitOp> v;
+  auto ops = h3Ops(c);
+  auto hop = hopperOnlyOps(c);
+  ops.insert(ops.end(), hop.begin(), hop.end());
+  for (const EmitOp &o : ops) {
+    if ((o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) || o.op.attrs.xDtype != DType::BF16 ||
+        o.op.attrs.wDtype != DType::BF16 || !o.op.biases.empty())
+      continue;
+    const int64_t groups = o.op.kind == OpKind::QkvLinear ? 3 : 1;
+    plan::OpAttrs a = o.op.attrs;
+    a.loraK = 64 * groups;
+    EmitOp l = op(o.op.kind, o.op.where + "+lora", a, o.op.order, int(o.op.weights.size()) + 1);
+    v.push_back(l);
+    plan::OpAttrs d;
+    d.K = a.K;
+    d.N = a.loraK;
+    v.push_back(op(OpKind::LoraDown, o.op.where + ".lora_down", with(d, DType::BF16, DType::BF16, DType::BF16),
+                   kchunks(1), 1));
+  }
+  return v;
+}
+
+// Every LoRA form emits with its two extra parameters where the templates' headers say (the Hopper kernel's t_map
+// and u_map after w_map, the mma.sync kernel's lora_t and lora_up after w), the kernel id names the width, and a
+// lora_k that is no multiple of 64 is refused.
+TEST(KernelEmit, UnmergedLoraForms) {
+  for (const char *arch : {"sm_90a", "sm_100a"}) {
+    auto ops = loraOps(h3c::h3::namedConfig("small"));
+    ASSERT_GE(ops.size(), 8u);
+    for (const auto &o : ops) {
+      if (std::string(arch) == "sm_100a" && o.op.attrs.epilogue == plan::Epilogue::QkNormRope) continue;  // Hopper only
+      auto k = emit(o, arch);
+      ASSERT_TRUE(k) << o.op.where;
+      std::vector<std::string> names;
+      for (const auto &p : k->params) names.push_back(p.name);
+      auto at = [&](const std::string &n) { return std::find(names.begin(), names.end(), n) - names.begin(); };
+      if (o.op.kind == OpKind::LoraDown) {
+        EXPECT_EQ(at("t_map"), (long)names.size()) << o.op.where;
+        continue;
+      }
+      const bool maps = std::string(arch) == "sm_90a";
+      const std::string t = maps ? "t_map" : "lora_t", u = maps ? "u_map" : "lora_up", w = maps ? "w_map" : "w";
+      ASSERT_LT(at(t), (long)names.size()) << o.op.where;
+      EXPECT_EQ(at(t), at(w) + 1) << o.op.where;
+      EXPECT_EQ(at(u), at(w) + 2) << o.op.where;
+      const auto &tp = k->params[size_t(at(t))], &up = k->params[size_t(at(u))];
+      EXPECT_EQ(tp.role, plan::OperandRole::In);
+      EXPECT_EQ(tp.index, (int64_t)o.op.in.size() - 1);
+      EXPECT_EQ(up.role, plan::OperandRole::Weight);
+      EXPECT_EQ(up.index, (int64_t)o.op.weights.size() - 1);
+      EXPECT_NE(k->id.find("_lora" + std::to_string(o.op.attrs.loraK)), std::string::npos) << k->id;
+      EXPECT_NE(k->source.find("#define GM_LORA_K " + std::to_string(o.op.attrs.loraK) + "\n"), std::string::npos);
+      EmitOp bad = o;
+      bad.op.attrs.loraK = 96;
+      EXPECT_THROW(emit(bad, arch), h3c::Error) << o.op.where;
+    }
+  }
+}
+
+// ptxas keeps the LoRA forms' wgmmas asynchronous and spills nothing (the Hopper kernels with the plan's default
+// options per op kind, and the mma.sync kernel of sm_100a for fc1 + swiglu and lora_down).
+TEST(NvrtcCompile, UnmergedLoraFormsNeitherSerializeNorSpill) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  std::set<std::string> seen;
+  for (const auto &o : loraOps(h3c::h3::namedConfig("small"))) {
+    for (const auto &[arch, opts] : {std::pair<std::string, hk::EmitOptions>{"sm_90a", {}}, {"sm_100a", {}}}) {
+      if (arch == "sm_100a" && o.op.attrs.epilogue != plan::Epilogue::Swiglu && o.op.kind != OpKind::LoraDown) continue;
+      auto k = emit(o, arch, opts);
+      ASSERT_TRUE(k);
+      if (!seen.insert(k->source).second) continue;
+      plan::Kernel verbose = *k;
+      verbose.nvrtcOptions.push_back("--ptxas-options=-v");
+      hc::CompiledKernel c;
+      try {
+        c = jit.compile(verbose);
+      } catch (const std::exception &e) {
+        ADD_FAILURE() << o.op.where << " " << arch << "\n" << e.what();
+        continue;
+      }
+      EXPECT_NE(c.log.find("0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << o.op.where << ":\n" << c.log;
+      EXPECT_EQ(c.log.find("serialized"), std::string::npos) << o.op.where << ":\n" << c.log;
+    }
+  }
+}
+
 TEST(NvrtcCompile, FullConfigAndPlanSm100a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   compileAll("full", "sm_100a", /*plan=*/true);
