@@ -263,26 +263,21 @@ void Engine::loadLora(LoraAdapter adapter, double scale) {
   if (weightsBroken_)
     fail("lora", "an earlier weight change failed while writing to the device; load the weights again (a new engine)");
   if (!std::isfinite(scale)) fail("lora:" + adapter.path, "the scale {} is not finite", scale);
+  // On a plan with slots (docs/contract.md section 13) the modules the slots serve go in unmerged: the slots' values
+  // with this adapter after the loaded ones, all computed before anything is written (a refused adapter changes
+  // nothing), W untouched. The modules no slot serves (the AdaLN tables, norm_out, proj_in / proj_out) are merged
+  // into their weights as section 12 says, like every module on a plan without slots.
+  const std::map<std::string, LoraSlotTarget> served = unmerged_ ? loraSlotTargets(plan_) : std::map<std::string, LoraSlotTarget>();
+  std::map<std::string, Tensor> slotValues;
   if (unmerged_) {
-    // Unmerged (docs/contract.md section 13): the slots' values with this adapter after the loaded ones, all computed
-    // before anything is written (a refused adapter changes nothing); the slots it touches set, W untouched.
-    auto shared = std::make_shared<const LoraAdapter>(std::move(adapter));
     LoadedAdapters all;
     for (const LoadedLora &l : loras_) all.push_back({l.adapter.get(), l.scale});
-    all.push_back({shared.get(), scale});
-    std::map<std::string, Tensor> values = loraSlotValues(plan_, all);
-    ensureExecutor();
-    if (!overlay_) loadWeights(false);
-    writeLoraSlots(values);
-    loras_.push_back({shared, scale});
-    std::vector<std::string> slots;
-    for (const auto &[name, t] : values) slots.push_back(name);
-    loraTouched_.insert(slots.begin(), slots.end());
-    rehash(slots);
-    return;
+    all.push_back({&adapter, scale});
+    slotValues = loraSlotValues(plan_, all);
   }
-  std::vector<std::string> targets;
+  std::vector<std::string> targets;  // the weights merged
   for (const LoraModule &m : adapter.modules) {
+    if (served.count(m.target)) continue;
     const plan::WeightTensor &t = plan_.weightTensor(m.target);  // throws naming a tensor the plan lacks
     checkLoraTerms(t.dtype, t.shape, {{&m, scale}});
     targets.push_back(m.target);
@@ -334,26 +329,27 @@ void Engine::loadLora(LoraAdapter adapter, double scale) {
     }
   }
   loraTouched_.insert(targets.begin(), targets.end());
+  if (!slotValues.empty()) {
+    writeLoraSlots(slotValues);
+    for (const auto &[name, t] : slotValues) {
+      loraTouched_.insert(name);
+      targets.push_back(name);
+    }
+  }
   rehash(targets);
 }
 
 void Engine::unloadLoras() {
   if (loras_.empty()) return;
   const std::vector<std::string> targets(loraTouched_.begin(), loraTouched_.end());
-  if (unmerged_) {
-    std::map<std::string, Tensor> zeros;
-    for (const auto &t : targets) {
-      const plan::WeightTensor &w = plan_.weightTensor(t);
-      zeros[t] = Tensor::zeros(w.dtype, w.shape);
-    }
-    writeLoraSlots(zeros);
-    loras_.clear();
-    loraTouched_.clear();
-    rehash(targets);
-    return;
-  }
+  // Adapter slots back to zero; merged weights back to their bases.
+  std::map<std::string, Tensor> zeros;
+  for (const auto &t : targets)
+    if (const plan::WeightTensor &w = plan_.weightTensor(t); w.adapter) zeros[t] = Tensor::zeros(w.dtype, w.shape);
+  if (!zeros.empty()) writeLoraSlots(zeros);
   try {
-    for (const auto &t : targets) restoreLoraBase(t);
+    for (const auto &t : targets)
+      if (!zeros.count(t)) restoreLoraBase(t);
   } catch (...) {
     weightsBroken_ = true;
     throw;
@@ -382,13 +378,18 @@ const nlohmann::json &Engine::weightsRecord() {
                     {"updates", updates_},
                     {"updated", std::vector<std::string>(updated_.begin(), updated_.end())},
                     {"lora", nlohmann::json::array()}};
-  for (const LoadedLora &l : loras_)
+  const auto served = loraSlotTargets(plan_);
+  for (const LoadedLora &l : loras_) {
+    int64_t merged = 0;  // on a plan with slots: the modules no slot serves, merged into their weights
+    for (const LoraModule &m : l.adapter->modules) merged += served.count(m.target) ? 0 : 1;
     weightsRecord_["lora"].push_back({{"path", l.adapter->path},
                                       {"sha256", l.adapter->sha256},
                                       {"format", l.adapter->format},
                                       {"scale", l.scale},
                                       {"mode", unmerged_ ? "unmerged" : "merged"},
                                       {"modules", l.adapter->modules.size()}});
+    if (unmerged_) weightsRecord_["lora"].back()["merged_modules"] = merged;
+  }
   return weightsRecord_;
 }
 

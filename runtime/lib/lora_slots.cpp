@@ -59,9 +59,7 @@ std::map<std::string, Tensor> loraSlotValues(const plan::Plan &p, const LoadedAd
     for (const LoraModule &m : adapter->modules) {
       const std::string where = "lora:" + adapter->path + ":" + m.target;
       auto it = targets.find(m.target);
-      if (it == targets.end())
-        fail(where, "this plan has no unmerged LoRA slots for '{}' (compiled with --lora-rank for the attention and "
-             "feed-forward linears); merge the adapter with a plan compiled without --lora-rank", m.target);
+      if (it == targets.end()) continue;  // no slot serves it: the engine merges it (section 12)
       const LoraSlotTarget &t = it->second;
       if (m.down.shape != std::vector<int64_t>{m.rank, t.cols} || m.up.shape != std::vector<int64_t>{t.rows, m.rank} ||
           m.down.dtype != DType::F32 || m.up.dtype != DType::F32)

@@ -213,8 +213,7 @@ TEST(LoraUnmerged, StackedAdaptersEqualTheirConcatenation) {
   EXPECT_EQ(x.ledger["header"]["weights"]["sha256"], y.ledger["header"]["weights"]["sha256"]);
 }
 
-// Refused adapters change nothing: a module the slots do not serve, ranks beyond the slot rank, a scaled factor
-// beyond BF16.
+// Refused adapters change nothing: ranks beyond the slot rank, a scale that is no finite float.
 TEST(LoraUnmerged, RefusedAdaptersChangeNothing) {
   const h3::Config c = h3::namedConfig("tiny");
   const Request r = makeRequest(c, {4, 2, 1, 2, 2, 1, 2}, 3);
@@ -235,11 +234,39 @@ TEST(LoraUnmerged, RefusedAdaptersChangeNothing) {
     EXPECT_TRUE(now.outputs.sample.bytes == before.outputs.sample.bytes) << what;
     EXPECT_EQ(now.ledger["header"]["weights"]["sha256"], before.ledger["header"]["weights"]["sha256"]) << what;
   };
-  refused(adapter({module(c, kQ, 4, 2), module(c, "token_refiner.refiner_blocks.0.attn.to_q.weight", 4, 3)}, "refiner"), 1.0,
-          "no unmerged LoRA slots");
-  refused(adapter({module(c, "proj_out.weight", 4, 3)}, "proj_out"), 1.0, "no unmerged LoRA slots");
   refused(adapter({module(c, kOut, 57, 4)}, "big"), 1.0, "exceeds the plan's LoRA slot rank 64");
   refused(adapter({module(c, kFc1, 4, 5)}, "huge"), 1e39, "finite");
+}
+
+// An adapter that also targets weights no slot serves (the refiner's linears in these plans, proj_out in F32):
+// those modules are merged (section 12), the rest go into the slots. Expected: the same engine with the merged
+// values written as a hot update (mergeLora, tested against the contract on its own) and the served modules loaded
+// alone; unload restores both.
+TEST(LoraUnmerged, ModulesWithoutSlotsAreMerged) {
+  const h3::Config c = h3::namedConfig("tiny");
+  const Request r = makeRequest(c, {4, 2, 1, 2, 2, 1, 2}, 3);
+  auto w = makeSyntheticWeights(c, 7);
+  const plan::Plan lora = loraPlan(c, 64);
+  const char *kRef = "token_refiner.refiner_blocks.0.attn.to_q.weight", *kProj = "proj_out.weight";
+  const LoraModule out = module(c, kOut, 8, 1), ref = module(c, kRef, 4, 2), proj = module(c, kProj, 4, 3);
+  Engine mixed(lora, *w, options(lora)), want(lora, *w, options(lora));
+  const RunResult base = mixed.run(r);
+  mixed.loadLora(adapter({out, ref, proj}, "mixed"), 0.6);
+  const RunResult got = mixed.run(r);
+  const Tensor mRef = mergeLora(w->load(kRef), {{&ref, 0.6}}), mProj = mergeLora(w->load(kProj), {{&proj, 0.6}});
+  want.updateWeights({WeightInput{kRef, mRef.dtype, mRef.shape, mRef.bytes.data(), 0},
+                      WeightInput{kProj, mProj.dtype, mProj.shape, mProj.bytes.data(), 0}});
+  want.loadLora(adapter({out}, "served"), 0.6);
+  const RunResult exp = want.run(r);
+  EXPECT_TRUE(got.outputs.sample.bytes == exp.outputs.sample.bytes);
+  EXPECT_TRUE(got.outputs.audio_sample.bytes == exp.outputs.audio_sample.bytes);
+  EXPECT_EQ(got.ledger["header"]["weights"]["sha256"], exp.ledger["header"]["weights"]["sha256"]);
+  EXPECT_EQ(got.ledger["header"]["weights"]["lora"][0]["merged_modules"], 2);
+  EXPECT_EQ(got.ledger["header"]["weights"]["lora"][0]["mode"], "unmerged");
+  mixed.unloadLoras();
+  const RunResult back = mixed.run(r);
+  EXPECT_TRUE(back.outputs.sample.bytes == base.outputs.sample.bytes);
+  EXPECT_EQ(back.ledger["header"]["weights"]["sha256"], base.ledger["header"]["weights"]["sha256"]);
 }
 
 // Sequence parallelism: every rank runs the LoRA path on its rows; the bytes of the one-rank plan.

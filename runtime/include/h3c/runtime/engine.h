@@ -59,9 +59,9 @@ public:
   // order, rounded once (mergeLora on the CPU; the device merge, the same bits, on the GPU). Nothing changes when it
   // is refused (a target that is no weight of the plan, a non-finite merged value). The weights record lists the
   // adapters under "lora". A hot update of a tensor a loaded adapter touches is refused until unloadLoras().
-  // On a plan with unmerged LoRA slots (h3c compile --lora-rank; docs/contract.md section 13) the adapter goes into
-  // the slots instead (lora_slots.h): W stays as it is, so hot updates of W go on; a module the slots do not serve is
-  // refused. The record's "mode" says which.
+  // On a plan with unmerged LoRA slots (h3c compile --lora-rank; docs/contract.md section 13) the modules the slots
+  // serve go into them instead (lora_slots.h): their W stays as it is, so hot updates of it go on; the modules no slot
+  // serves (AdaLN tables, norm_out, ...) are merged as above. The record's "mode" and "merged_modules" say which.
   void loadLora(LoraAdapter adapter, double scale);
   // Every tensor the loaded adapters touched back to its value before the first, byte for byte (unmerged: the slots
   // back to zero).

@@ -33,9 +33,9 @@ using LoadedAdapters = std::vector<std::pair<const LoraAdapter *, double>>;
 
 // The values of the slots that `adapters` touch (every other slot of the plan is zero): per module, in load order,
 // its rank's rows of the down slot (bf16(A)) and columns of the up slot (bf16(float(s) * B), s = loraTermScale) after
-// the ranks the earlier adapters took on the same weight. Throws an h3c::Error naming the adapter and module when a
-// module targets a weight without slots, the ranks on one weight exceed the slot rank, a value is not finite in BF16,
-// or a shape differs; nothing is returned partially.
+// the ranks the earlier adapters took on the same weight. Modules whose weight no slot serves are skipped (the engine
+// merges them). Throws an h3c::Error naming the adapter and module when the ranks on one weight exceed the slot rank,
+// a value is not finite in BF16, or a shape differs; nothing is returned partially.
 std::map<std::string, Tensor> loraSlotValues(const plan::Plan &p, const LoadedAdapters &adapters);
 
 } // namespace h3c::rt
