@@ -26,6 +26,27 @@ if [ -n "${H3C_PLANS:-}" ] && [ -d "${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/s
   PYTHONPATH="$build/python:${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/src}${PYTHONPATH:+:$PYTHONPATH}" \
     python3 "$root/bench/forward_bench.py" --h3c "$build/bin/h3c" --plan "$H3C_PLANS/full" --out "$out/forward.jsonl"
 fi
+if [ -n "${H3C_PLANS:-}" ] && [ -f "$H3C_PLANS/full-lora/plan.json" ]; then
+  # The forward at S = 8,349 with an unmerged rank-64 adapter on every slot (issue 21's target: <= 1.1x the same
+  # forward without it), beside the plain plan and the LoRA plan with empty slots, alternated; device-event times.
+  echo "== unmerged LoRA forward (full, rank 64)"
+  cmake --build "$build" -j"$(nproc)" --target h3c >/dev/null
+  "$build/bin/h3c" request make --config full --text 512 --audio 157 --video 8,30,32 --timesteps 2 --seed 5 \
+    --dtype BF16 -o "$out/lora_req.st" >/dev/null
+  python3 "$root/scripts/lora_make.py" --plan "$H3C_PLANS/full-lora" --rank 64 --seed 1 -o "${TMPDIR:-/tmp}/h3c_lora64.st"
+  for rep in 1 2; do
+    for form in plain zero adapter; do
+      plan=$H3C_PLANS/full-lora; lora=()
+      [ $form = plain ] && plan=$H3C_PLANS/full
+      [ $form = adapter ] && lora=(--lora "${TMPDIR:-/tmp}/h3c_lora64.st")
+      ms=$(H3C_GPU_PROFILE=1 "$build/bin/h3c" run --config full --synthetic 7 --plan "$plan" --inputs "$out/lora_req.st" \
+        --out "$out/lora_$form.st" --device gpu --ledger "$out/lora_$form.json" "${lora[@]}" 2>&1 |
+        grep -oE "forward [0-9.]+ ms" | head -1 | grep -oE "[0-9.]+")
+      echo "{\"bench\": \"lora_forward\", \"form\": \"$form\", \"rep\": $rep, \"ms\": ${ms:-null}}" | tee -a "$out/lora.jsonl"
+    done
+  done
+  rm -f "${TMPDIR:-/tmp}/h3c_lora64.st"
+fi
 if [ -n "${H3C_PLANS:-}" ] && cmake --build "$build" -j"$(nproc)" --target h3c_python >/dev/null; then
   echo "== weights that change: whole-model hot updates, merged LoRA (issue 21)"
   PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" \

@@ -8,6 +8,8 @@
 #   2. end to end (when plans and `h3c run` are there): tiny + small, GPU strict vs the CPU reference, 10 repeats
 #      byte-equal, batch 1 vs 4 and packed-row permutation byte-equal; the full 33B at 8,349 tokens (synthetic
 #      weights, strict) when H3C_GPU_FULL=1;
+#   2b. unmerged LoRA (scripts/gpu-lora-check.sh) when the -lora plans are there: empty slots = the plain plan,
+#      GPU with an adapter against the CPU reference, the weights identity;
 #   3. against diffusers (scripts/gpu-diffusers-check.sh) when diffusers' source is carried in carry/diffusers.
 #   4. the Python package (python/, built for the python3 on PATH; pybind11 from torch's wheel when it ships it):
 #      scripts/gpu-python-check.py, torch CUDA tensors against `h3c run --device gpu` byte for byte, the call
@@ -58,6 +60,14 @@ if [ -f "$root/scripts/gpu-e2e.sh" ]; then
   else
     bad "end-to-end: h3c did not build"
   fi
+fi
+# 2b. unmerged LoRA (scripts/gpu-lora-check.sh: the -lora plans of scripts/gpu-plans.sh)
+if [ "$have_h3c" = 1 ] && [ -f "${H3C_PLANS:-$root/carry/plans}/tiny-lora/plan.json" ]; then
+  H3C="$build/bin/h3c" H3C_GPU_OUT="$out" bash "$root/scripts/gpu-lora-check.sh" | tee "$out/lora.log"
+  e=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out/lora.log" | tail -1)
+  if [ -n "$e" ]; then
+    passed=$((passed + ${e%% passed*})); failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$e")))
+  else bad "LoRA check ended without a summary"; fi
 fi
 # 3. against diffusers itself (when its source is carried in carry/diffusers; scripts/gpu-diffusers-check.sh)
 if [ -d "${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/src}" ] && [ "$have_h3c" = 1 ]; then
