@@ -17,7 +17,8 @@ namespace h3c::passes {
 using namespace mlir;
 using namespace h3c::h3ir;
 
-namespace {
+// (a named namespace: the unity build puts the passes in one translation unit)
+namespace h3_lora_pass {
 
 ActType act(Value v) { return cast<ActType>(v.getType()); }
 
@@ -95,4 +96,4 @@ struct Lora : h3c::passes::impl::H3LoraBase<Lora> {
   }
 };
 
-} // namespace
+} // namespace h3_lora_pass

@@ -184,12 +184,31 @@ class Transformer:
         self._engine.update_weights(prepared, qkv_layout, stream)
 
     def load_lora(self, path, scale=1.0):
-        """Merges a LoRA adapter file into the weights (diffusers' `load_lora_weights` file layouts and alpha rules:
-        diffusers, PEFT, kohya, musubi-tuner, DiffSynth-Studio .safetensors), W + scale * alpha / r * B A in float32
-        in a fixed order and rounded once (docs/contract.md section 12), on the device for device="cuda". Adapters
-        stack in load order; the weights record (`weights["lora"]`) lists them. The scale is fixed here: a forward's
+        """Loads a LoRA adapter (diffusers' `load_lora_weights` file layouts and alpha rules: diffusers, PEFT, kohya,
+        musubi-tuner, DiffSynth-Studio .safetensors). `path` is the file (or a folder holding one), or the adapter as
+        a state dict / (name, tensor) pairs in one of those layouts (torch tensors or NumPy arrays, CPU or CUDA, as
+        float32; read with the same rules through a temporary file, named "<state dict>" in the weights record). Merged: W + scale *
+        alpha / r * B A in float32 in a fixed order and rounded once (docs/contract.md section 12), on the device for
+        device="cuda". On a plan compiled with --lora-rank the modules its slots serve go in unmerged instead (section
+        13: W untouched, for adapters that change every step: unload_lora() then load_lora() again). Adapters stack
+        in load order; the weights record (`weights["lora"]`) lists them. The scale is fixed here: a forward's
         attention_kwargs={"scale": s} other than 1.0 is refused."""
-        self._engine.load_lora(str(path), float(scale))
+        if isinstance(path, (str, os.PathLike)):
+            self._engine.load_lora(os.fspath(path), float(scale))
+            return
+        import numpy as np
+        items = list(path.items()) if hasattr(path, "items") else list(path)
+        tensors = []
+        for item in items:
+            if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str):
+                raise _error("lora", "expected a path, a state dict or (name, tensor) pairs")
+            name, x = item
+            if _is_torch(x):
+                import torch
+                x = x.detach().to("cpu", torch.float32).numpy()
+            x = np.ascontiguousarray(x, dtype=np.float32)
+            tensors.append((name, list(x.shape), x.tobytes()))
+        self._engine.load_lora_tensors(tensors, float(scale))
 
     def unload_lora(self):
         """Every weight the loaded adapters changed back to its value before the first, byte for byte."""

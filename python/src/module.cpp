@@ -17,6 +17,7 @@
 #include "h3c/support/content_hash.h"
 #include "h3c/support/canonical_json.h"
 #include "h3c/support/error.h"
+#include "h3c/support/safetensors.h"
 #include "h3c/support/version.h"
 #include "h3c/trajectory/sampler.h"
 #include "h3c/trajectory/trajectory.h"
@@ -29,6 +30,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <unistd.h>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -401,6 +404,41 @@ public:
     py::gil_scoped_release release;
     engine_->loadLora(readLora(path, plan_.config), scale);
   }
+  // An adapter given as (name, shape, float32 bytes) tensors (a state dict): written to a temporary .safetensors file
+  // so that the one reader's key and alpha rules apply, read, and loaded; the weights record names it "<state dict>".
+  void loadLoraTensors(const std::vector<std::tuple<std::string, std::vector<int64_t>, py::bytes>> &tensors,
+                       double scale) {
+    std::vector<st::TensorDecl> decls;
+    std::map<std::string, std::string> data;
+    for (const auto &[name, shape, bytes] : tensors) {
+      decls.push_back({name, DType::F32, shape});
+      if (!data.emplace(name, std::string(bytes)).second) fail("lora:" + name, "given twice");
+    }
+    std::unique_lock<std::mutex> lock = lockEngine();
+    py::gil_scoped_release release;
+    static std::atomic<int> counter{0};
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("h3c-lora-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::create_directories(dir);
+    struct Cleanup {
+      std::filesystem::path d;
+      ~Cleanup() {
+        std::error_code ec;
+        std::filesystem::remove_all(d, ec);
+      }
+    } cleanup{dir};
+    {
+      st::Writer w(dir / "adapter.safetensors", decls);
+      for (const auto &info : w.order()) {
+        const std::string &b = data.at(info.name);
+        w.write(info.name, b.data(), b.size());
+      }
+      w.commit();
+    }
+    LoraAdapter a = readLora(dir / "adapter.safetensors", plan_.config);
+    a.path = "<state dict>";
+    engine_->loadLora(std::move(a), scale);
+  }
   void unloadLoras() {
     std::unique_lock<std::mutex> lock = lockEngine();
     py::gil_scoped_release release;
@@ -521,6 +559,7 @@ PYBIND11_MODULE(_h3c, m) {
       .def("update_weights", &PyEngine::updateWeights, py::arg("tensors"), py::arg("qkv_layout"), py::arg("stream"))
       .def("update_dtype", &PyEngine::updateDtype, py::arg("name"))
       .def("load_lora", &PyEngine::loadLora, py::arg("path"), py::arg("scale"))
+      .def("load_lora_tensors", &PyEngine::loadLoraTensors, py::arg("tensors"), py::arg("scale"))
       .def("update_from_files", &PyEngine::updateFromFiles, py::arg("path"))
       .def("unload_loras", &PyEngine::unloadLoras)
       .def("read_weight", &PyEngine::readWeight, py::arg("name"))

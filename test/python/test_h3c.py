@@ -261,6 +261,14 @@ class WeightUpdates(unittest.TestCase):
         self.assertEqual(np.asarray(t._engine.read_weight(self.Q)).tobytes(), q)  # W untouched
         t.unload_lora()
         self.assertEqual(np.asarray(t(**args)[0]).tobytes(), plain["sample"].tobytes())
+        # The same adapter as a state dict (a trainer's, every step): the same bytes, named "<state dict>".
+        t.load_lora(lora, scale=0.5)
+        self.assertEqual(np.asarray(t(**args)[0]).tobytes(), want["sample"].tobytes())
+        self.assertEqual(t.weights["lora"][0]["path"], "<state dict>")
+        t.unload_lora()
+        with self.assertRaises(h3c.Error):
+            t.load_lora({"transformer.nowhere.lora_A.weight": lora[next(iter(lora))]})
+        self.assertEqual(np.asarray(t(**args)[0]).tobytes(), plain["sample"].tobytes())
 
 
 class Version(unittest.TestCase):
