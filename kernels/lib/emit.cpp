@@ -317,10 +317,13 @@ plan::Kernel emitGemmSm90Pingpong(const OpView &v, const GemmDesc &d, const std:
 // one CTA per SM. The weight's row count and K are constants of the plan; the row count of x is the request's.
 plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;
-  const int stages = o.sm90Stages, groupM = o.sm90GroupM;
-  // (the ping-pong kernel has no LoRA path: a LoRA op takes the cooperative kernel, the same bits)
-  if (o.sm90Pingpong == 1 && d.loraK == 0) return emitGemmSm90Pingpong(v, d, arch);
-  const int bn = o.sm90Bn;
+  // The ping-pong kernel has no LoRA path: a LoRA op takes this kernel (the same bits) with as many of the options'
+  // stages as it holds (ping-pong's 5-6 stages of 32 KiB, or 4 beside a staged epilogue, would be refused below and
+  // leave a tuned plan's LoRA op without a kernel).
+  const bool pingpongLora = o.sm90Pingpong == 1 && d.loraK > 0;
+  if (o.sm90Pingpong == 1 && !pingpongLora) return emitGemmSm90Pingpong(v, d, arch);
+  const int bn = o.sm90Bn, groupM = o.sm90GroupM;
+  int stages = pingpongLora ? std::min(o.sm90Stages, bn == 192 ? 5 : 4) : o.sm90Stages;
   if ((bn != 256 && bn != 192) || stages < 2 || stages > (bn == 192 ? 5 : 4) || groupM < 1 || groupM > 64 ||
       (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
       o.sm90EpiSmem < 0 || o.sm90EpiSmem > 2 || (o.sm90HalfTail != 0 && o.sm90HalfTail != 1))
@@ -336,7 +339,11 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   const int64_t outN = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N / d.nout;
   const bool staged = o.sm90EpiSmem >= 1 && !d.outF32 && outN % 8 == 0;
   const bool epiWarps = staged && o.sm90EpiSmem == 2;
-  const int64_t smem = sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, d.epi == Epilogue::GateResidual);
+  const bool gateTable = d.epi == Epilogue::GateResidual;
+  while (pingpongLora && stages > 2 &&
+         sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, gateTable) > kMaxCtaSharedBytes)
+    --stages;
+  const int64_t smem = sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, gateTable);
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "the staged epilogue (gemm_epi_smem={}) with {} stages of the {}-wide Hopper tile needs {} bytes of "
                   "shared memory (at most {}): use gemm_stages={} or fewer, or gemm_epi_smem=0", o.sm90EpiSmem, stages, bn, smem,
