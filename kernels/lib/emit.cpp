@@ -258,6 +258,11 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRow
     p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, wBoxRows, d.nout == 3 ? 3 : 1);
   else p.weight("w", 0, d.nout == 3 ? 3 : 1);
   if (d.loraK > 0) {  // the LoRA input (the op's last) and up slot (its last weight), read like x and W
+    // (an op without its lora_t would have the kernel read another input as t)
+    const std::vector<std::string> roles = plan::inputRoles(v.op.kind, v.a());
+    if (roles.empty() || roles.back() != "lora_t" || v.op.in.size() != roles.size() || v.vals.in.size() != roles.size())
+      fail(v.where, "an op with lora_k = {} reads {} inputs, the last its lora_t; got {}", d.loraK, roles.size(),
+           v.op.in.size());
     const int64_t tIn = int64_t(v.op.in.size()) - 1, upW = int64_t(v.op.weights.size()) - 1;
     if (maps) {
       p.tensorMap("t_map", OperandRole::In, tIn, v.rowsOfIn(size_t(tIn)), d.loraK, 64, 128);
@@ -425,6 +430,11 @@ void checkKChunks(const OpView &v) {
 plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
   checkKChunks(v);
+  if (v.op.kind == OpKind::LoraDown &&
+      (a.loraK != 0 || !v.op.biases.empty() || a.epilogue != Epilogue::None || a.wDtype != DType::BF16 ||
+       a.xDtype != DType::BF16 || a.outDtype != DType::BF16))
+    fail(v.where, "lora_down is a bf16 GEMM (x, down slot and t bf16) without bias, epilogue or LoRA path of its own "
+                  "(docs/contract.md section 13)");
   const size_t lora = a.loraK > 0 ? 1 : 0;  // the up slot after W (contract section 13)
   if (v.op.weights.size() != 1 + lora)
     fail(v.where, "a linear op needs exactly one weight tensor{}", lora ? " and the LoRA up slot" : "");
