@@ -258,6 +258,11 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRow
     p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, wBoxRows, d.nout == 3 ? 3 : 1);
   else p.weight("w", 0, d.nout == 3 ? 3 : 1);
   if (d.loraK > 0) {  // the LoRA input (the op's last) and up slot (its last weight), read like x and W
+    // (an op without its lora_t would have the kernel read another input as t)
+    const std::vector<std::string> roles = plan::inputRoles(v.op.kind, v.a());
+    if (roles.empty() || roles.back() != "lora_t" || v.op.in.size() != roles.size() || v.vals.in.size() != roles.size())
+      fail(v.where, "an op with lora_k = {} reads {} inputs, the last its lora_t; got {}", d.loraK, roles.size(),
+           v.op.in.size());
     const int64_t tIn = int64_t(v.op.in.size()) - 1, upW = int64_t(v.op.weights.size()) - 1;
     if (maps) {
       p.tensorMap("t_map", OperandRole::In, tIn, v.rowsOfIn(size_t(tIn)), d.loraK, 64, 128);
@@ -317,10 +322,13 @@ plan::Kernel emitGemmSm90Pingpong(const OpView &v, const GemmDesc &d, const std:
 // one CTA per SM. The weight's row count and K are constants of the plan; the row count of x is the request's.
 plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;
-  const int stages = o.sm90Stages, groupM = o.sm90GroupM;
-  // (the ping-pong kernel has no LoRA path: a LoRA op takes the cooperative kernel, the same bits)
-  if (o.sm90Pingpong == 1 && d.loraK == 0) return emitGemmSm90Pingpong(v, d, arch);
-  const int bn = o.sm90Bn;
+  // The ping-pong kernel has no LoRA path: a LoRA op takes this kernel (the same bits) with as many of the options'
+  // stages as it holds (ping-pong's 5-6 stages of 32 KiB, or 4 beside a staged epilogue, would be refused below and
+  // leave a tuned plan's LoRA op without a kernel).
+  const bool pingpongLora = o.sm90Pingpong == 1 && d.loraK > 0;
+  if (o.sm90Pingpong == 1 && !pingpongLora) return emitGemmSm90Pingpong(v, d, arch);
+  const int bn = o.sm90Bn, groupM = o.sm90GroupM;
+  int stages = pingpongLora ? std::min(o.sm90Stages, bn == 192 ? 5 : 4) : o.sm90Stages;
   if ((bn != 256 && bn != 192) || stages < 2 || stages > (bn == 192 ? 5 : 4) || groupM < 1 || groupM > 64 ||
       (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
       o.sm90EpiSmem < 0 || o.sm90EpiSmem > 2 || (o.sm90HalfTail != 0 && o.sm90HalfTail != 1))
@@ -336,7 +344,11 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   const int64_t outN = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N / d.nout;
   const bool staged = o.sm90EpiSmem >= 1 && !d.outF32 && outN % 8 == 0;
   const bool epiWarps = staged && o.sm90EpiSmem == 2;
-  const int64_t smem = sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, d.epi == Epilogue::GateResidual);
+  const bool gateTable = d.epi == Epilogue::GateResidual;
+  while (pingpongLora && stages > 2 &&
+         sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, gateTable) > kMaxCtaSharedBytes)
+    --stages;
+  const int64_t smem = sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, gateTable);
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "the staged epilogue (gemm_epi_smem={}) with {} stages of the {}-wide Hopper tile needs {} bytes of "
                   "shared memory (at most {}): use gemm_stages={} or fewer, or gemm_epi_smem=0", o.sm90EpiSmem, stages, bn, smem,
@@ -418,6 +430,11 @@ void checkKChunks(const OpView &v) {
 plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
   checkKChunks(v);
+  if (v.op.kind == OpKind::LoraDown &&
+      (a.loraK != 0 || !v.op.biases.empty() || a.epilogue != Epilogue::None || a.wDtype != DType::BF16 ||
+       a.xDtype != DType::BF16 || a.outDtype != DType::BF16))
+    fail(v.where, "lora_down is a bf16 GEMM (x, down slot and t bf16) without bias, epilogue or LoRA path of its own "
+                  "(docs/contract.md section 13)");
   const size_t lora = a.loraK > 0 ? 1 : 0;  // the up slot after W (contract section 13)
   if (v.op.weights.size() != 1 + lora)
     fail(v.where, "a linear op needs exactly one weight tensor{}", lora ? " and the LoRA up slot" : "");

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace h3c::testops {
 
@@ -129,6 +130,69 @@ inline EmitOp qkvNormRope(const std::string &node, int64_t K, int64_t heads, int
                                 {"head_dim", double(d)}, {"eps", eps}, {"rotary_dim", double(R)}}),
                          h3c::DType::BF16, h3c::DType::BF16, h3c::DType::BF16, plan::Epilogue::QkNormRope);
   return op(OpKind::QkvLinear, node, a, kchunks(1), 5);
+}
+
+// The Hopper GEMM's schedule variants, each for every linear kind (the options' per-op defaults cleared): the
+// cooperative kernel, the 2-CTA cluster (B multicast to a pair of row tiles; an odd row-tile count leaves a phantom
+// tile) and the ping-pong schedule (128 x 128 tiles per consumer warpgroup, in turns, with a k-block in flight;
+// 5 stages, the default being 4).
+// wide192: whether the op's epilogue allows the 192-wide cooperative tile (not swiglu, not qk_norm_rope).
+inline std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wide192 = false) {
+  hk::EmitOptions coop, pair, pp, w192, w192pair, staged, stagedPair, staged192;
+  coop.perOp.clear();
+  pair.perOp.clear();
+  pp.perOp.clear();
+  coop.sm90EpiSmem = 0;  // the register epilogue (the staged one is the default since 2026-12-04)
+  pair.sm90EpiSmem = 0;
+  pair.sm90Cluster = 2;
+  pp.sm90Pingpong = 1;
+  pp.sm90Stages = 5;
+  pp.sm90Inflight = 1;
+  // The epilogue staged through shared memory (gemm_epi_smem=1; qkv's fused qk_norm_rope too: its norm and rope in
+  // registers, its stores staged).
+  staged.perOp.clear();
+  staged.sm90EpiSmem = 1;
+  stagedPair = staged;
+  stagedPair.sm90Cluster = 2;
+  stagedPair.sm90Inflight = 1;
+  // Step 3 of the staged epilogue in the producer warpgroup's epilogue warps (gemm_epi_smem=2), 1-CTA and 2-CTA.
+  hk::EmitOptions warps = staged, warpsPair = stagedPair;
+  warps.sm90EpiSmem = 2;
+  warpsPair.sm90EpiSmem = 2;
+  // Every variant above runs a last partial wave of at most half the grid as half tiles (gemm_half_tail=1, the
+  // default, where the epilogue allows it); this one keeps whole tiles.
+  hk::EmitOptions wholeTiles = stagedPair;
+  wholeTiles.sm90HalfTail = 0;
+  std::vector<std::pair<const char *, hk::EmitOptions>> v = {
+      {"cooperative", coop},
+      {"2-CTA cluster", pair},
+      {"ping-pong", pp},
+      {"staged epilogue", staged},
+      {"staged epilogue 2-CTA cluster (in flight)", stagedPair},
+      {"staged epilogue in epilogue warps", warps},
+      {"staged epilogue in epilogue warps 2-CTA cluster (in flight)", warpsPair},
+      {"staged epilogue 2-CTA cluster (in flight), whole tiles only", wholeTiles}};
+  if (wide192) {
+    w192.perOp.clear();
+    w192.sm90EpiSmem = 0;
+    w192.sm90Bn = 192;
+    w192pair = w192;
+    w192pair.sm90Cluster = 2;
+    w192pair.sm90Stages = 5;
+    w192pair.sm90Inflight = 1;
+    staged192 = w192;
+    staged192.sm90EpiSmem = 1;
+    staged192.sm90Stages = 4;
+    v.push_back({"192-wide", w192});
+    v.push_back({"192-wide 2-CTA cluster (5 stages, in flight)", w192pair});
+    v.push_back({"192-wide staged epilogue (4 stages)", staged192});
+    hk::EmitOptions warps192 = staged192;
+    warps192.sm90EpiSmem = 2;
+    warps192.sm90Cluster = 2;
+    warps192.sm90Inflight = 1;
+    v.push_back({"192-wide staged epilogue in epilogue warps 2-CTA cluster (4 stages, in flight)", warps192});
+  }
+  return v;
 }
 
 } // namespace h3c::testops

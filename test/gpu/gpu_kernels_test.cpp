@@ -129,69 +129,6 @@ std::map<std::string, plan::Kernel> Gpu::kernels_;
 
 plan::Extents rowsS(int64_t m, int64_t B = 1) { return {B, m, 0, 0, 0, 1}; }
 
-// The Hopper GEMM's schedule variants, each for every linear kind (the options' per-op defaults cleared): the
-// cooperative kernel, the 2-CTA cluster (B multicast to a pair of row tiles; an odd row-tile count leaves a phantom
-// tile) and the ping-pong schedule (128 x 128 tiles per consumer warpgroup, in turns, with a k-block in flight;
-// 5 stages, the default being 4).
-// wide192: whether the op's epilogue allows the 192-wide cooperative tile (not swiglu, not qk_norm_rope).
-std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wide192 = false) {
-  hk::EmitOptions coop, pair, pp, w192, w192pair, staged, stagedPair, staged192;
-  coop.perOp.clear();
-  pair.perOp.clear();
-  pp.perOp.clear();
-  coop.sm90EpiSmem = 0;  // the register epilogue (the staged one is the default since 2026-12-04)
-  pair.sm90EpiSmem = 0;
-  pair.sm90Cluster = 2;
-  pp.sm90Pingpong = 1;
-  pp.sm90Stages = 5;
-  pp.sm90Inflight = 1;
-  // The epilogue staged through shared memory (gemm_epi_smem=1; qkv's fused qk_norm_rope too: its norm and rope in
-  // registers, its stores staged).
-  staged.perOp.clear();
-  staged.sm90EpiSmem = 1;
-  stagedPair = staged;
-  stagedPair.sm90Cluster = 2;
-  stagedPair.sm90Inflight = 1;
-  // Step 3 of the staged epilogue in the producer warpgroup's epilogue warps (gemm_epi_smem=2), 1-CTA and 2-CTA.
-  hk::EmitOptions warps = staged, warpsPair = stagedPair;
-  warps.sm90EpiSmem = 2;
-  warpsPair.sm90EpiSmem = 2;
-  // Every variant above runs a last partial wave of at most half the grid as half tiles (gemm_half_tail=1, the
-  // default, where the epilogue allows it); this one keeps whole tiles.
-  hk::EmitOptions wholeTiles = stagedPair;
-  wholeTiles.sm90HalfTail = 0;
-  std::vector<std::pair<const char *, hk::EmitOptions>> v = {
-      {"cooperative", coop},
-      {"2-CTA cluster", pair},
-      {"ping-pong", pp},
-      {"staged epilogue", staged},
-      {"staged epilogue 2-CTA cluster (in flight)", stagedPair},
-      {"staged epilogue in epilogue warps", warps},
-      {"staged epilogue in epilogue warps 2-CTA cluster (in flight)", warpsPair},
-      {"staged epilogue 2-CTA cluster (in flight), whole tiles only", wholeTiles}};
-  if (wide192) {
-    w192.perOp.clear();
-    w192.sm90EpiSmem = 0;
-    w192.sm90Bn = 192;
-    w192pair = w192;
-    w192pair.sm90Cluster = 2;
-    w192pair.sm90Stages = 5;
-    w192pair.sm90Inflight = 1;
-    staged192 = w192;
-    staged192.sm90EpiSmem = 1;
-    staged192.sm90Stages = 4;
-    v.push_back({"192-wide", w192});
-    v.push_back({"192-wide 2-CTA cluster (5 stages, in flight)", w192pair});
-    v.push_back({"192-wide staged epilogue (4 stages)", staged192});
-    hk::EmitOptions warps192 = staged192;
-    warps192.sm90EpiSmem = 2;
-    warps192.sm90Cluster = 2;
-    warps192.sm90Inflight = 1;
-    v.push_back({"192-wide staged epilogue in epilogue warps 2-CTA cluster (4 stages, in flight)", warps192});
-  }
-  return v;
-}
-
 // The AdaLN table's streaming kernel (adaln_sm90.cuh) at the tunings the bench sweeps: fewer ring stages, narrower
 // and wider stages, two CTAs per SM.
 std::vector<std::pair<std::string, hk::EmitOptions>> adalnStreamVariants() {
@@ -265,6 +202,9 @@ protected:
   void checkNorms(const std::string &cfg, int H, long long M, int rowsPerCta = 0);
   void checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B);
   void checkQkvNormRope(const std::string &cfg, long long K, int heads, int R, long long S, int B);
+  void checkLoraLinear(const std::string &cfg, const std::string &kind, long long K, long long N, const std::string &epi,
+                       bool bias, long long M, long long L);
+  void checkLoraDown(const std::string &cfg, long long K, long long L, long long M);
   void checkElementwise(const std::string &cfg, int H, int F, long long M);
   void checkF32(const std::string &cfg, long long K, long long N, long long M, long long freq, long long hid,
                 long long E);
@@ -1015,6 +955,187 @@ void Kernels::checkF32(const std::string &cfg, long long K, long long N, long lo
   }
 }
 
+// ---- unmerged LoRA (docs/contract.md section 13) ----
+
+// Each row of `a` ([rows, colsA]) zero-padded to `padA` columns, then the same row of `b` ([rows, colsB]): the host's
+// concatenation [a | 0 | b] of an operand and its LoRA part, the operand of the contract's one chain.
+std::vector<uint16_t> concatRows(const std::vector<uint16_t> &a, long long colsA, long long padA,
+                                 const std::vector<uint16_t> &b, long long colsB, long long rows) {
+  const long long w = padA + colsB;
+  std::vector<uint16_t> c(size_t(rows * w), 0);  // bf16 +0
+  for (long long r = 0; r < rows; ++r) {
+    std::copy_n(&a[size_t(r * colsA)], colsA, &c[size_t(r * w)]);
+    std::copy_n(&b[size_t(r * colsB)], colsB, &c[size_t(r * w + padA)]);
+  }
+  return c;
+}
+
+// A linear / qkv_linear with an unmerged LoRA path (lora_k = L) on random x [M, K], t [M, L], W and up: the kernel of
+// this device (sm_90a: the Hopper kernel, each schedule of hopperGemmVariants, ping-pong falling back to the
+// cooperative kernel, and the mma.sync kernel) equals byte for byte the same op WITHOUT LoRA run on the host's
+// concatenations [x | 0 | t] and [W | 0 | up] with K' = ceil64(K) + L (the contract's chain computed by the plain
+// kernel, an expectation independent of the LoRA code); with a zero up slot it equals the base op over x and W; and
+// the LoRA term changes the output (so the first check can fail). epi: none | residual | gate_residual | swiglu
+// (linear), none | qk_norm_rope (qkv_linear, N = heads * 128, rope over 32 columns; sm_90a only).
+void Kernels::checkLoraLinear(const std::string &cfg, const std::string &kind, long long K, long long N,
+                              const std::string &epi, bool bias, long long M, long long L) {
+  const std::string name = fmt::format("[{}] LoRA {} K={} N={} epilogue={}{} M={} lora_k={}", cfg, kind, K, N, epi,
+                                       bias ? " +bias" : "", M, L);
+  const bool qkv = kind == "qkv_linear", qknr = epi == "qk_norm_rope";
+  if (qknr && hc::device().arch() != "sm_90a") {
+    std::printf("note: %s: not an sm_90a device, the fused form does not exist here (skipped)\n", name.c_str());
+    return;
+  }
+  try {
+    const plan::Epilogue ek = epi == "residual"        ? plan::Epilogue::Residual
+                              : epi == "gate_residual" ? plan::Epilogue::GateResidual
+                              : epi == "swiglu"        ? plan::Epilogue::Swiglu
+                              : qknr                   ? plan::Epilogue::QkNormRope
+                                                       : plan::Epilogue::None;
+    const long long d = 128, heads = qknr ? N / d : 0, R = qknr ? 32 : 0;
+    // The op over k columns of x, with (loraK = L) or without (0) the LoRA path.
+    auto opOf = [&](long long k, long long loraK) {
+      plan::OpAttrs a = qknr ? qkvNormRope(kind, k, heads, d, 1e-5, R).op.attrs
+                             : with(attrs({{"K", k}, {"N", N}}), DType::BF16, DType::BF16, DType::BF16, ek);
+      if (ek == plan::Epilogue::GateResidual) {
+        a.chunk = 2;
+        a.numChunks = 6;
+      }
+      a.loraK = loraK;
+      const int nw = (qknr ? 5 : qkv ? 3 : 1) + (loraK > 0 ? 1 : 0);
+      return op(qkv ? OpKind::QkvLinear : OpKind::Linear, kind, a, kchunks(1), nw, bias ? 1 : 0);
+    };
+    const long long Wrows = qkv ? 3 * N : N, outCols = ek == plan::Epilogue::Swiglu ? N / 2 : N, nout = qkv ? 3 : 1;
+    const long long Kp = (K + 63) / 64 * 64, Kc = Kp + L, T = 3;
+    const double wstd = 1.0 / std::sqrt(double(K + L));
+    const auto x = randBf(size_t(M * K)), t = randBf(size_t(M * L));
+    const auto W = randBf(size_t(Wrows * K), wstd), U = randBf(size_t(Wrows * L), wstd);
+    const auto bvec = randBf(size_t(Wrows), 0.1), res = randBf(size_t(M * outCols));
+    const auto table = randBf(size_t(T * 3 * 6 * outCols), 0.5);
+    std::vector<long long> ts(static_cast<size_t>(M)), tags(static_cast<size_t>(M));
+    for (long long r = 0; r < M; ++r) {
+      ts[size_t(r)] = (r * 7) % T;
+      tags[size_t(r)] = (r * 5) % 3;
+    }
+    const auto wq = randBf(size_t(d)), wk = randBf(size_t(d));
+    const auto cs = randF(size_t(M * std::max(R, 1LL))), sn = randF(size_t(M * std::max(R, 1LL)));
+    auto dX = up(x), dT = up(t), dW = up(W), dU = up(U), dU0 = up(std::vector<uint16_t>(U.size(), 0));
+    auto dXc = up(concatRows(x, K, Kp, t, L, M)), dWc = up(concatRows(W, K, Kp, U, L, Wrows));
+    auto dB = up(bvec), dRes = up(res), dTab = up(table), dTs = up(ts), dTags = up(tags);
+    auto dWq = up(wq), dWk = up(wk), dCs = up(cs), dSn = up(sn);
+    // One launch: x (and its LoRA input tb, when given) against wb (and the up slot ub, when given); q, k, v follow
+    // each other in the result.
+    auto runWith = [&](const plan::Kernel &kk, Buf xb, Buf tb, Buf wb, Buf ub) {
+      Launch l;
+      l.in = {xb};
+      if (ek == plan::Epilogue::Residual) l.in.push_back(dRes);
+      if (ek == plan::Epilogue::GateResidual) l.in.insert(l.in.end(), {dRes, dTab, dTs, dTags});
+      if (qknr && R > 0) l.in.insert(l.in.end(), {dCs, dSn});
+      if (tb) l.in.push_back(tb);  // lora_t: the last input
+      for (long long o = 0; o < nout; ++o) l.out.push_back(outBuf(size_t(M * outCols * 2)));
+      l.w = {wb};
+      if (qkv) l.w.resize(3);  // [Wq; Wk; Wv] as one matrix (span 3)
+      if (qknr) l.w.insert(l.w.end(), {dWq, dWk});
+      if (ub) l.w.push_back(ub);  // the up slot: the last weight
+      if (bias) l.b = {dB};
+      l.e = rowsS(M);
+      run(kk, l);
+      std::vector<uint16_t> all;
+      for (long long o = 0; o < nout; ++o) {
+        auto v = down<uint16_t>(*l.out[size_t(o)], size_t(M * outCols));
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      return all;
+    };
+    auto diffText = [](size_t at) { return at == SIZE_MAX ? std::string() : fmt::format(" (first difference at {})", at); };
+    const auto want = runWith(kernel(opOf(Kc, 0)), dXc, nullptr, dWc, nullptr);
+    const auto base = runWith(kernel(opOf(K, 0)), dX, nullptr, dW, nullptr);
+    report(firstDiff(want, base) != SIZE_MAX, name + ": the LoRA term changes the output");
+    const EmitOp lop = opOf(K, L);
+    const plan::Kernel &lk = kernel(lop);
+    report(lk.id.find(fmt::format("_lora{}", L)) != std::string::npos, name + ": " + lk.id + " has the LoRA path");
+    const auto got = runWith(lk, dX, dT, dW, dU);
+    size_t at = firstDiff(got, want);
+    report(at == SIZE_MAX, name + fmt::format(": {} == the plain kernel over [x | t] and [W | up] (K' = {}) byte for "
+                                              "byte{}", lk.id, Kc, diffText(at)));
+    report(bytesEqual(got, runWith(lk, dX, dT, dW, dU)), name + ": two runs byte-equal");
+    at = firstDiff(runWith(lk, dX, dT, dW, dU0), base);
+    report(at == SIZE_MAX, name + ": a zero up slot == the op without LoRA byte for byte" + diffText(at));
+    if (lk.source.find("wgmma.mma_async") == std::string::npos) return;
+    // sm_90a: the mma.sync kernel (qk_norm_rope has none) and the Hopper schedule variants.
+    if (!qknr) {
+      hk::EmitOptions mma;
+      mma.wgmma = false;
+      const plan::Kernel &mk = kernel(lop, mma);
+      const auto ym = runWith(mk, dX, dT, dW, dU);
+      at = firstDiff(got, ym);
+      report(at == SIZE_MAX, name + fmt::format(": Hopper {} == mma.sync {} byte for byte{}", lk.id, mk.id, diffText(at)));
+      at = firstDiff(ym, want);
+      report(at == SIZE_MAX, name + ": mma.sync LoRA kernel == the plain kernel over [x | t] and [W | up]" + diffText(at));
+    }
+    for (const auto &[label, opts] : hopperGemmVariants(ek != plan::Epilogue::Swiglu && !qknr)) {
+      const plan::Kernel &vk = kernel(lop, opts);
+      if (vk.id.find("_sm90pp_") != std::string::npos || vk.source.find("#define G9_HALF_TAIL 1") != std::string::npos)
+        report(false, name + fmt::format(": {}: {} is the ping-pong kernel or runs half tiles (neither has a LoRA "
+                                         "path)", label, vk.id));
+      at = firstDiff(runWith(vk, dX, dT, dW, dU), want);
+      report(at == SIZE_MAX, name + fmt::format(": Hopper {} ({}) == the plain kernel over [x | t] and [W | up] byte "
+                                                "for byte{}", label, vk.id, diffText(at)));
+    }
+  } catch (const std::exception &ex) {
+    report(false, name + ": " + ex.what());
+  }
+}
+
+// lora_down (t = bf16(x down^T), an ordinary bf16 GEMM without bias or epilogue) on random x [M, K] and down [L, K]:
+// against an fp64 GEMM of all outputs (bound 1e-2, as checkLinear), byte-equal to a linear op of the same shape, and
+// on sm_90a the Hopper kernel byte-equal to the mma.sync kernel.
+void Kernels::checkLoraDown(const std::string &cfg, long long K, long long L, long long M) {
+  const std::string name = fmt::format("[{}] lora_down K={} lora_k={} M={}", cfg, K, L, M);
+  try {
+    const plan::OpAttrs a = with(attrs({{"K", K}, {"N", L}}), DType::BF16, DType::BF16, DType::BF16);
+    const auto x = randBf(size_t(M * K)), A = randBf(size_t(L * K), 1.0 / std::sqrt(double(K)));
+    auto dX = up(x), dA = up(A);
+    auto runWith = [&](const plan::Kernel &kk) {
+      Launch l;
+      l.in = {dX};
+      l.out = {outBuf(size_t(M * L * 2))};
+      l.w = {dA};
+      l.e = rowsS(M);
+      run(kk, l);
+      return down<uint16_t>(*l.out[0], size_t(M * L));
+    };
+    auto diffText = [](size_t at) { return at == SIZE_MAX ? std::string() : fmt::format(" (first difference at {})", at); };
+    const EmitOp dop = op(OpKind::LoraDown, "lora_down", a, kchunks(1), 1);
+    const plan::Kernel &k = kernel(dop);
+    const auto y = runWith(k);
+    report(bytesEqual(y, runWith(k)), name + ": two runs byte-equal");
+    size_t at = firstDiff(y, runWith(kernel(op(OpKind::Linear, "linear", a, kchunks(1), 1))));
+    report(at == SIZE_MAX, name + ": " + k.id + " == the linear op of its shape byte for byte" + diffText(at));
+    if (k.source.find("wgmma.mma_async") != std::string::npos) {
+      hk::EmitOptions mma;
+      mma.wgmma = false;
+      at = firstDiff(y, runWith(kernel(dop, mma)));
+      report(at == SIZE_MAX, name + ": Hopper kernel == mma.sync kernel byte for byte" + diffText(at));
+    }
+    std::vector<float> got(y.size());
+    std::vector<double> ref(y.size());
+    for (long long r = 0; r < M; ++r)
+      for (long long c = 0; c < L; ++c) {
+        double s = 0;
+        for (long long kk = 0; kk < K; ++kk)
+          s += double(bf16ToFloat(x[size_t(r * K + kk)])) * bf16ToFloat(A[size_t(c * K + kk)]);
+        ref[size_t(r * L + c)] = s;
+        got[size_t(r * L + c)] = bf16ToFloat(y[size_t(r * L + c)]);
+      }
+    ErrStat e = compare(got, ref);
+    report(e.frob < 1e-2, fmt::format("{}: vs fp64 rel_frob={:.3e} max_abs={:.3e} ref_rms={:.3e} (bound 1e-2)", name,
+                                      e.frob, e.maxAbs, e.refRms));
+  } catch (const std::exception &ex) {
+    report(false, name + ": " + ex.what());
+  }
+}
+
 } // namespace
 
 // tiny config: hidden 24, heads 2 x 16, ffn 32, rotary 12, time 8 -> 24 -> 16.
@@ -1110,6 +1231,30 @@ TEST_F(Kernels, QkvNormRopeEpilogue) {
   checkQkvNormRope("3 heads", 192, 3, 32, 128, 2);
   checkQkvNormRope("3 heads refiner", 192, 3, 0, 333, 1);
 }
+// Unmerged LoRA (docs/contract.md section 13): every epilogue kind of linear and qkv_linear with the LoRA path, at
+// M = 1, 37 and 300 (partial row tiles; 300: three of them), x widths that are whole k-blocks and one that is not
+// (200: the zero-padded last block before t's), LoRA widths of one to three k-blocks, N of one and of several column
+// tiles; then the full config's shapes (rank 64: qkv's three groups). checkLoraLinear says what each compares.
+TEST_F(Kernels, LoraLinear) {
+  for (long long M : {1LL, 37LL, 300LL}) {
+    checkLoraLinear("small", "qkv_linear", 192, 256, "none", false, M, 192);
+    checkLoraLinear("small", "qkv_linear", 192, 256, "qk_norm_rope", false, M, 192);
+    checkLoraLinear("small", "linear", 256, 192, "gate_residual", false, M, 64);
+    checkLoraLinear("small", "linear", 192, 1024, "swiglu", false, M, 64);
+    checkLoraLinear("small refiner", "linear", 256, 192, "residual", true, M, 128);
+    checkLoraLinear("odd K", "linear", 200, 320, "none", true, M, 64);
+    checkLoraLinear("odd K", "linear", 200, 640, "gate_residual", true, M, 128);
+    checkLoraLinear("tiny", "linear", 24, 64, "swiglu", false, M, 64);
+    checkLoraDown("small", 192, 192, M);
+    checkLoraDown("odd K", 200, 64, M);
+  }
+  if (quick()) return;
+  checkLoraLinear("full", "qkv_linear", 5376, 7168, "qk_norm_rope", false, 333, 192);
+  checkLoraLinear("full", "linear", 7168, 5376, "gate_residual", false, 333, 64);
+  checkLoraLinear("full", "linear", 5376, 28672, "swiglu", false, 333, 64);
+  checkLoraDown("full", 5376, 192, 333);
+}
+
 // The norms' shapes and launch forms (norm.cuh): the forward's row count, one row, rows per CTA 1, 3 and 16 (333 rows:
 // a partial last CTA), rows of one 256-element piece, and rows too long to stay in registers (x read twice).
 TEST_F(Kernels, NormShapes) {
