@@ -21,7 +21,7 @@ count "$log/main.txt"
 # Sanitizer build: no MLIR (the compiler is exercised above), everything else under ASan + UBSan.
 if [ "${H3C_SKIP_SANITIZERS:-0}" != 1 ]; then
   asan=(-DH3C_ENABLE_MLIR=OFF -DH3C_SANITIZE=ON)
-  # With Debian's clang-14 and the libFuzzer targets, which ctest then runs ~3 s each (issue 18): clang compiles
+  # With Debian's clang-14 and the libFuzzer targets, which ctest then runs ~2 s each (issue 18): clang compiles
   # this build in 225 CPU-seconds where g++-12 takes 361 (measured, unity build). H3C_ASAN_CLANG=0: g++-12, no fuzzing.
   [ "${H3C_ASAN_CLANG:-1}" = 1 ] && asan+=(-DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 -DH3C_FUZZ=ON)
   if H3C_BUILD_DIR="$root/build-asan" H3C_BUILD_TYPE=RelWithDebInfo bash "$root/scripts/build.sh" "${asan[@]}"; then
