@@ -150,16 +150,16 @@ struct Ctx {
 // y[M][N] = x W^T (no bias) in the op's order: k_chunks with one unit for BF16 weights, the sequential fma order for
 // F32 weights (section 6), plain double dot products for the reference. W is the rank's: a tensor a column shard
 // splits arrives as this rank's rows (the executor's rank WeightSource).
-// An unmerged LoRA path of the op (docs/contract.md section 13): the input t [M, L] and the rows of the up slot
-// [rows, L] that continue the chain of the weight's outputs (qkv: the matrix's third of the slot).
+// An unmerged LoRA path of the op (docs/contract.md section 13): the input t [M, L] and the up slot [rows, L], whose
+// rows from `row0` on continue the chain of a weight's outputs (qkv: 0, N, 2N for its three matrices).
 struct LoraPath {
   const std::vector<float> *t = nullptr;
-  int64_t L = 0;
-  std::vector<float> up;  // [N, L], this weight's rows
+  int64_t L = 0, rows = 0;
+  std::vector<float> up;  // the whole slot, loaded once per op
 };
 
-// The op's LoRA path for its weight matrix `group` of N rows (null without one).
-std::optional<LoraPath> loraPath(Ctx &cx, size_t group, int64_t M, int64_t N) {
+// The op's LoRA path (null without one).
+std::optional<LoraPath> loraPath(Ctx &cx, int64_t M) {
   const int64_t L = cx.op.attrs.loraK;
   if (!plan::takesLora(cx.op.kind) || L == 0) return std::nullopt;
   const HostValue &t = cx.in(cx.op.in.size() - 1);
@@ -167,18 +167,13 @@ std::optional<LoraPath> loraPath(Ctx &cx, size_t group, int64_t M, int64_t N) {
     cx.error(fmt::format("lora_t '{}' is [{} x {}], the op needs [{} x {}]", cx.op.in.back(), t.batch * t.rows, t.cols, M, L));
   const std::string &up = cx.op.weights.back();
   const h3::TensorSpec &s = cx.spec(up);
-  if (s.shape.size() != 2 || s.shape[1] != L || s.shape[0] < int64_t(group + 1) * N)
-    cx.error(fmt::format("up slot {} is {}, the op needs [{} rows, {}]", up, shapeText(s.shape), int64_t(group + 1) * N, L));
-  std::vector<float> all = cx.load(up);
-  LoraPath p;
-  p.t = &t.f;
-  p.L = L;
-  p.up.assign(all.begin() + int64_t(group) * N * L, all.begin() + int64_t(group + 1) * N * L);
-  return p;
+  if (s.shape.size() != 2 || s.shape[1] != L)
+    cx.error(fmt::format("up slot {} is {}, the op needs [rows, {}]", up, shapeText(s.shape), L));
+  return LoraPath{&t.f, L, s.shape[0], cx.load(up)};
 }
 
 std::vector<float> gemm(Ctx &cx, const std::vector<float> &x, int64_t M, int64_t K, const std::string &tensor,
-                        const std::optional<LoraPath> &lora = std::nullopt) {
+                        const LoraPath *lora = nullptr, int64_t row0 = 0) {
   const h3::TensorSpec &spec = cx.spec(tensor);
   const int64_t N = spec.shape[0];
   if (spec.shape.size() != 2 || spec.shape[1] != K)
@@ -189,6 +184,8 @@ std::vector<float> gemm(Ctx &cx, const std::vector<float> &x, int64_t M, int64_t
   if (lora) {
     // One chain over [x | t] against [W | up]: x's chunks (the last zero-padded to 16), then t's (section 13).
     if (spec.dtype != DType::BF16) cx.error("an unmerged LoRA path needs a BF16 weight");
+    if (row0 + N > lora->rows)
+      cx.error(fmt::format("the up slot's {} rows end before the weight's rows [{}, {})", lora->rows, row0, row0 + N));
     const int64_t K16 = (K + 15) / 16 * 16, KE = K16 + lora->L;
     std::vector<float> xe(size_t(M * KE), 0.f), we(size_t(N * KE), 0.f);
     for (int64_t m = 0; m < M; ++m) {
@@ -197,7 +194,8 @@ std::vector<float> gemm(Ctx &cx, const std::vector<float> &x, int64_t M, int64_t
     }
     for (int64_t n = 0; n < N; ++n) {
       std::copy(w.begin() + n * K, w.begin() + (n + 1) * K, we.begin() + n * KE);
-      std::copy(lora->up.begin() + n * lora->L, lora->up.begin() + (n + 1) * lora->L, we.begin() + n * KE + K16);
+      const auto u = lora->up.begin() + (row0 + n) * lora->L;
+      std::copy(u, u + lora->L, we.begin() + n * KE + K16);
     }
     if (cx.exact) cpu::gemmFp64(xe.data(), M, KE, we.data(), N, nullptr, y.data(), cx.env.threads);
     else cpu::gemmKChunks(xe.data(), M, KE, we.data(), N, y.data(), cx.env.threads);
@@ -338,7 +336,8 @@ void runLinear(Ctx &cx) {
     xa = asWeightDtype(x, wdt);
   }
 
-  std::vector<float> acc = gemm(cx, xa, M, K, wname, loraPath(cx, 0, M, N));
+  const std::optional<LoraPath> lora = loraPath(cx, M);
+  std::vector<float> acc = gemm(cx, xa, M, K, wname, lora ? &*lora : nullptr);
   // The linear node's own output (diffusers: the weight's dtype): acc + bias in F32, rounded for BF16 weights.
   addBias(cx, acc, M, N, bname, wdt == DType::BF16);
 
@@ -369,11 +368,13 @@ void normRopePair(Ctx &cx, const HostValue *x[2], size_t firstWeight, size_t cos
 
 void runQkvLinear(Ctx &cx) {
   const bool normRope = cx.op.attrs.epilogue == Epilogue::QkNormRope;
-  const size_t lora = cx.op.attrs.loraK > 0 ? 1 : 0;
-  if (cx.op.weights.size() != (normRope ? 5u : 3u) + lora || cx.op.out.size() != 3)
+  const size_t upSlot = cx.op.attrs.loraK > 0 ? 1 : 0;
+  if (cx.op.weights.size() != (normRope ? 5u : 3u) + upSlot || cx.op.out.size() != 3)
     cx.error("qkv_linear reads [Wq, Wk, Wv(, norm_q, norm_k)(, LoRA up slot)] and has three outputs");
   const HostValue &x = cx.in(0);
   const int64_t M = x.batch * x.rows;
+  const std::optional<LoraPath> lora = loraPath(cx, M);
+  int64_t row0 = 0;  // the matrix's first row in the stacked [Wq; Wk; Wv] (and in the up slot)
   for (int i = 0; i < 3; ++i) {
     const std::string &w = cx.weight(size_t(i));
     const auto &spec = cx.spec(w);
@@ -381,7 +382,8 @@ void runQkvLinear(Ctx &cx) {
       cx.error(fmt::format("{} has K = {}, input has {} columns", w, spec.shape[1], x.cols));
     const int64_t N = spec.shape[0];
     checkAttr(cx, "N", cx.op.attrs.N, N);
-    std::vector<float> acc = gemm(cx, asWeightDtype(x, spec.dtype), M, x.cols, w, loraPath(cx, size_t(i), M, N));
+    std::vector<float> acc = gemm(cx, asWeightDtype(x, spec.dtype), M, x.cols, w, lora ? &*lora : nullptr, row0);
+    row0 += N;
     HostValue &o = cx.out(static_cast<size_t>(i));
     if (o.numel() != M * N)
       cx.error(fmt::format("output '{}' shape disagrees with {}", cx.op.out[size_t(i)], w));

@@ -1,7 +1,6 @@
 // The resident engine (engine.h) and runModel(), its one-forward form.
 #include "h3c/runtime/engine.h"
 
-#include "h3c/runtime/lora_slots.h"
 #include "h3c/runtime/weight_identity.h"
 #include "h3c/support/content_hash.h"
 #include "h3c/support/error.h"
@@ -34,7 +33,7 @@ uint64_t planWeightBytes(const plan::Plan &p) {
 } // namespace
 
 Engine::Engine(const plan::Plan &p, WeightSource &weights, const RunOptions &opt, uint64_t cpuCacheBytes)
-    : plan_(p), source_(&weights), weights_(&weights), opt_(opt) {
+    : plan_(p), source_(&weights), weights_(&weights), loraSlots_(loraSlotTargets(p)), opt_(opt) {
   checkThreads(opt.threads);
   if (opt.tp != p.options.tp)
     fail("--tp", "the plan was compiled for tp = {}, asked for {} (compile with --tp {})", p.options.tp, opt.tp, opt.tp);
@@ -51,8 +50,6 @@ Engine::Engine(const plan::Plan &p, WeightSource &weights, const RunOptions &opt
     overlay_->holdAdapterSlots(p);  // (the GPU executor zeroes them in its buffers)
     weights_ = overlay_.get();
   }
-  for (const auto &b : p.weights)
-    for (const auto &t : b.tensors) unmerged_ |= t.adapter;
 }
 
 Engine::~Engine() = default;
@@ -161,7 +158,8 @@ void Engine::updateWeights(const std::vector<WeightInput> &inputs, h3::QkvLayout
   for (const auto &t : u.tensors)
     if (loraTouched_.count(t))
       fail("update:" + t, "{} ({} loaded): unload the adapters first, then update and load them again",
-           unmerged_ ? "is an adapter slot a loaded LoRA adapter fills" : "has a LoRA adapter merged into it",
+           plan_.weightTensor(t).adapter ? "is an adapter slot a loaded LoRA adapter fills"
+                                          : "has a LoRA adapter merged into it",
            loras_.size());
   std::map<std::string, std::string> hashes;
   if (overlay_) {
@@ -267,17 +265,16 @@ void Engine::loadLora(LoraAdapter adapter, double scale) {
   // with this adapter after the loaded ones, all computed before anything is written (a refused adapter changes
   // nothing), W untouched. The modules no slot serves (the AdaLN tables, norm_out, proj_in / proj_out) are merged
   // into their weights as section 12 says, like every module on a plan without slots.
-  const std::map<std::string, LoraSlotTarget> served = unmerged_ ? loraSlotTargets(plan_) : std::map<std::string, LoraSlotTarget>();
   std::map<std::string, Tensor> slotValues;
-  if (unmerged_) {
+  if (!loraSlots_.empty()) {
     LoadedAdapters all;
     for (const LoadedLora &l : loras_) all.push_back({l.adapter.get(), l.scale});
     all.push_back({&adapter, scale});
-    slotValues = loraSlotValues(plan_, all);
+    slotValues = loraSlotValues(plan_, loraSlots_, all);
   }
   std::vector<std::string> targets;  // the weights merged
   for (const LoraModule &m : adapter.modules) {
-    if (served.count(m.target)) continue;
+    if (loraSlots_.count(m.target)) continue;
     const plan::WeightTensor &t = plan_.weightTensor(m.target);  // throws naming a tensor the plan lacks
     checkLoraTerms(t.dtype, t.shape, {{&m, scale}});
     targets.push_back(m.target);
@@ -378,17 +375,17 @@ const nlohmann::json &Engine::weightsRecord() {
                     {"updates", updates_},
                     {"updated", std::vector<std::string>(updated_.begin(), updated_.end())},
                     {"lora", nlohmann::json::array()}};
-  const auto served = loraSlotTargets(plan_);
+  const bool unmerged = !loraSlots_.empty();
   for (const LoadedLora &l : loras_) {
     int64_t merged = 0;  // on a plan with slots: the modules no slot serves, merged into their weights
-    for (const LoraModule &m : l.adapter->modules) merged += served.count(m.target) ? 0 : 1;
+    for (const LoraModule &m : l.adapter->modules) merged += loraSlots_.count(m.target) ? 0 : 1;
     weightsRecord_["lora"].push_back({{"path", l.adapter->path},
                                       {"sha256", l.adapter->sha256},
                                       {"format", l.adapter->format},
                                       {"scale", l.scale},
-                                      {"mode", unmerged_ ? "unmerged" : "merged"},
+                                      {"mode", unmerged ? "unmerged" : "merged"},
                                       {"modules", l.adapter->modules.size()}});
-    if (unmerged_) weightsRecord_["lora"].back()["merged_modules"] = merged;
+    if (unmerged) weightsRecord_["lora"].back()["merged_modules"] = merged;
   }
   return weightsRecord_;
 }

@@ -39,8 +39,8 @@ std::map<std::string, LoraSlotTarget> loraSlotTargets(const plan::Plan &p) {
   return out;
 }
 
-std::map<std::string, Tensor> loraSlotValues(const plan::Plan &p, const LoadedAdapters &adapters) {
-  const auto targets = loraSlotTargets(p);
+std::map<std::string, Tensor> loraSlotValues(const plan::Plan &p, const std::map<std::string, LoraSlotTarget> &targets,
+                                             const LoadedAdapters &adapters) {
   std::map<std::string, Tensor> slots;
   std::map<std::string, int64_t> used;  // base weight -> ranks taken by earlier modules
   auto slot = [&](const std::string &name) -> Tensor & {

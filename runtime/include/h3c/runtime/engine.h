@@ -7,6 +7,7 @@
 #pragma once
 
 #include "h3c/runtime/executor.h"
+#include "h3c/runtime/lora_slots.h"
 #include "h3c/runtime/weight_update.h"
 
 #include <cstdint>
@@ -66,7 +67,7 @@ public:
   // Every tensor the loaded adapters touched back to its value before the first, byte for byte (unmerged: the slots
   // back to zero).
   void unloadLoras();
-  bool loraUnmerged() const { return unmerged_; }
+  bool loraUnmerged() const { return !loraSlots_.empty(); }
   size_t lorasLoaded() const { return loras_.size(); }
 
   const plan::Plan &plan() const { return plan_; }
@@ -97,7 +98,8 @@ private:
     double scale;
   };
   std::vector<LoadedLora> loras_;          // in load order
-  bool unmerged_ = false;                   // the plan has adapter slots: adapters load unmerged
+  // The plan's unmerged LoRA slots by the base weight they serve (lora_slots.h); empty: every adapter is merged.
+  const std::map<std::string, LoraSlotTarget> loraSlots_;
   void writeLoraSlots(const std::map<std::string, Tensor> &values);  // slots set where the engine holds them
   std::set<std::string> loraTouched_;       // every tensor a loaded adapter touches
   // Host copies of the bases that hot updates made (touched tensors an update wrote before the first adapter); the

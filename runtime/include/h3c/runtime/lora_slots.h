@@ -36,6 +36,8 @@ using LoadedAdapters = std::vector<std::pair<const LoraAdapter *, double>>;
 // the ranks the earlier adapters took on the same weight. Modules whose weight no slot serves are skipped (the engine
 // merges them). Throws an h3c::Error naming the adapter and module when the ranks on one weight exceed the slot rank,
 // a value is not finite in BF16, or a shape differs; nothing is returned partially.
-std::map<std::string, Tensor> loraSlotValues(const plan::Plan &p, const LoadedAdapters &adapters);
+// `targets` is loraSlotTargets(p) (an engine derives it once per plan).
+std::map<std::string, Tensor> loraSlotValues(const plan::Plan &p, const std::map<std::string, LoraSlotTarget> &targets,
+                                             const LoadedAdapters &adapters);
 
 } // namespace h3c::rt
