@@ -116,16 +116,21 @@ void epilogueInputs(std::vector<std::string> &v, Epilogue e) {
     for (const char *r : {"residual", "table", "ts_index", "tags"}) v.push_back(r);
 }
 
+// An op with an unmerged LoRA path (section 13) lists what the op without it lists (`list` of its attrs with lora_k
+// 0), then `extra`.
+template <typename List>
+std::vector<std::string> withLora(OpKind k, const OpAttrs &a, List list, const char *extra) {
+  OpAttrs base = a;
+  base.loraK = 0;
+  std::vector<std::string> v = list(k, base);
+  v.push_back(extra);
+  return v;
+}
+
 } // namespace
 
 std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
-  if (takesLora(k) && a.loraK > 0) {
-    OpAttrs base = a;
-    base.loraK = 0;
-    std::vector<std::string> v = inputRoles(k, base);
-    v.push_back("lora_t");
-    return v;
-  }
+  if (takesLora(k) && a.loraK > 0) return withLora(k, a, inputRoles, "lora_t");
   switch (k) {
   case OpKind::RopeTable: return {"positions", "text_indices", "video_indices", "audio_indices"};
   case OpKind::TimestepSinusoid: return {"t"};
@@ -182,13 +187,7 @@ std::vector<std::string> outputRoles(OpKind k, const OpAttrs &) {
 }
 
 std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
-  if (takesLora(k) && a.loraK > 0) {
-    OpAttrs base = a;
-    base.loraK = 0;
-    std::vector<std::string> v = attrKeys(k, base);
-    v.push_back("lora_k");
-    return v;
-  }
+  if (takesLora(k) && a.loraK > 0) return withLora(k, a, attrKeys, "lora_k");
   static const std::vector<std::string> none, ropeTable = {"rotary_dim", "theta"}, sinusoid = {"freq_dim"},
       linear = {"K", "N", "epilogue"}, linearGate = {"K", "N", "epilogue", "chunk", "num_chunks", "row_index"},
       adaln = {"K", "N", "num_chunks", "rows_per_timestep"}, qkv = {"K", "N", "heads", "head_dim"},
