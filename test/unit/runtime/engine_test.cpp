@@ -1,5 +1,6 @@
 // The resident engine (engine.h) on the CPU: many forwards, each byte-equal (outputs and sealed ledger) to a fresh
 // runModel over a fresh weight source, with every weight tensor read from its source exactly once per engine.
+#include "run_options.h"
 #include "test_plans.h"
 
 #include "h3c/runtime/engine.h"
@@ -45,13 +46,7 @@ using testplans::loadModelPlan;
 // RequestShape{text, audio, videoT, videoH, videoW, batch, timesteps}.
 Request req(const h3::Config &c, const RequestShape &sh, uint64_t seed) { return makeRequest(c, sh, seed); }
 
-RunOptions options(const plan::Plan &p) {
-  RunOptions o;
-  o.tp = p.options.tp;
-  o.sp = p.options.sp;
-  o.threads = 2;
-  return o;
-}
+RunOptions options(const plan::Plan &p) { return testtool::planOptions(p); }
 
 void expectSameRun(const RunResult &a, const RunResult &b) {
   EXPECT_EQ(a.outputs.sample.shape, b.outputs.sample.shape);

@@ -3,6 +3,7 @@
 // against the rounding rule spelled out on the bits here); native names place their rows as the native layout
 // says (built here from index formulas); a refused update changes nothing; the ledger's weights record is the
 // documented formula over the documented per-tensor hash, and `ledger diff` names the tensors that changed.
+#include "run_options.h"
 #include "test_plans.h"
 
 #include "h3c/models/checkpoint.h"
@@ -33,13 +34,7 @@ namespace weight_update_test {
 
 using testplans::loadModelPlan;
 
-RunOptions options(const plan::Plan &p) {
-  RunOptions o;
-  o.tp = p.options.tp;
-  o.sp = p.options.sp;
-  o.threads = 2;
-  return o;
-}
+RunOptions options(const plan::Plan &p) { return testtool::planOptions(p); }
 
 struct TempDir {
   fs::path path;
