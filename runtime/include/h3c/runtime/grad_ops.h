@@ -1,0 +1,37 @@
+// The CPU reference of the backward's numerics (docs/contract.md section 14): each gradient element by its one fixed
+// sequence of F32 operations, as the GPU's backward kernels will compute it. So far the linear family: dX by k_chunks
+// over the weight's output features, dW and dbias by row_units over the canonical rows of each batch item, items
+// folded in batch order. Inputs are F32 arrays (bf16 values held as floats), row-major.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace h3c::rt::grad {
+
+// row_units' unit: 128 canonical rows of one item.
+constexpr int64_t kRowUnit = 128;
+
+// A batch's token rows in canonical order: item b holds rows [begin[b], begin[b + 1]); begin[0] = 0 and the last
+// entry is the row count. (One item: {0, M}.)
+using ItemRows = std::vector<int64_t>;
+
+// The bf16 linear (section 3's `linear` with a BF16 weight). g [M][N] the output's gradient, w [N][K].
+// dX [M][K] = bf(g) W: per element the F32 chain over N's 16-wide chunks ascending (each chunk summed in double).
+std::vector<float> linearDx(const float *g, int64_t M, int64_t N, const float *w, int64_t K, int threads);
+// dW [N][K] = row_units over the rows of bf(g[r][n]) * bf(x[r][k]) (x: the linear's input; its bf16 value is what the
+// GEMM read). Each unit's partial is the chain over its 16-row chunks ascending.
+std::vector<float> linearDw(const float *g, const float *x, const ItemRows &items, int64_t N, int64_t K,
+                            int threads);
+// dbias [N] = row_units over the rows of g[r][n], each unit's partial the sequential F32 sum over its rows
+// ascending from 0 (for the bf16 and the F32 linears alike).
+std::vector<float> biasGrad(const float *g, const ItemRows &items, int64_t N);
+
+// The F32 linear (sequential fma chains, no tensor core): dX[m][k] = the chain acc = fma(g[m][n], w[n][k], acc) over
+// n ascending from 0; dW[n][k] = row_units whose unit partial is the chain acc = fma(g[r][n], x[r][k], acc) over the
+// unit's rows ascending from 0.
+std::vector<float> linearDxF32(const float *g, int64_t M, int64_t N, const float *w, int64_t K, int threads);
+std::vector<float> linearDwF32(const float *g, const float *x, const ItemRows &items, int64_t N, int64_t K,
+                               int threads);
+
+} // namespace h3c::rt::grad
