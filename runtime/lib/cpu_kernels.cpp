@@ -141,12 +141,14 @@ void gemmFp64(const float *x, int64_t M, int64_t K, const float *w, int64_t N, c
   });
 }
 
-float laneTreeSumSquares(const float *x, int64_t n) {
+float laneTreeSumSquares(const float *x, int64_t n) { return laneTreeDot(x, x, n); }
+
+float laneTreeDot(const float *a, const float *b, int64_t n) {
   float part[32];
   for (int l = 0; l < 32; ++l) {
     float acc = 0.f;
     for (int64_t j = l; j < n; j += 32)
-      acc = std::fmaf(x[j], x[j], acc);
+      acc = std::fmaf(a[j], b[j], acc);
     part[l] = acc;
   }
   for (int off = 16; off >= 1; off /= 2)

@@ -20,6 +20,8 @@ void gemmFp64(const float *x, int64_t M, int64_t K, const float *w, int64_t N, c
 
 // lane_tree sum of squares of x[0..n) (32 lanes, fma accumulation, shuffle-down tree).
 float laneTreeSumSquares(const float *x, int64_t n);
+// lane_tree sum of the products a[j] * b[j] (the same lanes and tree; laneTreeSumSquares is laneTreeDot(x, x)).
+float laneTreeDot(const float *a, const float *b, int64_t n);
 
 // Flash attention for one (query row, head): q [d], keys/values rows `kv` apart (stride `ld`), n keys; out [d] F32
 // before the final bf16 rounding (o / l). Ordered: keys in blocks of kBlock (the order's kv_block), k_chunks dot products, P = bf(exp2(fma(s, c, -fl(m c))))

@@ -5,6 +5,7 @@
 
 #include "cpu_kernels.h"
 #include "h3c/runtime/cpu_ops.h"
+#include "h3c/support/detmath.h"
 #include "h3c/support/dtype.h"
 #include "h3c/support/error.h"
 
@@ -51,10 +52,32 @@ std::vector<float> foldUnits(const ItemRows &items, size_t n, Unit unit) {
 template <class F>
 std::vector<float> transposeRows(const float *a, int64_t cols, int64_t r0, int64_t r1, F f) {
   const int64_t R = r1 - r0;
-  std::vector<float> t(size_t(cols * R));
+  std::vector<float> t(static_cast<size_t>(cols * R));
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < cols; ++c) t[size_t(c * R + r)] = f(a[(r0 + r) * cols + c]);
   return t;
+}
+
+// row_units per table row: for every table row, the fold of its token rows' unit chains (`term(r, acc)` adds row
+// r's C terms to acc), the token rows of other table rows left out; a table row no token reads stays 0.
+template <class Term>
+std::vector<float> foldTableRows(const TableRows &rows, const ItemRows &items, int64_t C, Term term) {
+  checkItems(items, "table gradient");
+  if (int64_t(rows.row.size()) != items.back())
+    fail("table gradient", "{} table row indices for {} token rows", rows.row.size(), items.back());
+  for (int64_t t : rows.row)
+    if (t < 0 || t >= rows.count) fail("table gradient", "table row {} outside [0, {})", t, rows.count);
+  std::vector<float> out(size_t(rows.count * C), 0.f);
+  std::vector<float> part(static_cast<size_t>(C));
+  for (int64_t t = 0; t < rows.count; ++t) {
+    const std::vector<float> s = foldUnits(items, size_t(C), [&](int64_t r0, int64_t r1, float *u) {
+      std::fill(u, u + C, 0.f);
+      for (int64_t r = r0; r < r1; ++r)
+        if (rows.row[size_t(r)] == t) term(r, u);
+    });
+    std::copy(s.begin(), s.end(), out.begin() + t * C);
+  }
+  return out;
 }
 
 } // namespace grad_detail
@@ -64,7 +87,7 @@ std::vector<float> linearDx(const float *g, int64_t M, int64_t N, const float *w
   for (float &v : gb) v = roundBf16(v);
   // dX[m][k] = sum over n of gb[m][n] * w[n][k]: the k_chunks GEMM of gb [M][N] against W^T [K][N].
   const std::vector<float> wt = grad_detail::transposeRows(w, K, 0, N, [](float v) { return v; });
-  std::vector<float> dx(size_t(M * K));
+  std::vector<float> dx(static_cast<size_t>(M * K));
   cpu::gemmKChunks(gb.data(), M, N, wt.data(), K, dx.data(), threads);
   return dx;
 }
@@ -93,7 +116,7 @@ std::vector<float> biasGrad(const float *g, const ItemRows &items, int64_t N) {
 }
 
 std::vector<float> linearDxF32(const float *g, int64_t M, int64_t N, const float *w, int64_t K, int threads) {
-  std::vector<float> dx(size_t(M * K));
+  std::vector<float> dx(static_cast<size_t>(M * K));
   parallelFor(M, threads, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m)
       for (int64_t k = 0; k < K; ++k) {
@@ -118,6 +141,117 @@ std::vector<float> linearDwF32(const float *g, const float *x, const ItemRows &i
         }
     });
   });
+}
+
+GateResidualGrad gateResidualGrad(const float *dz, const float *y, const float *gate, const TableRows &rows,
+                                  const ItemRows &items, int64_t C) {
+  GateResidualGrad g;
+  g.dgate = grad_detail::foldTableRows(rows, items, C, [&](int64_t r, float *acc) {
+    for (int64_t c = 0; c < C; ++c) acc[c] = std::fmaf(dz[r * C + c], y[r * C + c], acc[c]);
+  });
+  const int64_t M = items.back();
+  g.dy.resize(size_t(M * C));
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = 0; c < C; ++c) g.dy[size_t(r * C + c)] = dz[r * C + c] * gate[rows.row[size_t(r)] * C + c];
+  return g;
+}
+
+std::vector<float> swigluGrad(const float *dy, const float *x, int64_t M, int64_t F) {
+  std::vector<float> dx(static_cast<size_t>(M * 2 * F));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t f = 0; f < F; ++f) {
+      const float v = x[m * 2 * F + f], g = x[m * 2 * F + F + f], d = dy[m * F + f];
+      const float s = 1.0f / (1.0f + detmath::expf(-g));
+      dx[size_t(m * 2 * F + f)] = d * roundBf16(detmath::silu(g));
+      dx[size_t(m * 2 * F + F + f)] = (d * v) * (s * (1.0f + g * (1.0f - s)));
+    }
+  return dx;
+}
+
+namespace grad_detail {
+
+float invRms(const float *x, int64_t n, float eps) {
+  return 1.0f / std::sqrt(cpu::laneTreeSumSquares(x, n) / float(n) + eps);
+}
+
+// One group's dx from dn (the gradient of its normalized values): dx = inv * (dn - xu * (d / n)), xu = x * inv.
+void rmsGroupDx(const float *x, const float *dn, int64_t n, float eps, float *dx) {
+  const float inv = invRms(x, n, eps);
+  std::vector<float> xu(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) xu[size_t(j)] = x[j] * inv;
+  const float mean = cpu::laneTreeDot(dn, xu.data(), n) / float(n);
+  for (int64_t j = 0; j < n; ++j) dx[j] = inv * (dn[j] - xu[size_t(j)] * mean);
+}
+
+} // namespace grad_detail
+
+NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const ItemRows &items, int64_t C, int64_t d,
+                     float eps) {
+  grad_detail::checkItems(items, "rmsNormGrad");
+  if (d <= 0 || C % d) fail("rmsNormGrad", "{} columns are no whole number of {}-channel groups", C, d);
+  const int64_t M = items.back(), G = C / d;
+  NormGrad g;
+  g.dx.resize(size_t(M * C));
+  std::vector<float> dn(static_cast<size_t>(d));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t h = 0; h < G; ++h) {
+      const float *xr = x + m * C + h * d, *dr = dy + m * C + h * d;
+      for (int64_t j = 0; j < d; ++j) dn[size_t(j)] = w ? dr[j] * w[j] : dr[j];
+      grad_detail::rmsGroupDx(xr, dn.data(), d, eps, &g.dx[size_t(m * C + h * d)]);
+    }
+  if (w)
+    g.dw = grad_detail::foldUnits(items, size_t(d), [&](int64_t r0, int64_t r1, float *acc) {
+      std::fill(acc, acc + d, 0.f);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t h = 0; h < G; ++h) {
+          const float *xr = x + r * C + h * d, *dr = dy + r * C + h * d;
+          const float inv = grad_detail::invRms(xr, d, eps);
+          for (int64_t j = 0; j < d; ++j) acc[j] = std::fmaf(dr[j], roundBf16(xr[j] * inv), acc[j]);
+        }
+    });
+  return g;
+}
+
+NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *scale, const float *shift,
+                                  const TableRows &rows, const ItemRows &items, int64_t H, float eps) {
+  (void)shift;  // y is linear in shift: its gradient does not read it
+  NormModulateGrad g;
+  g.dshift = grad_detail::foldTableRows(rows, items, H, [&](int64_t r, float *acc) {
+    for (int64_t c = 0; c < H; ++c) acc[c] = acc[c] + dy[r * H + c];
+  });
+  g.dscale = grad_detail::foldTableRows(rows, items, H, [&](int64_t r, float *acc) {
+    const float inv = grad_detail::invRms(x + r * H, H, eps);
+    for (int64_t c = 0; c < H; ++c) acc[c] = std::fmaf(dy[r * H + c], roundBf16(x[r * H + c] * inv), acc[c]);
+  });
+  const int64_t M = items.back();
+  g.dx.resize(size_t(M * H));
+  std::vector<float> dn(static_cast<size_t>(H));
+  for (int64_t r = 0; r < M; ++r) {
+    const float *sc = scale + rows.row[size_t(r)] * H;
+    for (int64_t c = 0; c < H; ++c) dn[size_t(c)] = dy[r * H + c] * roundBf16(1.0f + sc[c]);
+    grad_detail::rmsGroupDx(x + r * H, dn.data(), H, eps, &g.dx[size_t(r * H)]);
+  }
+  return g;
+}
+
+std::vector<float> ropeGrad(const float *dy, const float *cos, const float *sin, int64_t M, int64_t heads, int64_t d,
+                            int64_t R) {
+  if (R % 2 || R > d) fail("ropeGrad", "rotary width {} must be even and at most the head's {}", R, d);
+  const int64_t C = heads * d, h2 = R / 2;
+  std::vector<float> dx(dy, dy + M * C);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t h = 0; h < heads; ++h) {
+      const float *g = dy + m * C + h * d;
+      float *o = &dx[size_t(m * C + h * d)];
+      const float *cr = cos + m * R, *sr = sin + m * R;
+      for (int64_t i = 0; i < h2; ++i) {
+        const float c0 = roundBf16(cr[i]), c1 = roundBf16(cr[i + h2]), s0 = roundBf16(sr[i]),
+                    s1 = roundBf16(sr[i + h2]);
+        o[i] = g[i] * c0 + g[i + h2] * s1;
+        o[i + h2] = g[i + h2] * c1 - g[i] * s0;
+      }
+    }
+  return dx;
 }
 
 } // namespace h3c::rt::grad

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -190,6 +191,169 @@ TEST(GradOps, RefusesBadItemRows) {
   EXPECT_THROW(linearDw(g.data(), x.data(), {1, 2}, 2, 2, 1), Error);
   EXPECT_THROW(biasGrad(g.data(), {0, 3, 2}, 2), Error);
   EXPECT_THROW(biasGrad(g.data(), {0}, 2), Error);
+}
+
+// ---- elementwise and row-wise ops: against central differences of fp64 forwards written from section 3's math (no
+// roundings, so their gradient is the straight-through one; the bound covers the bf16 values the contract's
+// gradients read in place of exact ones, ~2^-8 relative).
+
+using Fwd = std::function<double(const std::vector<double> &)>;
+
+// d loss / d p[i] for every i by central differences in double.
+std::vector<double> numericGrad(const Fwd &loss, std::vector<double> p) {
+  std::vector<double> g(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double h = 1e-4 * std::max(1.0, std::fabs(p[i])), p0 = p[i];
+    p[i] = p0 + h;
+    const double a = loss(p);
+    p[i] = p0 - h;
+    const double b = loss(p);
+    p[i] = p0;
+    g[i] = (a - b) / (2 * h);
+  }
+  return g;
+}
+
+void expectNear(const std::vector<float> &got, const std::vector<double> &want, size_t offset, const char *what,
+                double tol = 1e-2) {
+  double scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) scale = std::max(scale, std::fabs(want[offset + i]));
+  ASSERT_GT(scale, 0) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::fabs(double(got[i]) - want[offset + i]), tol * scale) << what << "[" << i << "]";
+}
+
+std::vector<double> toDouble(const std::vector<float> &a, const std::vector<float> &b = {}) {
+  std::vector<double> p(a.begin(), a.end());
+  p.insert(p.end(), b.begin(), b.end());
+  return p;
+}
+
+TEST(GradOps, SwigluAgainstCentralDifferences) {
+  const int64_t M = 3, F = 8;
+  const std::vector<float> x = randomBf16(size_t(M * 2 * F), 12, 2.f), dy = randomF32(size_t(M * F), 13);
+  const std::vector<float> dx = swigluGrad(dy.data(), x.data(), M, F);
+  const std::vector<double> num = numericGrad([&](const std::vector<double> &p) {
+    double l = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t f = 0; f < F; ++f) {
+        const double v = p[size_t(m * 2 * F + f)], g = p[size_t(m * 2 * F + F + f)];
+        l += dy[size_t(m * F + f)] * v * g / (1 + std::exp(-g));
+      }
+    return l;
+  }, toDouble(x));
+  expectNear(dx, num, 0, "swiglu dx");
+}
+
+TEST(GradOps, RmsNormAndQkNormAgainstCentralDifferences) {
+  for (const int64_t d : {int64_t(24), int64_t(8)}) {  // rms_norm over the row, then qk_norm's 3 heads of 8
+    const int64_t M = 4, C = 24, G = C / d;
+    const float eps = 1e-6f;
+    const std::vector<float> x = randomBf16(size_t(M * C), 14), w = randomBf16(size_t(d), 15),
+                             dy = randomF32(size_t(M * C), 16);
+    const NormGrad g = rmsNormGrad(dy.data(), x.data(), w.data(), {0, M}, C, d, eps);
+    const std::vector<double> num = numericGrad([&](const std::vector<double> &p) {
+      double l = 0;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t h = 0; h < G; ++h) {
+          double ss = 0;
+          for (int64_t j = 0; j < d; ++j) ss += p[size_t(m * C + h * d + j)] * p[size_t(m * C + h * d + j)];
+          const double inv = 1 / std::sqrt(ss / double(d) + eps);
+          for (int64_t j = 0; j < d; ++j)
+            l += dy[size_t(m * C + h * d + j)] * p[size_t(m * C + h * d + j)] * inv * p[size_t(M * C + j)];
+        }
+      return l;
+    }, toDouble(x, w));
+    expectNear(g.dx, num, 0, "rms dx");
+    expectNear(g.dw, num, size_t(M * C), "rms dw");
+  }
+}
+
+TEST(GradOps, NormModulateAndGateResidualAgainstCentralDifferences) {
+  const int64_t M = 5, H = 16, T = 2;
+  const float eps = 1e-6f;
+  const TableRows rows{{0, 1, 1, 0, 1}, T};
+  const std::vector<float> x = randomBf16(size_t(M * H), 17), scale = randomBf16(size_t(T * H), 18, 0.3f),
+                           shift = randomBf16(size_t(T * H), 19), dy = randomF32(size_t(M * H), 20),
+                           y = randomBf16(size_t(M * H), 21), gate = randomBf16(size_t(T * H), 22);
+  const NormModulateGrad g = normModulateGrad(dy.data(), x.data(), scale.data(), shift.data(), rows, {0, M}, H, eps);
+  std::vector<double> p = toDouble(x, scale);
+  p.insert(p.end(), shift.begin(), shift.end());
+  const std::vector<double> num = numericGrad([&](const std::vector<double> &q) {
+    double l = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      double ss = 0;
+      for (int64_t c = 0; c < H; ++c) ss += q[size_t(m * H + c)] * q[size_t(m * H + c)];
+      const double inv = 1 / std::sqrt(ss / double(H) + eps);
+      const int64_t t = rows.row[size_t(m)];
+      for (int64_t c = 0; c < H; ++c)
+        l += dy[size_t(m * H + c)] * (q[size_t(m * H + c)] * inv * (1 + q[size_t(M * H + t * H + c)]) +
+                                      q[size_t(M * H + T * H + t * H + c)]);
+    }
+    return l;
+  }, p);
+  expectNear(g.dx, num, 0, "norm_modulate dx");
+  expectNear(g.dscale, num, size_t(M * H), "norm_modulate dscale");
+  expectNear(g.dshift, num, size_t(M * H + T * H), "norm_modulate dshift");
+  // gate_residual z = x + gate * y: dy = dz * gate, dgate = the sum of dz * y over the table row's token rows.
+  const GateResidualGrad gr = gateResidualGrad(dy.data(), y.data(), gate.data(), rows, {0, M}, H);
+  const std::vector<double> gnum = numericGrad([&](const std::vector<double> &q) {
+    double l = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t c = 0; c < H; ++c)
+        l += dy[size_t(m * H + c)] * q[size_t(M * H + rows.row[size_t(m)] * H + c)] * q[size_t(m * H + c)];
+    return l;
+  }, toDouble(y, gate));
+  expectNear(gr.dy, gnum, 0, "gate_residual dy", 1e-5);
+  expectNear(gr.dgate, gnum, size_t(M * H), "gate_residual dgate", 1e-5);
+}
+
+// The table rows' row_units, element by element: token rows of other table rows left out, units of 128 per item.
+TEST(GradOps, TableRowsFoldTheirOwnRowsByUnits) {
+  const int64_t C = 3;
+  const ItemRows items = {0, 200, 260};
+  TableRows rows{{}, 3};
+  for (int64_t r = 0; r < items.back(); ++r) rows.row.push_back(r % 7 == 0 ? 2 : r % 2);
+  const std::vector<float> dz = randomF32(size_t(items.back() * C), 23), y = randomF32(size_t(items.back() * C), 24),
+                           gate(size_t(3 * C), 1.f);
+  const GateResidualGrad g = gateResidualGrad(dz.data(), y.data(), gate.data(), rows, items, C);
+  const int64_t units[][2] = {{0, 128}, {128, 200}, {200, 260}};
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      float part[3];
+      for (int u = 0; u < 3; ++u) {
+        float acc = 0.f;
+        for (int64_t r = units[u][0]; r < units[u][1]; ++r)
+          if (rows.row[size_t(r)] == t) acc = std::fmaf(dz[size_t(r * C + c)], y[size_t(r * C + c)], acc);
+        part[u] = acc;
+      }
+      ASSERT_EQ(g.dgate[size_t(t * C + c)], (part[0] + part[1]) + part[2]) << t << " " << c;
+    }
+  EXPECT_THROW(gateResidualGrad(dz.data(), y.data(), gate.data(), TableRows{rows.row, 2}, items, C), Error);
+}
+
+TEST(GradOps, RopeAgainstCentralDifferences) {
+  const int64_t M = 3, heads = 2, d = 12, R = 8, C = heads * d;
+  const std::vector<float> x = randomBf16(size_t(M * C), 25), dy = randomF32(size_t(M * C), 26),
+                           cs = randomF32(size_t(M * R), 27), sn = randomF32(size_t(M * R), 28);
+  const std::vector<float> dx = ropeGrad(dy.data(), cs.data(), sn.data(), M, heads, d, R);
+  const std::vector<double> num = numericGrad([&](const std::vector<double> &p) {
+    double l = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < d; ++j) {
+          const double xj = p[size_t(m * C + h * d + j)];
+          double yj = xj;
+          if (j < R) {
+            const int64_t o = j < R / 2 ? j + R / 2 : j - R / 2;
+            const double rot = j < R / 2 ? -p[size_t(m * C + h * d + o)] : p[size_t(m * C + h * d + o)];
+            yj = xj * roundBf16(cs[size_t(m * R + j)]) + rot * roundBf16(sn[size_t(m * R + j)]);
+          }
+          l += dy[size_t(m * C + h * d + j)] * yj;
+        }
+    return l;
+  }, toDouble(x));
+  expectNear(dx, num, 0, "rope dx", 1e-5);
 }
 
 } // namespace grad_ops_test

@@ -35,3 +35,46 @@ std::vector<float> linearDwF32(const float *g, const float *x, const ItemRows &i
                                int threads);
 
 } // namespace h3c::rt::grad
+
+namespace h3c::rt::grad {
+
+// Which AdaLN table row each token row reads (timestep index * 3 + tag; norm_out: the timestep index), and how many
+// rows the table has. The table gradients gather the rows of each table row (row_units, the others left out).
+struct TableRows {
+  std::vector<int64_t> row;
+  int64_t count = 0;
+};
+
+// gate_residual `z = bf(fma(gate, y, x))` (x's gradient is dz): dy [M][C] = dz * gate; dgate [count][C] = row_units of
+// dz * y (fma chains) over each table row's token rows. gate [count][C] is the table chunk (bf16 values).
+struct GateResidualGrad {
+  std::vector<float> dy, dgate;
+};
+GateResidualGrad gateResidualGrad(const float *dz, const float *y, const float *gate, const TableRows &rows,
+                                  const ItemRows &items, int64_t C);
+
+// swiglu `y = bf(v * bf(silu(g)))` over x = [v | g] [M][2F]: dx [M][2F].
+std::vector<float> swigluGrad(const float *dy, const float *x, int64_t M, int64_t F);
+
+// rms_norm over groups of d channels of each row of x [M][C] (rms_norm: d = C; qk_norm: d = head_dim) with the
+// weight w [d] (null: no weight): dx [M][C] and dw [d] (row_units over (row, group) pairs; empty without a weight).
+struct NormGrad {
+  std::vector<float> dx, dw;
+};
+NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const ItemRows &items, int64_t C, int64_t d,
+                     float eps);
+
+// norm_modulate `y = bf(fma(n, bf(1 + scale), shift))`, n the weightless rms_norm of x [M][H]; scale, shift
+// [count][H] the table chunks (bf16 values): dx [M][H], dscale and dshift [count][H].
+struct NormModulateGrad {
+  std::vector<float> dx, dscale, dshift;
+};
+NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *scale, const float *shift,
+                                  const TableRows &rows, const ItemRows &items, int64_t H, float eps);
+
+// rope on the first R channels of each d-channel head of x [M][heads * d], cos / sin [M][R] (F32; rounded to bf16
+// here, as the forward uses them): dx [M][heads * d].
+std::vector<float> ropeGrad(const float *dy, const float *cos, const float *sin, int64_t M, int64_t heads, int64_t d,
+                            int64_t R);
+
+} // namespace h3c::rt::grad
