@@ -159,8 +159,10 @@ float laneTreeDot(const float *a, const float *b, int64_t n) {
 
 float siluF(float x) { return detmath::silu(x); }
 
+float chainDot(const float *a, const float *b, int64_t n) { return unitSum(a, b, 0, n); }
+
 void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d, float c,
-              int64_t kBlock, float *out) {
+              int64_t kBlock, float *out, float *stats) {
   float m = -std::numeric_limits<float>::infinity(), l = 0.f;
   std::vector<float> o(size_t(d), 0.f), s(kBlock), p(kBlock), pv(kBlock);
   for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
@@ -190,6 +192,10 @@ void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_
   }
   for (int64_t c = 0; c < d; ++c)
     out[c] = o[size_t(c)] / l;
+  if (stats) {
+    stats[0] = m * c;
+    stats[1] = l;
+  }
 }
 
 void attentionRowFp64(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d,

@@ -26,11 +26,17 @@ float laneTreeDot(const float *a, const float *b, int64_t n);
 // Flash attention for one (query row, head): q [d], keys/values rows `kv` apart (stride `ld`), n keys; out [d] F32
 // before the final bf16 rounding (o / l). Ordered: keys in blocks of kBlock (the order's kv_block), k_chunks dot products, P = bf(exp2(fma(s, c, -fl(m c))))
 // with c = fl(d^-0.5 log2 e) (docs/contract.md section 4; the GPU's exp2 is MUFU.EX2, so agreement is within a bound).
+// With `stats`, also the row's final statistics: stats[0] = fl(m * c) (m the running max after the last block),
+// stats[1] = l (the row's sum of P after the last block's rescale), what the backward's P recomputation reads.
 void flashRow(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d, float c,
-              int64_t kBlock, float *out);
+              int64_t kBlock, float *out, float *stats = nullptr);
 // Reference: double softmax and weighted sum.
 void attentionRowFp64(const float *q, const float *k, const float *v, int64_t ld, int64_t n, int64_t d,
                       double scale, float *out);
+
+// The k_chunks chain of a[0..n) * b[0..n): F32 accumulator from 0 adding 16-wide chunks ascending, each summed in
+// double (the last zero-padded).
+float chainDot(const float *a, const float *b, int64_t n);
 
 // silu through h3c::detmath::expf, bitwise equal to the GPU kernels.
 float siluF(float x);

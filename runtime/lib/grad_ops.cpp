@@ -254,4 +254,71 @@ std::vector<float> ropeGrad(const float *dy, const float *cos, const float *sin,
   return dx;
 }
 
+AttentionGrad attentionGrad(const float *q, const float *k, const float *v, const float *o, const float *dO,
+                            const ItemRows &items, int64_t heads, int64_t d, int64_t kvBlock) {
+  grad_detail::checkItems(items, "attentionGrad");
+  const int64_t C = heads * d, M = items.back();
+  // The forward's pinned constant (section 4) and the backward's scale of dS, each computed in double, rounded once.
+  const float c = float(1.0 / std::sqrt(double(d)) * 1.4426950408889634), scale = float(1.0 / std::sqrt(double(d)));
+  AttentionGrad g;
+  g.dq.assign(size_t(M * C), 0.f);
+  g.dk.assign(size_t(M * C), 0.f);
+  g.dv.assign(size_t(M * C), 0.f);
+  for (size_t b = 0; b + 1 < items.size(); ++b) {
+    const int64_t r0 = items[b], n = items[b + 1] - r0;
+    if (n == 0) continue;
+    for (int64_t h = 0; h < heads; ++h) {
+      auto at = [&](const float *a, int64_t r) { return a + (r0 + r) * C + h * d; };
+      // P and bf(dS) of this item and head, [query][key].
+      std::vector<float> dSb(size_t(n * n)), Pb(size_t(n * n)), outRow(static_cast<size_t>(d)),
+          dOb(static_cast<size_t>(d)), stats(2);
+      for (int64_t i = 0; i < n; ++i) {
+        cpu::flashRow(at(q, i), at(k, 0), at(v, 0), C, n, d, c, kvBlock, outRow.data(), stats.data());
+        const float L = stats[0] + std::log2(stats[1]);
+        float D = 0.f;
+        for (int64_t e = 0; e < d; ++e) D = std::fmaf(at(dO, i)[e], at(o, i)[e], D);
+        for (int64_t e = 0; e < d; ++e) dOb[size_t(e)] = roundBf16(at(dO, i)[e]);
+        for (int64_t j = 0; j < n; ++j) {
+          const float s = cpu::chainDot(at(q, i), at(k, j), d);
+          const float p = std::exp2(std::fmaf(s, c, -L));
+          const float dP = cpu::chainDot(dOb.data(), at(v, j), d);
+          Pb[size_t(i * n + j)] = roundBf16(p);
+          dSb[size_t(i * n + j)] = roundBf16(p * (dP - D));
+        }
+      }
+      // dq_i: the chain over keys ascending of bf(dS_ij) k_j, then the scale.
+      std::vector<float> col(static_cast<size_t>(n)), col2(static_cast<size_t>(n));
+      for (int64_t e = 0; e < d; ++e) {
+        for (int64_t j = 0; j < n; ++j) col[size_t(j)] = at(k, j)[e];
+        for (int64_t i = 0; i < n; ++i)
+          g.dq[size_t((r0 + i) * C + h * d + e)] = scale * cpu::chainDot(&dSb[size_t(i * n)], col.data(), n);
+      }
+      // dk_j and dv_j: row_units over the query rows (one item: its units folded) of w[i] * value(i, e), per channel.
+      const ItemRows one = {0, n};
+      auto rowSums = [&](const std::vector<float> &w, auto value) {
+        return grad_detail::foldUnits(one, size_t(d), [&](int64_t u0, int64_t u1, float *out) {
+          std::vector<float> x(static_cast<size_t>(u1 - u0));
+          for (int64_t e = 0; e < d; ++e) {
+            for (int64_t i = u0; i < u1; ++i) x[size_t(i - u0)] = value(i, e);
+            out[e] = cpu::chainDot(&w[size_t(u0)], x.data(), u1 - u0);
+          }
+        });
+      };
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < n; ++i) {
+          col[size_t(i)] = dSb[size_t(i * n + j)];
+          col2[size_t(i)] = Pb[size_t(i * n + j)];
+        }
+        const std::vector<float> dk = rowSums(col, [&](int64_t i, int64_t e) { return at(q, i)[e]; });
+        const std::vector<float> dv = rowSums(col2, [&](int64_t i, int64_t e) { return roundBf16(at(dO, i)[e]); });
+        for (int64_t e = 0; e < d; ++e) {
+          g.dk[size_t((r0 + j) * C + h * d + e)] = scale * dk[size_t(e)];
+          g.dv[size_t((r0 + j) * C + h * d + e)] = dv[size_t(e)];
+        }
+      }
+    }
+  }
+  return g;
+}
+
 } // namespace h3c::rt::grad

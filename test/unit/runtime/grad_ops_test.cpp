@@ -356,5 +356,66 @@ TEST(GradOps, RopeAgainstCentralDifferences) {
   expectNear(dx, num, 0, "rope dx", 1e-5);
 }
 
+// Attention over two items (keys of one item never meet the other's queries), against central differences of the
+// fp64 softmax attention: L = sum of dO * o. The key count 150 > 128 exercises the kv blocks' rescale and the query
+// row units.
+TEST(GradOps, AttentionAgainstCentralDifferences) {
+  const int64_t heads = 2, d = 16, C = heads * d;
+  const ItemRows items = {0, 150, 157};
+  const int64_t M = items.back();
+  const std::vector<float> q = randomBf16(size_t(M * C), 29), k = randomBf16(size_t(M * C), 30),
+                           v = randomBf16(size_t(M * C), 31), dO = randomF32(size_t(M * C), 32);
+  std::vector<float> o(size_t(M * C));  // the forward's output, rounded as the op stores it
+  std::vector<double> od(size_t(M * C));
+  auto forward = [&](const std::vector<double> &p, std::vector<double> &out) {
+    for (size_t b = 0; b + 1 < items.size(); ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = items[b]; i < items[b + 1]; ++i) {
+          std::vector<double> s;
+          double mx = -1e300, l = 0;
+          for (int64_t j = items[b]; j < items[b + 1]; ++j) {
+            double a = 0;
+            for (int64_t e = 0; e < d; ++e) a += p[size_t(i * C + h * d + e)] * p[size_t(M * C + j * C + h * d + e)];
+            s.push_back(a / std::sqrt(double(d)));
+            mx = std::max(mx, s.back());
+          }
+          for (double &x : s) l += (x = std::exp(x - mx));
+          for (int64_t e = 0; e < d; ++e) {
+            double a = 0;
+            for (int64_t j = items[b]; j < items[b + 1]; ++j)
+              a += s[size_t(j - items[b])] * p[size_t(2 * M * C + j * C + h * d + e)];
+            out[size_t(i * C + h * d + e)] = a / l;
+          }
+        }
+  };
+  std::vector<double> p = toDouble(q, k);
+  p.insert(p.end(), v.begin(), v.end());
+  forward(p, od);
+  for (size_t i = 0; i < o.size(); ++i) o[i] = roundBf16(float(od[i]));
+  const AttentionGrad g = attentionGrad(q.data(), k.data(), v.data(), o.data(), dO.data(), items, heads, d, 128);
+  std::vector<double> out(size_t(M * C));
+  // Central differences of every input would take M * C * 3 forwards: a sample of 40 elements per tensor.
+  std::mt19937 rng(33);
+  for (int t = 0; t < 3; ++t) {
+    const std::vector<float> &got = t == 0 ? g.dq : t == 1 ? g.dk : g.dv;
+    double scale = 0;
+    for (float x : got) scale = std::max(scale, std::fabs(double(x)));
+    for (int s = 0; s < 40; ++s) {
+      const size_t i = size_t(t) * size_t(M * C) + rng() % size_t(M * C);
+      const double p0 = p[i], h = 1e-4;
+      double l[2];
+      for (int side = 0; side < 2; ++side) {
+        p[i] = p0 + (side ? -h : h);
+        forward(p, out);
+        l[side] = 0;
+        for (size_t e = 0; e < out.size(); ++e) l[side] += dO[e] * out[e];
+      }
+      p[i] = p0;
+      const double num = (l[0] - l[1]) / (2 * h);
+      ASSERT_LE(std::fabs(double(got[i - size_t(t) * size_t(M * C)]) - num), 2e-2 * scale) << "tensor " << t << " element " << i;
+    }
+  }
+}
+
 } // namespace grad_ops_test
 } // namespace h3c::rt::grad

@@ -78,3 +78,18 @@ std::vector<float> ropeGrad(const float *dy, const float *cos, const float *sin,
                             int64_t R);
 
 } // namespace h3c::rt::grad
+
+namespace h3c::rt::grad {
+
+// attention (section 4's flash order) over each item's rows of q, k, v [M][heads * d] (bf16 values), o the forward's
+// output, dO its gradient: dq, dk, dv [M][heads * d]. P is recomputed from the forward's row statistics
+// (P = ex2(fma(s, c, -(mc + lg2(l))))), dP = bf(dO) v^T by k_chunks over d, D = the fma chain of dO * o over d,
+// dS = P * (dP - D); dq = scale * (k_chunks over keys of bf(dS) k), dk = scale * (row_units over query rows of
+// bf(dS) q), dv = row_units over query rows of bf(P) bf(dO); scale = fl(d^-0.5).
+struct AttentionGrad {
+  std::vector<float> dq, dk, dv;
+};
+AttentionGrad attentionGrad(const float *q, const float *k, const float *v, const float *o, const float *dO,
+                            const ItemRows &items, int64_t heads, int64_t d, int64_t kvBlock);
+
+} // namespace h3c::rt::grad
