@@ -58,6 +58,9 @@ OrderAttr kChunksOrder(MLIRContext *ctx) {
 OrderAttr laneTreeOrder(MLIRContext *ctx) {
   return OrderAttr::get(ctx, OrderKind::lane_tree, 0, 0, kLanes, 0, Float32Type::get(ctx), Type());
 }
+OrderAttr rowUnitsOrder(MLIRContext *ctx) {
+  return OrderAttr::get(ctx, OrderKind::row_units, kKStep, kRowUnit, 0, 0, Float32Type::get(ctx), Type());
+}
 OrderAttr flashOrder(MLIRContext *ctx) {
   return OrderAttr::get(ctx, OrderKind::flash, kKStep, 0, 0, kKvBlock, Float32Type::get(ctx),
                         BFloat16Type::get(ctx));
@@ -127,7 +130,7 @@ Attribute OrderAttr::parse(AsmParser &p, Type) {
   if (p.parseKeywordOrString(&kindName)) return {};
   std::optional<OrderKind> kind = symbolizeOrderKind(kindName);
   if (!kind) {
-    p.emitError(kindLoc, "unknown order kind '") << kindName << "' (k_chunks, lane_tree, flash)";
+    p.emitError(kindLoc, "unknown order kind '") << kindName << "' (k_chunks, lane_tree, flash, row_units)";
     return {};
   }
   int64_t kStep = 0, units = 0, lanes = 0, kvBlock = 0;
@@ -163,6 +166,7 @@ void OrderAttr::print(AsmPrinter &p) const {
   case OrderKind::k_chunks: p << ", k_step = " << getKStep() << ", units = " << getUnits(); break;
   case OrderKind::lane_tree: p << ", lanes = " << getLanes(); break;
   case OrderKind::flash: p << ", kv_block = " << getKvBlock() << ", k_step = " << getKStep(); break;
+  case OrderKind::row_units: p << ", units = " << getUnits() << ", k_step = " << getKStep(); break;
   }
   p << ", acc = " << getAcc();
   if (getP()) p << ", p = " << getP();
@@ -187,6 +191,10 @@ LogicalResult OrderAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitErr
     if (kvBlock <= 0 || kStep <= 0) return emitError() << "flash needs kv_block > 0 and k_step > 0";
     if (!p) return emitError() << "flash needs the probability storage type p";
     if (units || lanes) return emitError() << "flash takes only kv_block, k_step, acc and p";
+    break;
+  case OrderKind::row_units:
+    if (units <= 0 || kStep <= 0) return emitError() << "row_units needs units > 0 (rows a unit) and k_step > 0";
+    if (lanes || kvBlock || p) return emitError() << "row_units takes only units, k_step and acc";
     break;
   }
   return success();

@@ -525,3 +525,139 @@ SmallVector<int64_t> QkNormOp::getReducedExtents() { return {int64_t(getHeadDim(
 SmallVector<int64_t> QkNormRopeOp::getReducedExtents() { return {int64_t(getHeadDim())}; }
 // q.k over head_dim; the softmax and P.V sums run over the key rows, a symbolic row domain.
 SmallVector<int64_t> AttentionOp::getReducedExtents() { return {int64_t(getHeadDim())}; }
+
+// ---- gradient ops (H3GradOps.td; docs/contract.md section 14) ----
+
+namespace {
+
+// A gradient: f32, the rows and columns of the forward value it is the gradient of.
+LogicalResult gradOf(Operation *op, Value grad, ActType of, llvm::StringRef what) {
+  ActType g = act(grad);
+  if (!g.getElementType().isF32()) return err(op) << what << " must be f32, got " << g.getElementType();
+  if (failed(sameRows(op, g, of, what))) return failure();
+  return expect(op, g, what, of.getCols());
+}
+
+// `grads` names one gradient per weight and bias tensor, in that order.
+LogicalResult gradNames(Operation *op, ArrayAttr grads, size_t want) {
+  if (grads.size() != want)
+    return err(op) << "'grads' must name " << want << " gradient tensors (weight, then bias), got " << grads.size();
+  for (Attribute a : grads)
+    if (!cast<StringAttr>(a).getValue().starts_with("grad:")) return err(op) << "gradient names start with 'grad:'";
+  return success();
+}
+
+} // namespace
+
+LogicalResult GradAddOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  if (getA().getType() != getB().getType() || getA().getType() != getC().getType())
+    return err(op) << "operands and result must have one type";
+  return expect(op, act(getC()), "result", 0, Float32Type::get(getContext()));
+}
+
+LogicalResult LinearGradXOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(weightCount(op, getWeight(), 1, 1, "weight"))) return failure();
+  ActType g = act(getG()), dx = act(getDx());
+  if (failed(expect(op, g, "g", int64_t(getN()), Float32Type::get(getContext())))) return failure();
+  if (failed(sameRows(op, g, dx, "dx"))) return failure();
+  return expect(op, dx, "dx", int64_t(getK()), Float32Type::get(getContext()));
+}
+
+LogicalResult LinearGradWOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(weightCount(op, getWeight(), 1, 1, "weight")) ||
+      failed(weightCount(op, getBias(), 0, 1, "bias")) || failed(gradNames(op, getGrads(), 1 + getBias().size())))
+    return failure();
+  ActType g = act(getG()), x = act(getX());
+  if (failed(expect(op, g, "g", int64_t(getN()), Float32Type::get(getContext()))) ||
+      failed(expect(op, x, "x", int64_t(getK()))) || failed(sameRows(op, g, x, "x")))
+    return failure();
+  if (!isFloat(x.getElementType())) return err(op) << "x must be bf16 or f32";
+  return success();
+}
+
+LogicalResult SwigluGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType x = act(getX()), dy = act(getDy());
+  if (x.getCols() % 2) return err(op) << "x must have an even number of columns (value; gate), got " << x.getCols();
+  if (failed(expect(op, dy, "dy", x.getCols() / 2, Float32Type::get(getContext()))) || failed(sameRows(op, x, dy, "dy")))
+    return failure();
+  return gradOf(op, getDx(), x, "dx");
+}
+
+LogicalResult RmsNormGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
+  ActType x = act(getX());
+  if (getGroup() == 0 || x.getCols() % int64_t(getGroup()))
+    return err(op) << "group " << getGroup() << " must divide the " << x.getCols() << " columns";
+  if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(gradNames(op, getGrads(), getWeight().size())))
+    return failure();
+  return failure(failed(gradOf(op, getDy(), x, "dy")) || failed(gradOf(op, getDx(), x, "dx")));
+}
+
+LogicalResult NormModulateGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
+  if (getShiftChunk() == getScaleChunk()) return err(op) << "shift and scale must be different chunks";
+  if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(gradNames(op, getGrads(), getWeight().size())))
+    return failure();
+  ActType x = act(getX()), table = act(getTable());
+  if (failed(verifyTableGather(op, table, x.getCols(), getNumChunks(),
+                               {int64_t(getShiftChunk()), int64_t(getScaleChunk())}, getRowIndex())) ||
+      failed(verifyRowMeta(op, getRowIndex(), getRowMeta(), x)) || failed(gradOf(op, getDx(), x, "dx")))
+    return failure();
+  if (failed(expect(op, act(getDy()), "dy", x.getCols(), Float32Type::get(getContext()))) ||
+      failed(sameRows(op, act(getDy()), x, "dy")))
+    return failure();
+  return gradOf(op, getDtable(), table, "dtable");
+}
+
+LogicalResult GateResidualGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType y = act(getY()), table = act(getTable());
+  if (failed(verifyTableGather(op, table, y.getCols(), getNumChunks(), {int64_t(getChunk())}, getRowIndex())) ||
+      failed(verifyRowMeta(op, getRowIndex(), getRowMeta(), y)) || failed(gradOf(op, getDz(), y, "dz")) ||
+      failed(gradOf(op, getDy(), y, "dy")))
+    return failure();
+  return gradOf(op, getDtable(), table, "dtable");
+}
+
+LogicalResult RopeGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType dy = act(getDy());
+  if (dy.getCols() != int64_t(getHeads() * getHeadDim()))
+    return err(op) << "dy must have heads x head_dim = " << getHeads() * getHeadDim() << " columns";
+  if (failed(gradOf(op, getDx(), dy, "dx")) || failed(gradOf(op, getDy(), dy, "dy"))) return failure();
+  return verifyRopeTables(op, dy, getCos(), getSin(), getHeadDim(), getRotaryDim());
+}
+
+LogicalResult AttentionGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType q = act(getQ());
+  if (!q.getBatch()) return err(op) << "attention runs on token-domain (batched) rows";
+  for (Value v : {getQ(), getK(), getV(), getO()})
+    if (failed(verifyHeads(op, act(v), getHeads(), getHeadDim(), "q/k/v/o")) || failed(sameRows(op, q, act(v), "q/k/v/o")))
+      return failure();
+  if (failed(gradOf(op, getDo_(), q, "do")) || failed(gradOf(op, getDq(), q, "dq")) ||
+      failed(gradOf(op, getDk(), q, "dk")) || failed(gradOf(op, getDv(), q, "dv")))
+    return failure();
+  return success();
+}
+
+// dX reduces over the weight's N output features; the row_units sums run over a symbolic row domain.
+SmallVector<int64_t> LinearGradXOp::getReducedExtents() { return {int64_t(getN())}; }
+SmallVector<int64_t> LinearGradWOp::getReducedExtents() { return {}; }
+SmallVector<int64_t> RmsNormGradOp::getReducedExtents() { return {int64_t(getGroup())}; }
+SmallVector<int64_t> NormModulateGradOp::getReducedExtents() { return {act(getX()).getCols()}; }
+SmallVector<int64_t> GateResidualGradOp::getReducedExtents() { return {}; }
+SmallVector<int64_t> AttentionGradOp::getReducedExtents() { return {int64_t(getHeadDim())}; }

@@ -19,6 +19,7 @@ h3ir::OrderAttr contractOrder(h3ir::OrderedReduction op) {
   case h3ir::OrderKind::k_chunks: return h3ir::kChunksOrder(ctx);
   case h3ir::OrderKind::lane_tree: return h3ir::laneTreeOrder(ctx);
   case h3ir::OrderKind::flash: return h3ir::flashOrder(ctx);
+  case h3ir::OrderKind::row_units: return h3ir::rowUnitsOrder(ctx);
   }
   llvm_unreachable("unknown order kind");
 }

@@ -62,6 +62,9 @@ struct VerifyStrict : h3c::passes::impl::H3VerifyStrictBase<VerifyStrict> {
         error(op) << "flash needs kv_block = " << kKvBlock << " and k_step = " << kKStep;
       if (!order.getP() || !order.getP().isBF16()) error(op) << "flash stores P as bf16";
       break;
+    case OrderKind::row_units:
+      if (order != h3c::passes::contractOrder(red)) error(op) << "needs the order " << h3c::passes::contractOrder(red);
+      break;
     }
   }
 

@@ -212,25 +212,34 @@ NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const Item
   return g;
 }
 
-NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *scale, const float *shift,
+NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *w, const float *scale,
                                   const TableRows &rows, const ItemRows &items, int64_t H, float eps) {
-  (void)shift;  // y is linear in shift: its gradient does not read it
+  // n = rms_norm(x) as the forward stored it (bf16), the modulation's input.
+  const int64_t M = items.back();
+  std::vector<float> n(static_cast<size_t>(M * H));
+  for (int64_t r = 0; r < M; ++r) {
+    const float inv = grad_detail::invRms(x + r * H, H, eps);
+    for (int64_t c = 0; c < H; ++c) {
+      const float nv = roundBf16(x[r * H + c] * inv);
+      n[size_t(r * H + c)] = w ? roundBf16(nv * w[c]) : nv;
+    }
+  }
   NormModulateGrad g;
   g.dshift = grad_detail::foldTableRows(rows, items, H, [&](int64_t r, float *acc) {
     for (int64_t c = 0; c < H; ++c) acc[c] = acc[c] + dy[r * H + c];
   });
   g.dscale = grad_detail::foldTableRows(rows, items, H, [&](int64_t r, float *acc) {
-    const float inv = grad_detail::invRms(x + r * H, H, eps);
-    for (int64_t c = 0; c < H; ++c) acc[c] = std::fmaf(dy[r * H + c], roundBf16(x[r * H + c] * inv), acc[c]);
+    for (int64_t c = 0; c < H; ++c) acc[c] = std::fmaf(dy[r * H + c], n[size_t(r * H + c)], acc[c]);
   });
-  const int64_t M = items.back();
-  g.dx.resize(size_t(M * H));
-  std::vector<float> dn(static_cast<size_t>(H));
+  // The norm's gradient: dn = dy * bf(1 + scale), then rms_norm's dx and dw.
+  std::vector<float> dn(static_cast<size_t>(M * H));
   for (int64_t r = 0; r < M; ++r) {
     const float *sc = scale + rows.row[size_t(r)] * H;
-    for (int64_t c = 0; c < H; ++c) dn[size_t(c)] = dy[r * H + c] * roundBf16(1.0f + sc[c]);
-    grad_detail::rmsGroupDx(x + r * H, dn.data(), H, eps, &g.dx[size_t(r * H)]);
+    for (int64_t c = 0; c < H; ++c) dn[size_t(r * H + c)] = dy[r * H + c] * roundBf16(1.0f + sc[c]);
   }
+  NormGrad ng = rmsNormGrad(dn.data(), x, w, items, H, H, eps);
+  g.dx = std::move(ng.dx);
+  g.dw = std::move(ng.dw);
   return g;
 }
 

@@ -488,7 +488,7 @@ func.func @bad_dtype(%x: !h3.act<S, 24, f16>) {
 // -----
 
 func.func @bad_order_kind(%x: !h3.act<B, S, 24, bf16>) {
-  // expected-error @+1 {{unknown order kind 'random' (k_chunks, lane_tree, flash)}}
+  // expected-error @+1 {{unknown order kind 'random' (k_chunks, lane_tree, flash, row_units)}}
   %y = h3.rms_norm %x {eps = 1.0e-05 : f64, weight = [], order = #h3.order<random, acc = f32>, nodes = ["n"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16>
   return
 }

@@ -42,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <set>
 
 namespace h3c::rt {
@@ -70,6 +71,28 @@ const plan::Kernel &synthFillKernel(const std::string &arch) {
   return hc::runtimeKernel("h3c_synth_fill", arch,
                            {"// h3c synthetic weight generator", cuda_src::synth_rng, cuda_src::synth_fill});
 }
+
+// The weights as the device holds them (hot updates, merged LoRA adapters and the unmerged adapter slots
+// included), for the fp64 ops of --bind reference and audit mode: each tensor is downloaded when an op reads it. The
+// WeightSource the forward was given holds the weights of the load only.
+class DeviceWeightView final : public WeightSource {
+public:
+  DeviceWeightView(const plan::Plan &p, WeightSource &base, std::function<Tensor(const std::string &)> read)
+      : WeightSource(p.config), base_(base), read_(std::move(read)) {
+    for (const auto &b : p.weights)
+      for (const auto &t : b.tensors)
+        if (t.adapter) specs_[t.name] = h3::TensorSpec{t.name, t.shape, t.dtype, h3::TensorSpec::Init::Zeros};
+  }
+  Tensor load(const std::string &name) override {
+    spec(name);  // names a tensor neither the config nor the plan's slots has
+    return read_(name);
+  }
+  nlohmann::json describe() const override { return base_.describe(); }
+
+private:
+  WeightSource &base_;
+  std::function<Tensor(const std::string &)> read_;
+};
 
 class GpuExecutor final : public Executor {
 public:
@@ -153,6 +176,7 @@ public:
     const int cpuThreads = opt.threads > 0 ? opt.threads : int(hardwareThreads());
     std::vector<std::optional<AuditError>> opAudit(fn.ops.size());
     std::vector<Binding> opBinding(fn.ops.size(), Binding::Row);
+    std::unique_ptr<DeviceWeightView> deviceWeights;  // made by the first op that needs the fp64 reference
     for (const plan::Op &op : fn.ops) {
       // A node asked for `reference` (--bind GLOB=reference): the op runs as the CPU's fp64 implementation on the
       // device's inputs and its outputs go back to the device; the ledger says `reference` (strict refuses it).
@@ -171,7 +195,10 @@ public:
       if ((audit || reference) && op.kernel) {
         hc::check(d.cuStreamSynchronize(stream_), "fp64 reference: before " + op.firstNode());
         for (const auto &n : op.in) fp64[n] = downloadValue(n);
-        OpEnv env{p, req, weights, Precision::Fp64, cpuThreads, -1};
+        if (!deviceWeights)
+          deviceWeights = std::make_unique<DeviceWeightView>(
+              p, weights, [&](const std::string &n) { return readWeight(p, weights, n); });
+        OpEnv env{p, req, *deviceWeights, Precision::Fp64, cpuThreads, -1};
         runCpuOp(op, env, fp64);
       }
       if (reference)

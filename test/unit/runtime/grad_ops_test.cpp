@@ -276,9 +276,11 @@ TEST(GradOps, NormModulateAndGateResidualAgainstCentralDifferences) {
   const std::vector<float> x = randomBf16(size_t(M * H), 17), scale = randomBf16(size_t(T * H), 18, 0.3f),
                            shift = randomBf16(size_t(T * H), 19), dy = randomF32(size_t(M * H), 20),
                            y = randomBf16(size_t(M * H), 21), gate = randomBf16(size_t(T * H), 22);
-  const NormModulateGrad g = normModulateGrad(dy.data(), x.data(), scale.data(), shift.data(), rows, {0, M}, H, eps);
+  const std::vector<float> w = randomBf16(size_t(H), 34);
+  const NormModulateGrad g = normModulateGrad(dy.data(), x.data(), w.data(), scale.data(), rows, {0, M}, H, eps);
   std::vector<double> p = toDouble(x, scale);
   p.insert(p.end(), shift.begin(), shift.end());
+  p.insert(p.end(), w.begin(), w.end());
   const std::vector<double> num = numericGrad([&](const std::vector<double> &q) {
     double l = 0;
     for (int64_t m = 0; m < M; ++m) {
@@ -287,7 +289,8 @@ TEST(GradOps, NormModulateAndGateResidualAgainstCentralDifferences) {
       const double inv = 1 / std::sqrt(ss / double(H) + eps);
       const int64_t t = rows.row[size_t(m)];
       for (int64_t c = 0; c < H; ++c)
-        l += dy[size_t(m * H + c)] * (q[size_t(m * H + c)] * inv * (1 + q[size_t(M * H + t * H + c)]) +
+        l += dy[size_t(m * H + c)] * (q[size_t(m * H + c)] * inv * q[size_t(M * H + 2 * T * H + c)] *
+                                          (1 + q[size_t(M * H + t * H + c)]) +
                                       q[size_t(M * H + T * H + t * H + c)]);
     }
     return l;
@@ -295,6 +298,7 @@ TEST(GradOps, NormModulateAndGateResidualAgainstCentralDifferences) {
   expectNear(g.dx, num, 0, "norm_modulate dx");
   expectNear(g.dscale, num, size_t(M * H), "norm_modulate dscale");
   expectNear(g.dshift, num, size_t(M * H + T * H), "norm_modulate dshift");
+  expectNear(g.dw, num, size_t(M * H + 2 * T * H), "norm_modulate dw");
   // gate_residual z = x + gate * y: dy = dz * gate, dgate = the sum of dz * y over the table row's token rows.
   const GateResidualGrad gr = gateResidualGrad(dy.data(), y.data(), gate.data(), rows, {0, M}, H);
   const std::vector<double> gnum = numericGrad([&](const std::vector<double> &q) {

@@ -68,6 +68,21 @@ def H3Lora : Pass<"h3-lora", "mlir::ModuleOp"> {
   let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }
 
+def H3Backward : Pass<"h3-backward", "mlir::ModuleOp"> {
+  let summary = "Derive the backward function of the forward (docs/contract.md section 14)";
+  let description = [{
+    Adds `func @backward` beside the module's one forward func: its arguments are the gradients of the forward's
+    results (f32, `h3.name = "@grad:<value>"`) and then the forward values it reads (saved activations, named as in
+    the forward: the plan's two functions share these values); its results are the gradients of the forward's
+    floating arguments (`h3.name = "grad:<argument>"`). The forward's ops are visited in reverse: each gets its
+    gradient ops (h3.linear_grad_x / _w, h3.rms_norm_grad, ...), a value read by several ops the h3.grad_add of
+    their parts in that order, and weight gradients are named on the ops that compute them (`grads`). Runs on the
+    unfused, unsharded graph (before h3-fuse, h3-lora and the shard passes); a node kind without a gradient yet
+    (pack, unpack, the AdaLN table, the time embedder) is an error naming it.
+  }];
+  let dependentDialects = ["::h3c::h3ir::H3Dialect", "::mlir::func::FuncDialect"];
+}
+
 def H3ShardTp : Pass<"h3-shard-tp", "mlir::ModuleOp"> {
   let summary = "Split the transformer blocks over tp ranks by columns only; every collective a bf16 all-gather";
   let description = [{

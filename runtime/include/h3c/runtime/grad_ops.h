@@ -64,12 +64,13 @@ struct NormGrad {
 NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const ItemRows &items, int64_t C, int64_t d,
                      float eps);
 
-// norm_modulate `y = bf(fma(n, bf(1 + scale), shift))`, n the weightless rms_norm of x [M][H]; scale, shift
-// [count][H] the table chunks (bf16 values): dx [M][H], dscale and dshift [count][H].
+// norm_modulate `y = bf(fma(n, bf(1 + scale), shift))`, n the rms_norm of x [M][H] with the weight w [H] (null: none);
+// scale, shift [count][H] the table chunks (bf16 values): dx [M][H], dw [H] (empty without a weight), dscale and
+// dshift [count][H].
 struct NormModulateGrad {
-  std::vector<float> dx, dscale, dshift;
+  std::vector<float> dx, dw, dscale, dshift;
 };
-NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *scale, const float *shift,
+NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *w, const float *scale,
                                   const TableRows &rows, const ItemRows &items, int64_t H, float eps);
 
 // rope on the first R channels of each d-channel head of x [M][heads * d], cos / sin [M][R] (F32; rounded to bf16

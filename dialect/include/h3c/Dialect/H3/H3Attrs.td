@@ -13,7 +13,9 @@ def H3_OrderAttr : AttrDef<H3_Dialect, "Order"> {
   let description = [{
     `#h3.order<k_chunks, k_step = 16, units = 1, acc = f32>` (linear-like ops; one unit: K in one chain),
     `#h3.order<lane_tree, lanes = 32, acc = f32>` (row norms),
-    `#h3.order<flash, kv_block = 128, k_step = 16, acc = f32, p = bf16>` (attention).
+    `#h3.order<flash, kv_block = 128, k_step = 16, acc = f32, p = bf16>` (attention),
+    `#h3.order<row_units, units = 128, k_step = 16, acc = f32>` (the gradients' sums over token rows: units of 128
+    canonical rows of an item, folded in order; docs/contract.md section 14).
     Parameters that do not apply to a kind are 0 / null and are not printed. The kind is an `OrderKind`; an
     unknown kind is a parse error.
   }];

@@ -44,11 +44,14 @@ inline constexpr int64_t kLanes = 32;
 // kv_block 128 since 2026-12-04 (was 64): half the running-max updates and o rescales per key, and an m64n128 S
 // wgmma on Hopper. Plans compiled before carry kv_block 64 and their own kernel text, and keep their bits.
 inline constexpr int64_t kKvBlock = 128;
+// row_units: the canonical rows of one unit of a gradient's sum over rows (docs/contract.md section 14).
+inline constexpr int64_t kRowUnit = 128;
 
 // k_chunks with one unit (U = 1: every linear reduces K in one ascending chain of 16-wide chunks).
 OrderAttr kChunksOrder(mlir::MLIRContext *ctx);
 OrderAttr laneTreeOrder(mlir::MLIRContext *ctx);
 OrderAttr flashOrder(mlir::MLIRContext *ctx);
+OrderAttr rowUnitsOrder(mlir::MLIRContext *ctx);
 
 // The first node id of an h3 op (for messages), "" if none.
 std::string firstNode(mlir::Operation *op);

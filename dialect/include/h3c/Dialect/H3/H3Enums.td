@@ -51,8 +51,9 @@ def H3_Axis : I32EnumAttr<"Axis", "the axis an all_gather or split moves",
 def H3_OrderKChunks : I32EnumAttrCase<"k_chunks", 0>;
 def H3_OrderLaneTree : I32EnumAttrCase<"lane_tree", 1>;
 def H3_OrderFlash : I32EnumAttrCase<"flash", 2>;
+def H3_OrderRowUnits : I32EnumAttrCase<"row_units", 3>;  // sums over token rows (gradients, section 14)
 def H3_OrderKind : I32EnumAttr<"OrderKind", "the family of a fixed reduction order",
-    [H3_OrderKChunks, H3_OrderLaneTree, H3_OrderFlash]> {
+    [H3_OrderKChunks, H3_OrderLaneTree, H3_OrderFlash, H3_OrderRowUnits]> {
   let genSpecializedAttr = 0;
   let cppNamespace = "::h3c::h3ir";
 }

@@ -243,4 +243,6 @@ def H3_SplitOp : H3_Op<"split"> {
   let results = (outs H3_ActType:$part);
 }
 
+include "h3c/Dialect/H3/H3GradOps.td"
+
 #endif

@@ -1,0 +1,82 @@
+// The gradient ops of h3-backward (docs/contract.md section 14): the backward function's ops, one per forward node
+// kind it differentiates. Gradients are f32 activations; `nodes` lists the forward nodes an op differentiates,
+// `values` names its results (grad:<forward value>...). Weight gradients are no values: the op that computes one
+// names it in `grads` (grad:<tensor>, in the order of `weight` then `bias`), as the forward names its weights.
+// Where a forward op gathers AdaLN table chunks, its gradient op returns the table's gradient at full width, zero
+// outside the chunks it reads, so several consumers' parts add up by h3.grad_add like any other gradient.
+#ifndef H3C_DIALECT_H3_GRAD_OPS_TD
+#define H3C_DIALECT_H3_GRAD_OPS_TD
+
+def H3_GradAddOp : H3_Op<"grad_add"> {
+  let summary = "c = a + b (F32): the gradient of a value several ops read, in the backward's visiting order";
+  let arguments = !con((ins H3_ActType:$a, H3_ActType:$b), H3_Common);
+  let results = (outs H3_ActType:$c);
+}
+
+def H3_LinearGradXOp : H3_ReducingOp<"linear_grad_x", H3_OrderKChunks> {
+  let summary = "dX = bf(g) W for a bf16 weight (k_chunks over N), the fma chain over N for an F32 one";
+  let arguments = !con((ins H3_ActType:$g, I64Attr:$K, I64Attr:$N, StrArrayAttr:$weight,
+                            OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let results = (outs H3_ActType:$dx);
+}
+
+def H3_LinearGradWOp : H3_ReducingOp<"linear_grad_w", H3_OrderRowUnits> {
+  let summary = "dW = bf(g)^T bf(x) and dbias = sum of g, by row_units over the token rows";
+  let description = [{
+    No result: the gradients are the tensors named in `grads` (grad:<weight>, then grad:<bias> when `bias` is
+    given). `x` is the linear's input as the forward read it (a saved activation).
+  }];
+  let arguments = !con((ins H3_ActType:$g, H3_ActType:$x, I64Attr:$K, I64Attr:$N, StrArrayAttr:$weight,
+                            StrArrayAttr:$bias, StrArrayAttr:$grads, OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+}
+
+def H3_SwigluGradOp : H3_Op<"swiglu_grad"> {
+  let summary = "dx = [dy * bf(silu(g)) | (dy * v) * silu'(g)] of swiglu over x = [v | g]";
+  let arguments = !con((ins H3_ActType:$dy, H3_ActType:$x), H3_Common);
+  let results = (outs H3_ActType:$dx);
+}
+
+def H3_RmsNormGradOp : H3_ReducingOp<"rms_norm_grad", H3_OrderRowUnits> {
+  let summary = "rms_norm's (group = the row) or qk_norm's (group = head_dim) dx, and dw by row_units";
+  let description = [{
+    The row's dot of dn and x * inv follows lane_tree (section 4's tree); dw (when `weight` is given, named in
+    `grads`) sums over the (row, group) pairs by row_units.
+  }];
+  let arguments = !con((ins H3_ActType:$dy, H3_ActType:$x, I64Attr:$group, F64Attr:$eps, StrArrayAttr:$weight,
+                            StrArrayAttr:$grads, OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let results = (outs H3_ActType:$dx);
+}
+
+def H3_NormModulateGradOp : H3_ReducingOp<"norm_modulate_grad", H3_OrderRowUnits> {
+  let summary = "norm_modulate's dx, its norm weight's gradient and its table's (shift and scale chunks, zero elsewhere)";
+  let arguments = !con((ins H3_ActType:$dy, H3_ActType:$x, H3_ActType:$table, Variadic<H3_ActType>:$row_meta,
+                            F64Attr:$eps, StrArrayAttr:$weight, StrArrayAttr:$grads, I64Attr:$shift_chunk,
+                            I64Attr:$scale_chunk, I64Attr:$num_chunks, H3_RowIndexAttr:$row_index,
+                            OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let results = (outs H3_ActType:$dx, H3_ActType:$dtable);
+}
+
+def H3_GateResidualGradOp : H3_ReducingOp<"gate_residual_grad", H3_OrderRowUnits> {
+  let summary = "gate_residual's dy = dz * gate and its table's gradient (the gate chunk by row_units)";
+  let description = [{ The residual stream's gradient is dz itself (no op). }];
+  let arguments = !con((ins H3_ActType:$dz, H3_ActType:$y, H3_ActType:$table, Variadic<H3_ActType>:$row_meta,
+                            I64Attr:$chunk, I64Attr:$num_chunks, H3_RowIndexAttr:$row_index,
+                            OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let results = (outs H3_ActType:$dy, H3_ActType:$dtable);
+}
+
+def H3_RopeGradOp : H3_Op<"rope_grad"> {
+  let summary = "rope's dx: the transposed rotation of dy (the cos / sin tables get no gradient)";
+  let arguments = !con((ins H3_ActType:$dy, H3_ActType:$cos, H3_ActType:$sin, I64Attr:$heads, I64Attr:$head_dim,
+                            I64Attr:$rotary_dim), H3_Common);
+  let results = (outs H3_ActType:$dx);
+}
+
+def H3_AttentionGradOp : H3_ReducingOp<"attention_grad", H3_OrderRowUnits> {
+  let summary = "attention's dq, dk, dv (P recomputed; dk, dv by row_units over the query rows)";
+  let arguments = !con((ins H3_ActType:$q, H3_ActType:$k, H3_ActType:$v, H3_ActType:$o, H3_ActType:$do_,
+                            I64Attr:$heads, I64Attr:$head_dim, OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let results = (outs H3_ActType:$dq, H3_ActType:$dk, H3_ActType:$dv);
+}
+
+#endif

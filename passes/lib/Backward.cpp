@@ -1,0 +1,288 @@
+// h3-backward: the backward function of the forward (docs/contract.md section 14). The forward's ops are visited in
+// reverse and each emits its gradient ops into `func @backward`; a value read by several ops gets the h3.grad_add of
+// their parts in that visiting order (the contract's order for several consumers). Forward values the gradient ops
+// read become the backward's arguments under their forward names (saved activations: the plan's two functions share
+// them), so nothing here recomputes or copies a forward value.
+#include "Common.h"
+#include "h3c/Passes/PlanOp.h"
+#include "h3c/Passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <map>
+#include <set>
+
+namespace h3c::passes {
+#define GEN_PASS_DEF_H3BACKWARD
+#include "h3c/Passes/Passes.h.inc"
+} // namespace h3c::passes
+
+using namespace mlir;
+using namespace h3c::h3ir;
+
+// (a named namespace: the unity build puts the passes in one translation unit)
+namespace h3_backward_pass {
+
+ActType act(Value v) { return cast<ActType>(v.getType()); }
+bool isFloat(Value v) {
+  auto t = dyn_cast<ActType>(v.getType());
+  return t && (t.getElementType().isBF16() || t.getElementType().isF32());
+}
+
+// The backward being built: its entry block, the forward values it has read so far (arguments), and the gradient
+// of every forward value so far.
+class Builder {
+public:
+  Builder(func::FuncOp bwd) : bwd_(bwd), b_(bwd.getContext()) { b_.setInsertionPointToEnd(&bwd.getBody().front()); }
+
+  OpBuilder &b() { return b_; }
+  MLIRContext *ctx() { return bwd_.getContext(); }
+
+  // The f32 gradient type of a forward value.
+  ActType gradType(Value v) {
+    ActType t = act(v);
+    return ActType::get(ctx(), t.getDomain(), t.getCols(), Float32Type::get(ctx()), t.getBatch());
+  }
+
+  // An argument of the backward named `name`.
+  Value argument(Type t, const std::string &name) {
+    Block &body = bwd_.getBody().front();
+    Value a = body.addArgument(t, bwd_.getLoc());
+    argNames_.push_back(b_.getStringAttr(name));
+    return a;
+  }
+
+  // The forward value v as the backward reads it (one argument per value, made at its first use).
+  Value saved(Value v) {
+    auto it = saved_.find(v);
+    if (it != saved_.end()) return it->second;
+    return saved_[v] = argument(v.getType(), h3c::passes::planName(v));
+  }
+  SmallVector<Value> saved(ValueRange vs) {
+    SmallVector<Value> r;
+    for (Value v : vs) r.push_back(saved(v));
+    return r;
+  }
+
+  Value grad(Value v) const {
+    auto it = grads_.find(v);
+    return it == grads_.end() ? Value() : it->second;
+  }
+
+  // A unique plan name for a gradient value of v.
+  std::string name(Value v, const std::string &tag) {
+    std::string n = "grad:" + h3c::passes::planName(v) + tag;
+    for (int k = 2; !names_.insert(n).second; ++k) n = "grad:" + h3c::passes::planName(v) + tag + "~" + std::to_string(k);
+    return n;
+  }
+
+  // Adds g, a part of v's gradient computed by `node`, to what v has (h3.grad_add, in the visiting order).
+  void accumulate(Value v, Value g, const std::string &node) {
+    if (!isFloat(v)) return;
+    Value &have = grads_[v];
+    if (!have) {
+      have = g;
+      return;
+    }
+    auto sum = GradAddOp::create(b_, bwd_.getLoc(), gradType(v), have, g, h3c::passes::strArray(b_, {node}),
+                                 h3c::passes::strArray(b_, {name(v, "+" + node)}));
+    have = sum.getC();
+  }
+
+  void finish(func::FuncOp fwd) {
+    SmallVector<Value> results;
+    SmallVector<Attribute> resultNames;
+    for (BlockArgument a : fwd.getArguments())
+      if (Value g = grad(a)) {
+        results.push_back(g);
+        resultNames.push_back(b_.getStringAttr(h3c::passes::planName(g)));
+      }
+    func::ReturnOp::create(b_, bwd_.getLoc(), results);
+    Block &body = bwd_.getBody().front();
+    bwd_.setFunctionType(FunctionType::get(ctx(), body.getArgumentTypes(), ValueRange(results).getTypes()));
+    for (size_t i = 0; i < argNames_.size(); ++i) bwd_.setArgAttr(unsigned(i), "h3.name", argNames_[i]);
+    for (size_t i = 0; i < resultNames.size(); ++i) bwd_.setResultAttr(unsigned(i), "h3.name", resultNames[i]);
+  }
+
+private:
+  func::FuncOp bwd_;
+  OpBuilder b_;
+  DenseMap<Value, Value> saved_, grads_;
+  SmallVector<Attribute> argNames_;
+  std::set<std::string> names_;
+};
+
+// "grad:<tensor>" for each weight, then each bias tensor of an op.
+ArrayAttr gradNames(OpBuilder &b, ArrayAttr weight, ArrayAttr bias) {
+  std::vector<std::string> n;
+  for (ArrayAttr a : {weight, bias})
+    for (Attribute t : a) n.push_back("grad:" + cast<StringAttr>(t).str());
+  return h3c::passes::strArray(b, n);
+}
+
+// Sets the contract's order on a new reducing gradient op.
+template <class OpT>
+OpT ordered(OpT op) {
+  auto red = cast<OrderedReduction>(op.getOperation());
+  red.setOrderAttr(h3c::passes::contractOrder(red));
+  return op;
+}
+
+struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
+  using Base::Base;
+
+  // Refuses what this pass does not differentiate yet; returns the forward func.
+  func::FuncOp forwardOf(ModuleOp m) {
+    func::FuncOp fwd;
+    for (auto f : m.getOps<func::FuncOp>()) {
+      if (f.getName() == "backward") {
+        f.emitError() << "h3-backward: the module already has a backward function";
+        return {};
+      }
+      if (fwd) {
+        m.emitError() << "h3-backward: the module must hold one forward function, it holds more";
+        return {};
+      }
+      fwd = f;
+    }
+    if (!fwd || fwd.getBody().empty()) {
+      m.emitError() << "h3-backward: the module has no forward function with a body";
+      return {};
+    }
+    return fwd;
+  }
+
+  // The gradient ops of one forward op whose results have gradients; an error for a kind without them.
+  LogicalResult differentiate(Operation *op, Builder &bb) {
+    OpBuilder &b = bb.b();
+    Location loc = op->getLoc();
+    const std::string node = firstNode(op);
+    auto nodes = op->getAttrOfType<ArrayAttr>("nodes");
+    auto unsupported = [&](const std::string &why) {
+      op->emitError() << "h3-backward: [" << node << "] " << why;
+      return failure();
+    };
+    if (auto shard = op->getAttrOfType<ShardAttr>("shard"); shard && shard.getKind() != ShardKind::replicated)
+      return unsupported("is split over tensor-parallel ranks: differentiate the unsharded graph (before h3-shard-tp)");
+    auto names = [&](std::initializer_list<std::pair<Value, const char *>> vs) {
+      std::vector<std::string> n;
+      for (auto [v, tag] : vs) n.push_back(bb.name(v, tag));
+      return h3c::passes::strArray(b, n);
+    };
+    // rms_norm (group = the row) and qk_norm (group = head_dim): one gradient op.
+    auto normGrad = [&](Value x, Value y, IntegerAttr group, FloatAttr eps, ArrayAttr weight) {
+      auto d = ordered(RmsNormGradOp::create(b, loc, bb.gradType(x), bb.grad(y), bb.saved(x), group, eps, weight,
+                                             gradNames(b, weight, b.getArrayAttr({})), OrderAttr(), nodes,
+                                             names({{x, ""}})));
+      bb.accumulate(x, d.getDx(), node);
+      return success();
+    };
+    return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+        .Case<LinearOp>([&](LinearOp l) {
+          if (l.getEpilogue() != Epilogue::none || l.getLoraK())
+            return unsupported("is a fused linear (an epilogue or a LoRA path): differentiate the unfused graph "
+                               "(before h3-fuse and h3-lora)");
+          Value g = bb.grad(l.getY()), x = l.getX();
+          ordered(LinearGradWOp::create(b, loc, g, bb.saved(x), l.getKAttr(), l.getNAttr(), l.getWeight(),
+                                        l.getBias(), gradNames(b, l.getWeight(), l.getBias()), OrderAttr(), nodes,
+                                        b.getArrayAttr({})));
+          auto dx = ordered(LinearGradXOp::create(b, loc, bb.gradType(x), g, l.getKAttr(), l.getNAttr(),
+                                                  l.getWeight(), OrderAttr(), nodes, names({{x, ""}})));
+          bb.accumulate(x, dx.getDx(), node);
+          return success();
+        })
+        .Case<ResidualOp>([&](ResidualOp r) {
+          Value g = bb.grad(r.getZ());
+          bb.accumulate(r.getX(), g, node);
+          bb.accumulate(r.getY(), g, node);
+          return success();
+        })
+        .Case<GateResidualOp>([&](GateResidualOp r) {
+          Value g = bb.grad(r.getZ());
+          bb.accumulate(r.getX(), g, node);
+          auto d = ordered(GateResidualGradOp::create(
+              b, loc, bb.gradType(r.getY()), bb.gradType(r.getTable()), g, bb.saved(r.getY()), bb.saved(r.getTable()),
+              bb.saved(r.getRowMeta()), r.getChunkAttr(), r.getNumChunksAttr(), r.getRowIndexAttr(), OrderAttr(), nodes,
+              names({{r.getY(), ""}, {r.getTable(), ""}})));
+          bb.accumulate(r.getY(), d.getDy(), node);
+          bb.accumulate(r.getTable(), d.getDtable(), node);
+          return success();
+        })
+        .Case<SwigluOp>([&](SwigluOp s) {
+          auto d = SwigluGradOp::create(b, loc, bb.gradType(s.getX()), bb.grad(s.getY()), bb.saved(s.getX()), nodes,
+                                        names({{s.getX(), ""}}));
+          bb.accumulate(s.getX(), d.getDx(), node);
+          return success();
+        })
+        .Case<RmsNormOp>([&](RmsNormOp n) {
+          return normGrad(n.getX(), n.getY(), b.getI64IntegerAttr(act(n.getX()).getCols()), n.getEpsAttr(),
+                          n.getWeight());
+        })
+        .Case<QkNormOp>([&](QkNormOp n) {
+          return normGrad(n.getX(), n.getY(), n.getHeadDimAttr(), n.getEpsAttr(), n.getWeight());
+        })
+        .Case<NormModulateOp>([&](NormModulateOp n) {
+          auto d = ordered(NormModulateGradOp::create(
+              b, loc, bb.gradType(n.getX()), bb.gradType(n.getTable()), bb.grad(n.getY()), bb.saved(n.getX()),
+              bb.saved(n.getTable()), bb.saved(n.getRowMeta()), n.getEpsAttr(), n.getWeight(),
+              gradNames(b, n.getWeight(), b.getArrayAttr({})), n.getShiftChunkAttr(),
+              n.getScaleChunkAttr(), n.getNumChunksAttr(), n.getRowIndexAttr(), OrderAttr(), nodes,
+              names({{n.getX(), ""}, {n.getTable(), ""}})));
+          bb.accumulate(n.getX(), d.getDx(), node);
+          bb.accumulate(n.getTable(), d.getDtable(), node);
+          return success();
+        })
+        .Case<RopeOp>([&](RopeOp r) {
+          auto d = RopeGradOp::create(b, loc, bb.gradType(r.getX()), bb.grad(r.getY()), bb.saved(r.getCos()),
+                                      bb.saved(r.getSin()), r.getHeadsAttr(), r.getHeadDimAttr(), r.getRotaryDimAttr(),
+                                      nodes, names({{r.getX(), ""}}));
+          bb.accumulate(r.getX(), d.getDx(), node);
+          return success();
+        })
+        .Case<AttentionOp>([&](AttentionOp a) {
+          if (act(a.getQ()).getDomain() != act(a.getK()).getDomain())
+            return unsupported("attends gathered keys (sequence parallel): differentiate before h3-shard-seq");
+          auto d = ordered(AttentionGradOp::create(
+              b, loc, bb.gradType(a.getQ()), bb.gradType(a.getK()), bb.gradType(a.getV()), bb.saved(a.getQ()),
+              bb.saved(a.getK()), bb.saved(a.getV()), bb.saved(a.getO()), bb.grad(a.getO()), a.getHeadsAttr(),
+              a.getHeadDimAttr(), OrderAttr(), nodes, names({{a.getQ(), ""}, {a.getK(), ""}, {a.getV(), ""}})));
+          bb.accumulate(a.getQ(), d.getDq(), node);
+          bb.accumulate(a.getK(), d.getDk(), node);
+          bb.accumulate(a.getV(), d.getDv(), node);
+          return success();
+        })
+        .Default([&](Operation *o) {
+          return unsupported("h3." + o->getName().stripDialect().str() + " has no gradient yet");
+        });
+  }
+
+  void runOnOperation() override {
+    ModuleOp m = getOperation();
+    func::FuncOp fwd = forwardOf(m);
+    if (!fwd) return signalPassFailure();
+    OpBuilder mb(m.getContext());
+    mb.setInsertionPointAfter(fwd);
+    auto bwd = func::FuncOp::create(mb, fwd.getLoc(), "backward", mb.getFunctionType({}, {}));
+    bwd.addEntryBlock();
+    Builder bb(bwd);
+    // The gradients of the forward's results (a value returned twice gets the sum of both).
+    auto ret = cast<func::ReturnOp>(fwd.getBody().front().getTerminator());
+    for (Value r : ret.getOperands())
+      if (isFloat(r)) bb.accumulate(r, bb.argument(bb.gradType(r), "@grad:" + h3c::passes::planName(r)), "output");
+    SmallVector<Operation *> ops;
+    for (Operation &op : fwd.getBody().front().without_terminator()) ops.push_back(&op);
+    for (Operation *op : llvm::reverse(ops)) {
+      if (llvm::none_of(op->getResults(), [&](Value r) { return bool(bb.grad(r)); })) continue;
+      if (llvm::any_of(op->getResults(), [&](Value r) { return isFloat(r) && !bb.grad(r); }) && op->getNumResults() > 1)
+        return (void)(op->emitError() << "h3-backward: [" << firstNode(op) << "] some results have no gradient"),
+               signalPassFailure();
+      if (failed(differentiate(op, bb))) return signalPassFailure();
+    }
+    bb.finish(fwd);
+    if (failed(verify(bwd))) return signalPassFailure();
+  }
+};
+
+} // namespace h3_backward_pass

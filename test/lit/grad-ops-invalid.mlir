@@ -1,0 +1,71 @@
+// RUN: h3c-opt %s -split-input-file -verify-diagnostics
+// The gradient ops' verifiers (dialect/include/h3c/Dialect/H3/H3GradOps.td; docs/contract.md section 14).
+
+func.func @grad_names(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{'grads' must name 2 gradient tensors (weight, then bias), got 1}}
+  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = ["b"], grads = ["grad:w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, bf16>) -> ()
+  return
+}
+
+// -----
+
+func.func @grad_prefix(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{gradient names start with 'grad:'}}
+  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = [], grads = ["w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, bf16>) -> ()
+  return
+}
+
+// -----
+
+func.func @bf16_gradient(%g: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, f32> {
+  // expected-error @+1 {{g must be 'f32', got 'bf16'}}
+  %dx = h3.linear_grad_x %g {K = 32 : i64, N = 24 : i64, weight = ["w"], nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, f32>
+  return %dx : !h3.act<B, S, 32, f32>
+}
+
+// -----
+
+func.func @add_types(%a: !h3.act<B, S, 24, f32>, %b: !h3.act<B, Nt, 24, f32>) -> !h3.act<B, S, 24, f32> {
+  // expected-error @+1 {{operands and result must have one type}}
+  %c = h3.grad_add %a, %b {nodes = ["l"], values = ["c"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, Nt, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %c : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+func.func @swiglu_width(%dy: !h3.act<B, S, 16, f32>, %x: !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 64, f32> {
+  // expected-error @+1 {{dy must have 32 columns, got 16}}
+  %dx = h3.swiglu_grad %dy, %x {nodes = ["s"], values = ["dx"]} : (!h3.act<B, S, 16, f32>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 64, f32>
+  return %dx : !h3.act<B, S, 64, f32>
+}
+
+// -----
+
+func.func @norm_group(%dy: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32> {
+  // expected-error @+1 {{group 16 must divide the 24 columns}}
+  %dx = h3.rms_norm_grad %dy, %x {eps = 1.0e-05 : f64, group = 16 : i64, weight = [], grads = [], nodes = ["n"], values = ["dx"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32>
+  return %dx : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+func.func @table_grad_width(%dz: !h3.act<B, S, 24, f32>, %y: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) {
+  // expected-error @+1 {{dtable must have 144 columns, got 24}}
+  %dy, %dt = h3.gate_residual_grad %dz, %y, %t, %ts, %tags {chunk = 2 : i64, num_chunks = 6 : i64, row_index = #h3.row_index<adaln>, nodes = ["g"], values = ["dy", "dt"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 24, f32>)
+  return
+}
+
+// -----
+
+func.func @row_units_order(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{carries order 'k_chunks' but needs 'row_units'}}
+  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = [], grads = ["grad:w"], weight = ["w"], order = #h3.order<k_chunks, k_step = 16, units = 1, acc = f32>, nodes = ["l"], values = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, bf16>) -> ()
+  return
+}
+
+// -----
+
+// expected-error @+1 {{row_units needs units > 0 (rows a unit) and k_step > 0}}
+func.func @row_units_params() attributes {o = #h3.order<row_units, k_step = 16, acc = f32>} {
+  return
+}

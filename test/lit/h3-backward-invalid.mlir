@@ -1,0 +1,49 @@
+// RUN: h3c-opt %s -split-input-file -verify-diagnostics --h3-backward
+// h3-backward's refusals (a node kind without a gradient yet, a fused or sharded graph, a module that already has a
+// backward) and the gradient ops' verifiers (docs/contract.md section 14).
+
+func.func @forward(%t: !h3.act<T, 16, f32>) -> !h3.act<T3, 144, bf16> {
+  // expected-error @+1 {{h3-backward: [transformer_blocks.0.adaln_proj] h3.adaln_table has no gradient yet}}
+  %tab = h3.adaln_table %t {K = 16 : i64, N = 432 : i64, bias = [], nodes = ["transformer_blocks.0.adaln_proj"], num_chunks = 6 : i64, rows_per_timestep = 3 : i64, values = ["tab"], weight = ["w"]} : (!h3.act<T, 16, f32>) -> !h3.act<T3, 144, bf16>
+  return %tab : !h3.act<T3, 144, bf16>
+}
+
+// -----
+
+func.func @forward(%a: !h3.act<B, S, 32, bf16>, %x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16> {
+  // expected-error @+1 {{h3-backward: [b.attn.to_out.0] is a fused linear (an epilogue or a LoRA path): differentiate the unfused graph (before h3-fuse and h3-lora)}}
+  %o = h3.linear %a, %x {K = 32 : i64, N = 24 : i64, bias = [], epilogue = #h3.epilogue<residual>, weight = ["w"], nodes = ["b.attn.to_out.0", "b.residual"], values = ["o"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16>
+  return %o : !h3.act<B, S, 24, bf16>
+}
+
+// -----
+
+func.func @forward(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16> {
+  // expected-error @+1 {{h3-backward: [b.norm] is split over tensor-parallel ranks: differentiate the unsharded graph (before h3-shard-tp)}}
+  %y = h3.qk_norm %x {eps = 1.0e-05 : f64, head_dim = 12 : i64, heads = 2 : i64, weight = ["w"], shard = #h3.shard<column, tp = 2>, nodes = ["b.norm"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16>
+  return %y : !h3.act<B, S, 24, bf16>
+}
+
+// -----
+
+// A value no gradient reaches (the integer row metadata, a table a host op computes) needs no gradient op: only the
+// ops on a path to an output are differentiated, so a graph with an unsupported op off that path is fine.
+func.func @forward(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16> {
+  return %x : !h3.act<B, S, 24, bf16>
+}
+// expected-error @+1 {{h3-backward: the module already has a backward function}}
+func.func @backward(%g: !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32> {
+  return %g : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// expected-error @+1 {{h3-backward: the module must hold one forward function, it holds more}}
+module {
+  func.func @a(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16> {
+    return %x : !h3.act<B, S, 24, bf16>
+  }
+  func.func @b(%x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16> {
+    return %x : !h3.act<B, S, 24, bf16>
+  }
+}
