@@ -654,6 +654,52 @@ LogicalResult AttentionGradOp::verify() {
   return success();
 }
 
+LogicalResult SiluGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType x = act(getX());
+  if (!x.getElementType().isF32()) return err(op) << "x must be f32 (the time embedder's silu)";
+  return failure(failed(gradOf(op, getDy(), x, "dy")) || failed(gradOf(op, getDx(), x, "dx")));
+}
+
+LogicalResult AdalnTableGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op)) || failed(weightCount(op, getWeight(), 1, 1, "weight")) ||
+      failed(weightCount(op, getBias(), 0, 1, "bias")) || failed(gradNames(op, getGrads(), 1 + getBias().size())))
+    return failure();
+  const int64_t rows = getRowsPerTimestep();
+  if ((rows != 1 && rows != 3) || getN() % rows) return err(op) << "rows_per_timestep must be 1 or 3 and divide N";
+  Type f32 = Float32Type::get(getContext());
+  if (failed(expect(op, act(getTemb()), "temb", getK(), f32, "T", false)) ||
+      failed(expect(op, act(getDtable()), "dtable", getN() / rows, f32, rows == 3 ? "T3" : "T", false)))
+    return failure();
+  return gradOf(op, getDtemb(), act(getTemb()), "dtemb");
+}
+
+LogicalResult PackGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType dx = act(getDx());
+  Type f32 = Float32Type::get(getContext());
+  if (failed(expect(op, dx, "dx", 0, f32, "S", true))) return failure();
+  const std::pair<Value, const char *> parts[] = {{getDtext(), "Nt"}, {getDvideo(), "Nv"}, {getDaudio(), "Na"}};
+  for (auto [v, domain] : parts)
+    if (failed(expect(op, act(v), std::string("d") + domain, dx.getCols(), f32, domain, true))) return failure();
+  return success();
+}
+
+LogicalResult UnpackGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  Type f32 = Float32Type::get(getContext());
+  ActType s = act(getDsample()), a = act(getDaudioSample());
+  if (failed(expect(op, s, "dsample", 0, f32, "Nv", true)) || failed(expect(op, a, "daudio_sample", 0, f32, "Na", true)) ||
+      failed(expect(op, act(getDvideo()), "dvideo", s.getCols(), f32, "S", true)) ||
+      failed(expect(op, act(getDaudio()), "daudio", a.getCols(), f32, "S", true)))
+    return failure();
+  return success();
+}
+
 // dX reduces over the weight's N output features; the row_units sums run over a symbolic row domain.
 SmallVector<int64_t> LinearGradXOp::getReducedExtents() { return {int64_t(getN())}; }
 SmallVector<int64_t> LinearGradWOp::getReducedExtents() { return {}; }
@@ -661,3 +707,4 @@ SmallVector<int64_t> RmsNormGradOp::getReducedExtents() { return {int64_t(getGro
 SmallVector<int64_t> NormModulateGradOp::getReducedExtents() { return {act(getX()).getCols()}; }
 SmallVector<int64_t> GateResidualGradOp::getReducedExtents() { return {}; }
 SmallVector<int64_t> AttentionGradOp::getReducedExtents() { return {int64_t(getHeadDim())}; }
+SmallVector<int64_t> AdalnTableGradOp::getReducedExtents() { return {int64_t(getN())}; }

@@ -80,6 +80,12 @@ std::vector<float> foldTableRows(const TableRows &rows, const ItemRows &items, i
   return out;
 }
 
+// silu'(x) = s * (1 + x * (1 - s)), s = 1 / (1 + expf(-x)) (the forward's expf), innermost first.
+float siluDerivative(float x) {
+  const float s = 1.0f / (1.0f + detmath::expf(-x));
+  return s * (1.0f + x * (1.0f - s));
+}
+
 } // namespace grad_detail
 
 std::vector<float> linearDx(const float *g, int64_t M, int64_t N, const float *w, int64_t K, int threads) {
@@ -161,9 +167,8 @@ std::vector<float> swigluGrad(const float *dy, const float *x, int64_t M, int64_
   for (int64_t m = 0; m < M; ++m)
     for (int64_t f = 0; f < F; ++f) {
       const float v = x[m * 2 * F + f], g = x[m * 2 * F + F + f], d = dy[m * F + f];
-      const float s = 1.0f / (1.0f + detmath::expf(-g));
       dx[size_t(m * 2 * F + f)] = d * roundBf16(detmath::silu(g));
-      dx[size_t(m * 2 * F + F + f)] = (d * v) * (s * (1.0f + g * (1.0f - s)));
+      dx[size_t(m * 2 * F + F + f)] = (d * v) * grad_detail::siluDerivative(g);
     }
   return dx;
 }
@@ -328,6 +333,25 @@ AttentionGrad attentionGrad(const float *q, const float *k, const float *v, cons
     }
   }
   return g;
+}
+
+std::vector<float> siluGrad(const float *dy, const float *x, int64_t n) {
+  std::vector<float> dx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) dx[size_t(i)] = dy[i] * grad_detail::siluDerivative(x[i]);
+  return dx;
+}
+
+AdalnTableGrad adalnTableGrad(const float *g, const float *temb, const float *w, int64_t T, int64_t N, int64_t E,
+                              int threads) {
+  std::vector<float> a(static_cast<size_t>(T * E));
+  for (int64_t i = 0; i < T * E; ++i) a[size_t(i)] = roundBf16(detmath::silu(temb[i]));
+  const ItemRows one = {0, T};
+  AdalnTableGrad r;
+  r.dw = linearDw(g, a.data(), one, N, E, threads);
+  r.dbias = biasGrad(g, one, N);
+  r.dtemb = linearDx(g, T, N, w, E, threads);
+  for (int64_t i = 0; i < T * E; ++i) r.dtemb[size_t(i)] = r.dtemb[size_t(i)] * grad_detail::siluDerivative(temb[i]);
+  return r;
 }
 
 } // namespace h3c::rt::grad

@@ -2,10 +2,10 @@
 // h3-backward's refusals (a node kind without a gradient yet, a fused or sharded graph, a module that already has a
 // backward) and the gradient ops' verifiers (docs/contract.md section 14).
 
-func.func @forward(%t: !h3.act<T, 16, f32>) -> !h3.act<T3, 144, bf16> {
-  // expected-error @+1 {{h3-backward: [transformer_blocks.0.adaln_proj] h3.adaln_table has no gradient yet}}
-  %tab = h3.adaln_table %t {K = 16 : i64, N = 432 : i64, bias = [], nodes = ["transformer_blocks.0.adaln_proj"], num_chunks = 6 : i64, rows_per_timestep = 3 : i64, values = ["tab"], weight = ["w"]} : (!h3.act<T, 16, f32>) -> !h3.act<T3, 144, bf16>
-  return %tab : !h3.act<T3, 144, bf16>
+func.func @forward(%q: !h3.act<B, S, 32, bf16>, %k: !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16> {
+  // expected-error @+1 {{h3-backward: [b.attn.norm_q] h3.qk_norm_rope has no gradient yet}}
+  %qn, %kn = h3.qk_norm_rope %q, %k {eps = 1.0e-05 : f64, head_dim = 16 : i64, heads = 2 : i64, rotary_dim = 0 : i64, weight = ["a", "b"], nodes = ["b.attn.norm_q", "b.attn.norm_k"], values = ["qn", "kn"]} : (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>) -> (!h3.act<B, S, 32, bf16>, !h3.act<B, S, 32, bf16>)
+  return %qn : !h3.act<B, S, 32, bf16>
 }
 
 // -----

@@ -421,5 +421,38 @@ TEST(GradOps, AttentionAgainstCentralDifferences) {
   }
 }
 
+// The AdaLN table `table = silu(temb) W^T + b` (and the time embedder's silu) against central differences.
+TEST(GradOps, AdalnTableAndSiluAgainstCentralDifferences) {
+  const int64_t T = 3, E = 16, N = 20;
+  const std::vector<float> temb = randomF32(size_t(T * E), 35), w = randomBf16(size_t(N * E), 36, 0.2f),
+                           b = randomBf16(size_t(N), 37), g = randomF32(size_t(T * N), 38);
+  const AdalnTableGrad r = adalnTableGrad(g.data(), temb.data(), w.data(), T, N, E, 2);
+  std::vector<double> p = toDouble(temb, w);
+  p.insert(p.end(), b.begin(), b.end());
+  const std::vector<double> num = numericGrad([&](const std::vector<double> &q) {
+    double l = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n) {
+        double y = q[size_t(T * E + N * E + n)];
+        for (int64_t e = 0; e < E; ++e) {
+          const double x = q[size_t(t * E + e)];
+          y += x / (1 + std::exp(-x)) * q[size_t(T * E + n * E + e)];
+        }
+        l += g[size_t(t * N + n)] * y;
+      }
+    return l;
+  }, p);
+  expectNear(r.dtemb, num, 0, "adaln dtemb");
+  expectNear(r.dw, num, size_t(T * E), "adaln dW");
+  expectNear(r.dbias, num, size_t(T * E + N * E), "adaln dbias", 1e-5);
+  const std::vector<float> dx = siluGrad(g.data(), temb.data(), T * E);
+  const std::vector<double> snum = numericGrad([&](const std::vector<double> &q) {
+    double l = 0;
+    for (int64_t i = 0; i < T * E; ++i) l += g[size_t(i)] * q[size_t(i)] / (1 + std::exp(-q[size_t(i)]));
+    return l;
+  }, toDouble(temb));
+  expectNear(dx, snum, 0, "silu dx", 1e-5);
+}
+
 } // namespace grad_ops_test
 } // namespace h3c::rt::grad

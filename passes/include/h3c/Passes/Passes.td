@@ -77,8 +77,8 @@ def H3Backward : Pass<"h3-backward", "mlir::ModuleOp"> {
     floating arguments (`h3.name = "grad:<argument>"`). The forward's ops are visited in reverse: each gets its
     gradient ops (h3.linear_grad_x / _w, h3.rms_norm_grad, ...), a value read by several ops the h3.grad_add of
     their parts in that order, and weight gradients are named on the ops that compute them (`grads`). Runs on the
-    unfused, unsharded graph (before h3-fuse, h3-lora and the shard passes); a node kind without a gradient yet
-    (pack, unpack, the AdaLN table, the time embedder) is an error naming it.
+    unfused, unsharded graph (before h3-fuse, h3-lora and the shard passes): a fused op is an error naming it. The
+    host's tables (rope_table, timestep_sinusoid) are conditioning: no gradient goes to them or through them.
   }];
   let dependentDialects = ["::h3c::h3ir::H3Dialect", "::mlir::func::FuncDialect"];
 }

@@ -94,3 +94,19 @@ AttentionGrad attentionGrad(const float *q, const float *k, const float *v, cons
                             const ItemRows &items, int64_t heads, int64_t d, int64_t kvBlock);
 
 } // namespace h3c::rt::grad
+
+namespace h3c::rt::grad {
+
+// silu (the time embedder's, F32): dx = dy * s * (1 + x * (1 - s)), s = 1 / (1 + expf(-x)), n elements.
+std::vector<float> siluGrad(const float *dy, const float *x, int64_t n);
+
+// The AdaLN table `table = linear(bf(silu(temb)))` with the weight w [N][E] (bf16 values) and a bias: g the table's
+// gradient read as [T][N] (its [T * rows][cols] view), temb [T][E]. dW [N][E] and dbias [N] by row_units over the T
+// rows (one item), dtemb [T][E] = (bf(g) W by k_chunks over N) * silu'(temb).
+struct AdalnTableGrad {
+  std::vector<float> dw, dbias, dtemb;
+};
+AdalnTableGrad adalnTableGrad(const float *g, const float *temb, const float *w, int64_t T, int64_t N, int64_t E,
+                              int threads);
+
+} // namespace h3c::rt::grad

@@ -79,4 +79,39 @@ def H3_AttentionGradOp : H3_ReducingOp<"attention_grad", H3_OrderRowUnits> {
   let results = (outs H3_ActType:$dq, H3_ActType:$dk, H3_ActType:$dv);
 }
 
+def H3_SiluGradOp : H3_Op<"silu_grad"> {
+  let summary = "dx = dy * silu'(x), silu'(x) = s * (1 + x * (1 - s)), s = 1 / (1 + expf(-x))";
+  let arguments = !con((ins H3_ActType:$dy, H3_ActType:$x), H3_Common);
+  let results = (outs H3_ActType:$dx);
+}
+
+def H3_AdalnTableGradOp : H3_ReducingOp<"adaln_table_grad", H3_OrderRowUnits> {
+  let summary = "the AdaLN table's dW / dbias (row_units over the T timestep rows) and dtemb";
+  let description = [{
+    The table's gradient [T * rows, cols] is read as the GEMM's [T, N] output gradient g (a view, no copy); the
+    GEMM's input is a = bf(silu(temb)). dW = bf(g)^T a and dbias = the sum of g by row_units over the T rows (one
+    item); dtemb = (bf(g) W by k_chunks over N) * silu'(temb). Weight gradients are named in `grads`.
+  }];
+  let arguments = !con((ins H3_ActType:$dtable, H3_ActType:$temb, I64Attr:$K, I64Attr:$N,
+                            I64Attr:$rows_per_timestep, StrArrayAttr:$weight, StrArrayAttr:$bias,
+                            StrArrayAttr:$grads, OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let results = (outs H3_ActType:$dtemb);
+}
+
+def H3_PackGradOp : H3_Op<"pack_grad"> {
+  let summary = "pack's gradient: the canonical rows of dx back to text, video and audio (a copy)";
+  let description = [{
+    Canonical order is text, video, audio (docs/contract.md section 1), each modality's rows in its input's order,
+    so the three gradients are the row ranges [0, Nt), [Nt, Nt + Nv) and [Nt + Nv, S) of dx.
+  }];
+  let arguments = !con((ins H3_ActType:$dx), H3_Common);
+  let results = (outs H3_ActType:$dtext, H3_ActType:$dvideo, H3_ActType:$daudio);
+}
+
+def H3_UnpackGradOp : H3_Op<"unpack_grad"> {
+  let summary = "unpack's gradient: the samples' gradients into the canonical video / audio rows, zero elsewhere";
+  let arguments = !con((ins H3_ActType:$dsample, H3_ActType:$daudio_sample), H3_Common);
+  let results = (outs H3_ActType:$dvideo, H3_ActType:$daudio);
+}
+
 #endif
