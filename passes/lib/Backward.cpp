@@ -319,7 +319,20 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
       if (failed(differentiate(op, bb))) return signalPassFailure();
     }
     bb.finish(fwd);
-    if (failed(verify(bwd))) return signalPassFailure();
+    // Each weight's gradient is computed by one op: a tensor two ops read (tied weights) would need the sum of both
+    // parts, which no gradient op computes yet.
+    std::set<std::string> seen;
+    WalkResult tied = bwd.walk([&](Operation *op) {
+      if (auto grads = op->getAttrOfType<ArrayAttr>("grads"))
+        for (Attribute a : grads)
+          if (!seen.insert(cast<StringAttr>(a).str()).second) {
+            op->emitError() << "h3-backward: [" << firstNode(op) << "] " << cast<StringAttr>(a).getValue()
+                            << ": the tensor is read by two ops (tied weights have no gradient sum yet)";
+            return WalkResult::interrupt();
+          }
+      return WalkResult::advance();
+    });
+    if (tied.wasInterrupted() || failed(verify(bwd))) return signalPassFailure();
   }
 };
 

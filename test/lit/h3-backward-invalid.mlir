@@ -47,3 +47,13 @@ module {
     return %x : !h3.act<B, S, 24, bf16>
   }
 }
+
+// -----
+
+func.func @forward(%x: !h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 24, bf16>) {
+  // The backward visits b first, so a's gradient op is the second to name grad:w.
+  // expected-error @below {{h3-backward: [a] grad:w: the tensor is read by two ops (tied weights have no gradient sum yet)}}
+  %a = h3.linear %x {K = 24 : i64, N = 24 : i64, bias = [], weight = ["w"], nodes = ["a"], values = ["a"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16>
+  %b = h3.linear %x {K = 24 : i64, N = 24 : i64, bias = [], weight = ["w"], nodes = ["b"], values = ["b"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, bf16>
+  return %a, %b : !h3.act<B, S, 24, bf16>, !h3.act<B, S, 24, bf16>
+}
