@@ -141,6 +141,30 @@ void gemmFp64(const float *x, int64_t M, int64_t K, const float *w, int64_t N, c
   });
 }
 
+float invRms(const float *x, int64_t n, double eps, bool exact) {
+  if (exact) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i)
+      ss += double(x[i]) * double(x[i]);
+    return float(1.0 / std::sqrt(ss / double(n) + eps));
+  }
+  float ss = laneTreeSumSquares(x, n);
+  return 1.0f / std::sqrt(ss / float(n) + float(eps));
+}
+
+void normRow(const float *x, int64_t n, const float *w, float inv, float *y) {
+  for (int64_t i = 0; i < n; ++i) {
+    float nv = roundBf16(x[i] * inv);
+    y[i] = w ? roundBf16(nv * w[i]) : nv;
+  }
+}
+
+void rmsRow(const float *x, int64_t n, const float *w, double eps, bool exact, float *y) {
+  normRow(x, n, w, invRms(x, n, eps, exact), y);
+}
+
+float flashExp2Scale(int64_t d) { return float(1.0 / std::sqrt(double(d)) * 1.4426950408889634074); }
+
 float laneTreeSumSquares(const float *x, int64_t n) { return laneTreeDot(x, x, n); }
 
 float laneTreeDot(const float *a, const float *b, int64_t n) {

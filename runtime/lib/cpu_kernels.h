@@ -18,6 +18,16 @@ void gemmSeqFma(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
 void gemmFp64(const float *x, int64_t M, int64_t K, const float *w, int64_t N, const float *bias, float *y,
               int threads);
 
+// The rms norm's 1/sqrtf(ss/n + eps), ss by lane_tree (ordered), or in double (exact: the fp64 reference).
+float invRms(const float *x, int64_t n, double eps, bool exact);
+// y = bf(bf(x*inv) * w) (no weight: bf(x*inv)) with the row's inv given, and with invRms's (rmsRow).
+void normRow(const float *x, int64_t n, const float *w, float inv, float *y);
+void rmsRow(const float *x, int64_t n, const float *w, double eps, bool exact, float *y);
+
+// The flash order's exp2 scale c = fl(d^-0.5 * log2 e) (docs/contract.md section 4: in double, rounded once, the GPU
+// kernels' literal).
+float flashExp2Scale(int64_t d);
+
 // lane_tree sum of squares of x[0..n) (32 lanes, fma accumulation, shuffle-down tree).
 float laneTreeSumSquares(const float *x, int64_t n);
 // lane_tree sum of the products a[j] * b[j] (the same lanes and tree; laneTreeSumSquares is laneTreeDot(x, x)).

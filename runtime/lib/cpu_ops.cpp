@@ -400,27 +400,6 @@ void runQkvLinear(Ctx &cx) {
 
 // ---- norms ---------------------------------------------------------------------------------------------------
 
-// inv = 1/sqrtf(ss/n + eps) with ss by lane_tree (ordered) or in double (reference).
-float invRms(const float *x, int64_t n, double eps, bool exact) {
-  if (exact) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i)
-      ss += double(x[i]) * double(x[i]);
-    return float(1.0 / std::sqrt(ss / double(n) + eps));
-  }
-  float ss = cpu::laneTreeSumSquares(x, n);
-  return 1.0f / std::sqrt(ss / float(n) + float(eps));
-}
-
-// y = bf(bf(x*inv) * w) (no weight: bf(x*inv)).
-void rmsRow(const float *x, int64_t n, const float *w, double eps, bool exact, float *y) {
-  float inv = invRms(x, n, eps, exact);
-  for (int64_t i = 0; i < n; ++i) {
-    float nv = roundBf16(x[i] * inv);
-    y[i] = w ? roundBf16(nv * w[i]) : nv;
-  }
-}
-
 void runRmsNorm(Ctx &cx) {
   std::vector<float> wv = cx.op.weights.empty() ? std::vector<float>() : cx.load(cx.weight(0));
   const HostValue &x = cx.in(0);
@@ -433,7 +412,7 @@ void runRmsNorm(Ctx &cx) {
   const double eps = cx.op.attrs.eps;
   parallelFor(x.batch * x.rows, cx.env.threads, [&](int64_t a, int64_t b) {
     for (int64_t m = a; m < b; ++m)
-      rmsRow(&x.f[size_t(m * x.cols)], x.cols, wv.empty() ? nullptr : wv.data(), eps, cx.exact,
+      cpu::rmsRow(&x.f[size_t(m * x.cols)], x.cols, wv.empty() ? nullptr : wv.data(), eps, cx.exact,
              &o.f[size_t(m * x.cols)]);
   });
 }
@@ -452,7 +431,7 @@ void runNormModulate(Ctx &cx) {
   parallelFor(x.batch * x.rows, cx.env.threads, [&](int64_t lo, int64_t hi) {
     std::vector<float> n(static_cast<size_t>(H));
     for (int64_t m = lo; m < hi; ++m) {
-      rmsRow(&x.f[size_t(m * H)], H, wv.data(), eps, cx.exact, n.data());
+      cpu::rmsRow(&x.f[size_t(m * H)], H, wv.data(), eps, cx.exact, n.data());
       int64_t row = tb.rowOf(m);
       const float *shift = tb.chunk(row, a.shiftChunk), *scale = tb.chunk(row, a.scaleChunk);
       for (int64_t i = 0; i < H; ++i)
@@ -471,7 +450,7 @@ void qkNorm(Ctx &cx, const HostValue &x, const std::string &weight, HostValue &y
   const int64_t units = x.batch * x.rows * (x.cols / d);
   parallelFor(units, cx.env.threads, [&](int64_t a, int64_t b) {
     for (int64_t u = a; u < b; ++u)
-      rmsRow(&x.f[size_t(u * d)], d, wv.data(), eps, cx.exact, &y.f[size_t(u * d)]);
+      cpu::rmsRow(&x.f[size_t(u * d)], d, wv.data(), eps, cx.exact, &y.f[size_t(u * d)]);
   });
 }
 
@@ -537,7 +516,7 @@ void runAttention(Ctx &cx) {
   if (q.cols != heads * d || k.cols != ld || k.batch != q.batch || v.numel() != k.numel() || o.numel() != q.numel())
     cx.error("q and the output [B, rows, heads*d], k and v [B, key rows, heads*d] disagree");
   const double scale = 1.0 / std::sqrt(double(d));
-  const float c = float(scale * 1.4426950408889634074);  // the flash order's exp2 scale, as the GPU kernels' literal
+  const float c = cpu::flashExp2Scale(d);
   parallelFor(q.batch * heads * n, cx.env.threads, [&](int64_t a, int64_t b) {
     std::vector<float> out(static_cast<size_t>(d));
     for (int64_t t = a; t < b; ++t) {

@@ -175,60 +175,58 @@ std::vector<float> swigluGrad(const float *dy, const float *x, int64_t M, int64_
 
 namespace grad_detail {
 
-float invRms(const float *x, int64_t n, float eps) {
-  return 1.0f / std::sqrt(cpu::laneTreeSumSquares(x, n) / float(n) + eps);
+// The forward's inv (cpu::invRms, ordered) of each d-channel group of every row of x [M][C], row-major.
+std::vector<float> groupInverses(const float *x, int64_t M, int64_t C, int64_t d, double eps) {
+  std::vector<float> inv(static_cast<size_t>(M * (C / d)));
+  for (size_t u = 0; u < inv.size(); ++u) inv[u] = cpu::invRms(x + int64_t(u) * d, d, eps, false);
+  return inv;
 }
 
-// One group's dx from dn (the gradient of its normalized values): dx = inv * (dn - xu * (d / n)), xu = x * inv.
-void rmsGroupDx(const float *x, const float *dn, int64_t n, float eps, float *dx) {
-  const float inv = invRms(x, n, eps);
-  std::vector<float> xu(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) xu[size_t(j)] = x[j] * inv;
-  const float mean = cpu::laneTreeDot(dn, xu.data(), n) / float(n);
-  for (int64_t j = 0; j < n; ++j) dx[j] = inv * (dn[j] - xu[size_t(j)] * mean);
+// rmsNormGrad with the groups' inv given: per group dx = inv * (dn - xu * (d / n)), xu = x * inv, dn = dy * w; dw by
+// row_units over the (row, group) pairs of dy * bf(xu).
+NormGrad rmsNormGradWith(const float *dy, const float *x, const float *w, const std::vector<float> &inv,
+                         const ItemRows &items, int64_t C, int64_t d) {
+  const int64_t M = items.back(), G = C / d;
+  NormGrad g;
+  g.dx.resize(size_t(M * C));
+  std::vector<float> dn(static_cast<size_t>(d)), xu(static_cast<size_t>(d));
+  for (int64_t u = 0; u < M * G; ++u) {
+    const float *xr = x + u * d, *dr = dy + u * d, iv = inv[size_t(u)];
+    for (int64_t j = 0; j < d; ++j) {
+      dn[size_t(j)] = w ? dr[j] * w[j] : dr[j];
+      xu[size_t(j)] = xr[j] * iv;
+    }
+    const float mean = cpu::laneTreeDot(dn.data(), xu.data(), d) / float(d);
+    for (int64_t j = 0; j < d; ++j) g.dx[size_t(u * d + j)] = iv * (dn[size_t(j)] - xu[size_t(j)] * mean);
+  }
+  if (w)
+    g.dw = foldUnits(items, size_t(d), [&](int64_t r0, int64_t r1, float *acc) {
+      std::fill(acc, acc + d, 0.f);
+      for (int64_t u = r0 * G; u < r1 * G; ++u)
+        for (int64_t j = 0; j < d; ++j)
+          acc[j] = std::fmaf(dy[u * d + j], roundBf16(x[u * d + j] * inv[size_t(u)]), acc[j]);
+    });
+  return g;
 }
 
 } // namespace grad_detail
 
 NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const ItemRows &items, int64_t C, int64_t d,
-                     float eps) {
+                     double eps) {
   grad_detail::checkItems(items, "rmsNormGrad");
   if (d <= 0 || C % d) fail("rmsNormGrad", "{} columns are no whole number of {}-channel groups", C, d);
-  const int64_t M = items.back(), G = C / d;
-  NormGrad g;
-  g.dx.resize(size_t(M * C));
-  std::vector<float> dn(static_cast<size_t>(d));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t h = 0; h < G; ++h) {
-      const float *xr = x + m * C + h * d, *dr = dy + m * C + h * d;
-      for (int64_t j = 0; j < d; ++j) dn[size_t(j)] = w ? dr[j] * w[j] : dr[j];
-      grad_detail::rmsGroupDx(xr, dn.data(), d, eps, &g.dx[size_t(m * C + h * d)]);
-    }
-  if (w)
-    g.dw = grad_detail::foldUnits(items, size_t(d), [&](int64_t r0, int64_t r1, float *acc) {
-      std::fill(acc, acc + d, 0.f);
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t h = 0; h < G; ++h) {
-          const float *xr = x + r * C + h * d, *dr = dy + r * C + h * d;
-          const float inv = grad_detail::invRms(xr, d, eps);
-          for (int64_t j = 0; j < d; ++j) acc[j] = std::fmaf(dr[j], roundBf16(xr[j] * inv), acc[j]);
-        }
-    });
-  return g;
+  return grad_detail::rmsNormGradWith(dy, x, w, grad_detail::groupInverses(x, items.back(), C, d, eps), items, C, d);
 }
 
 NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *w, const float *scale,
-                                  const TableRows &rows, const ItemRows &items, int64_t H, float eps) {
-  // n = rms_norm(x) as the forward stored it (bf16), the modulation's input.
+                                  const TableRows &rows, const ItemRows &items, int64_t H, double eps) {
+  grad_detail::checkItems(items, "normModulateGrad");
+  // n = rms_norm(x) as the forward stored it (bf16), the modulation's input; inv once per row for n and the norm's
+  // gradient.
   const int64_t M = items.back();
+  const std::vector<float> inv = grad_detail::groupInverses(x, M, H, H, eps);
   std::vector<float> n(static_cast<size_t>(M * H));
-  for (int64_t r = 0; r < M; ++r) {
-    const float inv = grad_detail::invRms(x + r * H, H, eps);
-    for (int64_t c = 0; c < H; ++c) {
-      const float nv = roundBf16(x[r * H + c] * inv);
-      n[size_t(r * H + c)] = w ? roundBf16(nv * w[c]) : nv;
-    }
-  }
+  for (int64_t r = 0; r < M; ++r) cpu::normRow(x + r * H, H, w, inv[size_t(r)], &n[size_t(r * H)]);
   NormModulateGrad g;
   g.dshift = grad_detail::foldTableRows(rows, items, H, [&](int64_t r, float *acc) {
     for (int64_t c = 0; c < H; ++c) acc[c] = acc[c] + dy[r * H + c];
@@ -242,7 +240,7 @@ NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *
     const float *sc = scale + rows.row[size_t(r)] * H;
     for (int64_t c = 0; c < H; ++c) dn[size_t(r * H + c)] = dy[r * H + c] * roundBf16(1.0f + sc[c]);
   }
-  NormGrad ng = rmsNormGrad(dn.data(), x, w, items, H, H, eps);
+  NormGrad ng = grad_detail::rmsNormGradWith(dn.data(), x, w, inv, items, H, H);
   g.dx = std::move(ng.dx);
   g.dw = std::move(ng.dw);
   return g;
@@ -272,8 +270,8 @@ AttentionGrad attentionGrad(const float *q, const float *k, const float *v, cons
                             const ItemRows &items, int64_t heads, int64_t d, int64_t kvBlock) {
   grad_detail::checkItems(items, "attentionGrad");
   const int64_t C = heads * d, M = items.back();
-  // The forward's pinned constant (section 4) and the backward's scale of dS, each computed in double, rounded once.
-  const float c = float(1.0 / std::sqrt(double(d)) * 1.4426950408889634), scale = float(1.0 / std::sqrt(double(d)));
+  // The forward's pinned constant (section 4) and the backward's scale of dS (in double, rounded once).
+  const float c = cpu::flashExp2Scale(d), scale = float(1.0 / std::sqrt(double(d)));
   AttentionGrad g;
   g.dq.assign(size_t(M * C), 0.f);
   g.dk.assign(size_t(M * C), 0.f);

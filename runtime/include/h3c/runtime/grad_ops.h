@@ -1,7 +1,9 @@
 // The CPU reference of the backward's numerics (docs/contract.md section 14): each gradient element by its one fixed
-// sequence of F32 operations, as the GPU's backward kernels will compute it. So far the linear family: dX by k_chunks
-// over the weight's output features, dW and dbias by row_units over the canonical rows of each batch item, items
-// folded in batch order. Inputs are F32 arrays (bf16 values held as floats), row-major.
+// sequence of F32 operations, as the GPU's backward kernels will compute it, for every node kind h3-backward
+// differentiates: dX by k_chunks over the weight's output features, dW, dbias, norm weights and table rows by
+// row_units over the canonical rows of each batch item, items folded in batch order. Inputs are F32 arrays (bf16
+// values held as floats), row-major. Recomputed forward values (a norm's inv, attention's row statistics) come from
+// the forward's own CPU kernels, so they are the forward's bits.
 #pragma once
 
 #include <cstdint>
@@ -34,9 +36,6 @@ std::vector<float> linearDxF32(const float *g, int64_t M, int64_t N, const float
 std::vector<float> linearDwF32(const float *g, const float *x, const ItemRows &items, int64_t N, int64_t K,
                                int threads);
 
-} // namespace h3c::rt::grad
-
-namespace h3c::rt::grad {
 
 // Which AdaLN table row each token row reads (timestep index * 3 + tag; norm_out: the timestep index), and how many
 // rows the table has. The table gradients gather the rows of each table row (row_units, the others left out).
@@ -62,7 +61,7 @@ struct NormGrad {
   std::vector<float> dx, dw;
 };
 NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const ItemRows &items, int64_t C, int64_t d,
-                     float eps);
+                     double eps);
 
 // norm_modulate `y = bf(fma(n, bf(1 + scale), shift))`, n the rms_norm of x [M][H] with the weight w [H] (null: none);
 // scale, shift [count][H] the table chunks (bf16 values): dx [M][H], dw [H] (empty without a weight), dscale and
@@ -71,16 +70,13 @@ struct NormModulateGrad {
   std::vector<float> dx, dw, dscale, dshift;
 };
 NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *w, const float *scale,
-                                  const TableRows &rows, const ItemRows &items, int64_t H, float eps);
+                                  const TableRows &rows, const ItemRows &items, int64_t H, double eps);
 
 // rope on the first R channels of each d-channel head of x [M][heads * d], cos / sin [M][R] (F32; rounded to bf16
 // here, as the forward uses them): dx [M][heads * d].
 std::vector<float> ropeGrad(const float *dy, const float *cos, const float *sin, int64_t M, int64_t heads, int64_t d,
                             int64_t R);
 
-} // namespace h3c::rt::grad
-
-namespace h3c::rt::grad {
 
 // attention (section 4's flash order) over each item's rows of q, k, v [M][heads * d] (bf16 values), o the forward's
 // output, dO its gradient: dq, dk, dv [M][heads * d]. P is recomputed from the forward's row statistics
@@ -93,9 +89,6 @@ struct AttentionGrad {
 AttentionGrad attentionGrad(const float *q, const float *k, const float *v, const float *o, const float *dO,
                             const ItemRows &items, int64_t heads, int64_t d, int64_t kvBlock);
 
-} // namespace h3c::rt::grad
-
-namespace h3c::rt::grad {
 
 // silu (the time embedder's, F32): dx = dy * s * (1 + x * (1 - s)), s = 1 / (1 + expf(-x)), n elements.
 std::vector<float> siluGrad(const float *dy, const float *x, int64_t n);
