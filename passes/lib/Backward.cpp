@@ -173,16 +173,17 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
     };
     if (auto shard = op->getAttrOfType<ShardAttr>("shard"); shard && shard.getKind() != ShardKind::replicated)
       return unsupported("is split over tensor-parallel ranks: differentiate the unsharded graph (before h3-shard-tp)");
-    auto names = [&](std::initializer_list<std::pair<Value, const char *>> vs) {
+    // The plan names of an op's results: the gradients of these forward values.
+    auto names = [&](std::initializer_list<Value> vs) {
       std::vector<std::string> n;
-      for (auto [v, tag] : vs) n.push_back(bb.name(v, tag));
+      for (Value v : vs) n.push_back(bb.name(v, ""));
       return h3c::passes::strArray(b, n);
     };
     // rms_norm (group = the row) and qk_norm (group = head_dim): one gradient op.
     auto normGrad = [&](Value x, Value y, IntegerAttr group, FloatAttr eps, ArrayAttr weight) {
       auto d = ordered(RmsNormGradOp::create(b, loc, bb.gradType(x), bb.grad(y), bb.saved(x), group, eps, weight,
                                              gradNames(b, weight, b.getArrayAttr({})), OrderAttr(), nodes,
-                                             names({{x, ""}})));
+                                             names({x})));
       bb.accumulate(x, d.getDx(), node);
       return success();
     };
@@ -197,7 +198,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
                                         b.getArrayAttr({})));
           if (!differentiable(x)) return success();  // the time embedder's sinusoid: no dx
           auto dx = ordered(LinearGradXOp::create(b, loc, bb.gradType(x), g, l.getKAttr(), l.getNAttr(),
-                                                  l.getWeight(), OrderAttr(), nodes, names({{x, ""}})));
+                                                  l.getWeight(), OrderAttr(), nodes, names({x})));
           bb.accumulate(x, dx.getDx(), node);
           return success();
         })
@@ -213,14 +214,14 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
           auto d = ordered(GateResidualGradOp::create(
               b, loc, bb.gradType(r.getY()), bb.gradType(r.getTable()), g, bb.saved(r.getY()), bb.saved(r.getTable()),
               bb.saved(r.getRowMeta()), r.getChunkAttr(), r.getNumChunksAttr(), r.getRowIndexAttr(), OrderAttr(), nodes,
-              names({{r.getY(), ""}, {r.getTable(), ""}})));
+              names({r.getY(), r.getTable()})));
           bb.accumulate(r.getY(), d.getDy(), node);
           bb.accumulate(r.getTable(), d.getDtable(), node);
           return success();
         })
         .Case<SwigluOp>([&](SwigluOp s) {
           auto d = SwigluGradOp::create(b, loc, bb.gradType(s.getX()), bb.grad(s.getY()), bb.saved(s.getX()), nodes,
-                                        names({{s.getX(), ""}}));
+                                        names({s.getX()}));
           bb.accumulate(s.getX(), d.getDx(), node);
           return success();
         })
@@ -237,7 +238,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
               bb.saved(n.getTable()), bb.saved(n.getRowMeta()), n.getEpsAttr(), n.getWeight(),
               gradNames(b, n.getWeight(), b.getArrayAttr({})), n.getShiftChunkAttr(),
               n.getScaleChunkAttr(), n.getNumChunksAttr(), n.getRowIndexAttr(), OrderAttr(), nodes,
-              names({{n.getX(), ""}, {n.getTable(), ""}})));
+              names({n.getX(), n.getTable()})));
           bb.accumulate(n.getX(), d.getDx(), node);
           bb.accumulate(n.getTable(), d.getDtable(), node);
           return success();
@@ -245,7 +246,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
         .Case<RopeOp>([&](RopeOp r) {
           auto d = RopeGradOp::create(b, loc, bb.gradType(r.getX()), bb.grad(r.getY()), bb.saved(r.getCos()),
                                       bb.saved(r.getSin()), r.getHeadsAttr(), r.getHeadDimAttr(), r.getRotaryDimAttr(),
-                                      nodes, names({{r.getX(), ""}}));
+                                      nodes, names({r.getX()}));
           bb.accumulate(r.getX(), d.getDx(), node);
           return success();
         })
@@ -255,7 +256,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
           auto d = ordered(AttentionGradOp::create(
               b, loc, bb.gradType(a.getQ()), bb.gradType(a.getK()), bb.gradType(a.getV()), bb.saved(a.getQ()),
               bb.saved(a.getK()), bb.saved(a.getV()), bb.saved(a.getO()), bb.grad(a.getO()), a.getHeadsAttr(),
-              a.getHeadDimAttr(), OrderAttr(), nodes, names({{a.getQ(), ""}, {a.getK(), ""}, {a.getV(), ""}})));
+              a.getHeadDimAttr(), OrderAttr(), nodes, names({a.getQ(), a.getK(), a.getV()})));
           bb.accumulate(a.getQ(), d.getDq(), node);
           bb.accumulate(a.getK(), d.getDk(), node);
           bb.accumulate(a.getV(), d.getDv(), node);
@@ -263,7 +264,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
         })
         .Case<SiluOp>([&](SiluOp a) {
           auto d = SiluGradOp::create(b, loc, bb.gradType(a.getX()), bb.grad(a.getY()), bb.saved(a.getX()), nodes,
-                                      names({{a.getX(), ""}}));
+                                      names({a.getX()}));
           bb.accumulate(a.getX(), d.getDx(), node);
           return success();
         })
@@ -271,7 +272,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
           auto d = ordered(AdalnTableGradOp::create(
               b, loc, bb.gradType(t.getTemb()), bb.grad(t.getTable()), bb.saved(t.getTemb()), t.getKAttr(),
               t.getNAttr(), t.getRowsPerTimestepAttr(), t.getWeight(), t.getBias(),
-              gradNames(b, t.getWeight(), t.getBias()), OrderAttr(), nodes, names({{t.getTemb(), ""}})));
+              gradNames(b, t.getWeight(), t.getBias()), OrderAttr(), nodes, names({t.getTemb()})));
           bb.accumulate(t.getTemb(), d.getDtemb(), node);
           return success();
         })
@@ -279,7 +280,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
           // Only x carries a gradient; the row metadata are integers or feed the host's rope table.
           auto d = PackGradOp::create(b, loc, bb.gradType(p.getText()), bb.gradType(p.getVideo()),
                                       bb.gradType(p.getAudio()), bb.grad(p.getX()), nodes,
-                                      names({{p.getText(), ""}, {p.getVideo(), ""}, {p.getAudio(), ""}}));
+                                      names({p.getText(), p.getVideo(), p.getAudio()}));
           bb.accumulate(p.getText(), d.getDtext(), node);
           bb.accumulate(p.getVideo(), d.getDvideo(), node);
           bb.accumulate(p.getAudio(), d.getDaudio(), node);
@@ -289,7 +290,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
           Value gs = bb.grad(u.getSample()), ga = bb.grad(u.getAudioSample());
           if (!gs || !ga) return unsupported("needs the gradients of both samples");
           auto d = UnpackGradOp::create(b, loc, bb.gradType(u.getVideo()), bb.gradType(u.getAudio()), gs, ga, nodes,
-                                        names({{u.getVideo(), ""}, {u.getAudio(), ""}}));
+                                        names({u.getVideo(), u.getAudio()}));
           bb.accumulate(u.getVideo(), d.getDvideo(), node);
           bb.accumulate(u.getAudio(), d.getDaudio(), node);
           return success();
