@@ -20,9 +20,7 @@ out=${H3C_GPU_OUT:-$root/build-gpu/gpu-test}/diffusers
 src=${H3C_DIFFUSERS_SRC:-$root/carry/diffusers/src}
 mkdir -p "$out"
 export PYTHONPATH="$src${PYTHONPATH:+:$PYTHONPATH}"
-passed=0; failed=0
-ok() { passed=$((passed + 1)); echo "PASS $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$root/scripts/gpu-checks.sh"
 check() { local what=$1; shift; if "$@" >"$out/last.log" 2>&1; then ok "$what"; sed 's/^/    /' "$out/last.log" | tail -12; else bad "$what"; sed 's/^/    /' "$out/last.log" | tail -20; fi; }
 finish() { echo "${passed} passed, ${failed} failed"; [ "$failed" = 0 ]; exit $?; }
 

@@ -18,9 +18,7 @@ H3C=${H3C:-$root/build-gpu/bin/h3c}
 plans=${H3C_PLANS:-$root/carry/plans}
 out=${H3C_GPU_OUT:-$root/build-gpu/gpu-test}/lora
 mkdir -p "$out"
-passed=0; failed=0
-ok() { passed=$((passed + 1)); echo "PASS $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$root/scripts/gpu-checks.sh"
 run() { "$H3C" run --synthetic 7 "$@" >>"$out/runs.log" 2>&1 || { bad "h3c run $*"; tail -3 "$out/runs.log"; }; }
 for c in tiny small; do
   [ -f "$plans/$c-lora/plan.json" ] || { bad "[$c] no plan at $plans/$c-lora (scripts/gpu-plans.sh)"; continue; }

@@ -26,9 +26,7 @@ extra=${H3C_EXTRA_INCLUDE:-}
 [ -z "$extra" ] && [ -d "$root/carry/include" ] && extra=$root/carry/include
 out=${H3C_GPU_OUT:-$build/gpu-test}
 mkdir -p "$out"
-passed=0; failed=0
-ok() { passed=$((passed + 1)); echo "PASS $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+. "$root/scripts/gpu-checks.sh"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 py=$(command -v python3 || true)
