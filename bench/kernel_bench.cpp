@@ -284,6 +284,23 @@ int main(int argc, char **argv) {
       if (l.N == H) addVariant(v, "st3 f1 c2 epi-warps whole tiles", 3, 1, 2, 256, 0, 2, 8, 0);
       if (l.epi != plan::Epilogue::Swiglu) addVariant(v, "bn192 st4 f1 c2 epi-warps", 4, 1, 2, 192, 0, 2);
     };
+    // The 256-row tile (gemm_bm=256) at the widths that fill whole waves at N = 5,376 (168: 8 waves, 192: 7), the
+    // register epilogue at 4 stages or the staged one at 3, alone or in 2-CTA clusters sharing x, with and without a
+    // k-block in flight.
+    auto addTall = [&](Variants &v, const Linear &l) {
+      if (l.epi == plan::Epilogue::Swiglu) return;
+      auto tall = [&](int bn, int st, int fl, int cl, int epi) {
+        addVariant(v, fmt::format("m256 bn{} st{} f{} c{}{}", bn, st, fl, cl, epi ? " epi-smem" : ""), st, fl, cl, bn,
+                   0, epi, 8, 0);
+        v.back().second.sm90Bm = 256;
+      };
+      tall(168, 4, 1, 1, 0);
+      tall(168, 4, 1, 2, 0);
+      tall(192, 4, 0, 2, 0);
+      for (int bn : {168, 192})
+        for (int fl : {0, 1})
+          for (int cl : {1, 2}) tall(bn, 3, fl, cl, 1);
+    };
     // --energy: the default, cuBLASLt and the variants that trade speed against power, twice in alternation.
     auto energyVariants = [&](const Linear &l) {
       Variants v;
@@ -295,6 +312,7 @@ int main(int argc, char **argv) {
       // whole tiles only (gemm_half_tail=0): the last partial wave at N = 5,376 as whole tiles on half the SMs
       if (l.N == H) addVariant(v, "st3 f1 c2 epi-smem whole tiles", 3, 1, 2, 256, 0, 1, 8, 0);
       addWarps(v, l);
+      addTall(v, l);
       return v;
     };
     for (const Linear &l : linears) {
@@ -313,6 +331,7 @@ int main(int argc, char **argv) {
       if (dev.arch() == "sm_90a") {
         Variants v;
         addWarps(v, l);
+        addTall(v, l);
         for (const auto &[label, o] : v) gemm(fmt::format("{} [sm90 {}]", l.name, label), l.kind, l.K, l.N, l.epi, o);
       }
       if (!sweep || dev.arch() != "sm_90a") continue;

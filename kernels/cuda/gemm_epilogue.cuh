@@ -64,6 +64,25 @@ struct GmEpilogue {
 #define GM_BIAS_PARAM nullptr
 #endif
 
+// The Hopper kernels' chain over k-blocks (docs/contract.md sections 4 and 13): x's and W's GM_K columns first (kt
+// blocks of 64, the last zero-filled past K), then the unmerged LoRA input's and up slot's GM_LORA_K columns (whole
+// blocks). Which tensor maps k-block kb reads and at which column: `GmChainBlock b = gm_chain_block(kb, kt,
+// GM_CHAIN_MAPS);` in a TMA producer.
+struct GmChainBlock {
+  const H3cTensorMap *a, *b;
+  int col;
+};
+__device__ __forceinline__ GmChainBlock gm_chain_block(int kb, int kt, const H3cTensorMap *x, const H3cTensorMap *w,
+                                                       const H3cTensorMap *t, const H3cTensorMap *u) {
+  const bool lora = t != nullptr && kb >= kt;
+  return {lora ? t : x, lora ? u : w, (lora ? kb - kt : kb) * 64};
+}
+#if GM_LORA_K
+#define GM_CHAIN_MAPS &x_map, &w_map, &t_map, &u_map
+#else
+#define GM_CHAIN_MAPS &x_map, &w_map, nullptr, nullptr
+#endif
+
 // The AdaLN table row of output row r (gate_residual; computed once per row, it costs a 64-bit division).
 __device__ __forceinline__ long long gm_trow(const GmEpilogue &e, long long r) {
 #if GM_EPI == GM_EPI_GATE_RESIDUAL

@@ -29,10 +29,11 @@
 #endif
 
 // One consumer warpgroup's staging area: its 64 x G9_BN block as bf16 (swiglu: 128 value + 128 gate columns) in
-// G9_BN / 64 boxes of 64 rows x 64 columns (8 KiB each), a box's row 128 bytes, its 16-byte chunk q at q ^ (row % 8):
+// G9_BN / 64 boxes of 64 rows x 64 columns (8 KiB each; a width that is no multiple of 64, the 256-row tile's 168,
+// takes whole boxes: 3 for 168), a box's row 128 bytes, its 16-byte chunk q at q ^ (row % 8):
 // TMA's 128-byte swizzle, so a bulk tensor store could read it as it is. stmatrix's eight 16-byte rows of one matrix
 // and a quarter-warp's eight consecutive chunks of one row both land on distinct banks.
-#define G9_OUT_BYTES (64 * G9_BN * 2)
+#define G9_OUT_BYTES (64 * ((G9_BN + 63) / 64 * 64) * 2)
 // Byte offset of 16-byte chunk k (8 columns) of row `row` in the staging area.
 __device__ __forceinline__ int g9_chunk_at(int row, int k) { return (k >> 3) * 8192 + row * 128 + (((k & 7) ^ (row & 7)) << 4); }
 
@@ -40,6 +41,9 @@ __device__ __forceinline__ void stsm_x4(h3u32 addr, h3u32 r0, h3u32 r1, h3u32 r2
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
                : "memory");
+}
+__device__ __forceinline__ void stsm_x2(h3u32 addr, h3u32 r0, h3u32 r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};\n" ::"r"(addr), "r"(r0), "r"(r1) : "memory");
 }
 __device__ __forceinline__ void sts_u32(h3u32 addr, h3u32 v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
@@ -89,7 +93,8 @@ __device__ __forceinline__ void g9_bias2(const void *bias, long long w, bool ali
 // one F32 add, none without a bias), rounded into the staging area at shared address `stage`. One stmatrix.x4 per
 // two fragments: matrices (j, rows g), (j, rows g + 8), (j + 1, rows g), (j + 1, rows g + 8), each thread's register
 // of a matrix the pair (row g, columns 2 t4, 2 t4 + 1) of the accumulator layout, lane L giving the address of row
-// L % 8 of matrix L / 8. A fragment's bias pair serves both of its rows.
+// L % 8 of matrix L / 8; an odd NF's last fragment by one stmatrix.x2 (its two matrices, lanes 0-15's addresses). A
+// fragment's bias pair serves both of its rows.
 template <int NF>
 __device__ __forceinline__ void g9_stage_block(h3u32 stage, const void *bias, const float *acc, long long c0, int warp,
                                                int lane) {
@@ -97,28 +102,37 @@ __device__ __forceinline__ void g9_stage_block(h3u32 stage, const void *bias, co
 #if GM_HAS_BIAS
   const bool aligned = ((unsigned long long)bias & 3) == 0;
 #endif
-#pragma unroll
-  for (int j = 0; j < NF; j += 2) {
-    h3u32 p[4];
-#pragma unroll
-    for (int f = 0; f < 2; ++f) {
-      const float *a = acc + (j + f) * 4;  // (row g: columns 2 t4, 2 t4 + 1), (row g + 8: the same)
-      float v0 = a[0], v1 = a[1], v2 = a[2], v3 = a[3];
+  // Fragment j's two packed rows (g, g + 8) with their biases.
+  auto pack = [&](int j, h3u32 &lo, h3u32 &hi) {
+    const float *a = acc + j * 4;  // (row g: columns 2 t4, 2 t4 + 1), (row g + 8: the same)
+    float v0 = a[0], v1 = a[1], v2 = a[2], v3 = a[3];
 #if GM_HAS_BIAS
-      long long w;
-      if (g9_wrow(c0, j + f, t4, w)) {
-        float b0, b1;
-        g9_bias2(bias, w, aligned, b0, b1);
-        v0 = __fadd_rn(v0, b0);
-        v1 = __fadd_rn(v1, b1);
-        v2 = __fadd_rn(v2, b0);
-        v3 = __fadd_rn(v3, b1);
-      }
-#endif
-      p[2 * f] = pack_bf2(v0, v1);
-      p[2 * f + 1] = pack_bf2(v2, v3);
+    long long w;
+    if (g9_wrow(c0, j, t4, w)) {
+      float b0, b1;
+      g9_bias2(bias, w, aligned, b0, b1);
+      v0 = __fadd_rn(v0, b0);
+      v1 = __fadd_rn(v1, b1);
+      v2 = __fadd_rn(v2, b0);
+      v3 = __fadd_rn(v3, b1);
     }
+#else
+    (void)c0, (void)t4;
+#endif
+    lo = pack_bf2(v0, v1);
+    hi = pack_bf2(v2, v3);
+  };
+#pragma unroll
+  for (int j = 0; j + 1 < NF; j += 2) {
+    h3u32 p[4];
+    pack(j, p[0], p[1]);
+    pack(j + 1, p[2], p[3]);
     stsm_x4(stage + (h3u32)g9_chunk_at(row, j + (m >> 1)), p[0], p[1], p[2], p[3]);
+  }
+  if constexpr (NF % 2 == 1) {
+    h3u32 lo, hi;
+    pack(NF - 1, lo, hi);
+    stsm_x2(stage + (h3u32)g9_chunk_at(row, NF - 1), lo, hi);
   }
 }
 

@@ -137,14 +137,8 @@ __device__ __forceinline__ void g9_wrows(int tn, int &w0, int &w1) {
 #endif
 }
 
-// A consumer warp's release of stage s: its own CTA's producer, and with G9_CLUSTER = 2 the peer's, which multicasts
-// half of B into this CTA's stage.
-__device__ __forceinline__ void g9_release(h3u32 bar, h3u32 peer) {
-  mbar_arrive(bar);
-#if G9_CLUSTER == 2
-  mbar_arrive_cluster(cluster_map(bar, peer));
-#endif
-}
+// A consumer warp's release of stage s (hopper.cuh): with G9_CLUSTER = 2 the peer multicasts half of B into it.
+__device__ __forceinline__ void g9_release(h3u32 bar, h3u32 peer) { ring_release<G9_CLUSTER == 2>(bar, peer); }
 
 // One k-block of a consumer warpgroup's main loop (stage s): its four wgmmas of the 16-wide chunks on B's stage rows
 // 0 .. N - 1 (N = G9_BN, or 128 for a half tile; N / 2 accumulators), the first of a tile (FIRST) starting the chain
@@ -319,14 +313,9 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
         g9_wrows(tn, w0, w1);
         for (int kb = 0; kb < G9_KT_ALL; ++kb) {
           // x's and W's k-blocks, then (GM_LORA_K) the LoRA input's and the up slot's, at the same rows.
-#if GM_LORA_K
-          const bool lora = kb >= G9_KT;
-          const H3cTensorMap *const amap = lora ? &t_map : &x_map, *const bmap = lora ? &u_map : &w_map;
-          const int kc = (lora ? kb - G9_KT : kb) * G9_BK;
-#else
-          const H3cTensorMap *const amap = &x_map, *const bmap = &w_map;
-          const int kc = kb * G9_BK;
-#endif
+          const GmChainBlock cb = gm_chain_block(kb, G9_KT, GM_CHAIN_MAPS);
+          const H3cTensorMap *const amap = cb.a, *const bmap = cb.b;
+          const int kc = cb.col;
           mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
           mbar_expect_tx(full + 8 * s, G9_A_BYTES + (part < 0 ? G9_B_BYTES : G9_B_BYTES / 2));
           tma_load_2d(sA + s * G9_A_BYTES, amap, kc, tm * G9_BM, full + 8 * s);

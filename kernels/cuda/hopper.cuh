@@ -77,6 +77,13 @@ __device__ __forceinline__ h3u32 cluster_map(h3u32 addr, h3u32 rank) {
 __device__ __forceinline__ void mbar_arrive_cluster(h3u32 cluster_addr) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
 }
+// A consumer warp's release of a ring stage (its wgmmas on it completed): its own CTA's producer, and in a 2-CTA cluster
+// (PAIR) the peer's, which multicasts into this CTA's stage and refills only when both CTAs released it.
+template <bool PAIR> __device__ __forceinline__ void ring_release(h3u32 bar, h3u32 peer) {
+  mbar_arrive(bar);
+  if constexpr (PAIR) mbar_arrive_cluster(cluster_map(bar, peer));
+  else (void)peer;
+}
 // tma_load_2d into the same offset of every CTA in `mask`, completing the bytes on each one's barrier at `bar`.
 __device__ __forceinline__ void tma_load_2d_multicast(h3u32 dst, const H3cTensorMap *map, int c0, int c1, h3u32 bar,
                                                       unsigned short mask) {

@@ -23,6 +23,7 @@ extern const char *const gemm_epilogue;
 extern const char *const gemm_epilogue_smem;
 extern const char *const gemm_sm90;
 extern const char *const gemm_sm90_pingpong;
+extern const char *const gemm_sm90_tall;
 extern const char *const hopper;
 extern const char *const attention;
 extern const char *const attention_sm90;
@@ -242,10 +243,10 @@ void defineEpilogue(Builder &b, const GemmDesc &d) {
 }
 
 // The parameter list of both GEMM templates; x and w are buffers (mma.sync) or tensor maps (Hopper: x_map, w_map,
-// whose W box has wBoxRows rows).
-Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRows = 128) {
+// whose W box has wBoxRows rows and x's xBoxRows).
+Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRows = 128, int64_t xBoxRows = 128) {
   Params p;
-  if (maps) p.tensorMap("x_map", OperandRole::In, 0, v.rowsOfIn(0), d.K, 64, 128);
+  if (maps) p.tensorMap("x_map", OperandRole::In, 0, v.rowsOfIn(0), d.K, 64, xBoxRows);
   else p.in("x", 0);
   if (d.epi == Epilogue::Residual || d.epi == Epilogue::GateResidual) p.in("residual", 1);
   if (d.epi == Epilogue::GateResidual) {
@@ -265,7 +266,7 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRow
            v.op.in.size());
     const int64_t tIn = int64_t(v.op.in.size()) - 1, upW = int64_t(v.op.weights.size()) - 1;
     if (maps) {
-      p.tensorMap("t_map", OperandRole::In, tIn, v.rowsOfIn(size_t(tIn)), d.loraK, 64, 128);
+      p.tensorMap("t_map", OperandRole::In, tIn, v.rowsOfIn(size_t(tIn)), d.loraK, 64, xBoxRows);
       p.tensorMap("u_map", OperandRole::Weight, upW, Extent::constant(d.N), d.loraK, 64, wBoxRows);
     } else {
       p.in("lora_t", tIn);
@@ -318,10 +319,78 @@ plan::Kernel emitGemmSm90Pingpong(const OpView &v, const GemmDesc &d, const std:
   return finish(gemmName(v, d, "sm90pp"), "G9_ENTRY", b, p, body, l, arch, v.options);
 }
 
+// The m64nNk16 bf16 wgmma with F32 accumulators for the 256-row tile's width N, as two functions named `name` (D =
+// A B^T + scale_d D) and `name`_first (D = A B^T, the accumulators written only: hopper.cuh's wgmma_256_first says
+// why): generated, since wgmma's register list is spelled out per N.
+std::string wgmmaFunctions(int n, const std::string &name) {
+  std::string regs;
+  for (int i = 0; i < n / 2; ++i) regs += fmt::format("{}%{}", i ? ", " : "", i);
+  auto operands = [&](const char *constraint) {
+    std::string o;
+    for (int i = 0; i < n / 2; ++i) o += fmt::format("{}\"{}\"(d[{}])", i ? ", " : "", constraint, i);
+    return o;
+  };
+  const int a = n / 2, b = n / 2 + 1, sc = n / 2 + 2;
+  const std::string op = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.bf16.bf16 {{{}}}, %{}, %{}, p, 1, 1, 0, 0;", n,
+                                     regs, a, b);
+  std::ostringstream o;
+  o << "__device__ __forceinline__ void " << name
+    << "(float *d, unsigned long long da, unsigned long long db, int scale_d) {\n"
+    << "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << sc << ", 0;\\n\"\n               \"" << op
+    << "\\n}\\n\"\n               : " << operands("+f") << "\n               : \"l\"(da), \"l\"(db), \"r\"(scale_d));\n}\n";
+  o << "__device__ __forceinline__ void " << name << "_first(float *d, unsigned long long da, unsigned long long db) {\n"
+    << "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, 0, 0;\\n\"\n               \"" << op
+    << "\\n}\\n\"\n               : " << operands("=f") << "\n               : \"l\"(da), \"l\"(db));\n}\n";
+  return o.str();
+}
+
+// The Hopper kernel with 256-row tiles (gemm_sm90_tall.cuh, gemm_bm=256): 256 x gemm_bn tiles, stages of 32 KiB +
+// gemm_bn x 128 bytes, alone or in 2-CTA clusters sharing x, the epilogue in registers or staged (gemm_epi_smem 1 or
+// 2: the 256-row tile has no epilogue warps), a persistent grid of at most one CTA per SM.
+plan::Kernel emitGemmSm90Tall(const OpView &v, const GemmDesc &d, const std::string &arch) {
+  const EmitOptions &o = v.options;
+  const int bn = o.sm90Bn, stages = o.sm90Stages, groupM = o.sm90GroupM, cluster = o.sm90Cluster;
+  if (d.epi == Epilogue::Swiglu || d.epi == Epilogue::QkNormRope)
+    fail(v.where, "the 256-row Hopper tile (gemm_bm=256) serves the epilogues none, residual and gate_residual, not {}",
+         plan::epilogueName(d.epi));
+  if (bn % 8 != 0 || bn < 128 || bn > 192 || stages < 2 || stages > 4 || groupM < 1 || groupM > 64 ||
+      (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (cluster != 1 && cluster != 2))
+    fail(v.where, "Hopper 256-row linear tuning out of range (tile width a multiple of 8 in 128-192, stages 2-4, group "
+                  "1-64, in flight 0/1, cluster 1/2)");
+  const int64_t outN = d.N / d.nout;
+  const bool staged = o.sm90EpiSmem >= 1 && !d.outF32 && outN % 8 == 0;
+  const bool gateTable = d.epi == Epilogue::GateResidual;
+  const int64_t smem = sm90TallLinearSharedBytes(stages, bn, staged, gateTable);
+  if (smem > kMaxCtaSharedBytes)
+    fail(v.where, "{} stages of the 256 x {} Hopper tile{} need {} bytes of shared memory (at most {})", stages, bn,
+         staged ? " beside the staged epilogue" : "", smem, kMaxCtaSharedBytes);
+  Builder b;
+  defineEpilogue(b, d);
+  b.def("GT_BN", bn);
+  b.def("G9_BN", bn);
+  b.def("G9_STAGES", stages);
+  b.def("G9_GROUP_M", groupM);
+  b.def("G9_INFLIGHT", o.sm90Inflight);
+  b.def("G9_CLUSTER", cluster);
+  if (staged) b.def("G9_EPI_SMEM", 1);
+  Params p = gemmParams(v, d, /*maps=*/true, bn, 128);
+  const int64_t tilesN = (d.N + bn - 1) / bn, pairsN = (tilesN + cluster - 1) / cluster;
+  // >= the CTAs of the tiles (with pairs: two per pair of column tiles), capped at the SMs; the runtime rounds the
+  // grid to whole clusters.
+  plan::GridDim g = dim(v.rowsOfIn(0).plus(255).scaled(cluster * pairsN), 256);
+  g.maxPerSm = 1;
+  plan::Launch l = launch(384, smem, g);
+  l.cluster = {cluster, 1, 1};
+  std::string body = std::string(tmpl::hopper) + "\n" + wgmmaFunctions(bn, "gt_wgmma") + tmpl::gemm_epilogue + "\n" +
+                     (staged ? std::string(tmpl::gemm_epilogue_smem) + "\n" : std::string()) + tmpl::gemm_sm90_tall;
+  return finish(gemmName(v, d, fmt::format("sm90m256n{}", bn)), "G9_ENTRY", b, p, body, l, arch, v.options);
+}
+
 // The Hopper kernel (gemm_sm90.cuh): 128 x 256 tiles (or 128 x 192), stages of 48 KiB (40 KiB; 3 by default), a persistent grid of at most
 // one CTA per SM. The weight's row count and K are constants of the plan; the row count of x is the request's.
 plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;
+  if (o.sm90Bm == 256 && o.sm90Pingpong == 0) return emitGemmSm90Tall(v, d, arch);
   // The ping-pong kernel has no LoRA path: a LoRA op takes this kernel (the same bits) with as many of the options'
   // stages as it holds (ping-pong's 5-6 stages of 32 KiB, or 4 beside a staged epilogue, would be refused below and
   // leave a tuned plan's LoRA op without a kernel).
@@ -825,6 +894,13 @@ std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, co
 }
 
 } // namespace
+
+int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResidual) {
+  int64_t bytes = int64_t(stages) * (256 + bn) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
+  // the two staging areas (64 rows of whole 64-column boxes each), gate_residual's table rows (8 warps x 32)
+  if (staged) bytes += 2 * 64 * ((int64_t(bn) + 63) / 64 * 64) * 2 + (gateResidual ? 8 * 32 * 8 : 0);
+  return bytes;
+}
 
 int64_t sm90LinearSharedBytes(int stages, int bn, int epiSmem, bool gateResidual) {
   int64_t bytes = int64_t(stages) * (128 + bn) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers

@@ -21,7 +21,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_group_m", &EmitOptions::sm90GroupM, 1, 64},
                           {"gemm_inflight", &EmitOptions::sm90Inflight, 0, 1},
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
-                          {"gemm_bn", &EmitOptions::sm90Bn, 192, 256},  // 192 or 256
+                          {"gemm_bn", &EmitOptions::sm90Bn, 128, 256},  // 192 or 256; 128-192 with gemm_bm=256
+                          {"gemm_bm", &EmitOptions::sm90Bm, 128, 256},  // 128 or 256
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
                           {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 2},
                           {"gemm_half_tail", &EmitOptions::sm90HalfTail, 0, 1},
@@ -110,6 +111,23 @@ EmitOptions EmitOptions::forOp(const std::string &name) const {
 void EmitOptions::check(const std::string &where) const {
   for (const char *k : kTunedOps) {
     const EmitOptions o = forOp(std::string(k));
+    if (o.sm90Bm != 128 && o.sm90Bm != 256) fail(where, "{}: gemm_bm must be 128 or 256, got {}", k, o.sm90Bm);
+    if (o.sm90Bm == 256 && o.sm90Pingpong == 0) {
+      // the 256-row tile (gemm_sm90_tall.cuh): its own widths and ring, and not the epilogues it lacks (the emitter
+      // would refuse them, leaving the op without a kernel)
+      const std::string op(k);
+      if (op == "linear+swiglu" || op == "qkv_linear+qk_norm_rope")
+        fail(where, "{}: gemm_bm=256 serves the epilogues none, residual and gate_residual; set it per op (e.g. "
+                    "--tune linear+gate_residual:gemm_bm=256)", k);
+      if (o.sm90Bn % 8 != 0 || o.sm90Bn < 128 || o.sm90Bn > 192)
+        fail(where, "{}: gemm_bn={} with gemm_bm=256 must be a multiple of 8 in [128, 192]", k, o.sm90Bn);
+      const int64_t bytes =
+          sm90TallLinearSharedBytes(o.sm90Stages, o.sm90Bn, o.sm90EpiSmem >= 1, op == "linear+gate_residual");
+      if (o.sm90Stages > 4 || bytes > kMaxCtaSharedBytes)
+        fail(where, "{}: gemm_stages={} with gemm_bm=256, gemm_bn={} and gemm_epi_smem={} needs {} bytes of shared "
+                    "memory (at most {})", k, o.sm90Stages, o.sm90Bn, o.sm90EpiSmem, bytes, kMaxCtaSharedBytes);
+      continue;
+    }
     if (o.sm90Bn != 192 && o.sm90Bn != 256) fail(where, "{}: gemm_bn must be 192 or 256, got {}", k, o.sm90Bn);
     if (o.sm90Pingpong == 0 && o.sm90Stages > (o.sm90Bn == 192 ? 5 : 4))
       fail(where, "{}: gemm_stages={} needs gemm_pingpong=1 (the cooperative kernel's stages fit 2-4 at 48 KiB, 2-5 "
@@ -120,7 +138,8 @@ void EmitOptions::check(const std::string &where) const {
   }
   for (const char *k : kStagedOps) {
     const EmitOptions o = forOp(std::string(k));
-    if (o.sm90EpiSmem == 0 || o.sm90Pingpong == 1) continue;  // the ping-pong kernel has no staged epilogue
+    // the ping-pong kernel and the 256-row tile have no staged epilogue
+    if (o.sm90EpiSmem == 0 || o.sm90Pingpong == 1 || o.sm90Bm == 256) continue;
     const int64_t bytes =
         sm90LinearSharedBytes(o.sm90Stages, o.sm90Bn, o.sm90EpiSmem, std::string(k) == "linear+gate_residual");
     if (bytes > kMaxCtaSharedBytes)

@@ -7,6 +7,8 @@
 #include "h3c/kernels/emit.h"
 #include "h3c/plan/plan.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
 #include <optional>
 #include <stdexcept>
@@ -136,7 +138,8 @@ inline EmitOp qkvNormRope(const std::string &node, int64_t K, int64_t heads, int
 // cooperative kernel, the 2-CTA cluster (B multicast to a pair of row tiles; an odd row-tile count leaves a phantom
 // tile) and the ping-pong schedule (128 x 128 tiles per consumer warpgroup, in turns, with a k-block in flight;
 // 5 stages, the default being 4).
-// wide192: whether the op's epilogue allows the 192-wide cooperative tile (not swiglu, not qk_norm_rope).
+// wide192: whether the op's epilogue allows the 192-wide cooperative tile and the 256-row tile (not swiglu, not
+// qk_norm_rope).
 inline std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(bool wide192 = false) {
   hk::EmitOptions coop, pair, pp, w192, w192pair, staged, stagedPair, staged192;
   coop.perOp.clear();
@@ -191,7 +194,33 @@ inline std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(
     warps192.sm90Cluster = 2;
     warps192.sm90Inflight = 1;
     v.push_back({"192-wide staged epilogue in epilogue warps 2-CTA cluster (4 stages, in flight)", warps192});
+    // The 256-row tile (gemm_bm=256, gemm_sm90_tall.cuh): 168 wide with 4 stages, a k-block in flight and the
+    // register epilogue; staged (3 stages) alone and in 2-CTA clusters sharing x; 192 wide staged in clusters.
+    hk::EmitOptions tall;
+    tall.perOp.clear();
+    tall.sm90Bm = 256;
+    tall.sm90Bn = 168;
+    tall.sm90Stages = 4;
+    tall.sm90Inflight = 1;
+    tall.sm90EpiSmem = 0;
+    hk::EmitOptions tallStaged = tall;
+    tallStaged.sm90Stages = 3;
+    tallStaged.sm90EpiSmem = 1;
+    hk::EmitOptions tallPair = tallStaged, tall192 = tallStaged;
+    tallPair.sm90Cluster = 2;
+    tallPair.sm90Inflight = 0;  // the fastest form per kernel for to_out / fc2 (bench/NOTES.md, 2026-12-05)
+    tall192.sm90Cluster = 2;
+    tall192.sm90Bn = 192;
+    tall192.sm90Inflight = 0;
+    v.push_back({"256-row 168-wide (4 stages, in flight)", tall});
+    v.push_back({"256-row 168-wide staged (3 stages, in flight)", tallStaged});
+    v.push_back({"256-row 168-wide staged 2-CTA cluster (3 stages)", tallPair});
+    v.push_back({"256-row 192-wide staged 2-CTA cluster (3 stages)", tall192});
   }
+  // H3C_GPU_VARIANTS=TEXT keeps the variants whose label contains TEXT (a device call checking one new kernel).
+  if (const char *only = std::getenv("H3C_GPU_VARIANTS"))
+    v.erase(std::remove_if(v.begin(), v.end(), [&](const auto &e) { return std::string(e.first).find(only) == std::string::npos; }),
+            v.end());
   return v;
 }
 

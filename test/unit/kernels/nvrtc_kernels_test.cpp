@@ -449,6 +449,7 @@ TEST(KernelEmit, StagedEpilogueOption) {
   const hk::EmitOptions d = hk::EmitOptions::planDefaults();
   EXPECT_EQ(d.forOp(std::string("linear+gate_residual")).sm90Cluster, 2);
   EXPECT_EQ(d.forOp(std::string("linear+gate_residual")).sm90Inflight, 1);
+  EXPECT_EQ(d.forOp(std::string("linear+gate_residual")).sm90Bm, 128);
   EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Cluster, 2);
   EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90Inflight, 1);
   EXPECT_EQ(d.forOp(std::string("linear+swiglu")).sm90EpiSmem, 2);
@@ -459,6 +460,80 @@ TEST(KernelEmit, StagedEpilogueOption) {
   EXPECT_NO_THROW(d.check("test"));
   EXPECT_NO_THROW(t.set("gemm_epi_smem", 2, "test"));
   EXPECT_THROW(t.set("gemm_epi_smem", 3, "test"), h3c::Error);
+}
+
+// The 256-row tile (gemm_bm=256): its shared memory is 4 stages of (256 + bn) x 64 bf16 at most, its grid one CTA per
+// 256 x bn tile capped at the SMs, its W box bn rows and x's 256; EmitOptions::check refuses it for the epilogues it
+// lacks (swiglu, qk_norm_rope), a width that is no multiple of 8 or outside 128-192, and a ring beyond the shared
+// memory, before any emission; set per op it leaves the other linears' kernels alone.
+TEST(KernelEmit, Sm90Gemm256RowsOption) {
+  const EmitOp toOut = op(OpKind::Linear, "to_out", [] {
+    plan::OpAttrs a = with(attrs({{"K", 5376}, {"N", 5376}}), h3c::DType::BF16, h3c::DType::BF16, h3c::DType::BF16,
+                           plan::Epilogue::GateResidual);
+    a.chunk = 2;
+    a.numChunks = 6;
+    return a;
+  }(), kchunks(1), 1);
+  hk::EmitOptions t;
+  t.perOp.clear();
+  t.sm90Bm = 256;
+  t.sm90Bn = 168;
+  t.sm90Stages = 4;
+  t.sm90EpiSmem = 0;  // the register epilogue: 4 stages fit
+  const plan::Kernel k = *emit(toOut, "sm_90a", t);
+  EXPECT_EQ(k.launch.smemBytes, hk::sm90TallLinearSharedBytes(4, 168, false, true));
+  EXPECT_EQ(k.launch.smemBytes, 4 * (256 + 168) * 64 * 2 + 1024 + 16 * 4);
+  EXPECT_EQ(k.launch.grid[0].div, 256);
+  EXPECT_EQ(k.launch.grid[0].maxPerSm, 1);
+  EXPECT_EQ(k.launch.cluster[0], 1);
+  for (const plan::KernelParam &p : k.params) {
+    if (p.name == "x_map") EXPECT_EQ(p.map.box, (std::vector<int64_t>{64, 128}));
+    if (p.name == "w_map") EXPECT_EQ(p.map.box, (std::vector<int64_t>{64, 168}));
+  }
+  EXPECT_NE(k.source.find("m64n168k16"), std::string::npos);
+  EXPECT_EQ(k.source.find("#define G9_EPI_SMEM"), std::string::npos);
+  EXPECT_NE(k.id.find("_sm90m256n168_"), std::string::npos) << k.id;
+  // Staged (3 stages beside two 64 x 192 areas and the table rows), in 2-CTA clusters along the columns.
+  hk::EmitOptions st = t;
+  st.sm90EpiSmem = 1;
+  EXPECT_THROW(emit(toOut, "sm_90a", st), h3c::Error);  // 4 stages do not fit beside it
+  st.sm90Stages = 3;
+  st.sm90Cluster = 2;
+  const plan::Kernel ks = *emit(toOut, "sm_90a", st);
+  EXPECT_EQ(ks.launch.smemBytes, 3 * (256 + 168) * 64 * 2 + 1024 + 16 * 3 + 2 * 64 * 192 * 2 + 8 * 32 * 8);
+  EXPECT_LE(ks.launch.smemBytes, hk::kMaxCtaSharedBytes);
+  EXPECT_NE(ks.source.find("#define G9_EPI_SMEM 1\n"), std::string::npos);
+  EXPECT_EQ(ks.launch.cluster[0], 2);
+  hk::EmitOptions bad = t;
+  bad.sm90Bn = 172;
+  EXPECT_THROW(emit(toOut, "sm_90a", bad), h3c::Error);
+  bad.sm90Bn = 192;
+  EXPECT_NO_THROW(emit(toOut, "sm_90a", bad));
+  // check(): per op for to_out / fc2 only; for every op (swiglu, qk_norm_rope included) refused, naming the fix
+  hk::EmitOptions c = hk::EmitOptions::planDefaults();
+  c.set("linear+gate_residual:gemm_bm", 256, "test");
+  c.set("linear+gate_residual:gemm_bn", 168, "test");
+  c.set("linear+gate_residual:gemm_stages", 4, "test");
+  EXPECT_THROW(c.check("test"), h3c::Error);  // 4 stages beside the default staged epilogue
+  c.set("linear+gate_residual:gemm_stages", 3, "test");
+  EXPECT_NO_THROW(c.check("test"));
+  EXPECT_EQ(c.forOp(std::string("linear+swiglu")).sm90Bm, 128);
+  c.set("linear+gate_residual:gemm_bn", 196, "test");
+  EXPECT_THROW(c.check("test"), h3c::Error);
+  c.set("linear+gate_residual:gemm_bn", 192, "test");
+  EXPECT_NO_THROW(c.check("test"));
+  c.set("linear+gate_residual:gemm_bn", 256, "test");
+  EXPECT_THROW(c.check("test"), h3c::Error);
+  hk::EmitOptions every = hk::EmitOptions::planDefaults();
+  every.set("gemm_bm", 256, "test");
+  every.set("gemm_bn", 168, "test");
+  try {
+    every.check("test");
+    ADD_FAILURE() << "gemm_bm=256 for every op (swiglu included) was not refused";
+  } catch (const h3c::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("set it per op"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(every.set("gemm_bm", 512, "test"), h3c::Error);
 }
 
 // Programmatic dependent launch: every kernel of the full config (both archs) waits for its producers first thing
@@ -973,6 +1048,57 @@ TEST(NvrtcCompile, Sm90Gemm192WideNeitherSerializesNorSpills) {
   }
   EXPECT_GE(compiled, 4);  // to_out and fc2 (gate_residual) at least, both variants
 }
+// The 256-row tile (gemm_bm=256, gemm_sm90_tall.cuh) for the full config's bf16 linears with the epilogues it serves:
+// 168 wide with 4 stages, a k-block in flight and the register epilogue (to_out / fc2 in whole waves: 33 x 32 tiles),
+// 192 wide (192 accumulators a thread, the most registers) in 2-CTA clusters, and the form measured fastest per kernel
+// (168 wide, staged, 3 stages, clusters): ptxas keeps the wgmmas asynchronous and spills nothing; the swiglu and qk_norm_rope epilogues
+// refuse it, naming the tile.
+TEST(NvrtcCompile, Sm90Gemm256RowsNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  hk::EmitOptions t168, t192, t168s;
+  t168.perOp.clear();
+  t168.sm90Bm = 256;
+  t168.sm90Bn = 168;
+  t168.sm90Stages = 4;
+  t168.sm90Inflight = 1;
+  t168.sm90EpiSmem = 0;  // register epilogue
+  t192 = t168;           // 192 wide in 2-CTA clusters, register epilogue (staged, its walk spills 8 bytes)
+  t192.sm90Bn = 192;
+  t192.sm90Inflight = 0;
+  t192.sm90Cluster = 2;
+  t168s = t168;  // the fastest form per kernel for to_out / fc2: 168 wide, staged at 3 stages, 2-CTA clusters
+  t168s.sm90Stages = 3;
+  t168s.sm90EpiSmem = 1;
+  t168s.sm90Cluster = 2;
+  t168s.sm90Inflight = 0;
+  std::set<std::string> seen;
+  int compiled = 0;
+  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
+    if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
+    const plan::Epilogue e = o.op.attrs.epilogue;
+    if (o.op.attrs.wDtype != h3c::DType::BF16 || o.op.attrs.xDtype != h3c::DType::BF16) continue;
+    for (const hk::EmitOptions *opt : {&t168, &t192, &t168s}) {
+      if (e == plan::Epilogue::Swiglu || e == plan::Epilogue::QkNormRope) {
+        try {
+          emit(o, "sm_90a", *opt);
+          ADD_FAILURE() << o.op.nodes.front() << ": the 256-row tile was not refused";
+        } catch (const h3c::Error &err) {
+          EXPECT_NE(std::string(err.what()).find("gemm_bm=256"), std::string::npos) << err.what();
+        }
+        continue;
+      }
+      if (e != plan::Epilogue::GateResidual) continue;  // (CI time: the forms at to_out and fc2; the rest on the GPU)
+      const plan::Kernel k = *emit(o, "sm_90a", *opt);
+      EXPECT_NE(k.source.find(fmt::format("m64n{}k16", opt->sm90Bn)), std::string::npos) << k.id;
+      EXPECT_EQ(k.launch.grid[0].div, 256) << k.id;
+      if (!seen.insert(k.source).second) continue;
+      expectCompilesWithoutSpills(jit, k, "256-row");
+      ++compiled;
+    }
+  }
+  EXPECT_GE(compiled, 6);  // to_out and fc2 (gate_residual) at least, each form
+}
 // The staged epilogue (gemm_epi_smem=1) at the full and small configs' linear shapes, in the 1-CTA and 2-CTA cluster
 // forms and at gemm_bn=192 with 4 stages, and walked in the epilogue warps (gemm_epi_smem=2): ptxas keeps the wgmmas
 // asynchronous and spills nothing.
@@ -1291,6 +1417,28 @@ TEST(NvrtcCompile, UnmergedLoraHopperVariantsNeitherSerializeNorSpill) {
       if (seen.insert(k->source).second) expectCompilesWithoutSpills(jit, *k, o.op.where + " " + label);
     }
   }
+}
+
+// The 256-row tile with an unmerged LoRA path (its producer picks the maps per k-block within 24 registers): the
+// gate_residual form, staged in 2-CTA clusters, neither serializes nor spills.
+TEST(NvrtcCompile, UnmergedLora256RowsNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  hk::EmitOptions t;
+  t.perOp.clear();
+  t.sm90Bm = 256;
+  t.sm90Bn = 168;
+  t.sm90Cluster = 2;
+  int compiled = 0;
+  for (const auto &o : loraOps(h3c::h3::namedConfig("small"))) {
+    if (o.op.attrs.loraK == 0 || o.op.attrs.epilogue != plan::Epilogue::GateResidual) continue;
+    const plan::Kernel k = *emit(o, "sm_90a", t);
+    EXPECT_NE(k.id.find("_sm90m256n168_"), std::string::npos) << k.id;
+    expectCompilesWithoutSpills(jit, k, "256-row LoRA");
+    ++compiled;
+    break;
+  }
+  EXPECT_EQ(compiled, 1);
 }
 
 TEST(NvrtcCompile, FullConfigAndPlanSm100a) {

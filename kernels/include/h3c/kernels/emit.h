@@ -30,8 +30,14 @@ struct EmitOptions {
   // CTAs per cluster along the rows (1, or 2: a pair shares its B tile through TMA multicast).
   int sm90Cluster = 1;
   // Width of the cooperative kernel's tile: 256, or 192 (epilogues none, residual, gate_residual only), which fills
-  // whole waves of 132 SMs at N = 5,376 (gemm_sm90.cuh); 192-wide stages are 40 KiB, so 2-5 of them.
+  // whole waves of 132 SMs at N = 5,376 (gemm_sm90.cuh); 192-wide stages are 40 KiB, so 2-5 of them. With
+  // gemm_bm=256 the width of the 256-row tile: a multiple of 8 in [128, 192].
   int sm90Bn = 256;
+  // Rows of the cooperative kernel's tile: 128 (gemm_sm90.cuh), or 256 (gemm_sm90_tall.cuh: two 64-row accumulator
+  // sets per consumer warpgroup, 2-4 stages of 32 KiB + gemm_bn x 128 bytes; epilogues none, residual and
+  // gate_residual; gemm_cluster=2 pairs column tiles sharing x; gemm_epi_smem 1 or 2 stages the epilogue one 64-row
+  // block at a time, 3 stages beside it (no epilogue warps); gemm_half_tail does not apply).
+  int sm90Bm = 128;
   // 1: the ping-pong schedule (gemm_sm90_pingpong.cuh: 128 x 128 tiles, one per consumer warpgroup in turns, so one
   // epilogue overlaps the other's main loop); stages may then be 2-6. gemm_cluster and gemm_epi_smem are the
   // cooperative kernel's: the ping-pong kernel ignores them.
@@ -79,7 +85,11 @@ struct EmitOptions {
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
   // forOp. In planDefaults() the gate_residual linears (to_out, fc2) and qkv with its qk_norm_rope epilogue run 2-CTA
   // clusters with one k-block in flight (with the staged epilogue the fastest of the variants measured; gate_residual
-  // also the least energy per launch), and attention runs persistent (the full forward 5 ms faster; bench/NOTES.md,
+  // also the least energy per launch; the 256-row tile, `--tune linear+gate_residual:gemm_bm=256 --tune
+  // linear+gate_residual:gemm_bn=168 --tune linear+gate_residual:gemm_stages=3 --tune
+  // linear+gate_residual:gemm_inflight=0`, is 0.73-0.97x their time per kernel at M = 70 to 8,349 but measured 1-3 %
+  // slower in the whole forward on one H100 machine: not the default until measured again, bench/NOTES.md 2026-12-05,
+  // session of 08:51), and attention runs persistent (the full forward 5 ms faster; bench/NOTES.md,
   // 2026-12-04, session of 14:36); the swiglu linears (fc1) walk their staged epilogue in the epilogue warps
   // (gemm_epi_smem=2) in 2-CTA clusters with a k-block in flight (the full forward 688.7-691.4 ms against 701-706,
   // session of 17:42). On the H200 the full forward is power-capped: ping-pong for the swiglu / gate_residual linears
@@ -95,7 +105,7 @@ struct EmitOptions {
   static EmitOptions planDefaults();
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
-  // gemm_inflight, gemm_cluster, gemm_bn, gemm_pingpong, gemm_epi_smem, gemm_half_tail, attn_stages, attn_overlap, attn_pingpong,
+  // gemm_inflight, gemm_cluster, gemm_bn, gemm_bm, gemm_pingpong, gemm_epi_smem, gemm_half_tail, attn_stages, attn_overlap, attn_pingpong,
   // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl), for every op, or, as `OP:NAME`, for the ops of one profile name (see
   // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
@@ -116,6 +126,9 @@ constexpr int64_t kMaxCtaSharedBytes = 232448;
 // consumers' staging areas (64 x bn bf16 each), with 2 their full / empty mbarriers, and for gate_residual the walking
 // warps' table rows (8 warps x 32).
 int64_t sm90LinearSharedBytes(int stages, int bn, int epiSmem, bool gateResidual);
+// The same for the 256-row tile (gemm_sm90_tall.cuh): `stages` of (256 + bn) x 64 bf16, alignment and mbarriers;
+// staged, the two 64-row staging areas (whole 64-column boxes) and gate_residual's table rows.
+int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResidual);
 
 // The name an op is tuned and profiled under: its kind, and "+epilogue" for a linear with a fused epilogue.
 std::string opProfileName(const plan::Op &op);
