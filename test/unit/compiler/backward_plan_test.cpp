@@ -17,7 +17,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace h3c;
 
-namespace {
+// (a named namespace holding the tests too: the unity build compiles a binary's test files as one translation
+// unit, where anonymous namespaces would merge)
+namespace backward_plan_test {
 
 codegen::CompileOptions backwardOptions() {
   codegen::CompileOptions o;
@@ -70,7 +72,6 @@ size_t bwdOp(const json &p, const std::string &kind, const std::string &node = "
   return 0;
 }
 
-} // namespace
 
 TEST(BackwardPlan, WrittenReadBackAndComplete) {
   const plan::Plan &p = tiny().plan;
@@ -192,3 +193,5 @@ TEST(BackwardPlan, CompilerRefusesWhatTheBackwardIsNotWrittenFor) {
   o.loraRank = 64;
   refuses(o, "LoRA");
 }
+
+} // namespace backward_plan_test

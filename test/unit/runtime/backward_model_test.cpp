@@ -19,7 +19,9 @@
 using namespace h3c;
 using namespace h3c::rt;
 
-namespace {
+// (a named namespace holding the tests too: the unity build compiles a binary's test files as one translation
+// unit, where anonymous namespaces would merge)
+namespace backward_model_test {
 
 Request tinyRequest(const h3::Config &c, int64_t batch, bool shuffle) {
   RequestShape sh;
@@ -117,7 +119,6 @@ Request itemOf(const Request &r, int64_t b) {
   return one;
 }
 
-} // namespace
 
 TEST(BackwardModel, GradientsAgreeWithCentralDifferencesOfTheFp64Model) {
   if (!testtool::toolHasCompile()) GTEST_SKIP() << "this h3c has no compile command (built without MLIR)";
@@ -266,3 +267,5 @@ TEST(BackwardModel, RefusesTheGpuAndPlansWithoutABackward) {
     EXPECT_NE(std::string(e.what()).find("expected an F32 [1, "), std::string::npos) << e.what();
   }
 }
+
+} // namespace backward_model_test
