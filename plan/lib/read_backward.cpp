@@ -52,6 +52,19 @@ struct Checker {
       fail(op.where + (out ? "/out/" : "/in/") + std::to_string(k), "'{}' has {} columns, the op's attrs imply {}",
            v.name, v.cols, cols);
   }
+  // The operands that hold a gradient and its activation row for row: one row domain, one batch axis. `in` / `out`
+  // are operand positions.
+  void sameRows(const Op &op, std::initializer_list<size_t> in, std::initializer_list<size_t> out) const {
+    const Value &a = p.value(op.in.at(*in.begin()));
+    auto agree = [&](const std::string &name, const std::string &w) {
+      const Value &v = p.value(name);
+      if (v.rows != a.rows || v.batch != a.batch)
+        fail(w, "'{}' has rows {}{}, '{}' rows {}{}: they must agree", v.name, domainName(v.rows),
+             v.batch ? " (batched)" : "", a.name, domainName(a.rows), a.batch ? " (batched)" : "");
+    };
+    for (size_t k : in) agree(op.in.at(k), op.where + "/in/" + std::to_string(k));
+    for (size_t k : out) agree(op.out.at(k), op.where + "/out/" + std::to_string(k));
+  }
   // Operand k of op.in is the forward value `want` (a saved activation the node's forward op read or wrote).
   void saved(const Op &op, size_t k, const std::string &want) const {
     if (op.in.at(k) != want)
@@ -117,14 +130,17 @@ struct Checker {
       width(op, false, 0, a.N);
       if (op.kind == OpKind::LinearGradX) {
         width(op, true, 0, a.K);
+        sameRows(op, {0}, {0});
       } else {
         saved(op, 1, f.in[0]);
         width(op, false, 1, a.K);
+        sameRows(op, {0, 1}, {});
       }
       return;
     case OpKind::SwigluGrad:
       same(op, "F", a.F, fa.F);
       saved(op, 1, f.in[0]);
+      sameRows(op, {0, 1}, {0});
       width(op, false, 0, a.F);
       width(op, false, 1, 2 * a.F);
       width(op, true, 0, 2 * a.F);
@@ -133,6 +149,7 @@ struct Checker {
       same(op, "eps", a.eps, fa.eps);
       same(op, "group", a.group, f.kind == OpKind::QkNorm ? fa.headDim : fa.H);
       saved(op, 1, f.in[0]);
+      sameRows(op, {0, 1}, {0});
       for (size_t k = 0; k < 2; ++k) width(op, false, k, a.cols);
       width(op, true, 0, a.cols);
       width(op, false, 1, p.value(f.in[0]).cols);
@@ -154,6 +171,8 @@ struct Checker {
       // [dy, x | y, table, meta...].
       const size_t skip = norm ? 0 : 1;
       for (size_t k = 1; k < op.in.size(); ++k) saved(op, k, f.in.at(k - 1 + skip));
+      sameRows(op, {0, 1}, {0});
+      sameRows(op, {2}, {1});
       for (size_t k = 0; k < 2; ++k) width(op, false, k, a.H);
       width(op, false, 2, a.numChunks * a.H);
       width(op, true, 0, a.H);
@@ -166,6 +185,7 @@ struct Checker {
       same(op, "rotary_dim", a.rotaryDim, fa.rotaryDim);
       saved(op, 1, f.in[1]);
       saved(op, 2, f.in[2]);
+      sameRows(op, {0}, {0});
       width(op, false, 0, a.heads * a.headDim);
       width(op, true, 0, a.heads * a.headDim);
       width(op, false, 1, a.rotaryDim);
@@ -177,12 +197,14 @@ struct Checker {
       same(op, "kv_block", a.kvBlock, f.order.kvBlock);
       for (size_t k = 0; k < 3; ++k) saved(op, k, f.in[k]);
       saved(op, 3, f.out[0]);
+      sameRows(op, {0, 1, 2, 3, 4}, {0, 1, 2});
       for (size_t k = 0; k < 5; ++k) width(op, false, k, a.heads * a.headDim);
       for (size_t k = 0; k < 3; ++k) width(op, true, k, a.heads * a.headDim);
       return;
     case OpKind::SiluGrad:
       same(op, "cols", a.cols, fa.cols);
       saved(op, 1, f.in[0]);
+      sameRows(op, {0, 1}, {0});
       width(op, false, 0, a.cols);
       width(op, false, 1, a.cols);
       width(op, true, 0, a.cols);
@@ -192,6 +214,9 @@ struct Checker {
       same(op, "N", a.N, fa.N);
       same(op, "rows_per_timestep", a.rowsPerTimestep, fa.rowsPerTimestep);
       saved(op, 1, f.in[0]);
+      sameRows(op, {1}, {0});
+      if (p.value(op.in[0]).rows != p.value(f.out[0]).rows || p.value(op.in[0]).batch)
+        fail(op.where + "/in/0", "the table's gradient has the table's rows");
       width(op, false, 0, p.value(f.out[0]).cols);
       width(op, false, 1, a.K);
       width(op, true, 0, a.K);
@@ -202,7 +227,12 @@ struct Checker {
     case OpKind::PackGrad:
       same(op, "H", a.H, fa.H);
       width(op, false, 0, a.H);
-      for (size_t k = 0; k < 3; ++k) width(op, true, k, p.value(f.in[k]).cols);
+      for (size_t k = 0; k < 3; ++k) {
+        width(op, true, k, p.value(f.in[k]).cols);
+        if (p.value(op.out[k]).rows != p.value(f.in[k]).rows)
+          fail(op.where + "/out/" + std::to_string(k), "has other rows than '{}'", f.in[k]);
+      }
+      if (p.value(op.in[0]).rows != p.value(f.out[0]).rows) fail(op.where + "/in/0", "has other rows than '{}'", f.out[0]);
       return;
     case OpKind::UnpackGrad:
       same(op, "video_cols", a.videoCols, fa.videoCols);
@@ -211,6 +241,12 @@ struct Checker {
       width(op, false, 1, a.audioCols);
       width(op, true, 0, p.value(f.in[0]).cols);
       width(op, true, 1, p.value(f.in[1]).cols);
+      for (size_t k = 0; k < 2; ++k) {
+        if (p.value(op.in[k]).rows != p.value(f.out[k]).rows)
+          fail(op.where + "/in/" + std::to_string(k), "has other rows than '{}'", f.out[k]);
+        if (p.value(op.out[k]).rows != p.value(f.in[k]).rows)
+          fail(op.where + "/out/" + std::to_string(k), "has other rows than '{}'", f.in[k]);
+      }
       return;
     default: fail(op.where + "/op", "'{}' is no gradient op", opKindName(op.kind));
     }

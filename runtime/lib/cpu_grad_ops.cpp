@@ -63,6 +63,15 @@ struct GradCtx {
   size_t firstWeightGrad() const { return plan::outputRoles(op.kind, op.attrs).size(); }
 };
 
+// Operands that hold a gradient and the activation it belongs to row for row (dy and x, ...) have one shape, so a
+// loop over one's rows stays inside the other.
+void sameRows(const GradCtx &cx, std::initializer_list<const HostValue *> vs) {
+  const HostValue &a = **vs.begin();
+  for (const HostValue *v : vs)
+    if (v->batch != a.batch || v->rows != a.rows)
+      cx.error(fmt::format("operands of [{} x {}] and [{} x {}] rows must agree", a.batch, a.rows, v->batch, v->rows));
+}
+
 // The items of a value's rows: a batched value's B items of `rows` each, else one item.
 grad::ItemRows itemsOf(const HostValue &v) {
   grad::ItemRows r{0};
@@ -109,6 +118,8 @@ void linearGradX(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &g = cx.in(0);
   const int64_t M = g.batch * g.rows;
+  const plan::Value &dx = cx.env.plan.value(cx.op.out.at(0));
+  if ((dx.batch ? cx.env.req.B : 1) * cx.rowsOf(dx) != M) cx.error("dx and g differ in rows");
   const std::string &w = cx.op.weights.at(0);
   const std::vector<float> W = cx.weight(w, a.N * a.K);
   cx.out(0, cx.f32Weight(w) ? grad::linearDxF32(g.f.data(), M, a.N, W.data(), a.K, cx.env.threads)
@@ -118,7 +129,7 @@ void linearGradX(GradCtx &cx) {
 void linearGradW(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &g = cx.in(0), &x = cx.in(1);
-  if (g.batch != x.batch || g.rows != x.rows) cx.error("g and x differ in rows");
+  sameRows(cx, {&g, &x});
   const grad::ItemRows items = itemsOf(g);
   const std::string &w = cx.op.weights.at(0);
   size_t k = cx.firstWeightGrad();
@@ -130,6 +141,7 @@ void linearGradW(GradCtx &cx) {
 void rmsNormGrad(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &dy = cx.in(0), &x = cx.in(1);
+  sameRows(cx, {&dy, &x});
   std::vector<float> w;
   if (!cx.op.weights.empty()) w = cx.weight(cx.op.weights[0], a.group);
   grad::NormGrad d =
@@ -141,6 +153,7 @@ void rmsNormGrad(GradCtx &cx) {
 void normModulateGrad(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &dy = cx.in(0), &x = cx.in(1), &table = cx.in(2);
+  sameRows(cx, {&dy, &x});
   const int64_t M = x.batch * x.rows, H = a.H;
   std::vector<float> w;
   if (!cx.op.weights.empty()) w = cx.weight(cx.op.weights[0], H);
@@ -156,6 +169,7 @@ void normModulateGrad(GradCtx &cx) {
 void gateResidualGrad(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &dz = cx.in(0), &y = cx.in(1), &table = cx.in(2);
+  sameRows(cx, {&dz, &y});
   const int64_t M = y.batch * y.rows, H = a.H;
   const grad::TableRows rows = tableRows(cx, 3, M, table.rows);
   const std::vector<float> gate = chunkOf(table, a.chunk, H);
@@ -168,7 +182,7 @@ void ropeGrad(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &dy = cx.in(0), &cosv = cx.in(1), &sinv = cx.in(2);
   // The tables are per canonical row, shared by the batch items: repeat them for each item.
-  if (cosv.batch != 1 || cosv.rows != dy.rows) cx.error("the rope tables must hold one row per packed row");
+  if (cosv.batch != 1 || cosv.rows != dy.rows || sinv.batch != 1 || sinv.rows != dy.rows) cx.error("the rope tables must hold one row per packed row");
   const int64_t M = dy.batch * dy.rows, R = a.rotaryDim;
   std::vector<float> c(size_t(M * R)), s(size_t(M * R));
   for (int64_t b = 0; b < dy.batch; ++b) {
@@ -181,6 +195,7 @@ void ropeGrad(GradCtx &cx) {
 void attentionGrad(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &q = cx.in(0), &k = cx.in(1), &v = cx.in(2), &o = cx.in(3), &dO = cx.in(4);
+  sameRows(cx, {&q, &k, &v, &o, &dO});
   grad::AttentionGrad d = grad::attentionGrad(q.f.data(), k.f.data(), v.f.data(), o.f.data(), dO.f.data(), itemsOf(q),
                                               a.heads, a.headDim, a.kvBlock);
   cx.out(0, std::move(d.dq));
@@ -206,6 +221,7 @@ void adalnTableGrad(GradCtx &cx) {
 void packGrad(GradCtx &cx) {
   const CanonicalRequest &q = cx.env.req;
   const HostValue &dx = cx.in(0);
+  if (dx.batch != q.B || dx.rows != q.S) cx.error("dx must hold the B x S packed rows");
   const int64_t H = dx.cols;
   const int64_t begin[3] = {0, q.Nt, q.Nt + q.Nv}, count[3] = {q.Nt, q.Nv, q.Na};
   for (size_t part = 0; part < 3; ++part) {
@@ -222,6 +238,7 @@ void unpackGrad(GradCtx &cx) {
   const int64_t begin[2] = {q.Nt, q.Nt + q.Nv}, count[2] = {q.Nv, q.Na};
   for (size_t part = 0; part < 2; ++part) {
     const HostValue &ds = cx.in(part);
+    if (ds.batch != q.B || ds.rows != count[part]) cx.error("a sample's gradient must hold its modality's rows");
     const int64_t C = ds.cols;
     std::vector<float> d(size_t(q.B * q.S * C), 0.f);
     for (int64_t b = 0; b < q.B; ++b)
@@ -239,6 +256,7 @@ void runCpuGradOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
   switch (op.kind) {
   case OpKind::GradAdd: {
     const HostValue &a = cx.in(0), &b = cx.in(1);
+    sameRows(cx, {&a, &b});
     if (a.f.size() != b.f.size()) cx.error("the two parts differ in size");
     std::vector<float> c(a.f.size());
     for (size_t i = 0; i < c.size(); ++i) c[i] = a.f[i] + b.f[i];
@@ -248,6 +266,7 @@ void runCpuGradOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
   case OpKind::LinearGradW: return linearGradW(cx);
   case OpKind::SwigluGrad: {
     const HostValue &dy = cx.in(0), &x = cx.in(1);
+    sameRows(cx, {&dy, &x});
     return cx.out(0, grad::swigluGrad(dy.f.data(), x.f.data(), x.batch * x.rows, op.attrs.F));
   }
   case OpKind::RmsNormGrad: return rmsNormGrad(cx);
@@ -257,6 +276,7 @@ void runCpuGradOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
   case OpKind::AttentionGrad: return attentionGrad(cx);
   case OpKind::SiluGrad: {
     const HostValue &dy = cx.in(0), &x = cx.in(1);
+    sameRows(cx, {&dy, &x});
     return cx.out(0, grad::siluGrad(dy.f.data(), x.f.data(), x.numel()));
   }
   case OpKind::AdalnTableGrad: return adalnTableGrad(cx);

@@ -138,6 +138,12 @@ TEST(BackwardPlan, ReaderRefusesEditedBackwards) {
     const size_t i = bwdOp(p, "linear_grad_x", "transformer_blocks.0.ff.net.2");
     p["functions"]["backward"]["ops"][i]["attrs"]["N"] = 48;
     rejects(p, "/attrs/N");
+    p = good;  // a gradient of other rows than its activation's
+    const size_t x = bwdOp(p, "linear_grad_x", "transformer_blocks.0.ff.net.2");
+    const std::string dx = p["functions"]["backward"]["ops"][x]["out"][0];
+    p["values"][dx]["rows"] = "T";
+    p["values"][dx]["batch"] = false;
+    rejects(p, "they must agree");
     p = good;
     const size_t a = bwdOp(p, "attention_grad");
     p["functions"]["backward"]["ops"][a]["attrs"]["kv_block"] = 64;
