@@ -9,6 +9,8 @@
 #   those, on tiny; H3C_E2E_ONLY=tiny the tiny config alone).
 #   tiny at sp 2 x tp 2 (4 ranks): the one-GPU executor refuses it (exit 2, nothing written); the CPU reference's
 #   rank simulation gives the bytes of the sp = tp = 1 plan.
+#   a plan with a backward (e2e_backward; H3C_E2E_ONLY=backward alone): its forward on the GPU, the GPU refusing its
+#   backward, the CPU reference running it;
 #   full (H3C_GPU_FULL=1, or H3C_E2E_ONLY=full_bench): 33B at 8,349 tokens (Nt 512 + Nv 8 x 30 x 32 + Na 157),
 #   synthetic weights, strict, timed (H3C_GPU_PROFILE); then --mode off (every linear and attention on cuBLASLt,
 #   attention in chunks of heads), timed, outputs within 5e-2 of the strict run's.
@@ -182,6 +184,26 @@ e2e_ranks() {
   else bad "[tiny sp2 x tp2] the one-GPU executor refuses a 4-rank plan (exit $rc)"; sed 's/^/    /' "$out/last.log" | tail -5; fi
 }
 
+# A plan with a backward (h3c compile --backward, docs/contract.md section 14): its forward runs on the GPU as any
+# unfused plan (the arena holds the forward's values only), the GPU refuses its backward (the gradient ops have no
+# kernels: exit 2, nothing written) and the CPU reference runs it.
+e2e_backward() {
+  local plan=$plans/tiny-backward d=$out/tiny-backward
+  mkdir -p "$d"
+  [ -f "$plan/plan.json" ] || { bad "[tiny backward] no plan at $plan"; return; }
+  check "[tiny backward] request make" "$H3C" request make --config tiny --text 7 --audio 5 --video 2,3,4 --timesteps 2 --seed 3 -o "$d/req.safetensors"
+  check "[tiny backward] CPU reference forward" run tiny "$plan" "$d/req.safetensors" "$d/cpu.safetensors" "$d/cpu_ledger.json" cpu
+  check "[tiny backward] GPU strict forward" run tiny "$plan" "$d/req.safetensors" "$d/gpu.safetensors" "$d/gpu_ledger.json" gpu
+  check "[tiny backward] GPU vs CPU forward (rel_frob <= $bound)" python3 "$cmp_py" bound "$d/cpu.safetensors" "$d/gpu.safetensors" "$bound"
+  check "[tiny backward] CPU reference backward" "$H3C" backward --config tiny --synthetic 7 --plan "$plan" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" -o "$d/grads_cpu.safetensors"
+  rm -f "$d/grads_gpu.safetensors"
+  "$H3C" backward --config tiny --synthetic 7 --plan "$plan" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" -o "$d/grads_gpu.safetensors" --device gpu >"$out/last.log" 2>&1
+  local rc=$?
+  if [ $rc = 2 ] && grep -q "has no gpu kernel" "$out/last.log" && [ ! -e "$d/grads_gpu.safetensors" ]; then
+    ok "[tiny backward] the GPU refuses a backward without kernels (exit 2, nothing written)"; sed 's/^/    /' "$out/last.log"
+  else bad "[tiny backward] the GPU refuses a backward without kernels (exit $rc)"; sed 's/^/    /' "$out/last.log" | tail -5; fi
+}
+
 e2e_full() {
   local plan=$plans/full d=$out/full
   mkdir -p "$d"
@@ -209,7 +231,8 @@ case "${H3C_E2E_ONLY:-}" in
     check "[tiny] CPU reference run" run tiny "$plans/tiny" "$d/req.safetensors" "$d/cpu.safetensors" "$d/cpu_ledger.json" cpu
     check "[tiny] GPU strict run" run tiny "$plans/tiny" "$d/req.safetensors" "$d/gpu.safetensors" "$d/gpu_ledger.json" gpu
     e2e_native tiny "$plans/tiny" "$d" ;;
-  *) e2e_config tiny; e2e_ranks; e2e_config small; [ "${H3C_GPU_FULL:-0}" = 1 ] && e2e_full ;;
+  backward) e2e_backward ;;
+  *) e2e_config tiny; e2e_ranks; e2e_backward; e2e_config small; [ "${H3C_GPU_FULL:-0}" = 1 ] && e2e_full ;;
 esac
 echo "${passed} passed, ${failed} failed"
 [ "$failed" = 0 ]

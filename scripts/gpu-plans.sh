@@ -20,6 +20,8 @@ for c in tiny small full; do  # unmerged LoRA slots (docs/contract.md section 13
   rm -rf "$root/carry/plans/$c-lora"
   "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --lora-rank 64 -o "$root/carry/plans/$c-lora" | tail -1
 done
+rm -rf "$root/carry/plans/tiny-backward"  # the backward (docs/contract.md section 14): scripts/gpu-e2e.sh e2e_backward
+"$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward -o "$root/carry/plans/tiny-backward" | tail -1
 rm -rf "$root/carry/plans/tiny-sp2tp2"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --sp 2 --tp 2 -o "$root/carry/plans/tiny-sp2tp2" | tail -1
 cp -r /usr/include/nlohmann /usr/include/fmt /usr/include/CLI /usr/include/openssl /usr/include/dlpack /usr/include/pybind11 "$root/carry/include/"

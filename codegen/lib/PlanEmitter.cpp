@@ -1,6 +1,8 @@
 // h3 module -> plan::Plan (docs/contract.md section 5): values in the order they are defined (graph inputs first),
 // ops in launch order (the func's op order), each with its kernel; weights in buffers laid out so that a kernel that
-// reads several tensors as one matrix (qkv's [Wq; Wk; Wv]) finds them back to back.
+// reads several tensors as one matrix (qkv's [Wq; Wk; Wv]) finds them back to back. A module with `func @backward`
+// (h3-backward) becomes the plan's second function (docs/contract.md section 14): its gradient ops have no kernel
+// yet ("kernel": null, one warning per kind), its weight gradients are F32 values with a slot each.
 #include "h3c/Codegen/PlanEmitter.h"
 
 #include "h3c/Dialect/H3/H3Dialect.h"
@@ -87,15 +89,77 @@ void addWeightBuffers(plan::Plan &p, const plan::Op &op, const std::optional<pla
       }
 }
 
+// The backward function: its `@grad:` arguments are its inputs, its other arguments the forward values of the same
+// names (saved activations, already values of the plan); each gradient op's results and weight gradients become
+// values; the results are named after the inputs they are the gradients of.
+template <class AddValue>
+void emitBackward(plan::Plan &p, func::FuncOp fn, AddValue &addValue, std::vector<std::string> &weightGrads,
+                  std::vector<std::string> &warnings) {
+  plan::Function bwd;
+  bwd.name = "backward";
+  Block &body = fn.getBody().front();
+  for (BlockArgument a : body.getArguments()) {
+    const std::string n = passes::valueName(a);
+    auto slot = fn.getArgAttrOfType<IntegerAttr>(a.getArgNumber(), "h3.slot");
+    if (!slot) fail("backward argument " + n, "has no slot (run h3-plan-buffers)");
+    if (n.rfind("@grad:", 0) == 0) {
+      addValue(a, slot.getInt());
+      bwd.inputs.push_back(n);
+    } else if (!p.values.count(n) || p.values.at(n).slot != slot.getInt()) {
+      fail("backward argument " + n, "is neither an output gradient (@grad:) nor a forward value in its slot");
+    }
+  }
+  std::map<std::string, const plan::Op *> forwardOf;  // node -> forward op (attention_grad's kv_block)
+  for (const plan::Op &op : p.functions.at("forward").ops)
+    for (const auto &n : op.nodes) forwardOf[n] = &op;
+  for (Operation &op : body) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+        auto key = fn.getResultAttrOfType<StringAttr>(i, "h3.name");
+        if (!key) fail("func @backward result " + std::to_string(i), "has no h3.name");
+        bwd.outputs[key.str()] = passes::valueName(ret.getOperand(i));
+      }
+      continue;
+    }
+    auto slots = op.getAttrOfType<ArrayAttr>("h3.slots");
+    if (!slots || slots.size() != op.getNumResults()) fail(where(&op), "has no slots (run h3-plan-buffers)");
+    for (unsigned i = 0; i < op.getNumResults(); ++i) addValue(op.getResult(i), cast<IntegerAttr>(slots[i]).getInt());
+    plan::Op pop = passes::toPlanOp(&op);
+    pop.index = bwd.ops.size();
+    if (!plan::isGradOp(pop.kind)) fail(where(&op), "is no gradient op, but sits in func @backward");
+    for (size_t k = op.getNumResults(); k < pop.out.size(); ++k) {  // the weight gradients (toPlanOp)
+      const std::string &g = pop.out[k];
+      const plan::WeightTensor &t = p.weightTensor(g.substr(std::string("grad:").size()));
+      plan::Value v{g, DType::F32, plan::Domain::One, t.numel(), false, -1};
+      if (!p.values.emplace(g, v).second) fail(where(&op), "value {} defined twice", g);
+      weightGrads.push_back(g);
+      bwd.outputs[g] = g;
+    }
+    if (pop.kind == plan::OpKind::AttentionGrad) {
+      auto it = forwardOf.find(pop.nodes.at(0));
+      if (it == forwardOf.end()) fail(where(&op), "differentiates a node no forward op implements");
+      pop.attrs.kvBlock = it->second->order.kvBlock;
+    }
+    warnings.push_back(where(&op) + ": no kernel: the backward's gradient ops have no GPU kernel yet");
+    bwd.ops.push_back(std::move(pop));
+  }
+  p.functions["backward"] = std::move(bwd);
+}
+
 } // namespace
 
 EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &fingerprintSha256,
                      const plan::Options &o, const kernels::EmitOptions &tuning) {
-  func::FuncOp fn;
+  func::FuncOp fn, bwdFn;
   for (auto f : m.getOps<func::FuncOp>()) {
-    if (fn) fail("h3 module", "has more than one func");
+    if (f.getName() == "backward") {
+      bwdFn = f;
+      continue;
+    }
+    if (fn) fail("h3 module", "has more than one forward func");
     fn = f;
   }
+  if (bwdFn && bwdFn.getBody().empty()) fail("func @backward", "has no body");
   if (!fn || fn.getBody().empty()) fail("h3 module", "has no func with a body");
   auto buffers = m->getAttrOfType<DictionaryAttr>("h3.buffers");
   if (!buffers) fail("h3 module", "has no buffer plan (run h3-plan-buffers)");
@@ -171,6 +235,11 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
     forward.ops.push_back(std::move(pop));
   }
 
+  const size_t forwardOps = forward.ops.size();
+  p.functions["forward"] = std::move(forward);
+  std::vector<std::string> weightGrads;  // values that get a slot of their own below
+  if (bwdFn) emitBackward(p, bwdFn, addValue, weightGrads, out.warnings);
+
   for (Attribute a : cast<ArrayAttr>(buffers.get("slots"))) {
     auto d = cast<DictionaryAttr>(a);
     plan::Slot s;
@@ -183,13 +252,19 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
     s.fixedBytes = cast<IntegerAttr>(d.get("fixed_bytes")).getInt();
     p.slots.push_back(s);
   }
-  p.stats = {{"ops", int64_t(forward.ops.size())},
+  // Each weight gradient in a slot of its own (an output: live to the end), rows "1".
+  for (const auto &g : weightGrads) {
+    plan::Value &v = p.values.at(g);
+    v.slot = int64_t(p.slots.size());
+    p.slots.push_back({v.slot, {{plan::Domain::One, v.cols * 4}}, 0});
+  }
+  p.stats = {{"ops", int64_t(forwardOps)},
              {"nodes", int64_t(fp.nodes.size())},
              {"kernels", int64_t(p.kernels.size())},
              {"buffer_report_tokens", cast<IntegerAttr>(buffers.get("tokens")).getInt()},
              {"peak_live_bytes", cast<IntegerAttr>(buffers.get("peak_live_bytes")).getInt()},
              {"slot_bytes", cast<IntegerAttr>(buffers.get("slot_bytes")).getInt()}};
-  p.functions["forward"] = std::move(forward);
+  if (bwdFn) p.stats["backward_ops"] = int64_t(p.backward()->ops.size());
   return out;
 }
 

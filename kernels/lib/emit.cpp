@@ -948,7 +948,10 @@ std::optional<plan::Kernel> emitKernel(const plan::Op &op, const OperandValues &
   case OpKind::GateResidual:
   case OpKind::Pack:
   case OpKind::Unpack: return emitElementwise(v, arch);
+  default: break;
   }
+  // The backward's gradient ops (docs/contract.md section 14) have no templates yet: their plan ops carry no kernel.
+  if (plan::isGradOp(op.kind)) fail(v.where, "no GPU kernel for gradient ops yet (the CPU reference runs them)");
   fail(v.where, "no GPU kernel for op kind '{}'", plan::opKindName(op.kind));
 }
 

@@ -101,10 +101,11 @@ public:
   void finish(func::FuncOp fwd) {
     SmallVector<Value> results;
     SmallVector<Attribute> resultNames;
+    // A result is named after the input it is the gradient of ("grad:@hidden_states"); its value keeps its own name.
     for (BlockArgument a : fwd.getArguments())
       if (Value g = grad(a)) {
         results.push_back(g);
-        resultNames.push_back(b_.getStringAttr(h3c::passes::planName(g)));
+        resultNames.push_back(b_.getStringAttr("grad:" + h3c::passes::planName(a)));
       }
     func::ReturnOp::create(b_, bwd_.getLoc(), results);
     Block &body = bwd_.getBody().front();

@@ -29,6 +29,9 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
   H3VerifyStrictOptions strict;
   strict.arch = o.arch;
   pm.addPass(createH3VerifyStrict(strict));
+  // After the forward's verification (its gradient ops have no kernels yet), before the buffers: the backward's
+  // values and its reads of saved activations are part of the one timeline h3-plan-buffers lays out.
+  if (o.backward) pm.addPass(createH3Backward());
   H3PlanBuffersOptions buffers;
   buffers.tokens = o.tokens;
   pm.addPass(createH3PlanBuffers(buffers));

@@ -2,11 +2,17 @@
 // released after their last reader; a released slot is reused by a later value of the same row domain (best fit:
 // the smallest free slot that already holds it, else the largest free one, which grows). Sizes are symbolic
 // (bytes per row of a domain, per batch item), so one plan serves every request size.
+// With a backward function (h3-backward, docs/contract.md section 14) the forward and the backward are one timeline,
+// the backward's ops after the forward's: a backward argument named like a forward value is that value (a saved
+// activation), so it keeps the forward's slot and stays live until the backward's last read. The forward's outputs
+// are never released (an executor returns them after both functions ran).
 #include "Common.h"
+#include "h3c/Passes/PlanOp.h"
 #include "h3c/Passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
 #include <map>
 
 namespace h3c::passes {
@@ -57,15 +63,41 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
     std::vector<Slot> slots;
     int64_t peak = 0;
     bool ok = true;
-    m.walk([&](func::FuncOp fn) {
-      if (fn.getBody().empty()) return;
+    // The timeline: the forward's body, then the backward's (when there is one).
+    std::vector<func::FuncOp> fns;
+    for (auto fn : m.getOps<func::FuncOp>())
+      if (!fn.getBody().empty()) fns.push_back(fn);
+    std::stable_partition(fns.begin(), fns.end(), [](func::FuncOp f) { return f.getName() != "backward"; });
+    // Saved activations: the backward's arguments that name a forward value stand for that value.
+    llvm::DenseMap<Value, Value> savedOf;
+    if (fns.size() == 2 && fns[1].getName() == "backward") {
+      std::map<std::string, Value> forwardValues;
+      Block &fwd = fns[0].getBody().front();
+      for (BlockArgument a : fwd.getArguments()) forwardValues[h3c::passes::planName(a)] = a;
+      for (Operation &op : fwd)
+        for (Value r : op.getResults()) forwardValues[h3c::passes::planName(r)] = r;
+      for (BlockArgument a : fns[1].getBody().front().getArguments()) {
+        auto it = forwardValues.find(h3c::passes::planName(a));
+        if (it != forwardValues.end()) savedOf[a] = it->second;
+      }
+    }
+    auto canon = [&](Value v) {
+      auto it = savedOf.find(v);
+      return it == savedOf.end() ? v : it->second;
+    };
+    // Last reader of each value over the timeline; the forward's outputs are pinned (never released).
+    llvm::DenseMap<Value, Operation *> last;
+    llvm::DenseSet<Value> pinned;
+    for (func::FuncOp fn : fns)
+      for (Operation &op : fn.getBody().front())
+        for (Value v : op.getOperands()) {
+          last[canon(v)] = &op;
+          if (isa<func::ReturnOp>(op)) pinned.insert(canon(v));
+        }
+    llvm::DenseMap<Value, int> slotOf;
+    int64_t live = 0;
+    for (func::FuncOp fn : fns) {
       Block &body = fn.getBody().front();
-      // Last reader of each value (the terminator keeps outputs alive to the end).
-      llvm::DenseMap<Value, Operation *> last;
-      for (Operation &op : body)
-        for (Value v : op.getOperands()) last[v] = &op;
-      llvm::DenseMap<Value, int> slotOf;
-      int64_t live = 0;
       auto bytesPerRow = [](Value v) {
         auto t = cast<ActType>(v.getType());
         return t.getCols() * eltBytes(t.getElementType());
@@ -95,6 +127,7 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
         return best;
       };
       auto release = [&](Value v) {
+        if (pinned.count(v)) return;
         slots[slotOf[v]].free = true;
         live -= bytesPerRow(v) * rows(cast<ActType>(v.getType()).getDomain());
       };
@@ -102,12 +135,15 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
         if (!isa<ActType>(a.getType())) {
           fn.emitOpError() << "argument " << a.getArgNumber() << " is not an h3 activation";
           ok = false;
-          return;
+          break;
         }
-        fn.setArgAttr(a.getArgNumber(), slotName, b.getI64IntegerAttr(allocate(a)));
+        // A saved activation keeps its forward value's slot (and life).
+        const int slot = savedOf.count(a) ? slotOf.at(canon(a)) : allocate(a);
+        fn.setArgAttr(a.getArgNumber(), slotName, b.getI64IntegerAttr(slot));
       }
+      if (!ok) break;
       for (BlockArgument a : body.getArguments())
-        if (!last.count(a)) release(a);  // never read
+        if (!savedOf.count(a) && !last.count(a)) release(a);  // never read
       for (Operation &op : body) {
         if (isa<func::ReturnOp>(op)) continue;
         std::vector<Attribute> ids;
@@ -115,19 +151,21 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
           if (!isa<ActType>(r.getType())) {
             op.emitOpError() << "result is not an h3 activation";
             ok = false;
-            return;
+            break;
           }
           ids.push_back(b.getI64IntegerAttr(allocate(r)));
         }
         slotsAttr.setAttr(&op, b.getArrayAttr(ids));
         // Release operands read for the last time here, and results nobody reads, after the op ran.
+        if (!ok) break;
         llvm::SmallPtrSet<Value, 8> done;
         for (Value v : op.getOperands())
-          if (last[v] == &op && done.insert(v).second) release(v);
+          if (last[canon(v)] == &op && done.insert(canon(v)).second) release(canon(v));
         for (Value r : op.getResults())
           if (!last.count(r)) release(r);
       }
-    });
+      if (!ok) break;
+    }
     if (!ok) return signalPassFailure();
     std::vector<Attribute> table;
     int64_t total = 0;

@@ -43,7 +43,9 @@ plan::Order toOrder(OrderAttr o, const std::string &w) {
   const std::string kind = stringifyOrderKind(o.getKind()).str();
   if (!plan::parseOrderKind(kind, r.kind)) fail(w, "unknown order kind '{}'", kind);
   r.kStep = o.getKStep();
-  r.units = o.getUnits();
+  // row_units spells its unit (128 rows) as the IR's `units`; k_chunks' units is always 1.
+  if (r.kind == plan::OrderKind::RowUnits) r.unit = o.getUnits();
+  else r.units = o.getUnits();
   r.lanes = o.getLanes();
   r.kvBlock = o.getKvBlock();
   return r;
@@ -125,6 +127,7 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
 
   plan::OpAttrs &a = r.attrs;
   int64_t segmentCount = 1;
+  std::vector<std::string> weightGrads;  // a gradient op's `grads`: its outputs after the activation gradients
   auto props = dyn_cast_or_null<DictionaryAttr>(op->getPropertiesAsAttribute());
   if (props) {
     for (NamedAttribute na : props) {
@@ -133,6 +136,7 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
       if (k == "nodes" || k == "values") continue;
       if (k == "weight") { r.weights = names(cast<ArrayAttr>(v)); continue; }
       if (k == "bias") { r.biases = names(cast<ArrayAttr>(v)); continue; }
+      if (k == "grads") { weightGrads = names(cast<ArrayAttr>(v)); continue; }
       if (k == "order") { r.order = toOrder(cast<OrderAttr>(v), w); continue; }
       if (k == "shard") {
         auto s = cast<ShardAttr>(v);
@@ -159,6 +163,7 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
         else if (k == "parts") a.parts = x;
         else if (k == "segments") segmentCount = x;
         else if (k == "lora_k") a.loraK = x;
+        else if (k == "group") a.group = x;
         else fail(w, "integer attribute '{}' has no plan attr", k);
       } else if (auto f = dyn_cast<FloatAttr>(v)) {
         if (k == "eps") a.eps = f.getValueAsDouble();
@@ -176,7 +181,17 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
     }
   }
 
+  // The weight gradients a gradient op computes are values of the plan (F32, named grad:<tensor>), after its
+  // activation gradients (plan::emitsWeightGrads).
+  for (const auto &g : weightGrads) r.out.push_back(g);
+
   // Derived attrs the kernels read (docs/contract.md section 5.1).
+  if (op->getNumResults() == 0) {  // linear_grad_w: its outputs are the weight gradients
+    a.outDtype = DType::F32;
+    a.xDtype = dtypeOf(act(op->getOperand(0)).getElementType(), w);
+    a.wDtype = h3::isF32Module(r.weights.at(0)) ? DType::F32 : DType::BF16;
+    return r;
+  }
   ActType y = act(op->getResult(0));
   a.outDtype = dtypeOf(y.getElementType(), w);
   if (op->getNumOperands()) a.xDtype = dtypeOf(act(op->getOperand(0)).getElementType(), w);
@@ -197,6 +212,17 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
   } else if (auto u = dyn_cast<UnpackOp>(op)) {
     a.videoCols = act(u.getSample()).getCols();
     a.audioCols = act(u.getAudioSample()).getCols();
+  } else if (isa<GradAddOp, SiluGradOp>(op)) {
+    a.cols = y.getCols();
+  } else if (isa<SwigluGradOp>(op)) {
+    a.F = act(op->getOperand(0)).getCols();
+  } else if (isa<RmsNormGradOp>(op)) {
+    a.cols = y.getCols();
+  } else if (isa<NormModulateGradOp, GateResidualGradOp, PackGradOp>(op)) {
+    a.H = act(op->getOperand(0)).getCols();
+  } else if (auto u = dyn_cast<UnpackGradOp>(op)) {
+    a.videoCols = act(u.getDsample()).getCols();
+    a.audioCols = act(u.getDaudioSample()).getCols();
   } else if (auto at = dyn_cast<AttentionOp>(op)) {
     if (!plan::parseDomain(act(at.getQ()).getDomain().str(), a.domain)) fail(w, "unknown attention domain");
     a.scale = 1.0 / std::sqrt(double(at.getHeadDim()));

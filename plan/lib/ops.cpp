@@ -36,6 +36,13 @@ const std::pair<OpKind, const char *> kOpKinds[] = {
     {OpKind::Pack, "pack"},              {OpKind::Unpack, "unpack"},
     {OpKind::AllGather, "all_gather"},   {OpKind::Split, "split"},
     {OpKind::LoraDown, "lora_down"},
+    {OpKind::GradAdd, "grad_add"},       {OpKind::LinearGradX, "linear_grad_x"},
+    {OpKind::LinearGradW, "linear_grad_w"}, {OpKind::SwigluGrad, "swiglu_grad"},
+    {OpKind::RmsNormGrad, "rms_norm_grad"}, {OpKind::NormModulateGrad, "norm_modulate_grad"},
+    {OpKind::GateResidualGrad, "gate_residual_grad"}, {OpKind::RopeGrad, "rope_grad"},
+    {OpKind::AttentionGrad, "attention_grad"}, {OpKind::SiluGrad, "silu_grad"},
+    {OpKind::AdalnTableGrad, "adaln_table_grad"}, {OpKind::PackGrad, "pack_grad"},
+    {OpKind::UnpackGrad, "unpack_grad"},
 };
 const std::pair<Epilogue, const char *> kEpilogues[] = {{Epilogue::None, "none"},
                                                          {Epilogue::Residual, "residual"},
@@ -48,7 +55,7 @@ const std::pair<ShardKind, const char *> kShardKinds[] = {{ShardKind::Replicated
 const std::pair<Axis, const char *> kAxes[] = {{Axis::Rows, "rows"}, {Axis::Cols, "cols"}};
 const std::pair<OrderKind, const char *> kOrderKinds[] = {
     {OrderKind::None, "none"}, {OrderKind::KChunks, "k_chunks"}, {OrderKind::LaneTree, "lane_tree"},
-    {OrderKind::Flash, "flash"}};
+    {OrderKind::Flash, "flash"}, {OrderKind::RowUnits, "row_units"}};
 
 } // namespace
 
@@ -81,7 +88,15 @@ OrderKind requiredOrder(OpKind k) {
   case OpKind::QkvLinear:
   case OpKind::TimeEmbed:
   case OpKind::LoraDown:
+  case OpKind::LinearGradX:
     return OrderKind::KChunks;
+  case OpKind::LinearGradW:
+  case OpKind::RmsNormGrad:
+  case OpKind::NormModulateGrad:
+  case OpKind::GateResidualGrad:
+  case OpKind::AttentionGrad:
+  case OpKind::AdalnTableGrad:
+    return OrderKind::RowUnits;
   case OpKind::RmsNorm:
   case OpKind::NormModulate:
   case OpKind::QkNorm:
@@ -99,6 +114,13 @@ bool runsOnHost(OpKind k) { return k == OpKind::RopeTable || k == OpKind::Timest
 bool isLayoutOp(OpKind k) { return k == OpKind::AllGather || k == OpKind::Split; }
 
 bool splitsWeights(OpKind k) { return k == OpKind::Linear || k == OpKind::QkvLinear || k == OpKind::AdalnTable; }
+
+bool isGradOp(OpKind k) { return k >= OpKind::GradAdd; }
+
+bool emitsWeightGrads(OpKind k) {
+  return k == OpKind::LinearGradW || k == OpKind::RmsNormGrad || k == OpKind::NormModulateGrad ||
+         k == OpKind::AdalnTableGrad;
+}
 
 bool takesLora(OpKind k) { return k == OpKind::Linear || k == OpKind::QkvLinear; }
 
@@ -165,6 +187,23 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
   case OpKind::AllGather: return {"part"};
   case OpKind::Split: return {"full"};
   case OpKind::LoraDown: return {"x"};
+  case OpKind::GradAdd: return {"a", "b"};
+  case OpKind::LinearGradX: return {"g"};
+  case OpKind::LinearGradW: return {"g", "x"};
+  case OpKind::SwigluGrad:
+  case OpKind::RmsNormGrad:
+  case OpKind::SiluGrad: return {"dy", "x"};
+  case OpKind::NormModulateGrad:
+    if (a.rowIndex == RowIndex::Adaln) return {"dy", "x", "table", "ts_index", "tags"};
+    return {"dy", "x", "table", "ts_index"};
+  case OpKind::GateResidualGrad:
+    if (a.rowIndex == RowIndex::Adaln) return {"dz", "y", "table", "ts_index", "tags"};
+    return {"dz", "y", "table", "ts_index"};
+  case OpKind::RopeGrad: return {"dy", "cos", "sin"};
+  case OpKind::AttentionGrad: return {"q", "k", "v", "o", "do"};
+  case OpKind::AdalnTableGrad: return {"dtable", "temb"};
+  case OpKind::PackGrad: return {"dx"};
+  case OpKind::UnpackGrad: return {"dsample", "daudio_sample"};
   }
   return {};
 }
@@ -182,6 +221,19 @@ std::vector<std::string> outputRoles(OpKind k, const OpAttrs &) {
   case OpKind::TimeEmbed: return {"temb"};
   case OpKind::Residual:
   case OpKind::GateResidual: return {"z"};
+  case OpKind::GradAdd: return {"c"};
+  case OpKind::LinearGradW: return {};
+  case OpKind::LinearGradX:
+  case OpKind::SwigluGrad:
+  case OpKind::RmsNormGrad:
+  case OpKind::RopeGrad:
+  case OpKind::SiluGrad: return {"dx"};
+  case OpKind::NormModulateGrad: return {"dx", "dtable"};
+  case OpKind::GateResidualGrad: return {"dy", "dtable"};
+  case OpKind::AttentionGrad: return {"dq", "dk", "dv"};
+  case OpKind::AdalnTableGrad: return {"dtemb"};
+  case OpKind::PackGrad: return {"dtext", "dvideo", "daudio"};
+  case OpKind::UnpackGrad: return {"dvideo", "daudio"};
   default: return {"y"};
   }
 }
@@ -198,7 +250,10 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
       qkNormRope = {"heads", "head_dim", "eps", "rotary_dim"}, attention = {"heads", "head_dim", "domain", "scale"},
       swiglu = {"F", "cols"}, colsDtype = {"cols", "dtype"}, gateRes = {"H", "chunk", "num_chunks", "row_index"},
       pack = {"H"}, unpack = {"video_cols", "audio_cols"}, layoutRows = {"axis", "parts", "cols", "dtype"},
-      layoutCols = {"axis", "parts", "cols", "dtype", "segments"}, loraDown = {"K", "N"};
+      layoutCols = {"axis", "parts", "cols", "dtype", "segments"}, loraDown = {"K", "N"}, cols = {"cols"},
+      kn = {"K", "N"}, F = {"F"}, rmsGrad = {"cols", "group", "eps"},
+      gateResGrad = {"H", "chunk", "num_chunks", "row_index"}, attentionGrad = {"heads", "head_dim", "kv_block"},
+      adalnGrad = {"K", "N", "rows_per_timestep"}, H = {"H"};
   switch (k) {
   case OpKind::RopeTable: return ropeTable;
   case OpKind::TimestepSinusoid: return sinusoid;
@@ -221,6 +276,19 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::AllGather:
   case OpKind::Split: return a.axis == Axis::Cols ? layoutCols : layoutRows;
   case OpKind::LoraDown: return loraDown;
+  case OpKind::GradAdd:
+  case OpKind::SiluGrad: return cols;
+  case OpKind::LinearGradX:
+  case OpKind::LinearGradW: return kn;
+  case OpKind::SwigluGrad: return F;
+  case OpKind::RmsNormGrad: return rmsGrad;
+  case OpKind::NormModulateGrad: return normMod;
+  case OpKind::GateResidualGrad: return gateResGrad;
+  case OpKind::RopeGrad: return rope;
+  case OpKind::AttentionGrad: return attentionGrad;
+  case OpKind::AdalnTableGrad: return adalnGrad;
+  case OpKind::PackGrad: return H;
+  case OpKind::UnpackGrad: return unpack;
   }
   return none;
 }

@@ -54,6 +54,11 @@ const Function &Plan::forward() const {
   return it->second;
 }
 
+const Function *Plan::backward() const {
+  auto it = functions.find("backward");
+  return it == functions.end() ? nullptr : &it->second;
+}
+
 const Value &Plan::value(const std::string &name) const {
   auto it = values.find(name);
   if (it == values.end()) fail("plan.json#/values", "no value named '{}'", name);

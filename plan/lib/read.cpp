@@ -19,6 +19,8 @@ using namespace detail;
 
 // read_model.cpp: the plan computes exactly its config's node graph (wiring, values, attrs and operand widths).
 void checkPlanComputesModel(const Plan &p, const h3::Fingerprint &model, const std::string &root);
+// read_backward.cpp: functions.backward differentiates the forward (section 14).
+void checkBackward(const Plan &p, const h3::Fingerprint &model, const std::string &root);
 
 namespace {
 
@@ -42,7 +44,7 @@ Order parseOrder(const json &j, const std::string &where) {
   if (j.is_null()) return o;
   std::string kind = str(member(j, "kind", where), where + "/kind");
   if (!parseOrderKind(kind, o.kind) || o.kind == OrderKind::None)
-    fail(where + "/kind", "unknown reduction order '{}' (expected k_chunks, lane_tree or flash)", kind);
+    fail(where + "/kind", "unknown reduction order '{}' (expected k_chunks, lane_tree, flash or row_units)", kind);
   if (o.kind == OrderKind::KChunks) {
     onlyKeys(j, {"kind", "k_step", "units", "acc"}, where);
     o.kStep = integer(member(j, "k_step", where), where + "/k_step");
@@ -55,6 +57,12 @@ Order parseOrder(const json &j, const std::string &where) {
     onlyKeys(j, {"kind", "lanes", "acc"}, where);
     o.lanes = integer(member(j, "lanes", where), where + "/lanes");
     if (o.lanes != 32) fail(where + "/lanes", "expected 32, got {}", o.lanes);
+  } else if (o.kind == OrderKind::RowUnits) {
+    onlyKeys(j, {"kind", "unit", "k_step", "acc"}, where);
+    o.unit = integer(member(j, "unit", where), where + "/unit");
+    o.kStep = integer(member(j, "k_step", where), where + "/k_step");
+    if (o.unit != 128) fail(where + "/unit", "expected 128 (the rows of a unit partial; docs/contract.md section 14), got {}", o.unit);
+    if (o.kStep != 16) fail(where + "/k_step", "expected 16, got {}", o.kStep);
   } else {
     onlyKeys(j, {"kind", "kv_block", "k_step", "acc", "p"}, where);
     o.kvBlock = integer(member(j, "kv_block", where), where + "/kv_block");
@@ -175,7 +183,11 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     else if (k == "w_dtype") a.wDtype = floatDtype(v, w("w_dtype"));
     else if (k == "out_dtype") a.outDtype = floatDtype(v, w("out_dtype"), isLayoutOp(kind));
     else if (k == "shard") a.shard = parseShard(v, opt.tp, w("shard"));
-    else if (k == "lora_k") {
+    else if (k == "group") a.group = positive(v, w("group"), 1 << 20);
+    else if (k == "kv_block") {
+      a.kvBlock = positive(v, w("kv_block"), 1024);
+      if (a.kvBlock != 64 && a.kvBlock != 128) fail(w("kv_block"), "expected 128 (or 64), got {}", a.kvBlock);
+    } else if (k == "lora_k") {
       // Whole 64-column k-blocks of the Hopper GEMM, so lora_t's chunks start a block of their own (section 13).
       if (a.loraK % 64) fail(w("lora_k"), "expected a multiple of 64, got {}", a.loraK);
     }
@@ -202,12 +214,14 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
   } else if (j.contains("epilogue")) {
     fail(w("epilogue"), "unknown field");
   }
-  if (kind == OpKind::NormModulate && (a.shiftChunk >= a.numChunks || a.scaleChunk >= a.numChunks))
+  if (kind == OpKind::RmsNormGrad && a.cols % a.group)
+    fail(w("group"), "a norm group of {} channels does not divide the {} columns", a.group, a.cols);
+  if ((kind == OpKind::NormModulate || kind == OpKind::NormModulateGrad) && (a.shiftChunk >= a.numChunks || a.scaleChunk >= a.numChunks))
     fail(where, "shift_chunk {} / scale_chunk {} out of [0, num_chunks = {})", a.shiftChunk, a.scaleChunk,
          a.numChunks);
-  if (kind == OpKind::GateResidual && a.chunk >= a.numChunks)
+  if ((kind == OpKind::GateResidual || kind == OpKind::GateResidualGrad) && a.chunk >= a.numChunks)
     fail(w("chunk"), "chunk {} out of [0, num_chunks = {})", a.chunk, a.numChunks);
-  if ((kind == OpKind::Rope || kind == OpKind::QkNormRope ||
+  if ((kind == OpKind::Rope || kind == OpKind::RopeGrad || kind == OpKind::QkNormRope ||
        (kind == OpKind::QkvLinear && a.epilogue == Epilogue::QkNormRope)) &&
       (a.rotaryDim > a.headDim || a.rotaryDim % 2))
     fail(w("rotary_dim"), "expected an even width <= head_dim ({}), got {}", a.headDim, a.rotaryDim);
@@ -779,21 +793,33 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
 
   // functions
   const json &fns = member(j, "functions", root);
-  onlyKeys(fns, {"forward"}, root + "/functions");
+  onlyKeys(fns, {"forward", "backward"}, root + "/functions");
+  if (!fns.contains("forward")) fail(root + "/functions/forward", "missing");
   std::map<std::string, std::string> nodeOwner;
   std::set<std::string> usedKernels;
-  for (auto fit = fns.begin(); fit != fns.end(); ++fit) {
-    const std::string fw = root + "/functions/" + fit.key();
-    const json &fj = fit.value();
+  // The forward first: the backward reads the values it defines (saved activations, section 14).
+  std::set<std::string> defined;
+  for (const char *fname : {"forward", "backward"}) {
+    if (!fns.contains(fname)) continue;
+    const bool backward = std::string(fname) == "backward";
+    const std::string fw = root + "/functions/" + fname;
+    const json &fj = fns[fname];
     onlyKeys(fj, {"inputs", "outputs", "ops"}, fw);
     Function fn;
-    fn.name = fit.key();
+    fn.name = fname;
     fn.inputs = strList(member(fj, "inputs", fw), fw + "/inputs");
-    std::set<std::string> known, defined;
-    for (const auto &g : h3::graphInputs(p.config)) known.insert(g.name);
+    std::set<std::string> known;
+    if (backward) {
+      for (const auto &[key, v] : p.forward().outputs) known.insert("@grad:" + v);
+    } else {
+      for (const auto &g : h3::graphInputs(p.config)) known.insert(g.name);
+    }
     for (size_t i = 0; i < fn.inputs.size(); ++i) {
       const std::string w = fw + "/inputs/" + std::to_string(i);
-      if (!known.count(fn.inputs[i])) fail(w, "'{}' is not a graph input (docs/contract.md section 2)", fn.inputs[i]);
+      if (!known.count(fn.inputs[i]))
+        fail(w, backward ? "'{}' is not the gradient of a forward output (\"@grad:<output value>\", section 14)"
+                         : "'{}' is not a graph input (docs/contract.md section 2)",
+             fn.inputs[i]);
       if (!p.values.count(fn.inputs[i])) fail(w, "graph input '{}' has no value entry", fn.inputs[i]);
       if (!defined.insert(fn.inputs[i]).second) fail(w, "duplicate input '{}'", fn.inputs[i]);
     }
@@ -807,12 +833,17 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       op.where = w;
       std::string kind = str(member(o, "op", w), w + "/op");
       if (!parseOpKind(kind, op.kind)) fail(w + "/op", "unknown op kind '{}'", kind);
+      if (isGradOp(op.kind) != backward)
+        fail(w + "/op", backward ? "'{}' is no gradient op (the backward holds only those, section 14)"
+                                 : "'{}' is a gradient op, which only functions/backward holds",
+             kind);
       op.nodes = strList(member(o, "nodes", w), w + "/nodes");
       if (op.nodes.empty() != (isLayoutOp(op.kind) || op.kind == OpKind::LoraDown))
         fail(w + "/nodes", isLayoutOp(op.kind)                ? "a layout op implements no node"
                            : op.kind == OpKind::LoraDown ? "a lora_down op implements no node (an adapter is no node of the model)"
                                                          : "an op implements at least one node");
-      for (size_t n = 0; n < op.nodes.size(); ++n) {
+      // A gradient op names the forward nodes it differentiates (several ops may share one: checkBackward).
+      for (size_t n = 0; n < op.nodes.size() && !backward; ++n) {
         auto [it, fresh] = nodeOwner.emplace(op.nodes[n], w);
         if (!fresh) fail(w + "/nodes/" + std::to_string(n), "node '{}' is already implemented by {}", op.nodes[n], it->second);
       }
@@ -827,8 +858,12 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
           if (!tensorNames.count(t)) fail(w + "/weights", "tensor '{}' is in no weight buffer (#/weights)", t);
       op.attrs = parseAttrs(op.kind, member(o, "attrs", w), !op.in.empty(), !op.weights.empty(), p.options,
                             w + "/attrs");
-      // Fixed operand positions: the arity follows from the kind and its attrs.
+      // Fixed operand positions: the arity follows from the kind and its attrs (and, for an op that emits weight
+      // gradients, one output per tensor it lists).
       auto inRoles = inputRoles(op.kind, op.attrs), outRoles = outputRoles(op.kind, op.attrs);
+      if (emitsWeightGrads(op.kind))
+        for (const auto *list : {&op.weights, &op.biases})
+          for (const auto &t : *list) outRoles.push_back("grad:" + t);
       if (op.in.size() != inRoles.size())
         fail(w + "/in", "a '{}' op takes {} inputs ({}), got {}", kind, inRoles.size(), fmt::join(inRoles, ", "),
              op.in.size());
@@ -864,15 +899,20 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       fn.ops.push_back(std::move(op));
     }
     const json &outs = member(fj, "outputs", fw);
-    onlyKeys(outs, {"sample", "audio_sample"}, fw + "/outputs");
-    for (const char *name : {"sample", "audio_sample"}) {
+    if (!outs.is_object()) fail(fw + "/outputs", "expected an object");
+    if (!backward) onlyKeys(outs, {"sample", "audio_sample"}, fw + "/outputs");
+    std::vector<std::string> keys;
+    if (backward)
+      for (auto it = outs.begin(); it != outs.end(); ++it) keys.push_back(it.key());  // checked by checkBackward
+    else
+      keys = {"sample", "audio_sample"};
+    for (const auto &name : keys) {
       std::string v = str(member(outs, name, fw + "/outputs"), fw + "/outputs/" + name);
       if (!defined.count(v)) fail(fw + "/outputs/" + name, "value '{}' is never defined", v);
       fn.outputs[name] = v;
     }
     p.functions[fn.name] = std::move(fn);
   }
-  if (!p.functions.count("forward")) fail(root + "/functions/forward", "missing");
   for (const auto &[id, k] : p.kernels)
     if (!usedKernels.count(id)) fail(root + "/kernels/" + id, "no op launches this kernel");
   for (const auto &[name, fn] : p.functions)
@@ -888,13 +928,13 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
     if (!expected.count(id)) fail(w + "/nodes", "'{}' is not a node of this config (docs/contract.md section 2)", id);
   for (const auto &[id, n] : expected)
     if (!nodeOwner.count(id)) fail(root + "/functions/forward/ops", "node '{}' is implemented by no op", id);
-  for (const auto &[name, fn] : p.functions)
-    for (const Op &op : fn.ops) {
-      checkOpNodes(op, expected);
-      checkShardWeights(p, op);
-    }
-  for (const auto &[name, fn] : p.functions) checkLoraOperands(p, fn);
+  for (const Op &op : p.forward().ops) {
+    checkOpNodes(op, expected);
+    checkShardWeights(p, op);
+  }
+  checkLoraOperands(p, p.forward());
   checkPlanComputesModel(p, derived, root);
+  if (p.backward()) checkBackward(p, derived, root);
   return p;
 }
 

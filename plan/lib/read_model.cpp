@@ -303,6 +303,7 @@ struct Checker {
     case OpKind::AllGather:
     case OpKind::Split:
     case OpKind::LoraDown: return;
+    default: fail(op.where + "/op", "'{}' is a gradient op, which the forward never holds", opKindName(op.kind));
     }
   }
 };
@@ -311,13 +312,23 @@ struct Checker {
 
 // Slots: two values share a slot only when one is dead before the other is defined (an executor that places values
 // by slot would otherwise overwrite a live value: a silent wrong result). Live from the op that defines a value (graph
-// inputs: before the first op) to its last reader (the function's outputs: to the end; never read: its own op).
-void checkSlots(const Plan &p, const Function &fn, const std::string &root) {
+// inputs: before the first op) to its last reader (the function's outputs: to the end; never read: its own op). The
+// forward and the backward are one timeline, the backward's ops after the forward's (its inputs defined where it
+// starts), so a saved activation lives until the backward's last read.
+void checkSlots(const Plan &p, const std::string &root) {
   std::map<std::string, int64_t> def;
-  for (const auto &g : fn.inputs) def[g] = -1;
-  for (const Op &op : fn.ops)
-    for (const auto &o : op.out) def[o] = int64_t(op.index);
-  const auto last = p.lastUse(fn);
+  std::map<std::string, size_t> last;
+  int64_t start = 0;
+  for (const Function *fn : {&p.forward(), p.backward()}) {
+    if (!fn) continue;
+    for (const auto &g : fn->inputs) def[g] = start - 1;
+    for (const Op &op : fn->ops) {
+      for (const auto &v : op.in) last[v] = size_t(start) + op.index;
+      for (const auto &o : op.out) def[o] = start + int64_t(op.index);
+    }
+    for (const auto &[k, v] : fn->outputs) last[v] = SIZE_MAX;
+    start += int64_t(fn->ops.size());
+  }
   struct Life {
     int64_t from, to;
     const std::string *name;
@@ -344,8 +355,10 @@ void checkPlanComputesModel(const Plan &p, const h3::Fingerprint &model, const s
     c.nodes[n.id] = &n;
     for (size_t k = 0; k < n.outputs.size(); ++k) c.defs[n.outputs[k]] = {&n, k};
   }
-  for (const auto &[name, fn] : p.functions) {
-    checkSlots(p, fn, root);
+  checkSlots(p, root);
+  {
+    const std::string name = "forward";
+    const Function &fn = p.forward();
     c.held.clear();
     for (const auto &g : fn.inputs) c.held[g] = g;
     for (const Op &op : fn.ops) {

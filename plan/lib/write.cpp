@@ -27,6 +27,9 @@ json orderToJson(const Order &o) {
     j["units"] = o.units;
   } else if (o.kind == OrderKind::LaneTree) {
     j["lanes"] = o.lanes;
+  } else if (o.kind == OrderKind::RowUnits) {
+    j["unit"] = o.unit;
+    j["k_step"] = o.kStep;
   } else {
     j["kv_block"] = o.kvBlock;
     j["k_step"] = o.kStep;
@@ -98,6 +101,8 @@ json attrsToJson(const Op &op) {
     else if (k == "segments") j[k] = segmentsToJson(a.segments);
     else if (k == "dtype") j[k] = dt(a.dtype);
     else if (k == "lora_k") j[k] = a.loraK;
+    else if (k == "group") j[k] = a.group;
+    else if (k == "kv_block") j[k] = a.kvBlock;
     else fail(op.where, "the writer has no spelling for attr '{}'", k);
   }
   return j;

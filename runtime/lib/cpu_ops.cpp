@@ -712,6 +712,9 @@ void runCpuOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
   case OpKind::AllGather:
   case OpKind::Split:
     fail(op.where, "a {} moves values between ranks: the executor runs it (runLayoutOp)", plan::opKindName(op.kind));
+  default:
+    if (plan::isGradOp(op.kind))
+      fail(op.where, "'{}' is a gradient op: it runs in the backward (runCpuGradOp)", plan::opKindName(op.kind));
   }
   fail(op.where + "/op", "the CPU executor has no implementation of '{}'", plan::opKindName(op.kind));
 }

@@ -9,7 +9,7 @@
 // CHECK-LABEL: func.func @backward
 // CHECK-SAME: %[[G:[^:]*]]: !h3.act<B, S, 24, f32> {h3.name = "@grad:transformer_blocks.0.gate_residual_ff"}
 // CHECK-SAME: {h3.name = "transformer_blocks.0.adaln_proj"}
-// CHECK-SAME: -> (!h3.act<T3, 144, f32> {h3.name = "grad:transformer_blocks.0.adaln_proj+transformer_blocks.0.norm1"}, !h3.act<B, S, 24, f32> {h3.name = "grad:x+transformer_blocks.0.norm1"})
+// CHECK-SAME: -> (!h3.act<T3, 144, f32> {h3.name = "grad:transformer_blocks.0.adaln_proj"}, !h3.act<B, S, 24, f32> {h3.name = "grad:x"})
 // CHECK: %[[DY:.*]], %[[DT5:.*]] = h3.gate_residual_grad %[[G]], {{.*}}chunk = 5 : i64
 // CHECK-SAME: order = #h3.order<row_units, units = 128, k_step = 16, acc = f32>
 // CHECK-NEXT: h3.linear_grad_w %[[DY]], %{{.*}} {{{.*}}grads = ["grad:transformer_blocks.0.ff.net.2.weight"]{{.*}}order = #h3.order<row_units

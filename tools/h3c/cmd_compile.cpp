@@ -1,5 +1,5 @@
 // `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --sp N --tp M [--no-fuse] [--tune NAME=V ...] [--dump-ir DIR]
-// [--tokens S] [--lora-rank R] -o OUT/`:
+// [--tokens S] [--lora-rank R] [--backward] -o OUT/`:
 // imports the fingerprint, runs h3-pipeline and writes OUT/plan.json + OUT/kernels/*.cu atomically.
 #include "command.h"
 
@@ -21,7 +21,7 @@ namespace cmd_compile {
 struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
   int64_t sp = 1, tp = 1, tokens = 8192, loraRank = 0;
-  bool noFuse = false, noWgmma = false, noQkEpilogue = false;
+  bool noFuse = false, noWgmma = false, noQkEpilogue = false, backward = false;
   std::vector<std::string> tune;
 };
 
@@ -50,6 +50,9 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
                  "Unmerged LoRA: adapter slots of this rank (a multiple of 64) beside every attention and feed-forward "
                  "linear (docs/contract.md section 13); adapters of rank <= R load into them without touching W")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--backward", a->backward,
+               "Also write the backward function (docs/contract.md section 14) of the unfused one-rank forward "
+               "(implies --no-fuse; refuses --sp, --tp and --lora-rank). Its ops have no GPU kernel yet");
   app.add_option("-o,--out", a->out, "Output plan folder")->required();
   app.callback([a] {
     h3c::checkOutputsApart({{"fingerprint", a->fingerprint}}, {{"-o", a->out}, {"--dump-ir", a->dumpIr}});
@@ -60,7 +63,9 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     o.arch = a->arch;
     o.sp = a->sp;
     o.tp = a->tp;
-    o.fuse = !a->noFuse;
+    // The backward differentiates the unfused forward (h3-backward refuses fused ops).
+    o.fuse = !a->noFuse && !a->backward;
+    o.backward = a->backward;
     o.wgmma = !a->noWgmma;
     o.qkEpilogue = !a->noQkEpilogue;
     o.tokens = a->tokens;
@@ -94,6 +99,9 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     const h3c::plan::Plan &p = r.plan.plan;
     std::printf("compiled %zu nodes into %zu ops, %zu kernels (%zu ops without a kernel) in %.3f s\n",
                 fp.nodes.size(), p.forward().ops.size(), p.kernels.size(), r.plan.warnings.size(), r.seconds);
+    if (p.backward())
+      std::printf("backward: %zu gradient ops, %zu gradient outputs\n", p.backward()->ops.size(),
+                  p.backward()->outputs.size());
     std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n", p.slots.size(),
                 (long long)p.stats.at("slot_bytes"), (long long)p.stats.at("peak_live_bytes"), (long long)a->tokens);
     std::string planFile = (std::filesystem::path(a->out) / "plan.json").lexically_normal().string();

@@ -1,5 +1,6 @@
 // `h3c run`: one model evaluation of a compiled plan over a request, with the operator ledger.
 #include "command.h"
+#include "plan_run_args.h"
 
 #include "h3c/models/config.h"
 #include "h3c/plan/io.h"
@@ -15,8 +16,8 @@
 namespace cmd_run {
 
 struct Opts {
-  std::string config, checkpoint, plan, inputs, out, device = "cpu", mode = "strict", ledger, signKey;
-  long long synthetic = -1;
+  h3c::tool::PlanRunArgs model;
+  std::string out, device = "cpu", mode = "strict", ledger, signKey;
   long long sp = 0, tp = 0;
   int threads = 0;
   bool progress = false, hashNodes = false;
@@ -38,12 +39,7 @@ void writeOutputs(const std::string &path, const h3c::rt::Outputs &o) {
 h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference or GPU) and write the ledger",
                        [](CLI::App &app) {
   auto o = std::make_shared<Opts>();
-  app.add_option("--config", o->config, "full, small, tiny or a config.json (must match the plan)")->required();
-  auto *ck = app.add_option("--checkpoint", o->checkpoint, "diffusers or native checkpoint folder");
-  auto *sy = app.add_option("--synthetic", o->synthetic, "synthetic weights with this seed (h3c checkpoint synth)");
-  ck->excludes(sy);
-  app.add_option("--plan", o->plan, "plan folder written by `h3c compile`")->required();
-  app.add_option("--inputs", o->inputs, "request .safetensors (h3c request make)")->required();
+  o->model.add(app, "plan folder written by `h3c compile`");
   app.add_option("-o,--out", o->out, "output .safetensors (sample, audio_sample)")->required();
   app.add_option("--device", o->device, "cpu | gpu");
   app.add_option("--mode", o->mode, "strict | audit | off");
@@ -62,19 +58,15 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
                                              "the device); compare two ledgers with `h3c ledger diff`");
   app.add_option("--sign-key", o->signKey, "Ed25519 private key (PEM): sign the ledger's seal into LEDGER.sig");
   app.callback([o] {
-    if (o->checkpoint.empty() && o->synthetic < 0)
-      h3c::fail("h3c run", "give --checkpoint DIR or --synthetic SEED");
-    std::vector<h3c::PathArg> inputs = {
-        {"--config", o->config}, {"--checkpoint", o->checkpoint}, {"--plan", o->plan}, {"--inputs", o->inputs}};
+    o->model.requireWeights("h3c run");
+    std::vector<h3c::PathArg> inputs = o->model.paths();
     for (const auto &u : o->updates) inputs.push_back({"--update", u});
     for (const auto &l : o->loras) inputs.push_back({"--lora", h3c::rt::parseLoraSpec(l).path});
     h3c::checkOutputsApart(inputs, {{"--out", o->out}, {"--ledger", o->ledger}});
     if (!o->signKey.empty())
       h3c::checkSigningKey(o->signKey);  // before the run, not after it
-    h3c::h3::Config c = h3c::h3::loadConfig(o->config);
-    h3c::plan::Plan plan = h3c::plan::loadPlan(o->plan);
-    if (h3c::h3::configToJson(c).dump() != h3c::h3::configToJson(plan.config).dump())
-      h3c::fail("--config", "'{}' differs from the config the plan was compiled for", o->config);
+    h3c::h3::Config c = h3c::h3::loadConfig(o->model.config);
+    h3c::plan::Plan plan = o->model.loadPlanFor(c);
     h3c::rt::RunOptions opt;
     opt.device = o->device;
     opt.mode = h3c::rt::parseMode(o->mode);
@@ -85,10 +77,8 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
     opt.progress = o->progress;
     for (const auto &b : o->binds)
       opt.binds.push_back(h3c::rt::parseBindRule(b));
-    std::unique_ptr<h3c::rt::WeightSource> w =
-        o->checkpoint.empty() ? h3c::rt::makeSyntheticWeights(c, uint64_t(o->synthetic))
-                              : h3c::rt::makeCheckpointWeights(c, o->checkpoint);
-    h3c::rt::Request req = h3c::rt::loadRequest(o->inputs);
+    std::unique_ptr<h3c::rt::WeightSource> w = o->model.weights(c);
+    h3c::rt::Request req = h3c::rt::loadRequest(o->model.inputs);
     // One forward of an engine that caches nothing (runModel's), after the updates.
     h3c::rt::Engine engine(plan, *w, opt, /*cpuCacheBytes=*/0);
     for (const auto &path : o->updates) {

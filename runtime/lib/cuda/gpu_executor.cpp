@@ -361,13 +361,23 @@ private:
   }
 
   void allocateArena(const plan::Plan &p, const CanonicalRequest &req) {
+    // The forward's values only: a plan with a backward (docs/contract.md section 14) also holds the gradients and
+    // their slots (every weight's F32 gradient among them), which this executor never computes (the gradient ops
+    // have no kernels yet) and which must not grow the arena.
+    std::set<std::string> forwardValues(p.forward().inputs.begin(), p.forward().inputs.end());
+    for (const plan::Op &op : p.forward().ops)
+      for (const auto *names : {&op.in, &op.out}) forwardValues.insert(names->begin(), names->end());
+    std::set<int64_t> forwardSlots;
+    for (const auto &name : forwardValues) forwardSlots.insert(p.value(name).slot);
     std::map<int64_t, size_t> slotBytes;
     for (const auto &s : p.slots) {
+      if (!forwardSlots.count(s.id)) continue;
       size_t b = size_t(s.fixedBytes);
       for (const auto &[dom, bpr] : s.bytesPerRow) b += size_t(bpr) * size_t(extents_.rows(dom)) * size_t(req.B);
       slotBytes[s.id] = b;
     }
-    for (const auto &[name, v] : p.values) {
+    for (const auto &name : forwardValues) {
+      const plan::Value &v = p.value(name);
       slotBytes[v.slot] = std::max(slotBytes[v.slot], valueBytes(v));
     }
     size_t total = 0;
@@ -381,7 +391,8 @@ private:
       arena_ = std::make_unique<hc::DeviceBuffer>(total);
     }
     arenaBytes_ = total;
-    for (const auto &[name, v] : p.values) {
+    for (const auto &name : forwardValues) {
+      const plan::Value &v = p.value(name);
       DevValue d;
       d.bytes = valueBytes(v);
       d.rows = totalRows(v);

@@ -523,3 +523,27 @@ TEST(PlanWrite, ReplacingAFolderKeepsWhatIsNotThePlans) {
   EXPECT_THROW(plan::writePlanFolder(p, out), Error);
   EXPECT_EQ(readFile(out / "README"), "mine");
 }
+
+// The backward function (docs/contract.md section 14) without the compiler: the gradient ops belong to it alone, it
+// is read after the forward and checked against it, and no third function exists. (Whole backwards, their round
+// trip and their edits: test/unit/compiler/backward_plan_test.cpp, over `h3c compile --backward`'s plans.)
+TEST(PlanRead, TheBackwardIsAFunctionOfItsOwn) {
+  json p = tinyPlan();
+  json a = p;
+  json add = opsOf(a)[0];
+  add["op"] = "grad_add";
+  opsOf(a).push_back(add);
+  rejects(rehash(a), "only functions/backward holds");
+  json b = p;
+  b["functions"]["sideways"] = b["functions"]["forward"];
+  rejects(rehash(b), "#/functions/sideways");
+  json c = p;  // an empty backward: its inputs are the gradients of the forward's outputs
+  c["functions"]["backward"] = {{"inputs", json::array()}, {"outputs", json::object()}, {"ops", json::array()}};
+  rejects(rehash(c), "#/functions/backward/inputs: missing '@grad:unpack:");
+  json d = c;
+  d["functions"]["backward"]["inputs"] = {"@hidden_states"};
+  rejects(rehash(d), "is not the gradient of a forward output");
+  json e = c;  // a forward op in the backward
+  e["functions"]["backward"]["ops"].push_back(opsOf(e)[0]);
+  rejects(rehash(e), "is no gradient op");
+}

@@ -33,9 +33,13 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                            llvm::cl::desc("unmerged LoRA slots of this rank on the attention and feed-forward linears "
                                           "(a multiple of 64; 0: none)"),
                            llvm::cl::init(0)};
+  Option<bool> backward{*this, "backward",
+                        llvm::cl::desc("run h3-backward after verify-strict (the unfused one-rank forward)"),
+                        llvm::cl::init(false)};
 };
 
-// assign-reduction-order, [fuse], [lora], shard-tp, shard-seq, verify-strict, plan-buffers (in that order).
+// assign-reduction-order, [fuse], [lora], shard-tp, shard-seq, verify-strict, [backward], plan-buffers (in that
+// order).
 void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o);
 // Registers every h3 pass and the h3-pipeline.
 void registerAll();

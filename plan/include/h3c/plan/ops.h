@@ -21,6 +21,12 @@ enum class OpKind {
   // adapter slots of one base linear, k_chunks. It implements no node of the model (an adapter is no part of the
   // fingerprint); its output is the base linear's last input ("lora_t"), which continues that linear's chain.
   LoraDown,
+  // The backward's gradient ops (docs/contract.md section 14; dialect/include/h3c/Dialect/H3/H3GradOps.td): the ops of
+  // functions.backward, one per forward node kind it differentiates, plus grad_add (the sum of a value's gradient
+  // parts). Every gradient is F32. An op that differentiates weights (emitsWeightGrads) lists, after its activation
+  // outputs, one F32 value per tensor of its `weights` then `bias` lists: that tensor's gradient ("grad:<tensor>").
+  GradAdd, LinearGradX, LinearGradW, SwigluGrad, RmsNormGrad, NormModulateGrad, GateResidualGrad, RopeGrad,
+  AttentionGrad, SiluGrad, AdalnTableGrad, PackGrad, UnpackGrad,
 };
 // What a GEMM applies after its reduction: none, residual, gate_residual, swiglu (linear); qk_norm_rope (qkv_linear
 // only: the per-head norm of q and k and their rope in the epilogue, docs/contract.md section 3).
@@ -33,7 +39,9 @@ enum class ShardKind { Replicated, Column };
 // The axis a layout op moves: rows (the packed rows S, over the sequence-parallel group) or columns (over the
 // tensor-parallel group).
 enum class Axis { Rows, Cols };
-enum class OrderKind { None, KChunks, LaneTree, Flash };
+// row_units (section 14): sums over token rows in units of 128 canonical rows of an item, folded in unit order, then
+// the items in batch order (the backward's weight, bias, norm-weight and table gradients).
+enum class OrderKind { None, KChunks, LaneTree, Flash, RowUnits };
 
 const char *opKindName(OpKind k);
 bool parseOpKind(const std::string &s, OpKind &out);
@@ -59,6 +67,10 @@ bool isLayoutOp(OpKind k);
 // The GEMM kinds (linear, qkv_linear, adaln_table): a column shard splits their weight rows (and biases); other
 // column-sharded ops (the q/k norms) read per-head weights every rank holds whole.
 bool splitsWeights(OpKind k);
+// The backward's gradient ops (section 14): they run only in functions.backward, and only there.
+bool isGradOp(OpKind k);
+// Gradient ops whose outputs end with the gradients of the tensors they list (weights, then biases), one each.
+bool emitsWeightGrads(OpKind k);
 // Outputs the host computes even when the op has a kernel: pack's per-row metadata (positions, tags, ts_index), as
 // output positions.
 std::vector<size_t> hostOutputs(OpKind k);
@@ -67,6 +79,7 @@ std::vector<size_t> hostOutputs(OpKind k);
 // width decide which optional operands exist). The names are the roles ("x", "residual", "table", "ts_index",
 // "tags", "cos", ...) that kernels name their parameters after; the plan's `in`/`out` list value names in this order.
 std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a);
+// For a gradient op that emitsWeightGrads, the activation outputs only (its weight gradients follow them).
 std::vector<std::string> outputRoles(OpKind k, const OpAttrs &a);
 
 // The attrs an op kind carries in plan.json (every one required), beside the ones every op carries (out_dtype,

@@ -51,11 +51,12 @@ struct Slot {
 struct Order {
   OrderKind kind = OrderKind::None;
   int64_t kStep = 0, units = 0, lanes = 0, kvBlock = 0;  // the fields that apply to the kind
+  int64_t unit = 0;  // row_units: the canonical rows of one unit partial (128)
   DType acc = DType::F32;
   DType p = DType::BF16;  // flash: the dtype P is rounded to before P V
   bool operator==(const Order &o) const {
     return kind == o.kind && kStep == o.kStep && units == o.units && lanes == o.lanes && kvBlock == o.kvBlock &&
-           acc == o.acc && p == o.p;
+           unit == o.unit && acc == o.acc && p == o.p;
   }
 };
 
@@ -93,6 +94,9 @@ struct OpAttrs {
   // linear / qkv_linear: the width of the unmerged LoRA input "lora_t" (0: no LoRA path). The GEMM's chain runs over
   // x's k-chunks, then lora_t's against the up slot (docs/contract.md section 13).
   int64_t loraK = 0;
+  // Gradient ops (section 14): rms_norm_grad's norm group (the row's width for rms_norm, head_dim for qk_norm);
+  // attention_grad's kv_block, that of the forward attention whose row statistics it recomputes.
+  int64_t group = 0, kvBlock = 0;
   // all_gather / split (section 5.2): the axis, the number of parts (sp for rows, tp for columns), the full width
   // `cols`, and for columns the segments of the full value.
   Axis axis = Axis::Rows;
@@ -201,8 +205,12 @@ struct WeightBuffer {
   std::vector<WeightTensor> tensors;
 };
 
-// A function of the plan: its graph inputs, named outputs and ops in launch order. Today one function, "forward";
-// a generated backward becomes a second function over the same values (saved activations are values both read).
+// A function of the plan: its graph inputs, named outputs and ops in launch order. "forward", and with `h3c compile
+// --backward` "backward" (docs/contract.md section 14): its inputs are the gradients of the forward's outputs
+// ("@grad:unpack:sample", ...), it reads the forward's values it needs (saved activations: values of both functions,
+// kept alive until the backward's last read), and its outputs name the gradients of the three activation inputs
+// ("grad:@hidden_states" -> value) and of every weight tensor ("grad:<tensor>" -> an F32 value, rows "1",
+// cols = the tensor's element count).
 struct Function {
   std::string name;
   std::vector<std::string> inputs;             // "@hidden_states", ...
@@ -246,6 +254,7 @@ struct Plan {
   std::map<std::string, int64_t> stats;
 
   const Function &forward() const;  // functions.at("forward")
+  const Function *backward() const;  // functions "backward", null when the plan has none
   const Value &value(const std::string &name) const;  // throws naming the value
   const Kernel &kernel(const Op &op) const;           // throws when the op has no kernel
   // The buffer holding `tensor` and the tensor's element offset in it; throws when no buffer lists it.

@@ -1,0 +1,42 @@
+// The backward of a plan (docs/contract.md section 14): one forward that keeps the values the backward reads (saved
+// activations), then the plan's backward function on the gradients of the forward's outputs. Returns the gradients
+// of the three activation inputs and the F32 gradients of every weight tensor, by name. The CPU reference runs it
+// (runtime/grad_ops.h's numerics, op by op); the gradient ops have no GPU kernels yet, so the GPU is refused.
+#pragma once
+
+#include "h3c/plan/plan.h"
+#include "h3c/runtime/executor.h"
+#include "h3c/runtime/request.h"
+#include "h3c/runtime/tensor.h"
+#include "h3c/runtime/weights.h"
+
+#include <map>
+#include <string>
+
+namespace h3c::rt {
+
+// The loss's gradients with respect to the forward's outputs: F32 of the outputs' shapes.
+struct OutputGrads {
+  Tensor sample;       // [B, Nv, videoPatchDim]
+  Tensor audioSample;  // [B, Na, audio_in_channels]
+};
+
+struct BackwardResult {
+  Outputs outputs;  // the forward's, as runModel returns them
+  // "hidden_states", "audio_hidden_states", "encoder_hidden_states": F32, the inputs' shapes ([B, N, channels]).
+  std::map<std::string, Tensor> inputGrads;
+  // Every weight tensor of the plan (diffusers names): F32 of the tensor's shape.
+  std::map<std::string, Tensor> weightGrads;
+};
+
+// Validates the request against the plan's config, then runs the forward and the backward on `opt.device` with
+// `opt.threads` (a thread count never changes a bit). Fails closed: a plan without a backward function; any device
+// but "cpu" while a gradient op has no kernel (naming it); output gradients of the wrong dtype or shape.
+BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Request &request, const OutputGrads &dy,
+                           const RunOptions &opt);
+
+// The CPU reference on a canonical request (what runBackward runs for "cpu").
+BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
+                              const OutputGrads &dy, int threads);
+
+} // namespace h3c::rt

@@ -1,0 +1,289 @@
+// The backward's gradient ops on the CPU (cpu_grad_ops.h): operands by position, every one checked against the
+// plan's declaration before any loop sized by the attrs reads it (the reader tied the declarations to the attrs),
+// the numerics those of runtime/grad_ops.h.
+#include "cpu_grad_ops.h"
+
+#include "h3c/runtime/grad_ops.h"
+#include "h3c/support/error.h"
+
+#include <algorithm>
+
+namespace h3c::rt {
+
+// (a named namespace: the unity build compiles the runtime as one translation unit)
+namespace cpu_grad_detail {
+
+using plan::OpKind;
+
+struct GradCtx {
+  const plan::Op &op;
+  OpEnv &env;
+  ValueMap &vals;
+
+  [[noreturn]] void error(const std::string &msg) const {
+    fail(op.where, "{} ({}): {}", plan::opKindName(op.kind), op.firstNode(), msg);
+  }
+  int64_t rowsOf(const plan::Value &pv) const { return env.req.rows(plan::domainName(pv.rows)); }
+  const HostValue &in(size_t i) const {
+    if (i >= op.in.size()) error(fmt::format("expected at least {} inputs", i + 1));
+    auto it = vals.find(op.in[i]);
+    if (it == vals.end()) error(fmt::format("input '{}' has not been computed (or was freed)", op.in[i]));
+    const HostValue &h = it->second;
+    const plan::Value &pv = env.plan.value(op.in[i]);
+    const int64_t batch = pv.batch ? env.req.B : 1;
+    const size_t have = h.dtype == DType::I64 ? h.i.size() : h.f.size();
+    if (h.cols != pv.cols || h.rows != rowsOf(pv) || h.batch != batch || have != size_t(h.numel()) ||
+        (h.dtype == DType::I64) != (pv.dtype == DType::I64))
+      error(fmt::format("input '{}' is [{} x {} x {}], the plan declares [{} x {} x {}]", op.in[i], h.batch, h.rows,
+                        h.cols, batch, rowsOf(pv), pv.cols));
+    return h;
+  }
+  // Output i as the plan declares it (F32), filled with `data` (which must have its element count).
+  void out(size_t i, std::vector<float> data) {
+    if (i >= op.out.size()) error(fmt::format("expected at least {} outputs", i + 1));
+    const plan::Value &pv = env.plan.value(op.out[i]);
+    HostValue h;
+    h.dtype = DType::F32;
+    h.batch = pv.batch ? env.req.B : 1;
+    h.rows = rowsOf(pv);
+    h.cols = pv.cols;
+    if (data.size() != size_t(h.numel()))
+      error(fmt::format("output '{}' has {} elements, the plan declares {}", op.out[i], data.size(), h.numel()));
+    h.f = std::move(data);
+    vals[op.out[i]] = std::move(h);
+  }
+  // A weight tensor as floats, checked to hold `numel` elements.
+  std::vector<float> weight(const std::string &name, int64_t numel) const {
+    std::vector<float> w = env.weights.load(name).toFloats();
+    if (w.size() != size_t(numel)) error(fmt::format("'{}' has {} elements, the op needs {}", name, w.size(), numel));
+    return w;
+  }
+  bool f32Weight(const std::string &name) const { return env.weights.spec(name).dtype == DType::F32; }
+  // The weight gradients follow the activation outputs (plan::emitsWeightGrads).
+  size_t firstWeightGrad() const { return plan::outputRoles(op.kind, op.attrs).size(); }
+};
+
+// Operands that hold a gradient and the activation it belongs to row for row (dy and x, ...) have one shape, so a
+// loop over one's rows stays inside the other.
+void sameRows(const GradCtx &cx, std::initializer_list<const HostValue *> vs) {
+  const HostValue &a = **vs.begin();
+  for (const HostValue *v : vs)
+    if (v->batch != a.batch || v->rows != a.rows)
+      cx.error(fmt::format("operands of [{} x {}] and [{} x {}] rows must agree", a.batch, a.rows, v->batch, v->rows));
+}
+
+// The items of a value's rows: a batched value's B items of `rows` each, else one item.
+grad::ItemRows itemsOf(const HostValue &v) {
+  grad::ItemRows r{0};
+  for (int64_t b = 0; b < v.batch; ++b) r.push_back(r.back() + v.rows);
+  return r;
+}
+
+// Which AdaLN table row each flattened token row reads (the forward's rule: ts_index * 3 + tag, or ts_index), over
+// the table's `count` rows; the metadata is shared by the batch items.
+grad::TableRows tableRows(GradCtx &cx, size_t tsIn, int64_t M, int64_t count) {
+  const plan::OpAttrs &a = cx.op.attrs;
+  const bool perTag = a.rowIndex == plan::RowIndex::Adaln;
+  const HostValue &ts = cx.in(tsIn);
+  const HostValue *tags = perTag ? &cx.in(tsIn + 1) : nullptr;
+  if (ts.rows < 1 || M % ts.rows) cx.error("the row metadata does not tile the rows");
+  grad::TableRows t;
+  t.count = count;
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t r = m % ts.rows;
+    const int64_t row = perTag ? ts.i[size_t(r)] * 3 + tags->i[size_t(r)] : ts.i[size_t(r)];
+    if (row < 0 || row >= count) cx.error(fmt::format("row {} addresses table row {} of {}", r, row, count));
+    t.row.push_back(row);
+  }
+  return t;
+}
+
+// Chunk k of every row of a table [count][chunks * H], as [count][H].
+std::vector<float> chunkOf(const HostValue &table, int64_t k, int64_t H) {
+  std::vector<float> c(size_t(table.rows * H));
+  for (int64_t r = 0; r < table.rows; ++r)
+    std::copy_n(&table.f[size_t(r * table.cols + k * H)], H, &c[size_t(r * H)]);
+  return c;
+}
+// A table's gradient at full width: `parts` [count][H] into their chunks, zero elsewhere.
+std::vector<float> fullTable(int64_t count, int64_t chunks, int64_t H,
+                             std::initializer_list<std::pair<int64_t, const std::vector<float> *>> parts) {
+  std::vector<float> t(size_t(count * chunks * H), 0.f);
+  for (auto [k, part] : parts)
+    for (int64_t r = 0; r < count; ++r) std::copy_n(&(*part)[size_t(r * H)], H, &t[size_t((r * chunks + k) * H)]);
+  return t;
+}
+
+void linearGradX(GradCtx &cx) {
+  const plan::OpAttrs &a = cx.op.attrs;
+  const HostValue &g = cx.in(0);
+  const int64_t M = g.batch * g.rows;
+  const plan::Value &dx = cx.env.plan.value(cx.op.out.at(0));
+  if ((dx.batch ? cx.env.req.B : 1) * cx.rowsOf(dx) != M) cx.error("dx and g differ in rows");
+  const std::string &w = cx.op.weights.at(0);
+  const std::vector<float> W = cx.weight(w, a.N * a.K);
+  cx.out(0, cx.f32Weight(w) ? grad::linearDxF32(g.f.data(), M, a.N, W.data(), a.K, cx.env.threads)
+                            : grad::linearDx(g.f.data(), M, a.N, W.data(), a.K, cx.env.threads));
+}
+
+void linearGradW(GradCtx &cx) {
+  const plan::OpAttrs &a = cx.op.attrs;
+  const HostValue &g = cx.in(0), &x = cx.in(1);
+  sameRows(cx, {&g, &x});
+  const grad::ItemRows items = itemsOf(g);
+  const std::string &w = cx.op.weights.at(0);
+  size_t k = cx.firstWeightGrad();
+  cx.out(k++, cx.f32Weight(w) ? grad::linearDwF32(g.f.data(), x.f.data(), items, a.N, a.K, cx.env.threads)
+                              : grad::linearDw(g.f.data(), x.f.data(), items, a.N, a.K, cx.env.threads));
+  if (!cx.op.biases.empty()) cx.out(k, grad::biasGrad(g.f.data(), items, a.N));
+}
+
+void rmsNormGrad(GradCtx &cx) {
+  const plan::OpAttrs &a = cx.op.attrs;
+  const HostValue &dy = cx.in(0), &x = cx.in(1);
+  sameRows(cx, {&dy, &x});
+  std::vector<float> w;
+  if (!cx.op.weights.empty()) w = cx.weight(cx.op.weights[0], a.group);
+  grad::NormGrad d =
+      grad::rmsNormGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(), itemsOf(x), a.cols, a.group, a.eps);
+  cx.out(0, std::move(d.dx));
+  if (!w.empty()) cx.out(cx.firstWeightGrad(), std::move(d.dw));
+}
+
+void normModulateGrad(GradCtx &cx) {
+  const plan::OpAttrs &a = cx.op.attrs;
+  const HostValue &dy = cx.in(0), &x = cx.in(1), &table = cx.in(2);
+  sameRows(cx, {&dy, &x});
+  const int64_t M = x.batch * x.rows, H = a.H;
+  std::vector<float> w;
+  if (!cx.op.weights.empty()) w = cx.weight(cx.op.weights[0], H);
+  const grad::TableRows rows = tableRows(cx, 3, M, table.rows);
+  const std::vector<float> scale = chunkOf(table, a.scaleChunk, H);
+  grad::NormModulateGrad d = grad::normModulateGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(),
+                                                    scale.data(), rows, itemsOf(x), H, a.eps);
+  cx.out(0, std::move(d.dx));
+  cx.out(1, fullTable(table.rows, a.numChunks, H, {{a.shiftChunk, &d.dshift}, {a.scaleChunk, &d.dscale}}));
+  if (!w.empty()) cx.out(cx.firstWeightGrad(), std::move(d.dw));
+}
+
+void gateResidualGrad(GradCtx &cx) {
+  const plan::OpAttrs &a = cx.op.attrs;
+  const HostValue &dz = cx.in(0), &y = cx.in(1), &table = cx.in(2);
+  sameRows(cx, {&dz, &y});
+  const int64_t M = y.batch * y.rows, H = a.H;
+  const grad::TableRows rows = tableRows(cx, 3, M, table.rows);
+  const std::vector<float> gate = chunkOf(table, a.chunk, H);
+  grad::GateResidualGrad d = grad::gateResidualGrad(dz.f.data(), y.f.data(), gate.data(), rows, itemsOf(y), H);
+  cx.out(0, std::move(d.dy));
+  cx.out(1, fullTable(table.rows, a.numChunks, H, {{a.chunk, &d.dgate}}));
+}
+
+void ropeGrad(GradCtx &cx) {
+  const plan::OpAttrs &a = cx.op.attrs;
+  const HostValue &dy = cx.in(0), &cosv = cx.in(1), &sinv = cx.in(2);
+  // The tables are per canonical row, shared by the batch items: repeat them for each item.
+  if (cosv.batch != 1 || cosv.rows != dy.rows || sinv.batch != 1 || sinv.rows != dy.rows) cx.error("the rope tables must hold one row per packed row");
+  const int64_t M = dy.batch * dy.rows, R = a.rotaryDim;
+  std::vector<float> c(size_t(M * R)), s(size_t(M * R));
+  for (int64_t b = 0; b < dy.batch; ++b) {
+    std::copy(cosv.f.begin(), cosv.f.end(), c.begin() + b * dy.rows * R);
+    std::copy(sinv.f.begin(), sinv.f.end(), s.begin() + b * dy.rows * R);
+  }
+  cx.out(0, grad::ropeGrad(dy.f.data(), c.data(), s.data(), M, a.heads, a.headDim, R));
+}
+
+void attentionGrad(GradCtx &cx) {
+  const plan::OpAttrs &a = cx.op.attrs;
+  const HostValue &q = cx.in(0), &k = cx.in(1), &v = cx.in(2), &o = cx.in(3), &dO = cx.in(4);
+  sameRows(cx, {&q, &k, &v, &o, &dO});
+  grad::AttentionGrad d = grad::attentionGrad(q.f.data(), k.f.data(), v.f.data(), o.f.data(), dO.f.data(), itemsOf(q),
+                                              a.heads, a.headDim, a.kvBlock);
+  cx.out(0, std::move(d.dq));
+  cx.out(1, std::move(d.dk));
+  cx.out(2, std::move(d.dv));
+}
+
+void adalnTableGrad(GradCtx &cx) {
+  const plan::OpAttrs &a = cx.op.attrs;
+  const HostValue &g = cx.in(0), &temb = cx.in(1);
+  // The table's [T * rows, cols] gradient is the GEMM's [T, N] output gradient (a view).
+  const int64_t T = temb.rows;
+  if (g.rows * g.cols != T * a.N) cx.error("the table's gradient is not [T, N]");
+  const std::vector<float> W = cx.weight(cx.op.weights.at(0), a.N * a.K);
+  grad::AdalnTableGrad d = grad::adalnTableGrad(g.f.data(), temb.f.data(), W.data(), T, a.N, a.K, cx.env.threads);
+  cx.out(0, std::move(d.dtemb));
+  const size_t k = cx.firstWeightGrad();
+  cx.out(k, std::move(d.dw));
+  cx.out(k + 1, std::move(d.dbias));
+}
+
+// pack's gradient: canonical rows [0, Nt), [Nt, Nt + Nv), [Nt + Nv, S) of every item back to text, video, audio.
+void packGrad(GradCtx &cx) {
+  const CanonicalRequest &q = cx.env.req;
+  const HostValue &dx = cx.in(0);
+  if (dx.batch != q.B || dx.rows != q.S) cx.error("dx must hold the B x S packed rows");
+  const int64_t H = dx.cols;
+  const int64_t begin[3] = {0, q.Nt, q.Nt + q.Nv}, count[3] = {q.Nt, q.Nv, q.Na};
+  for (size_t part = 0; part < 3; ++part) {
+    std::vector<float> d(size_t(q.B * count[part] * H));
+    for (int64_t b = 0; b < q.B; ++b)
+      std::copy_n(&dx.f[size_t((b * q.S + begin[part]) * H)], count[part] * H, &d[size_t(b * count[part] * H)]);
+    cx.out(part, std::move(d));
+  }
+}
+
+// unpack's gradient: the samples' gradients in their canonical rows of the heads' outputs, every other row 0.
+void unpackGrad(GradCtx &cx) {
+  const CanonicalRequest &q = cx.env.req;
+  const int64_t begin[2] = {q.Nt, q.Nt + q.Nv}, count[2] = {q.Nv, q.Na};
+  for (size_t part = 0; part < 2; ++part) {
+    const HostValue &ds = cx.in(part);
+    if (ds.batch != q.B || ds.rows != count[part]) cx.error("a sample's gradient must hold its modality's rows");
+    const int64_t C = ds.cols;
+    std::vector<float> d(size_t(q.B * q.S * C), 0.f);
+    for (int64_t b = 0; b < q.B; ++b)
+      std::copy_n(&ds.f[size_t(b * count[part] * C)], count[part] * C, &d[size_t((b * q.S + begin[part]) * C)]);
+    cx.out(part, std::move(d));
+  }
+}
+
+} // namespace cpu_grad_detail
+
+void runCpuGradOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
+  using namespace cpu_grad_detail;
+  GradCtx cx{op, env, values};
+  if (env.precision != Precision::Ordered) cx.error("the backward has no fp64 reference binding");
+  switch (op.kind) {
+  case OpKind::GradAdd: {
+    const HostValue &a = cx.in(0), &b = cx.in(1);
+    sameRows(cx, {&a, &b});
+    if (a.f.size() != b.f.size()) cx.error("the two parts differ in size");
+    std::vector<float> c(a.f.size());
+    for (size_t i = 0; i < c.size(); ++i) c[i] = a.f[i] + b.f[i];
+    return cx.out(0, std::move(c));
+  }
+  case OpKind::LinearGradX: return linearGradX(cx);
+  case OpKind::LinearGradW: return linearGradW(cx);
+  case OpKind::SwigluGrad: {
+    const HostValue &dy = cx.in(0), &x = cx.in(1);
+    sameRows(cx, {&dy, &x});
+    return cx.out(0, grad::swigluGrad(dy.f.data(), x.f.data(), x.batch * x.rows, op.attrs.F));
+  }
+  case OpKind::RmsNormGrad: return rmsNormGrad(cx);
+  case OpKind::NormModulateGrad: return normModulateGrad(cx);
+  case OpKind::GateResidualGrad: return gateResidualGrad(cx);
+  case OpKind::RopeGrad: return ropeGrad(cx);
+  case OpKind::AttentionGrad: return attentionGrad(cx);
+  case OpKind::SiluGrad: {
+    const HostValue &dy = cx.in(0), &x = cx.in(1);
+    sameRows(cx, {&dy, &x});
+    return cx.out(0, grad::siluGrad(dy.f.data(), x.f.data(), x.numel()));
+  }
+  case OpKind::AdalnTableGrad: return adalnTableGrad(cx);
+  case OpKind::PackGrad: return packGrad(cx);
+  case OpKind::UnpackGrad: return unpackGrad(cx);
+  default: cx.error("is no gradient op (the forward's ops run in runCpuOp)");
+  }
+}
+
+} // namespace h3c::rt

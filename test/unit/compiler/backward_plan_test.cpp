@@ -1,0 +1,203 @@
+// `h3c compile --backward` (docs/contract.md sections 5 and 14): the plan's second function written, read back the
+// same, with no kernel for its gradient ops and every weight's gradient an F32 output; the reader refuses a backward
+// edited (and re-hashed) to read the wrong saved value, to size a loop past a value, to miss a gradient or to share a
+// live slot; the compiler refuses the options the backward is not written for.
+#include "h3c/Codegen/Compile.h"
+#include "h3c/plan/io.h"
+#include "h3c/support/error.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace h3c;
+
+// (a named namespace holding the tests too: the unity build compiles a binary's test files as one translation
+// unit, where anonymous namespaces would merge)
+namespace backward_plan_test {
+
+codegen::CompileOptions backwardOptions() {
+  codegen::CompileOptions o;
+  o.fuse = false;
+  o.backward = true;
+  o.tokens = 256;
+  return o;
+}
+
+// The tiny plan with its backward, written once into a folder (the forward's kernels are files the reader hashes).
+struct TinyBackward {
+  fs::path dir = fs::temp_directory_path() / ("h3c_backward_plan_" + std::to_string(::getpid()));
+  plan::Plan plan;
+  json doc;
+  TinyBackward() {
+    const h3::Fingerprint fp = h3::deriveFingerprint(h3::namedConfig("tiny"), "tiny");
+    fs::remove_all(dir);
+    plan::writePlanFolder(codegen::compile(fp, "0000", backwardOptions()).plan.plan, dir);
+    plan = plan::loadPlan(dir);
+    doc = plan::planToJson(plan);
+  }
+  ~TinyBackward() { fs::remove_all(dir); }
+};
+
+const TinyBackward &tiny() {
+  static TinyBackward t;
+  return t;
+}
+
+json rehash(json p) {
+  p["plan_sha256"] = plan::computePlanSha256(p);
+  return p;
+}
+
+void rejects(const json &p, const std::string &needle) {
+  try {
+    plan::planFromJson(rehash(p), tiny().dir, "plan.json");
+    ADD_FAILURE() << "accepted a bad backward (expected: " << needle << ")";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// The index of the first backward op of `kind` (differentiating `node`, when given).
+size_t bwdOp(const json &p, const std::string &kind, const std::string &node = "") {
+  const json &ops = p["functions"]["backward"]["ops"];
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i]["op"] == kind && (node.empty() || ops[i]["nodes"][0] == node)) return i;
+  ADD_FAILURE() << "no backward op " << kind << " " << node;
+  return 0;
+}
+
+
+TEST(BackwardPlan, WrittenReadBackAndComplete) {
+  const plan::Plan &p = tiny().plan;
+  ASSERT_NE(p.backward(), nullptr);
+  const plan::Function &b = *p.backward();
+  // What is read is what was written (the writer spells the backward and row_units as the reader reads them).
+  EXPECT_EQ(plan::planToJson(plan::planFromJson(tiny().doc, tiny().dir)), tiny().doc);
+  // Inputs: the gradients of the two samples; outputs: the three activation inputs and every weight tensor.
+  EXPECT_EQ(std::set<std::string>(b.inputs.begin(), b.inputs.end()),
+            (std::set<std::string>{"@grad:unpack:sample", "@grad:unpack:audio_sample"}));
+  size_t tensors = 0;
+  for (const auto &buf : p.weights)
+    for (const auto &t : buf.tensors) {
+      ++tensors;
+      ASSERT_TRUE(b.outputs.count("grad:" + t.name)) << t.name;
+      const plan::Value &g = p.value(b.outputs.at("grad:" + t.name));
+      EXPECT_EQ(g.dtype, DType::F32);
+      EXPECT_EQ(g.rows, plan::Domain::One);
+      EXPECT_EQ(g.cols, t.numel()) << t.name;
+    }
+  EXPECT_EQ(tensors, 62u);
+  for (const char *in : {"grad:@hidden_states", "grad:@audio_hidden_states", "grad:@encoder_hidden_states"})
+    EXPECT_TRUE(b.outputs.count(in)) << in;
+  EXPECT_EQ(b.outputs.size(), tensors + 3);
+  // No kernel for any gradient op (the GPU executor must refuse to run them), the forward's kernels kept.
+  for (const plan::Op &op : b.ops) {
+    EXPECT_FALSE(op.kernel.has_value()) << op.where;
+    EXPECT_EQ(op.order.kind, plan::requiredOrder(op.kind)) << op.where;
+    if (op.order.kind == plan::OrderKind::RowUnits) {
+      EXPECT_EQ(op.order.unit, 128);
+      EXPECT_EQ(op.order.kStep, 16);
+    }
+  }
+  size_t forwardKernels = 0;
+  for (const plan::Op &op : p.forward().ops) forwardKernels += op.kernel.has_value();
+  EXPECT_GT(forwardKernels, 0u);
+  EXPECT_EQ(p.stats.at("backward_ops"), int64_t(b.ops.size()));
+}
+
+TEST(BackwardPlan, ReaderRefusesEditedBackwards) {
+  const json &good = tiny().doc;
+  {  // a forward op kind in the backward, a gradient op in the forward
+    json p = good;
+    p["functions"]["backward"]["ops"][0]["op"] = "unpack";
+    rejects(p, "is no gradient op");
+    p = good;
+    p["functions"]["forward"]["ops"].push_back(p["functions"]["backward"]["ops"][0]);
+    rejects(p, "only functions/backward holds");
+  }
+  {  // row_units with another unit
+    json p = good;
+    const size_t i = bwdOp(p, "linear_grad_w");
+    p["functions"]["backward"]["ops"][i]["order"]["unit"] = 64;
+    rejects(p, "/functions/backward/ops/" + std::to_string(i) + "/order/unit");
+  }
+  {  // a dW reading another saved activation than its linear's input
+    json p = good;
+    const size_t i = bwdOp(p, "linear_grad_w", "transformer_blocks.0.attn.to_out.0");
+    p["functions"]["backward"]["ops"][i]["in"][1] = "transformer_blocks.0.norm1";
+    rejects(p, "the forward op of transformer_blocks.0.attn.to_out.0 has");
+  }
+  {  // attrs that would size a loop past its values
+    json p = good;
+    const size_t i = bwdOp(p, "linear_grad_x", "transformer_blocks.0.ff.net.2");
+    p["functions"]["backward"]["ops"][i]["attrs"]["N"] = 48;
+    rejects(p, "/attrs/N");
+    p = good;  // a gradient of other rows than its activation's
+    const size_t x = bwdOp(p, "linear_grad_x", "transformer_blocks.0.ff.net.2");
+    const std::string dx = p["functions"]["backward"]["ops"][x]["out"][0];
+    p["values"][dx]["rows"] = "T";
+    p["values"][dx]["batch"] = false;
+    rejects(p, "they must agree");
+    p = good;
+    const size_t a = bwdOp(p, "attention_grad");
+    p["functions"]["backward"]["ops"][a]["attrs"]["kv_block"] = 64;
+    rejects(p, "kv_block");
+  }
+  {  // a weight gradient of the wrong size, a gradient left out, an unknown input
+    json p = good;
+    p["values"]["grad:proj_out.weight"]["cols"] = 7;
+    rejects(p, "the gradient of 'proj_out.weight'");
+    p = good;
+    p["functions"]["backward"]["outputs"].erase("grad:proj_out.bias");
+    rejects(p, "missing 'grad:proj_out.bias'");
+    p = good;
+    p["functions"]["backward"]["inputs"][0] = "@grad:pack";
+    rejects(p, "not the gradient of a forward output");
+  }
+  {  // a backward value in the slot of a saved activation the backward still reads
+    json p = good;
+    const size_t i = bwdOp(p, "attention_grad", "transformer_blocks.0.attn.attention");
+    const std::string q = p["functions"]["backward"]["ops"][i]["in"][0];  // rope_q, read here
+    const size_t first = bwdOp(p, "unpack_grad");
+    const std::string early = p["functions"]["backward"]["ops"][first]["out"][0];
+    p["values"][early]["slot"] = p["values"][q]["slot"];
+    rejects(p, "shares slot");
+  }
+  {  // the backward of a fused forward
+    json p = good;
+    p["options"]["fuse"] = true;
+    rejects(p, "unfused one-rank forward");
+  }
+}
+
+TEST(BackwardPlan, CompilerRefusesWhatTheBackwardIsNotWrittenFor) {
+  const h3::Fingerprint fp = h3::deriveFingerprint(h3::namedConfig("tiny"), "tiny");
+  auto refuses = [&](codegen::CompileOptions o, const std::string &needle) {
+    try {
+      codegen::compile(fp, "0000", o);
+      ADD_FAILURE() << "compiled (expected: " << needle << ")";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  codegen::CompileOptions o = backwardOptions();
+  o.fuse = true;
+  refuses(o, "--no-fuse");
+  o = backwardOptions();
+  o.tp = 2;
+  refuses(o, "one rank");
+  o = backwardOptions();
+  o.sp = 2;
+  refuses(o, "one rank");
+  o = backwardOptions();
+  o.loraRank = 64;
+  refuses(o, "LoRA");
+}
+
+} // namespace backward_plan_test
