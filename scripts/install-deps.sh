@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools nlohmann-json3-dev libfmt-dev libgtest-dev
       libcli11-dev libssl-dev ninja-build cmake g++-12
       python3-dev pybind11-dev libdlpack-dev python3-numpy  # the Python package (python/) and its CPU tests
+      python3-torch  # torch 1.13 (CPU): the package's torch tensors and autograd in those tests
       clang-14 libclang-rt-14-dev)  # the sanitizer build of scripts/test.sh and the libFuzzer targets
 missing=()
 for p in "${pkgs[@]}"; do

@@ -30,6 +30,14 @@ strict mode an output holding NaN / Inf is one, as `h3c run` refuses it: the mes
 its first element (flat index) and value ("non-finite output sample: 2 NaN, 0 Inf (first: element 3, NaN)") and
 nothing is returned; CUDA outputs are scanned where they are (one reduction kernel, no copy back). In audit and off
 modes they come back and `transformer.ledger` records them.
+Training (docs/contract.md section 14): on a plan compiled with `h3c compile --backward` and device="cpu", the
+transformer takes part in torch autograd. `transformer.parameters(pattern)` gives float32 master copies of the
+weights whose names match (leaf tensors with requires_grad, for a torch optimizer); a forward with grad mode on and
+any of them or an activation requiring grad records one autograd node, whose backward runs the plan's backward
+function (the CPU reference: fixed-order F32 gradients, bitwise reproducible) on the loss's gradients of the two
+outputs and fills the activations' and the parameters' `.grad`. The forward's outputs are the bits of a plain forward.
+After an optimizer step, `transformer.push_parameters()` writes the master copies into the engine (an update:
+rounded to bfloat16 to nearest even), so the next forward (a rollout) runs with the stepped weights.
 The sampler (`Scheduler`, `sde_step`, `philox_normals`) and the trajectory tools (`verify_trajectory`, `drift`) are
 thin wrappers over the same C++ as `h3c generate` and `h3c trajectory`.
 """
@@ -134,6 +142,7 @@ class Transformer:
         self.config = json.loads(self._engine.config_json)
         self._channels = self._engine.output_channels
         self._want = None  # the plan's activation dtypes as torch dtypes (at the first CUDA forward)
+        self._params = {}  # the trainable parameters (parameters()), by diffusers name
 
     @property
     def ledger(self):
@@ -239,6 +248,49 @@ class Transformer:
         with torch.cuda.device(x.device):
             return x, torch.cuda.current_stream(x.device).cuda_stream
 
+    def parameters(self, pattern="*"):
+        """Float32 master copies of the weights whose diffusers names match `pattern` (fnmatch; a list of patterns
+        takes the union), as {name: leaf torch tensor with requires_grad}, registered as this transformer's trainable
+        parameters (a second call replaces the set). A forward under grad mode then fills their `.grad` (see the
+        module's "Training"); the engine itself keeps running its own bfloat16 weights until push_parameters()."""
+        import fnmatch
+        import torch
+        if not self._engine.has_backward:
+            raise _error("parameters", "the plan has no backward function: compile it with `h3c compile --backward`")
+        pats = [pattern] if isinstance(pattern, str) else list(pattern)
+        shapes, dtypes = self._engine.weight_shapes, self._engine.weight_dtypes
+        names = [n for n in sorted(shapes) if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+        if not names:
+            raise _error("parameters", f"no weight matches {pats}")
+        params = {}
+        for n in names:
+            raw = bytearray(self._engine.read_weight(n))
+            t = torch.frombuffer(raw, dtype={"BF16": torch.bfloat16, "F32": torch.float32}[dtypes[n]])
+            params[n] = t.reshape(shapes[n]).to(torch.float32).clone().requires_grad_(True)
+        self._params = params
+        return dict(params)
+
+    def push_parameters(self):
+        """Writes the registered parameters (parameters()) into the engine: update_weights() of their current values,
+        rounded to the pinned dtype to nearest even; the next forward runs with them."""
+        if not self._params:
+            raise _error("push_parameters", "no parameters registered: call parameters() first")
+        self.update_weights([(n, p.detach()) for n, p in self._params.items()])
+
+    def _wants_grad(self, given):
+        """Whether this forward records an autograd node: a plan with a backward function, torch grad mode on, and a
+        registered parameter or an activation that requires grad. (On a plan without one the outputs are plain
+        tensors, as before: torch then says no gradient flows, at loss.backward().)"""
+        if not self._engine.has_backward:
+            return False
+        if not any(_is_torch(x) for x in given.values()) and not self._params:
+            return False
+        import torch
+        if not torch.is_grad_enabled():
+            return False
+        acts = [given[n] for n in _ACTIVATIONS if _is_torch(given[n])]
+        return any(x.requires_grad for x in acts) or any(p.requires_grad for p in self._params.values())
+
     @property
     def forwards(self):
         return self._engine.forwards
@@ -272,6 +324,8 @@ class Transformer:
             if not hasattr(x, "__dlpack__"):
                 raise _error(name, f"expected a torch tensor or a NumPy array, got {type(x).__name__}")
         given = {n: _exportable(x) for n, x in given.items()}
+        if self._wants_grad(given):
+            return self._forward_autograd(given)
         torch_in = any(_is_torch(x) for x in given.values())
         if torch_in:
             given = {n: x.detach() for n, x in given.items()}
@@ -288,6 +342,24 @@ class Transformer:
                 sample, audio = (_numpy(a) for a in self._engine.forward(given, {}, None, None, 0))
             out = (sample, audio)
         return out
+
+    def _forward_autograd(self, given):
+        """The forward as one autograd node (module docstring, "Training")."""
+        import torch
+        if self.device != "cpu":
+            raise _error("backward", "the gradient ops have no GPU kernels yet: train with device=\"cpu\" (the CPU "
+                         "reference), or run this forward under torch.no_grad()")
+        for n in _ACTIVATIONS:
+            x = given[n]
+            if not _is_torch(x):
+                given[n] = x = torch.from_numpy(x)
+            if x.is_cuda:
+                raise _error(n, "is a CUDA tensor; this transformer runs on the CPU")
+        host = {n: (x.detach() if _is_torch(x) else x) for n, x in given.items()}
+        names = tuple(self._params)
+        params = tuple(self._params[n] for n in names)
+        sample, audio = _H3cFunction.get().apply(self, host, names, *(given[n] for n in _ACTIVATIONS), *params)
+        return sample, audio
 
     def _forward_cuda(self, given):
         import torch
@@ -319,6 +391,44 @@ class Transformer:
             stream = torch.cuda.current_stream(dev).cuda_stream
             self._engine.forward(host, device, sample, audio, stream)
         return sample, audio
+
+
+class _H3cFunction:
+    """The torch.autograd.Function of a training forward, made at first use (torch is imported only then)."""
+    _fn = None
+
+    @classmethod
+    def get(cls):
+        if cls._fn is None:
+            import torch
+
+            class H3cForward(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, transformer, host, names, hidden_states, audio_hidden_states, encoder_hidden_states,
+                            *params):
+                    ctx.transformer, ctx.host, ctx.names = transformer, host, names
+                    ctx.dtypes = (hidden_states.dtype, audio_hidden_states.dtype, encoder_hidden_states.dtype)
+                    sample, audio = transformer._engine.forward(host, {}, None, None, 0)
+                    return torch.from_dlpack(sample), torch.from_dlpack(audio)
+
+                @staticmethod
+                def backward(ctx, grad_sample, grad_audio):
+                    t = ctx.transformer
+                    hs = ctx.host["hidden_states"]
+                    if grad_sample is None:  # the loss did not read that output
+                        c, _ = t._channels
+                        grad_sample = torch.zeros((hs.shape[0], hs.shape[1], c), dtype=torch.float32)
+                    if grad_audio is None:
+                        _, ca = t._channels
+                        ahs = ctx.host["audio_hidden_states"]
+                        grad_audio = torch.zeros((hs.shape[0], ahs.shape[1], ca), dtype=torch.float32)
+                    _, inputs, weights = t._engine.backward(ctx.host, grad_sample.detach().float().contiguous(),
+                                                            grad_audio.detach().float().contiguous())
+                    acts = tuple(torch.from_dlpack(inputs[n]).to(d) for n, d in zip(_ACTIVATIONS, ctx.dtypes))
+                    return (None, None, None, *acts, *(torch.from_dlpack(weights[n]) for n in ctx.names))
+
+            cls._fn = H3cForward
+        return cls._fn
 
 
 def weights_identity(tensors, config="full"):

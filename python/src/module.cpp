@@ -6,12 +6,14 @@
 //            stream) and, on the GPU, the activations and output buffers as DLPack CUDA tensors bound in place
 //            (DeviceIO: no staging copy) with the caller's stream; the strict rule's verdict (nodes run `row`, weights
 //            and outputs finite: the engine records CUDA outputs from its scan on the device) is h3c.Error;
-//   Array    a host result (outputs, sampler values) exported through DLPack without a copy;
+//            backward() runs the plan's backward (a plan compiled with --backward) on the CPU reference;
+//   Array    a host result (outputs, gradients, sampler values) exported through DLPack without a copy;
 //   the sampler (trajectory/sampler.h) and trajectory verify / drift (trajectory/trajectory.h).
 // Every h3c::Error becomes h3c.Error with the CLI's message ("<where>: <what>"); nothing here aborts the process.
 #include "h3c/models/checkpoint.h"
 #include "h3c/models/config.h"
 #include "h3c/plan/io.h"
+#include "h3c/runtime/backward.h"
 #include "h3c/runtime/engine.h"
 #include "h3c/runtime/weight_identity.h"
 #include "h3c/support/content_hash.h"
@@ -345,6 +347,35 @@ public:
     return py::make_tuple(Array(std::move(r.outputs.sample)), Array(std::move(r.outputs.audio_sample)));
   }
 
+  // The gradients of a loss through a plan compiled with `h3c compile --backward` (runtime/backward.h: one forward
+  // keeping the values the backward reads, then the plan's backward function, on the CPU reference; an engine on the
+  // GPU is refused naming the first gradient op without a kernel). host: the ten request tensors (host tensors);
+  // grad_sample / grad_audio_sample: the loss's gradients with respect to the two outputs (F32, their shapes).
+  // Returns (outputs, input gradients, weight gradients): the forward's (sample, audio_sample), and dicts of F32
+  // Arrays by name (the three activations; every weight tensor of the plan by diffusers name).
+  py::tuple backward(const py::dict &host, const py::object &gradSample, const py::object &gradAudio) {
+    std::unique_lock<std::mutex> lock = lockEngine();
+    for (const auto &name : requestTensorNames())
+      if (!host.contains(name.c_str())) fail("--inputs", "missing tensor '{}'", name);
+    std::vector<std::unique_ptr<Imported>> held;
+    for (const auto &name : requestTensorNames()) {
+      held.push_back(std::make_unique<Imported>(host[name.c_str()], name));
+      if (held.back()->onDevice()) fail(name, "is a CUDA tensor; the backward takes host tensors (CPU reference)");
+    }
+    OutputGrads dy{Imported(gradSample, "grad_sample").toHost(), Imported(gradAudio, "grad_audio_sample").toHost()};
+    BackwardResult r;
+    {
+      py::gil_scoped_release release;
+      for (size_t i = 0; i < held.size(); ++i) held[i]->readInto(staged_.tensors[requestTensorNames()[i]], 0);
+      r = runBackward(plan_, engine_->weights(), staged_, dy, opt_);
+    }
+    py::dict inputs, weights;
+    for (auto &[name, t] : r.inputGrads) inputs[name.c_str()] = Array(std::move(t));
+    for (auto &[name, t] : r.weightGrads) weights[name.c_str()] = Array(std::move(t));
+    return py::make_tuple(py::make_tuple(Array(std::move(r.outputs.sample)), Array(std::move(r.outputs.audio_sample))),
+                          inputs, weights);
+  }
+
   // The last forward's ledger, as `h3c run --ledger` writes it (built on first read: ~50 ms of JSON and sealing
   // at 479 ops that a sampling loop's forwards would otherwise pay at every step).
   std::string ledger() {  // a copy: the lock is let go before pybind11 converts it
@@ -484,6 +515,7 @@ public:
     return py::bytes(reinterpret_cast<const char *>(t.bytes.data()), t.bytes.size());
   }
   std::string planSha() const { return plan_.planSha256; }
+  bool hasBackward() const { return plan_.functions.count("backward") > 0; }
   std::string configJson() const { return h3::configToJson(plan_.config).dump(); }
   std::string weightsJson() const { return weights_->describe().dump(); }
   int64_t forwards() const { return engine_->forwards(); }
@@ -563,6 +595,7 @@ PYBIND11_MODULE(_h3c, m) {
       .def("update_from_files", &PyEngine::updateFromFiles, py::arg("path"))
       .def("unload_loras", &PyEngine::unloadLoras)
       .def("read_weight", &PyEngine::readWeight, py::arg("name"))
+      .def("backward", &PyEngine::backward, py::arg("host"), py::arg("grad_sample"), py::arg("grad_audio_sample"))
       .def_property_readonly("weight_shapes", &PyEngine::weightShapes)
       .def_property_readonly("weight_dtypes", &PyEngine::weightDtypes)
       .def_property_readonly("weights_record_json", &PyEngine::weightsRecord)
@@ -570,6 +603,7 @@ PYBIND11_MODULE(_h3c, m) {
       .def_property_readonly("input_dtypes", &PyEngine::inputDtypes)
       .def_property_readonly("output_channels", &PyEngine::outputChannels)
       .def_property_readonly("plan_sha256", &PyEngine::planSha)
+      .def_property_readonly("has_backward", &PyEngine::hasBackward)
       .def_property_readonly("config_json", &PyEngine::configJson)
       .def_property_readonly("weights_json", &PyEngine::weightsJson)
       .def_property_readonly("forwards", &PyEngine::forwards)

@@ -271,6 +271,107 @@ class WeightUpdates(unittest.TestCase):
         self.assertEqual(np.asarray(t(**args)[0]).tobytes(), plain["sample"].tobytes())
 
 
+class Training(unittest.TestCase):
+    """torch autograd through a plan compiled with --backward (CPU reference): the gradients loss.backward() leaves in
+    the activations' and the parameters' .grad are the bytes `h3c backward` writes for the same request and output
+    gradients; the forward under autograd is the fused plan's `h3c run` output byte for byte (the rollout's bits);
+    after an optimizer step, push_parameters() gives the forward `h3c run --update` computes with the stepped weights
+    rounded to bfloat16 (rounded here with integer arithmetic, not by h3c)."""
+    PATTERNS = ["*attn.to_q.*", "norm_out.*", "proj_out.*", "time_embed.*", "transformer_blocks.0.ff.*"]
+
+    @classmethod
+    def setUpClass(cls):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise unittest.SkipTest("no torch")
+        tool("compile", f"{TMP}/fp.json", "--backward", "-o", f"{TMP}/plan_bw")
+
+    def args(self):
+        import torch
+        return {k: torch.from_numpy(v.copy()) for k, v in read_st(f"{TMP}/a.safetensors").items()}
+
+    def test_gradients_are_the_clis_and_the_forward_is_the_rollouts(self):
+        import torch
+        t = h3c.Transformer(plan=f"{TMP}/plan_bw", checkpoint=f"{TMP}/ckpt", device="cpu")
+        params = t.parameters(self.PATTERNS)
+        self.assertGreater(len(params), 10)
+        self.assertTrue(all(p.dtype == torch.float32 and p.requires_grad for p in params.values()))
+        args = self.args()
+        for n in ("hidden_states", "audio_hidden_states", "encoder_hidden_states"):
+            args[n].requires_grad_(True)
+        sample, audio = t(**args, return_dict=False)
+        self.assertTrue(sample.requires_grad and audio.requires_grad)
+        rollout, _ = cli_run(f"{TMP}/plan", f"{TMP}/a.safetensors", ["--checkpoint", f"{TMP}/ckpt"], "train_fwd")
+        self.assertEqual(sample.detach().numpy().tobytes(), rollout["sample"].tobytes())
+        self.assertEqual(audio.detach().numpy().tobytes(), rollout["audio_sample"].tobytes())
+        g = torch.Generator().manual_seed(7)
+        w, w2 = torch.randn(sample.shape, generator=g), torch.randn(audio.shape, generator=g)
+        ((sample * w).sum() + (audio * w2).sum()).backward()  # d loss / d outputs = w, w2 exactly
+        write_st(f"{TMP}/train_g.safetensors", {"sample": w.numpy(), "audio_sample": w2.numpy()})
+        tool("backward", "--config", "tiny", "--checkpoint", f"{TMP}/ckpt", "--plan", f"{TMP}/plan_bw", "--inputs",
+             f"{TMP}/a.safetensors", "--grads", f"{TMP}/train_g.safetensors", "-o", f"{TMP}/train_out.safetensors")
+        want = read_st(f"{TMP}/train_out.safetensors")
+        for n in ("hidden_states", "audio_hidden_states", "encoder_hidden_states"):
+            self.assertEqual(args[n].grad.numpy().tobytes(), want[n].astype(np.float32).tobytes(), n)
+        for n, p in params.items():
+            self.assertEqual(p.grad.shape, p.shape, n)
+            self.assertEqual(p.grad.numpy().tobytes(), want[n].tobytes(), n)
+            self.assertTrue(bool(p.grad.abs().sum() > 0), n)
+        # Again, from a fresh engine: the same bits.
+        t2 = h3c.Transformer(plan=f"{TMP}/plan_bw", checkpoint=f"{TMP}/ckpt", device="cpu")
+        p2 = t2.parameters(self.PATTERNS)
+        s2, a2 = t2(**self.args(), return_dict=False)
+        ((s2 * w).sum() + (a2 * w2).sum()).backward()
+        for n in params:
+            self.assertEqual(p2[n].grad.numpy().tobytes(), params[n].grad.numpy().tobytes(), n)
+        # Under no_grad, or without parameters and grad-requiring activations: a plain forward, no graph.
+        with torch.no_grad():
+            s3, _ = t2(**self.args(), return_dict=False)
+        self.assertFalse(s3.requires_grad)
+        self.assertEqual(s3.numpy().tobytes(), rollout["sample"].tobytes())
+
+    def test_optimizer_step_then_push_is_the_clis_update(self):
+        import torch
+        t = h3c.Transformer(plan=f"{TMP}/plan_bw", checkpoint=f"{TMP}/ckpt", device="cpu")
+        params = t.parameters(self.PATTERNS)
+        opt = torch.optim.SGD(params.values(), lr=0.05)
+        sample, audio = t(**self.args(), return_dict=False)
+        (sample.square().mean() + audio.square().mean()).backward()
+        opt.step()
+        t.push_parameters()
+        after = t(**{k: v.detach() for k, v in self.args().items()}, return_dict=False)
+        # The stepped float32 values rounded to bfloat16 to nearest even, by integer arithmetic on their bits.
+        # (Tensors the model pins to float32 keep their values.)
+        dtypes = t._engine.weight_dtypes
+        self.assertIn("F32", [dtypes[n] for n in params])  # the pattern holds both kinds
+        rounded = {}
+        for n, p in params.items():
+            if dtypes[n] == "F32":
+                rounded[n] = p.detach().numpy().copy()
+                continue
+            bits = p.detach().numpy().view(np.uint32).astype(np.uint64)
+            r = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+            rounded[n] = r.astype(np.uint16).view(np.int16)
+        write_st(f"{TMP}/train_update.safetensors", rounded, bf16=[n for n in rounded if dtypes[n] == "BF16"])
+        want, _ = cli_run(f"{TMP}/plan", f"{TMP}/a.safetensors", ["--checkpoint", f"{TMP}/ckpt"], "train_upd",
+                          "--update", f"{TMP}/train_update.safetensors")
+        before, _ = cli_run(f"{TMP}/plan", f"{TMP}/a.safetensors", ["--checkpoint", f"{TMP}/ckpt"], "train_fwd0")
+        self.assertEqual(after[0].detach().numpy().tobytes(), want["sample"].tobytes())
+        self.assertEqual(after[1].detach().numpy().tobytes(), want["audio_sample"].tobytes())
+        self.assertNotEqual(want["sample"].tobytes(), before["sample"].tobytes())
+
+    def test_refusals(self):
+        t = h3c.Transformer(plan=f"{TMP}/plan", checkpoint=f"{TMP}/ckpt", device="cpu")
+        with self.assertRaisesRegex(h3c.Error, "compile --backward"):
+            t.parameters()
+        tb = h3c.Transformer(plan=f"{TMP}/plan_bw", checkpoint=f"{TMP}/ckpt", device="cpu")
+        with self.assertRaisesRegex(h3c.Error, "no weight matches"):
+            tb.parameters("no_such_tensor*")
+        with self.assertRaisesRegex(h3c.Error, "no parameters registered"):
+            tb.push_parameters()
+
+
 class Version(unittest.TestCase):
     def test_version_is_the_clis(self):
         words = tool("--version").stdout.split()  # "h3c <version> (build <commit>)"
