@@ -270,6 +270,10 @@ class Transformer:
         self._params = params
         return dict(params)
 
+    def read_weight_bytes(self, name):
+        """The bytes of weight `name` as the engine holds it now (its pinned dtype, row-major)."""
+        return self._engine.read_weight(name)
+
     def push_parameters(self):
         """Writes the registered parameters (parameters()) into the engine: update_weights() of their current values,
         rounded to the pinned dtype to nearest even; the next forward runs with them."""

@@ -361,6 +361,43 @@ class Training(unittest.TestCase):
         self.assertEqual(after[1].detach().numpy().tobytes(), want["audio_sample"].tobytes())
         self.assertNotEqual(want["sample"].tobytes(), before["sample"].tobytes())
 
+    def test_rl_example_logprobs_are_the_rollouts_before_and_after_updates(self):
+        r = subprocess.run([sys.executable, os.path.join(SRC, "examples", "rl_flow_grpo.py"), "--h3c", TOOL,
+                            "--iterations", "2", "--steps", "2"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("OK: every recomputed log-probability equals its rollout's", r.stdout)
+        changed = [int(line.split("changed ")[1].split()[0]) for line in r.stdout.splitlines() if "changed" in line]
+        self.assertEqual(len(changed), 2)
+        self.assertTrue(all(c > 0 for c in changed), r.stdout)  # the updates did change the weights
+
+    def test_sde_logprob_gradient_against_central_differences(self):
+        import torch
+        sys.path.insert(0, os.path.join(SRC, "examples"))
+        import rl_flow_grpo
+        s = h3c.Scheduler(12.0)
+        s.set_timesteps(4)
+        rng = np.random.default_rng(5)
+        x, z = rng.standard_normal((1, 40)).astype(np.float32), rng.standard_normal((1, 40)).astype(np.float32)
+        v = torch.from_numpy(rng.standard_normal((1, 40)).astype(np.float32)).requires_grad_(True)
+        i, a = 1, 0.7
+        lp = rl_flow_grpo.SdeLogProb.apply(v, s, i, a, x, z)
+        self.assertEqual(float(lp), h3c.sde_step(s, i, a, v.detach().numpy(), x, z)[3])
+        lp.backward()
+        # The log-probability of a fixed `next` as the velocity moves: exactly quadratic in v, so a central difference
+        # is exact up to the F32 roundings of the step. `next` is the sample drawn at v (kept fixed).
+        nxt = h3c.sde_step(s, i, a, v.detach().numpy(), x, z)[0]
+        k = h3c.sde_constants(s, i, a)
+
+        def logprob_of_next(vv):
+            mean = h3c.sde_step(s, i, a, vv, x, np.zeros_like(z))[1].astype(np.float64)
+            return -np.sum((nxt.astype(np.float64) - mean) ** 2) / (2 * np.float64(k["scale"]) ** 2)
+        for j in (0, 7, 39):
+            d = np.zeros((1, 40), np.float32)
+            d[0, j] = 0.05
+            v0 = v.detach().numpy()
+            fd = (logprob_of_next(v0 + d) - logprob_of_next(v0 - d)) / 0.1
+            self.assertAlmostEqual(float(v.grad[0, j]), fd, delta=1e-3 * max(1.0, abs(fd)))
+
     def test_refusals(self):
         t = h3c.Transformer(plan=f"{TMP}/plan", checkpoint=f"{TMP}/ckpt", device="cpu")
         with self.assertRaisesRegex(h3c.Error, "compile --backward"):
