@@ -8,7 +8,7 @@ at every step, before any update. After an optimizer step the trainer pushes its
 update, rounded to bfloat16 once), and the next iteration's rollout and recompute agree again, bit for bit.
 
     python3 examples/rl_flow_grpo.py [--h3c build/bin/h3c] [--config tiny] [--iterations 2] [--steps 3]
-                                     [--group 2] [--rollout-device cpu|cuda]
+                                     [--group 2] [--rollout-device cpu|cuda] [--plans DIR]
 
 It compiles two plans of the config with `h3c compile`: the fused one the rollouts run (any device) and the unfused
 one with the generated backward (`--backward`) the trainer runs (the CPU reference: the gradient ops have no GPU
@@ -130,6 +130,7 @@ def train_step(trainer, params, trajs, noise_level, lr):
 
 
 def compile_plans(tool, config, out):
+    """The two plans and the request into `out` (what --plans takes)."""
     subprocess.run([tool, "fingerprint", "derive", "--config", config, "-o", f"{out}/fp.json"], check=True)
     subprocess.run([tool, "compile", f"{out}/fp.json", "-o", f"{out}/rollout"], check=True, capture_output=True)
     subprocess.run([tool, "compile", f"{out}/fp.json", "--backward", "-o", f"{out}/train"], check=True,
@@ -150,9 +151,18 @@ def main():
     ap.add_argument("--trainable", default="*attn.to_q.*,*attn.to_v.*,proj_out.*",
                     help="comma-separated name globs of the trained weights")
     ap.add_argument("--rollout-device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--plans", help="a folder with rollout/, train/ and request.safetensors made by compile_plans "
+                                    "(a machine without `h3c compile`, e.g. the GPU machine); default: compile here")
+    ap.add_argument("--compile-only", metavar="DIR", help="only write the plans and the request into DIR (for --plans)")
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="h3c-rl-")
-    compile_plans(args.h3c, args.config, work)
+    if args.compile_only:
+        os.makedirs(args.compile_only, exist_ok=True)
+        compile_plans(args.h3c, args.config, args.compile_only)
+        return 0
+    work = args.plans
+    if not work:
+        work = tempfile.mkdtemp(prefix="h3c-rl-")
+        compile_plans(args.h3c, args.config, work)
     base = load_request(f"{work}/request.safetensors")
     engine = h3c.Transformer(f"{work}/rollout", synthetic=5, device=args.rollout_device)
     trainer = h3c.Transformer(f"{work}/train", synthetic=5, device="cpu")
@@ -185,3 +195,4 @@ def main():
 
 if __name__ == "__main__":
     sys.exit(main())
+
