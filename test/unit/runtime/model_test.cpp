@@ -145,9 +145,8 @@ TEST(RuntimeModel, BatchItemAloneEqualsItsSliceOfBatchFour) {
 // Hand-built multi-rank plans (section 5.2; test_plans.h spells the layout independently of the compiler): every
 // sp x tp that divides the shapes gives the one-rank bytes, fused and unfused, on a shuffled batch of 2 whose S = 23
 // rows split unevenly (sp 8: ranks of 2 and 3 rows).
-// Under AddressSanitizer (several times slower) the 8-head config runs only its largest degrees (sp x tp = 16 and
-// tp = 8: every rank-layout code path, at a third of the forwards) and the tiny config only its fused plans; the
-// Release build checks every degree's bytes, fused and unfused.
+// Under AddressSanitizer (several times slower) only the tiny config's fused plans run (the 8-head config's largest
+// degrees took 26 s of the sanitizer run's ~150); the Release build checks every degree's bytes, fused and unfused.
 #ifdef H3C_SANITIZED
 constexpr bool kLargestDegreesOnly = true;
 #else
@@ -156,6 +155,7 @@ constexpr bool kLargestDegreesOnly = false;
 
 TEST(RuntimeModel, SequenceAndTensorParallelRanksAreByteEqual) {
   for (bool wide : {false, true}) {
+    if (wide && kLargestDegreesOnly) continue;  // (the sanitizer build: above)
     h3::Config c = wide ? testplans::eightHeadConfig() : h3::namedConfig("tiny");
     auto w = makeSyntheticWeights(c, 13);
     Request r = makeReq(c, 5, 2, 2, 3, 6, 17, 2, 2, true);
