@@ -24,6 +24,11 @@ rm -rf "$root/carry/plans/tiny-backward"  # the backward (docs/contract.md secti
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward -o "$root/carry/plans/tiny-backward" | tail -1
 rm -rf "$root/carry/plans/tiny-sp2tp2"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --sp 2 --tp 2 -o "$root/carry/plans/tiny-sp2tp2" | tail -1
+# The RL example's plans and request (scripts/gpu-test.sh step 5); needs the Python package built here.
+if [ -f "$root/build/python/h3c/__init__.py" ]; then
+  rm -rf "$root/carry/rl"
+  PYTHONPATH="$root/build/python" python3 "$root/examples/rl_flow_grpo.py" --h3c "$H3C" --compile-only "$root/carry/rl"
+fi
 cp -r /usr/include/nlohmann /usr/include/fmt /usr/include/CLI /usr/include/openssl /usr/include/dlpack /usr/include/pybind11 "$root/carry/include/"
 cp -r /usr/include/x86_64-linux-gnu/openssl/* "$root/carry/include/openssl/"
 rm -rf "$root/carry/googletest" && cp -r /usr/src/googletest "$root/carry/googletest"
