@@ -271,24 +271,14 @@ public:
     const auto t0 = Clock::now();
     // The engine's lock: the staged request and the last ledger are the engine's.
     std::unique_lock<std::mutex> lock = lockEngine();
-    for (const auto &name : requestTensorNames())
-      if (!host.contains(name.c_str())) fail("--inputs", "missing tensor '{}'", name);
-    for (const auto &kv : host)
-      if (std::find(requestTensorNames().begin(), requestTensorNames().end(), std::string(py::str(kv.first))) ==
-          requestTensorNames().end())
-        fail("--inputs", "unexpected tensor '{}'", std::string(py::str(kv.first)));
     if (opt_.device != "gpu") stream = 0;
     // Every request tensor into staged_, whose buffers are kept from forward to forward (no allocation, no page
     // faults once warm): host tensors by memcpy, CUDA tensors by one copy each on the caller's stream (no torch
     // .cpu() tensor in between), then one synchronization. The imports live (and are released) under the GIL.
-    std::vector<std::unique_ptr<Imported>> held;  // the caller's tensors, alive through the forward
+    std::vector<std::unique_ptr<Imported>> held =  // the caller's tensors, alive through the forward
+        importRequest(host, opt_.device == "gpu" ? nullptr : "this engine runs on the CPU");
     bool anyDevice = false;
-    for (const auto &name : requestTensorNames()) {
-      held.push_back(std::make_unique<Imported>(host[name.c_str()], name));
-      if (held.back()->onDevice() && opt_.device != "gpu")
-        fail(name, "is a CUDA tensor; this engine runs on the CPU");
-      anyDevice |= held.back()->onDevice();
-    }
+    for (const auto &h : held) anyDevice |= h->onDevice();
     {
       py::gil_scoped_release release;
       for (size_t i = 0; i < held.size(); ++i)
@@ -355,13 +345,8 @@ public:
   // Arrays by name (the three activations; every weight tensor of the plan by diffusers name).
   py::tuple backward(const py::dict &host, const py::object &gradSample, const py::object &gradAudio) {
     std::unique_lock<std::mutex> lock = lockEngine();
-    for (const auto &name : requestTensorNames())
-      if (!host.contains(name.c_str())) fail("--inputs", "missing tensor '{}'", name);
-    std::vector<std::unique_ptr<Imported>> held;
-    for (const auto &name : requestTensorNames()) {
-      held.push_back(std::make_unique<Imported>(host[name.c_str()], name));
-      if (held.back()->onDevice()) fail(name, "is a CUDA tensor; the backward takes host tensors (CPU reference)");
-    }
+    const std::vector<std::unique_ptr<Imported>> held =
+        importRequest(host, "the backward takes host tensors (CPU reference)");
     OutputGrads dy{Imported(gradSample, "grad_sample").toHost(), Imported(gradAudio, "grad_audio_sample").toHost()};
     BackwardResult r;
     {
@@ -526,6 +511,23 @@ public:
   std::string device() const { return opt_.device; }
 
 private:
+  // The ten request tensors of `host` (exactly those: a missing or an unexpected name is refused, as `h3c run` refuses
+  // its file's), imported in requestTensorNames() order; hostOnly: why a CUDA tensor is refused (null: accepted).
+  std::vector<std::unique_ptr<Imported>> importRequest(const py::dict &host, const char *hostOnly) const {
+    for (const auto &name : requestTensorNames())
+      if (!host.contains(name.c_str())) fail("--inputs", "missing tensor '{}'", name);
+    for (const auto &kv : host)
+      if (std::find(requestTensorNames().begin(), requestTensorNames().end(), std::string(py::str(kv.first))) ==
+          requestTensorNames().end())
+        fail("--inputs", "unexpected tensor '{}'", std::string(py::str(kv.first)));
+    std::vector<std::unique_ptr<Imported>> held;
+    for (const auto &name : requestTensorNames()) {
+      held.push_back(std::make_unique<Imported>(host[name.c_str()], name));
+      if (hostOnly && held.back()->onDevice()) fail(name, "is a CUDA tensor; {}", hostOnly);
+    }
+    return held;
+  }
+
   // The engine's lock, waited for without the GIL (called with it held): a forward on another thread holds the lock
   // while it takes the GIL back, so waiting with the GIL would deadlock.
   std::unique_lock<std::mutex> lockEngine() {
