@@ -94,7 +94,7 @@ void addWeightBuffers(plan::Plan &p, const plan::Op &op, const std::optional<pla
 // values; the results are named after the inputs they are the gradients of.
 template <class AddValue>
 void emitBackward(plan::Plan &p, func::FuncOp fn, AddValue &addValue, std::vector<std::string> &weightGrads,
-                  std::vector<std::string> &warnings) {
+                  std::vector<std::string> &warnings, const kernels::EmitOptions &tuning) {
   plan::Function bwd;
   bwd.name = "backward";
   Block &body = fn.getBody().front();
@@ -140,7 +140,21 @@ void emitBackward(plan::Plan &p, func::FuncOp fn, AddValue &addValue, std::vecto
       if (it == forwardOf.end()) fail(where(&op), "differentiates a node no forward op implements");
       pop.attrs.kvBlock = it->second->order.kvBlock;
     }
-    warnings.push_back(where(&op) + ": no kernel: the backward's gradient ops have no GPU kernel yet");
+    // The gradient op's kernel (kernels/lib/emit_grad.cpp); its weight gradients are operands past the op's results.
+    kernels::OperandValues ov = passes::operandValues(&op);
+    for (size_t k = op.getNumResults(); k < pop.out.size(); ++k) ov.out.push_back(p.values.at(pop.out[k]));
+    try {
+      kernels::EmitOptions eo = tuning;
+      eo.wgmma = p.options.wgmma;
+      plan::Kernel k = kernels::emitKernel(pop, ov, p.options.arch, eo).value();
+      auto it = p.kernels.find(k.id);
+      if (it != p.kernels.end() && it->second.source != k.source)
+        fail(where(&op), "kernel id {} names two different sources", k.id);
+      pop.kernel = k.id;
+      p.kernels.emplace(k.id, std::move(k));
+    } catch (const std::exception &e) {
+      warnings.push_back(where(&op) + ": no kernel: " + e.what());
+    }
     bwd.ops.push_back(std::move(pop));
   }
   p.functions["backward"] = std::move(bwd);
@@ -238,7 +252,7 @@ EmittedPlan emitPlan(ModuleOp m, const h3::Fingerprint &fp, const std::string &f
   const size_t forwardOps = forward.ops.size();
   p.functions["forward"] = std::move(forward);
   std::vector<std::string> weightGrads;  // values that get a slot of their own below
-  if (bwdFn) emitBackward(p, bwdFn, addValue, weightGrads, out.warnings);
+  if (bwdFn) emitBackward(p, bwdFn, addValue, weightGrads, out.warnings, tuning);
 
   for (Attribute a : cast<ArrayAttr>(buffers.get("slots"))) {
     auto d = cast<DictionaryAttr>(a);

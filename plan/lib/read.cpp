@@ -283,6 +283,10 @@ KernelParam parseParam(const json &j, const std::string &where) {
     p.kind = KernelParam::Kind::Scalar;
     if (str(member(j, "type", where), where + "/type") != "i64") fail(where + "/type", "expected \"i64\"");
     p.value = Extent::parse(str(member(j, "value", where), where + "/value"), where + "/value");
+  } else if (kind == "scratch") {
+    onlyKeys(j, {"kind", "name", "bytes"}, where);
+    p.kind = KernelParam::Kind::Scratch;
+    p.value = Extent::parse(str(member(j, "bytes", where), where + "/bytes"), where + "/bytes");
   } else if (kind == "tensor_map") {
     onlyKeys(j, {"kind", "name", "role", "index", "span", "dtype", "dims", "strides", "box", "swizzle", "l2_promotion",
                  "oob"},
@@ -315,14 +319,14 @@ KernelParam parseParam(const json &j, const std::string &where) {
     if (oob != "zero" && oob != "nan") fail(where + "/oob", "expected zero or nan");
     p.map.oobZero = oob == "zero";
   } else {
-    fail(where + "/kind", "expected buffer, scalar or tensor_map, got \"{}\"", kind);
+    fail(where + "/kind", "expected buffer, scalar, tensor_map or scratch, got \"{}\"", kind);
   }
   return p;
 }
 
 Kernel parseKernel(const std::string &id, const json &j, const Options &opt, const fs::path &dir,
                    const std::string &where) {
-  onlyKeys(j, {"file", "sha256", "entry", "arch", "nvrtc_options", "launch", "params"}, where);
+  onlyKeys(j, {"file", "sha256", "entry", "arch", "nvrtc_options", "launch", "phases", "params"}, where);
   Kernel k;
   k.id = id;
   k.file = str(member(j, "file", where), where + "/file");
@@ -334,6 +338,20 @@ Kernel parseKernel(const std::string &id, const json &j, const Options &opt, con
   if (fs::path(k.file).is_absolute() || k.file.find("..") != std::string::npos || k.file.rfind("kernels/", 0) != 0)
     fail(where + "/file", "kernel files live in the plan's kernels/ folder, got '{}'", k.file);
   k.launch = parseLaunch(member(j, "launch", where), where + "/launch");
+  if (j.contains("phases")) {
+    const json &phs = array(j["phases"], where + "/phases");
+    if (phs.empty()) fail(where + "/phases", "expected at least one phase (leave the key out for none)");
+    std::set<std::string> entries{k.entry};
+    for (size_t i = 0; i < phs.size(); ++i) {
+      const std::string w = where + "/phases/" + std::to_string(i);
+      onlyKeys(phs[i], {"entry", "launch"}, w);
+      KernelPhase ph;
+      ph.entry = str(member(phs[i], "entry", w), w + "/entry");
+      if (!entries.insert(ph.entry).second) fail(w + "/entry", "entry '{}' is launched twice", ph.entry);
+      ph.launch = parseLaunch(member(phs[i], "launch", w), w + "/launch");
+      k.phases.push_back(std::move(ph));
+    }
+  }
   const json &ps = array(member(j, "params", where), where + "/params");
   std::set<std::string> names;
   for (size_t i = 0; i < ps.size(); ++i) {
@@ -387,7 +405,7 @@ void checkWeightMapFits(const Plan &p, const Kernel &k, const Op &op, const Kern
 void checkKernelFitsOp(const Plan &p, const Kernel &k, const Op &op) {
   for (size_t i = 0; i < k.params.size(); ++i) {
     const KernelParam &q = k.params[i];
-    if (q.kind == KernelParam::Kind::Scalar) continue;
+    if (q.kind == KernelParam::Kind::Scalar || q.kind == KernelParam::Kind::Scratch) continue;
     size_t have = q.role == OperandRole::In ? op.in.size()
                   : q.role == OperandRole::Out ? op.out.size()
                   : q.role == OperandRole::Weight ? op.weights.size()

@@ -124,6 +124,8 @@ json paramToJson(const KernelParam &p) {
     return {{"kind", "buffer"}, {"name", p.name}, {"role", roleName(p.role)}, {"index", p.index}, {"span", p.span}};
   case KernelParam::Kind::Scalar:
     return {{"kind", "scalar"}, {"name", p.name}, {"type", "i64"}, {"value", p.value.text()}};
+  case KernelParam::Kind::Scratch:
+    return {{"kind", "scratch"}, {"name", p.name}, {"bytes", p.value.text()}};
   case KernelParam::Kind::TensorMap: {
     json dims = json::array(), strides = json::array();
     for (const auto &d : p.map.dims) dims.push_back(d.text());
@@ -137,23 +139,32 @@ json paramToJson(const KernelParam &p) {
   return nullptr;
 }
 
-json kernelToJson(const Kernel &k) {
+json launchToJson(const Launch &l) {
   json grid = json::array();
-  for (const auto &g : k.launch.grid) grid.push_back({{"extent", g.extent.text()}, {"div", g.div}, {"max_per_sm", g.maxPerSm}});
+  for (const auto &g : l.grid) grid.push_back({{"extent", g.extent.text()}, {"div", g.div}, {"max_per_sm", g.maxPerSm}});
+  return {{"block", l.block},
+          {"smem_bytes", l.smemBytes},
+          {"grid", grid},
+          {"cluster", l.cluster},
+          {"grid_dependency", l.gridDependency}};
+}
+
+json kernelToJson(const Kernel &k) {
   json params = json::array();
   for (const auto &p : k.params) params.push_back(paramToJson(p));
-  return {{"file", k.file},
-          {"sha256", k.sha256},
-          {"entry", k.entry},
-          {"arch", k.arch},
-          {"nvrtc_options", k.nvrtcOptions},
-          {"launch",
-           {{"block", k.launch.block},
-            {"smem_bytes", k.launch.smemBytes},
-            {"grid", grid},
-            {"cluster", k.launch.cluster},
-            {"grid_dependency", k.launch.gridDependency}}},
-          {"params", params}};
+  json j = {{"file", k.file},
+            {"sha256", k.sha256},
+            {"entry", k.entry},
+            {"arch", k.arch},
+            {"nvrtc_options", k.nvrtcOptions},
+            {"launch", launchToJson(k.launch)},
+            {"params", params}};
+  if (!k.phases.empty()) {  // written only where there are phases: the plans of single-launch kernels stay as they were
+    json phases = json::array();
+    for (const auto &ph : k.phases) phases.push_back({{"entry", ph.entry}, {"launch", launchToJson(ph.launch)}});
+    j["phases"] = phases;
+  }
+  return j;
 }
 
 json opToJson(const Op &op) {

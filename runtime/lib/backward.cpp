@@ -49,6 +49,11 @@ HostValue gradInput(const Tensor &t, const std::string &what, int64_t B, int64_t
 
 } // namespace
 
+void checkOutputGrads(const plan::Plan &p, const CanonicalRequest &req, const OutputGrads &dy) {
+  gradInput(dy.sample, "gradient of sample", req.B, req.Nv, p.config.videoPatchDim());
+  gradInput(dy.audioSample, "gradient of audio_sample", req.B, req.Na, p.config.audio_in_channels);
+}
+
 BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
                               const OutputGrads &dy, int threads) {
   const plan::Function *bwd = p.backward();
@@ -107,10 +112,12 @@ BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Req
       if (!op.kernel)
         fail(op.where + "/kernel", "gradient op '{}' ({}) has no {} kernel (\"kernel\": null): the backward runs on "
              "the CPU reference only (--device cpu)", plan::opKindName(op.kind), op.firstNode(), opt.device);
-    fail("--device", "the {} executor has no backward", opt.device);
   }
   const CanonicalRequest req = canonicalize(request, p.config, "--inputs");
-  return runCpuBackward(p, weights, req, dy, opt.threads);
+  if (opt.device == "cpu") return runCpuBackward(p, weights, req, dy, opt.threads);
+  if (p.options.sp != 1 || p.options.tp != 1) fail("plan.json#/options", "the backward runs on one rank");
+  checkOutputGrads(p, req, dy);
+  return makeExecutor(opt.device)->backward(p, weights, req, dy, opt);
 }
 
 } // namespace h3c::rt

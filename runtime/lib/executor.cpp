@@ -1,5 +1,6 @@
 // The CPU reference executor and the executor factory (runModel and the resident engine: engine.cpp).
 #include "h3c/runtime/executor.h"
+#include "h3c/runtime/backward.h"
 #include "h3c/runtime/value_dump.h"
 
 #include "h3c/runtime/cpu_ops.h"
@@ -165,6 +166,11 @@ void Executor::mergeLora(const plan::Plan & /*p*/, WeightSource & /*weights*/, c
 void Executor::restoreWeights(const plan::Plan & /*p*/, WeightSource & /*weights*/,
                               const std::vector<std::string> & /*names*/) {
   fail("weights", "internal error: the {} executor holds no weights to restore", device());
+}
+
+BackwardResult Executor::backward(const plan::Plan & /*p*/, WeightSource & /*weights*/, const CanonicalRequest & /*req*/,
+                                  const OutputGrads & /*dy*/, const RunOptions & /*opt*/) {
+  fail("--device " + device(), "this executor has no backward (the CPU reference runs it: --device cpu)");
 }
 
 std::unique_ptr<Executor> makeCpuExecutor() { return std::make_unique<CpuExecutor>(); }

@@ -24,6 +24,7 @@ def main():
         print(f"tensor names differ: {sorted(a)} vs {sorted(b)}")
         return 1
     ok = True
+    equal = 0
     for k in sorted(a):
         x, y = a[k], b[k]
         if mode == "item":
@@ -42,9 +43,13 @@ def main():
                 continue
             rel = np.linalg.norm(y64 - x64) / max(np.linalg.norm(x64), 1e-300)
             mx = np.max(np.abs(y64 - x64)) if x.size else 0.0
+            same = x.shape == y.shape and x.tobytes() == y.tobytes()
+            equal += same
             print(f"{k}: rel_frob {rel:.3e} max_abs {mx:.3e} ref_rms {np.sqrt(np.mean(x64 ** 2)) if x.size else 0:.3e} "
-                  f"(bound {bound:g}) {list(x.shape)}")
+                  f"(bound {bound:g}) {list(x.shape)}{' byte-equal' if same else ''}")
             ok &= rel <= bound
+    if mode == "bound":
+        print(f"{len(a)} tensors, {equal} byte-equal, {'all' if ok else 'NOT all'} within the bound")
     return 0 if ok else 1
 
 

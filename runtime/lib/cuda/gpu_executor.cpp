@@ -16,6 +16,7 @@
 // on the caller's stream; the outputs, never copied back, are scanned for NaN / Inf there (cuda/non_finite.h) for the
 // ledger and the strict rule.
 #include "h3c/runtime/executor.h"
+#include "h3c/runtime/backward.h"
 #include "h3c/runtime/host_ops.h"
 
 #include "h3c/models/checkpoint.h"
@@ -114,12 +115,7 @@ public:
       fail("--device gpu", "the GPU executor runs single-rank plans (sp = tp = 1); this plan has sp = {}, tp = {} "
            "({} ranks): run it with --device cpu, or compile with --sp 1 --tp 1", p.options.sp, p.options.tp,
            p.options.sp * p.options.tp);
-    if (!runner_) runner_ = std::make_unique<hc::KernelRunner>();
-    ropeDevicePending_ = false;
-    req_ = &req;
-    plan_ = &p;
-    extents_ = req.extents();
-    values_.clear();
+    begin(p, req);
     const plan::Function &fn = p.forward();
 
     // H3C_GPU_PROFILE=1: per-op CUDA events, a per-kind table and the forward time on stderr (timing only; the
@@ -281,6 +277,16 @@ public:
   }
 
 private:
+  // The state of one run of the plan on this request.
+  void begin(const plan::Plan &p, const CanonicalRequest &req) {
+    if (!runner_) runner_ = std::make_unique<hc::KernelRunner>();
+    ropeDevicePending_ = false;
+    req_ = &req;
+    plan_ = &p;
+    extents_ = req.extents();
+    values_.clear();
+  }
+
   // The two outputs' NaN / Inf scan, queued on the forward's stream after its last op (non_finite.h): one kernel
   // over the elements `download` would copy, and 48 bytes read back after the stream's synchronization.
   void queueOutputScan(const hc::LoadedKernel &k, const plan::Function &fn, const std::vector<int64_t> &sampleShape,
@@ -360,13 +366,17 @@ private:
     kernelsSha_ = plan_->planSha256;
   }
 
-  void allocateArena(const plan::Plan &p, const CanonicalRequest &req) {
-    // The forward's values only: a plan with a backward (docs/contract.md section 14) also holds the gradients and
-    // their slots (every weight's F32 gradient among them), which this executor never computes (the gradient ops
-    // have no kernels yet) and which must not grow the arena.
-    std::set<std::string> forwardValues(p.forward().inputs.begin(), p.forward().inputs.end());
-    for (const plan::Op &op : p.forward().ops)
-      for (const auto *names : {&op.in, &op.out}) forwardValues.insert(names->begin(), names->end());
+  void allocateArena(const plan::Plan &p, const CanonicalRequest &req, bool withBackward = false) {
+    // The forward's values only, unless the backward runs too: a plan with a backward (docs/contract.md section 14)
+    // also holds the gradients and their slots (every weight's F32 gradient among them), which a forward must not
+    // allocate.
+    std::set<std::string> forwardValues;
+    for (const plan::Function *fn : {&p.forward(), withBackward ? p.backward() : nullptr}) {
+      if (!fn) continue;
+      forwardValues.insert(fn->inputs.begin(), fn->inputs.end());
+      for (const plan::Op &op : fn->ops)
+        for (const auto *names : {&op.in, &op.out}) forwardValues.insert(names->begin(), names->end());
+    }
     std::set<int64_t> forwardSlots;
     for (const auto &name : forwardValues) forwardSlots.insert(p.value(name).slot);
     std::map<int64_t, size_t> slotBytes;
@@ -590,6 +600,51 @@ public:
     return out;
   }
 
+  // The forward and the backward on the device: the forward's ops as run() launches them (row bindings only), the
+  // gradients of its outputs uploaded, the backward's gradient kernels in order, every value of both functions in
+  // the arena (the plan's one slot timeline), then the gradients copied back. backward.h has checked the plan and
+  // the gradients' shapes.
+  BackwardResult backward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
+                          const OutputGrads &dy, const RunOptions &opt) override {
+    const plan::Function *bwd = p.backward();
+    if (!bwd) fail("plan.json#/functions/backward", "the plan has no backward");
+    if (p.options.sp * p.options.tp != 1) fail("--device gpu", "the backward runs on one rank");
+    begin(p, req);
+    bound_.clear();
+    stream_ = nullptr;
+    const plan::Function &fwd = p.forward();
+    prepareKernels(fwd);
+    std::vector<const plan::Kernel *> all;
+    for (const plan::Op &op : bwd->ops) all.push_back(&p.kernel(op));
+    runner_->loadAll(all);
+    loadWeights(p, weights, opt.progress);
+    allocateArena(p, req, /*withBackward=*/true);
+    uploadInputs(fwd, req);
+    for (const plan::Op &op : fwd.ops) runOp(op);
+    const int64_t videoCols = p.config.videoPatchDim(), audioCols = p.config.audio_in_channels;
+    for (const auto &[key, v] : fwd.outputs) {
+      const Tensor &t = key == "sample" ? dy.sample : dy.audioSample;
+      const std::string name = "@grad:" + v;
+      if (!values_.count(name)) fail("plan.json#/functions/backward/inputs", "no input '{}'", name);
+      uploadTensor(name, t);
+    }
+    for (const plan::Op &op : bwd->ops) launchKernel(op, runner_->load(p.kernel(op)));
+    hc::check(hc::driver().cuCtxSynchronize(), "running the backward");
+    if (ropeDevicePending_) ropeDeviceValid_ = true;
+    BackwardResult r;
+    r.outputs.sample = download(fwd.outputs.at("sample"), {req.B, req.Nv, videoCols});
+    r.outputs.audio_sample = download(fwd.outputs.at("audio_sample"), {req.B, req.Na, audioCols});
+    for (const auto &[key, v] : bwd->outputs) {
+      const HostValue h = downloadValue(v);
+      if (key.rfind("grad:@", 0) == 0)
+        r.inputGrads[key.substr(6)] = Tensor::fromFloats(DType::F32, {h.batch, h.rows, h.cols}, h.f.data());
+      else
+        r.weightGrads[key.substr(5)] =
+            Tensor::fromFloats(DType::F32, p.weightTensor(key.substr(5)).shape, h.f.data());
+    }
+    return r;
+  }
+
 private:
   // Weights: one device allocation per plan weight buffer, tensors back to back in the plan's order. A checkpoint
   // is streamed in one pass that also checks it (weight_upload.h); synthetic weights are generated on the device.
@@ -718,7 +773,12 @@ private:
     auto kit = kernels_.find(op.index);
     if (kit == kernels_.end())
       fail(op.where, "op '{}' has neither a kernel nor a host implementation", plan::opKindName(op.kind));
-    runner_->launch(*kit->second, extents_, [&](plan::OperandRole role, int64_t i) -> CUdeviceptr {
+    launchKernel(op, *kit->second);
+  }
+
+  // The op's kernel on its operands' device addresses.
+  void launchKernel(const plan::Op &op, const hc::LoadedKernel &k) {
+    runner_->launch(k, extents_, [&](plan::OperandRole role, int64_t i) -> CUdeviceptr {
       switch (role) {
       case plan::OperandRole::In: return values_.at(op.in.at(size_t(i))).ptr;
       case plan::OperandRole::Out: return values_.at(op.out.at(size_t(i))).ptr;

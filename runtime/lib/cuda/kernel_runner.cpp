@@ -77,6 +77,16 @@ const LoadedKernel &KernelRunner::install(const plan::Kernel &k, CompiledKernel 
   if (k.launch.smemBytes > 48 * 1024)
     check(d.cuFuncSetAttribute(lk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(k.launch.smemBytes)),
           "raising the shared-memory limit of " + k.id);
+  for (const plan::KernelPhase &ph : k.phases) {
+    CUfunction f = nullptr;
+    check(d.cuModuleGetFunction(&f, lk->module, ph.entry.c_str()), "cuModuleGetFunction(" + ph.entry + ")");
+    if (ph.launch.cluster[0] * ph.launch.cluster[1] * ph.launch.cluster[2] > 1)
+      fail("kernel " + k.id, "phase {} has a cluster (phases launch without one)", ph.entry);
+    if (ph.launch.smemBytes > 48 * 1024)
+      check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(ph.launch.smemBytes)),
+            "raising the shared-memory limit of " + ph.entry);
+    lk->phaseFns.push_back(f);
+  }
   const plan::Launch &l = k.launch;
   if (l.cluster[0] * l.cluster[1] * l.cluster[2] > 1) {
     std::array<CUlaunchAttribute, 2> attrs{};
@@ -116,17 +126,17 @@ void KernelRunner::loadAll(const std::vector<const plan::Kernel *> &kernels, uns
   for (size_t i = 0; i < todo.size(); ++i) install(*todo[i], &done[i]);
 }
 
-std::array<unsigned, 3> KernelRunner::grid(const plan::Kernel &k, const plan::Extents &e) const {
+std::array<unsigned, 3> KernelRunner::grid(const plan::Kernel &k, const plan::Launch &l, const plan::Extents &e) const {
   std::array<unsigned, 3> g{};
   for (int i = 0; i < 3; ++i) {
-    const plan::GridDim &d = k.launch.grid[size_t(i)];
+    const plan::GridDim &d = l.grid[size_t(i)];
     int64_t v = d.extent.eval(e);
     if (v < 0) fail("kernel " + k.id, "grid dimension {} is negative ({})", i, v);
     v = (v + d.div - 1) / d.div;
     if (d.maxPerSm > 0) v = std::min<int64_t>(v, d.maxPerSm * device().smCount);
     // Whole clusters: up to the next multiple of the cluster's extent, or down where that passes the SM cap (a
     // persistent kernel's extra CTAs find no work; the cluster kernels walk tiles per cluster).
-    const int64_t c = k.launch.cluster[size_t(i)];
+    const int64_t c = l.cluster[size_t(i)];
     if (c > 1) {
       v = (v + c - 1) / c * c;
       if (d.maxPerSm > 0) {
@@ -164,8 +174,22 @@ CUtensorMapL2promotion promotionOf(const std::string &s) {
 void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const OperandAddress &address,
                           CUstream stream) {
   const plan::Kernel &k = *lk.spec;
-  std::array<unsigned, 3> g = grid(k, e);
-  if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;
+  const std::array<unsigned, 3> g = grid(k, e);
+  // The scratch parameters' regions, back to back at 256-byte alignment.
+  std::vector<size_t> scratchAt(k.params.size(), 0);
+  size_t scratchBytes = 0;
+  for (size_t i = 0; i < k.params.size(); ++i)
+    if (k.params[i].kind == plan::KernelParam::Kind::Scratch) {
+      const int64_t b = k.params[i].value.eval(e);
+      if (b < 0) fail("kernel " + k.id, "scratch '{}' of {} bytes", k.params[i].name, b);
+      scratchAt[i] = scratchBytes;
+      scratchBytes += (size_t(b) + 255) / 256 * 256;
+    }
+  if (scratchBytes > scratch_.bytes()) {
+    check(driver().cuStreamSynchronize(stream), "growing the scratch buffer for " + k.id);  // no kernel still reads it
+    scratch_ = DeviceBuffer();
+    scratch_ = DeviceBuffer(scratchBytes);
+  }
   // Argument storage: every parameter gets its own slot; params[] points at them in signature order.
   struct Slot {
     alignas(64) unsigned char bytes[128];
@@ -181,6 +205,9 @@ void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const 
     } else if (p.kind == plan::KernelParam::Kind::Scalar) {
       long long v = p.value.eval(e);
       std::memcpy(storage[i].bytes, &v, sizeof v);
+    } else if (p.kind == plan::KernelParam::Kind::Scratch) {
+      CUdeviceptr ptr = scratch_.get() + scratchAt[i];
+      std::memcpy(storage[i].bytes, &ptr, sizeof ptr);
     } else {
       CUdeviceptr ptr = address(p.role, p.index);
       const plan::TensorMapSpec &m = p.map;
@@ -213,16 +240,22 @@ void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const 
       std::memcpy(storage[i].bytes, &it->second, sizeof(CUtensorMap));
     }
   }
-  const plan::Launch &l = k.launch;
-  if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1 && !l.gridDependency) {
-    check(driver().cuLaunchKernel(lk.fn, g[0], g[1], g[2], unsigned(l.block[0]), unsigned(l.block[1]),
-                                  unsigned(l.block[2]), unsigned(l.smemBytes), stream, params.data(), nullptr),
-          "launching " + k.id);
-    return;
-  }
-  std::array<CUlaunchAttribute, 2> attrs{};
-  const CUlaunchConfig cfg = exLaunch(l, g, stream, attrs);
-  check(driver().cuLaunchKernelEx(&cfg, lk.fn, params.data(), nullptr), "launching " + k.id);
+  auto launchOne = [&](CUfunction fn, const plan::Launch &l, std::array<unsigned, 3> grid, const std::string &entry) {
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
+    if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1 && !l.gridDependency) {
+      check(driver().cuLaunchKernel(fn, grid[0], grid[1], grid[2], unsigned(l.block[0]), unsigned(l.block[1]),
+                                    unsigned(l.block[2]), unsigned(l.smemBytes), stream, params.data(), nullptr),
+            "launching " + entry);
+      return;
+    }
+    std::array<CUlaunchAttribute, 2> attrs{};
+    const CUlaunchConfig cfg = exLaunch(l, grid, stream, attrs);
+    check(driver().cuLaunchKernelEx(&cfg, fn, params.data(), nullptr), "launching " + entry);
+  };
+  launchOne(lk.fn, k.launch, g, k.id);
+  if (lk.phaseFns.size() != k.phases.size()) fail("kernel " + k.id, "loaded without its phases");
+  for (size_t i = 0; i < k.phases.size(); ++i)
+    launchOne(lk.phaseFns[i], k.phases[i].launch, grid(k, k.phases[i].launch, e), k.phases[i].entry);
 }
 
 } // namespace h3c::runtime::cuda

@@ -985,6 +985,53 @@ void expectCompilesWithoutSpills(hc::NvrtcJit &jit, const plan::Kernel &k, const
   EXPECT_EQ(c->log.find("serialized"), std::string::npos) << what << " " << k.id << ":\n" << c->log;
 }
 
+// The backward's gradient kernels (kernels/cuda/grad.cuh, docs/contract.md section 14): every kernel of a
+// `--backward` plan (tiny and full shapes), for both archs, compiles to an ELF; attention's carries its two later
+// phases and a scratch for the row statistics. (Spills are not checked: these are the contract's first, one-thread-
+// per-element forms, not yet tuned; norm_modulate_grad's table walk spills a few bytes.)
+TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  if (!h3c::testtool::toolHasCompile()) GTEST_SKIP() << "this h3c has no compile (built without MLIR)";
+  hc::NvrtcJit jit;
+  // Both archs at the tiny shapes; the full shapes (the same template, other constants) for sm_90a.
+  for (const char *cfg : {"tiny", "full"})
+    for (const std::string arch : {"sm_90a", "sm_100a"}) {
+      if (std::string(cfg) == "full" && arch == "sm_100a") continue;
+      auto dir = tempDir(std::string("h3c-backward-plan-") + cfg + arch);
+      std::filesystem::create_directories(dir);
+      std::string out;
+      ASSERT_EQ(h3c::testtool::runTool(std::string("fingerprint derive --config ") + cfg + " -o " + (dir / "fp.json").string(), &out), 0) << out;
+      ASSERT_EQ(h3c::testtool::runTool("compile " + (dir / "fp.json").string() + " --backward --arch " + arch + " -o " +
+                                           (dir / "plan").string(), &out), 0) << out;
+      const plan::Plan p = plan::loadPlan(dir / "plan");
+      std::set<std::string> kinds, ids;
+      int phased = 0;
+      for (const plan::Op &op : p.backward()->ops) {
+        ASSERT_TRUE(op.kernel) << op.where << " has no kernel";
+        kinds.insert(plan::opKindName(op.kind));
+        const plan::Kernel &k = p.kernel(op);
+        if (op.kind == plan::OpKind::AttentionGrad) {
+          ++phased;
+          EXPECT_EQ(k.phases.size(), 2u) << k.id;
+          EXPECT_TRUE(std::any_of(k.params.begin(), k.params.end(),
+                                  [](const plan::KernelParam &q) { return q.kind == plan::KernelParam::Kind::Scratch; }))
+              << k.id;
+        } else {
+          EXPECT_TRUE(k.phases.empty()) << k.id;
+        }
+        if (!ids.insert(k.id).second) continue;
+        const auto c = compileVerbose(jit, k, std::string(cfg) + " " + arch + " " + op.where);
+        if (c) EXPECT_EQ(c->cubin.compare(0, 4, "\x7f" "ELF"), 0) << k.id;
+      }
+      EXPECT_GT(phased, 0) << cfg;
+      for (const char *k : {"grad_add", "linear_grad_x", "linear_grad_w", "swiglu_grad", "rms_norm_grad",
+                            "norm_modulate_grad", "gate_residual_grad", "rope_grad", "attention_grad", "silu_grad",
+                            "adaln_table_grad", "pack_grad", "unpack_grad"})
+        EXPECT_TRUE(kinds.count(k)) << cfg << ": no '" << k << "' op";
+      std::filesystem::remove_all(dir);
+    }
+}
+
 TEST(NvrtcCompile, FullConfigAndPlanSm90a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   compileAll("full", "sm_90a", /*plan=*/true);

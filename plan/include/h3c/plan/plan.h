@@ -162,8 +162,11 @@ struct TensorMapSpec {
 //   scalar:     a 64-bit integer whose value is `value` evaluated on the request's extents.
 //   tensor_map: a 128-byte CUtensorMap (by value, __grid_constant__) describing the operand (with `span` > 1, the
 //               operands index..index+span-1 as one matrix, as for buffers).
+//   scratch:    a device pointer to `value` bytes (evaluated on the request's extents) that belong to this launch of
+//               the op: the kernel's phases pass values through them (attention's row statistics between its
+//               backward's passes). Uninitialized: a phase writes every byte it or a later phase reads.
 struct KernelParam {
-  enum class Kind { Buffer, Scalar, TensorMap };
+  enum class Kind { Buffer, Scalar, TensorMap, Scratch };
   Kind kind = Kind::Buffer;
   std::string name;
   OperandRole role = OperandRole::In;
@@ -172,11 +175,20 @@ struct KernelParam {
   TensorMapSpec map;
 };
 
+// A later launch of the same kernel module: another entry of the source, with its own geometry and the kernel's
+// parameters. An op whose work needs a grid-wide barrier (a pass that reads what every CTA of the one before wrote)
+// runs as phases, launched in order on one stream.
+struct KernelPhase {
+  std::string entry;
+  Launch launch;
+};
+
 struct Kernel {
   std::string id, file, sha256, entry;
   std::string arch;                      // "sm_90a" | "sm_100a"
   std::vector<std::string> nvrtcOptions; // exactly what the runtime passes to nvrtcCompileProgram
   Launch launch;
+  std::vector<KernelPhase> phases;  // launched after `entry`, in order (usually none)
   std::vector<KernelParam> params;
   std::string source;  // the CUDA text (read from `file` and checked against `sha256` when the plan is loaded)
 };

@@ -1,7 +1,8 @@
 // The backward of a plan (docs/contract.md section 14): one forward that keeps the values the backward reads (saved
 // activations), then the plan's backward function on the gradients of the forward's outputs. Returns the gradients
 // of the three activation inputs and the F32 gradients of every weight tensor, by name. The CPU reference runs it
-// (runtime/grad_ops.h's numerics, op by op); the gradient ops have no GPU kernels yet, so the GPU is refused.
+// (runtime/grad_ops.h's numerics, op by op); the GPU executor runs the plan's gradient kernels (kernels/cuda/grad.cuh:
+// the same bits but for attention's ex2 / lg2, which are the hardware's as in the forward).
 #pragma once
 
 #include "h3c/plan/plan.h"
@@ -31,9 +32,13 @@ struct BackwardResult {
 
 // Validates the request against the plan's config, then runs the forward and the backward on `opt.device` with
 // `opt.threads` (a thread count never changes a bit). Fails closed: a plan without a backward function; any device
-// but "cpu" while a gradient op has no kernel (naming it); output gradients of the wrong dtype or shape.
+// but "cpu" while a gradient op has no kernel (naming it), or a plan of several ranks; output gradients of the wrong
+// dtype or shape.
 BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Request &request, const OutputGrads &dy,
                            const RunOptions &opt);
+
+// Throws naming the gradient unless each is F32 of its output's shape for this request.
+void checkOutputGrads(const plan::Plan &p, const CanonicalRequest &req, const OutputGrads &dy);
 
 // The CPU reference on a canonical request (what runBackward runs for "cpu").
 BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,

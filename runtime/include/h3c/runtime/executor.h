@@ -56,6 +56,9 @@ struct Outputs {
   std::optional<Tensor::NonFinite> sampleNonFinite, audioSampleNonFinite;
 };
 
+struct BackwardResult;  // backward.h
+struct OutputGrads;
+
 class Executor {
 public:
   virtual ~Executor() = default;
@@ -93,6 +96,11 @@ public:
   // generated on the device for synthetic weights, read and copied for a checkpoint), e.g. a LoRA adapter's unload.
   // The default refuses (the CPU engine's overlay forgets its replacements instead).
   virtual void restoreWeights(const plan::Plan &p, WeightSource &weights, const std::vector<std::string> &names);
+  // The plan's forward, then its backward (docs/contract.md section 14) on the gradients of the forward's outputs
+  // (backward.h, which validates the plan and the gradients first): the GPU executor runs both on the device, every
+  // value of both functions in the arena. The default refuses (the CPU reference is runCpuBackward).
+  virtual BackwardResult backward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
+                                  const OutputGrads &dy, const RunOptions &opt);
 };
 
 std::unique_ptr<Executor> makeCpuExecutor();

@@ -23,6 +23,7 @@ struct LoadedKernel {
   bool fromCache = false;
   CUmodule module = nullptr;
   CUfunction fn = nullptr;
+  std::vector<CUfunction> phaseFns;  // the kernel's later phases (plan::Kernel::phases), in order
   // Cluster kernels: how many of their clusters the device runs at once (cuOccupancyMaxActiveClusters); a grid
   // dimension capped per SM (a persistent grid) is capped at this many clusters too, since clusters must fit in one
   // GPC and not every SM can take part (a grid of 132 CTAs in pairs left some pairs for a second wave).
@@ -45,11 +46,18 @@ public:
   // `threads` worker threads at once (0: the hardware's thread count), then loaded in list order. Compile errors are
   // reported for the first failing kernel in list order.
   void loadAll(const std::vector<const h3c::plan::Kernel *> &kernels, unsigned threads = 0);
-  // Launches on `stream`. A grid dimension of zero (a request without rows in that domain) launches nothing.
+  // Launches on `stream`: the entry, then each phase in order. A grid dimension of zero (a request without rows in
+  // that domain) launches nothing. Scratch parameters point into the runner's scratch buffer (grown when a launch
+  // needs more, after the stream's earlier work is done with it); launches on one stream never overlap, so every
+  // op's phases have it to themselves.
   void launch(const LoadedKernel &k, const h3c::plan::Extents &extents, const OperandAddress &address,
               CUstream stream = nullptr);
   // The grid a launch would use (for tests and messages).
-  std::array<unsigned, 3> grid(const h3c::plan::Kernel &k, const h3c::plan::Extents &extents) const;
+  std::array<unsigned, 3> grid(const h3c::plan::Kernel &k, const h3c::plan::Extents &extents) const {
+    return grid(k, k.launch, extents);
+  }
+  std::array<unsigned, 3> grid(const h3c::plan::Kernel &k, const h3c::plan::Launch &l,
+                               const h3c::plan::Extents &extents) const;
   const std::string &arch() const { return arch_; }
   NvrtcJit &jit() { return jit_; }
 
@@ -60,6 +68,7 @@ private:
   std::string arch_;
   std::map<std::string, std::unique_ptr<LoadedKernel>> loaded_;
   std::map<std::string, CUtensorMap> maps_;  // encoded tensor maps by (kernel, param, address, extents)
+  DeviceBuffer scratch_;                      // the scratch parameters' memory (see launch)
 };
 
 } // namespace h3c::runtime::cuda

@@ -1,0 +1,620 @@
+// The backward's gradient ops on the GPU (docs/contract.md section 14), bitwise equal to the CPU reference
+// (runtime/grad_ops.h) by computing each gradient element with the same F32 operations in the same order:
+//   - a 16-wide chunk of a k_chunks / row_units sum is the CPU's model of the tensor core, written out: the products
+//     (exact in double) added into four double lanes (term j into lane j % 4, j ascending), the value
+//     (s0 + s1) + (s2 + s3) rounded once to F32 and added to the F32 chain (gr_chunk_*);
+//   - a row reduction walks its batch item's canonical rows in units of 128, a unit's partial from +0, the item's sum
+//     the left fold of its partials (the first as it is), the batch's the left fold of its items' (gr_fold);
+//   - every other operation is one IEEE F32 operation (__f*_rn: nothing contracts).
+// Only attention's ex2 and lg2 (the hardware's approximations, as in the forward) differ from the CPU's exp2 / log2.
+// These kernels run one thread per gradient element (a warp per row where a row needs a lane tree): the contract's
+// bits first, speed later (tensor-core forms gated on byte equality with these).
+//
+// Defined by the emitter: GR_ENTRY (GR_ENTRY_P1, GR_ENTRY_P2: attention's later phases) H3C_PARAMS GR_KIND and the
+// kind's shape constants (below). Every loop over elements is grid-strided, so any grid computes the same values.
+#define GR_ADD 1
+#define GR_LINEAR_X 2
+#define GR_LINEAR_W 3
+#define GR_SWIGLU 4
+#define GR_SILU 5
+#define GR_ROPE 6
+#define GR_RMS_NORM 7
+#define GR_NORM_MODULATE 8
+#define GR_GATE_RESIDUAL 9
+#define GR_ATTENTION 10
+#define GR_PACK 11
+#define GR_UNPACK 12
+#define GR_ADALN_TABLE 13
+
+#define GR_UNIT 128  // row_units' unit
+
+// An operand element as F32: a bf16 value widened exactly, or an F32 value.
+__device__ __forceinline__ float gr_ld(const void *p, long long i, int bf) {
+  return bf ? bf2f(((const h3bf *)p)[i]) : ((const float *)p)[i];
+}
+
+// One 16-wide chunk in the tensor core's model: gr_chunk_add(s, j, a, b) for j ascending, then gr_chunk_value.
+__device__ __forceinline__ void gr_chunk_zero(double *s) { s[0] = s[1] = s[2] = s[3] = 0.0; }
+__device__ __forceinline__ void gr_chunk_add(double *s, int j, float a, float b) {
+  s[j & 3] = __dadd_rn(s[j & 3], __dmul_rn((double)a, (double)b));
+}
+__device__ __forceinline__ float gr_chunk_value(const double *s) {
+  return __double2float_rn(__dadd_rn(__dadd_rn(s[0], s[1]), __dadd_rn(s[2], s[3])));
+}
+
+// The fold of row_units over `items` items of `itemRows` rows each: fold.unit(partial) for each unit in order.
+struct GrFold {
+  float item, total;
+  bool anyItem;
+  __device__ __forceinline__ void begin() { anyItem = false; total = 0.f; }
+  // A unit's partial; `first`: the item's first unit.
+  __device__ __forceinline__ void unit(float part, bool first) { item = first ? part : __fadd_rn(item, part); }
+  __device__ __forceinline__ void endItem() {
+    total = anyItem ? __fadd_rn(total, item) : item;
+    anyItem = true;
+  }
+};
+
+// row_units over `items` items of `itemRows` rows each: unit(u0, u1) returns the partial of rows [u0, u1).
+template <class Unit>
+__device__ __forceinline__ float gr_fold_units(long long items, long long itemRows, Unit unit) {
+  GrFold f;
+  f.begin();
+  for (long long b = 0; b < items && itemRows > 0; ++b) {
+    const long long r0 = b * itemRows, r1 = r0 + itemRows;
+    for (long long u = r0; u < r1; u += GR_UNIT) f.unit(unit(u, u + GR_UNIT < r1 ? u + GR_UNIT : r1), u == r0);
+    f.endItem();
+  }
+  return f.total;
+}
+
+// silu'(x) = s * (1 + x * (1 - s)), s = 1 / (1 + expf(-x)) (the forward's expf), innermost first.
+__device__ __forceinline__ float gr_silu_derivative(float x) {
+  const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, h3c::detmath::expf(-x)));
+  return __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(x, __fsub_rn(1.0f, s))));
+}
+
+__device__ __forceinline__ float h3c_lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The forward's inverse RMS of n values (cpu::invRms, ordered): the lane tree of x^2, then 1 / sqrt(ss / n + eps).
+// Called by all 32 lanes of a warp; every lane gets the value.
+template <int BF>
+__device__ __forceinline__ float gr_inv_rms(const void *x, long long base, int n, float eps) {
+  const int lane = threadIdx.x & 31;
+  float p = 0.f;
+  for (int j = lane; j < n; j += 32) {
+    const float v = gr_ld(x, base + j, BF);
+    p = __fmaf_rn(v, v, p);
+  }
+  const float ss = h3c_lane_tree(p);
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+}
+
+// The norm weight's element j (1 where the node has no weight, never read then).
+#if GR_HAS_W
+#define GR_WV(j) gr_ld(w, j, GR_W_BF)
+#else
+#define GR_WV(j) 1.0f
+#endif
+
+#define GR_TID ((long long)blockIdx.x * blockDim.x + threadIdx.x)
+#define GR_STRIDE ((long long)gridDim.x * blockDim.x)
+// Warp w of the grid and the grid's warp count (row-per-warp parts).
+#define GR_WARP (GR_TID >> 5)
+#define GR_WARPS (GR_STRIDE >> 5)
+
+#if GR_KIND == GR_RMS_NORM || GR_KIND == GR_NORM_MODULATE
+// A unit's inverse RMS per (row, group) pair into shared memory (`inv`, GR_UNIT * groups entries), by the block's
+// warps; the block synchronizes before and after.
+template <int BF>
+__device__ __forceinline__ void gr_unit_inv(float *inv, const void *x, long long r0, long long r1, int groups, int d,
+                                            float eps) {
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (long long u = warp; u < (r1 - r0) * groups; u += warps) {
+    const float v = gr_inv_rms<BF>(x, (r0 * groups + u) * d, d, eps);
+    if ((threadIdx.x & 31) == 0) inv[u] = v;
+  }
+  __syncthreads();
+}
+#endif
+
+#if GR_KIND == GR_NORM_MODULATE || GR_KIND == GR_GATE_RESIDUAL
+__device__ __forceinline__ long long gr_table_row(const void *ts, const void *tags, long long metaRows, long long r) {
+#if GR_RPT == 3
+  return h3c_table_row((const long long *)ts, (const long long *)tags, metaRows, r, 3);
+#else
+  return h3c_table_row((const long long *)ts, (const long long *)ts, metaRows, r, 1);
+#endif
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
+
+#if GR_KIND == GR_ADD
+  // c = a + b (F32).
+  for (long long i = GR_TID; i < rows * GR_COLS; i += GR_STRIDE)
+    ((float *)c)[i] = __fadd_rn(((const float *)a)[i], ((const float *)b)[i]);
+
+#elif GR_KIND == GR_LINEAR_X
+  // dX [rows][K] = g W: bf16 weight: k_chunks over N of bf(g) * w; F32 weight: the fma chain over N.
+  for (long long i = GR_TID; i < rows * GR_K; i += GR_STRIDE) {
+    const long long m = i / GR_K, k = i % GR_K;
+    const float *gm = (const float *)g + m * GR_N;
+    float acc = 0.f;
+#if GR_W_F32
+    for (int n = 0; n < GR_N; ++n) acc = __fmaf_rn(gm[n], ((const float *)w)[(long long)n * GR_K + k], acc);
+#else
+    for (int n0 = 0; n0 < GR_N; n0 += 16) {
+      double s[4];
+      gr_chunk_zero(s);
+      for (int j = 0; j < 16 && n0 + j < GR_N; ++j)
+        gr_chunk_add(s, j, rbf(gm[n0 + j]), bf2f(((const h3bf *)w)[(long long)(n0 + j) * GR_K + k]));
+      acc = __fadd_rn(acc, gr_chunk_value(s));
+    }
+#endif
+    ((float *)dx)[i] = acc;
+  }
+
+#elif GR_KIND == GR_LINEAR_W
+  // dW [N][K] = row_units of bf(g[r][n]) * bf(x[r][k]) (bf16 weight; F32: the fma chain of g * x); dbias [N] =
+  // row_units of g[r][n] (add chains).
+  if (blockIdx.y == 0) {
+    for (long long i = GR_TID; i < (long long)GR_N * GR_K; i += GR_STRIDE) {
+      const long long n = i / GR_K, k = i % GR_K;
+      ((float *)dw)[i] = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
+        float acc = 0.f;
+#if GR_W_F32
+        for (long long r = u; r < u1; ++r)
+          acc = __fmaf_rn(((const float *)g)[r * GR_N + n], gr_ld(x, r * GR_K + k, GR_X_BF), acc);
+#else
+        for (long long c0 = u; c0 < u1; c0 += 16) {
+          double s[4];
+          gr_chunk_zero(s);
+          for (int j = 0; j < 16 && c0 + j < u1; ++j)
+            gr_chunk_add(s, j, rbf(((const float *)g)[(c0 + j) * GR_N + n]), rbf(gr_ld(x, (c0 + j) * GR_K + k, GR_X_BF)));
+          acc = __fadd_rn(acc, gr_chunk_value(s));
+        }
+#endif
+        return acc;
+      });
+    }
+  }
+#if GR_BIAS
+  if (blockIdx.y == 1) {
+    for (long long n = GR_TID; n < GR_N; n += GR_STRIDE)
+      ((float *)dbias)[n] = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
+        float acc = 0.f;
+        for (long long r = u; r < u1; ++r) acc = __fadd_rn(acc, ((const float *)g)[r * GR_N + n]);
+        return acc;
+      });
+  }
+#endif
+
+#elif GR_KIND == GR_SWIGLU
+  // x = [v | g] [rows][2F]: dv = dy * bf(silu(g)), dg = (dy * v) * silu'(g).
+  for (long long i = GR_TID; i < rows * GR_F; i += GR_STRIDE) {
+    const long long m = i / GR_F, f = i % GR_F;
+    const float v = gr_ld(x, m * 2 * GR_F + f, GR_X_BF), gv = gr_ld(x, m * 2 * GR_F + GR_F + f, GR_X_BF);
+    const float d = ((const float *)dy)[i];
+    ((float *)dx)[m * 2 * GR_F + f] = __fmul_rn(d, rbf(h3c::detmath::silu(gv)));
+    ((float *)dx)[m * 2 * GR_F + GR_F + f] = __fmul_rn(__fmul_rn(d, v), gr_silu_derivative(gv));
+  }
+
+#elif GR_KIND == GR_SILU
+  for (long long i = GR_TID; i < rows * GR_COLS; i += GR_STRIDE)
+    ((float *)dx)[i] = __fmul_rn(((const float *)dy)[i], gr_silu_derivative(gr_ld(x, i, GR_X_BF)));
+
+#elif GR_KIND == GR_ROPE
+  // The first R channels of each head rotate back with the bf16-rounded tables (one row per canonical row, shared by
+  // the batch items); the rest pass through.
+  for (long long i = GR_TID; i < rows * (GR_HEADS * GR_D); i += GR_STRIDE) {
+    const long long m = i / (GR_HEADS * GR_D), c = i % (GR_HEADS * GR_D);
+    const int j = int(c % GR_D), h2 = GR_R / 2;
+    const float *dyr = (const float *)dy + m * (GR_HEADS * GR_D) + (c - j);
+    const long long t = (m % item_rows) * GR_R;
+    float out;
+    if (j >= GR_R) {
+      out = dyr[j];
+    } else if (j < h2) {
+      const float c0 = rbf(((const float *)cos_t)[t + j]), s1 = rbf(((const float *)sin_t)[t + j + h2]);
+      out = __fadd_rn(__fmul_rn(dyr[j], c0), __fmul_rn(dyr[j + h2], s1));
+    } else {
+      const int k = j - h2;
+      const float c1 = rbf(((const float *)cos_t)[t + k + h2]), s0 = rbf(((const float *)sin_t)[t + k]);
+      out = __fsub_rn(__fmul_rn(dyr[k + h2], c1), __fmul_rn(dyr[k], s0));
+    }
+    ((float *)dx)[i] = out;
+  }
+
+#elif GR_KIND == GR_RMS_NORM
+  // Groups of GR_G channels (rms_norm: the row; qk_norm: a head). y == 0: a warp per (row, group), dx; y >= 1 (block
+  // x 0): the weight's gradient for channels 256 (y - 1) .., row_units over (row, group) pairs.
+  constexpr int G = GR_COLS / GR_G;
+  if (blockIdx.y == 0) {
+    const int lane = threadIdx.x & 31;
+    for (long long u = GR_WARP; u < rows * G; u += GR_WARPS) {
+      const long long base = u * GR_G;
+      const float inv = gr_inv_rms<GR_X_BF>(x, base, GR_G, GR_EPS);
+      float p = 0.f;
+      for (int j = lane; j < GR_G; j += 32) {
+        const float dn = GR_HAS_W ? __fmul_rn(((const float *)dy)[base + j], GR_WV(j)) : ((const float *)dy)[base + j];
+        p = __fmaf_rn(dn, __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv), p);
+      }
+      const float mean = __fdiv_rn(h3c_lane_tree(p), (float)GR_G);
+      for (int j = lane; j < GR_G; j += 32) {
+        const float dn = GR_HAS_W ? __fmul_rn(((const float *)dy)[base + j], GR_WV(j)) : ((const float *)dy)[base + j];
+        const float xu = __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv);
+        ((float *)dx)[base + j] = __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean)));
+      }
+    }
+  }
+#if GR_HAS_W
+  if (blockIdx.y >= 1 && blockIdx.x == 0) {
+    extern __shared__ float gr_inv[];  // GR_UNIT * G
+    const int j = int(blockIdx.y - 1) * 256 + threadIdx.x;
+    const float total = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
+      gr_unit_inv<GR_X_BF>(gr_inv, x, u, u1, G, GR_G, GR_EPS);
+      float acc = 0.f;
+      if (j < GR_G)
+        for (long long q = 0; q < (u1 - u) * G; ++q) {
+          const long long e = (u * G + q) * GR_G + j;
+          acc = __fmaf_rn(((const float *)dy)[e], rbf(__fmul_rn(gr_ld(x, e, GR_X_BF), gr_inv[q])), acc);
+        }
+      return acc;
+    });
+    if (j < GR_G) ((float *)dw)[j] = total;
+  }
+#endif
+
+#elif GR_KIND == GR_NORM_MODULATE
+  // y = bf(fma(n, bf(1 + scale), shift)), n the rms_norm of x. y == 0: a warp per row, dx (the norm's gradient for
+  // dn = dy * bf(1 + scale)); y >= 1 (block x 0): channels 256 (y - 1) .., the weight's gradient and the table's
+  // (dshift: add chains of dy, dscale: fma chains of dy * n, per table row; zero in the other chunks).
+#if GR_RPT == 3
+#define GR_TAGS tags
+#else
+#define GR_TAGS ts_index
+#endif
+  if (blockIdx.y == 0) {
+    const int lane = threadIdx.x & 31;
+    for (long long r = GR_WARP; r < rows; r += GR_WARPS) {
+      const long long base = r * GR_H;
+      const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
+      const long long sc = t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H;
+      const float inv = gr_inv_rms<GR_X_BF>(x, base, GR_H, GR_EPS);
+      float p = 0.f;
+      for (int j = lane; j < GR_H; j += 32) {
+        float dn = __fmul_rn(((const float *)dy)[base + j], rbf(__fadd_rn(1.0f, gr_ld(table, sc + j, GR_T_BF))));
+        if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j));
+        p = __fmaf_rn(dn, __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv), p);
+      }
+      const float mean = __fdiv_rn(h3c_lane_tree(p), (float)GR_H);
+      for (int j = lane; j < GR_H; j += 32) {
+        float dn = __fmul_rn(((const float *)dy)[base + j], rbf(__fadd_rn(1.0f, gr_ld(table, sc + j, GR_T_BF))));
+        if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j));
+        const float xu = __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv);
+        ((float *)dx)[base + j] = __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean)));
+      }
+    }
+  }
+  if (blockIdx.y >= 1 && blockIdx.x == 0) {
+    __shared__ float gr_inv[GR_UNIT];
+    const int c = int(blockIdx.y - 1) * 256 + threadIdx.x;
+    // Walk -1: the weight's gradient; walks 2t, 2t + 1: table row t's dshift, dscale.
+    for (long long walk = GR_HAS_W ? -1 : 0; walk < 2 * table_rows; ++walk) {
+      const long long tt = walk < 0 ? -1 : walk / 2;
+      const float total = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
+        gr_unit_inv<GR_X_BF>(gr_inv, x, u, u1, 1, GR_H, GR_EPS);
+        float acc = 0.f;
+        if (c < GR_H)
+          for (long long r = u; r < u1; ++r) {
+            const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
+            const float d = ((const float *)dy)[r * GR_H + c];
+            const float nv = rbf(__fmul_rn(gr_ld(x, r * GR_H + c, GR_X_BF), gr_inv[r - u]));
+            if (walk < 0) {  // dw: fma chain of dn * bf(x * inv), dn = dy * bf(1 + scale)
+              const float dn = __fmul_rn(d, rbf(__fadd_rn(1.0f, gr_ld(table, t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H + c, GR_T_BF))));
+              acc = __fmaf_rn(dn, nv, acc);
+            } else if (t == tt) {
+              if (walk & 1) acc = __fmaf_rn(d, GR_HAS_W ? rbf(__fmul_rn(nv, GR_WV(c))) : nv, acc);
+              else acc = __fadd_rn(acc, d);
+            }
+          }
+        return acc;
+      });
+      if (c < GR_H) {
+        if (walk < 0) {
+#if GR_HAS_W
+          ((float *)dw)[c] = total;
+#endif
+        } else {
+          ((float *)dtable)[tt * (GR_NUMCH * GR_H) + ((walk & 1) ? GR_SCALE : GR_SHIFT) * GR_H + c] = total;
+        }
+      }
+    }
+    for (long long t = 0; t < table_rows && c < GR_H; ++t)
+      for (int k = 0; k < GR_NUMCH; ++k)
+        if (k != GR_SCALE && k != GR_SHIFT) ((float *)dtable)[t * (GR_NUMCH * GR_H) + k * GR_H + c] = 0.f;
+  }
+
+#elif GR_KIND == GR_GATE_RESIDUAL
+  // z = bf(fma(gate, y, x)): y == 0: dy = dz * gate; y >= 1 (block x 0): channels 256 (y - 1) .., dgate per table
+  // row (fma chains of dz * y), zero in the other chunks.
+#if GR_RPT == 3
+#define GR_TAGS tags
+#else
+#define GR_TAGS ts_index
+#endif
+  if (blockIdx.y == 0) {
+    for (long long i = GR_TID; i < rows * GR_H; i += GR_STRIDE) {
+      const long long r = i / GR_H, c = i % GR_H;
+      const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
+      ((float *)dy)[i] = __fmul_rn(((const float *)dz)[i], gr_ld(table, t * (GR_NUMCH * GR_H) + GR_CHUNK * GR_H + c, GR_T_BF));
+    }
+  }
+  if (blockIdx.y >= 1 && blockIdx.x == 0) {
+    const int c = int(blockIdx.y - 1) * 256 + threadIdx.x;
+    if (c < GR_H)
+      for (long long tt = 0; tt < table_rows; ++tt) {
+        const float total = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
+          float acc = 0.f;
+          for (long long r = u; r < u1; ++r)
+            if (gr_table_row(ts_index, GR_TAGS, meta_rows, r) == tt)
+              acc = __fmaf_rn(((const float *)dz)[r * GR_H + c], gr_ld(y, r * GR_H + c, GR_Y_BF), acc);
+          return acc;
+        });
+        for (int k = 0; k < GR_NUMCH; ++k)
+          ((float *)dtable)[tt * (GR_NUMCH * GR_H) + k * GR_H + c] = k == GR_CHUNK ? total : 0.f;
+      }
+  }
+
+#elif GR_KIND == GR_PACK
+  // pack's gradient: each item's canonical rows [0, Nt), [Nt, Nt + Nv), [Nt + Nv, S) back to text, video, audio.
+  const long long S = nt + nv + na;
+  for (long long i = GR_TID; i < rows * GR_H; i += GR_STRIDE) {
+    const long long r = i / GR_H, c = i % GR_H, b = r / S, s = r % S;
+    const float d = ((const float *)dx)[i];
+    if (s < nt) ((float *)dtext)[(b * nt + s) * GR_H + c] = d;
+    else if (s < nt + nv) ((float *)dvideo)[(b * nv + s - nt) * GR_H + c] = d;
+    else ((float *)daudio)[(b * na + s - nt - nv) * GR_H + c] = d;
+  }
+
+#elif GR_KIND == GR_UNPACK
+  // unpack's gradient: the samples' gradients in their canonical rows of the heads' outputs, every other row 0.
+  const long long S = nt + nv + na;
+  if (blockIdx.y == 0)
+    for (long long i = GR_TID; i < rows * GR_VCOLS; i += GR_STRIDE) {
+      const long long r = i / GR_VCOLS, c = i % GR_VCOLS, b = r / S, s = r % S;
+      ((float *)dvideo)[i] = s >= nt && s < nt + nv ? ((const float *)dsample)[(b * nv + s - nt) * GR_VCOLS + c] : 0.f;
+    }
+  else
+    for (long long i = GR_TID; i < rows * GR_ACOLS; i += GR_STRIDE) {
+      const long long r = i / GR_ACOLS, c = i % GR_ACOLS, b = r / S, s = r % S;
+      ((float *)daudio)[i] = s >= nt + nv ? ((const float *)daudio_sample)[(b * na + s - nt - nv) * GR_ACOLS + c] : 0.f;
+    }
+
+#elif GR_KIND == GR_ADALN_TABLE
+  // table = linear(bf(silu(temb))), its gradient read as [T][N]: y == 0: dtemb = (k_chunks over N of bf(g) W) *
+  // silu'(temb); y == 1: dW = row_units over the T rows (one item) of bf(g) * bf(silu(temb)); y == 2: dbias.
+  const float *gt = (const float *)dtable;
+  if (blockIdx.y == 0) {
+    for (long long i = GR_TID; i < ts * GR_K; i += GR_STRIDE) {
+      const long long t = i / GR_K, e = i % GR_K;
+      float acc = 0.f;
+      for (int n0 = 0; n0 < GR_N; n0 += 16) {
+        double s[4];
+        gr_chunk_zero(s);
+        for (int j = 0; j < 16 && n0 + j < GR_N; ++j)
+          gr_chunk_add(s, j, rbf(gt[t * GR_N + n0 + j]), bf2f(((const h3bf *)w)[(long long)(n0 + j) * GR_K + e]));
+        acc = __fadd_rn(acc, gr_chunk_value(s));
+      }
+      ((float *)dtemb)[i] = __fmul_rn(acc, gr_silu_derivative(((const float *)temb)[i]));
+    }
+  } else if (blockIdx.y == 1) {
+    for (long long i = GR_TID; i < (long long)GR_N * GR_K; i += GR_STRIDE) {
+      const long long n = i / GR_K, e = i % GR_K;
+      ((float *)dw)[i] = gr_fold_units(1, ts, [&](long long u, long long u1) {
+        float acc = 0.f;
+        for (long long c0 = u; c0 < u1; c0 += 16) {
+          double s[4];
+          gr_chunk_zero(s);
+          for (int j = 0; j < 16 && c0 + j < u1; ++j)
+            gr_chunk_add(s, j, rbf(gt[(c0 + j) * GR_N + n]),
+                         rbf(h3c::detmath::silu(((const float *)temb)[(c0 + j) * GR_K + e])));
+          acc = __fadd_rn(acc, gr_chunk_value(s));
+        }
+        return acc;
+      });
+    }
+  } else {
+#if GR_BIAS
+    for (long long n = GR_TID; n < GR_N; n += GR_STRIDE)
+      ((float *)dbias)[n] = gr_fold_units(1, ts, [&](long long u, long long u1) {
+        float acc = 0.f;
+        for (long long r = u; r < u1; ++r) acc = __fadd_rn(acc, gt[r * GR_N + n]);
+        return acc;
+      });
+#endif
+  }
+
+#elif GR_KIND == GR_ATTENTION
+  // Phase 0: a warp per (query row, head): the forward's row statistics by its flash order (kv blocks of GR_KVB keys:
+  // raw scores by k_chunks, the block max, mc = m * c, alpha = ex2(fma(m, c, -mc)), p = bf(ex2(fma(s, c, -mc))) summed
+  // in key order, l = l * alpha + sum), L = mc + lg2(l), and D = the fma chain of dout * o; into `stats`.
+  const int lane = threadIdx.x & 31;
+  for (long long w = GR_WARP; w < rows * GR_HEADS; w += GR_WARPS) {
+    const long long i = w / GR_HEADS, h = w % GR_HEADS;
+    const long long item0 = (i / item_rows) * item_rows, n = item_rows;
+    const long long qi = i * (GR_HEADS * GR_D) + h * GR_D;
+    float m = -__int_as_float(0x7f800000), l = 0.f;
+    for (long long b0 = 0; b0 < n; b0 += GR_KVB) {
+      const long long bn = n - b0 < GR_KVB ? n - b0 : GR_KVB;
+      float sj[(GR_KVB + 31) / 32];
+      float mb = -__int_as_float(0x7f800000);
+      for (int t = 0; t < (GR_KVB + 31) / 32; ++t) {
+        const long long j = t * 32 + lane;
+        sj[t] = mb;
+        if (j < bn) {
+          const long long kj = (item0 + b0 + j) * (GR_HEADS * GR_D) + h * GR_D;
+          float acc = 0.f;
+          for (int e0 = 0; e0 < GR_D; e0 += 16) {
+            double s[4];
+            gr_chunk_zero(s);
+            for (int e = 0; e < 16 && e0 + e < GR_D; ++e)
+              gr_chunk_add(s, e, gr_ld(q, qi + e0 + e, GR_Q_BF), gr_ld(k, kj + e0 + e, GR_K_BF));
+            acc = __fadd_rn(acc, gr_chunk_value(s));
+          }
+          sj[t] = acc;
+        }
+      }
+      for (int t = 0; t < (GR_KVB + 31) / 32; ++t)
+        if (t * 32 + lane < bn) mb = fmaxf(mb, sj[t]);
+      for (int off = 16; off >= 1; off >>= 1) mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, off));
+      const float mNew = fmaxf(m, mb), mc = __fmul_rn(mNew, GR_C);
+      const float alpha = h3c_ex2(__fmaf_rn(m, GR_C, -mc));
+      float rowSum = 0.f;
+      for (int t = 0; t < (GR_KVB + 31) / 32; ++t) {
+        const float p = t * 32 + lane < bn ? rbf(h3c_ex2(__fmaf_rn(sj[t], GR_C, -mc))) : 0.f;
+        for (int src = 0; src < 32; ++src) {
+          const float ps = __shfl_sync(0xffffffffu, p, src);
+          if (t * 32 + src < bn) rowSum = __fadd_rn(rowSum, ps);
+        }
+      }
+      l = __fadd_rn(__fmul_rn(l, alpha), rowSum);
+      m = mNew;
+    }
+    float D = 0.f;
+    for (int e = 0; e < GR_D; ++e) D = __fmaf_rn(((const float *)dout)[qi + e], gr_ld(o, qi + e, GR_O_BF), D);
+    if (lane == 0) {
+      ((float *)stats)[2 * w] = __fadd_rn(__fmul_rn(m, GR_C), h3c_lg2(l));
+      ((float *)stats)[2 * w + 1] = D;
+    }
+  }
+#endif
+}
+
+#if GR_KIND == GR_ATTENTION
+// bf(dS_ij) and bf(P_ij) of query row i and key j (rows of the flattened batch) for head h, from the row's L and D:
+// s by k_chunks over d, P = ex2(fma(s, c, -L)), dP = k_chunks of bf(dout_i) . v_j, dS = bf(P * (dP - D)).
+__device__ __forceinline__ void gr_attention_ds(const void *q, const void *k, const void *v, const void *dout,
+                                                long long i, long long j, long long h, float L, float D, float &dS,
+                                                float &Pb) {
+  const long long qi = i * (GR_HEADS * GR_D) + h * GR_D, kj = j * (GR_HEADS * GR_D) + h * GR_D;
+  float sAcc = 0.f, dPAcc = 0.f;
+  for (int e0 = 0; e0 < GR_D; e0 += 16) {
+    double s[4], t[4];
+    gr_chunk_zero(s);
+    gr_chunk_zero(t);
+    for (int e = 0; e < 16 && e0 + e < GR_D; ++e) {
+      gr_chunk_add(s, e, gr_ld(q, qi + e0 + e, GR_Q_BF), gr_ld(k, kj + e0 + e, GR_K_BF));
+      gr_chunk_add(t, e, rbf(((const float *)dout)[qi + e0 + e]), gr_ld(v, kj + e0 + e, GR_V_BF));
+    }
+    sAcc = __fadd_rn(sAcc, gr_chunk_value(s));
+    dPAcc = __fadd_rn(dPAcc, gr_chunk_value(t));
+  }
+  const float P = h3c_ex2(__fmaf_rn(sAcc, GR_C, -L));
+  dS = rbf(__fmul_rn(P, __fsub_rn(dPAcc, D)));
+  Pb = rbf(P);
+}
+
+#define GR_DL ((GR_D + 31) / 32)  // channels per lane
+
+// Phase 1: a warp per (query row i, head): dq_i = scale * (k_chunks over the item's keys j of bf(dS_ij) k_j).
+extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
+  h3c_grid_dependency_wait();
+  const int lane = threadIdx.x & 31;
+  for (long long w = GR_WARP; w < rows * GR_HEADS; w += GR_WARPS) {
+    const long long i = w / GR_HEADS, h = w % GR_HEADS;
+    const long long item0 = (i / item_rows) * item_rows, n = item_rows;
+    const float L = ((const float *)stats)[2 * w], D = ((const float *)stats)[2 * w + 1];
+    float acc[GR_DL];
+    for (int t = 0; t < GR_DL; ++t) acc[t] = 0.f;
+    for (long long c0 = 0; c0 < n; c0 += 16) {
+      float dS = 0.f, Pb = 0.f;
+      if (lane < 16 && c0 + lane < n) gr_attention_ds(q, k, v, dout, i, item0 + c0 + lane, h, L, D, dS, Pb);
+      for (int t = 0; t < GR_DL; ++t) {
+        const int e = lane + 32 * t;
+        double s[4];
+        gr_chunk_zero(s);
+        for (int jj = 0; jj < 16; ++jj) {
+          const float d = __shfl_sync(0xffffffffu, dS, jj);
+          if (e < GR_D && c0 + jj < n)
+            gr_chunk_add(s, jj, d, gr_ld(k, (item0 + c0 + jj) * (GR_HEADS * GR_D) + h * GR_D + e, GR_K_BF));
+        }
+        acc[t] = __fadd_rn(acc[t], gr_chunk_value(s));
+      }
+    }
+    for (int t = 0; t < GR_DL; ++t) {
+      const int e = lane + 32 * t;
+      if (e < GR_D) ((float *)dq)[i * (GR_HEADS * GR_D) + h * GR_D + e] = __fmul_rn(GR_QK_SCALE, acc[t]);
+    }
+  }
+}
+
+// Phase 2: a warp per (key row j, head): dk_j = scale * (row_units over the item's query rows i of bf(dS_ij) q_i),
+// dv_j = row_units of bf(P_ij) bf(dout_i).
+extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P2(H3C_PARAMS) {
+  h3c_grid_dependency_wait();
+  const int lane = threadIdx.x & 31;
+  for (long long w = GR_WARP; w < rows * GR_HEADS; w += GR_WARPS) {
+    const long long j = w / GR_HEADS, h = w % GR_HEADS;
+    const long long item0 = (j / item_rows) * item_rows, n = item_rows;
+    GrFold fk[GR_DL], fv[GR_DL];
+    for (int t = 0; t < GR_DL; ++t) {
+      fk[t].begin();
+      fv[t].begin();
+    }
+    for (long long u = 0; u < n; u += GR_UNIT) {
+      const long long u1 = u + GR_UNIT < n ? u + GR_UNIT : n;
+      float ak[GR_DL], av[GR_DL];
+      for (int t = 0; t < GR_DL; ++t) ak[t] = av[t] = 0.f;
+      for (long long c0 = u; c0 < u1; c0 += 16) {
+        float dS = 0.f, Pb = 0.f;
+        const long long i = item0 + c0 + lane;
+        if (lane < 16 && c0 + lane < u1) {
+          const long long sw = i * GR_HEADS + h;
+          gr_attention_ds(q, k, v, dout, i, j, h, ((const float *)stats)[2 * sw], ((const float *)stats)[2 * sw + 1], dS,
+                          Pb);
+        }
+        for (int t = 0; t < GR_DL; ++t) {
+          const int e = lane + 32 * t;
+          double sk[4], sv[4];
+          gr_chunk_zero(sk);
+          gr_chunk_zero(sv);
+          for (int ii = 0; ii < 16; ++ii) {
+            const float d = __shfl_sync(0xffffffffu, dS, ii), p = __shfl_sync(0xffffffffu, Pb, ii);
+            if (e < GR_D && c0 + ii < u1) {
+              const long long qe = (item0 + c0 + ii) * (GR_HEADS * GR_D) + h * GR_D + e;
+              gr_chunk_add(sk, ii, d, gr_ld(q, qe, GR_Q_BF));
+              gr_chunk_add(sv, ii, p, rbf(((const float *)dout)[qe]));
+            }
+          }
+          ak[t] = __fadd_rn(ak[t], gr_chunk_value(sk));
+          av[t] = __fadd_rn(av[t], gr_chunk_value(sv));
+        }
+      }
+      for (int t = 0; t < GR_DL; ++t) {
+        fk[t].unit(ak[t], u == 0);
+        fv[t].unit(av[t], u == 0);
+      }
+    }
+    for (int t = 0; t < GR_DL; ++t) {
+      const int e = lane + 32 * t;
+      if (n > 0) {
+        fk[t].endItem();
+        fv[t].endItem();
+      }
+      if (e < GR_D) {
+        ((float *)dk)[j * (GR_HEADS * GR_D) + h * GR_D + e] = __fmul_rn(GR_QK_SCALE, fk[t].total);
+        ((float *)dv)[j * (GR_HEADS * GR_D) + h * GR_D + e] = fv[t].total;
+      }
+    }
+  }
+}
+#endif
+

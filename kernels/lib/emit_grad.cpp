@@ -1,0 +1,270 @@
+// emitGradKernel: the backward's gradient ops (docs/contract.md section 14) on the kernels of grad.cuh, one template
+// specialized per kind by its shape constants and its operands' dtypes. Every gradient is F32; the forward values an
+// op reads keep the dtype the plan gives them (a bf16 value is widened exactly). Nothing depends on the row count,
+// the batch or the row order: the row reductions walk each item's canonical rows in the contract's units.
+#include "emit_parts.h"
+
+#include <cmath>
+
+namespace h3c::kernels {
+
+namespace emit_detail {
+
+namespace {
+
+int bf(const plan::Value &v) { return v.dtype == DType::BF16 ? 1 : 0; }
+
+// The items of a row reduction over operand i: B items of the value's rows each (a batched value), else one item.
+void itemScalars(Params &p, const OpView &v, size_t i) {
+  p.scalar("items", v.in(i).batch ? Extent::parse("B", v.where) : Extent::constant(1));
+  p.scalar("item_rows", Extent::rowsOf(v.in(i).rows, false));
+}
+
+plan::GridDim blocks(const Extent &units, int64_t perBlock) { return dim(units, perBlock); }
+
+} // namespace
+
+plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
+  const plan::OpAttrs &a = v.a();
+  const size_t fw = plan::outputRoles(v.op.kind, a).size();  // the first weight gradient among the outputs
+  Builder b;
+  Params p;
+  const Extent rows = v.rowsOfIn(0);
+  const Extent one = Extent::constant(1);
+  plan::Launch l = launch(256, 0, blocks(rows, 256));
+  std::vector<PhaseSpec> phases;
+  const char *kind = nullptr;
+  std::string name = plan::opKindName(v.op.kind);
+  auto weightBf = [&] { return a.wDtype == DType::BF16 ? 1 : 0; };
+  switch (v.op.kind) {
+  case OpKind::GradAdd:
+    kind = "GR_ADD";
+    p.in("a", 0);
+    p.in("b", 1);
+    p.out("c", 0);
+    p.scalar("rows", rows);
+    b.def("GR_COLS", v.out(0).cols);
+    l = launch(256, 0, blocks(rows.scaled(v.out(0).cols), 256));
+    name += fmt::format("_c{}", v.out(0).cols);
+    break;
+  case OpKind::LinearGradX:
+    kind = "GR_LINEAR_X";
+    p.in("g", 0);
+    p.weight("w", 0);
+    p.out("dx", 0);
+    p.scalar("rows", rows);
+    b.def("GR_N", a.N);
+    b.def("GR_K", a.K);
+    b.def("GR_W_F32", a.wDtype == DType::F32 ? 1 : 0);
+    l = launch(256, 0, blocks(rows.scaled(a.K), 256));
+    name += fmt::format("_n{}_k{}", a.N, a.K);
+    break;
+  case OpKind::LinearGradW: {
+    kind = "GR_LINEAR_W";
+    const bool bias = !v.op.biases.empty();
+    p.in("g", 0);
+    p.in("x", 1);
+    p.out("dw", int64_t(fw));
+    if (bias) p.out("dbias", int64_t(fw) + 1);
+    itemScalars(p, v, 0);
+    b.def("GR_N", a.N);
+    b.def("GR_K", a.K);
+    b.def("GR_W_F32", a.wDtype == DType::F32 ? 1 : 0);
+    b.def("GR_X_BF", bf(v.in(1)));
+    b.def("GR_BIAS", bias ? 1 : 0);
+    l = launch(256, 0, blocks(Extent::constant(a.N * a.K), 256), dim(Extent::constant(bias ? 2 : 1)));
+    name += fmt::format("_n{}_k{}", a.N, a.K);
+    break;
+  }
+  case OpKind::SwigluGrad:
+    kind = "GR_SWIGLU";
+    p.in("dy", 0);
+    p.in("x", 1);
+    p.out("dx", 0);
+    p.scalar("rows", rows);
+    b.def("GR_F", a.F);
+    b.def("GR_X_BF", bf(v.in(1)));
+    l = launch(256, 0, blocks(rows.scaled(a.F), 256));
+    name += fmt::format("_f{}", a.F);
+    break;
+  case OpKind::SiluGrad:
+    kind = "GR_SILU";
+    p.in("dy", 0);
+    p.in("x", 1);
+    p.out("dx", 0);
+    p.scalar("rows", rows);
+    b.def("GR_COLS", v.in(1).cols);
+    b.def("GR_X_BF", bf(v.in(1)));
+    l = launch(256, 0, blocks(rows.scaled(v.in(1).cols), 256));
+    name += fmt::format("_c{}", v.in(1).cols);
+    break;
+  case OpKind::RopeGrad:
+    kind = "GR_ROPE";
+    if (v.in(1).cols != a.rotaryDim || v.in(2).cols != a.rotaryDim)
+      fail(v.where, "the rope tables must have the rotary width {} as columns", a.rotaryDim);
+    if (a.rotaryDim % 2 || a.rotaryDim > a.headDim) fail(v.where, "the rotary width must be even and at most d");
+    p.in("dy", 0);
+    p.in("cos_t", 1);
+    p.in("sin_t", 2);
+    p.out("dx", 0);
+    p.scalar("rows", rows);
+    p.scalar("item_rows", Extent::rowsOf(v.in(0).rows, false));
+    b.def("GR_HEADS", a.heads);
+    b.def("GR_D", a.headDim);
+    b.def("GR_R", a.rotaryDim);
+    l = launch(256, 0, blocks(rows.scaled(a.heads * a.headDim), 256));
+    name += fmt::format("_h{}_d{}_r{}", a.heads, a.headDim, a.rotaryDim);
+    break;
+  case OpKind::RmsNormGrad: {
+    kind = "GR_RMS_NORM";
+    const bool w = !v.op.weights.empty();
+    if (a.group <= 0 || a.cols % a.group) fail(v.where, "{} columns are no whole number of {}-channel groups", a.cols, a.group);
+    const int64_t groups = a.cols / a.group;
+    p.in("dy", 0);
+    p.in("x", 1);
+    if (w) p.weight("w", 0);
+    p.out("dx", 0);
+    if (w) p.out("dw", int64_t(fw));
+    p.scalar("rows", rows);
+    itemScalars(p, v, 1);
+    b.def("GR_COLS", a.cols);
+    b.def("GR_G", a.group);
+    b.def("GR_EPS", floatLit(a.eps));
+    b.def("GR_HAS_W", w ? 1 : 0);
+    b.def("GR_W_BF", weightBf());
+    b.def("GR_X_BF", bf(v.in(1)));
+    const int64_t smem = w ? 128 * groups * 4 : 0;  // a unit's inverse RMS per (row, group)
+    if (smem > 48 * 1024) fail(v.where, "{} groups per row need {} bytes of shared memory (at most 49152)", groups, smem);
+    l = launch(256, smem, blocks(rows.scaled(groups), 8), dim(Extent::constant(w ? 1 + (a.group + 255) / 256 : 1)));
+    name += fmt::format("_c{}_g{}", a.cols, a.group);
+    break;
+  }
+  case OpKind::NormModulateGrad:
+  case OpKind::GateResidualGrad: {
+    const bool modulate = v.op.kind == OpKind::NormModulateGrad;
+    const bool w = modulate && !v.op.weights.empty();
+    const int rpt = plan::rowsPerTimestep(a.rowIndex);
+    kind = modulate ? "GR_NORM_MODULATE" : "GR_GATE_RESIDUAL";
+    p.in(modulate ? "dy" : "dz", 0);
+    p.in(modulate ? "x" : "y", 1);
+    p.in("table", 2);
+    p.in("ts_index", 3);
+    if (rpt == 3) p.in("tags", 4);
+    if (w) p.weight("w", 0);
+    p.out(modulate ? "dx" : "dy", 0);
+    p.out("dtable", 1);
+    if (w) p.out("dw", int64_t(fw));
+    p.scalar("rows", rows);
+    itemScalars(p, v, 1);
+    p.scalar("meta_rows", v.rowsOfIn(3));
+    p.scalar("table_rows", v.rowsOfIn(2));
+    if (v.in(2).cols != a.numChunks * a.H) fail(v.where, "the table must have {} x {} columns", a.numChunks, a.H);
+    b.def("GR_H", a.H);
+    b.def("GR_NUMCH", a.numChunks);
+    b.def("GR_RPT", rpt);
+    b.def("GR_T_BF", bf(v.in(2)));
+    if (modulate) {
+      b.def("GR_EPS", floatLit(a.eps));
+      b.def("GR_HAS_W", w ? 1 : 0);
+      b.def("GR_W_BF", weightBf());
+      b.def("GR_X_BF", bf(v.in(1)));
+      b.def("GR_SCALE", a.scaleChunk);
+      b.def("GR_SHIFT", a.shiftChunk);
+      l = launch(256, 0, blocks(rows, 8), dim(Extent::constant(1 + (a.H + 255) / 256)));
+    } else {
+      b.def("GR_Y_BF", bf(v.in(1)));
+      b.def("GR_CHUNK", a.chunk);
+      l = launch(256, 0, blocks(rows.scaled(a.H), 256), dim(Extent::constant(1 + (a.H + 255) / 256)));
+    }
+    name += fmt::format("_h{}_t{}", a.H, rpt);
+    break;
+  }
+  case OpKind::AttentionGrad: {
+    kind = "GR_ATTENTION";
+    const int64_t d = a.headDim;
+    if (a.kvBlock < 1) fail(v.where, "attention_grad needs the forward's kv_block");
+    p.in("q", 0);
+    p.in("k", 1);
+    p.in("v", 2);
+    p.in("o", 3);
+    p.in("dout", 4);
+    p.out("dq", 0);
+    p.out("dk", 1);
+    p.out("dv", 2);
+    p.scratch("stats", rows.scaled(a.heads * 8));  // L and D of each (row, head)
+    p.scalar("rows", rows);
+    p.scalar("item_rows", Extent::rowsOf(v.in(0).rows, false));
+    b.def("GR_HEADS", a.heads);
+    b.def("GR_D", d);
+    b.def("GR_KVB", a.kvBlock);
+    // The forward's pinned exp2 constant (section 4) and the scale of dS (in double, rounded once).
+    b.def("GR_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
+    b.def("GR_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
+    b.def("GR_Q_BF", bf(v.in(0)));
+    b.def("GR_K_BF", bf(v.in(1)));
+    b.def("GR_V_BF", bf(v.in(2)));
+    b.def("GR_O_BF", bf(v.in(3)));
+    l = launch(256, 0, blocks(rows.scaled(a.heads), 8));
+    phases = {{"GR_ENTRY_P1", l}, {"GR_ENTRY_P2", l}};
+    name += fmt::format("_h{}_d{}_kv{}", a.heads, d, a.kvBlock);
+    break;
+  }
+  case OpKind::PackGrad:
+    kind = "GR_PACK";
+    p.in("dx", 0);
+    p.out("dtext", 0);
+    p.out("dvideo", 1);
+    p.out("daudio", 2);
+    p.scalar("rows", rows);
+    p.scalar("nt", Extent::parse("Nt", v.where));
+    p.scalar("nv", Extent::parse("Nv", v.where));
+    p.scalar("na", Extent::parse("Na", v.where));
+    b.def("GR_H", v.in(0).cols);
+    l = launch(256, 0, blocks(rows.scaled(v.in(0).cols), 256));
+    name += fmt::format("_c{}", v.in(0).cols);
+    break;
+  case OpKind::UnpackGrad: {
+    kind = "GR_UNPACK";
+    const Extent outRows = Extent::rowsOf(v.out(0).rows, v.out(0).batch);
+    p.in("dsample", 0);
+    p.in("daudio_sample", 1);
+    p.out("dvideo", 0);
+    p.out("daudio", 1);
+    p.scalar("rows", outRows);
+    p.scalar("nt", Extent::parse("Nt", v.where));
+    p.scalar("nv", Extent::parse("Nv", v.where));
+    p.scalar("na", Extent::parse("Na", v.where));
+    b.def("GR_VCOLS", v.out(0).cols);
+    b.def("GR_ACOLS", v.out(1).cols);
+    l = launch(256, 0, blocks(outRows.scaled(std::max(v.out(0).cols, v.out(1).cols)), 256), dim(Extent::constant(2)));
+    name += fmt::format("_v{}_a{}", v.out(0).cols, v.out(1).cols);
+    break;
+  }
+  case OpKind::AdalnTableGrad: {
+    kind = "GR_ADALN_TABLE";
+    const bool bias = !v.op.biases.empty();
+    if (a.wDtype != DType::BF16) fail(v.where, "the AdaLN table's weight must be bf16");
+    p.in("dtable", 0);
+    p.in("temb", 1);
+    p.weight("w", 0);
+    p.out("dtemb", 0);
+    p.out("dw", int64_t(fw));
+    if (bias) p.out("dbias", int64_t(fw) + 1);
+    p.scalar("ts", v.rowsOfIn(1));
+    b.def("GR_N", a.N);
+    b.def("GR_K", a.K);
+    b.def("GR_BIAS", bias ? 1 : 0);
+    l = launch(256, 0, blocks(Extent::constant(a.N * a.K), 256), dim(Extent::constant(bias ? 3 : 2)));
+    name += fmt::format("_n{}_k{}", a.N, a.K);
+    break;
+  }
+  default: fail(v.where, "no GPU kernel for op kind '{}'", plan::opKindName(v.op.kind));
+  }
+  (void)one;
+  b.def("GR_KIND", kind);
+  return finish(name, "GR_ENTRY", b, p, tmpl::grad, l, arch, v.options, std::move(phases));
+}
+
+} // namespace emit_detail
+
+} // namespace h3c::kernels
