@@ -9,7 +9,7 @@ bf16 noise. scripts/gpu-diffusers-check.sh runs it (H3C_DIFFUSERS_ONLY_GRAD=1: t
         conditioning rows too: the loss is arbitrary, the check is of its gradients. Needs NumPy only.
 
     diffusers_grad_check.py backward --checkpoint DIR --request req.safetensors --grads dy.safetensors
-                                     --dtype float32|bfloat16|float64 [--device cuda|cpu] -o grads.safetensors
+                                     --dtype float32,bfloat16,float64 [--device cuda|cpu] -o PREFIX
         diffusers' gradients of L = sum(sample * dy_sample) + sum(audio_sample * dy_audio_sample): the model loaded as
         the forward check loads it (MiniMaxH3Transformer3DModel.from_pretrained(DIR, torch_dtype=...); bfloat16 keeps
         the float32 modules of _keep_in_fp32_modules, the released mixed precision; float64 is the float32 load cast
@@ -17,8 +17,10 @@ bf16 noise. scripts/gpu-diffusers-check.sh runs it (H3C_DIFFUSERS_ONLY_GRAD=1: t
         arguments (h3c's request names are diffusers' argument names), no TF32, loss.backward(). Differentiated:
         hidden_states, audio_hidden_states, encoder_hidden_states and every parameter; the rest of the request (the
         timestep values, the position ids the rope table is computed from, the index and tag tensors) is
-        conditioning, as in h3c's contract (no gradient is taken of the rope and timestep tables). Writes F32 under
-        h3c backward's names: the three inputs by the request's names, every parameter by its diffusers name.
+        conditioning, as in h3c's contract (no gradient is taken of the rope and timestep tables). Writes, for each
+        dtype of the list (one process: diffusers is imported once), PREFIX.<dtype>.safetensors under h3c
+        backward's names: the three inputs by the request's names, every parameter by its diffusers name; F32
+        (F64 for float64, whose input leaves are float64 too).
 
     diffusers_grad_check.py compare --reference ref32.safetensors --bf16 ref16.safetensors H3C_GRADS
                                     [--factor 2] [--f32-floor 2^-16] [--max-error 0.5] [--worst 10]
@@ -75,23 +77,19 @@ def cmd_grads(a):
     return 0
 
 
-def cmd_backward(a):
-    import torch
-    from diffusers import MiniMaxH3Transformer3DModel
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    load = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float32}[a.dtype]
-    model = MiniMaxH3Transformer3DModel.from_pretrained(a.checkpoint, torch_dtype=load)
-    if a.dtype == "float64":
+def diffusers_grads(torch, model_cls, a, dtype, req, dy):
+    """diffusers' gradients of the loss, as float32 (float64 for the float64 run) NumPy arrays by h3c's names."""
+    load = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float32}[dtype]
+    model = model_cls.from_pretrained(a.checkpoint, torch_dtype=load)
+    if dtype == "float64":
         model = model.double()
     model = model.to(a.device).eval()
-    req, _ = read_safetensors(a.request)
-    dy, _ = read_safetensors(a.grads)
     kw = {k: torch.from_numpy(v).to(a.device) for k, v in req.items()}
     for name in ACTIVATION_INPUTS:
         if name not in kw:
             raise SystemExit(f"{a.request}: no tensor '{name}'")
+        if dtype == "float64":  # the leaves themselves, so their gradients are not rounded to float32 on the way
+            kw[name] = kw[name].double()
         kw[name].requires_grad_(True)
     params = dict(model.named_parameters())
     for p in params.values():
@@ -104,23 +102,36 @@ def cmd_backward(a):
             raise SystemExit(f"{a.grads}: no tensor '{name}'")
         if tuple(dy[name].shape) != tuple(y.shape):
             raise SystemExit(f"{a.grads}:{name}: shape {list(dy[name].shape)}, the output's is {list(y.shape)}")
-        # The product in the output's dtype (float32: the output heads are float32 modules), so dL/dy is dy exactly.
+        # The product in the output's dtype (float32 but in the float64 run: the output heads are float32
+        # modules), so dL/dy is dy exactly.
         term = (y * torch.from_numpy(dy[name]).to(a.device, y.dtype)).sum()
         loss = term if loss is None else loss + term
     loss.backward()
-    grads = {}
-    for name in ACTIVATION_INPUTS:
-        grads[name] = kw[name].grad
-    for name, p in params.items():
-        grads[name] = p.grad
+    grads = {name: kw[name].grad for name in ACTIVATION_INPUTS}
+    grads.update({name: p.grad for name, p in params.items()})
     missing = sorted(n for n, g in grads.items() if g is None)
     if missing:
-        raise SystemExit(f"diffusers {a.dtype}: no gradient reached {len(missing)} tensors, e.g. {missing[:5]}")
-    arrays = {n: g.detach().to(torch.float64 if a.dtype == "float64" else torch.float32).cpu().numpy()
-              for n, g in grads.items()}
-    write_safetensors(a.out, arrays, {"diffusers_dtype": a.dtype, "device": a.device, "torch": torch.__version__})
-    print(f"wrote {a.out}: diffusers {a.dtype} autograd on {a.device}: {len(ACTIVATION_INPUTS)} input and "
-          f"{len(params)} parameter gradients, loss {float(loss):.6e}")
+        raise SystemExit(f"diffusers {dtype}: no gradient reached {len(missing)} tensors, e.g. {missing[:5]}")
+    keep = torch.float64 if dtype == "float64" else torch.float32
+    return {n: g.detach().to(keep).cpu().numpy() for n, g in grads.items()}, float(loss), len(params)
+
+
+def cmd_backward(a):
+    import torch
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    req, _ = read_safetensors(a.request)
+    dy, _ = read_safetensors(a.grads)
+    for dtype in a.dtype.split(","):
+        if dtype not in ("float32", "bfloat16", "float64"):
+            raise SystemExit(f"--dtype: {dtype!r} is none of float32, bfloat16, float64")
+        arrays, loss, n = diffusers_grads(torch, MiniMaxH3Transformer3DModel, a, dtype, req, dy)
+        path = f"{a.out}.{dtype}.safetensors"
+        write_safetensors(path, arrays, {"diffusers_dtype": dtype, "device": a.device, "torch": torch.__version__})
+        print(f"wrote {path}: diffusers {dtype} autograd on {a.device}: {len(ACTIVATION_INPUTS)} input and {n} "
+              f"parameter gradients, loss {loss:.6e}")
     return 0
 
 
@@ -245,9 +256,9 @@ def main():
     b.add_argument("--checkpoint", required=True)
     b.add_argument("--request", required=True)
     b.add_argument("--grads", required=True)
-    b.add_argument("--dtype", choices=["float32", "bfloat16", "float64"], required=True)
+    b.add_argument("--dtype", required=True, help="float32, bfloat16, float64 or a comma-separated list of them")
     b.add_argument("--device", default="cuda")
-    b.add_argument("-o", "--out", required=True)
+    b.add_argument("-o", "--out", required=True, help="prefix: writes PREFIX.<dtype>.safetensors per dtype")
     c = sub.add_parser("compare")
     c.add_argument("--reference", required=True)
     c.add_argument("--bf16", required=True)
