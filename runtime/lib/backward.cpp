@@ -55,7 +55,7 @@ void checkOutputGrads(const plan::Plan &p, const CanonicalRequest &req, const Ou
 }
 
 BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
-                              const OutputGrads &dy, int threads) {
+                              const OutputGrads &dy, int threads, const GradOpObserver &observe) {
   const plan::Function *bwd = p.backward();
   if (!bwd) fail("plan.json#/functions/backward", "the plan has no backward (compile it with h3c compile --backward)");
   if (p.options.sp != 1 || p.options.tp != 1) fail("plan.json#/options", "the backward runs on one rank");
@@ -86,6 +86,7 @@ BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const 
     if (!vals.count(n)) fail("plan.json#/functions/backward/inputs", "'{}' is no gradient of a forward output", n);
   for (const plan::Op &op : bwd->ops) {
     runCpuGradOp(op, env, vals);
+    if (observe) observe(op, vals);
     freeDead(op, fwd.ops.size() + op.index, last, vals);
   }
   for (const auto &[key, v] : bwd->outputs) {

@@ -96,9 +96,11 @@ TEST(BackwardPlan, WrittenReadBackAndComplete) {
   for (const char *in : {"grad:@hidden_states", "grad:@audio_hidden_states", "grad:@encoder_hidden_states"})
     EXPECT_TRUE(b.outputs.count(in)) << in;
   EXPECT_EQ(b.outputs.size(), tensors + 3);
-  // No kernel for any gradient op (the GPU executor must refuse to run them), the forward's kernels kept.
+  // A kernel for every gradient op (kernels/cuda/grad.cuh; attention's in three phases with a scratch), the
+  // forward's kernels kept.
   for (const plan::Op &op : b.ops) {
-    EXPECT_FALSE(op.kernel.has_value()) << op.where;
+    ASSERT_TRUE(op.kernel.has_value()) << op.where;
+    EXPECT_EQ(p.kernel(op).phases.size(), op.kind == plan::OpKind::AttentionGrad ? 2u : 0u) << op.where;
     EXPECT_EQ(op.order.kind, plan::requiredOrder(op.kind)) << op.where;
     if (op.order.kind == plan::OrderKind::RowUnits) {
       EXPECT_EQ(op.order.unit, 128);

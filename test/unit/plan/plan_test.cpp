@@ -420,6 +420,32 @@ TEST(PlanRead, KernelsAreHashCheckedAndFitTheirOps) {
   json symbolic = map;
   symbolic["kernels"]["k1"]["params"].back()["dims"][1] = "S";
   rejects(rehash(symbolic), "must be a constant", t.path);
+  // Phases (later launches of the same module) and scratch parameters (plan::Kernel::phases, KernelParam::Scratch):
+  // read as written, written back the same; a phase named twice, an empty list or a bad scratch size is refused.
+  json phased = p;
+  phased["kernels"]["k1"]["phases"] = json::array({{{"entry", "k1_p1"}, {"launch", p["kernels"]["k1"]["launch"]}}});
+  phased["kernels"]["k1"]["params"].push_back({{"kind", "scratch"}, {"name", "stats"}, {"bytes", "S*8"}});
+  const plan::Plan ph = plan::planFromJson(rehash(phased), t.path);
+  ASSERT_EQ(ph.kernels.at("k1").phases.size(), 1u);
+  EXPECT_EQ(ph.kernels.at("k1").phases[0].entry, "k1_p1");
+  EXPECT_EQ(ph.kernels.at("k1").params.back().kind, plan::KernelParam::Kind::Scratch);
+  EXPECT_EQ(ph.kernels.at("k1").params.back().value.eval({2, 10, 3, 4, 3, 1}), 80);  // S * 8
+  const json back = plan::planToJson(ph)["kernels"]["k1"]["phases"];
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0]["entry"], "k1_p1");
+  EXPECT_EQ(back[0]["launch"]["grid"], p["kernels"]["k1"]["launch"]["grid"]);
+  EXPECT_EQ(plan::planFromJson(plan::planToJson(ph), t.path).kernels.at("k1").params.back().kind,
+            plan::KernelParam::Kind::Scratch);
+  EXPECT_FALSE(plan::planToJson(ok)["kernels"]["k1"].contains("phases"));  // none: the key is left out
+  json twice = phased;
+  twice["kernels"]["k1"]["phases"][0]["entry"] = p["kernels"]["k1"]["entry"];
+  rejects(rehash(twice), "is launched twice", t.path);
+  json empty = phased;
+  empty["kernels"]["k1"]["phases"] = json::array();
+  rejects(rehash(empty), "phases", t.path);
+  json size = phased;
+  size["kernels"]["k1"]["params"].back()["bytes"] = "S*Q";
+  rejects(rehash(size), "params/3/bytes", t.path);
   // On disk: loadPlan(dir) reads dir/plan.json.
   writeFileAtomic(t.path / "plan.json", p.dump());
   EXPECT_EQ(plan::loadPlan(t.path).forward().ops.size(), ok.forward().ops.size());

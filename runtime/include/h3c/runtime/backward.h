@@ -6,11 +6,13 @@
 #pragma once
 
 #include "h3c/plan/plan.h"
+#include "h3c/runtime/cpu_ops.h"
 #include "h3c/runtime/executor.h"
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/tensor.h"
 #include "h3c/runtime/weights.h"
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -40,8 +42,12 @@ BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Req
 // Throws naming the gradient unless each is F32 of its output's shape for this request.
 void checkOutputGrads(const plan::Plan &p, const CanonicalRequest &req, const OutputGrads &dy);
 
+// Called after each gradient op of the CPU reference with the value map holding its inputs and outputs (before the
+// values it read last are freed): what the GPU checks compare each gradient kernel with, on the same inputs.
+using GradOpObserver = std::function<void(const plan::Op &op, const ValueMap &values)>;
+
 // The CPU reference on a canonical request (what runBackward runs for "cpu").
 BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
-                              const OutputGrads &dy, int threads);
+                              const OutputGrads &dy, int threads, const GradOpObserver &observe = {});
 
 } // namespace h3c::rt
