@@ -8,11 +8,12 @@ at every step, before any update. After an optimizer step the trainer pushes its
 update, rounded to bfloat16 once), and the next iteration's rollout and recompute agree again, bit for bit.
 
     python3 examples/rl_flow_grpo.py [--h3c build/bin/h3c] [--config tiny] [--iterations 2] [--steps 3]
-                                     [--group 2] [--rollout-device cpu|cuda] [--plans DIR]
+                                     [--group 2] [--rollout-device cpu|cuda] [--train-device cpu|cuda] [--plans DIR]
 
-It compiles two plans of the config with `h3c compile`: the fused one the rollouts run (any device) and the unfused
-one with the generated backward (`--backward`) the trainer runs (the CPU reference: the gradient ops have no GPU
-kernels yet). The weights are synthetic (`--synthetic SEED`); a real run passes checkpoint=DIR to both Transformers.
+It compiles two plans of the config with `h3c compile`: the fused one the rollouts run and the unfused one with the
+generated backward (`--backward`) the trainer runs, each on its device (the trainer's default: the rollouts'). On one
+device the two compute the same bits by the contract; a CPU trainer of GPU rollouts agrees only where the GPU's
+attention exp2 happens to round as the CPU's (the tiny config). The weights are synthetic (`--synthetic SEED`); a real run passes checkpoint=DIR to both Transformers.
 The request layout is text-to-video+audio (no conditioning rows): every packed row is conditioned on the video
 timestep except the audio rows (the audio timestep), as `h3c generate` builds them.
 
@@ -151,6 +152,7 @@ def main():
     ap.add_argument("--trainable", default="*attn.to_q.*,*attn.to_v.*,proj_out.*",
                     help="comma-separated name globs of the trained weights")
     ap.add_argument("--rollout-device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--train-device", choices=("cpu", "cuda"), help="the trainer's device (default: --rollout-device)")
     ap.add_argument("--plans", help="a folder with rollout/, train/ and request.safetensors made by compile_plans "
                                     "(a machine without `h3c compile`, e.g. the GPU machine); default: compile here")
     ap.add_argument("--compile-only", metavar="DIR", help="only write the plans and the request into DIR (for --plans)")
@@ -165,7 +167,8 @@ def main():
         compile_plans(args.h3c, args.config, work)
     base = load_request(f"{work}/request.safetensors")
     engine = h3c.Transformer(f"{work}/rollout", synthetic=5, device=args.rollout_device)
-    trainer = h3c.Transformer(f"{work}/train", synthetic=5, device="cpu")
+    trainer = h3c.Transformer(f"{work}/train", synthetic=5, device=args.train_device or args.rollout_device)
+    print(f"rollouts on {engine.device}, trainer on {trainer.device}")
     params = trainer.parameters(args.trainable.split(","))
     print(f"training {len(params)} tensors ({sum(p.numel() for p in params.values())} values)")
     total = 0

@@ -14,7 +14,8 @@
 #   4. the Python package (python/, built for the python3 on PATH; pybind11 from torch's wheel when it ships it):
 #      scripts/gpu-python-check.py, torch CUDA tensors against `h3c run --device gpu` byte for byte, the call
 #      overhead per forward (FIGURE lines), and a diffusers denoise step with the h3c transformer swapped in.
-#   5. the RL example (examples/rl_flow_grpo.py) with its rollouts on the GPU and its trainer on the CPU reference.
+#   5. the RL example (examples/rl_flow_grpo.py) with its rollouts and its trainer on the GPU, then its rollouts on
+#      the GPU and its trainer on the CPU reference (the tiny config, where the two devices' attention agrees).
 # Ends with "N passed, N failed"; exit status 1 on any failure.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -93,16 +94,18 @@ else
   tail -8 "$out/build-python.log"; grep -i "python" "$out/configure.log" | tail -3
 fi
 # 5. training on the same bits (issue 22): the RL example's rollouts on the GPU (the fused tiny plan) against its
-#    trainer on the CPU reference (the --backward plan), every step's log-probability byte for byte, before and after
-#    the weight updates (plans and request from `examples/rl_flow_grpo.py --compile-only`, by scripts/gpu-plans.sh).
+#    trainer (the --backward plan) on the GPU, then on the CPU reference, every step's log-probability byte for byte,
+#    before and after the weight updates (plans and request from `examples/rl_flow_grpo.py --compile-only`, by scripts/gpu-plans.sh).
 rl=${H3C_RL_PLANS:-$root/carry/rl}
 if [ -f "$rl/train/plan.json" ] && [ -f "$build/python/h3c/__init__.py" ]; then
-  if PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$root/examples/rl_flow_grpo.py" --plans "$rl" \
-       --rollout-device cuda >"$out/rl.log" 2>&1 && grep -q "^OK: every recomputed" "$out/rl.log"; then
-    ok "RL example: GPU rollouts' log-probabilities == the CPU trainer's recomputation, before and after updates"
-  else
-    bad "RL example (GPU rollouts, CPU trainer): $(tail -3 "$out/rl.log" | tr '\n' ' ')"
-  fi
+  for train in cuda cpu; do
+    if PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" python3 "$root/examples/rl_flow_grpo.py" --plans "$rl" \
+         --rollout-device cuda --train-device $train >"$out/rl-$train.log" 2>&1 && grep -q "^OK: every recomputed" "$out/rl-$train.log"; then
+      ok "RL example: GPU rollouts' log-probabilities == the $train trainer's recomputation, before and after updates"
+    else
+      bad "RL example (GPU rollouts, $train trainer): $(tail -3 "$out/rl-$train.log" | tr '\n' ' ')"
+    fi
+  done
 else
   echo "gpu-test: RL example skipped (no $rl/train or no Python package)"
 fi

@@ -30,11 +30,12 @@ strict mode an output holding NaN / Inf is one, as `h3c run` refuses it: the mes
 its first element (flat index) and value ("non-finite output sample: 2 NaN, 0 Inf (first: element 3, NaN)") and
 nothing is returned; CUDA outputs are scanned where they are (one reduction kernel, no copy back). In audit and off
 modes they come back and `transformer.ledger` records them.
-Training (docs/contract.md section 14): on a plan compiled with `h3c compile --backward` and device="cpu", the
-transformer takes part in torch autograd. `transformer.parameters(pattern)` gives float32 master copies of the
+Training (docs/contract.md section 14): on a plan compiled with `h3c compile --backward`, the transformer takes part
+in torch autograd, on device="cpu" (the CPU reference) or "cuda" (the GPU's gradient kernels, with the weights the
+engine holds on the device). `transformer.parameters(pattern)` gives float32 master copies of the
 weights whose names match (leaf tensors with requires_grad, for a torch optimizer); a forward with grad mode on and
 any of them or an activation requiring grad records one autograd node, whose backward runs the plan's backward
-function (the CPU reference: fixed-order F32 gradients, bitwise reproducible) on the loss's gradients of the two
+function (fixed-order F32 gradients, bitwise reproducible) on the loss's gradients of the two
 outputs and fills the activations' and the parameters' `.grad`. The forward's outputs are the bits of a plain forward.
 After an optimizer step, `transformer.push_parameters()` writes the master copies into the engine (an update:
 rounded to bfloat16 to nearest even), so the next forward (a rollout) runs with the stepped weights.
@@ -350,16 +351,15 @@ class Transformer:
     def _forward_autograd(self, given):
         """The forward as one autograd node (module docstring, "Training")."""
         import torch
-        if self.device != "cpu":
-            raise _error("backward", "the gradient ops have no GPU kernels yet: train with device=\"cpu\" (the CPU "
-                         "reference), or run this forward under torch.no_grad()")
         for n in _ACTIVATIONS:
             x = given[n]
             if not _is_torch(x):
                 given[n] = x = torch.from_numpy(x)
-            if x.is_cuda:
+            if x.is_cuda and self.device == "cpu":
                 raise _error(n, "is a CUDA tensor; this transformer runs on the CPU")
-        host = {n: (x.detach() if _is_torch(x) else x) for n, x in given.items()}
+        # The engine reads the request from host copies (as `h3c run` reads its file); the outputs and the
+        # activations' gradients go back to the device the activations came from.
+        host = {n: (x.detach().cpu() if _is_torch(x) else x) for n, x in given.items()}
         names = tuple(self._params)
         params = tuple(self._params[n] for n in names)
         sample, audio = _H3cFunction.get().apply(self, host, names, *(given[n] for n in _ACTIVATIONS), *params)
@@ -411,9 +411,11 @@ class _H3cFunction:
                 def forward(ctx, transformer, host, names, hidden_states, audio_hidden_states, encoder_hidden_states,
                             *params):
                     ctx.transformer, ctx.host, ctx.names = transformer, host, names
-                    ctx.dtypes = (hidden_states.dtype, audio_hidden_states.dtype, encoder_hidden_states.dtype)
+                    acts = (hidden_states, audio_hidden_states, encoder_hidden_states)
+                    ctx.places = tuple((x.dtype, x.device) for x in acts)
                     sample, audio = transformer._engine.forward(host, {}, None, None, 0)
-                    return torch.from_dlpack(sample), torch.from_dlpack(audio)
+                    dev = hidden_states.device
+                    return torch.from_dlpack(sample).to(dev), torch.from_dlpack(audio).to(dev)
 
                 @staticmethod
                 def backward(ctx, grad_sample, grad_audio):
@@ -426,9 +428,10 @@ class _H3cFunction:
                         _, ca = t._channels
                         ahs = ctx.host["audio_hidden_states"]
                         grad_audio = torch.zeros((hs.shape[0], ahs.shape[1], ca), dtype=torch.float32)
-                    _, inputs, weights = t._engine.backward(ctx.host, grad_sample.detach().float().contiguous(),
-                                                            grad_audio.detach().float().contiguous())
-                    acts = tuple(torch.from_dlpack(inputs[n]).to(d) for n, d in zip(_ACTIVATIONS, ctx.dtypes))
+                    _, inputs, weights = t._engine.backward(ctx.host, grad_sample.detach().float().cpu().contiguous(),
+                                                            grad_audio.detach().float().cpu().contiguous())
+                    acts = tuple(torch.from_dlpack(inputs[n]).to(device=dv, dtype=d)
+                                 for n, (d, dv) in zip(_ACTIVATIONS, ctx.places))
                     return (None, None, None, *acts, *(torch.from_dlpack(weights[n]) for n in ctx.names))
 
             cls._fn = H3cForward

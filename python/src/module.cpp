@@ -338,8 +338,8 @@ public:
   }
 
   // The gradients of a loss through a plan compiled with `h3c compile --backward` (runtime/backward.h: one forward
-  // keeping the values the backward reads, then the plan's backward function, on the CPU reference; an engine on the
-  // GPU is refused naming the first gradient op without a kernel). host: the ten request tensors (host tensors);
+  // keeping the values the backward reads, then the plan's backward function, on the engine's device: the CPU
+  // reference, or the GPU executor's gradient kernels on its device weights). host: the ten request tensors (host tensors);
   // grad_sample / grad_audio_sample: the loss's gradients with respect to the two outputs (F32, their shapes).
   // Returns (outputs, input gradients, weight gradients): the forward's (sample, audio_sample), and dicts of F32
   // Arrays by name (the three activations; every weight tensor of the plan by diffusers name).
@@ -352,7 +352,7 @@ public:
     {
       py::gil_scoped_release release;
       for (size_t i = 0; i < held.size(); ++i) held[i]->readInto(staged_.tensors[requestTensorNames()[i]], 0);
-      r = runBackward(plan_, engine_->weights(), staged_, dy, opt_);
+      r = engine_->backward(staged_, dy);
     }
     py::dict inputs, weights;
     for (auto &[name, t] : r.inputGrads) inputs[name.c_str()] = Array(std::move(t));

@@ -102,7 +102,7 @@ BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const 
 }
 
 BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Request &request, const OutputGrads &dy,
-                           const RunOptions &opt) {
+                           const RunOptions &opt, Executor *executor) {
   const plan::Function *bwd = p.backward();
   if (!bwd) fail("plan.json#/functions/backward", "the plan has no backward (compile it with h3c compile --backward)");
   if (h3::configToJson(weights.config()).dump() != h3::configToJson(p.config).dump())
@@ -118,6 +118,10 @@ BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Req
   if (opt.device == "cpu") return runCpuBackward(p, weights, req, dy, opt.threads);
   if (p.options.sp != 1 || p.options.tp != 1) fail("plan.json#/options", "the backward runs on one rank");
   checkOutputGrads(p, req, dy);
+  if (executor) {
+    if (executor->device() != opt.device) fail("--device", "the executor runs on {}, not {}", executor->device(), opt.device);
+    return executor->backward(p, weights, req, dy, opt);
+  }
   return makeExecutor(opt.device)->backward(p, weights, req, dy, opt);
 }
 

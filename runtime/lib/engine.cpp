@@ -127,6 +127,12 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   return r;
 }
 
+BackwardResult Engine::backward(const Request &request, const OutputGrads &dy) {
+  if (opt_.device == "cpu") return runBackward(plan_, *weights_, request, dy, opt_);
+  ensureExecutor();
+  return runBackward(plan_, *weights_, request, dy, opt_, exec_.get());
+}
+
 void Engine::ensureExecutor() {
   if (!exec_)
     exec_ = makeExecutor(opt_.device);

@@ -36,8 +36,10 @@ struct BackwardResult {
 // `opt.threads` (a thread count never changes a bit). Fails closed: a plan without a backward function; any device
 // but "cpu" while a gradient op has no kernel (naming it), or a plan of several ranks; output gradients of the wrong
 // dtype or shape.
+// `executor`: the device's executor to run it on (a resident engine's, holding its weights and kernels); null makes
+// one for `opt.device`.
 BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Request &request, const OutputGrads &dy,
-                           const RunOptions &opt);
+                           const RunOptions &opt, Executor *executor = nullptr);
 
 // Throws naming the gradient unless each is F32 of its output's shape for this request.
 void checkOutputGrads(const plan::Plan &p, const CanonicalRequest &req, const OutputGrads &dy);

@@ -6,6 +6,7 @@
 // runModel() (executor.h) is an engine that runs once.
 #pragma once
 
+#include "h3c/runtime/backward.h"
 #include "h3c/runtime/executor.h"
 #include "h3c/runtime/lora_slots.h"
 #include "h3c/runtime/weight_update.h"
@@ -37,6 +38,9 @@ public:
   // may differ (generate's --bind-from-step). `io` (GPU only): caller-owned device memory for activations and
   // outputs, and the stream to run on (executor.h).
   RunResult run(const Request &request, const RunOptions &opt, const DeviceIO *io = nullptr);
+  // The plan's backward (backward.h) on the weights this engine holds (hot updates included): the CPU reference, or
+  // the GPU executor's gradient kernels with its device weights and kernels.
+  BackwardResult backward(const Request &request, const OutputGrads &dy);
   // Loads the weights before the first forward (on the GPU: the upload, which computes a checkpoint's content hash
   // and checks it against an expected one, CheckpointWeights::expectContent; the CPU reads weights per op). run()
   // does it when needed. `progress`: a progress line on stderr while it loads.
