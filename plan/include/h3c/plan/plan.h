@@ -112,6 +112,10 @@ struct Op {
   std::vector<std::string> nodes;  // fingerprint node ids this op implements
   std::vector<std::string> in, out;  // value names at the kind's fixed operand positions (ops.h)
   std::vector<std::string> weights, biases;  // diffusers tensor names, in the order the kernel reads them
+  // A gradient op that emitsWeightGrads: the tensors of weights then biases whose gradients it computes, in that
+  // order (the trained ones, section 14: a frozen tensor gets none); its outputs end with one gradient per entry.
+  // Empty for every other op.
+  std::vector<std::string> grads;
   OpAttrs attrs;
   Order order;
   std::optional<std::string> kernel;  // null: the host computes it (runsOnHost) or the runtime (isLayoutOp)
@@ -216,6 +220,9 @@ struct Function {
   std::vector<std::string> inputs;             // "@hidden_states", ...
   std::map<std::string, std::string> outputs;  // "sample" -> "unpack:sample"
   std::vector<Op> ops;
+  // The backward only: what it trains (`h3c compile --trainable`; plan/trainable.h patterns, {"*"} for all). The
+  // outputs hold exactly the gradients of the tensors these select.
+  std::vector<std::string> trainable;
 };
 
 struct Options {
