@@ -270,12 +270,12 @@ class Transformer:
 
         def selects(p, n):
             return n in slots if p == "lora" else fnmatch.fnmatchcase(n, p)
+        if not any(selects(p, n) for p in pats for n in shapes):
+            raise _error("parameters", f"no weight matches {pats}")
         names = []
         for p in pats:
             hit = [n for n in sorted(shapes) if selects(p, n)]
-            if not hit:
-                raise _error("parameters", f"no weight matches {p!r}")
-            if not any(n in trained for n in hit):
+            if hit and not any(n in trained for n in hit):
                 raise _error("parameters", f"{p!r} selects only tensors this plan freezes (e.g. {hit[0]!r}; it "
                              f"trains {self._engine.trainable_patterns}: compile with `h3c compile --backward "
                              f"--trainable ...`)")
