@@ -217,7 +217,10 @@ void adalnTableGrad(GradCtx &cx) {
   const int64_t T = temb.rows;
   if (g.rows * g.cols != T * a.N) cx.error("the table's gradient is not [T, N]");
   const std::vector<float> W = cx.weight(cx.op.weights.at(0), a.N * a.K);
-  grad::AdalnTableGrad d = grad::adalnTableGrad(g.f.data(), temb.f.data(), W.data(), T, a.N, a.K, cx.env.threads);
+  auto emits = [&](const std::string &t) { return std::find(cx.op.grads.begin(), cx.op.grads.end(), t) != cx.op.grads.end(); };
+  grad::AdalnTableGrad d = grad::adalnTableGrad(g.f.data(), temb.f.data(), W.data(), T, a.N, a.K, cx.env.threads,
+                                                emits(cx.op.weights.at(0)),
+                                                !cx.op.biases.empty() && emits(cx.op.biases[0]));
   cx.out(0, std::move(d.dtemb));
   cx.weightGrad(cx.op.weights.at(0), [&] { return std::move(d.dw); });
   for (const std::string &b : cx.op.biases) cx.weightGrad(b, [&] { return std::move(d.dbias); });

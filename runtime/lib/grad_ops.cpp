@@ -340,13 +340,13 @@ std::vector<float> siluGrad(const float *dy, const float *x, int64_t n) {
 }
 
 AdalnTableGrad adalnTableGrad(const float *g, const float *temb, const float *w, int64_t T, int64_t N, int64_t E,
-                              int threads) {
+                              int threads, bool wantW, bool wantBias) {
   std::vector<float> a(static_cast<size_t>(T * E));
   for (int64_t i = 0; i < T * E; ++i) a[size_t(i)] = roundBf16(detmath::silu(temb[i]));
   const ItemRows one = {0, T};
   AdalnTableGrad r;
-  r.dw = linearDw(g, a.data(), one, N, E, threads);
-  r.dbias = biasGrad(g, one, N);
+  if (wantW) r.dw = linearDw(g, a.data(), one, N, E, threads);
+  if (wantBias) r.dbias = biasGrad(g, one, N);
   r.dtemb = linearDx(g, T, N, w, E, threads);
   for (int64_t i = 0; i < T * E; ++i) r.dtemb[size_t(i)] = r.dtemb[size_t(i)] * grad_detail::siluDerivative(temb[i]);
   return r;

@@ -40,7 +40,7 @@ struct Plans {
   h3::Config c = h3::namedConfig("tiny");
   std::unique_ptr<WeightSource> base = makeSyntheticWeights(c, 7);
   std::unique_ptr<OverlayWeights> w;
-  plan::Plan all, lora, glob;
+  plan::Plan all, lora, glob, temb;
   Loss loss{size_t(8 * c.videoPatchDim()), size_t(3 * c.audio_in_channels), 9};
   bool ok = false;
   Plans() {
@@ -50,13 +50,16 @@ struct Plans {
         testtool::runTool("compile " + fp + " --backward --lora-rank 64 -o " + t / "all", &out) != 0 ||
         testtool::runTool("compile " + fp + " --backward --lora-rank 64 --trainable lora -o " + t / "lora", &out) != 0 ||
         testtool::runTool("compile " + fp + " --backward --lora-rank 64 --trainable '*.to_q.*' --trainable "
-                          "'transformer_blocks.1.ff.net.2.lora_up' -o " + t / "glob", &out) != 0) {
+                          "'transformer_blocks.1.ff.net.2.lora_up' -o " + t / "glob", &out) != 0 ||
+        testtool::runTool("compile " + fp + " --backward --lora-rank 64 --trainable 'time_embedder.*' -o " + t / "temb",
+                          &out) != 0) {
       ADD_FAILURE() << out;
       return;
     }
     all = plan::loadPlan(t / "all");
     lora = plan::loadPlan(t / "lora");
     glob = plan::loadPlan(t / "glob");
+    temb = plan::loadPlan(t / "temb");
     w = std::make_unique<OverlayWeights>(*base);
     w->holdAdapterSlots(all);
     std::mt19937_64 g(3);
@@ -167,14 +170,15 @@ TEST(BackwardLora, FrozenPlansGiveTheSelectedGradientsBitForBit) {
   ASSERT_TRUE(m.ok);
   const Request batch = tinyRequest(m.c, 2, false);
   const BackwardResult all = m.run(m.all, batch);
-  for (const plan::Plan *p : {&m.lora, &m.glob}) {
+  for (const plan::Plan *p : {&m.lora, &m.glob, &m.temb}) {
     const BackwardResult f = m.run(*p, batch);
     const std::vector<std::string> &pats = p->backward()->trainable;
     size_t want = 0;
     for (const auto &[n, t] : all.weightGrads) {
-      const bool trained = p == &m.lora ? m.all.weightTensor(n).adapter
-                                        : (n.find(".to_q.") != std::string::npos ||
-                                           n == "transformer_blocks.1.ff.net.2.lora_up");
+      const bool trained = p == &m.lora   ? m.all.weightTensor(n).adapter
+                           : p == &m.temb ? n.rfind("time_embedder.", 0) == 0
+                                          : (n.find(".to_q.") != std::string::npos ||
+                                             n == "transformer_blocks.1.ff.net.2.lora_up");
       want += trained;
       EXPECT_EQ(f.weightGrads.count(n), size_t(trained)) << n << " (" << pats[0] << ")";
       if (trained && f.weightGrads.count(n)) {
@@ -186,6 +190,17 @@ TEST(BackwardLora, FrozenPlansGiveTheSelectedGradientsBitForBit) {
   }
   EXPECT_EQ(m.run(m.lora, batch).weightGrads.size(), 48u);
   EXPECT_EQ(m.run(m.glob, batch).weightGrads.size(), 4u * 3 + 1);  // to_q's weight, down, up in 4 blocks, + one
+  // The time embedder trained, the AdaLN tables it feeds frozen: their gradient ops stay (temb's gradient flows
+  // through them) and emit no gradient of their own tensors.
+  EXPECT_EQ(m.run(m.temb, batch).weightGrads.size(), 4u);
+  size_t tables = 0;
+  for (const plan::Op &op : m.temb.backward()->ops)
+    if (op.kind == plan::OpKind::AdalnTableGrad) {
+      ++tables;
+      EXPECT_TRUE(op.grads.empty()) << op.where;
+      EXPECT_EQ(op.out.size(), 1u) << op.where;
+    }
+  EXPECT_EQ(tables, 3u);  // the 2 blocks' and norm_out's
 }
 
 } // namespace backward_lora_test

@@ -95,11 +95,12 @@ std::vector<float> siluGrad(const float *dy, const float *x, int64_t n);
 
 // The AdaLN table `table = linear(bf(silu(temb)))` with the weight w [N][E] (bf16 values) and a bias: g the table's
 // gradient read as [T][N] (its [T * rows][cols] view), temb [T][E]. dW [N][E] and dbias [N] by row_units over the T
-// rows (one item), dtemb [T][E] = (bf(g) W by k_chunks over N) * silu'(temb).
+// rows (one item), dtemb [T][E] = (bf(g) W by k_chunks over N) * silu'(temb). `wantW` / `wantBias` false: that
+// gradient is not computed (a frozen tensor, docs/contract.md section 14) and stays empty.
 struct AdalnTableGrad {
   std::vector<float> dw, dbias, dtemb;
 };
 AdalnTableGrad adalnTableGrad(const float *g, const float *temb, const float *w, int64_t T, int64_t N, int64_t E,
-                              int threads);
+                              int threads, bool wantW = true, bool wantBias = true);
 
 } // namespace h3c::rt::grad
