@@ -503,6 +503,16 @@ class TrainingLora(unittest.TestCase):
         self.assertEqual(after[1].detach().numpy().tobytes(), want["audio_sample"].tobytes())
         self.assertNotEqual(want["sample"].tobytes(), old["sample"].tobytes())
 
+    def test_rl_example_with_lora_adapters(self):
+        r = subprocess.run([sys.executable, os.path.join(SRC, "examples", "rl_flow_grpo.py"), "--h3c", TOOL,
+                            "--iterations", "2", "--steps", "2", "--lora-rank", "64"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("training 48 tensors", r.stdout)
+        self.assertIn("OK: every recomputed log-probability equals its rollout's", r.stdout)
+        changed = [int(line.split("changed ")[1].split()[0]) for line in r.stdout.splitlines() if "changed" in line]
+        self.assertEqual(len(changed), 2)
+        self.assertTrue(all(c > 0 for c in changed), r.stdout)
+
     def test_frozen_base_weights_are_no_parameters(self):
         t = h3c.Transformer(plan=f"{TMP}/plan_lora_bw", checkpoint=f"{TMP}/ckpt", device="cpu")
         with self.assertRaisesRegex(h3c.Error, "selects only tensors this plan freezes"):
