@@ -342,7 +342,7 @@ public:
   // GPU is refused naming the first gradient op without a kernel). host: the ten request tensors (host tensors);
   // grad_sample / grad_audio_sample: the loss's gradients with respect to the two outputs (F32, their shapes).
   // Returns (outputs, input gradients, weight gradients): the forward's (sample, audio_sample), and dicts of F32
-  // Arrays by name (the three activations; every weight tensor of the plan by diffusers name).
+  // Arrays by name (the three activations; every weight tensor the plan trains, by plan name).
   py::tuple backward(const py::dict &host, const py::object &gradSample, const py::object &gradAudio) {
     std::unique_lock<std::mutex> lock = lockEngine();
     const std::vector<std::unique_ptr<Imported>> held =

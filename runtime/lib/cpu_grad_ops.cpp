@@ -151,8 +151,8 @@ void rmsNormGrad(GradCtx &cx) {
   sameRows(cx, {&dy, &x});
   std::vector<float> w;
   if (!cx.op.weights.empty()) w = cx.weight(cx.op.weights[0], a.group);
-  grad::NormGrad d =
-      grad::rmsNormGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(), itemsOf(x), a.cols, a.group, a.eps);
+  grad::NormGrad d = grad::rmsNormGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(), itemsOf(x), a.cols,
+                                       a.group, a.eps, !cx.op.grads.empty());
   cx.out(0, std::move(d.dx));
   if (!w.empty()) cx.weightGrad(cx.op.weights[0], [&] { return std::move(d.dw); });
 }
@@ -167,7 +167,7 @@ void normModulateGrad(GradCtx &cx) {
   const grad::TableRows rows = tableRows(cx, 3, M, table.rows);
   const std::vector<float> scale = chunkOf(table, a.scaleChunk, H);
   grad::NormModulateGrad d = grad::normModulateGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(),
-                                                    scale.data(), rows, itemsOf(x), H, a.eps);
+                                                    scale.data(), rows, itemsOf(x), H, a.eps, !cx.op.grads.empty());
   cx.out(0, std::move(d.dx));
   cx.out(1, fullTable(table.rows, a.numChunks, H, {{a.shiftChunk, &d.dshift}, {a.scaleChunk, &d.dscale}}));
   if (!w.empty()) cx.weightGrad(cx.op.weights[0], [&] { return std::move(d.dw); });

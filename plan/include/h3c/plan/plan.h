@@ -213,7 +213,7 @@ struct WeightBuffer {
 // --backward` "backward" (docs/contract.md section 14): its inputs are the gradients of the forward's outputs
 // ("@grad:unpack:sample", ...), it reads the forward's values it needs (saved activations: values of both functions,
 // kept alive until the backward's last read), and its outputs name the gradients of the three activation inputs
-// ("grad:@hidden_states" -> value) and of every weight tensor ("grad:<tensor>" -> an F32 value, rows "1",
+// ("grad:@hidden_states" -> value) and of every weight tensor it trains ("grad:<tensor>" -> an F32 value, rows "1",
 // cols = the tensor's element count).
 struct Function {
   std::string name;
