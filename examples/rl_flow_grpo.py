@@ -9,6 +9,7 @@ update, rounded to bfloat16 once), and the next iteration's rollout and recomput
 
     python3 examples/rl_flow_grpo.py [--h3c build/bin/h3c] [--config tiny] [--iterations 2] [--steps 3]
                                      [--group 2] [--rollout-device cpu|cuda] [--train-device cpu|cuda] [--plans DIR]
+                                     [--lora-rank R]
 
 It compiles two plans of the config with `h3c compile`: the fused one the rollouts run and the unfused one with the
 generated backward (`--backward`) the trainer runs, each on its device (the trainer's default: the rollouts'). On one
@@ -16,6 +17,13 @@ device the two compute the same bits by the contract; a CPU trainer of GPU rollo
 attention exp2 happens to round as the CPU's (the tiny config). The weights are synthetic (`--synthetic SEED`); a real run passes checkpoint=DIR to both Transformers.
 The request layout is text-to-video+audio (no conditioning rows): every packed row is conditioned on the video
 timestep except the audio rows (the audio timestep), as `h3c generate` builds them.
+
+With --lora-rank R it trains LoRA adapters only (the base weights frozen): both plans carry unmerged adapter slots of
+rank R (docs/contract.md section 13), the trainer's compiled with `--trainable lora` (its backward computes the
+adapters' gradients and no base weight's), the adapters start as LoRA does (lora_down random, lora_up zero: the
+first rollout is the base model's) and every update writes the stepped adapters into both engines' slots. The
+rollout plan is then compiled unfused too (`--no-fuse`): a fused plan stacks q, k and v into one `to_qkv` slot
+pair, while the trainer's unfused plan has a slot pair per projection, and an update names the slots of its plan.
 
 Start your own loop from `rollout()` and `train_step()`: replace the reward, the advantage and the trainable set.
 Exit status 0 only if every recomputed log-probability equals its rollout's.
@@ -130,11 +138,15 @@ def train_step(trainer, params, trajs, noise_level, lr):
     return mismatches, rewards
 
 
-def compile_plans(tool, config, out):
-    """The two plans and the request into `out` (what --plans takes)."""
+def compile_plans(tool, config, out, lora_rank=0):
+    """The two plans and the request into `out` (what --plans takes); lora_rank > 0: with adapter slots, the trainer
+    training them only."""
     subprocess.run([tool, "fingerprint", "derive", "--config", config, "-o", f"{out}/fp.json"], check=True)
-    subprocess.run([tool, "compile", f"{out}/fp.json", "-o", f"{out}/rollout"], check=True, capture_output=True)
-    subprocess.run([tool, "compile", f"{out}/fp.json", "--backward", "-o", f"{out}/train"], check=True,
+    lora = ["--lora-rank", str(lora_rank)] if lora_rank else []
+    subprocess.run([tool, "compile", f"{out}/fp.json", *lora, *(["--no-fuse"] if lora_rank else []),
+                    "-o", f"{out}/rollout"], check=True, capture_output=True)
+    subprocess.run([tool, "compile", f"{out}/fp.json", "--backward", *lora,
+                    *(["--trainable", "lora"] if lora_rank else []), "-o", f"{out}/train"], check=True,
                    capture_output=True)
     subprocess.run([tool, "request", "make", "--config", config, "--text", "5", "--audio", "3", "--video", "2,2,2",
                     "--seed", "1", "-o", f"{out}/request.safetensors"], check=True, capture_output=True)
@@ -150,7 +162,9 @@ def main():
     ap.add_argument("--noise-level", type=float, default=0.7)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--trainable", default="*attn.to_q.*,*attn.to_v.*,proj_out.*",
-                    help="comma-separated name globs of the trained weights")
+                    help="comma-separated name globs of the trained weights (with --lora-rank: the adapters)")
+    ap.add_argument("--lora-rank", type=int, default=0,
+                    help="train LoRA adapters of this rank (a multiple of 64) only, the base weights frozen")
     ap.add_argument("--rollout-device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--train-device", choices=("cpu", "cuda"), help="the trainer's device (default: --rollout-device)")
     ap.add_argument("--plans", help="a folder with rollout/, train/ and request.safetensors made by compile_plans "
@@ -159,17 +173,27 @@ def main():
     args = ap.parse_args()
     if args.compile_only:
         os.makedirs(args.compile_only, exist_ok=True)
-        compile_plans(args.h3c, args.config, args.compile_only)
+        compile_plans(args.h3c, args.config, args.compile_only, args.lora_rank)
         return 0
     work = args.plans
     if not work:
         work = tempfile.mkdtemp(prefix="h3c-rl-")
-        compile_plans(args.h3c, args.config, work)
+        compile_plans(args.h3c, args.config, work, args.lora_rank)
     base = load_request(f"{work}/request.safetensors")
     engine = h3c.Transformer(f"{work}/rollout", synthetic=5, device=args.rollout_device)
     trainer = h3c.Transformer(f"{work}/train", synthetic=5, device=args.train_device or args.rollout_device)
     print(f"rollouts on {engine.device}, trainer on {trainer.device}")
-    params = trainer.parameters(args.trainable.split(","))
+    if args.lora_rank:
+        params = trainer.parameters("lora")
+        # LoRA's initialisation: lora_down random, lora_up zero (the adapted model starts as the base model).
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for n, p in params.items():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1 if n.endswith(".lora_down") else torch.zeros(p.shape))
+        trainer.push_parameters()
+        engine.update_weights([(n, p.detach()) for n, p in params.items()])
+    else:
+        params = trainer.parameters(args.trainable.split(","))
     print(f"training {len(params)} tensors ({sum(p.numel() for p in params.values())} values)")
     total = 0
     for it in range(args.iterations):

@@ -4,6 +4,7 @@
 
 #include "h3c/Codegen/Importer.h"
 #include "h3c/Passes/Passes.h"
+#include "h3c/plan/trainable.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 
@@ -51,12 +52,19 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   if (o.arch != "sm_90a" && o.arch != "sm_100a") fail("--arch", "expected sm_90a or sm_100a, got '{}'", o.arch);
   if (o.tp != 1 && o.tp != 2 && o.tp != 4 && o.tp != 8) fail("--tp", "expected 1, 2, 4 or 8, got {}", o.tp);
   if (o.sp != 1 && o.sp != 2 && o.sp != 4 && o.sp != 8) fail("--sp", "expected 1, 2, 4 or 8, got {}", o.sp);
-  // h3-backward differentiates the unfused, unsharded forward without adapters (section 14): refuse the rest here,
-  // before any pass, with the option's name.
+  // h3-backward differentiates the unfused, unsharded forward (section 14): refuse the rest here, before any pass,
+  // with the option's name.
   if (o.backward) {
     if (o.fuse) fail("--backward", "the backward differentiates the unfused forward: compile with fusion off (--no-fuse)");
     if (o.sp != 1 || o.tp != 1) fail("--backward", "the backward is written for one rank (--sp 1 --tp 1), got sp {} tp {}", o.sp, o.tp);
-    if (o.loraRank != 0) fail("--backward", "the backward of an unmerged LoRA path is not written yet (--lora-rank 0)");
+  }
+  if (!o.trainable.empty()) {
+    if (!o.backward) fail("--trainable", "selects what the backward trains: it needs --backward");
+    plan::checkTrainable(o.trainable, "--trainable");
+    // "lora" selects the adapter slots, which only --lora-rank makes.
+    for (const std::string &t : o.trainable)
+      if (t == plan::kTrainAdapters && o.loraRank == 0)
+        fail("--trainable lora", "the plan has no LoRA adapter slots: compile with --lora-rank R");
   }
   auto t0 = std::chrono::steady_clock::now();
   MLIRContext ctx;
@@ -78,6 +86,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   po.tokens = o.tokens;
   po.loraRank = o.loraRank;
   po.backward = o.backward;
+  po.trainable = o.trainable;
   passes::buildPipeline(pm, po);
   if (!o.dumpIrDir.empty()) pm.enableIRPrinting(std::make_unique<DumpConfig>(o.dumpIrDir));
 

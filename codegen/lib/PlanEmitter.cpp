@@ -97,6 +97,9 @@ void emitBackward(plan::Plan &p, func::FuncOp fn, AddValue &addValue, std::vecto
                   std::vector<std::string> &warnings, const kernels::EmitOptions &tuning) {
   plan::Function bwd;
   bwd.name = "backward";
+  auto trainable = fn->getAttrOfType<ArrayAttr>("h3.trainable");
+  if (!trainable) fail("func @backward", "has no h3.trainable (run h3-backward)");
+  for (Attribute t : trainable) bwd.trainable.push_back(cast<StringAttr>(t).str());
   Block &body = fn.getBody().front();
   for (BlockArgument a : body.getArguments()) {
     const std::string n = passes::valueName(a);

@@ -84,6 +84,18 @@ LogicalResult H3Dialect::verifyOperationAttribute(Operation *op, NamedAttribute 
     }
     return success();
   }
+  if (name == getTrainableAttrHelper().getName()) {
+    auto sym = op->getAttrOfType<StringAttr>("sym_name");  // (by name: the dialect does not depend on func)
+    if (op->getName().getStringRef() != "func.func" || !sym || sym.getValue() != "backward")
+      return op->emitOpError() << "'h3.trainable' belongs on func @backward";
+    auto list = dyn_cast<ArrayAttr>(value);
+    if (!list || list.empty() || !llvm::all_of(list, [](Attribute a) {
+          auto s = dyn_cast<StringAttr>(a);
+          return s && !s.getValue().empty();
+        }))
+      return op->emitOpError() << "'h3.trainable' must list one or more non-empty patterns";
+    return success();
+  }
   if (name == getSlotsAttrHelper().getName()) {
     if (op->getDialect() != this)
       return op->emitOpError() << "'h3.slots' belongs on h3 ops (one slot per result)";

@@ -538,12 +538,21 @@ LogicalResult gradOf(Operation *op, Value grad, ActType of, llvm::StringRef what
   return expect(op, g, what, of.getCols());
 }
 
-// `grads` names one gradient per weight and bias tensor, in that order.
-LogicalResult gradNames(Operation *op, ArrayAttr grads, size_t want) {
-  if (grads.size() != want)
-    return err(op) << "'grads' must name " << want << " gradient tensors (weight, then bias), got " << grads.size();
-  for (Attribute a : grads)
-    if (!cast<StringAttr>(a).getValue().starts_with("grad:")) return err(op) << "gradient names start with 'grad:'";
+// `grads` names the gradients the op computes: "grad:<tensor>" for tensors of its weight, then bias lists, in that
+// order; a frozen tensor (h3-backward's `trainable`, docs/contract.md section 14) is left out.
+LogicalResult gradNames(Operation *op, ArrayAttr grads, ArrayAttr weight, ArrayAttr bias) {
+  std::vector<std::string> listed;
+  for (ArrayAttr l : {weight, bias})
+    for (Attribute t : l) listed.push_back("grad:" + cast<StringAttr>(t).str());
+  size_t next = 0;
+  for (Attribute a : grads) {
+    const std::string g = cast<StringAttr>(a).str();
+    while (next < listed.size() && listed[next] != g) ++next;
+    if (next == listed.size())
+      return err(op) << "'grads' must name gradients of its weight, then bias tensors (\"grad:<tensor>\"), in that "
+                        "order, each once; '" << g << "' is not the next of them";
+    ++next;
+  }
   return success();
 }
 
@@ -569,8 +578,9 @@ LogicalResult LinearGradXOp::verify() {
 LogicalResult LinearGradWOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op)) || failed(weightCount(op, getWeight(), 1, 1, "weight")) ||
-      failed(weightCount(op, getBias(), 0, 1, "bias")) || failed(gradNames(op, getGrads(), 1 + getBias().size())))
+      failed(weightCount(op, getBias(), 0, 1, "bias")) || failed(gradNames(op, getGrads(), getWeight(), getBias())))
     return failure();
+  if (getGrads().empty()) return err(op) << "computes no gradient: every tensor it differentiates is frozen";
   ActType g = act(getG()), x = act(getX());
   if (failed(expect(op, g, "g", int64_t(getN()), Float32Type::get(getContext()))) ||
       failed(expect(op, x, "x", int64_t(getK()))) || failed(sameRows(op, g, x, "x")))
@@ -596,7 +606,7 @@ LogicalResult RmsNormGradOp::verify() {
   ActType x = act(getX());
   if (getGroup() == 0 || x.getCols() % int64_t(getGroup()))
     return err(op) << "group " << getGroup() << " must divide the " << x.getCols() << " columns";
-  if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(gradNames(op, getGrads(), getWeight().size())))
+  if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(gradNames(op, getGrads(), getWeight(), ArrayAttr::get(getContext(), {}))))
     return failure();
   return failure(failed(gradOf(op, getDy(), x, "dy")) || failed(gradOf(op, getDx(), x, "dx")));
 }
@@ -606,7 +616,7 @@ LogicalResult NormModulateGradOp::verify() {
   if (failed(verifyCommon(op))) return failure();
   if (!(getEps().convertToDouble() > 0)) return err(op) << "eps must be positive";
   if (getShiftChunk() == getScaleChunk()) return err(op) << "shift and scale must be different chunks";
-  if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(gradNames(op, getGrads(), getWeight().size())))
+  if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(gradNames(op, getGrads(), getWeight(), ArrayAttr::get(getContext(), {}))))
     return failure();
   ActType x = act(getX()), table = act(getTable());
   if (failed(verifyTableGather(op, table, x.getCols(), getNumChunks(),
@@ -665,7 +675,7 @@ LogicalResult SiluGradOp::verify() {
 LogicalResult AdalnTableGradOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op)) || failed(weightCount(op, getWeight(), 1, 1, "weight")) ||
-      failed(weightCount(op, getBias(), 0, 1, "bias")) || failed(gradNames(op, getGrads(), 1 + getBias().size())))
+      failed(weightCount(op, getBias(), 0, 1, "bias")) || failed(gradNames(op, getGrads(), getWeight(), getBias())))
     return failure();
   const int64_t rows = getRowsPerTimestep();
   if ((rows != 1 && rows != 3) || getN() % rows) return err(op) << "rows_per_timestep must be 1 or 3 and divide N";

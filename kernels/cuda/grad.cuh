@@ -164,6 +164,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
 #elif GR_KIND == GR_LINEAR_W
   // dW [N][K] = row_units of bf(g[r][n]) * bf(x[r][k]) (bf16 weight; F32: the fma chain of g * x); dbias [N] =
   // row_units of g[r][n] (add chains).
+#if GR_DW
   if (blockIdx.y == 0) {
     for (long long i = GR_TID; i < (long long)GR_N * GR_K; i += GR_STRIDE) {
       const long long n = i / GR_K, k = i % GR_K;
@@ -185,6 +186,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
       });
     }
   }
+#endif
 #if GR_BIAS
   if (blockIdx.y == 1) {
     for (long long n = GR_TID; n < GR_N; n += GR_STRIDE)
@@ -254,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
       }
     }
   }
-#if GR_HAS_W
+#if GR_DW
   if (blockIdx.y >= 1 && blockIdx.x == 0) {
     extern __shared__ float gr_inv[];  // GR_UNIT * G
     const int j = int(blockIdx.y - 1) * 256 + threadIdx.x;
@@ -307,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
     __shared__ float gr_inv[GR_UNIT];
     const int c = int(blockIdx.y - 1) * 256 + threadIdx.x;
     // Walk -1: the weight's gradient; walks 2t, 2t + 1: table row t's dshift, dscale.
-    for (long long walk = GR_HAS_W ? -1 : 0; walk < 2 * table_rows; ++walk) {
+    for (long long walk = GR_DW ? -1 : 0; walk < 2 * table_rows; ++walk) {
       const long long tt = walk < 0 ? -1 : walk / 2;
       const float total = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
         gr_unit_inv<GR_X_BF>(gr_inv, x, u, u1, 1, GR_H, GR_EPS);
@@ -329,7 +331,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
       });
       if (c < GR_H) {
         if (walk < 0) {
-#if GR_HAS_W
+#if GR_DW
           ((float *)dw)[c] = total;
 #endif
         } else {
@@ -416,6 +418,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
       ((float *)dtemb)[i] = __fmul_rn(acc, gr_silu_derivative(((const float *)temb)[i]));
     }
   } else if (blockIdx.y == 1) {
+#if GR_DW
     for (long long i = GR_TID; i < (long long)GR_N * GR_K; i += GR_STRIDE) {
       const long long n = i / GR_K, e = i % GR_K;
       ((float *)dw)[i] = gr_fold_units(1, ts, [&](long long u, long long u1) {
@@ -431,6 +434,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
         return acc;
       });
     }
+#endif
   } else {
 #if GR_BIAS
     for (long long n = GR_TID; n < GR_N; n += GR_STRIDE)

@@ -4,6 +4,7 @@
 // the batch or the row order: the row reductions walk each item's canonical rows in the contract's units.
 #include "emit_parts.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace h3c::kernels {
@@ -26,7 +27,14 @@ plan::GridDim blocks(const Extent &units, int64_t perBlock) { return dim(units, 
 
 plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
-  const size_t fw = plan::outputRoles(v.op.kind, a).size();  // the first weight gradient among the outputs
+  // The weight gradients follow the activation outputs, one per op.grads entry (the trained tensors, section 14): the
+  // output position of tensor t's gradient, or -1 when t is frozen.
+  const int64_t fw = int64_t(plan::outputRoles(v.op.kind, a).size());
+  auto gradAt = [&](const std::vector<std::string> &names) -> int64_t {
+    if (names.empty()) return -1;
+    auto it = std::find(v.op.grads.begin(), v.op.grads.end(), names[0]);
+    return it == v.op.grads.end() ? -1 : fw + int64_t(it - v.op.grads.begin());
+  };
   Builder b;
   Params p;
   const Extent rows = v.rowsOfIn(0);
@@ -61,18 +69,19 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     break;
   case OpKind::LinearGradW: {
     kind = "GR_LINEAR_W";
-    const bool bias = !v.op.biases.empty();
+    const int64_t dwAt = gradAt(v.op.weights), biasAt = gradAt(v.op.biases);
     p.in("g", 0);
     p.in("x", 1);
-    p.out("dw", int64_t(fw));
-    if (bias) p.out("dbias", int64_t(fw) + 1);
+    if (dwAt >= 0) p.out("dw", dwAt);
+    if (biasAt >= 0) p.out("dbias", biasAt);
     itemScalars(p, v, 0);
     b.def("GR_N", a.N);
     b.def("GR_K", a.K);
     b.def("GR_W_F32", a.wDtype == DType::F32 ? 1 : 0);
     b.def("GR_X_BF", bf(v.in(1)));
-    b.def("GR_BIAS", bias ? 1 : 0);
-    l = launch(256, 0, blocks(Extent::constant(a.N * a.K), 256), dim(Extent::constant(bias ? 2 : 1)));
+    b.def("GR_DW", dwAt >= 0 ? 1 : 0);
+    b.def("GR_BIAS", biasAt >= 0 ? 1 : 0);
+    l = launch(256, 0, blocks(Extent::constant(dwAt >= 0 ? a.N * a.K : a.N), 256), dim(Extent::constant(2)));
     name += fmt::format("_n{}_k{}", a.N, a.K);
     break;
   }
@@ -118,24 +127,27 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   case OpKind::RmsNormGrad: {
     kind = "GR_RMS_NORM";
     const bool w = !v.op.weights.empty();
+    const int64_t dwAt = gradAt(v.op.weights);
     if (a.group <= 0 || a.cols % a.group) fail(v.where, "{} columns are no whole number of {}-channel groups", a.cols, a.group);
     const int64_t groups = a.cols / a.group;
     p.in("dy", 0);
     p.in("x", 1);
     if (w) p.weight("w", 0);
     p.out("dx", 0);
-    if (w) p.out("dw", int64_t(fw));
+    if (dwAt >= 0) p.out("dw", dwAt);
     p.scalar("rows", rows);
     itemScalars(p, v, 1);
+    b.def("GR_DW", dwAt >= 0 ? 1 : 0);
     b.def("GR_COLS", a.cols);
     b.def("GR_G", a.group);
     b.def("GR_EPS", floatLit(a.eps));
     b.def("GR_HAS_W", w ? 1 : 0);
     b.def("GR_W_BF", weightBf());
     b.def("GR_X_BF", bf(v.in(1)));
-    const int64_t smem = w ? 128 * groups * 4 : 0;  // a unit's inverse RMS per (row, group)
+    const int64_t smem = dwAt >= 0 ? 128 * groups * 4 : 0;  // a unit's inverse RMS per (row, group)
     if (smem > 48 * 1024) fail(v.where, "{} groups per row need {} bytes of shared memory (at most 49152)", groups, smem);
-    l = launch(256, smem, blocks(rows.scaled(groups), 8), dim(Extent::constant(w ? 1 + (a.group + 255) / 256 : 1)));
+    l = launch(256, smem, blocks(rows.scaled(groups), 8),
+               dim(Extent::constant(dwAt >= 0 ? 1 + (a.group + 255) / 256 : 1)));
     name += fmt::format("_c{}_g{}", a.cols, a.group);
     break;
   }
@@ -143,6 +155,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   case OpKind::GateResidualGrad: {
     const bool modulate = v.op.kind == OpKind::NormModulateGrad;
     const bool w = modulate && !v.op.weights.empty();
+    const int64_t dwAt = modulate ? gradAt(v.op.weights) : -1;
     const int rpt = plan::rowsPerTimestep(a.rowIndex);
     kind = modulate ? "GR_NORM_MODULATE" : "GR_GATE_RESIDUAL";
     p.in(modulate ? "dy" : "dz", 0);
@@ -153,7 +166,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     if (w) p.weight("w", 0);
     p.out(modulate ? "dx" : "dy", 0);
     p.out("dtable", 1);
-    if (w) p.out("dw", int64_t(fw));
+    if (dwAt >= 0) p.out("dw", dwAt);
     p.scalar("rows", rows);
     itemScalars(p, v, 1);
     p.scalar("meta_rows", v.rowsOfIn(3));
@@ -166,6 +179,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     if (modulate) {
       b.def("GR_EPS", floatLit(a.eps));
       b.def("GR_HAS_W", w ? 1 : 0);
+      b.def("GR_DW", dwAt >= 0 ? 1 : 0);
       b.def("GR_W_BF", weightBf());
       b.def("GR_X_BF", bf(v.in(1)));
       b.def("GR_SCALE", a.scaleChunk);
@@ -242,19 +256,20 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   }
   case OpKind::AdalnTableGrad: {
     kind = "GR_ADALN_TABLE";
-    const bool bias = !v.op.biases.empty();
+    const int64_t dwAt = gradAt(v.op.weights), biasAt = gradAt(v.op.biases);
     if (a.wDtype != DType::BF16) fail(v.where, "the AdaLN table's weight must be bf16");
     p.in("dtable", 0);
     p.in("temb", 1);
     p.weight("w", 0);
     p.out("dtemb", 0);
-    p.out("dw", int64_t(fw));
-    if (bias) p.out("dbias", int64_t(fw) + 1);
+    if (dwAt >= 0) p.out("dw", dwAt);
+    if (biasAt >= 0) p.out("dbias", biasAt);
     p.scalar("ts", v.rowsOfIn(1));
     b.def("GR_N", a.N);
     b.def("GR_K", a.K);
-    b.def("GR_BIAS", bias ? 1 : 0);
-    l = launch(256, 0, blocks(Extent::constant(a.N * a.K), 256), dim(Extent::constant(bias ? 3 : 2)));
+    b.def("GR_DW", dwAt >= 0 ? 1 : 0);
+    b.def("GR_BIAS", biasAt >= 0 ? 1 : 0);
+    l = launch(256, 0, blocks(Extent::constant(a.N * a.K), 256), dim(Extent::constant(3)));
     name += fmt::format("_n{}_k{}", a.N, a.K);
     break;
   }

@@ -2,10 +2,12 @@
 // reverse and each emits its gradient ops into `func @backward`; a value read by several ops gets the h3.grad_add of
 // their parts in that visiting order (the contract's order for several consumers). Forward values the gradient ops
 // read become the backward's arguments under their forward names (saved activations: the plan's two functions share
-// them), so nothing here recomputes or copies a forward value.
+// them), so nothing here recomputes or copies a forward value. An unmerged LoRA path (h3-lora) is two more GEMMs
+// whose gradients are those of a linear; `trainable` leaves the gradients of frozen tensors out (section 14).
 #include "Common.h"
 #include "h3c/Passes/PlanOp.h"
 #include "h3c/Passes/Passes.h"
+#include "h3c/plan/trainable.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
@@ -42,7 +44,23 @@ bool differentiable(Value v) {
 // of every forward value so far.
 class Builder {
 public:
-  Builder(func::FuncOp bwd) : bwd_(bwd), b_(bwd.getContext()) { b_.setInsertionPointToEnd(&bwd.getBody().front()); }
+  Builder(func::FuncOp bwd, std::vector<std::string> trainable, std::set<std::string> adapters)
+      : bwd_(bwd), b_(bwd.getContext()), trainable_(std::move(trainable)), adapters_(std::move(adapters)) {
+    b_.setInsertionPointToEnd(&bwd.getBody().front());
+  }
+
+  // Whether tensor `t` gets a gradient (plan/trainable.h).
+  bool trains(StringRef t) const {
+    return h3c::plan::trains(trainable_, t.str(), adapters_.count(t.str()) != 0);
+  }
+  // "grad:<tensor>" for each trained tensor of `weight`, then of `bias`.
+  ArrayAttr gradNames(ArrayAttr weight, ArrayAttr bias) {
+    std::vector<std::string> n;
+    for (ArrayAttr a : {weight, bias})
+      for (Attribute t : a)
+        if (trains(cast<StringAttr>(t).getValue())) n.push_back("grad:" + cast<StringAttr>(t).str());
+    return h3c::passes::strArray(b_, n);
+  }
 
   OpBuilder &b() { return b_; }
   MLIRContext *ctx() { return bwd_.getContext(); }
@@ -117,18 +135,12 @@ public:
 private:
   func::FuncOp bwd_;
   OpBuilder b_;
+  std::vector<std::string> trainable_;
+  std::set<std::string> adapters_;  // the module's adapter slots (h3.adapter_slots)
   DenseMap<Value, Value> saved_, grads_;
   SmallVector<Attribute> argNames_;
   std::set<std::string> names_;
 };
-
-// "grad:<tensor>" for each weight, then each bias tensor of an op.
-ArrayAttr gradNames(OpBuilder &b, ArrayAttr weight, ArrayAttr bias) {
-  std::vector<std::string> n;
-  for (ArrayAttr a : {weight, bias})
-    for (Attribute t : a) n.push_back("grad:" + cast<StringAttr>(t).str());
-  return h3c::passes::strArray(b, n);
-}
 
 // Sets the contract's order on a new reducing gradient op.
 template <class OpT>
@@ -183,24 +195,59 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
     // rms_norm (group = the row) and qk_norm (group = head_dim): one gradient op.
     auto normGrad = [&](Value x, Value y, IntegerAttr group, FloatAttr eps, ArrayAttr weight) {
       auto d = ordered(RmsNormGradOp::create(b, loc, bb.gradType(x), bb.grad(y), bb.saved(x), group, eps, weight,
-                                             gradNames(b, weight, b.getArrayAttr({})), OrderAttr(), nodes,
+                                             bb.gradNames(weight, b.getArrayAttr({})), OrderAttr(), nodes,
                                              names({x})));
       bb.accumulate(x, d.getDx(), node);
       return success();
     };
     return llvm::TypeSwitch<Operation *, LogicalResult>(op)
         .Case<LinearOp>([&](LinearOp l) {
-          if (l.getEpilogue() != Epilogue::none || l.getLoraK())
-            return unsupported("is a fused linear (an epilogue or a LoRA path): differentiate the unfused graph "
-                               "(before h3-fuse and h3-lora)");
+          if (l.getEpilogue() != Epilogue::none)
+            return unsupported("is a fused linear (an epilogue): differentiate the unfused graph (before h3-fuse)");
           Value g = bb.grad(l.getY()), x = l.getX();
-          ordered(LinearGradWOp::create(b, loc, g, bb.saved(x), l.getKAttr(), l.getNAttr(), l.getWeight(),
-                                        l.getBias(), gradNames(b, l.getWeight(), l.getBias()), OrderAttr(), nodes,
-                                        b.getArrayAttr({})));
+          // With an unmerged LoRA path the last weight is the up slot and the last operand t = lora_down(x): the
+          // chain over [x | t] against [W | up] is two GEMMs, each differentiated as a linear.
+          ArrayAttr weight = l.getWeight();
+          if (l.getLoraK()) {
+            if (weight.size() != 2 || l.getEpilogueOperands().size() != 1)
+              return unsupported("has a LoRA path but not one weight and one lora_t operand beside x");
+            weight = b.getArrayAttr({l.getWeight()[0]});
+          }
+          if (ArrayAttr grads = bb.gradNames(weight, l.getBias()); !grads.empty())
+            ordered(LinearGradWOp::create(b, loc, g, bb.saved(x), l.getKAttr(), l.getNAttr(), weight, l.getBias(),
+                                          grads, OrderAttr(), nodes, b.getArrayAttr({})));
+          if (l.getLoraK()) {
+            Value t = l.getEpilogueOperands()[0];
+            ArrayAttr up = b.getArrayAttr({l.getWeight()[1]});
+            IntegerAttr L = b.getI64IntegerAttr(int64_t(*l.getLoraK()));
+            if (ArrayAttr grads = bb.gradNames(up, b.getArrayAttr({})); !grads.empty())
+              ordered(LinearGradWOp::create(b, loc, g, bb.saved(t), L, l.getNAttr(), up, b.getArrayAttr({}), grads,
+                                            OrderAttr(), nodes, b.getArrayAttr({})));
+            auto dt = ordered(LinearGradXOp::create(b, loc, bb.gradType(t), g, L, l.getNAttr(), up, OrderAttr(),
+                                                    nodes, names({t})));
+            bb.accumulate(t, dt.getDx(), node);
+          }
           if (!differentiable(x)) return success();  // the time embedder's sinusoid: no dx
           auto dx = ordered(LinearGradXOp::create(b, loc, bb.gradType(x), g, l.getKAttr(), l.getNAttr(),
-                                                  l.getWeight(), OrderAttr(), nodes, names({x})));
+                                                  weight, OrderAttr(), nodes, names({x})));
           bb.accumulate(x, dx.getDx(), node);
+          return success();
+        })
+        .Case<LoraDownOp>([&](LoraDownOp d) {
+          // t = bf(x down^T): the rounding passes dt through; dx's part and the down slot's gradient as a linear's.
+          // The ops name the base linear's node (the adapter is no node: section 13), the one op that reads t.
+          Value t = d.getT(), x = d.getX();
+          if (!t.hasOneUse() || !isa<LinearOp>(*t.getUsers().begin()))
+            return unsupported("h3.lora_down: its result must be read by exactly one linear (its LoRA path)");
+          ArrayAttr base = (*t.getUsers().begin())->getAttrOfType<ArrayAttr>("nodes");
+          const std::string baseNode = firstNode(*t.getUsers().begin());
+          Value g = bb.grad(t);
+          if (ArrayAttr grads = bb.gradNames(d.getWeight(), b.getArrayAttr({})); !grads.empty())
+            ordered(LinearGradWOp::create(b, loc, g, bb.saved(x), d.getKAttr(), d.getNAttr(), d.getWeight(),
+                                          b.getArrayAttr({}), grads, OrderAttr(), base, b.getArrayAttr({})));
+          auto dx = ordered(LinearGradXOp::create(b, loc, bb.gradType(x), g, d.getKAttr(), d.getNAttr(),
+                                                  d.getWeight(), OrderAttr(), base, names({x})));
+          bb.accumulate(x, dx.getDx(), baseNode);
           return success();
         })
         .Case<ResidualOp>([&](ResidualOp r) {
@@ -237,7 +284,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
           auto d = ordered(NormModulateGradOp::create(
               b, loc, bb.gradType(n.getX()), bb.gradType(n.getTable()), bb.grad(n.getY()), bb.saved(n.getX()),
               bb.saved(n.getTable()), bb.saved(n.getRowMeta()), n.getEpsAttr(), n.getWeight(),
-              gradNames(b, n.getWeight(), b.getArrayAttr({})), n.getShiftChunkAttr(),
+              bb.gradNames(n.getWeight(), b.getArrayAttr({})), n.getShiftChunkAttr(),
               n.getScaleChunkAttr(), n.getNumChunksAttr(), n.getRowIndexAttr(), OrderAttr(), nodes,
               names({n.getX(), n.getTable()})));
           bb.accumulate(n.getX(), d.getDx(), node);
@@ -273,7 +320,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
           auto d = ordered(AdalnTableGradOp::create(
               b, loc, bb.gradType(t.getTemb()), bb.grad(t.getTable()), bb.saved(t.getTemb()), t.getKAttr(),
               t.getNAttr(), t.getRowsPerTimestepAttr(), t.getWeight(), t.getBias(),
-              gradNames(b, t.getWeight(), t.getBias()), OrderAttr(), nodes, names({t.getTemb()})));
+              bb.gradNames(t.getWeight(), t.getBias()), OrderAttr(), nodes, names({t.getTemb()})));
           bb.accumulate(t.getTemb(), d.getDtemb(), node);
           return success();
         })
@@ -301,6 +348,24 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
         });
   }
 
+  // Gradient ops whose results nothing reads and that compute no weight gradient (a frozen part's chain: the
+  // time embedder's when it and the AdaLN tables are frozen), then the saved values only they read.
+  static void removeDead(func::FuncOp bwd) {
+    Block &body = bwd.getBody().front();
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator()) ops.push_back(&op);
+    for (Operation *op : llvm::reverse(ops)) {  // readers before what they read
+      auto grads = op->getAttrOfType<ArrayAttr>("grads");
+      if (op->getNumResults() && op->use_empty() && (!grads || grads.empty())) op->erase();
+    }
+    llvm::BitVector unused(body.getNumArguments());
+    for (BlockArgument a : body.getArguments()) {
+      auto name = bwd.getArgAttrOfType<StringAttr>(a.getArgNumber(), "h3.name");
+      if (a.use_empty() && name && !name.getValue().starts_with("@grad:")) unused.set(a.getArgNumber());
+    }
+    if (unused.any()) (void)bwd.eraseArguments(unused);
+  }
+
   void runOnOperation() override {
     ModuleOp m = getOperation();
     func::FuncOp fwd = forwardOf(m);
@@ -309,7 +374,29 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
     mb.setInsertionPointAfter(fwd);
     auto bwd = func::FuncOp::create(mb, fwd.getLoc(), "backward", mb.getFunctionType({}, {}));
     bwd.addEntryBlock();
-    Builder bb(bwd);
+    std::vector<std::string> train(trainable.begin(), trainable.end());
+    if (train.empty()) train = {"*"};
+    for (const std::string &t : train)
+      if (t.empty()) {
+        m.emitError() << "h3-backward: an empty trainable pattern";
+        return signalPassFailure();
+      }
+    std::set<std::string> adapters;
+    if (auto slots = m->getAttrOfType<DictionaryAttr>("h3.adapter_slots"))
+      for (NamedAttribute s : slots) adapters.insert(s.getName().str());
+    // Every pattern selects a tensor some op reads (a typo would silently freeze what it meant to train).
+    std::set<std::string> tensors;
+    fwd.walk([&](Operation *op) {
+      for (const char *k : {"weight", "bias"})
+        if (auto a = op->getAttrOfType<ArrayAttr>(k))
+          for (Attribute t : a) tensors.insert(cast<StringAttr>(t).str());
+    });
+    for (const std::string &p : train)
+      if (llvm::none_of(tensors, [&](const std::string &t) { return h3c::plan::trains({p}, t, adapters.count(t) != 0); })) {
+        m.emitError() << "h3-backward: trainable pattern '" << p << "' selects no weight tensor of the module";
+        return signalPassFailure();
+      }
+    Builder bb(bwd, train, adapters);
     // The gradients of the forward's results (a value returned twice gets the sum of both).
     auto ret = cast<func::ReturnOp>(fwd.getBody().front().getTerminator());
     for (Value r : ret.getOperands())
@@ -321,6 +408,8 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
       if (failed(differentiate(op, bb))) return signalPassFailure();
     }
     bb.finish(fwd);
+    removeDead(bwd);
+    bwd->setAttr("h3.trainable", h3c::passes::strArray(mb, train));
     // Each weight's gradient is computed by one op: a tensor two ops read (tied weights) would need the sum of both
     // parts, which no gradient op computes yet.
     std::set<std::string> seen;

@@ -31,7 +31,11 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
   pm.addPass(createH3VerifyStrict(strict));
   // After the forward's verification (its gradient ops have no kernels yet), before the buffers: the backward's
   // values and its reads of saved activations are part of the one timeline h3-plan-buffers lays out.
-  if (o.backward) pm.addPass(createH3Backward());
+  if (o.backward) {
+    H3BackwardOptions bwd;
+    bwd.trainable.assign(o.trainable.begin(), o.trainable.end());
+    pm.addPass(createH3Backward(bwd));
+  }
   H3PlanBuffersOptions buffers;
   buffers.tokens = o.tokens;
   pm.addPass(createH3PlanBuffers(buffers));

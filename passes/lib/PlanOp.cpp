@@ -183,7 +183,10 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
 
   // The weight gradients a gradient op computes are values of the plan (F32, named grad:<tensor>), after its
   // activation gradients (plan::emitsWeightGrads).
-  for (const auto &g : weightGrads) r.out.push_back(g);
+  for (const auto &g : weightGrads) {
+    r.out.push_back(g);
+    r.grads.push_back(g.substr(std::string("grad:").size()));  // (the verifier checked the prefix)
+  }
 
   // Derived attrs the kernels read (docs/contract.md section 5.1).
   if (op->getNumResults() == 0) {  // linear_grad_w: its outputs are the weight gradients

@@ -1,5 +1,6 @@
 // The plan reader: strict and fail closed (io.h). Every problem is an h3c::Error whose `where` is the JSON pointer.
 #include "h3c/plan/io.h"
+#include "h3c/plan/trainable.h"
 
 #include "json_fields.h"
 
@@ -822,9 +823,14 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
     const bool backward = std::string(fname) == "backward";
     const std::string fw = root + "/functions/" + fname;
     const json &fj = fns[fname];
-    onlyKeys(fj, {"inputs", "outputs", "ops"}, fw);
+    if (backward) onlyKeys(fj, {"inputs", "outputs", "ops", "trainable"}, fw);
+    else onlyKeys(fj, {"inputs", "outputs", "ops"}, fw);
     Function fn;
     fn.name = fname;
+    if (backward) {
+      fn.trainable = strList(member(fj, "trainable", fw), fw + "/trainable");
+      checkTrainable(fn.trainable, fw + "/trainable");
+    }
     fn.inputs = strList(member(fj, "inputs", fw), fw + "/inputs");
     std::set<std::string> known;
     if (backward) {
@@ -868,9 +874,24 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       op.in = strList(member(o, "in", w), w + "/in");
       op.out = strList(member(o, "out", w), w + "/out");
       const json &ws = member(o, "weights", w);
-      onlyKeys(ws, {"weight", "bias"}, w + "/weights");
+      if (emitsWeightGrads(op.kind)) onlyKeys(ws, {"weight", "bias", "grads"}, w + "/weights");
+      else onlyKeys(ws, {"weight", "bias"}, w + "/weights");
       op.weights = strList(member(ws, "weight", w + "/weights"), w + "/weights/weight");
       op.biases = strList(member(ws, "bias", w + "/weights"), w + "/weights/bias");
+      // A gradient op's weight gradients: a subsequence of its weights then biases (checkBackward ties it to the
+      // function's trainable patterns).
+      if (emitsWeightGrads(op.kind)) {
+        op.grads = strList(member(ws, "grads", w + "/weights"), w + "/weights/grads");
+        std::vector<std::string> listed(op.weights);
+        listed.insert(listed.end(), op.biases.begin(), op.biases.end());
+        size_t next = 0;
+        for (size_t g = 0; g < op.grads.size(); ++g) {
+          while (next < listed.size() && listed[next] != op.grads[g]) ++next;
+          if (next++ == listed.size())
+            fail(w + "/weights/grads/" + std::to_string(g), "'{}' is not the next of the op's weight, then bias "
+                 "tensors (each at most once, in that order)", op.grads[g]);
+        }
+      }
       for (const auto *list : {&op.weights, &op.biases})
         for (const auto &t : *list)
           if (!tensorNames.count(t)) fail(w + "/weights", "tensor '{}' is in no weight buffer (#/weights)", t);
@@ -879,9 +900,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       // Fixed operand positions: the arity follows from the kind and its attrs (and, for an op that emits weight
       // gradients, one output per tensor it lists).
       auto inRoles = inputRoles(op.kind, op.attrs), outRoles = outputRoles(op.kind, op.attrs);
-      if (emitsWeightGrads(op.kind))
-        for (const auto *list : {&op.weights, &op.biases})
-          for (const auto &t : *list) outRoles.push_back("grad:" + t);
+      for (const auto &t : op.grads) outRoles.push_back("grad:" + t);
       if (op.in.size() != inRoles.size())
         fail(w + "/in", "a '{}' op takes {} inputs ({}), got {}", kind, inRoles.size(), fmt::join(inRoles, ", "),
              op.in.size());

@@ -5,9 +5,13 @@
 //   - the forward values it reads (saved activations) are the ones the node's forward op read or wrote;
 //   - every operand has the width its attrs imply, every gradient is F32, and every weight gradient is an F32
 //     value of the tensor's element count (rows "1");
+//   - a linear_grad_x / _w over an adapter slot differentiates the unmerged LoRA path of its node's forward linear
+//     (section 13): the up slot against that linear's lora_t, the down slot against the lora_down's x;
+//   - every op emits the gradients of exactly its trained tensors (the function's `trainable`, plan/trainable.h);
 //   - the inputs are the gradients of the forward's outputs, the outputs exactly the gradients of the three
-//     activation inputs and of every weight tensor, each tensor's gradient emitted by exactly one op.
+//     activation inputs and of every trained weight tensor, each tensor's gradient emitted by exactly one op.
 #include "h3c/plan/plan.h"
+#include "h3c/plan/trainable.h"
 
 #include "h3c/models/fingerprint.h"
 #include "h3c/support/error.h"
@@ -43,6 +47,10 @@ struct Checker {
   const Plan &p;
   std::map<std::string, const h3::Node *> nodes;
   std::map<std::string, const Op *> forwardOf;  // node id -> the forward op implementing it
+  std::map<std::string, const Op *> loraDownOf;  // a lora_down's output value -> that op
+  std::vector<std::string> trainable;            // functions.backward.trainable
+
+  bool trained(const std::string &t) const { return trains(trainable, t, p.weightTensor(t).adapter); }
 
   // Operand `k` of `list` (in or out) has `cols` columns.
   void width(const Op &op, bool out, size_t k, int64_t cols) const {
@@ -77,6 +85,33 @@ struct Checker {
       fail(op.where + "/attrs/" + key, "is {} but the forward op of {} has {}", got, op.firstNode(), want);
   }
 
+  // A linear_grad_x / _w over adapter slot op.weights[0]: the up slot of forward linear f (the GEMM over lora_t,
+  // K = lora_k) or the down slot of the lora_down whose output f reads as lora_t (K = x's width, N = lora_k).
+  void checkLora(const Op &op, const Op &f) const {
+    const OpAttrs &a = op.attrs;
+    const std::string &slot = op.weights[0];
+    if (f.kind != OpKind::Linear || f.attrs.loraK == 0 || f.weights.empty() || f.in.empty())
+      fail(op.where + "/weights", "adapter slot '{}': the forward op of {} has no LoRA path", slot, op.firstNode());
+    auto d = loraDownOf.find(f.in.back());
+    if (d == loraDownOf.end()) fail(op.where, "the LoRA input of {}'s forward op is no lora_down output", op.firstNode());
+    const bool up = slot == f.weights.back();
+    if (!up && slot != d->second->weights.at(0))
+      fail(op.where + "/weights", "'{}' is neither the up nor the down slot of {}'s LoRA path", slot, op.firstNode());
+    const int64_t K = up ? f.attrs.loraK : d->second->attrs.K, N = up ? f.attrs.N : d->second->attrs.N;
+    if (a.K != K || a.N != N)
+      fail(op.where + "/attrs", "K {} and N {} are not those of the {} slot's GEMM, {} and {}", a.K, a.N,
+           up ? "up" : "down", K, N);
+    width(op, false, 0, N);
+    if (op.kind == OpKind::LinearGradX) {
+      width(op, true, 0, K);
+      sameRows(op, {0}, {0});
+    } else {
+      saved(op, 1, up ? f.in.back() : d->second->in.at(0));
+      width(op, false, 1, K);
+      sameRows(op, {0, 1}, {});
+    }
+  }
+
   void check(const Op &op) const {
     const OpAttrs &a = op.attrs;
     if (op.kernel && !p.kernels.count(*op.kernel)) fail(op.where + "/kernel", "unknown kernel");
@@ -89,14 +124,33 @@ struct Checker {
     if (!kinds.empty() && !kinds.count(n.kind))
       fail(op.where + "/nodes/0", "a '{}' op differentiates a node of kind {}, '{}' is {}", opKindName(op.kind),
            *kinds.begin(), n.id, n.kind);
-    // The tensors: those of the node (linear_grad_x reads the weight only; only the weight-gradient ops list them).
+    // The tensors: those of the node (linear_grad_x reads the weight only; only the weight-gradient ops list them),
+    // or one adapter slot of the node's LoRA path (checked with the path below).
+    const bool lora = (op.kind == OpKind::LinearGradX || op.kind == OpKind::LinearGradW) && op.weights.size() == 1 &&
+                      p.weightTensor(op.weights[0]).adapter;
     std::vector<std::string> w, b;
-    for (const auto &t : n.tensors) (isBias(t) ? b : w).push_back(t);
-    if (op.kind == OpKind::LinearGradX) b.clear();
-    if (op.kind != OpKind::LinearGradX && !emitsWeightGrads(op.kind)) w.clear(), b.clear();
+    if (!lora) {
+      for (const auto &t : n.tensors) (isBias(t) ? b : w).push_back(t);
+      if (op.kind == OpKind::LinearGradX) b.clear();
+      if (op.kind != OpKind::LinearGradX && !emitsWeightGrads(op.kind)) w.clear(), b.clear();
+    } else {
+      w = op.weights;
+    }
     if (op.weights != w || op.biases != b)
       fail(op.where + "/weights", "expected weight [{}] and bias [{}] (the tensors of {})", fmt::join(w, ", "),
            fmt::join(b, ", "), n.id);
+    // The gradients it emits: its trained tensors, weights then biases.
+    if (emitsWeightGrads(op.kind)) {
+      std::vector<std::string> g;
+      for (const auto *list : {&w, &b})
+        for (const auto &t : *list)
+          if (trained(t)) g.push_back(t);
+      if (op.grads != g)
+        fail(op.where + "/weights/grads", "is [{}], but the function's trainable [{}] selects [{}] of the op's tensors",
+             fmt::join(op.grads, ", "), fmt::join(trainable, ", "), fmt::join(g, ", "));
+      if (op.kind == OpKind::LinearGradW && g.empty())
+        fail(op.where + "/weights/grads", "a linear_grad_w of frozen tensors only computes nothing");
+    }
     for (size_t k = 0; k < op.out.size(); ++k)
       if (p.value(op.out[k]).dtype != DType::F32)
         fail(op.where + "/out/" + std::to_string(k), "a gradient is F32, '{}' is {}", op.out[k],
@@ -104,7 +158,7 @@ struct Checker {
     // The weight gradients after the activation outputs: F32 values of each tensor's element count.
     const size_t first = outputRoles(op.kind, a).size();
     for (size_t k = first; k < op.out.size(); ++k) {
-      const std::string &t = k - first < op.weights.size() ? op.weights[k - first] : op.biases[k - first - op.weights.size()];
+      const std::string &t = op.grads.at(k - first);
       const Value &v = p.value(op.out[k]);
       if (v.rows != Domain::One || v.batch || v.cols != p.weightTensor(t).numel())
         fail(op.where + "/out/" + std::to_string(k), "the gradient of '{}' is an F32 value of rows \"1\" and {} columns",
@@ -122,6 +176,7 @@ struct Checker {
     if (fit == forwardOf.end()) fail(op.where + "/nodes/0", "no forward op implements '{}'", n.id);
     const Op &f = *fit->second;
     const OpAttrs &fa = f.attrs;
+    if (lora) return checkLora(op, f);
     switch (op.kind) {
     case OpKind::LinearGradX:
     case OpKind::LinearGradW:
@@ -262,13 +317,19 @@ void checkBackward(const Plan &p, const h3::Fingerprint &model, const std::strin
   // The backward of the unfused single-rank forward (h3-backward refuses the rest).
   if (p.options.fuse || p.options.sp != 1 || p.options.tp != 1)
     fail(fw, "a backward is written for the unfused one-rank forward (options fuse false, sp 1, tp 1)");
-  for (const auto &b : p.weights)
-    for (const auto &t : b.tensors)
-      if (t.adapter) fail(fw, "a plan with a backward has no LoRA adapter slots ('{}')", t.name);
-  backward_check::Checker c{p, {}, {}};
+  backward_check::Checker c{p, {}, {}, {}, bwd.trainable};
+  // Every pattern selects a tensor (a typo would silently freeze what it meant to train).
+  for (size_t i = 0; i < bwd.trainable.size(); ++i) {
+    bool any = false;
+    for (const auto &b : p.weights)
+      for (const auto &t : b.tensors) any = any || trains({bwd.trainable[i]}, t.name, t.adapter);
+    if (!any) fail(fw + "/trainable/" + std::to_string(i), "'{}' selects no weight tensor of the plan", bwd.trainable[i]);
+  }
   for (const auto &n : model.nodes) c.nodes[n.id] = &n;
-  for (const Op &op : fwd.ops)
+  for (const Op &op : fwd.ops) {
     for (const auto &n : op.nodes) c.forwardOf[n] = &op;
+    if (op.kind == OpKind::LoraDown) c.loraDownOf[op.out.at(0)] = &op;
+  }
   std::set<std::string> bwdInputs;
   for (size_t i = 0; i < bwd.inputs.size(); ++i) {
     const Value &g = p.value(bwd.inputs[i]);
@@ -284,19 +345,21 @@ void checkBackward(const Plan &p, const h3::Fingerprint &model, const std::strin
     c.check(op);
     if (!emitsWeightGrads(op.kind)) continue;
     size_t k = outputRoles(op.kind, op.attrs).size();
-    for (const auto *list : {&op.weights, &op.biases})
-      for (const auto &t : *list)
-        if (!gradOf.emplace("grad:" + t, op.out[k++]).second)
-          fail(op.where + "/weights", "the gradient of '{}' is emitted twice", t);
+    for (const auto &t : op.grads)
+      if (!gradOf.emplace("grad:" + t, op.out[k++]).second)
+        fail(op.where + "/weights", "the gradient of '{}' is emitted twice", t);
   }
-  // Outputs: the activation inputs' gradients and every tensor's, each the value the backward computed for it.
+  // Outputs: the activation inputs' gradients and every trained tensor's, each the value the backward computed.
   std::set<std::string> want;
   for (const char *in : {"@hidden_states", "@audio_hidden_states", "@encoder_hidden_states"}) want.insert(std::string("grad:") + in);
   for (const auto &b : p.weights)
-    for (const auto &t : b.tensors) want.insert("grad:" + t.name);
+    for (const auto &t : b.tensors)
+      if (c.trained(t.name)) want.insert("grad:" + t.name);
   for (const auto &[key, v] : bwd.outputs) {
     const std::string w = fw + "/outputs/" + key;
-    if (!want.count(key)) fail(w, "is neither the gradient of an activation input nor of a weight tensor of the plan");
+    if (!want.count(key))
+      fail(w, "is neither the gradient of an activation input nor of a weight tensor the plan trains (trainable [{}])",
+           fmt::join(bwd.trainable, ", "));
     if (key.rfind("grad:@", 0) == 0) {
       const Value &x = p.value(key.substr(5)), &g = p.value(v);
       if (g.dtype != DType::F32 || g.rows != x.rows || g.cols != x.cols || g.batch != x.batch)

@@ -168,11 +168,13 @@ json kernelToJson(const Kernel &k) {
 }
 
 json opToJson(const Op &op) {
+  json weights = {{"weight", op.weights}, {"bias", op.biases}};
+  if (emitsWeightGrads(op.kind)) weights["grads"] = op.grads;
   return {{"op", opKindName(op.kind)},
           {"nodes", op.nodes},
           {"in", op.in},
           {"out", op.out},
-          {"weights", {{"weight", op.weights}, {"bias", op.biases}}},
+          {"weights", weights},
           {"attrs", attrsToJson(op)},
           {"order", orderToJson(op.order)},
           {"kernel", op.kernel ? json(*op.kernel) : json(nullptr)}};
@@ -226,6 +228,7 @@ json planToJson(const Plan &p) {
     json ops = json::array();
     for (const auto &op : fn.ops) ops.push_back(opToJson(op));
     fns[name] = {{"inputs", fn.inputs}, {"outputs", fn.outputs}, {"ops", ops}};
+    if (name == "backward") fns[name]["trainable"] = fn.trainable;
   }
   j["functions"] = fns;
   json kernels = json::object();

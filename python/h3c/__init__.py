@@ -39,6 +39,10 @@ function (fixed-order F32 gradients, bitwise reproducible) on the loss's gradien
 outputs and fills the activations' and the parameters' `.grad`. The forward's outputs are the bits of a plain forward.
 After an optimizer step, `transformer.push_parameters()` writes the master copies into the engine (an update:
 rounded to bfloat16 to nearest even), so the next forward (a rollout) runs with the stepped weights.
+LoRA training: a plan compiled with `--backward --lora-rank R --trainable lora` trains the unmerged adapter slots
+only (base weights frozen: no gradient op works for them); `transformer.parameters("lora")` gives the slots' master
+copies (`<module>.lora_down` [R, in], `<module>.lora_up` [out, R], zero until set: initialise them under
+torch.no_grad() and push_parameters()), whose `.grad` the backward fills; the scale is part of the up slot's values.
 The sampler (`Scheduler`, `sde_step`, `philox_normals`) and the trajectory tools (`verify_trajectory`, `drift`) are
 thin wrappers over the same C++ as `h3c generate` and `h3c trajectory`.
 """
@@ -250,19 +254,34 @@ class Transformer:
             return x, torch.cuda.current_stream(x.device).cuda_stream
 
     def parameters(self, pattern="*"):
-        """Float32 master copies of the weights whose diffusers names match `pattern` (fnmatch; a list of patterns
-        takes the union), as {name: leaf torch tensor with requires_grad}, registered as this transformer's trainable
-        parameters (a second call replaces the set). A forward under grad mode then fills their `.grad` (see the
-        module's "Training"); the engine itself keeps running its own bfloat16 weights until push_parameters()."""
+        """Float32 master copies of the weights the plan trains whose names match `pattern` (fnmatch over plan names:
+        diffusers names and the adapter slots'; "lora" selects the adapter slots, as `h3c compile --trainable lora`;
+        a list of patterns takes the union), as {name: leaf torch tensor with requires_grad}, registered as this
+        transformer's trainable parameters (a second call replaces the set). A forward under grad mode then fills
+        their `.grad` (see the module's "Training"); the engine itself keeps running its own bfloat16 weights until
+        push_parameters(). A pattern that selects only tensors the plan freezes (its backward computes no gradient of
+        them: `h3c compile --trainable`) raises h3c.Error naming them."""
         import fnmatch
         import torch
         if not self._engine.has_backward:
             raise _error("parameters", "the plan has no backward function: compile it with `h3c compile --backward`")
         pats = [pattern] if isinstance(pattern, str) else list(pattern)
         shapes, dtypes = self._engine.weight_shapes, self._engine.weight_dtypes
-        names = [n for n in sorted(shapes) if any(fnmatch.fnmatchcase(n, p) for p in pats)]
-        if not names:
+        slots, trained = set(self._engine.adapter_slots), set(self._engine.trainable_weights)
+
+        def selects(p, n):
+            return n in slots if p == "lora" else fnmatch.fnmatchcase(n, p)
+        if not any(selects(p, n) for p in pats for n in shapes):
             raise _error("parameters", f"no weight matches {pats}")
+        names = []
+        for p in pats:
+            hit = [n for n in sorted(shapes) if selects(p, n)]
+            if hit and not any(n in trained for n in hit):
+                raise _error("parameters", f"{p!r} selects only tensors this plan freezes (e.g. {hit[0]!r}; it "
+                             f"trains {self._engine.trainable_patterns}: compile with `h3c compile --backward "
+                             f"--trainable ...`)")
+            names += [n for n in hit if n in trained and n not in names]
+        names.sort()
         params = {}
         for n in names:
             raw = bytearray(self._engine.read_weight(n))

@@ -342,7 +342,7 @@ public:
   // reference, or the GPU executor's gradient kernels on its device weights). host: the ten request tensors (host tensors);
   // grad_sample / grad_audio_sample: the loss's gradients with respect to the two outputs (F32, their shapes).
   // Returns (outputs, input gradients, weight gradients): the forward's (sample, audio_sample), and dicts of F32
-  // Arrays by name (the three activations; every weight tensor of the plan by diffusers name).
+  // Arrays by name (the three activations; every weight tensor the plan trains, by plan name).
   py::tuple backward(const py::dict &host, const py::object &gradSample, const py::object &gradAudio) {
     std::unique_lock<std::mutex> lock = lockEngine();
     const std::vector<std::unique_ptr<Imported>> held =
@@ -501,6 +501,26 @@ public:
   }
   std::string planSha() const { return plan_.planSha256; }
   bool hasBackward() const { return plan_.functions.count("backward") > 0; }
+  // The tensors the plan's backward trains (their gradients exist: `h3c compile --trainable`, docs/contract.md
+  // section 14), and the plan's unmerged LoRA adapter slots (section 13); both by plan name, sorted.
+  std::vector<std::string> trainableWeights() const {
+    std::vector<std::string> v;
+    if (const plan::Function *b = plan_.backward())
+      for (const auto &[key, value] : b->outputs)
+        if (key.rfind("grad:@", 0) != 0) v.push_back(key.substr(5));
+    return v;
+  }
+  std::vector<std::string> trainablePatterns() const {
+    return plan_.backward() ? plan_.backward()->trainable : std::vector<std::string>{};
+  }
+  std::vector<std::string> adapterSlots() const {
+    std::vector<std::string> v;
+    for (const auto &b : plan_.weights)
+      for (const auto &t : b.tensors)
+        if (t.adapter) v.push_back(t.name);
+    std::sort(v.begin(), v.end());
+    return v;
+  }
   std::string configJson() const { return h3::configToJson(plan_.config).dump(); }
   std::string weightsJson() const { return weights_->describe().dump(); }
   int64_t forwards() const { return engine_->forwards(); }
@@ -606,6 +626,9 @@ PYBIND11_MODULE(_h3c, m) {
       .def_property_readonly("output_channels", &PyEngine::outputChannels)
       .def_property_readonly("plan_sha256", &PyEngine::planSha)
       .def_property_readonly("has_backward", &PyEngine::hasBackward)
+      .def_property_readonly("trainable_weights", &PyEngine::trainableWeights)
+      .def_property_readonly("trainable_patterns", &PyEngine::trainablePatterns)
+      .def_property_readonly("adapter_slots", &PyEngine::adapterSlots)
       .def_property_readonly("config_json", &PyEngine::configJson)
       .def_property_readonly("weights_json", &PyEngine::weightsJson)
       .def_property_readonly("forwards", &PyEngine::forwards)

@@ -59,8 +59,14 @@ struct GradCtx {
     return w;
   }
   bool f32Weight(const std::string &name) const { return env.weights.spec(name).dtype == DType::F32; }
-  // The weight gradients follow the activation outputs (plan::emitsWeightGrads).
-  size_t firstWeightGrad() const { return plan::outputRoles(op.kind, op.attrs).size(); }
+  // The weight gradients follow the activation outputs (plan::emitsWeightGrads), one per op.grads entry: the trained
+  // tensors only (a frozen one's gradient is never computed).
+  // Writes tensor's gradient into its output, computing it only when the op emits it.
+  template <class F>
+  void weightGrad(const std::string &tensor, F &&compute) {
+    auto it = std::find(op.grads.begin(), op.grads.end(), tensor);
+    if (it != op.grads.end()) out(plan::outputRoles(op.kind, op.attrs).size() + size_t(it - op.grads.begin()), compute());
+  }
 };
 
 // Operands that hold a gradient and the activation it belongs to row for row (dy and x, ...) have one shape, so a
@@ -132,10 +138,11 @@ void linearGradW(GradCtx &cx) {
   sameRows(cx, {&g, &x});
   const grad::ItemRows items = itemsOf(g);
   const std::string &w = cx.op.weights.at(0);
-  size_t k = cx.firstWeightGrad();
-  cx.out(k++, cx.f32Weight(w) ? grad::linearDwF32(g.f.data(), x.f.data(), items, a.N, a.K, cx.env.threads)
-                              : grad::linearDw(g.f.data(), x.f.data(), items, a.N, a.K, cx.env.threads));
-  if (!cx.op.biases.empty()) cx.out(k, grad::biasGrad(g.f.data(), items, a.N));
+  cx.weightGrad(w, [&] {
+    return cx.f32Weight(w) ? grad::linearDwF32(g.f.data(), x.f.data(), items, a.N, a.K, cx.env.threads)
+                           : grad::linearDw(g.f.data(), x.f.data(), items, a.N, a.K, cx.env.threads);
+  });
+  for (const std::string &b : cx.op.biases) cx.weightGrad(b, [&] { return grad::biasGrad(g.f.data(), items, a.N); });
 }
 
 void rmsNormGrad(GradCtx &cx) {
@@ -144,10 +151,10 @@ void rmsNormGrad(GradCtx &cx) {
   sameRows(cx, {&dy, &x});
   std::vector<float> w;
   if (!cx.op.weights.empty()) w = cx.weight(cx.op.weights[0], a.group);
-  grad::NormGrad d =
-      grad::rmsNormGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(), itemsOf(x), a.cols, a.group, a.eps);
+  grad::NormGrad d = grad::rmsNormGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(), itemsOf(x), a.cols,
+                                       a.group, a.eps, !cx.op.grads.empty());
   cx.out(0, std::move(d.dx));
-  if (!w.empty()) cx.out(cx.firstWeightGrad(), std::move(d.dw));
+  if (!w.empty()) cx.weightGrad(cx.op.weights[0], [&] { return std::move(d.dw); });
 }
 
 void normModulateGrad(GradCtx &cx) {
@@ -160,10 +167,10 @@ void normModulateGrad(GradCtx &cx) {
   const grad::TableRows rows = tableRows(cx, 3, M, table.rows);
   const std::vector<float> scale = chunkOf(table, a.scaleChunk, H);
   grad::NormModulateGrad d = grad::normModulateGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(),
-                                                    scale.data(), rows, itemsOf(x), H, a.eps);
+                                                    scale.data(), rows, itemsOf(x), H, a.eps, !cx.op.grads.empty());
   cx.out(0, std::move(d.dx));
   cx.out(1, fullTable(table.rows, a.numChunks, H, {{a.shiftChunk, &d.dshift}, {a.scaleChunk, &d.dscale}}));
-  if (!w.empty()) cx.out(cx.firstWeightGrad(), std::move(d.dw));
+  if (!w.empty()) cx.weightGrad(cx.op.weights[0], [&] { return std::move(d.dw); });
 }
 
 void gateResidualGrad(GradCtx &cx) {
@@ -210,11 +217,13 @@ void adalnTableGrad(GradCtx &cx) {
   const int64_t T = temb.rows;
   if (g.rows * g.cols != T * a.N) cx.error("the table's gradient is not [T, N]");
   const std::vector<float> W = cx.weight(cx.op.weights.at(0), a.N * a.K);
-  grad::AdalnTableGrad d = grad::adalnTableGrad(g.f.data(), temb.f.data(), W.data(), T, a.N, a.K, cx.env.threads);
+  auto emits = [&](const std::string &t) { return std::find(cx.op.grads.begin(), cx.op.grads.end(), t) != cx.op.grads.end(); };
+  grad::AdalnTableGrad d = grad::adalnTableGrad(g.f.data(), temb.f.data(), W.data(), T, a.N, a.K, cx.env.threads,
+                                                emits(cx.op.weights.at(0)),
+                                                !cx.op.biases.empty() && emits(cx.op.biases[0]));
   cx.out(0, std::move(d.dtemb));
-  const size_t k = cx.firstWeightGrad();
-  cx.out(k, std::move(d.dw));
-  cx.out(k + 1, std::move(d.dbias));
+  cx.weightGrad(cx.op.weights.at(0), [&] { return std::move(d.dw); });
+  for (const std::string &b : cx.op.biases) cx.weightGrad(b, [&] { return std::move(d.dbias); });
 }
 
 // pack's gradient: canonical rows [0, Nt), [Nt, Nt + Nv), [Nt + Nv, S) of every item back to text, video, audio.

@@ -185,7 +185,7 @@ std::vector<float> groupInverses(const float *x, int64_t M, int64_t C, int64_t d
 // rmsNormGrad with the groups' inv given: per group dx = inv * (dn - xu * (d / n)), xu = x * inv, dn = dy * w; dw by
 // row_units over the (row, group) pairs of dy * bf(xu).
 NormGrad rmsNormGradWith(const float *dy, const float *x, const float *w, const std::vector<float> &inv,
-                         const ItemRows &items, int64_t C, int64_t d) {
+                         const ItemRows &items, int64_t C, int64_t d, bool wantW) {
   const int64_t M = items.back(), G = C / d;
   NormGrad g;
   g.dx.resize(size_t(M * C));
@@ -199,7 +199,7 @@ NormGrad rmsNormGradWith(const float *dy, const float *x, const float *w, const 
     const float mean = cpu::laneTreeDot(dn.data(), xu.data(), d) / float(d);
     for (int64_t j = 0; j < d; ++j) g.dx[size_t(u * d + j)] = iv * (dn[size_t(j)] - xu[size_t(j)] * mean);
   }
-  if (w)
+  if (w && wantW)
     g.dw = foldUnits(items, size_t(d), [&](int64_t r0, int64_t r1, float *acc) {
       std::fill(acc, acc + d, 0.f);
       for (int64_t u = r0 * G; u < r1 * G; ++u)
@@ -212,14 +212,15 @@ NormGrad rmsNormGradWith(const float *dy, const float *x, const float *w, const 
 } // namespace grad_detail
 
 NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const ItemRows &items, int64_t C, int64_t d,
-                     double eps) {
+                     double eps, bool wantW) {
   grad_detail::checkItems(items, "rmsNormGrad");
   if (d <= 0 || C % d) fail("rmsNormGrad", "{} columns are no whole number of {}-channel groups", C, d);
-  return grad_detail::rmsNormGradWith(dy, x, w, grad_detail::groupInverses(x, items.back(), C, d, eps), items, C, d);
+  return grad_detail::rmsNormGradWith(dy, x, w, grad_detail::groupInverses(x, items.back(), C, d, eps), items, C, d,
+                                      wantW);
 }
 
 NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *w, const float *scale,
-                                  const TableRows &rows, const ItemRows &items, int64_t H, double eps) {
+                                  const TableRows &rows, const ItemRows &items, int64_t H, double eps, bool wantW) {
   grad_detail::checkItems(items, "normModulateGrad");
   // n = rms_norm(x) as the forward stored it (bf16), the modulation's input; inv once per row for n and the norm's
   // gradient.
@@ -240,7 +241,7 @@ NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *
     const float *sc = scale + rows.row[size_t(r)] * H;
     for (int64_t c = 0; c < H; ++c) dn[size_t(r * H + c)] = dy[r * H + c] * roundBf16(1.0f + sc[c]);
   }
-  NormGrad ng = grad_detail::rmsNormGradWith(dn.data(), x, w, inv, items, H, H);
+  NormGrad ng = grad_detail::rmsNormGradWith(dn.data(), x, w, inv, items, H, H, wantW);
   g.dx = std::move(ng.dx);
   g.dw = std::move(ng.dw);
   return g;
@@ -340,13 +341,13 @@ std::vector<float> siluGrad(const float *dy, const float *x, int64_t n) {
 }
 
 AdalnTableGrad adalnTableGrad(const float *g, const float *temb, const float *w, int64_t T, int64_t N, int64_t E,
-                              int threads) {
+                              int threads, bool wantW, bool wantBias) {
   std::vector<float> a(static_cast<size_t>(T * E));
   for (int64_t i = 0; i < T * E; ++i) a[size_t(i)] = roundBf16(detmath::silu(temb[i]));
   const ItemRows one = {0, T};
   AdalnTableGrad r;
-  r.dw = linearDw(g, a.data(), one, N, E, threads);
-  r.dbias = biasGrad(g, one, N);
+  if (wantW) r.dw = linearDw(g, a.data(), one, N, E, threads);
+  if (wantBias) r.dbias = biasGrad(g, one, N);
   r.dtemb = linearDx(g, T, N, w, E, threads);
   for (int64_t i = 0; i < T * E; ++i) r.dtemb[size_t(i)] = r.dtemb[size_t(i)] * grad_detail::siluDerivative(temb[i]);
   return r;

@@ -52,28 +52,6 @@ BindRule parseBindRule(const std::string &spec) {
   return r;
 }
 
-bool globMatch(const std::string &g, const std::string &t) {
-  // Iterative '*' / '?' matching with backtracking to the last star.
-  size_t gi = 0, ti = 0, star = std::string::npos, mark = 0;
-  while (ti < t.size()) {
-    if (gi < g.size() && (g[gi] == '?' || g[gi] == t[ti])) {
-      ++gi;
-      ++ti;
-    } else if (gi < g.size() && g[gi] == '*') {
-      star = gi++;
-      mark = ti;
-    } else if (star != std::string::npos) {
-      gi = star + 1;
-      ti = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (gi < g.size() && g[gi] == '*')
-    ++gi;
-  return gi == g.size();
-}
-
 Binding requestedBinding(const std::string &nodeId, Mode mode, const std::vector<BindRule> &rules) {
   Binding b = mode == Mode::Off ? Binding::Native : Binding::Row;
   for (const auto &r : rules)

@@ -1,17 +1,42 @@
 // RUN: h3c-opt %s -split-input-file -verify-diagnostics
 // The gradient ops' verifiers (dialect/include/h3c/Dialect/H3/H3GradOps.td; docs/contract.md section 14).
 
-func.func @grad_names(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf16>) {
-  // expected-error @+1 {{'grads' must name 2 gradient tensors (weight, then bias), got 1}}
-  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = ["b"], grads = ["grad:w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, bf16>) -> ()
+func.func @grad_names_order(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{'grads' must name gradients of its weight, then bias tensors ("grad:<tensor>"), in that order, each once; 'grad:w' is not the next of them}}
+  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = ["b"], grads = ["grad:b", "grad:w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, bf16>) -> ()
+  return
+}
+
+// -----
+
+func.func @grad_names_twice(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{'grad:w' is not the next of them}}
+  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = [], grads = ["grad:w", "grad:w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, bf16>) -> ()
   return
 }
 
 // -----
 
 func.func @grad_prefix(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf16>) {
-  // expected-error @+1 {{gradient names start with 'grad:'}}
+  // expected-error @+1 {{'w' is not the next of them}}
   h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = [], grads = ["w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, bf16>) -> ()
+  return
+}
+
+// -----
+
+// Every tensor frozen (h3-backward's trainable): the pass emits no linear_grad_w at all.
+func.func @grad_w_frozen(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{computes no gradient: every tensor it differentiates is frozen}}
+  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = ["b"], grads = [], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, bf16>) -> ()
+  return
+}
+
+// -----
+
+// A frozen weight with a trained bias: dbias alone.
+func.func @grad_w_bias_only(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf16>) {
+  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = ["b"], grads = ["grad:b"], weight = ["w"], order = #h3.order<row_units, units = 128, k_step = 16, acc = f32>, nodes = ["l"], values = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, bf16>) -> ()
   return
 }
 

@@ -409,6 +409,120 @@ class Training(unittest.TestCase):
             tb.push_parameters()
 
 
+class TrainingLora(unittest.TestCase):
+    """LoRA training through a plan compiled with --backward --lora-rank 64 --trainable lora (CPU reference): only the
+    adapter slots are parameters (base weights frozen); set through push_parameters(), their .grad after
+    loss.backward() is the bytes `h3c backward --update` writes with the same slot values (rounded to bfloat16 here by
+    integer arithmetic, not by h3c); an SGD step and push give the forward `h3c run --update` computes with the
+    stepped slots; the base weights are not parameters of such a plan."""
+
+    @classmethod
+    def setUpClass(cls):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise unittest.SkipTest("no torch")
+        tool("compile", f"{TMP}/fp.json", "--backward", "--lora-rank", 64, "--trainable", "lora",
+             "-o", f"{TMP}/plan_lora_bw")
+
+    @staticmethod
+    def bf16_bits(a):
+        """float32 values rounded to bfloat16 to nearest even, as int16 bit patterns (no NaN here)."""
+        bits = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16).view(np.int16)
+
+    def start(self):
+        """A transformer with its adapters set to random values (down std 0.1, up std 0.02) and pushed."""
+        import torch
+        t = h3c.Transformer(plan=f"{TMP}/plan_lora_bw", checkpoint=f"{TMP}/ckpt", device="cpu")
+        params = t.parameters("lora")
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for n, p in params.items():
+                self.assertEqual(float(p.abs().sum()), 0.0, n)  # slots start at zero
+                p.copy_(torch.randn(p.shape, generator=g) * (0.1 if n.endswith(".lora_down") else 0.02))
+        t.push_parameters()
+        return t, params
+
+    def args(self):
+        import torch
+        return {k: torch.from_numpy(v.copy()) for k, v in read_st(f"{TMP}/a.safetensors").items()}
+
+    def slots_file(self, params, tag):
+        path = f"{TMP}/{tag}.safetensors"
+        write_st(path, {n: self.bf16_bits(p.detach().numpy()) for n, p in params.items()}, bf16=list(params))
+        return path
+
+    def test_adapter_gradients_are_the_clis(self):
+        import torch
+        t, params = self.start()
+        self.assertEqual(sorted(params), t._engine.adapter_slots)
+        self.assertEqual(len(params), 48)
+        self.assertEqual(params["transformer_blocks.0.attn.to_q.lora_down"].shape, (64, 24))
+        slots = self.slots_file(params, "lora_slots")
+        # The engine holds exactly the pushed values' bfloat16 roundings.
+        for n in ("transformer_blocks.0.attn.to_q.lora_down", "token_refiner.refiner_blocks.1.ff.net.2.lora_up"):
+            self.assertEqual(t.read_weight_bytes(n), read_st(slots)[n].tobytes(), n)
+        args = self.args()
+        args["hidden_states"].requires_grad_(True)
+        sample, audio = t(**args, return_dict=False)
+        rollout, _ = cli_run(f"{TMP}/plan_lora_bw", f"{TMP}/a.safetensors", ["--checkpoint", f"{TMP}/ckpt"],
+                             "lora_fwd", "--update", slots)
+        self.assertEqual(sample.detach().numpy().tobytes(), rollout["sample"].tobytes())
+        g = torch.Generator().manual_seed(8)
+        w, w2 = torch.randn(sample.shape, generator=g), torch.randn(audio.shape, generator=g)
+        ((sample * w).sum() + (audio * w2).sum()).backward()
+        write_st(f"{TMP}/lora_g.safetensors", {"sample": w.numpy(), "audio_sample": w2.numpy()})
+        tool("backward", "--config", "tiny", "--checkpoint", f"{TMP}/ckpt", "--plan", f"{TMP}/plan_lora_bw",
+             "--inputs", f"{TMP}/a.safetensors", "--update", slots, "--grads", f"{TMP}/lora_g.safetensors",
+             "-o", f"{TMP}/lora_out.safetensors")
+        want = read_st(f"{TMP}/lora_out.safetensors")
+        self.assertEqual(sorted(want), sorted(list(params) + ["hidden_states", "audio_hidden_states",
+                                                              "encoder_hidden_states"]))
+        self.assertEqual(args["hidden_states"].grad.numpy().tobytes(), want["hidden_states"].tobytes())
+        for n, p in params.items():
+            self.assertEqual(p.grad.numpy().tobytes(), want[n].tobytes(), n)
+            self.assertTrue(bool(p.grad.abs().sum() > 0), n)
+
+    def test_sgd_step_then_push_is_the_clis_update(self):
+        import torch
+        t, params = self.start()
+        opt = torch.optim.SGD(params.values(), lr=0.5)
+        sample, audio = t(**self.args(), return_dict=False)
+        (sample.square().mean() + audio.square().mean()).backward()
+        before = {n: p.detach().clone() for n, p in params.items()}
+        opt.step()
+        self.assertTrue(any(not torch.equal(before[n], p.detach()) for n, p in params.items()))
+        t.push_parameters()
+        after = t(**{k: v.detach() for k, v in self.args().items()}, return_dict=False)
+        want, _ = cli_run(f"{TMP}/plan_lora_bw", f"{TMP}/a.safetensors", ["--checkpoint", f"{TMP}/ckpt"],
+                          "lora_upd", "--update", self.slots_file(params, "lora_stepped"))
+        old, _ = cli_run(f"{TMP}/plan_lora_bw", f"{TMP}/a.safetensors", ["--checkpoint", f"{TMP}/ckpt"],
+                         "lora_old", "--update", self.slots_file(before, "lora_before"))
+        self.assertEqual(after[0].detach().numpy().tobytes(), want["sample"].tobytes())
+        self.assertEqual(after[1].detach().numpy().tobytes(), want["audio_sample"].tobytes())
+        self.assertNotEqual(want["sample"].tobytes(), old["sample"].tobytes())
+
+    def test_rl_example_with_lora_adapters(self):
+        r = subprocess.run([sys.executable, os.path.join(SRC, "examples", "rl_flow_grpo.py"), "--h3c", TOOL,
+                            "--iterations", "2", "--steps", "2", "--lora-rank", "64"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("training 48 tensors", r.stdout)
+        self.assertIn("OK: every recomputed log-probability equals its rollout's", r.stdout)
+        changed = [int(line.split("changed ")[1].split()[0]) for line in r.stdout.splitlines() if "changed" in line]
+        self.assertEqual(len(changed), 2)
+        self.assertTrue(all(c > 0 for c in changed), r.stdout)
+
+    def test_frozen_base_weights_are_no_parameters(self):
+        t = h3c.Transformer(plan=f"{TMP}/plan_lora_bw", checkpoint=f"{TMP}/ckpt", device="cpu")
+        with self.assertRaisesRegex(h3c.Error, "selects only tensors this plan freezes"):
+            t.parameters("*attn.to_q.weight")
+        # A glob over every tensor gives the trained ones (the slots), the frozen ones left out.
+        self.assertEqual(sorted(t.parameters("*")), t._engine.adapter_slots)
+        self.assertEqual(sorted(t.parameters("*.to_q.lora_*")),
+                         [n for n in t._engine.adapter_slots if ".to_q.lora_" in n])
+
+
 class Version(unittest.TestCase):
     def test_version_is_the_clis(self):
         words = tool("--version").stdout.split()  # "h3c <version> (build <commit>)"

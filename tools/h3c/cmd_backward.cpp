@@ -1,9 +1,11 @@
 // `h3c backward --config C (--checkpoint DIR | --synthetic SEED) --plan P --inputs REQ --grads G -o OUT [--device cpu]
-// [--threads N]`: the gradients of a loss through a plan compiled with `h3c compile --backward` (docs/contract.md
-// section 14). G holds the loss's gradients of the outputs ("sample", "audio_sample", F32 of the outputs' shapes);
-// OUT gets the three input gradients under the request's names and every weight's F32 gradient under its diffusers
-// name. The CPU reference runs it; any other device is refused while a gradient op has no kernel. No ledger records
-// a backward yet.
+// [--threads N] [--update FILE|DIR ...] [--lora FILE[:SCALE] ...]`: the gradients of a loss through a plan compiled
+// with `h3c compile --backward` (docs/contract.md section 14). G holds the loss's gradients of the outputs ("sample",
+// "audio_sample", F32 of the outputs' shapes); OUT gets the three input gradients under the request's names and the
+// F32 gradient of every tensor the plan trains under its plan name (diffusers names; an adapter slot's, section 13).
+// The weights are those `h3c run` would use with the same --update / --lora (adapter slots included: zero, or what
+// an update or adapter writes into them). The CPU reference runs it; any other device is refused while a gradient
+// op has no kernel. No ledger records a backward yet.
 #include "command.h"
 #include "plan_run_args.h"
 
@@ -22,6 +24,7 @@ namespace cmd_backward {
 struct Opts {
   h3c::tool::PlanRunArgs model;
   std::string grads, out, device = "cpu";
+  std::vector<std::string> updates, loras;
   int threads = 0;
 };
 
@@ -41,8 +44,12 @@ h3c::tool::Command cmd("backward", "Gradients of a loss through a plan compiled 
   o->model.add(app, "plan folder written by `h3c compile --backward`");
   app.add_option("--grads", o->grads, ".safetensors with the loss's gradients of sample and audio_sample (F32)")
       ->required();
-  app.add_option("-o,--out", o->out, "output .safetensors: the input gradients (request names) and every weight's "
-                                     "F32 gradient (diffusers names)")->required();
+  app.add_option("-o,--out", o->out, "output .safetensors: the input gradients (request names) and the F32 gradient "
+                                     "of every tensor the plan trains (plan names)")->required();
+  app.add_option("--update", o->updates, "a .safetensors file or folder of weights (any subset, diffusers or native "
+                 "names, or adapter slots by plan name; BF16 or F32) replacing the checkpoint's (repeatable, in order)");
+  app.add_option("--lora", o->loras, "a LoRA adapter FILE[:SCALE] loaded after the updates as `h3c run --lora` loads "
+                 "it (into the adapter slots of a --lora-rank plan; repeatable)");
   app.add_option("--device", o->device, "cpu (the gradient ops have no GPU kernels yet: gpu is refused)");
   app.add_option("--threads", o->threads, "CPU worker threads (0 = all cores; never changes a bit)")
       ->check(CLI::Range(0, 1024));
@@ -50,6 +57,8 @@ h3c::tool::Command cmd("backward", "Gradients of a loss through a plan compiled 
     o->model.requireWeights("h3c backward");
     std::vector<h3c::PathArg> inputs = o->model.paths();
     inputs.push_back({"--grads", o->grads});
+    for (const auto &u : o->updates) inputs.push_back({"--update", u});
+    for (const auto &l : o->loras) inputs.push_back({"--lora", h3c::rt::parseLoraSpec(l).path});
     h3c::checkOutputsApart(inputs, {{"--out", o->out}});
     h3c::h3::Config c = h3c::h3::loadConfig(o->model.config);
     h3c::plan::Plan plan = o->model.loadPlanFor(c);
@@ -59,7 +68,13 @@ h3c::tool::Command cmd("backward", "Gradients of a loss through a plan compiled 
     std::unique_ptr<h3c::rt::WeightSource> w = o->model.weights(c);
     const h3c::st::File gf(o->grads);
     const h3c::rt::OutputGrads dy{readGrad(gf, "sample", "--grads"), readGrad(gf, "audio_sample", "--grads")};
-    const h3c::rt::BackwardResult r = h3c::rt::runBackward(plan, *w, h3c::rt::loadRequest(o->model.inputs), dy, opt);
+    // The weights as an engine holds them (its overlay holds the adapter slots), after the updates and adapters.
+    h3c::rt::RunOptions engineOpt = opt;
+    if (engineOpt.device != "cpu") engineOpt.device = "cpu";  // (runBackward refuses the device, naming the op)
+    h3c::rt::Engine engine(plan, *w, engineOpt, /*cpuCacheBytes=*/0);
+    h3c::tool::applyUpdatesAndAdapters(engine, o->updates, o->loras, c);
+    const h3c::rt::BackwardResult r =
+        h3c::rt::runBackward(plan, engine.weights(), h3c::rt::loadRequest(o->model.inputs), dy, opt);
     std::vector<h3c::st::TensorDecl> decls;
     std::map<std::string, const h3c::rt::Tensor *> byName;
     for (const auto *m : {&r.inputGrads, &r.weightGrads})

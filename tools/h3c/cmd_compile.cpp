@@ -1,5 +1,5 @@
 // `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --sp N --tp M [--no-fuse] [--tune NAME=V ...] [--dump-ir DIR]
-// [--tokens S] [--lora-rank R] [--backward] -o OUT/`:
+// [--tokens S] [--lora-rank R] [--backward [--trainable GLOB|lora ...]] -o OUT/`:
 // imports the fingerprint, runs h3-pipeline and writes OUT/plan.json + OUT/kernels/*.cu atomically.
 #include "command.h"
 
@@ -22,7 +22,7 @@ struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
   int64_t sp = 1, tp = 1, tokens = 8192, loraRank = 0;
   bool noFuse = false, noWgmma = false, noQkEpilogue = false, backward = false;
-  std::vector<std::string> tune;
+  std::vector<std::string> tune, trainable;
 };
 
 h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json + CUDA kernels)", [](CLI::App &app) {
@@ -52,7 +52,13 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--backward", a->backward,
                "Also write the backward function (docs/contract.md section 14) of the unfused one-rank forward "
-               "(implies --no-fuse; refuses --sp, --tp and --lora-rank). Its ops have no GPU kernel yet");
+               "(implies --no-fuse; refuses --sp and --tp; with --lora-rank the adapters' gradients too). Its ops "
+               "have no GPU kernel yet");
+  app.add_option("--trainable", a->trainable,
+                 "With --backward: the tensors that get gradients, a glob over tensor names ('*' any run, '?' one "
+                 "character) or \"lora\" for the adapter slots of --lora-rank; repeatable (the union); the others "
+                 "are frozen, no gradient op works for them (default: every tensor)")
+      ->allow_extra_args(false);
   app.add_option("-o,--out", a->out, "Output plan folder")->required();
   app.callback([a] {
     h3c::checkOutputsApart({{"fingerprint", a->fingerprint}}, {{"-o", a->out}, {"--dump-ir", a->dumpIr}});
@@ -70,6 +76,7 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     o.qkEpilogue = !a->noQkEpilogue;
     o.tokens = a->tokens;
     o.loraRank = a->loraRank;
+    o.trainable = a->trainable;
     o.dumpIrDir = a->dumpIr;
     for (const std::string &t : a->tune) {
       const size_t eq = t.find('=');

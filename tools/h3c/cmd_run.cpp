@@ -81,14 +81,7 @@ h3c::tool::Command cmd("run", "Run a compiled plan over a request (CPU reference
     h3c::rt::Request req = h3c::rt::loadRequest(o->model.inputs);
     // One forward of an engine that caches nothing (runModel's), after the updates.
     h3c::rt::Engine engine(plan, *w, opt, /*cpuCacheBytes=*/0);
-    for (const auto &path : o->updates) {
-      const h3c::rt::UpdateFiles u = h3c::rt::openUpdateFiles(path, c);
-      engine.updateWeights(u.inputs, u.layout);
-    }
-    for (const auto &spec : o->loras) {
-      const h3c::rt::LoraSpec l = h3c::rt::parseLoraSpec(spec);
-      engine.loadLora(h3c::rt::readLora(l.path, c), l.scale);
-    }
+    h3c::tool::applyUpdatesAndAdapters(engine, o->updates, o->loras, c);
     h3c::rt::RunResult r = engine.run(req);
     // The ledger is written even when the strict rule fails (it is the evidence); outputs only when accepted or
     // when the mode does not demand it.

@@ -4,6 +4,8 @@
 
 #include "h3c/models/config.h"
 #include "h3c/plan/io.h"
+#include "h3c/runtime/engine.h"
+#include "h3c/runtime/lora.h"
 #include "h3c/runtime/weights.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -46,5 +48,19 @@ struct PlanRunArgs {
     return checkpoint.empty() ? rt::makeSyntheticWeights(c, uint64_t(synthetic)) : rt::makeCheckpointWeights(c, checkpoint);
   }
 };
+
+// The weights a command runs with after `--update` files (in order) and then `--lora` adapters (in order, merged or
+// into a --lora-rank plan's slots): applied to `engine` (h3c run, h3c backward).
+inline void applyUpdatesAndAdapters(rt::Engine &engine, const std::vector<std::string> &updates,
+                                    const std::vector<std::string> &loras, const h3::Config &c) {
+  for (const auto &path : updates) {
+    const rt::UpdateFiles u = rt::openUpdateFiles(path, c);
+    engine.updateWeights(u.inputs, u.layout);
+  }
+  for (const auto &spec : loras) {
+    const rt::LoraSpec l = rt::parseLoraSpec(spec);
+    engine.loadLora(rt::readLora(l.path, c), l.scale);
+  }
+}
 
 } // namespace h3c::tool

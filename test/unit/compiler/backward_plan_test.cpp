@@ -197,9 +197,144 @@ TEST(BackwardPlan, CompilerRefusesWhatTheBackwardIsNotWrittenFor) {
   o = backwardOptions();
   o.sp = 2;
   refuses(o, "one rank");
+  o = codegen::CompileOptions();
+  o.trainable = {"*"};
+  refuses(o, "--trainable: selects what the backward trains: it needs --backward");
   o = backwardOptions();
-  o.loraRank = 64;
-  refuses(o, "LoRA");
+  o.trainable = {"lora"};
+  refuses(o, "--trainable lora: the plan has no LoRA adapter slots");
+  o = backwardOptions();
+  o.trainable = {"*.to_qq.*"};  // a typo selects nothing: refused, not a silently frozen model
+  refuses(o, "trainable pattern '*.to_qq.*' selects no weight tensor");
+  o = backwardOptions();
+  o.trainable = {""};
+  refuses(o, "--trainable/0: is an empty pattern");
+}
+
+// A plan of the tiny config with LoRA slots of rank 64 and a backward training `trainable`, in a folder of its own
+// (the reader hashes its kernel files).
+struct LoraPlan {
+  fs::path dir;
+  plan::Plan plan;
+  LoraPlan(const std::vector<std::string> &trainable, const std::string &name)
+      : dir(tiny().dir.parent_path() / (tiny().dir.filename().string() + "_" + name)) {
+    const h3::Fingerprint fp = h3::deriveFingerprint(h3::namedConfig("tiny"), "tiny");
+    codegen::CompileOptions o = backwardOptions();
+    o.loraRank = 64;
+    o.trainable = trainable;
+    fs::remove_all(dir);
+    plan::writePlanFolder(codegen::compile(fp, "0000", o).plan.plan, dir);
+    plan = plan::loadPlan(dir);
+  }
+  ~LoraPlan() { fs::remove_all(dir); }
+};
+
+// --lora-rank with --backward: every adapter slot's gradient by a linear_grad_w naming the base linear's node, the
+// path's input gradient by linear_grad_x; --trainable keeps exactly the selected tensors' gradients and no op for a
+// frozen one; the reader refuses edits that break the ties to the forward's LoRA path or to the patterns.
+TEST(BackwardPlan, LoraPathsAndTrainableTensors) {
+  const LoraPlan allPlan({}, "all");
+  const plan::Plan &all = allPlan.plan;
+  const plan::Function &b = *all.backward();
+  EXPECT_EQ(b.trainable, std::vector<std::string>{"*"});
+  size_t slots = 0;
+  for (const auto &buf : all.weights)
+    for (const auto &t : buf.tensors) {
+      ASSERT_TRUE(b.outputs.count("grad:" + t.name)) << t.name;
+      slots += t.adapter;
+    }
+  EXPECT_EQ(slots, 2u * (6 * 2 + 6 * 2));  // down + up of 6 linears in each of 2 blocks and 2 refiner blocks
+  EXPECT_EQ(b.outputs.size(), 62u + slots + 3);
+  // The up slot of block 0's to_q: dUp = bf(g)^T t (K = the rank), dt = bf(g) up; the down slot's against x.
+  const std::string up = "transformer_blocks.0.attn.to_q.lora_up", down = "transformer_blocks.0.attn.to_q.lora_down";
+  int seen = 0;
+  for (const plan::Op &op : b.ops)
+    if (op.weights == std::vector<std::string>{up} || op.weights == std::vector<std::string>{down}) {
+      EXPECT_EQ(op.nodes, std::vector<std::string>{"transformer_blocks.0.attn.to_q"}) << op.where;
+      EXPECT_EQ(op.weights[0] == up ? op.attrs.K : op.attrs.N, 64) << op.where;
+      if (op.kind == plan::OpKind::LinearGradW) {
+        EXPECT_EQ(op.grads, op.weights) << op.where;
+        EXPECT_EQ(op.in[1], op.weights[0] == up ? "transformer_blocks.0.attn.to_q:lora_t" : "transformer_blocks.0.norm1")
+            << op.where;
+      }
+      ++seen;
+    }
+  EXPECT_EQ(seen, 4);
+
+  // Only the adapters: their gradients and the inputs', no op for a frozen tensor, fewer ops (the time embedder's
+  // and the AdaLN tables' chains are dead without trained tensors).
+  const LoraPlan loraFolder({"lora"}, "lora");
+  const plan::Plan &lora = loraFolder.plan;
+  const plan::Function &l = *lora.backward();
+  EXPECT_EQ(l.outputs.size(), slots + 3);
+  for (const auto &[key, v] : l.outputs)
+    if (key.rfind("grad:@", 0) != 0) {
+      EXPECT_TRUE(lora.weightTensor(key.substr(5)).adapter) << key;
+    }
+  for (const plan::Op &op : l.ops)
+    for (const auto &t : op.grads) EXPECT_TRUE(lora.weightTensor(t).adapter) << op.where << " " << t;
+  EXPECT_LT(l.ops.size(), b.ops.size());
+  for (const plan::Op &op : l.ops)
+    EXPECT_TRUE(op.kind != plan::OpKind::AdalnTableGrad && op.kind != plan::OpKind::SiluGrad) << op.where;
+
+  // A glob: the q projections' weights (base and adapters), a bias left frozen beside its trained weight.
+  const plan::Plan q = LoraPlan({"*.to_q.weight", "*.to_q.lora_*"}, "q").plan;
+  std::set<std::string> keys;
+  for (const auto &[key, v] : q.backward()->outputs)
+    if (key.rfind("grad:@", 0) != 0) keys.insert(key.substr(5));
+  std::set<std::string> want;
+  for (const auto &buf : q.weights)
+    for (const auto &t : buf.tensors)
+      if (t.name.find(".to_q.weight") != std::string::npos || t.name.find(".to_q.lora_") != std::string::npos)
+        want.insert(t.name);
+  EXPECT_EQ(keys, want);
+  EXPECT_EQ(want.size(), 4u * 3);
+
+  // The reader ties the LoRA ops to the forward's path and the grads to the patterns.
+  const json good = plan::planToJson(lora);
+  auto refusesLora = [&](const json &p, const std::string &needle) {
+    try {
+      plan::planFromJson(rehash(p), loraFolder.dir, "plan.json");
+      ADD_FAILURE() << "accepted a bad backward (expected: " << needle << ")";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  EXPECT_EQ(plan::planToJson(plan::planFromJson(good, loraFolder.dir)), good);  // read back as written
+  size_t w = 0;
+  const json &ops = good["functions"]["backward"]["ops"];
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i]["op"] == "linear_grad_w" && ops[i]["weights"]["weight"][0] == up) w = i;
+  ASSERT_GT(w, 0u);
+  {  // the up slot's gradient against x instead of lora_t
+    json p = good;
+    p["functions"]["backward"]["ops"][w]["in"][1] = "transformer_blocks.0.norm1";
+    refusesLora(p, "reads 'transformer_blocks.0.norm1'");
+  }
+  {  // another node's slot
+    json p = good;
+    p["functions"]["backward"]["ops"][w]["nodes"][0] = "transformer_blocks.0.attn.to_k";
+    refusesLora(p, "is neither the up nor the down slot of transformer_blocks.0.attn.to_k");
+  }
+  {  // a K that is not the rank
+    json p = good;
+    p["functions"]["backward"]["ops"][w]["attrs"]["K"] = 24;
+    refusesLora(p, "are not those of the up slot's GEMM");
+  }
+  {  // grads that the patterns do not select, and patterns that select more than the outputs
+    json p = good;
+    p["functions"]["backward"]["ops"][w]["weights"]["grads"] = json::array();
+    refusesLora(p, "a 'linear_grad_w' op has 0 outputs (), got 1");  // the arity follows grads
+    p["functions"]["backward"]["ops"][w]["out"] = json::array();
+    p["functions"]["backward"]["outputs"].erase("grad:" + up);
+    refusesLora(p, "selects [" + up + "]");
+    p = good;
+    p["functions"]["backward"]["trainable"] = {"*"};
+    refusesLora(p, "but the function's trainable [*] selects");
+    p = good;
+    p["functions"]["backward"]["trainable"] = {"lora", "nothing.*"};
+    refusesLora(p, "'nothing.*' selects no weight tensor of the plan");
+  }
 }
 
 } // namespace backward_plan_test

@@ -564,11 +564,19 @@ TEST(PlanRead, TheBackwardIsAFunctionOfItsOwn) {
   b["functions"]["sideways"] = b["functions"]["forward"];
   rejects(rehash(b), "#/functions/sideways");
   json c = p;  // an empty backward: its inputs are the gradients of the forward's outputs
-  c["functions"]["backward"] = {{"inputs", json::array()}, {"outputs", json::object()}, {"ops", json::array()}};
+  c["functions"]["backward"] = {
+      {"inputs", json::array()}, {"outputs", json::object()}, {"ops", json::array()}, {"trainable", {"*"}}};
   rejects(rehash(c), "#/functions/backward/inputs: missing '@grad:unpack:");
   json d = c;
   d["functions"]["backward"]["inputs"] = {"@hidden_states"};
   rejects(rehash(d), "is not the gradient of a forward output");
+  json t = c;  // what it trains: a list of patterns, none empty
+  t["functions"]["backward"].erase("trainable");
+  rejects(rehash(t), "#/functions/backward/trainable: missing");
+  t["functions"]["backward"]["trainable"] = json::array();
+  rejects(rehash(t), "#/functions/backward/trainable: names no tensor to train");
+  t["functions"]["backward"]["trainable"] = {"*", ""};
+  rejects(rehash(t), "#/functions/backward/trainable/1: is an empty pattern");
   json e = c;  // a forward op in the backward
   e["functions"]["backward"]["ops"].push_back(opsOf(e)[0]);
   rejects(rehash(e), "is no gradient op");

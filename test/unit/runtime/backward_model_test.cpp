@@ -4,6 +4,7 @@
 // for the inputs and tensors of every kind, and a wrong gradient would not; and the bitwise promises: two runs and
 // two thread counts equal, a batch item's input gradients equal to its own run's, the token-row weight gradients of
 // a batch equal to the F32 fold of its items' in batch order, a packed-row permutation changing no gradient bit.
+#include "backward_test_util.h"
 #include "fp64_reference.h"
 #include "tool.h"
 
@@ -23,51 +24,18 @@ using namespace h3c::rt;
 // unit, where anonymous namespaces would merge)
 namespace backward_model_test {
 
-Request tinyRequest(const h3::Config &c, int64_t batch, bool shuffle) {
-  RequestShape sh;
-  sh.text = 3;
-  sh.audio = 3;
-  sh.videoT = 2;
-  sh.videoH = 2;
-  sh.videoW = 2;
-  sh.batch = batch;
-  sh.timesteps = 2;
-  sh.shuffle = shuffle;
-  return makeRequest(c, sh, 11);
-}
-
-// The loss L = sum(sample * a) + sum(audio_sample * b) with fixed random a, b: its output gradients are a and b.
-struct Loss {
-  std::vector<float> a, b;
-  Loss(size_t na, size_t nb) {
-    std::mt19937_64 g(5);
-    std::normal_distribution<float> n;
-    for (size_t i = 0; i < na; ++i) a.push_back(n(g));
-    for (size_t i = 0; i < nb; ++i) b.push_back(n(g));
-  }
-  // The loss's gradients for a batch of B items, each with the same weights (item b of a batch is one request).
-  OutputGrads grads(int64_t B, int64_t Nv, int64_t P, int64_t Na, int64_t Ca) const {
-    std::vector<float> ga, gb;
-    for (int64_t i = 0; i < B; ++i) {
-      ga.insert(ga.end(), a.begin(), a.end());
-      gb.insert(gb.end(), b.begin(), b.end());
-    }
-    return {Tensor::fromFloats(DType::F32, {B, Nv, P}, ga.data()), Tensor::fromFloats(DType::F32, {B, Na, Ca}, gb.data())};
-  }
-  double of(const std::pair<fp64ref::Mat, fp64ref::Mat> &out) const {
-    double s = 0;
-    for (size_t i = 0; i < a.size(); ++i) s += out.first[i] * double(a[i]);
-    for (size_t i = 0; i < b.size(); ++i) s += out.second[i] * double(b[i]);
-    return s;
-  }
-};
+using backward_test::itemOf;
+using backward_test::Loss;
+using backward_test::relErr;
+using backward_test::sameBytes;
+using backward_test::tinyRequest;
 
 struct Tiny {
   testtool::TempDir t{"h3c_backward_model"};
   h3::Config c = h3::namedConfig("tiny");
   std::unique_ptr<WeightSource> w = makeSyntheticWeights(c, 7);
   plan::Plan plan;
-  Loss loss{size_t(8 * c.videoPatchDim()), size_t(3 * c.audio_in_channels)};
+  Loss loss{size_t(8 * c.videoPatchDim()), size_t(3 * c.audio_in_channels), 5};
   bool ok = false;
   Tiny() {
     std::string out;
@@ -93,33 +61,6 @@ Tiny &tiny() {
   return m;
 }
 
-bool sameBytes(const Tensor &a, const Tensor &b) { return a.shape == b.shape && a.bytes == b.bytes; }
-
-// ||got - want|| / ||want|| over the sampled elements.
-double relErr(const std::vector<double> &got, const std::vector<double> &want) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    d += (got[i] - want[i]) * (got[i] - want[i]);
-    n += want[i] * want[i];
-  }
-  return std::sqrt(d / n);
-}
-
-// Item b of a batched request: its slice of the three activations, everything else shared.
-Request itemOf(const Request &r, int64_t b) {
-  Request one = r;
-  for (const char *n : {"hidden_states", "audio_hidden_states", "encoder_hidden_states"}) {
-    const Tensor &t = r.tensors.at(n);
-    const int64_t per = t.numel() / t.shape[0];
-    std::vector<float> f = t.toFloats();
-    std::vector<int64_t> shape = t.shape;
-    shape[0] = 1;
-    one.tensors[n] = Tensor::fromFloats(t.dtype, shape, f.data() + b * per);
-  }
-  return one;
-}
-
-
 TEST(BackwardModel, GradientsAgreeWithCentralDifferencesOfTheFp64Model) {
   if (!testtool::toolHasCompile()) GTEST_SKIP() << "this h3c has no compile command (built without MLIR)";
   Tiny &m = tiny();
@@ -134,12 +75,6 @@ TEST(BackwardModel, GradientsAgreeWithCentralDifferencesOfTheFp64Model) {
   // gradient by such errors summed over the few ops of the tiny model's paths. 2^-4 (6 %) is 16 x one rounding of
   // the gradient vector: far below what a wrong gradient gives (checked below).
   const double tol = std::ldexp(1.0, -4);
-  // A few elements of each tensor, spread over it.
-  auto picks = [](int64_t numel) {
-    std::vector<int64_t> i;
-    for (int64_t k = 0; k < std::min<int64_t>(numel, 6); ++k) i.push_back((k * 7919 + 5) % numel);
-    return i;
-  };
   auto check = [&](const std::string &what, const std::vector<double> &h3c, const std::vector<double> &fd,
                    const std::vector<double> &wrong) {
     const double e = relErr(h3c, fd), ew = relErr(wrong, fd);
@@ -158,29 +93,15 @@ TEST(BackwardModel, GradientsAgreeWithCentralDifferencesOfTheFp64Model) {
       "norm_out.linear.weight", "norm_out.norm.weight", "proj_out.weight", "audio_proj_out.bias"};
   for (const std::string &name : tensors) {
     ASSERT_TRUE(g.weightGrads.count(name)) << name;
-    const Tensor &gt = g.weightGrads.at(name);
-    fp64ref::Mat &W = ref.cache[name];
-    if (W.empty()) ref.W(name);
-    std::vector<double> h3c, fd, wrong;
-    for (int64_t i : picks(gt.numel())) {
-      const double w0 = W[size_t(i)], h = std::max(1e-3, 1e-3 * std::fabs(w0));
-      W[size_t(i)] = w0 + h;
-      const double lp = m.loss.of(ref.forward(r, 0));
-      W[size_t(i)] = w0 - h;
-      const double lm = m.loss.of(ref.forward(r, 0));
-      W[size_t(i)] = w0;
-      fd.push_back((lp - lm) / (2 * h));
-      h3c.push_back(gt.getFloat(i));
-      wrong.push_back(gt.getFloat((i + 1) % gt.numel()));
-    }
-    check(name, h3c, fd, wrong);
+    const backward_test::Sampled d = backward_test::weightDifferences(ref, m.loss, r, name, g.weightGrads.at(name));
+    check(name, d.got, d.fd, d.wrong);
   }
   // The activation inputs (F32 requests: a perturbation is the difference of the two stored floats).
   for (const char *name : {"hidden_states", "audio_hidden_states", "encoder_hidden_states"}) {
     const Tensor &gt = g.inputGrads.at(name);
     ASSERT_EQ(gt.shape, r.tensors.at(name).shape) << name;
     std::vector<double> h3c, fd, wrong;
-    for (int64_t i : picks(gt.numel())) {
+    for (int64_t i : backward_test::picks(gt.numel())) {
       std::vector<float> x = r.tensors.at(name).toFloats();
       const float x0 = x[size_t(i)], xp = x0 + 0.01f, xm = x0 - 0.01f;
       Request rp = r, rm = r;

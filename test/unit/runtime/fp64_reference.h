@@ -83,6 +83,19 @@ struct Ref {
           s += x[size_t(m * K + k)] * wt[size_t(n * K + k)];
         y[size_t(m * N + n)] = s;
       }
+    // An unmerged LoRA path (docs/contract.md section 13), where the weight source holds the module's adapter slots
+    // (an engine's OverlayWeights): y += (x down^T) up^T, the scale already in up.
+    if (has(mod + ".lora_down")) {
+      const Mat &down = W(mod + ".lora_down"), &up = W(mod + ".lora_up");
+      const int64_t R = w.spec(mod + ".lora_down").shape[0];
+      for (int64_t m = 0; m < M; ++m) {
+        Mat t(size_t(R), 0.0);
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t k = 0; k < K; ++k) t[size_t(r)] += x[size_t(m * K + k)] * down[size_t(r * K + k)];
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t r = 0; r < R; ++r) y[size_t(m * N + n)] += t[size_t(r)] * up[size_t(n * R + r)];
+      }
+    }
     return y;
   }
   static double silu(double v) { return v / (1.0 + std::exp(-v)); }

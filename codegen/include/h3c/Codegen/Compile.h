@@ -18,8 +18,11 @@ struct CompileOptions {
   bool wgmma = true;            // sm_90a: Hopper kernels for the bf16 linears (false: mma.sync, same bits)
   int64_t tokens = 8192;        // rows for the buffer peak report
   int64_t loraRank = 0;         // unmerged LoRA slots of this rank (h3-lora; 0: none)
-  // h3-backward: the plan's second function (docs/contract.md section 14). Needs fuse false, sp = tp = 1, no LoRA.
+  // h3-backward: the plan's second function (docs/contract.md section 14). Needs fuse false, sp = tp = 1.
   bool backward = false;
+  // The tensors the backward trains (plan/trainable.h: globs, "lora" for the adapter slots); empty: all. Needs
+  // backward.
+  std::vector<std::string> trainable;
   std::filesystem::path dumpIrDir;  // when set: 00-import.mlir and NN-<pass>.mlir after every pass
   // Kernel variants (`h3c compile --tune` over the measured defaults); never a bit of any output.
   kernels::EmitOptions tuning = kernels::EmitOptions::planDefaults();

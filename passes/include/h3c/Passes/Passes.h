@@ -36,6 +36,9 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<bool> backward{*this, "backward",
                         llvm::cl::desc("run h3-backward after verify-strict (the unfused one-rank forward)"),
                         llvm::cl::init(false)};
+  ListOption<std::string> trainable{*this, "trainable",
+                                    llvm::cl::desc("h3-backward: the tensors that get gradients (globs, \"lora\"; "
+                                                   "default all)")};
 };
 
 // assign-reduction-order, [fuse], [lora], shard-tp, shard-seq, verify-strict, [backward], plan-buffers (in that

@@ -79,7 +79,17 @@ def H3Backward : Pass<"h3-backward", "mlir::ModuleOp"> {
     their parts in that order, and weight gradients are named on the ops that compute them (`grads`). Runs on the
     unfused, unsharded graph (before h3-fuse, h3-lora and the shard passes): a fused op is an error naming it. The
     host's tables (rope_table, timestep_sinusoid) are conditioning: no gradient goes to them or through them.
+    An unmerged LoRA path (h3-lora on the unfused graph) is differentiated as the two GEMMs it is: the up slot's
+    and the down slot's gradients by h3.linear_grad_w, the path's input gradient by h3.linear_grad_x, named after
+    the base linear's node. `trainable` (plan/include/h3c/plan/trainable.h: globs over tensor names, "lora" for the
+    adapter slots; default all) selects the tensors that get gradients: a frozen tensor's gradient is computed by no
+    op (a linear_grad_w with none left is not emitted), and gradient ops whose results nothing reads are removed.
+    The function records the patterns as `h3.trainable`.
   }];
+  let options = [
+    ListOption<"trainable", "trainable", "std::string",
+               "Tensors that get gradients: globs over tensor names, \"lora\" for the adapter slots (default: all)">,
+  ];
   let dependentDialects = ["::h3c::h3ir::H3Dialect", "::mlir::func::FuncDialect"];
 }
 

@@ -112,6 +112,10 @@ struct Op {
   std::vector<std::string> nodes;  // fingerprint node ids this op implements
   std::vector<std::string> in, out;  // value names at the kind's fixed operand positions (ops.h)
   std::vector<std::string> weights, biases;  // diffusers tensor names, in the order the kernel reads them
+  // A gradient op that emitsWeightGrads: the tensors of weights then biases whose gradients it computes, in that
+  // order (the trained ones, section 14: a frozen tensor gets none); its outputs end with one gradient per entry.
+  // Empty for every other op.
+  std::vector<std::string> grads;
   OpAttrs attrs;
   Order order;
   std::optional<std::string> kernel;  // null: the host computes it (runsOnHost) or the runtime (isLayoutOp)
@@ -221,13 +225,16 @@ struct WeightBuffer {
 // --backward` "backward" (docs/contract.md section 14): its inputs are the gradients of the forward's outputs
 // ("@grad:unpack:sample", ...), it reads the forward's values it needs (saved activations: values of both functions,
 // kept alive until the backward's last read), and its outputs name the gradients of the three activation inputs
-// ("grad:@hidden_states" -> value) and of every weight tensor ("grad:<tensor>" -> an F32 value, rows "1",
+// ("grad:@hidden_states" -> value) and of every weight tensor it trains ("grad:<tensor>" -> an F32 value, rows "1",
 // cols = the tensor's element count).
 struct Function {
   std::string name;
   std::vector<std::string> inputs;             // "@hidden_states", ...
   std::map<std::string, std::string> outputs;  // "sample" -> "unpack:sample"
   std::vector<Op> ops;
+  // The backward only: what it trains (`h3c compile --trainable`; plan/trainable.h patterns, {"*"} for all). The
+  // outputs hold exactly the gradients of the tensors these select.
+  std::vector<std::string> trainable;
 };
 
 struct Options {

@@ -1,8 +1,9 @@
 // The backward of a plan (docs/contract.md section 14): one forward that keeps the values the backward reads (saved
 // activations), then the plan's backward function on the gradients of the forward's outputs. Returns the gradients
-// of the three activation inputs and the F32 gradients of every weight tensor, by name. The CPU reference runs it
-// (runtime/grad_ops.h's numerics, op by op); the GPU executor runs the plan's gradient kernels (kernels/cuda/grad.cuh:
-// the same bits but for attention's ex2 / lg2, which are the hardware's as in the forward).
+// of the three activation inputs and the F32 gradients of every weight tensor the plan trains
+// (functions.backward.trainable), by name. The CPU reference runs it (runtime/grad_ops.h's numerics, op by op); the
+// GPU executor runs the plan's gradient kernels (kernels/cuda/grad.cuh: the same bits but for attention's ex2 / lg2,
+// which are the hardware's as in the forward).
 #pragma once
 
 #include "h3c/plan/plan.h"
@@ -28,7 +29,7 @@ struct BackwardResult {
   Outputs outputs;  // the forward's, as runModel returns them
   // "hidden_states", "audio_hidden_states", "encoder_hidden_states": F32, the inputs' shapes ([B, N, channels]).
   std::map<std::string, Tensor> inputGrads;
-  // Every weight tensor of the plan (diffusers names): F32 of the tensor's shape.
+  // Every weight tensor the plan trains (plan names: diffusers names, adapter slots' own): F32 of its shape.
   std::map<std::string, Tensor> weightGrads;
 };
 

@@ -56,21 +56,23 @@ GateResidualGrad gateResidualGrad(const float *dz, const float *y, const float *
 std::vector<float> swigluGrad(const float *dy, const float *x, int64_t M, int64_t F);
 
 // rms_norm over groups of d channels of each row of x [M][C] (rms_norm: d = C; qk_norm: d = head_dim) with the
-// weight w [d] (null: no weight): dx [M][C] and dw [d] (row_units over (row, group) pairs; empty without a weight).
+// weight w [d] (null: no weight): dx [M][C] and dw [d] (row_units over (row, group) pairs; empty without a weight,
+// or with `wantW` false: a frozen weight, docs/contract.md section 14).
 struct NormGrad {
   std::vector<float> dx, dw;
 };
 NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const ItemRows &items, int64_t C, int64_t d,
-                     double eps);
+                     double eps, bool wantW = true);
 
 // norm_modulate `y = bf(fma(n, bf(1 + scale), shift))`, n the rms_norm of x [M][H] with the weight w [H] (null: none);
 // scale, shift [count][H] the table chunks (bf16 values): dx [M][H], dw [H] (empty without a weight), dscale and
-// dshift [count][H].
+// dshift [count][H]. `wantW` false: dw is not computed (a frozen weight) and stays empty.
 struct NormModulateGrad {
   std::vector<float> dx, dw, dscale, dshift;
 };
 NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *w, const float *scale,
-                                  const TableRows &rows, const ItemRows &items, int64_t H, double eps);
+                                  const TableRows &rows, const ItemRows &items, int64_t H, double eps,
+                                  bool wantW = true);
 
 // rope on the first R channels of each d-channel head of x [M][heads * d], cos / sin [M][R] (F32; rounded to bf16
 // here, as the forward uses them): dx [M][heads * d].
@@ -95,11 +97,12 @@ std::vector<float> siluGrad(const float *dy, const float *x, int64_t n);
 
 // The AdaLN table `table = linear(bf(silu(temb)))` with the weight w [N][E] (bf16 values) and a bias: g the table's
 // gradient read as [T][N] (its [T * rows][cols] view), temb [T][E]. dW [N][E] and dbias [N] by row_units over the T
-// rows (one item), dtemb [T][E] = (bf(g) W by k_chunks over N) * silu'(temb).
+// rows (one item), dtemb [T][E] = (bf(g) W by k_chunks over N) * silu'(temb). `wantW` / `wantBias` false: that
+// gradient is not computed (a frozen tensor, docs/contract.md section 14) and stays empty.
 struct AdalnTableGrad {
   std::vector<float> dw, dbias, dtemb;
 };
 AdalnTableGrad adalnTableGrad(const float *g, const float *temb, const float *w, int64_t T, int64_t N, int64_t E,
-                              int threads);
+                              int threads, bool wantW = true, bool wantBias = true);
 
 } // namespace h3c::rt::grad

@@ -24,6 +24,7 @@
 
 #include "h3c/runtime/nodes.h"
 #include "h3c/plan/plan.h"
+#include "h3c/support/glob.h"
 
 #include <nlohmann/json.hpp>
 
@@ -50,7 +51,7 @@ struct BindRule {
   Binding binding;
 };
 BindRule parseBindRule(const std::string &spec);
-bool globMatch(const std::string &glob, const std::string &text);
+using h3c::globMatch;  // support/glob.h
 // Every rule must match at least one node of the config: a typo would otherwise silently run the defaults.
 void checkBindRules(const std::vector<BindRule> &rules, const h3::Config &c);
 

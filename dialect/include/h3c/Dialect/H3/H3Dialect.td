@@ -22,6 +22,7 @@ def H3_Dialect : Dialect {
   //   module:        h3.config_name (importer), h3.tp (h3-shard-tp), h3.sp (h3-shard-seq), h3.buffers (h3-plan-buffers),
   //                  h3.arch (read by --h3-to-cuda when the input names a target; no pass writes it),
   //                  h3.adapter_slots (h3-lora: {slot name: [rows, cols]}, the unmerged LoRA slots)
+  //   func:          h3.trainable (h3-backward, on func @backward: the tensors it trains, plan/trainable.h patterns)
   //   func argument: h3.name (importer: the plan value name), h3.slot (h3-plan-buffers)
   //   func result:   h3.name (importer: the plan output name)
   //   h3 op:         h3.slots (h3-plan-buffers: one slot per result)
@@ -32,6 +33,7 @@ def H3_Dialect : Dialect {
     "::mlir::StringAttr":$arch,
     "::mlir::DictionaryAttr":$buffers,
     "::mlir::DictionaryAttr":$adapter_slots,
+    "::mlir::ArrayAttr":$trainable,
     "::mlir::StringAttr":$name,
     "::mlir::IntegerAttr":$slot,
     "::mlir::ArrayAttr":$slots
