@@ -201,6 +201,15 @@ e2e_backward() {
   check "[tiny backward] GPU vs CPU gradients, every tensor (rel_frob <= 1e-2)" python3 "$cmp_py" bound "$d/grads_cpu.safetensors" "$d/grads_gpu.safetensors" 1e-2
   check "[tiny backward] GPU backward again" "$H3C" backward --config tiny --synthetic 7 --plan "$plan" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" -o "$d/grads_gpu2.safetensors" --device gpu
   check "[tiny backward] two GPU backwards byte-equal" python3 "$cmp_py" equal "$d/grads_gpu.safetensors" "$d/grads_gpu2.safetensors"
+  # LoRA adapters only (--trainable lora): an adapter in the slots (scripts/lora_make.py, set by --lora as run does),
+  # the adapters' gradients and the inputs' on the GPU against the CPU reference.
+  local lp=$plans/tiny-backward-lora
+  if [ -f "$lp/plan.json" ]; then
+    check "[tiny backward lora] adapter" python3 "$root/scripts/lora_make.py" --plan "$lp" --rank 8 --seed 3 --std 0.1 -o "$d/adapter.safetensors"
+    check "[tiny backward lora] CPU reference backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_cpu.safetensors"
+    check "[tiny backward lora] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_gpu.safetensors" --device gpu
+    check "[tiny backward lora] GPU vs CPU adapter and input gradients (rel_frob <= 1e-2)" python3 "$cmp_py" bound "$d/lora_cpu.safetensors" "$d/lora_gpu.safetensors" 1e-2
+  fi
 }
 
 e2e_full() {

@@ -24,6 +24,10 @@ for c in tiny small; do  # the backward (docs/contract.md section 14): gpu-e2e.s
   rm -rf "$root/carry/plans/$c-backward"
   "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward -o "$root/carry/plans/$c-backward" | tail -1
 done
+# LoRA adapters only (the base frozen): gpu-e2e.sh e2e_backward
+rm -rf "$root/carry/plans/tiny-backward-lora"
+"$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
+  -o "$root/carry/plans/tiny-backward-lora" | tail -1
 rm -rf "$root/carry/plans/tiny-sp2tp2"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --sp 2 --tp 2 -o "$root/carry/plans/tiny-sp2tp2" | tail -1
 # The RL example's plans and request (scripts/gpu-test.sh step 5); needs the Python package built here.

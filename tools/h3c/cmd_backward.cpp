@@ -1,11 +1,11 @@
-// `h3c backward --config C (--checkpoint DIR | --synthetic SEED) --plan P --inputs REQ --grads G -o OUT [--device cpu]
+// `h3c backward --config C (--checkpoint DIR | --synthetic SEED) --plan P --inputs REQ --grads G -o OUT [--device cpu|gpu]
 // [--threads N] [--update FILE|DIR ...] [--lora FILE[:SCALE] ...]`: the gradients of a loss through a plan compiled
 // with `h3c compile --backward` (docs/contract.md section 14). G holds the loss's gradients of the outputs ("sample",
 // "audio_sample", F32 of the outputs' shapes); OUT gets the three input gradients under the request's names and the
 // F32 gradient of every tensor the plan trains under its plan name (diffusers names; an adapter slot's, section 13).
 // The weights are those `h3c run` would use with the same --update / --lora (adapter slots included: zero, or what
-// an update or adapter writes into them). The CPU reference runs it; any other device is refused while a gradient
-// op has no kernel. No ledger records a backward yet.
+// an update or adapter writes into them). The CPU reference runs it, or the GPU's gradient kernels (--device gpu;
+// refused, naming the op, while a gradient op has no kernel). No ledger records a backward yet.
 #include "command.h"
 #include "plan_run_args.h"
 
@@ -50,7 +50,7 @@ h3c::tool::Command cmd("backward", "Gradients of a loss through a plan compiled 
                  "names, or adapter slots by plan name; BF16 or F32) replacing the checkpoint's (repeatable, in order)");
   app.add_option("--lora", o->loras, "a LoRA adapter FILE[:SCALE] loaded after the updates as `h3c run --lora` loads "
                  "it (into the adapter slots of a --lora-rank plan; repeatable)");
-  app.add_option("--device", o->device, "cpu (the gradient ops have no GPU kernels yet: gpu is refused)");
+  app.add_option("--device", o->device, "cpu (the CPU reference) or gpu (the plan's gradient kernels)");
   app.add_option("--threads", o->threads, "CPU worker threads (0 = all cores; never changes a bit)")
       ->check(CLI::Range(0, 1024));
   app.callback([o] {
@@ -68,13 +68,11 @@ h3c::tool::Command cmd("backward", "Gradients of a loss through a plan compiled 
     std::unique_ptr<h3c::rt::WeightSource> w = o->model.weights(c);
     const h3c::st::File gf(o->grads);
     const h3c::rt::OutputGrads dy{readGrad(gf, "sample", "--grads"), readGrad(gf, "audio_sample", "--grads")};
-    // The weights as an engine holds them (its overlay holds the adapter slots), after the updates and adapters.
-    h3c::rt::RunOptions engineOpt = opt;
-    if (engineOpt.device != "cpu") engineOpt.device = "cpu";  // (runBackward refuses the device, naming the op)
-    h3c::rt::Engine engine(plan, *w, engineOpt, /*cpuCacheBytes=*/0);
+    // The weights as an engine of the device holds them after the updates and adapters (the CPU's overlay, the GPU's
+    // device buffers, adapter slots included); the backward runs on that engine.
+    h3c::rt::Engine engine(plan, *w, opt, /*cpuCacheBytes=*/0);
     h3c::tool::applyUpdatesAndAdapters(engine, o->updates, o->loras, c);
-    const h3c::rt::BackwardResult r =
-        h3c::rt::runBackward(plan, engine.weights(), h3c::rt::loadRequest(o->model.inputs), dy, opt);
+    const h3c::rt::BackwardResult r = engine.backward(h3c::rt::loadRequest(o->model.inputs), dy);
     std::vector<h3c::st::TensorDecl> decls;
     std::map<std::string, const h3c::rt::Tensor *> byName;
     for (const auto *m : {&r.inputGrads, &r.weightGrads})

@@ -1021,7 +1021,9 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
         }
         if (!ids.insert(k.id).second) continue;
         const auto c = compileVerbose(jit, k, std::string(cfg) + " " + arch + " " + op.where);
-        if (c) EXPECT_EQ(c->cubin.compare(0, 4, "\x7f" "ELF"), 0) << k.id;
+        if (c) {
+          EXPECT_EQ(c->cubin.compare(0, 4, "\x7f" "ELF"), 0) << k.id;
+        }
       }
       EXPECT_GT(phased, 0) << cfg;
       for (const char *k : {"grad_add", "linear_grad_x", "linear_grad_w", "swiglu_grad", "rms_norm_grad",
