@@ -321,8 +321,10 @@ TEST(BackwardPlan, LoraPathsAndTrainableTensors) {
     p["functions"]["backward"]["ops"][w]["attrs"]["K"] = 24;
     refusesLora(p, "are not those of the up slot's GEMM");
   }
-  {  // grads that the patterns do not select, and patterns that select more than the outputs
+  {  // grads that the patterns do not select, and patterns that select more than the outputs (the op's kernel left
+     // out: its parameters name the outputs these edits remove, which the reader would refuse first)
     json p = good;
+    p["functions"]["backward"]["ops"][w]["kernel"] = nullptr;
     p["functions"]["backward"]["ops"][w]["weights"]["grads"] = json::array();
     refusesLora(p, "a 'linear_grad_w' op has 0 outputs (), got 1");  // the arity follows grads
     p["functions"]["backward"]["ops"][w]["out"] = json::array();
