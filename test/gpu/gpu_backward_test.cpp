@@ -179,7 +179,7 @@ TEST(GpuBackward, TheExecutorsBackwardRepeatsAndFollowsTheCpu) {
   const BackwardResult g1 = runBackward(p, *weights, r, dy, o), g2 = runBackward(p, *weights, r, dy, o);
   const BackwardResult c = runCpuBackward(p, *weights, q, dy, 0);
   bool same = true, near = true;
-  double worst = 0;
+  double worst = -1;
   std::string worstName;
   auto compare = [&](const std::map<std::string, Tensor> &a, const std::map<std::string, Tensor> &b,
                      const std::map<std::string, Tensor> &ref) {
@@ -187,7 +187,7 @@ TEST(GpuBackward, TheExecutorsBackwardRepeatsAndFollowsTheCpu) {
     for (const auto &[n, t] : ref) {
       same &= a.at(n).bytes == b.at(n).bytes;
       const double e = relFrob(t.toFloats(), a.at(n).toFloats());
-      if (!(e <= worst)) {
+      if (!(e <= worst)) {  // (a NaN is the worst)
         worst = e;
         worstName = n;
       }
