@@ -4,6 +4,7 @@
 
 #include "h3c/Codegen/Importer.h"
 #include "h3c/Passes/Passes.h"
+#include "h3c/plan/checkpoint.h"
 #include "h3c/plan/trainable.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -58,6 +59,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
     if (o.fuse) fail("--backward", "the backward differentiates the unfused forward: compile with fusion off (--no-fuse)");
     if (o.sp != 1 || o.tp != 1) fail("--backward", "the backward is written for one rank (--sp 1 --tp 1), got sp {} tp {}", o.sp, o.tp);
   }
+  if (o.checkpoint && !o.backward) fail("--checkpoint", "checkpoint segments belong to a backward: it needs --backward");
   if (!o.trainable.empty()) {
     if (!o.backward) fail("--trainable", "selects what the backward trains: it needs --backward");
     plan::checkTrainable(o.trainable, "--trainable");
@@ -109,6 +111,16 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   plo.fuse = o.fuse;
   plo.wgmma = o.wgmma;
   r.plan = emitPlan(*module, fp, fingerprintSha256, plo, o.tuning);
+  if (o.backward) {
+    // The live peak of the forward-then-backward timeline at `tokens` rows, without and with the block segments
+    // (the slots above stay h3-plan-buffers' whole-life ones, which an executor ignoring the segments needs).
+    plan::Plan &pl = r.plan.plan;
+    pl.stats["backward_peak_live_bytes"] = plan::liveBytesPeak(pl, o.tokens, false);
+    if (o.checkpoint) {
+      pl.functions.at("backward").checkpoints = plan::blockCheckpoints(pl);
+      pl.stats["backward_peak_live_bytes_checkpointed"] = plan::liveBytesPeak(pl, o.tokens, true);
+    }
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -1,5 +1,6 @@
 // The plan reader: strict and fail closed (io.h). Every problem is an h3c::Error whose `where` is the JSON pointer.
 #include "h3c/plan/io.h"
+#include "h3c/plan/checkpoint.h"
 #include "h3c/plan/trainable.h"
 
 #include "json_fields.h"
@@ -823,13 +824,37 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
     const bool backward = std::string(fname) == "backward";
     const std::string fw = root + "/functions/" + fname;
     const json &fj = fns[fname];
-    if (backward) onlyKeys(fj, {"inputs", "outputs", "ops", "trainable"}, fw);
+    if (backward) onlyKeys(fj, {"inputs", "outputs", "ops", "trainable", "checkpoints"}, fw);
     else onlyKeys(fj, {"inputs", "outputs", "ops"}, fw);
     Function fn;
     fn.name = fname;
     if (backward) {
       fn.trainable = strList(member(fj, "trainable", fw), fw + "/trainable");
       checkTrainable(fn.trainable, fw + "/trainable");
+      // Checkpoint segments (section 14): their format here, their rules against both functions in
+      // checkCheckpoints once the backward is read.
+      if (fj.contains("checkpoints")) {
+        const json &cs = array(fj["checkpoints"], fw + "/checkpoints");
+        for (size_t i = 0; i < cs.size(); ++i) {
+          const std::string w = fw + "/checkpoints/" + std::to_string(i);
+          onlyKeys(cs[i], {"segment", "forward_ops", "kept", "recompute", "backward_ops"}, w);
+          Checkpoint c;
+          c.segment = str(member(cs[i], "segment", w), w + "/segment");
+          auto pair = [&](const char *key) {
+            const json &r = array(member(cs[i], key, w), w + "/" + key);
+            if (r.size() != 2) fail(w + "/" + key, "expected two op indices");
+            return std::make_pair(size_t(nonNegative(r[0], w + "/" + key + "/0")),
+                                  size_t(nonNegative(r[1], w + "/" + key + "/1")));
+          };
+          std::tie(c.first, c.end) = pair("forward_ops");
+          std::tie(c.before, c.last) = pair("backward_ops");
+          c.kept = strList(member(cs[i], "kept", w), w + "/kept");
+          const json &rc = array(member(cs[i], "recompute", w), w + "/recompute");
+          for (size_t k = 0; k < rc.size(); ++k)
+            c.recompute.push_back(size_t(nonNegative(rc[k], w + "/recompute/" + std::to_string(k))));
+          fn.checkpoints.push_back(std::move(c));
+        }
+      }
     }
     fn.inputs = strList(member(fj, "inputs", fw), fw + "/inputs");
     std::set<std::string> known;
@@ -971,7 +996,10 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   }
   checkLoraOperands(p, p.forward());
   checkPlanComputesModel(p, derived, root);
-  if (p.backward()) checkBackward(p, derived, root);
+  if (p.backward()) {
+    checkBackward(p, derived, root);
+    checkCheckpoints(p, root);
+  }
   return p;
 }
 

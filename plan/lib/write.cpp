@@ -229,6 +229,13 @@ json planToJson(const Plan &p) {
     for (const auto &op : fn.ops) ops.push_back(opToJson(op));
     fns[name] = {{"inputs", fn.inputs}, {"outputs", fn.outputs}, {"ops", ops}};
     if (name == "backward") fns[name]["trainable"] = fn.trainable;
+    if (name == "backward" && !fn.checkpoints.empty()) {
+      json cs = json::array();
+      for (const Checkpoint &c : fn.checkpoints)
+        cs.push_back({{"segment", c.segment}, {"forward_ops", {c.first, c.end}}, {"kept", c.kept},
+                      {"recompute", c.recompute}, {"backward_ops", {c.before, c.last}}});
+      fns[name]["checkpoints"] = cs;
+    }
   }
   j["functions"] = fns;
   json kernels = json::object();

@@ -1,39 +1,22 @@
 // runBackward (backward.h): the forward's ops by runCpuOp, the backward's by runCpuGradOp, over one value map whose
-// values live from their op to their last reader in either function (the plan's one slot timeline, section 14).
+// values live from their op to their last reader in either function (plan/checkpoint.h's timeline, the checkpoint
+// segments' recomputes included; section 14).
 #include "h3c/runtime/backward.h"
+
+#include "h3c/plan/checkpoint.h"
 
 #include "cpu_grad_ops.h"
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/support/error.h"
 
+#include <algorithm>
 #include <climits>
+#include <set>
 #include <thread>
 
 namespace h3c::rt {
 
 namespace {
-
-// The forward's values the backward (or an output) still needs are kept; the rest freed after their last reader.
-// Index space: the forward's ops, then the backward's.
-std::map<std::string, size_t> lastReaders(const plan::Function &fwd, const plan::Function &bwd) {
-  std::map<std::string, size_t> last;
-  for (const plan::Op &op : fwd.ops)
-    for (const auto &v : op.in) last[v] = op.index;
-  for (const plan::Op &op : bwd.ops)
-    for (const auto &v : op.in) last[v] = fwd.ops.size() + op.index;
-  for (const auto *fn : {&fwd, &bwd})
-    for (const auto &[key, v] : fn->outputs) last[v] = SIZE_MAX;
-  return last;
-}
-
-void freeDead(const plan::Op &op, size_t at, const std::map<std::string, size_t> &last, ValueMap &vals) {
-  for (const auto &n : op.in) {
-    auto it = last.find(n);
-    if (it != last.end() && it->second == at) vals.erase(n);
-  }
-  for (const auto &n : op.out)
-    if (!last.count(n)) vals.erase(n);
-}
 
 HostValue gradInput(const Tensor &t, const std::string &what, int64_t B, int64_t rows, int64_t cols) {
   if (t.dtype != DType::F32 || t.shape != std::vector<int64_t>{B, rows, cols})
@@ -61,33 +44,64 @@ BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const 
   if (p.options.sp != 1 || p.options.tp != 1) fail("plan.json#/options", "the backward runs on one rank");
   const plan::Function &fwd = p.forward();
   const int t = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  const auto last = lastReaders(fwd, *bwd);
+  // plan/checkpoint.h's timeline: the forward, then the backward with each checkpoint segment's forward ops rerun
+  // (runCpuOp, the same numerics: the same bits) before its first gradient op; every value freed after its last
+  // reader, so a checkpointed plan keeps only the segments' kept values and boundaries across the forward.
+  const std::vector<plan::ScheduleStep> steps = plan::backwardSchedule(p, true);
   ValueMap vals = graphInputValues(req);
   OpEnv env{p, req, weights, Precision::Ordered, t, -1};
-  for (const plan::Op &op : fwd.ops) {
-    runCpuOp(op, env, vals);
-    freeDead(op, op.index, last, vals);
-  }
   BackwardResult r;
   const int64_t videoCols = p.config.videoPatchDim(), audioCols = p.config.audio_in_channels;
-  auto output = [&](const char *key, int64_t rows, int64_t cols) {
-    const HostValue &v = vals.at(fwd.outputs.at(key));
-    return Tensor::fromFloats(DType::F32, {req.B, rows, cols}, v.f.data());
+  // The live bytes of activations and their gradients; weight gradients (an op's outputs past its activation
+  // outputs) live to the end whatever the segments and are left out, as in plan::liveBytesPeak.
+  std::set<std::string> weightGrads;
+  for (const plan::Op &op : bwd->ops)
+    for (size_t k = plan::outputRoles(op.kind, op.attrs).size(); k < op.out.size(); ++k) weightGrads.insert(op.out[k]);
+  auto hostBytes = [&](const std::string &n, const HostValue &v) {
+    return weightGrads.count(n) ? int64_t(0) : int64_t(v.f.size() * sizeof(float) + v.i.size() * sizeof(int64_t));
   };
-  r.outputs.sample = output("sample", req.Nv, videoCols);
-  r.outputs.audio_sample = output("audio_sample", req.Na, audioCols);
-  // The backward's inputs: "@grad:<output value>" for each forward output.
-  for (const auto &[key, v] : fwd.outputs) {
-    const bool video = key == "sample";
-    vals["@grad:" + v] = gradInput(video ? dy.sample : dy.audioSample, video ? "gradient of sample" : "gradient of audio_sample",
-                                   req.B, video ? req.Nv : req.Na, video ? videoCols : audioCols);
-  }
-  for (const auto &n : bwd->inputs)
-    if (!vals.count(n)) fail("plan.json#/functions/backward/inputs", "'{}' is no gradient of a forward output", n);
-  for (const plan::Op &op : bwd->ops) {
-    runCpuGradOp(op, env, vals);
-    if (observe) observe(op, vals);
-    freeDead(op, fwd.ops.size() + op.index, last, vals);
+  int64_t live = 0;
+  for (const auto &[n, v] : vals) live += hostBytes(n, v);
+  r.peakActivationBytes = live;
+  bool outputsTaken = false;
+  for (const plan::ScheduleStep &s : steps) {
+    if (s.backward && !outputsTaken) {
+      auto output = [&](const char *key, int64_t rows, int64_t cols) {
+        const HostValue &v = vals.at(fwd.outputs.at(key));
+        return Tensor::fromFloats(DType::F32, {req.B, rows, cols}, v.f.data());
+      };
+      r.outputs.sample = output("sample", req.Nv, videoCols);
+      r.outputs.audio_sample = output("audio_sample", req.Na, audioCols);
+      outputsTaken = true;
+    }
+    for (const auto &n : s.defineBefore) {
+      if (!s.backward) continue;  // the forward's inputs: graphInputValues above
+      // The backward's inputs: "@grad:<output value>" for each forward output.
+      const bool video = n == "@grad:" + fwd.outputs.at("sample");
+      if (!video && n != "@grad:" + fwd.outputs.at("audio_sample"))
+        fail("plan.json#/functions/backward/inputs", "'{}' is no gradient of a forward output", n);
+      vals[n] = gradInput(video ? dy.sample : dy.audioSample, video ? "gradient of sample" : "gradient of audio_sample",
+                          req.B, video ? req.Nv : req.Na, video ? videoCols : audioCols);
+      live += hostBytes(n, vals[n]);
+    }
+    for (const auto &n : s.op->out) {
+      auto it = vals.find(n);
+      if (it != vals.end()) live -= hostBytes(n, it->second);  // a recomputed value's first life ended already
+    }
+    if (s.backward) runCpuGradOp(*s.op, env, vals);
+    else runCpuOp(*s.op, env, vals);
+    for (const auto &n : s.op->out) {
+      auto it = vals.find(n);
+      if (it != vals.end()) live += hostBytes(n, it->second);
+    }
+    r.peakActivationBytes = std::max(r.peakActivationBytes, live);
+    if (s.backward && observe) observe(*s.op, vals);
+    for (const auto &n : s.freeAfter) {
+      auto it = vals.find(n);
+      if (it == vals.end()) continue;
+      live -= hostBytes(n, it->second);
+      vals.erase(it);
+    }
   }
   for (const auto &[key, v] : bwd->outputs) {
     const HostValue &h = vals.at(v);

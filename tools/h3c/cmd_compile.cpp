@@ -1,5 +1,5 @@
 // `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --sp N --tp M [--no-fuse] [--tune NAME=V ...] [--dump-ir DIR]
-// [--tokens S] [--lora-rank R] [--backward [--trainable GLOB|lora ...]] -o OUT/`:
+// [--tokens S] [--lora-rank R] [--backward [--trainable GLOB|lora ...] [--checkpoint blocks]] -o OUT/`:
 // imports the fingerprint, runs h3-pipeline and writes OUT/plan.json + OUT/kernels/*.cu atomically.
 #include "command.h"
 
@@ -22,6 +22,7 @@ struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
   int64_t sp = 1, tp = 1, tokens = 8192, loraRank = 0;
   bool noFuse = false, noWgmma = false, noQkEpilogue = false, backward = false;
+  std::string checkpoint = "none";
   std::vector<std::string> tune, trainable;
 };
 
@@ -59,6 +60,11 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
                  "character) or \"lora\" for the adapter slots of --lora-rank; repeatable (the union); the others "
                  "are frozen, no gradient op works for them (default: every tensor)")
       ->allow_extra_args(false);
+  app.add_option("--checkpoint", a->checkpoint,
+                 "With --backward: \"blocks\" writes one checkpoint segment per transformer block (docs/contract.md "
+                 "section 14): the forward keeps the blocks' inputs only and the backward reruns a block's forward ops "
+                 "(the same bits) before its gradient ops; \"none\" (default) keeps every value the backward reads")
+      ->check(CLI::IsMember({"none", "blocks"}));
   app.add_option("-o,--out", a->out, "Output plan folder")->required();
   app.callback([a] {
     h3c::checkOutputsApart({{"fingerprint", a->fingerprint}}, {{"-o", a->out}, {"--dump-ir", a->dumpIr}});
@@ -77,6 +83,7 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
     o.tokens = a->tokens;
     o.loraRank = a->loraRank;
     o.trainable = a->trainable;
+    o.checkpoint = a->checkpoint == "blocks";
     o.dumpIrDir = a->dumpIr;
     for (const std::string &t : a->tune) {
       const size_t eq = t.find('=');
@@ -111,6 +118,13 @@ h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json 
                   p.backward()->outputs.size());
     std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n", p.slots.size(),
                 (long long)p.stats.at("slot_bytes"), (long long)p.stats.at("peak_live_bytes"), (long long)a->tokens);
+    if (p.backward()) {
+      std::printf("backward live peak %lld bytes at S = %lld (forward then backward, every saved value kept)\n",
+                  (long long)p.stats.at("backward_peak_live_bytes"), (long long)a->tokens);
+      if (!p.backward()->checkpoints.empty())
+        std::printf("checkpointed: %zu segments, live peak %lld bytes at S = %lld\n", p.backward()->checkpoints.size(),
+                    (long long)p.stats.at("backward_peak_live_bytes_checkpointed"), (long long)a->tokens);
+    }
     std::string planFile = (std::filesystem::path(a->out) / "plan.json").lexically_normal().string();
     std::printf("plan %s -> %s\n", sha.c_str(), planFile.c_str());
   });

@@ -60,17 +60,7 @@ struct Plans {
     lora = plan::loadPlan(t / "lora");
     glob = plan::loadPlan(t / "glob");
     temb = plan::loadPlan(t / "temb");
-    w = std::make_unique<OverlayWeights>(*base);
-    w->holdAdapterSlots(all);
-    std::mt19937_64 g(3);
-    for (const auto &b : all.weights)
-      for (const auto &ts : b.tensors) {
-        if (!ts.adapter) continue;
-        std::normal_distribution<float> n(0.f, ts.name.find("lora_down") != std::string::npos ? 0.1f : 0.02f);
-        std::vector<float> v(size_t(ts.numel()));
-        for (float &x : v) x = n(g);
-        w->set(ts.name, Tensor::fromFloats(DType::BF16, ts.shape, v.data()));
-      }
+    w = backward_test::randomAdapters(*base, all, 3);
     ok = true;
   }
   BackwardResult run(const plan::Plan &p, const Request &r, int threads = 2) {

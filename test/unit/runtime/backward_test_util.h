@@ -9,6 +9,7 @@
 #include "h3c/runtime/request.h"
 
 #include <cmath>
+#include <memory>
 #include <random>
 
 namespace h3c::rt::backward_test {
@@ -63,6 +64,23 @@ inline double relErr(const std::vector<double> &got, const std::vector<double> &
     n += want[i] * want[i];
   }
   return std::sqrt(d / n);
+}
+
+// An overlay over `base` holding `p`'s adapter slots, each random (down std 0.1, up std 0.02: a low-rank term the
+// size of the base linear's), drawn from `seed`.
+inline std::unique_ptr<OverlayWeights> randomAdapters(WeightSource &base, const plan::Plan &p, uint64_t seed) {
+  auto w = std::make_unique<OverlayWeights>(base);
+  w->holdAdapterSlots(p);
+  std::mt19937_64 g(seed);
+  for (const auto &b : p.weights)
+    for (const auto &ts : b.tensors) {
+      if (!ts.adapter) continue;
+      std::normal_distribution<float> n(0.f, ts.name.find("lora_down") != std::string::npos ? 0.1f : 0.02f);
+      std::vector<float> v(size_t(ts.numel()));
+      for (float &x : v) x = n(g);
+      w->set(ts.name, Tensor::fromFloats(DType::BF16, ts.shape, v.data()));
+    }
+  return w;
 }
 
 // Item b of a batched request: its slice of the three activations, everything else shared.

@@ -23,6 +23,9 @@ struct CompileOptions {
   // The tensors the backward trains (plan/trainable.h: globs, "lora" for the adapter slots); empty: all. Needs
   // backward.
   std::vector<std::string> trainable;
+  // Activation checkpointing per block (plan/checkpoint.h, section 14): the backward's checkpoint segments. Needs
+  // backward.
+  bool checkpoint = false;
   std::filesystem::path dumpIrDir;  // when set: 00-import.mlir and NN-<pass>.mlir after every pass
   // Kernel variants (`h3c compile --tune` over the measured defaults); never a bit of any output.
   kernels::EmitOptions tuning = kernels::EmitOptions::planDefaults();

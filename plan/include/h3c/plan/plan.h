@@ -227,6 +227,19 @@ struct WeightBuffer {
 // kept alive until the backward's last read), and its outputs name the gradients of the three activation inputs
 // ("grad:@hidden_states" -> value) and of every weight tensor it trains ("grad:<tensor>" -> an F32 value, rows "1",
 // cols = the tensor's element count).
+// A checkpoint segment of the backward (docs/contract.md section 14, `h3c compile --checkpoint blocks`): one
+// transformer block's forward ops, of which the forward keeps only the boundary (the values read after the segment)
+// and `kept`; the values the backward reads from the segment are recomputed by rerunning `recompute` (the same ops,
+// the same kernels: the same bits) right before backward op `before`, and live until their last backward reader
+// (`last`, the last backward op reading one). plan/checkpoint.h computes and checks them.
+struct Checkpoint {
+  std::string segment;            // "transformer_blocks.3": the node-id prefix of the segment's ops
+  size_t first = 0, end = 0;      // forward ops [first, end)
+  std::vector<std::string> kept;  // what the recompute reads and does not define, in first-read order
+  std::vector<size_t> recompute;  // forward op indices in [first, end), ascending
+  size_t before = 0, last = 0;    // backward op indices: the first and the last reading a recomputed value
+};
+
 struct Function {
   std::string name;
   std::vector<std::string> inputs;             // "@hidden_states", ...
@@ -235,6 +248,8 @@ struct Function {
   // The backward only: what it trains (`h3c compile --trainable`; plan/trainable.h patterns, {"*"} for all). The
   // outputs hold exactly the gradients of the tensors these select.
   std::vector<std::string> trainable;
+  // The backward only: its checkpoint segments (empty: the forward keeps every value the backward reads).
+  std::vector<Checkpoint> checkpoints;
 };
 
 struct Options {

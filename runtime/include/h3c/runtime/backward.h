@@ -31,6 +31,10 @@ struct BackwardResult {
   std::map<std::string, Tensor> inputGrads;
   // Every weight tensor the plan trains (plan names: diffusers names, adapter slots' own): F32 of its shape.
   std::map<std::string, Tensor> weightGrads;
+  // The CPU reference only: the most host bytes its value map held at once in activations and their gradients
+  // (weight gradients apart: they live to the end either way), measured after each op ran, before its dead values
+  // were freed. A checkpointed plan's is lower (section 14).
+  int64_t peakActivationBytes = 0;
 };
 
 // Validates the request against the plan's config, then runs the forward and the backward on `opt.device` with
