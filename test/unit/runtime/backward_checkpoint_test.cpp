@@ -99,7 +99,9 @@ TEST(BackwardCheckpoint, OneSegmentPerBlockRerunningItsOwnOps) {
       got.insert(c.segment);
       for (size_t k : c.recompute) {
         const plan::Op &op = p->forward().ops[k];
-        if (!op.nodes.empty()) EXPECT_EQ(plan::blockOf(op.nodes[0]), c.segment) << op.where;
+        if (!op.nodes.empty()) {
+          EXPECT_EQ(plan::blockOf(op.nodes[0]), c.segment) << op.where;
+        }
       }
       EXPECT_FALSE(c.kept.empty()) << c.segment;
       EXPECT_LE(c.before, c.last) << c.segment;
