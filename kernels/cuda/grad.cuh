@@ -124,6 +124,12 @@ __device__ __forceinline__ void gr_unit_inv(float *inv, const void *x, long long
 #endif
 
 #if GR_KIND == GR_NORM_MODULATE || GR_KIND == GR_GATE_RESIDUAL
+// The tags parameter exists only for AdaLN rows (3 per timestep); gr_table_row reads it only then.
+#if GR_RPT == 3
+#define GR_TAGS tags
+#else
+#define GR_TAGS ts_index
+#endif
 __device__ __forceinline__ long long gr_table_row(const void *ts, const void *tags, long long metaRows, long long r) {
 #if GR_RPT == 3
   return h3c_table_row((const long long *)ts, (const long long *)tags, metaRows, r, 3);
@@ -278,11 +284,6 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
   // y = bf(fma(n, bf(1 + scale), shift)), n the rms_norm of x. y == 0: a warp per row, dx (the norm's gradient for
   // dn = dy * bf(1 + scale)); y >= 1 (block x 0): channels 256 (y - 1) .., the weight's gradient and the table's
   // (dshift: add chains of dy, dscale: fma chains of dy * n, per table row; zero in the other chunks).
-#if GR_RPT == 3
-#define GR_TAGS tags
-#else
-#define GR_TAGS ts_index
-#endif
   if (blockIdx.y == 0) {
     const int lane = threadIdx.x & 31;
     for (long long r = GR_WARP; r < rows; r += GR_WARPS) {
@@ -347,11 +348,6 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
 #elif GR_KIND == GR_GATE_RESIDUAL
   // z = bf(fma(gate, y, x)): y == 0: dy = dz * gate; y >= 1 (block x 0): channels 256 (y - 1) .., dgate per table
   // row (fma chains of dz * y), zero in the other chunks.
-#if GR_RPT == 3
-#define GR_TAGS tags
-#else
-#define GR_TAGS ts_index
-#endif
   if (blockIdx.y == 0) {
     for (long long i = GR_TID; i < rows * GR_H; i += GR_STRIDE) {
       const long long r = i / GR_H, c = i % GR_H;

@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +59,19 @@ std::vector<unsigned char> deviceBytes(const HostValue &h, DType dt) {
   return b;
 }
 
+// A two-timestep request of text, audio and video (T, H, W) rows: {text, audio, T, H, W}.
+Request tinyRequest(const h3c::h3::Config &c, std::array<int64_t, 5> rows, int64_t batch, uint64_t seed) {
+  RequestShape sh;
+  sh.text = rows[0];
+  sh.audio = rows[1];
+  sh.videoT = rows[2];
+  sh.videoH = rows[3];
+  sh.videoW = rows[4];
+  sh.batch = batch;
+  sh.timesteps = 2;
+  return makeRequest(c, sh, seed);
+}
+
 OutputGrads lossGrads(const CanonicalRequest &q, const h3c::h3::Config &c) {
   std::mt19937_64 g(5);
   std::normal_distribution<float> n;
@@ -89,15 +103,7 @@ TEST(GpuBackward, EveryGradientKernelEqualsTheCpuReferenceOnItsInputs) {
   if (!std::filesystem::exists(planDir() / "plan.json")) GTEST_SKIP() << "no plan at " << planDir();
   const plan::Plan p = plan::loadPlan(planDir());
   auto weights = makeSyntheticWeights(p.config, 7);
-  RequestShape sh;
-  sh.text = 5;
-  sh.audio = 4;
-  sh.videoT = 2;
-  sh.videoH = 2;
-  sh.videoW = 3;
-  sh.batch = 2;
-  sh.timesteps = 2;
-  const Request r = makeRequest(p.config, sh, 3);
+  const Request r = tinyRequest(p.config, {5, 4, 2, 2, 3}, 2, 3);
   const CanonicalRequest q = canonicalize(r, p.config);
   const plan::Extents ext = q.extents();
   hc::KernelRunner runner;
@@ -164,14 +170,7 @@ TEST(GpuBackward, TheExecutorsBackwardRepeatsAndFollowsTheCpu) {
   if (!std::filesystem::exists(planDir() / "plan.json")) GTEST_SKIP() << "no plan at " << planDir();
   const plan::Plan p = plan::loadPlan(planDir());
   auto weights = makeSyntheticWeights(p.config, 7);
-  RequestShape sh;
-  sh.text = 6;
-  sh.audio = 5;
-  sh.videoT = 2;
-  sh.videoH = 3;
-  sh.videoW = 4;
-  sh.timesteps = 2;
-  const Request r = makeRequest(p.config, sh, 9);
+  const Request r = tinyRequest(p.config, {6, 5, 2, 3, 4}, 1, 9);
   const CanonicalRequest q = canonicalize(r, p.config);
   const OutputGrads dy = lossGrads(q, p.config);
   RunOptions o;
