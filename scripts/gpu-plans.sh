@@ -24,6 +24,11 @@ for c in tiny small; do  # the backward (docs/contract.md section 14): gpu-e2e.s
   rm -rf "$root/carry/plans/$c-backward"
   "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward -o "$root/carry/plans/$c-backward" | tail -1
 done
+# The one-thread gradient kernels (grad.cuh, the CPU's model of a chunk sum): test/gpu/gpu_backward_test.cpp compares
+# them with the CPU byte for byte, and the default plan's tensor-core forms with both
+rm -rf "$root/carry/plans/tiny-backward-ref"
+"$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward --tune grad_mma=0 \
+  -o "$root/carry/plans/tiny-backward-ref" | tail -1
 # LoRA adapters only (the base frozen): gpu-e2e.sh e2e_backward
 rm -rf "$root/carry/plans/tiny-backward-lora"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \

@@ -26,8 +26,6 @@
 #define GR_UNPACK 12
 #define GR_ADALN_TABLE 13
 
-#define GR_UNIT 128  // row_units' unit
-
 // An operand element as F32: a bf16 value widened exactly, or an F32 value.
 __device__ __forceinline__ float gr_ld(const void *p, long long i, int bf) {
   return bf ? bf2f(((const h3bf *)p)[i]) : ((const float *)p)[i];
@@ -42,42 +40,10 @@ __device__ __forceinline__ float gr_chunk_value(const double *s) {
   return __double2float_rn(__dadd_rn(__dadd_rn(s[0], s[1]), __dadd_rn(s[2], s[3])));
 }
 
-// The fold of row_units over `items` items of `itemRows` rows each: fold.unit(partial) for each unit in order.
-struct GrFold {
-  float item, total;
-  bool anyItem;
-  __device__ __forceinline__ void begin() { anyItem = false; total = 0.f; }
-  // A unit's partial; `first`: the item's first unit.
-  __device__ __forceinline__ void unit(float part, bool first) { item = first ? part : __fadd_rn(item, part); }
-  __device__ __forceinline__ void endItem() {
-    total = anyItem ? __fadd_rn(total, item) : item;
-    anyItem = true;
-  }
-};
-
-// row_units over `items` items of `itemRows` rows each: unit(u0, u1) returns the partial of rows [u0, u1).
-template <class Unit>
-__device__ __forceinline__ float gr_fold_units(long long items, long long itemRows, Unit unit) {
-  GrFold f;
-  f.begin();
-  for (long long b = 0; b < items && itemRows > 0; ++b) {
-    const long long r0 = b * itemRows, r1 = r0 + itemRows;
-    for (long long u = r0; u < r1; u += GR_UNIT) f.unit(unit(u, u + GR_UNIT < r1 ? u + GR_UNIT : r1), u == r0);
-    f.endItem();
-  }
-  return f.total;
-}
-
 // silu'(x) = s * (1 + x * (1 - s)), s = 1 / (1 + expf(-x)) (the forward's expf), innermost first.
 __device__ __forceinline__ float gr_silu_derivative(float x) {
   const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, h3c::detmath::expf(-x)));
   return __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(x, __fsub_rn(1.0f, s))));
-}
-
-__device__ __forceinline__ float h3c_lg2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // The forward's inverse RMS of n values (cpu::invRms, ordered): the lane tree of x^2, then 1 / sqrt(ss / n + eps).

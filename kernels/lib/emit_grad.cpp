@@ -23,6 +23,77 @@ void itemScalars(Params &p, const OpView &v, size_t i) {
 
 plan::GridDim blocks(const Extent &units, int64_t perBlock) { return dim(units, perBlock); }
 
+// The tensor-core forms of a bf16 linear's gradients (grad_linear_mma.cuh): phase 0 rounds g to bf16 into the
+// scratch (and sums dbias), phase 1 is the GEMM in 128 x 128 tiles. dW: `dwAt` / `biasAt` the outputs of the weight's
+// and bias's gradients (the bias's -1 when it is frozen or absent).
+plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw, int64_t dwAt, int64_t biasAt) {
+  const plan::OpAttrs &a = v.a();
+  Builder b;
+  Params p;
+  const Extent rows = v.rowsOfIn(0);
+  p.in("g", 0);
+  if (dw) {
+    p.in("x", 1);
+    p.out("dw", dwAt);
+    if (biasAt >= 0) p.out("dbias", biasAt);
+    itemScalars(p, v, 0);
+  } else {
+    p.weight("w", 0);
+    p.out("dx", 0);
+    p.scalar("rows", rows);
+  }
+  p.scratch("gb", rows.scaled(a.N * 2));
+  b.def("GL_DW", dw ? 1 : 0);
+  b.def("GR_N", a.N);
+  b.def("GR_K", a.K);
+  b.def("GR_BIAS", biasAt >= 0 ? 1 : 0);
+  constexpr int64_t kTile = 128, kStages = 3, kBk = 32;
+  const int64_t aTile = dw ? kBk * (kTile + 8) : kTile * (kBk + 8), bTile = kBk * (kTile + 8);
+  const int64_t smem = kStages * (aTile + bTile) * 2;
+  const plan::Launch convert = launch(256, 0, blocks(rows.scaled(a.N / 8), 256), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
+  const plan::Launch gemm = launch(256, smem, dw ? dim(Extent::constant(a.N), kTile) : dim(rows, kTile),
+                                   dim(Extent::constant(a.K), kTile));
+  std::string name = fmt::format("{}_mma_n{}_k{}", plan::opKindName(v.op.kind), a.N, a.K);
+  return finish(name, "GL_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_mma, convert, arch,
+                v.options, {{"GL_ENTRY_P1", gemm}});
+}
+
+// The tensor-core form of attention's backward (grad_attention_mma.cuh): phase 0 per 64-query tile (statistics, bf(dO)
+// into the scratch, dq), phase 1 per 64-key tile (dk, dv), each over (tile, head, item).
+plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
+  const plan::OpAttrs &a = v.a();
+  const int64_t d = a.headDim;
+  Builder b;
+  Params p;
+  const Extent rows = v.rowsOfIn(0), itemRows = Extent::rowsOf(v.in(0).rows, false);
+  p.in("q", 0);
+  p.in("k", 1);
+  p.in("v", 2);
+  p.in("o", 3);
+  p.in("dout", 4);
+  p.out("dq", 0);
+  p.out("dk", 1);
+  p.out("dv", 2);
+  p.scratch("stats", rows.scaled(a.heads * 8));     // L and D of each (row, head)
+  p.scratch("dob", rows.scaled(a.heads * d * 2));   // bf(dout)
+  p.scalar("item_rows", itemRows);
+  b.def("GA_D", d);
+  b.def("GA_HEADS", a.heads);
+  b.def("GA_KVB", a.kvBlock);
+  b.def("GA_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
+  b.def("GA_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
+  b.def("GA_O_BF", bf(v.in(3)));
+  const int64_t lds = d + 8, statRows = std::max<int64_t>(2 * a.kvBlock, 256);
+  const int64_t smem0 = (128 + statRows) * lds * 2 + 64 * 4;
+  const int64_t smem1 = (128 + 128) * lds * 2 + 4 * 32 * 4 + 2 * (d / 8) * 4 * 128 * 4;
+  const plan::GridDim items = v.in(0).batch ? dim(Extent::parse("B", v.where)) : dim(Extent::constant(1));
+  const plan::Launch queries = launch(128, smem0, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
+  const plan::Launch keys = launch(128, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
+  std::string name = fmt::format("attention_grad_mma_h{}_d{}_kv{}", a.heads, d, a.kvBlock);
+  return finish(name, "GA_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_attention_mma, queries, arch,
+                v.options, {{"GA_ENTRY_P1", keys}});
+}
+
 } // namespace
 
 plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
@@ -42,6 +113,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   plan::Launch l = launch(256, 0, blocks(rows, 256));
   std::vector<PhaseSpec> phases;
   const char *kind = nullptr;
+  const bool mma = v.options.gradMma == 1;
   std::string name = plan::opKindName(v.op.kind);
   auto weightBf = [&] { return a.wDtype == DType::BF16 ? 1 : 0; };
   switch (v.op.kind) {
@@ -56,6 +128,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     name += fmt::format("_c{}", v.out(0).cols);
     break;
   case OpKind::LinearGradX:
+    if (mma && a.wDtype == DType::BF16 && a.N % 8 == 0 && a.K % 8 == 0) return emitLinearGradMma(v, arch, false, -1, -1);
     kind = "GR_LINEAR_X";
     p.in("g", 0);
     p.weight("w", 0);
@@ -68,8 +141,10 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     name += fmt::format("_n{}_k{}", a.N, a.K);
     break;
   case OpKind::LinearGradW: {
-    kind = "GR_LINEAR_W";
     const int64_t dwAt = gradAt(v.op.weights), biasAt = gradAt(v.op.biases);
+    if (mma && dwAt >= 0 && a.wDtype == DType::BF16 && bf(v.in(1)) && a.N % 8 == 0 && a.K % 8 == 0)
+      return emitLinearGradMma(v, arch, true, dwAt, biasAt);
+    kind = "GR_LINEAR_W";
     p.in("g", 0);
     p.in("x", 1);
     if (dwAt >= 0) p.out("dw", dwAt);
@@ -194,9 +269,12 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     break;
   }
   case OpKind::AttentionGrad: {
-    kind = "GR_ATTENTION";
     const int64_t d = a.headDim;
     if (a.kvBlock < 1) fail(v.where, "attention_grad needs the forward's kv_block");
+    if (mma && d % 16 == 0 && d <= 128 && (a.kvBlock == 64 || a.kvBlock == 128) && bf(v.in(0)) && bf(v.in(1)) &&
+        bf(v.in(2)))
+      return emitAttentionGradMma(v, arch);
+    kind = "GR_ATTENTION";
     p.in("q", 0);
     p.in("k", 1);
     p.in("v", 2);
@@ -277,7 +355,8 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   }
   (void)one;
   b.def("GR_KIND", kind);
-  return finish(name, "GR_ENTRY", b, p, tmpl::grad, l, arch, v.options, std::move(phases));
+  return finish(name, "GR_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad, l, arch, v.options,
+                std::move(phases));
 }
 
 } // namespace emit_detail

@@ -35,6 +35,9 @@ extern const char *const linear_f32;
 extern const char *const time_embed;
 extern const char *const adaln_sm90;
 extern const char *const grad;
+extern const char *const grad_common;
+extern const char *const grad_linear_mma;
+extern const char *const grad_attention_mma;
 } // namespace tmpl
 
 namespace emit_detail {

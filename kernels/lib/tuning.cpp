@@ -38,7 +38,9 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"adaln_stage_k", &EmitOptions::sm90AdalnStageK, 64, 512},
                           {"adaln_ctas", &EmitOptions::sm90AdalnCtas, 1, 2},
                           // programmatic dependent launch of every kernel (0: plain stream order)
-                          {"launch_pdl", &EmitOptions::gridDependency, 0, 1}};
+                          {"launch_pdl", &EmitOptions::gridDependency, 0, 1},
+                          // the backward's linear and attention gradients on the tensor cores (0: grad.cuh's form)
+                          {"grad_mma", &EmitOptions::gradMma, 0, 1}};
 
 const Field &field(const std::string &name, int value, const std::string &where) {
   std::string names;
@@ -57,7 +59,8 @@ const Field &field(const std::string &name, int value, const std::string &where)
 const char *const kTunedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rope", "linear",
                                  "linear+residual",      "linear+gate_residual",    "linear+swiglu",
                                  "attention",            "rms_norm",                "norm_modulate",
-                                 "adaln_table"};
+                                 "adaln_table",          "linear_grad_x",           "linear_grad_w",
+                                 "attention_grad"};
 
 // The profile names whose kernel the staged epilogue applies to (every linear with a bf16 output: all of these).
 const char *const kStagedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rope", "linear", "linear+residual",

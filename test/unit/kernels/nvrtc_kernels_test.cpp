@@ -985,55 +985,79 @@ void expectCompilesWithoutSpills(hc::NvrtcJit &jit, const plan::Kernel &k, const
   EXPECT_EQ(c->log.find("serialized"), std::string::npos) << what << " " << k.id << ":\n" << c->log;
 }
 
-// The backward's gradient kernels (kernels/cuda/grad.cuh, docs/contract.md section 14): every kernel of a
-// `--backward` plan (tiny and full shapes), for both archs, compiles to an ELF; attention's carries its two later
-// phases and a scratch for the row statistics. (Spills are not checked: these are the contract's first, one-thread-
-// per-element forms, not yet tuned; norm_modulate_grad's table walk spills a few bytes.)
+// The backward's gradient kernels (docs/contract.md section 14): every kernel of a `--backward` plan (tiny shapes for
+// both archs, full with H3C_NVRTC_VARIANTS=1) compiles to an ELF. The default plan runs the linear and attention
+// gradients on the tensor cores (grad_linear_mma.cuh, grad_attention_mma.cuh: one later phase, scratch for bf(g) /
+// the row statistics and bf(dO)); those kernels spill nothing. `--tune grad_mma=0` (tiny, sm_90a) keeps grad.cuh's
+// one-thread forms, attention's with two later phases. (The one-thread forms' spills are not checked:
+// norm_modulate_grad's table walk spills a few bytes.)
 TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   if (!h3c::testtool::toolHasCompile()) GTEST_SKIP() << "this h3c has no compile (built without MLIR)";
   hc::NvrtcJit jit;
-  // Both archs at the tiny shapes; H3C_NVRTC_VARIANTS=1 adds the full shapes (the same template with other
-  // constants: 25 s of NVRTC that CI leaves out).
+  // H3C_NVRTC_VARIANTS=1 adds the full shapes (the same templates with other constants: NVRTC time CI leaves out).
   const bool full = std::getenv("H3C_NVRTC_VARIANTS") != nullptr;
-  for (const char *cfg : {"tiny", "full"})
-    for (const std::string arch : {"sm_90a", "sm_100a"}) {
-      if (std::string(cfg) == "full" && (arch == "sm_100a" || !full)) continue;
-      auto dir = tempDir(std::string("h3c-backward-plan-") + cfg + arch);
-      std::filesystem::create_directories(dir);
-      std::string out;
-      ASSERT_EQ(h3c::testtool::runTool(std::string("fingerprint derive --config ") + cfg + " -o " + (dir / "fp.json").string(), &out), 0) << out;
-      ASSERT_EQ(h3c::testtool::runTool("compile " + (dir / "fp.json").string() + " --backward --arch " + arch + " -o " +
-                                           (dir / "plan").string(), &out), 0) << out;
-      const plan::Plan p = plan::loadPlan(dir / "plan");
-      std::set<std::string> kinds, ids;
-      int phased = 0;
-      for (const plan::Op &op : p.backward()->ops) {
-        ASSERT_TRUE(op.kernel) << op.where << " has no kernel";
-        kinds.insert(plan::opKindName(op.kind));
-        const plan::Kernel &k = p.kernel(op);
-        if (op.kind == plan::OpKind::AttentionGrad) {
-          ++phased;
-          EXPECT_EQ(k.phases.size(), 2u) << k.id;
-          EXPECT_TRUE(std::any_of(k.params.begin(), k.params.end(),
-                                  [](const plan::KernelParam &q) { return q.kind == plan::KernelParam::Kind::Scratch; }))
-              << k.id;
-        } else {
-          EXPECT_TRUE(k.phases.empty()) << k.id;
-        }
-        if (!ids.insert(k.id).second) continue;
-        const auto c = compileVerbose(jit, k, std::string(cfg) + " " + arch + " " + op.where);
-        if (c) {
-          EXPECT_EQ(c->cubin.compare(0, 4, "\x7f" "ELF"), 0) << k.id;
-        }
+  struct Case {
+    const char *cfg, *arch;
+    bool mma;
+  };
+  std::set<std::string> ids;
+  for (const Case &c : {Case{"tiny", "sm_90a", true}, Case{"tiny", "sm_100a", true}, Case{"tiny", "sm_90a", false},
+                        Case{"full", "sm_90a", true}}) {
+    if (std::string(c.cfg) == "full" && !full) continue;
+    const std::string what = std::string(c.cfg) + " " + c.arch + (c.mma ? "" : " grad_mma=0");
+    auto dir = tempDir(std::string("h3c-backward-plan-") + c.cfg + c.arch + (c.mma ? "" : "-ref"));
+    std::filesystem::create_directories(dir);
+    std::string out;
+    ASSERT_EQ(h3c::testtool::runTool(std::string("fingerprint derive --config ") + c.cfg + " -o " + (dir / "fp.json").string(), &out), 0) << out;
+    ASSERT_EQ(h3c::testtool::runTool("compile " + (dir / "fp.json").string() + " --backward --arch " + c.arch +
+                                         (c.mma ? "" : " --tune grad_mma=0") + " -o " + (dir / "plan").string(), &out),
+              0)
+        << out;
+    const plan::Plan p = plan::loadPlan(dir / "plan");
+    std::set<std::string> kinds;
+    int tensorCore = 0;
+    for (const plan::Op &op : p.backward()->ops) {
+      ASSERT_TRUE(op.kernel) << op.where << " has no kernel";
+      kinds.insert(plan::opKindName(op.kind));
+      const plan::Kernel &k = p.kernel(op);
+      const bool isMma = k.id.find("_mma_") != std::string::npos;
+      const bool scratch = std::any_of(k.params.begin(), k.params.end(), [](const plan::KernelParam &q) {
+        return q.kind == plan::KernelParam::Kind::Scratch;
+      });
+      if (isMma) {
+        ++tensorCore;
+        EXPECT_TRUE(c.mma) << what << ": " << k.id;
+        EXPECT_EQ(k.phases.size(), 1u) << k.id;
+        EXPECT_TRUE(scratch) << k.id;
+      } else if (op.kind == plan::OpKind::AttentionGrad) {
+        EXPECT_FALSE(c.mma) << what << ": attention_grad kept the one-thread form";
+        EXPECT_EQ(k.phases.size(), 2u) << k.id;
+        EXPECT_TRUE(scratch) << k.id;
+      } else {
+        EXPECT_TRUE(k.phases.empty()) << k.id;
       }
-      EXPECT_GT(phased, 0) << cfg;
-      for (const char *k : {"grad_add", "linear_grad_x", "linear_grad_w", "swiglu_grad", "rms_norm_grad",
-                            "norm_modulate_grad", "gate_residual_grad", "rope_grad", "attention_grad", "silu_grad",
-                            "adaln_table_grad", "pack_grad", "unpack_grad"})
-        EXPECT_TRUE(kinds.count(k)) << cfg << ": no '" << k << "' op";
-      std::filesystem::remove_all(dir);
+      if (!ids.insert(k.id + c.arch).second) continue;
+      const auto cv = compileVerbose(jit, k, what + " " + op.where);
+      if (!cv) continue;
+      EXPECT_EQ(cv->cubin.compare(0, 4, "\x7f" "ELF"), 0) << k.id;
+      if (isMma) {
+        EXPECT_TRUE(spillsNothing(*cv)) << what << " " << k.id << ":\n" << cv->log;
+      }
     }
+    // Every linear gradient of the tiny and full plans has bf16 operands: all of them and attention's on the tensor
+    // cores by default.
+    if (c.mma) {
+      EXPECT_GT(tensorCore, 0) << what;
+    } else {
+      EXPECT_EQ(tensorCore, 0) << what;
+    }
+    for (const char *k : {"grad_add", "linear_grad_x", "linear_grad_w", "swiglu_grad", "rms_norm_grad",
+                          "norm_modulate_grad", "gate_residual_grad", "rope_grad", "attention_grad", "silu_grad",
+                          "adaln_table_grad", "pack_grad", "unpack_grad"})
+      EXPECT_TRUE(kinds.count(k)) << what << ": no '" << k << "' op";
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(NvrtcCompile, FullConfigAndPlanSm90a) {

@@ -80,6 +80,12 @@ struct EmitOptions {
   // kernels wait for their producers first thing, common.cuh), so a kernel's launch and first CTAs overlap the tail of
   // the previous one; 0: plain stream order. Timing only.
   int gridDependency = 1;
+  // The backward (docs/contract.md section 14): 1 runs linear_grad_x / linear_grad_w of bf16 weights and inputs and
+  // attention_grad on the tensor cores (grad_linear_mma.cuh, grad_attention_mma.cuh: a chunk's 16 products summed by
+  // the tensor core, the GPU's bits of the contract); 0 keeps grad.cuh's one-thread form, which computes the CPU
+  // reference's model of the chunk sums (its bits: the GPU checks compare it with the CPU byte for byte, and the
+  // tensor-core forms with it within a bound).
+  int gradMma = 1;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
@@ -106,7 +112,7 @@ struct EmitOptions {
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
   // gemm_inflight, gemm_cluster, gemm_bn, gemm_bm, gemm_pingpong, gemm_epi_smem, gemm_half_tail, attn_stages, attn_overlap, attn_pingpong,
-  // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl), for every op, or, as `OP:NAME`, for the ops of one profile name (see
+  // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl, grad_mma), for every op, or, as `OP:NAME`, for the ops of one profile name (see
   // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);

@@ -1,0 +1,38 @@
+// What the gradient kernels share (grad.cuh, grad_linear_mma.cuh, grad_attention_mma.cuh; emitted before the body):
+// row_units' fold (docs/contract.md section 14: each batch item's canonical rows in units of GR_UNIT, a unit's
+// partial, the item's sum the left fold of its partials, the first as it is, the batch's the left fold of the items'
+// sums in batch order) and the hardware's log2 of attention's row statistics.
+#define GR_UNIT 128  // row_units' unit
+
+// The fold of row_units over `items` items of `itemRows` rows each: fold.unit(partial) for each unit in order.
+struct GrFold {
+  float item, total;
+  bool anyItem;
+  __device__ __forceinline__ void begin() { anyItem = false; total = 0.f; }
+  // A unit's partial; `first`: the item's first unit.
+  __device__ __forceinline__ void unit(float part, bool first) { item = first ? part : __fadd_rn(item, part); }
+  __device__ __forceinline__ void endItem() {
+    total = anyItem ? __fadd_rn(total, item) : item;
+    anyItem = true;
+  }
+};
+
+// row_units over `items` items of `itemRows` rows each: unit(u0, u1) returns the partial of rows [u0, u1).
+template <class Unit>
+__device__ __forceinline__ float gr_fold_units(long long items, long long itemRows, Unit unit) {
+  GrFold f;
+  f.begin();
+  for (long long b = 0; b < items && itemRows > 0; ++b) {
+    const long long r0 = b * itemRows, r1 = r0 + itemRows;
+    for (long long u = r0; u < r1; u += GR_UNIT) f.unit(unit(u, u + GR_UNIT < r1 ? u + GR_UNIT : r1), u == r0);
+    f.endItem();
+  }
+  return f.total;
+}
+
+// log2 by lg2.approx.ftz.f32 (MUFU.LG2): attention's L = mc + lg2(l), the hardware's, as ex2 (section 4).
+__device__ __forceinline__ float h3c_lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}

@@ -1,0 +1,247 @@
+// The tensor-core forms of a bf16 linear's gradients (docs/contract.md section 14), mma.sync m16n8k16 (bf16 x bf16
+// -> F32) on sm_90a and sm_100a:
+//   dX [rows][K] = bf(g) W: one F32 accumulator per element from 0, each mma adding the next 16-wide chunk of N,
+//     ascending (the k-tile loop walks N in order; a tile's chunks in order): section 14's k_chunks over N;
+//   dW [N][K] = row_units over rows of bf(g[r][n]) * x[r][k]: per batch item, per unit of 128 canonical rows, a
+//     partial from 0 chained over the unit's 16-row chunks in ascending order (zero-filled past the unit's end), the
+//     item's sum the left fold of its partials (the first as it is), the batch's the left fold of the items' sums in
+//     batch order (kept in dw itself: each thread adds to the elements it wrote, no other thread touches them).
+// A chunk's 16 products are summed by the tensor core, as in the forward (section 4): these are the GPU's bits of the
+// contract; the one-thread form of grad.cuh computes the CPU's model of them, so the two agree within a bound.
+// Nothing depends on the row count, the batch or the launch: every element's sequence of operations is fixed.
+//
+// Two phases. Phase 0 (GL_ENTRY): bf(g) into the scratch `gb` ([rows][N] bf16, so phase 1 streams it with
+// cp.async), and for dW with a bias the bias gradient (the add chains of grad_common.cuh). Phase 1 (GL_ENTRY_P1): the GEMM,
+// 128 x 128 tiles of 8 warps (2 x 4, 64 x 32 each), k-tiles of 32 in a 3-stage cp.async ring. The operands come as
+// stored: dX's A is bf(g) row-major (ldmatrix), its B is W [N][K] with the reduction along rows (ldmatrix.trans); dW's
+// A is bf(g)^T and its B is x, both with the reduction along rows (ldmatrix.trans).
+//
+// Defined by the emitter: GL_ENTRY GL_ENTRY_P1 H3C_PARAMS GL_DW (0: dX, 1: dW) GR_N GR_K GR_BIAS (dW: the bias's
+// gradient too). N and K are multiples of 8 (16-byte rows for cp.async).
+// Parameters: g (F32 [rows][N]); dX: w (bf16 [N][K]), dx, rows; dW: x (bf16 [rows][K]), dw and / or dbias, items,
+// item_rows; gb (scratch). The weight's gradient is always an output here (a bias-only gradient keeps grad.cuh).
+#define GL_BM 128
+#define GL_BN 128
+#define GL_BK 32
+#define GL_STAGES 3
+#define GL_THREADS 256
+#define GL_WTM 64  // a warp's rows of the output tile (2 warps along M)
+#define GL_WTN 32  // and columns (4 along N)
+#define GL_MF (GL_WTM / 16)
+#define GL_NF (GL_WTN / 8)
+#if GL_DW
+#define GL_LDA (GL_BM + 8)  // A stored [k][m]: k-tile rows of the tile's 128 output rows
+#define GL_ASZ (GL_BK * GL_LDA)
+#else
+#define GL_LDA (GL_BK + 8)  // A stored [m][k]
+#define GL_ASZ (GL_BM * GL_LDA)
+#endif
+#define GL_LDB (GL_BN + 8)  // B stored [k][n]
+#define GL_BSZ (GL_BK * GL_LDB)
+
+typedef float gl_acc_t[GL_MF][GL_NF][4];
+
+__device__ __forceinline__ void gl_zero(gl_acc_t &d) {
+#pragma unroll
+  for (int i = 0; i < GL_MF; ++i)
+#pragma unroll
+    for (int j = 0; j < GL_NF; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[i][j][e] = 0.0f;
+}
+
+// rows x 128 columns of a bf16 row-major matrix [.., ld] from (row0, col0) into dst [rows][GL_LDB-like ld_s]; rows
+// at or past rowEnd and columns at or past cols read as zeros (cols a multiple of 8).
+template <int ROWS, int COLS, int LDS>
+__device__ __forceinline__ void gl_load(h3bf *dst, const h3bf *src, long long row0, long long rowEnd, long long col0,
+                                        long long cols, long long ld) {
+  for (int i = threadIdx.x; i < ROWS * (COLS / 8); i += GL_THREADS) {
+    const int r = i / (COLS / 8), c = (i % (COLS / 8)) * 8;
+    const bool ok = row0 + r < rowEnd && col0 + c < cols;
+    cp_async16(dst + r * LDS + c, ok ? (const void *)(src + (row0 + r) * ld + col0 + c) : (const void *)src, ok ? 16 : 0);
+  }
+}
+
+// One k-tile (GL_BK / 16 chunks, ascending) into acc.
+__device__ __forceinline__ void gl_compute(const h3bf *As, const h3bf *Bs, gl_acc_t &acc, int wm, int wn, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < GL_BK / 16; ++kk) {
+    h3u32 a[GL_MF][4];
+#pragma unroll
+    for (int i = 0; i < GL_MF; ++i) {
+#if GL_DW
+      ldsm_x4_t(a[i][0], a[i][1], a[i][2], a[i][3],
+                As + (kk * 16 + (lane & 7) + ((lane >> 4) & 1) * 8) * GL_LDA + wm * GL_WTM + i * 16 + ((lane >> 3) & 1) * 8);
+#else
+      ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3],
+              As + (wm * GL_WTM + i * 16 + (lane & 15)) * GL_LDA + kk * 16 + (lane >> 4) * 8);
+#endif
+    }
+#pragma unroll
+    for (int j = 0; j < GL_NF; j += 2) {
+      h3u32 b0, b1, b2, b3;
+      ldsm_x4_t(b0, b1, b2, b3,
+                Bs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * GL_LDB + wn * GL_WTN + j * 8 + (lane >> 4) * 8);
+#pragma unroll
+      for (int i = 0; i < GL_MF; ++i) {
+        mma16816(acc[i][j], a[i], b0, b1);
+        mma16816(acc[i][j + 1], a[i], b2, b3);
+      }
+    }
+  }
+}
+
+// Phase 0: gb = bf(g), 8 elements per thread (N is a multiple of 8); dW with a bias: block row 1 sums dbias.
+extern "C" __global__ void __launch_bounds__(256) GL_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
+#if GL_DW
+  const long long nRows = items * item_rows;
+#else
+  const long long nRows = rows;
+#endif
+  if (blockIdx.y == 0) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < nRows * (GR_N / 8);
+         i += (long long)gridDim.x * blockDim.x) {
+      const float4 lo = ((const float4 *)g)[2 * i], hi = ((const float4 *)g)[2 * i + 1];
+      uint4 q;
+      q.x = pack_bf2(lo.x, lo.y);
+      q.y = pack_bf2(lo.z, lo.w);
+      q.z = pack_bf2(hi.x, hi.y);
+      q.w = pack_bf2(hi.z, hi.w);
+      ((uint4 *)gb)[i] = q;
+    }
+  }
+#if GL_DW && GR_BIAS
+  if (blockIdx.y == 1) {
+    for (long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x; n < GR_N; n += (long long)gridDim.x * blockDim.x)
+      ((float *)dbias)[n] = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
+        float acc = 0.f;
+        for (long long r = u; r < u1; ++r) acc = __fadd_rn(acc, ((const float *)g)[r * GR_N + n]);
+        return acc;
+      });
+  }
+#endif
+}
+
+// Phase 1: the GEMM. dX: block (x, y) computes rows [128 x, +128) and columns [128 y, +128) of dx; dW: rows
+// (weight rows n) [128 x, +128) and columns [128 y, +128) of dw.
+extern "C" __global__ void __launch_bounds__(GL_THREADS) GL_ENTRY_P1(H3C_PARAMS) {
+  h3c_grid_dependency_wait();
+  extern __shared__ __align__(16) unsigned char gl_smem[];
+  h3bf *As = (h3bf *)gl_smem;
+  h3bf *Bs = As + GL_STAGES * GL_ASZ;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wm = warp / (GL_BN / GL_WTN), wn = warp % (GL_BN / GL_WTN);
+  const long long m0 = (long long)blockIdx.x * GL_BM, n0 = (long long)blockIdx.y * GL_BN;
+  const h3bf *G = (const h3bf *)gb;
+  gl_acc_t acc;
+  gl_zero(acc);
+#if GL_DW
+  // The k-tiles of the walk: per item, its units of 128 rows, each 4 k-tiles of 32 (the last unit fewer).
+  const long long lastUnitRows = item_rows - (item_rows - 1) / GR_UNIT * GR_UNIT;
+  const long long tilesPerItem = (item_rows - 1) / GR_UNIT * (GR_UNIT / GL_BK) + (lastUnitRows + GL_BK - 1) / GL_BK;
+  const long long KT = item_rows > 0 ? items * tilesPerItem : 0;
+  const h3bf *X = (const h3bf *)x;
+  // Tile t's first row and the end of its unit.
+#define GL_TILE_ROWS(t, r0, u1)                                                                    \
+  const long long gl_b = (t) / tilesPerItem, gl_tt = (t) % tilesPerItem;                           \
+  const long long gl_u = gl_tt / (GR_UNIT / GL_BK);                                                \
+  const long long r0 = gl_b * item_rows + gl_u * GR_UNIT + (gl_tt % (GR_UNIT / GL_BK)) * GL_BK;     \
+  const long long u1 = gl_b * item_rows + ((gl_u + 1) * GR_UNIT < item_rows ? (gl_u + 1) * GR_UNIT : item_rows)
+#define GL_LOAD(s, t)                                                                  \
+  do {                                                                                 \
+    GL_TILE_ROWS(t, r0, u1);                                                           \
+    gl_load<GL_BK, GL_BM, GL_LDA>(As + (s) * GL_ASZ, G, r0, u1, m0, GR_N, GR_N);       \
+    gl_load<GL_BK, GL_BN, GL_LDB>(Bs + (s) * GL_BSZ, X, r0, u1, n0, GR_K, GR_K);       \
+  } while (0)
+  gl_acc_t run;  // the item's fold of its unit partials
+  gl_zero(run);
+#else
+  const long long KT = (GR_N + GL_BK - 1) / GL_BK;
+  const h3bf *W = (const h3bf *)w;
+#define GL_LOAD(s, t)                                                                                    \
+  do {                                                                                                   \
+    gl_load<GL_BM, GL_BK, GL_LDA>(As + (s) * GL_ASZ, G + (long long)(t) * GL_BK, m0, rows, 0,            \
+                                  GR_N - (long long)(t) * GL_BK, GR_N);                                  \
+    gl_load<GL_BK, GL_BN, GL_LDB>(Bs + (s) * GL_BSZ, W, (long long)(t) * GL_BK, GR_N, n0, GR_K, GR_K);   \
+  } while (0)
+#endif
+
+#pragma unroll
+  for (int s = 0; s < GL_STAGES - 1; ++s) {
+    if (s < KT) GL_LOAD(s, s);
+    cp_async_commit();
+  }
+  for (long long kt = 0; kt < KT; ++kt) {
+    cp_async_wait<GL_STAGES - 2>();
+    __syncthreads();
+    const long long nk = kt + GL_STAGES - 1;
+    if (nk < KT) GL_LOAD(nk % GL_STAGES, nk);
+    cp_async_commit();
+    const int s = int(kt % GL_STAGES);
+    gl_compute(As + s * GL_ASZ, Bs + s * GL_BSZ, acc, wm, wn, lane);
+#if GL_DW
+    GL_TILE_ROWS(kt, r0, u1);
+    if (r0 + GL_BK >= u1) {  // the unit's last k-tile: fold its partial into the item's sum
+      const bool firstUnit = gl_u == 0, lastOfItem = u1 == (gl_b + 1) * item_rows;
+#pragma unroll
+      for (int i = 0; i < GL_MF; ++i)
+#pragma unroll
+        for (int j = 0; j < GL_NF; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            run[i][j][e] = firstUnit ? acc[i][j][e] : __fadd_rn(run[i][j][e], acc[i][j][e]);
+            acc[i][j][e] = 0.0f;
+          }
+      if (lastOfItem) {  // the batch's fold: item 0's sum as it is, then + each next item's
+        const int gq = lane >> 2, t4 = lane & 3;
+#pragma unroll
+        for (int i = 0; i < GL_MF; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const long long r = m0 + wm * GL_WTM + i * 16 + gq + h * 8;
+            if (r >= GR_N) continue;
+#pragma unroll
+            for (int j = 0; j < GL_NF; ++j) {
+              const long long c = n0 + wn * GL_WTN + j * 8 + t4 * 2;
+              if (c >= GR_K) continue;  // GR_K is a multiple of 8: c + 1 is inside too
+              float2 *p = (float2 *)((float *)dw + r * GR_K + c);
+              float2 v = make_float2(run[i][j][h * 2], run[i][j][h * 2 + 1]);
+              if (gl_b > 0) {
+                const float2 o = *p;
+                v.x = __fadd_rn(o.x, v.x);
+                v.y = __fadd_rn(o.y, v.y);
+              }
+              *p = v;
+            }
+          }
+      }
+    }
+#endif
+  }
+  cp_async_wait<0>();
+#undef GL_LOAD
+#if GL_DW
+#undef GL_TILE_ROWS
+  if (KT == 0) {  // no rows: the sum of nothing
+    for (long long i = threadIdx.x; i < (long long)GL_BM * GL_BN; i += GL_THREADS) {
+      const long long r = m0 + i / GL_BN, c = n0 + i % GL_BN;
+      if (r < GR_N && c < GR_K) ((float *)dw)[r * GR_K + c] = 0.0f;
+    }
+  }
+#else
+  const int gq = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int i = 0; i < GL_MF; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long r = m0 + wm * GL_WTM + i * 16 + gq + h * 8;
+      if (r >= rows) continue;
+#pragma unroll
+      for (int j = 0; j < GL_NF; ++j) {
+        const long long c = n0 + wn * GL_WTN + j * 8 + t4 * 2;
+        if (c < GR_K) *(float2 *)((float *)dx + r * GR_K + c) = make_float2(acc[i][j][h * 2], acc[i][j][h * 2 + 1]);
+      }
+    }
+#endif
+}
