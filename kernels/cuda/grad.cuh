@@ -10,7 +10,7 @@
 // These kernels run one thread per gradient element (a warp per row where a row needs a lane tree): the contract's
 // bits first, speed later (tensor-core forms gated on byte equality with these).
 //
-// Defined by the emitter: GR_ENTRY (GR_ENTRY_P1, GR_ENTRY_P2: attention's later phases) H3C_PARAMS GR_KIND and the
+// Defined by the emitter: GR_ENTRY (GR_ENTRY_P1, GR_ENTRY_P2: attention's and norm_modulate's later phases) H3C_PARAMS GR_KIND and the
 // kind's shape constants (below). Every loop over elements is grid-strided, so any grid computes the same values.
 #define GR_ADD 1
 #define GR_LINEAR_X 2
@@ -103,6 +103,59 @@ __device__ __forceinline__ long long gr_table_row(const void *ts, const void *ta
   return h3c_table_row((const long long *)ts, (const long long *)ts, metaRows, r, 1);
 #endif
 }
+#endif
+
+#if GR_KIND == GR_NORM_MODULATE || GR_KIND == GR_GATE_RESIDUAL
+// Sums per table row over the rows of that table row (dshift, dscale, dgate; docs/contract.md section 14): one walk
+// over every item's canonical rows for a window of GR_WIN table rows [w0, w0 + GR_WIN) and GR_ACC sums per table row,
+// each row adding (add(r, k, acc): acc[k * GR_WIN + (t - w0)] for its own table row t, when inside the window) to
+// its table row's chains only; per unit of 128 rows the partials from 0, the item's the left fold of its partials,
+// the batch's the left fold of the items': row_units, as gr_fold_units walks one sum at a time (the first form ran a
+// walk per table row and sum on 20 blocks: 1.7 s of a 2.4 s backward at S = 1,084, bench/NOTES.md 2026-12-05).
+#define GR_WIN 8
+#ifndef GR_ACC
+#define GR_ACC 1
+#endif
+struct GrTableWalk {
+  float total[GR_ACC * GR_WIN], extra;  // extra: one more sum over every row (norm_modulate's weight gradient)
+  long long w0;
+  template <class Add, class AddExtra>
+  __device__ __forceinline__ void run2(long long window0, long long items, long long itemRows, Add add, AddExtra addExtra,
+                                       const void *ts, const void *tags, long long metaRows) {
+    w0 = window0;
+    float acc[GR_ACC * GR_WIN], item[GR_ACC * GR_WIN], ea = 0.f, ei = 0.f;
+#pragma unroll
+    for (int j = 0; j < GR_ACC * GR_WIN; ++j) total[j] = item[j] = 0.f;
+    extra = 0.f;
+    for (long long b = 0; b < items && itemRows > 0; ++b) {
+      const long long r0 = b * itemRows, r1 = r0 + itemRows;
+      for (long long u = r0; u < r1; u += GR_UNIT) {
+        const long long u1 = u + GR_UNIT < r1 ? u + GR_UNIT : r1;
+#pragma unroll
+        for (int j = 0; j < GR_ACC * GR_WIN; ++j) acc[j] = 0.f;
+        ea = 0.f;
+        for (long long r = u; r < u1; ++r) {
+          const long long t = gr_table_row(ts, tags, metaRows, r);
+          addExtra(r, t, ea);
+#pragma unroll
+          for (int j = 0; j < GR_WIN; ++j)
+            if (t - w0 == j) add(r, j, acc);
+        }
+#pragma unroll
+        for (int j = 0; j < GR_ACC * GR_WIN; ++j) item[j] = u == r0 ? acc[j] : __fadd_rn(item[j], acc[j]);
+        ei = u == r0 ? ea : __fadd_rn(ei, ea);
+      }
+#pragma unroll
+      for (int j = 0; j < GR_ACC * GR_WIN; ++j) total[j] = b == 0 ? item[j] : __fadd_rn(total[j], item[j]);
+      extra = b == 0 ? ei : __fadd_rn(extra, ei);
+    }
+  }
+  template <class Add>
+  __device__ __forceinline__ void run(long long window0, long long items, long long itemRows, Add add, const void *ts,
+                                      const void *tags, long long metaRows) {
+    run2(window0, items, itemRows, add, [](long long, long long, float &) {}, ts, tags, metaRows);
+  }
+};
 #endif
 
 extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
@@ -247,16 +300,17 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
 #endif
 
 #elif GR_KIND == GR_NORM_MODULATE
-  // y = bf(fma(n, bf(1 + scale), shift)), n the rms_norm of x. y == 0: a warp per row, dx (the norm's gradient for
-  // dn = dy * bf(1 + scale)); y >= 1 (block x 0): channels 256 (y - 1) .., the weight's gradient and the table's
-  // (dshift: add chains of dy, dscale: fma chains of dy * n, per table row; zero in the other chunks).
-  if (blockIdx.y == 0) {
+  // y = bf(fma(n, bf(1 + scale), shift)), n the rms_norm of x. A warp per row: dx (the norm's gradient for
+  // dn = dy * bf(1 + scale)), and the row's inverse RMS into the scratch `inv` for phase 1 (GR_ENTRY_P1: the
+  // weight's and the table's gradients).
+  {
     const int lane = threadIdx.x & 31;
     for (long long r = GR_WARP; r < rows; r += GR_WARPS) {
       const long long base = r * GR_H;
       const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
       const long long sc = t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H;
       const float inv = gr_inv_rms<GR_X_BF>(x, base, GR_H, GR_EPS);
+      if (lane == 0) ((float *)inv_rms)[r] = inv;
       float p = 0.f;
       for (int j = lane; j < GR_H; j += 32) {
         float dn = __fmul_rn(((const float *)dy)[base + j], rbf(__fadd_rn(1.0f, gr_ld(table, sc + j, GR_T_BF))));
@@ -272,69 +326,27 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
       }
     }
   }
-  if (blockIdx.y >= 1 && blockIdx.x == 0) {
-    __shared__ float gr_inv[GR_UNIT];
-    const int c = int(blockIdx.y - 1) * 256 + threadIdx.x;
-    // Walk -1: the weight's gradient; walks 2t, 2t + 1: table row t's dshift, dscale.
-    for (long long walk = GR_DW ? -1 : 0; walk < 2 * table_rows; ++walk) {
-      const long long tt = walk < 0 ? -1 : walk / 2;
-      const float total = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
-        gr_unit_inv<GR_X_BF>(gr_inv, x, u, u1, 1, GR_H, GR_EPS);
-        float acc = 0.f;
-        if (c < GR_H)
-          for (long long r = u; r < u1; ++r) {
-            const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
-            const float d = ((const float *)dy)[r * GR_H + c];
-            const float nv = rbf(__fmul_rn(gr_ld(x, r * GR_H + c, GR_X_BF), gr_inv[r - u]));
-            if (walk < 0) {  // dw: fma chain of dn * bf(x * inv), dn = dy * bf(1 + scale)
-              const float dn = __fmul_rn(d, rbf(__fadd_rn(1.0f, gr_ld(table, t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H + c, GR_T_BF))));
-              acc = __fmaf_rn(dn, nv, acc);
-            } else if (t == tt) {
-              if (walk & 1) acc = __fmaf_rn(d, GR_HAS_W ? rbf(__fmul_rn(nv, GR_WV(c))) : nv, acc);
-              else acc = __fadd_rn(acc, d);
-            }
-          }
-        return acc;
-      });
-      if (c < GR_H) {
-        if (walk < 0) {
-#if GR_DW
-          ((float *)dw)[c] = total;
-#endif
-        } else {
-          ((float *)dtable)[tt * (GR_NUMCH * GR_H) + ((walk & 1) ? GR_SCALE : GR_SHIFT) * GR_H + c] = total;
-        }
-      }
-    }
-    for (long long t = 0; t < table_rows && c < GR_H; ++t)
-      for (int k = 0; k < GR_NUMCH; ++k)
-        if (k != GR_SCALE && k != GR_SHIFT) ((float *)dtable)[t * (GR_NUMCH * GR_H) + k * GR_H + c] = 0.f;
-  }
 
 #elif GR_KIND == GR_GATE_RESIDUAL
-  // z = bf(fma(gate, y, x)): y == 0: dy = dz * gate; y >= 1 (block x 0): channels 256 (y - 1) .., dgate per table
-  // row (fma chains of dz * y), zero in the other chunks.
+  // z = bf(fma(gate, y, x)): y == 0: dy = dz * gate; y >= 1 (blocks x < H / 256): channel 256 x + thread, dgate of
+  // the table rows of window y - 1 (fma chains of dz * y, gr_table_walk), zero in the other chunks.
   if (blockIdx.y == 0) {
     for (long long i = GR_TID; i < rows * GR_H; i += GR_STRIDE) {
       const long long r = i / GR_H, c = i % GR_H;
       const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
       ((float *)dy)[i] = __fmul_rn(((const float *)dz)[i], gr_ld(table, t * (GR_NUMCH * GR_H) + GR_CHUNK * GR_H + c, GR_T_BF));
     }
-  }
-  if (blockIdx.y >= 1 && blockIdx.x == 0) {
-    const int c = int(blockIdx.y - 1) * 256 + threadIdx.x;
-    if (c < GR_H)
-      for (long long tt = 0; tt < table_rows; ++tt) {
-        const float total = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
-          float acc = 0.f;
-          for (long long r = u; r < u1; ++r)
-            if (gr_table_row(ts_index, GR_TAGS, meta_rows, r) == tt)
-              acc = __fmaf_rn(((const float *)dz)[r * GR_H + c], gr_ld(y, r * GR_H + c, GR_Y_BF), acc);
-          return acc;
-        });
+  } else if ((long long)blockIdx.x * blockDim.x < GR_H) {
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < GR_H) {
+      GrTableWalk walk;
+      walk.run((long long)(blockIdx.y - 1) * GR_WIN, items, item_rows, [&](long long r, long long k, float *acc) {
+        acc[k] = __fmaf_rn(((const float *)dz)[r * GR_H + c], gr_ld(y, r * GR_H + c, GR_Y_BF), acc[k]);
+      }, ts_index, GR_TAGS, meta_rows);
+      for (int j = 0; j < GR_WIN && walk.w0 + j < table_rows; ++j)
         for (int k = 0; k < GR_NUMCH; ++k)
-          ((float *)dtable)[tt * (GR_NUMCH * GR_H) + k * GR_H + c] = k == GR_CHUNK ? total : 0.f;
-      }
+          ((float *)dtable)[(walk.w0 + j) * (GR_NUMCH * GR_H) + k * GR_H + c] = k == GR_CHUNK ? walk.total[j] : 0.f;
+    }
   }
 
 #elif GR_KIND == GR_PACK
@@ -463,6 +475,43 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
   }
 #endif
 }
+
+#if GR_KIND == GR_NORM_MODULATE
+// Phase 1 of norm_modulate's gradient: channel c = 64 x + thread, the table rows of window y (gr_table_walk): dshift
+// (add chains of dy) and dscale (fma chains of dy * n, n = bf(x * inv) times the norm's weight where it has one),
+// zero in the other chunks; window 0 also the weight's gradient (fma chains of dn * n over every row,
+// dn = dy * bf(1 + scale)). The rows' inverse RMS come from phase 0.
+extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
+  h3c_grid_dependency_wait();
+  const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= GR_H) return;
+  const float *inv = (const float *)inv_rms;
+  auto nv = [&](long long r) { return rbf(__fmul_rn(gr_ld(x, r * GR_H + c, GR_X_BF), inv[r])); };
+  GrTableWalk walk;
+  walk.run2(
+      (long long)blockIdx.y * GR_WIN, items, item_rows,
+      [&](long long r, long long j, float *acc) {
+        const float d = ((const float *)dy)[r * GR_H + c];
+        acc[j] = __fadd_rn(acc[j], d);
+        acc[GR_WIN + j] = __fmaf_rn(d, GR_HAS_W ? rbf(__fmul_rn(nv(r), GR_WV(c))) : nv(r), acc[GR_WIN + j]);
+      },
+      [&](long long r, long long t, float &acc) {
+        if (GR_DW && blockIdx.y == 0) {
+          const float dn = __fmul_rn(((const float *)dy)[r * GR_H + c],
+                                     rbf(__fadd_rn(1.0f, gr_ld(table, t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H + c, GR_T_BF))));
+          acc = __fmaf_rn(dn, nv(r), acc);
+        }
+      },
+      ts_index, GR_TAGS, meta_rows);
+  for (int j = 0; j < GR_WIN && walk.w0 + j < table_rows; ++j)
+    for (int k = 0; k < GR_NUMCH; ++k)
+      ((float *)dtable)[(walk.w0 + j) * (GR_NUMCH * GR_H) + k * GR_H + c] =
+          k == GR_SHIFT ? walk.total[j] : k == GR_SCALE ? walk.total[GR_WIN + j] : 0.f;
+#if GR_DW
+  if (blockIdx.y == 0) ((float *)dw)[c] = walk.extra;
+#endif
+}
+#endif
 
 #if GR_KIND == GR_ATTENTION
 // bf(dS_ij) and bf(P_ij) of query row i and key j (rows of the flattened batch) for head h, from the row's L and D:

@@ -252,6 +252,8 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     b.def("GR_RPT", rpt);
     b.def("GR_T_BF", bf(v.in(2)));
     if (modulate) {
+      p.scratch("inv_rms", rows.scaled(4));  // each row's inverse RMS, for phase 1
+      b.def("GR_ACC", 2);
       b.def("GR_EPS", floatLit(a.eps));
       b.def("GR_HAS_W", w ? 1 : 0);
       b.def("GR_DW", dwAt >= 0 ? 1 : 0);
@@ -259,11 +261,14 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
       b.def("GR_X_BF", bf(v.in(1)));
       b.def("GR_SCALE", a.scaleChunk);
       b.def("GR_SHIFT", a.shiftChunk);
-      l = launch(256, 0, blocks(rows, 8), dim(Extent::constant(1 + (a.H + 255) / 256)));
+      // Phase 0: a warp per row (dx, inv); phase 1: a thread per channel and window of 8 table rows.
+      l = launch(256, 0, blocks(rows, 8));
+      phases = {{"GR_ENTRY_P1", launch(64, 0, dim(Extent::constant(a.H), 64), dim(v.rowsOfIn(2), 8))}};
     } else {
       b.def("GR_Y_BF", bf(v.in(1)));
       b.def("GR_CHUNK", a.chunk);
-      l = launch(256, 0, blocks(rows.scaled(a.H), 256), dim(Extent::constant(1 + (a.H + 255) / 256)));
+      // y == 0: dy; y >= 1: window y - 1 of 8 table rows (1 + ceil(table_rows / 8) rows of blocks).
+      l = launch(256, 0, blocks(rows.scaled(a.H), 256), dim(v.rowsOfIn(2).plus(8), 8));
     }
     name += fmt::format("_h{}_t{}", a.H, rpt);
     break;

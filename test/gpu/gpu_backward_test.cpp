@@ -7,10 +7,12 @@
 //   ex2 / lg2 are the hardware's (the CPU's exp2 / log2 differ by an ulp or so): within a relative error of 1e-4.
 // - The default plan ($H3C_PLANS/tiny-backward: the linear and attention gradients on the tensor cores, whose chunk
 //   sums are the hardware's): those kernels within a bound of the CPU's outputs, the others byte-equal; and the
-//   tensor-core linear gradients on crafted operands whose every 16-product chunk sum is exact (small integers, one
-//   power-of-two scale per chunk, scales 2^-12..2^12 so the F32 chain between chunks rounds): byte-equal to the
-//   contract's sequence written out in this test (the chain over chunks, the units of 128 rows, the folds), which
-//   pins the order of every F32 addition of those kernels.
+//   tensor-core linear gradients on crafted operands whose tensor-core chains are exact (small integers; for dW one
+//   power-of-two scale per unit of 128 rows, 2^-12..2^12, so the F32 folds between units and items round): byte-equal
+//   to the contract's sequence written out in this test (the chunks, the units of 128 rows, the folds), which pins
+//   every chunk's place and every F32 addition those kernels make themselves. (The accumulation of a chunk into the
+//   chain happens inside the tensor core and is not an IEEE addition: measured, an inexact chain differs from
+//   `acc + chunk` in the last place. The contract leaves it to the hardware, as in the forward.)
 // Then the whole backward on the GPU executor (default plan): two runs byte-equal, every gradient within 1e-2 of the
 // CPU's (attention's differences travel upstream), a batch item's input gradients equal to its own run's, the
 // token-row weight gradients of a batch the F32 fold of its items', a packed-row permutation changing no bit.
@@ -54,10 +56,13 @@ std::filesystem::path planDir(const char *name = "tiny-backward") {
 
 bool isTensorCoreForm(const plan::Kernel &k) { return k.id.find("_mma_") != std::string::npos; }
 
-// A crafted operand value whose chunk sums are exact: small integers times one power of two per 16-wide chunk of the
-// reduction index (2^-12..2^12, so the F32 additions between chunks round).
-float chunkScaled(int64_t v, int64_t reductionIndex) {
-  return float(v % 7 - 3) * std::ldexp(1.0f, int((reductionIndex / 16) * 7 % 25) - 12);
+// A crafted operand value: a small integer times a power of two. With `unitScaled`, one power per 128-row unit of the
+// reduction index (2^-12..2^12): each unit's chain is exact (its sum is a small integer times its power, so the
+// tensor core's chunk sums and its accumulation, which are the hardware's and not IEEE additions, cannot round), and
+// the F32 additions of the folds between units and items, which the kernel does as written, do round. Without it the
+// whole chain is exact.
+float craftedValue(int64_t v, int64_t reductionIndex, bool unitScaled) {
+  return float(v % 7 - 3) * (unitScaled ? std::ldexp(1.0f, int((reductionIndex / 128) * 7 % 25) - 12) : 1.0f);
 }
 
 // The contract's sum of one chunk whose products are exact and whose sum is exact in F32: double, rounded once.
@@ -169,7 +174,7 @@ void checkKernelsOnCpuInputs(const char *name) {
     };
     std::vector<float> g(size_t(rows * N)), other(size_t(dw ? rows * K : N * K));
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t n = 0; n < N; ++n) g[size_t(r * N + n)] = chunkScaled(r * 5 + n * 3, dw ? r % itemRows : n);
+      for (int64_t n = 0; n < N; ++n) g[size_t(r * N + n)] = craftedValue(r * 5 + n * 3, r % itemRows, dw);
     if (dw)
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t k = 0; k < K; ++k) other[size_t(r * K + k)] = float((r * 3 + k * 5) % 5 - 2);

@@ -310,7 +310,7 @@ private:
   }
 
   void report(const plan::Function &fn, std::vector<CUevent> &ev, std::chrono::steady_clock::duration jit,
-              std::chrono::steady_clock::duration upload) {
+              std::chrono::steady_clock::duration upload, const char *what = "forward") {
     const auto &d = hc::driver();
     std::map<std::string, std::pair<double, int>> perKind;
     float total = 0;
@@ -330,9 +330,9 @@ private:
     double wbytes = 0;
     for (const auto &kv : weightBuffers_) wbytes += double(kv.second.bytes());
     std::fprintf(stderr,
-                 "h3c gpu: %s, B=%lld S=%lld: forward %.3f ms (device events, %zu ops); JIT %.2f s, arena+weights "
+                 "h3c gpu: %s, B=%lld S=%lld: %s %.3f ms (device events, %zu ops); JIT %.2f s, arena+weights "
                  "%.2f s; arena %.3f GiB, weights %.2f GiB, device memory in use %.2f GiB of %.2f\n",
-                 hc::device().name.c_str(), (long long)req_->B, (long long)req_->S, total, fn.ops.size(),
+                 hc::device().name.c_str(), (long long)req_->B, (long long)req_->S, what, total, fn.ops.size(),
                  std::chrono::duration<double>(jit).count(), std::chrono::duration<double>(upload).count(),
                  arenaBytes_ / 1073741824.0, wbytes / 1073741824.0, (totalB - freeB) / 1073741824.0,
                  totalB / 1073741824.0);
@@ -620,7 +620,30 @@ public:
     loadWeights(p, weights, opt.progress);
     allocateArena(p, req, /*withBackward=*/true);
     uploadInputs(fwd, req);
-    for (const plan::Op &op : fwd.ops) runOp(op);
+    // H3C_GPU_PROFILE=1: per-op CUDA events, the forward's and the backward's per-kind tables on stderr (timing
+    // only; the same bits).
+    const bool profile = std::getenv("H3C_GPU_PROFILE") != nullptr;
+    const auto &d = hc::driver();
+    std::vector<CUevent> evf, evb;
+    struct EventsGuard {
+      std::vector<CUevent> &a, &b;
+      ~EventsGuard() {
+        for (auto *v : {&a, &b})
+          for (CUevent e : *v)
+            if (e) hc::driver().cuEventDestroy(e);
+      }
+    } eventsGuard{evf, evb};
+    if (profile) {
+      evf.assign(fwd.ops.size() + 1, nullptr);
+      evb.assign(bwd->ops.size() + 1, nullptr);
+      for (auto *v : {&evf, &evb})
+        for (auto &e : *v) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
+      hc::check(d.cuEventRecord(evf[0], stream_), "cuEventRecord");
+    }
+    for (const plan::Op &op : fwd.ops) {
+      runOp(op);
+      if (profile) hc::check(d.cuEventRecord(evf[op.index + 1], stream_), "cuEventRecord");
+    }
     const int64_t videoCols = p.config.videoPatchDim(), audioCols = p.config.audio_in_channels;
     for (const auto &[key, v] : fwd.outputs) {
       const Tensor &t = key == "sample" ? dy.sample : dy.audioSample;
@@ -628,8 +651,16 @@ public:
       if (!values_.count(name)) fail("plan.json#/functions/backward/inputs", "no input '{}'", name);
       uploadTensor(name, t);
     }
-    for (const plan::Op &op : bwd->ops) launchKernel(op, runner_->load(p.kernel(op)));
+    if (profile) hc::check(d.cuEventRecord(evb[0], stream_), "cuEventRecord");
+    for (const plan::Op &op : bwd->ops) {
+      launchKernel(op, runner_->load(p.kernel(op)));
+      if (profile) hc::check(d.cuEventRecord(evb[op.index + 1], stream_), "cuEventRecord");
+    }
     hc::check(hc::driver().cuCtxSynchronize(), "running the backward");
+    if (profile) {
+      report(fwd, evf, {}, {}, "forward");
+      report(*bwd, evb, {}, {}, "backward");
+    }
     if (ropeDevicePending_) ropeDeviceValid_ = true;
     BackwardResult r;
     r.outputs.sample = download(fwd.outputs.at("sample"), {req.B, req.Nv, videoCols});
