@@ -12,6 +12,15 @@ torch.autograd.Function whose backward runs the plan's backward function on the 
   full    every parameter trainable (33B: bf16 weights and their bf16 gradients alone are 123 GiB; on a GPU where
           that does not fit the case says OOM and the bench goes on).
 
+Regional compile with checkpointing comes in two arrangements (--compile-ckpt): "outer", what diffusers' own calls
+give (enable_gradient_checkpointing() + compile_repeated_blocks(fullgraph=True): eager non-reentrant checkpoints
+around the compiled blocks; table "diffusers compile"), and "inner", each block wrapped in the checkpoint and the
+wrapper compiled (torchtitan's order; "diffusers compile/in"); by default inner runs only for a mode outer fails in.
+h3c's step is what its package does today: the autograd node's forward runs the engine's forward, and its backward
+runs `engine.backward`, which runs the forward again (keeping what the backward reads) and then the plan's gradient
+kernels, and copies every gradient back to the host (the GPU executor keeps every value of both functions in its
+arena: it does not follow the plan's checkpoint segments yet).
+
 The loss is the same for every case: mean(sample^2) + mean(audio_sample^2) (both outputs are F32). A step is
 forward, loss, backward (the gradients left in .grad; no optimizer). Times are CUDA-synchronized wall times of whole
 steps: the first step apart (compile / JIT / weight upload), then one warm-up, then the median of --reps. Each line
@@ -23,8 +32,8 @@ comes last (a device call returns the end of the output); --out writes one JSON 
 
     python3 bench/backward_bench.py --h3c build-gpu/bin/h3c --plans carry/plans --out OUT.jsonl \\
         [--config full] [--tokens 8349 | --text 512 --audio 157 --video 8,30,32] [--reps 3] [--modes lora64,full]
-        [--skip-eager] [--skip-compile] [--skip-diffusers] [--skip-h3c] [--h3c-cli] [--case-timeout 240]
-        [--deadline 540]
+        [--skip-eager] [--skip-compile] [--compile-ckpt auto|outer|inner|both] [--skip-diffusers] [--skip-h3c]
+        [--h3c-cli] [--h3c-first] [--case-timeout 240] [--deadline 540]
 
 Plans (scripts/gpu-plans.sh with H3C_PLANS_BACKWARD_FULL=1): <plans>/<config>-backward-lora64-ckpt and
 <plans>/<config>-backward-ckpt (or --plan-lora / --plan-full); a missing plan skips its h3c case. --h3c-cli also
@@ -168,8 +177,41 @@ def with_alarm(seconds, fn):
         signal.signal(signal.SIGALRM, old)
 
 
+class CheckpointedBlock:
+    """Made at first use (torch imported then): a block whose call is torch.utils.checkpoint (non-reentrant) of the
+    block, for the "inner" compile variant, where each wrapper is compiled and the checkpoint is inside the compiled
+    region (torchtitan's order: activation checkpointing applied to each block, then the block compiled)."""
+    _cls = None
+
+    @classmethod
+    def wrap(cls, block):
+        import torch
+        import torch.utils.checkpoint  # not imported by `import torch`
+
+        if cls._cls is None:
+            class Checkpointed(torch.nn.Module):
+                def __init__(self, inner):
+                    super().__init__()
+                    self.inner = inner
+
+                def forward(self, *args):
+                    return torch.utils.checkpoint.checkpoint(self.inner, *args, use_reentrant=False)
+
+            cls._cls = Checkpointed
+        return cls._cls(block)
+
+
+def repeated_block_names(model):
+    """The modules compile_repeated_blocks compiles (diffusers' `_repeated_blocks` classes), by name."""
+    kinds = set(getattr(model, "_repeated_blocks", None) or ())
+    return [n for n, m in model.named_modules() if type(m).__name__ in kinds]
+
+
 def run_diffusers(a, cfg, req, record, time_left):
-    """The diffusers cases: eager (lora64, full), then regional compile (lora64, full), one model."""
+    """The diffusers cases on one model: eager, then regional compile, each in the modes asked for. The compile
+    variant "outer" is what diffusers' own calls give (enable_gradient_checkpointing() + compile_repeated_blocks():
+    eager non-reentrant checkpoints around compiled blocks); "inner" checkpoints inside each compiled block. With
+    --compile-ckpt auto (default) inner runs for a mode only when outer failed for it (not for an OOM or a timeout)."""
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -184,67 +226,105 @@ def run_diffusers(a, cfg, req, record, time_left):
     for p in model.parameters():
         p.requires_grad_(False)
     kw = load_request(req, "cuda")
-    names = lora_target_names(model)
+    st = {"lora": False, "names": lora_target_names(model), "variant": "eager"}
     print(f"diffusers model built in {time.time() - t0:.1f} s: {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B "
-          f"parameters, {len(names)} LoRA targets", flush=True)
-    with_lora = False
-    compiled = False
-    for how in ("eager", "compile"):
-        if how == "eager" and a.skip_eager or how == "compile" and a.skip_compile:
-            continue
-        for mode in a.modes:
-            case = f"diffusers {how}"
-            left = time_left()
-            if left < 30:
-                record(case, mode, status="skipped", note="run deadline")
-                continue
-            if mode == "lora64" and not with_lora:
-                add_lora(model, names, LORA_RANK)
-                with_lora = True
-            if mode == "full" and with_lora:
-                remove_lora(model, names)
-                with_lora = False
-            trainable = []
-            for n, p in model.named_parameters():
-                p.requires_grad_(mode == "full" or ".lora_" in n)
-                if p.requires_grad:
-                    trainable.append(p)
-            if how == "compile" and not compiled:
-                model.compile_repeated_blocks(fullgraph=True)  # compiles at the first call
-                compiled = True
+          f"parameters, {len(st['names'])} LoRA targets", flush=True)
 
-            def step():
-                for p in trainable:
-                    p.grad = None
-                sample, audio = model(**kw, return_dict=False)
-                loss_of(sample, audio).backward()
+    def set_mode(mode):
+        """LoRA wrappers in (lora64) or out (full), requires_grad to match; the trainable tensors."""
+        if (mode == "lora64") != st["lora"]:
+            if mode == "lora64":
+                add_lora(model, st["names"], LORA_RANK)
+            else:
+                remove_lora(model, st["names"])
+            st["lora"] = mode == "lora64"
+        trainable = []
+        for n, p in model.named_parameters():
+            p.requires_grad_(mode == "full" or ".lora_" in n)
+            if p.requires_grad:
+                trainable.append(p)
+        return trainable
 
-            gc.collect()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            extra = {"trainable": sum(p.numel() for p in trainable)}
-            try:
-                first, ms, g = with_alarm(min(a.case_timeout, left - 10),
-                                          lambda: measure(step, a.reps, a.warmup))
-                unset = sum(p.grad is None for p in trainable)
-                if unset:  # a step that left a trainable tensor without a gradient did not do the work it claims
-                    raise RuntimeError(f"the step left {unset} of {len(trainable)} trainable tensors without .grad")
-                record(case, mode, ms=statistics.median(ms), first_ms=first, all_ms=ms,
-                       peak_gib=torch.cuda.max_memory_allocated() / 2**30, smi_gib=g.mem_peak_gib, **g.extra, **extra)
-            except CaseTimeout as e:
-                record(case, mode, status="timeout", note=str(e), peak_gib=torch.cuda.max_memory_allocated() / 2**30,
-                       **extra)
-            except Exception as e:  # noqa: BLE001 (an OOM, or anything else: the bench goes on)
-                status = "OOM" if is_oom(e) else "error"
-                first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                print(f"{case} {mode}: {status}: {type(e).__name__}: {str(e)[-1500:]}", flush=True)
-                record(case, mode, status=status, note=first_line[:120],
-                       peak_gib=torch.cuda.max_memory_allocated() / 2**30, **extra)
+    def set_variant(variant):
+        if variant == st["variant"]:
+            return
+        if variant == "outer":
+            model.compile_repeated_blocks(fullgraph=True)  # compiles at the first call
+        else:  # inner: the outer variant's compiled calls undone, each block wrapped and the wrapper compiled
+            had_lora = st["lora"]
+            if had_lora:  # the wrappers change the blocks' module names: the LoRA targets are found again after
+                remove_lora(model, st["names"])
+                st["lora"] = False
+            for m in model.modules():
+                if getattr(m, "_compiled_call_impl", None) is not None:
+                    m._compiled_call_impl = None
+            model.disable_gradient_checkpointing()
+            for n in repeated_block_names(model):
+                w = CheckpointedBlock.wrap(model.get_submodule(n))
+                set_submodule(model, n, w)
+                w.compile(fullgraph=True)
+            st["names"] = lora_target_names(model)
+        st["variant"] = variant
+
+    def run_case(case, mode, trainable):
+        def step():
             for p in trainable:
                 p.grad = None
-            del step
-            gc.collect()
-            torch.cuda.empty_cache()
+            sample, audio = model(**kw, return_dict=False)
+            loss_of(sample, audio).backward()
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        extra = {"trainable": sum(p.numel() for p in trainable)}
+        status = "ok"
+        try:
+            first, ms, g = with_alarm(min(a.case_timeout, time_left() - 10), lambda: measure(step, a.reps, a.warmup))
+            # A step that left the adapters (every one is read) or all tensors without a gradient did not do the
+            # work it claims; a parameter the forward does not read gets none in any step (a note says how many).
+            unset = sum(p.grad is None for p in trainable)
+            if unset == len(trainable) or unset and mode == "lora64":
+                raise RuntimeError(f"the step left {unset} of {len(trainable)} trainable tensors without .grad")
+            if unset:
+                extra["note"] = f"{unset} of {len(trainable)} trainable tensors unread: no .grad"
+            record(case, mode, ms=statistics.median(ms), first_ms=first, all_ms=ms,
+                   peak_gib=torch.cuda.max_memory_allocated() / 2**30, smi_gib=g.mem_peak_gib, **g.extra, **extra)
+        except CaseTimeout as e:
+            status = "timeout"
+            record(case, mode, status=status, note=str(e), peak_gib=torch.cuda.max_memory_allocated() / 2**30, **extra)
+        except Exception as e:  # noqa: BLE001 (an OOM, or anything else: the bench goes on)
+            status = "OOM" if is_oom(e) else "error"
+            first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            print(f"{case} {mode}: {status}: {type(e).__name__}: {str(e)[-1500:]}", flush=True)
+            record(case, mode, status=status, note=first_line[:120],
+                   peak_gib=torch.cuda.max_memory_allocated() / 2**30, **extra)
+        for p in trainable:
+            p.grad = None
+        gc.collect()
+        torch.cuda.empty_cache()
+        return status
+
+    variants = [] if a.skip_compile else (["outer", "inner"] if a.compile_ckpt == "both" else
+                                          ["inner"] if a.compile_ckpt == "inner" else ["outer"])
+    plan = ([] if a.skip_eager else [("eager", m) for m in a.modes]) + [(v, m) for v in variants for m in a.modes]
+    outer_failed = []
+    if a.compile_ckpt == "auto" and not a.skip_compile:
+        plan += [("inner", m) for m in a.modes]  # run only for the modes outer failed for (below)
+    names = {"eager": "diffusers eager", "outer": "diffusers compile", "inner": "diffusers compile/in"}
+    for variant, mode in plan:
+        if a.compile_ckpt == "auto" and variant == "inner" and mode not in outer_failed:
+            continue
+        if time_left() < 30:
+            record(names[variant], mode, status="skipped", note="run deadline")
+            continue
+        try:
+            set_variant(variant)
+        except Exception as e:  # noqa: BLE001
+            record(names[variant], mode, status="error", note=f"setting up {variant}: {str(e).splitlines()[0][:100]}")
+            continue
+        status = run_case(names[variant], mode, set_mode(mode))
+        if variant == "outer" and status == "error":
+            outer_failed.append(mode)
     del model, kw
     gc.collect()
     torch.cuda.empty_cache()
@@ -375,9 +455,12 @@ def run_h3c_cli(a, plan, req, mode, timeout, tmp):
 
 # ---------------------------------------------------------------------------------------------------------------- table
 def print_table(rows, header):
-    compile_ms = {r["mode"]: r["ms"] for r in rows if r["case"] == "diffusers compile" and r.get("ms")}
+    compile_ms = {}  # the fastest regional compile variant of each mode
+    for r in rows:
+        if r["case"].startswith("diffusers compile") and r.get("ms"):
+            compile_ms[r["mode"]] = min(r["ms"], compile_ms.get(r["mode"], r["ms"]))
     print("\n== " + header)
-    print(f"{'case':18s} {'mode':6s} {'status':8s} {'ms/step':>10s} {'first ms':>10s} {'peak GiB':>9s} "
+    print(f"{'case':20s} {'mode':6s} {'status':8s} {'ms/step':>10s} {'first ms':>10s} {'peak GiB':>9s} "
           f"{'smi GiB':>8s} {'SM MHz':>7s} {'W':>5s} {'/compile':>9s}  note")
     for r in rows:
         ms = r.get("ms")
@@ -387,12 +470,13 @@ def print_table(rows, header):
             v = r.get(k)
             return format(v, fmt) if isinstance(v, (int, float)) else "-"
 
-        print(f"{r['case']:18s} {r['mode']:6s} {r['status']:8s} {f('ms', '10.1f'):>10s} {f('first_ms', '10.0f'):>10s} "
+        print(f"{r['case']:20s} {r['mode']:6s} {r['status']:8s} {f('ms', '10.1f'):>10s} {f('first_ms', '10.0f'):>10s} "
               f"{f('peak_gib', '9.1f'):>9s} {f('smi_gib', '8.1f'):>8s} {f('sm_mhz', '7d'):>7s} {f('watts', '5d'):>5s} "
               f"{ratio:>9s}  {r.get('note', '')}")
     print("ms/step: median of the timed steps (after the first and the warm-up); peak GiB: torch's max allocated "
           "(diffusers); smi GiB: most device memory in use (nvidia-smi, all processes; h3c's own allocations); "
-          "/compile: ms/step over diffusers regional torch.compile's of the same mode", flush=True)
+          "/compile: ms/step over diffusers regional torch.compile's of the same mode (the faster variant; "
+          "compile/in: the checkpoint inside each compiled block)", flush=True)
 
 
 def main():
@@ -412,6 +496,10 @@ def main():
     ap.add_argument("--modes", default="lora64,full", help="comma-separated: lora64, full")
     ap.add_argument("--skip-eager", action="store_true")
     ap.add_argument("--skip-compile", action="store_true")
+    ap.add_argument("--compile-ckpt", default="auto", choices=("auto", "outer", "inner", "both"),
+                    help="where the checkpoint sits for regional compile: outer (diffusers' enable_gradient_"
+                         "checkpointing around compile_repeated_blocks' blocks), inner (inside each compiled block), "
+                         "both, or auto: outer, and inner for a mode where outer fails")
     ap.add_argument("--skip-diffusers", action="store_true")
     ap.add_argument("--skip-h3c", action="store_true")
     ap.add_argument("--h3c-cli", action="store_true", help="also time `h3c backward` per plan (process wall)")
