@@ -151,11 +151,17 @@ def remove_lora(model, names):
         set_submodule(model, n, model.get_submodule(n).base)
 
 
+def says_oom(text):
+    """torch's "CUDA out of memory", the driver's CUDA_ERROR_OUT_OF_MEMORY, cudaErrorMemoryAllocation."""
+    t = text.lower()
+    return "out of memory" in t or "out_of_memory" in t or "memoryallocation" in t
+
+
 def is_oom(e):
     import torch
 
     oom = getattr(torch.cuda, "OutOfMemoryError", ())
-    return (oom and isinstance(e, oom)) or "out of memory" in str(e).lower()
+    return bool(oom and isinstance(e, oom)) or says_oom(str(e))
 
 
 class CaseTimeout(Exception):
@@ -251,8 +257,7 @@ def run_diffusers(a, cfg, req, record, time_left):
         if variant == "outer":
             model.compile_repeated_blocks(fullgraph=True)  # compiles at the first call
         else:  # inner: the outer variant's compiled calls undone, each block wrapped and the wrapper compiled
-            had_lora = st["lora"]
-            if had_lora:  # the wrappers change the blocks' module names: the LoRA targets are found again after
+            if st["lora"]:  # the wrappers change the blocks' module names: the LoRA targets are found again after
                 remove_lora(model, st["names"])
                 st["lora"] = False
             for m in model.modules():
@@ -325,9 +330,12 @@ def run_diffusers(a, cfg, req, record, time_left):
         status = run_case(names[variant], mode, set_mode(mode))
         if variant == "outer" and status == "error":
             outer_failed.append(mode)
-    del model, kw
-    gc.collect()
-    torch.cuda.empty_cache()
+    # The weights freed even where a compile cache still refers to the modules: h3c's children need the memory.
+    for p in model.parameters():
+        p.grad = None
+        p.data = torch.empty(0, device=p.device, dtype=p.dtype)
+    if dyn is not None and hasattr(dyn, "reset"):
+        dyn.reset()
 
 
 # ------------------------------------------------------------------------------------------------------------------ h3c
@@ -342,7 +350,7 @@ def h3c_child(spec):
     except Exception as e:  # noqa: BLE001 (h3c.Error, a CUDA error, ...: reported, not raised)
         msg = str(e).strip()
         print(f"h3c: {type(e).__name__}: {msg[-3000:]}", file=sys.stderr, flush=True)
-        result.update(status="OOM" if "out of memory" in msg.lower() else "error",
+        result.update(status="OOM" if says_oom(msg) else "error",
                       note=(msg.splitlines() or [type(e).__name__])[0][:160])
     print("H3C_RESULT " + json.dumps(result), flush=True)
 
@@ -448,7 +456,7 @@ def run_h3c_cli(a, plan, req, mode, timeout, tmp):
     if rc != 0:
         last = (err.strip().splitlines() or ["(no stderr)"])[-1]
         print(f"h3c cli {mode}: exit {rc}: {err[-2000:]}", flush=True)
-        return {"status": "OOM" if "out of memory" in err.lower() else "error", "note": last[:160]}
+        return {"status": "OOM" if says_oom(err) else "error", "note": last[:160]}
     return {"status": "ok", "ms": wall, "note": "process wall (weights, JIT, forward, backward, write)",
             "smi_gib": g.mem_peak_gib, **g.extra}
 
@@ -581,6 +589,10 @@ def main():
         h3c_cases()
     if not a.skip_diffusers:
         run_diffusers(a, cfg, req, record, time_left)
+        gc.collect()  # the model went with run_diffusers' frame; its memory back to the driver for h3c's children
+        torch.cuda.empty_cache()
+        print(f"after diffusers: torch holds {torch.cuda.memory_allocated() / 2**30:.2f} GiB allocated, "
+              f"{torch.cuda.memory_reserved() / 2**30:.2f} GiB reserved", flush=True)
     if not a.h3c_first and not a.skip_h3c:
         h3c_cases()
 
