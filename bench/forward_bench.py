@@ -43,24 +43,35 @@ def timed(fn, reps, warmup=2):
 
 class GpuSampler:
     """nvidia-smi every 50 ms while a measurement runs: mean SM clock (MHz) and power (W), so that runs on a hot,
-    power-capped GPU can be told from runs on a cool one (the full forward is power-bound on the H200)."""
+    power-capped GPU can be told from runs on a cool one (the full forward is power-bound on the H200), and the most
+    device memory in use (`mem_peak_gib`: every process's, as the driver counts it; what an engine that allocates
+    outside torch's caching allocator holds). Without nvidia-smi it measures nothing (extra stays empty)."""
 
     def __enter__(self):
-        self.p = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
-                                   "-lms", "50"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.extra, self.mem_peak_gib = {}, None
+        try:
+            self.p = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,memory.used",
+                                       "--format=csv,noheader,nounits", "-lms", "50"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.p = None
         return self
 
     def __exit__(self, *exc):
+        if self.p is None:
+            return False
         self.p.terminate()
         out, _ = self.p.communicate()
         rows = []
         for line in out.splitlines():
             try:
-                mhz, watts = (float(x) for x in line.split(","))
-                rows.append((mhz, watts))
+                mhz, watts, mib = (float(x) for x in line.split(","))
+                rows.append((mhz, watts, mib))
             except ValueError:
                 pass
-        self.extra = {"sm_mhz": round(statistics.mean(r[0] for r in rows)), "watts": round(statistics.mean(r[1] for r in rows))} if rows else {}
+        if rows:
+            self.extra = {"sm_mhz": round(statistics.mean(r[0] for r in rows)), "watts": round(statistics.mean(r[1] for r in rows))}
+            self.mem_peak_gib = max(r[2] for r in rows) / 1024
         return False
 
 

@@ -11,5 +11,7 @@ out=${H3C_BENCH_OUT:-$build/bench-out}
 mkdir -p "$out"
 extra=${H3C_EXTRA_INCLUDE:-}
 [ -z "$extra" ] && [ -d "$root/carry/include" ] && extra=$root/carry/include
+# The Python package (target h3c_python) for the python3 that runs the benches (torch's), not /usr/bin/python3.
+py=$(command -v python3 || true)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3C_ENABLE_MLIR=OFF -DH3C_ENABLE_TESTS=OFF \
-  ${extra:+-DH3C_EXTRA_INCLUDE=$extra} >/dev/null && cmake --build "$build" -j"$(nproc)" --target "${@:2}" >/dev/null || exit 1
+  ${extra:+-DH3C_EXTRA_INCLUDE=$extra} ${py:+-DPython3_EXECUTABLE=$py} >/dev/null && cmake --build "$build" -j"$(nproc)" --target "${@:2}" >/dev/null || exit 1

@@ -52,3 +52,9 @@ if [ -n "${H3C_PLANS:-}" ] && cmake --build "$build" -j"$(nproc)" --target h3c_p
   PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" \
     python3 "$root/bench/update_bench.py" --plan "$H3C_PLANS/full" --out "$out/update.jsonl"
 fi
+if [ "${H3C_BENCH_BACKWARD:-0}" = 1 ]; then
+  # The training step, forward + backward at S = 8,349 (issue 22): diffusers eager / regional torch.compile with
+  # per-block checkpointing beside h3c's Python package, LoRA rank 64 and all parameters (bench/backward_bench.sh).
+  echo "== training step (forward + backward) beside diffusers"
+  H3C_PLANS=${H3C_PLANS:-$root/carry/plans} bash "$root/bench/backward_bench.sh" --deadline "${H3C_BENCH_BACKWARD_S:-540}"
+fi

@@ -33,6 +33,19 @@ rm -rf "$root/carry/plans/tiny-backward-ref"
 rm -rf "$root/carry/plans/tiny-backward-lora"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
   -o "$root/carry/plans/tiny-backward-lora" | tail -1
+# Opt-in (H3C_PLANS_BACKWARD_FULL=1; ~7 MB a plan): the training step of bench/backward_bench.py at the full and
+# small configs, with one checkpoint segment per block: LoRA rank 64 adapters only (<c>-backward-lora64-ckpt) and
+# every tensor (<c>-backward-ckpt). --tokens only sizes the buffer report.
+if [ "${H3C_PLANS_BACKWARD_FULL:-0}" = 1 ]; then
+  for c in small full; do
+    s=$([ $c = full ] && echo 8349 || echo 2048)
+    rm -rf "$root/carry/plans/$c-backward-lora64-ckpt" "$root/carry/plans/$c-backward-ckpt"
+    "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
+      --checkpoint blocks --tokens $s -o "$root/carry/plans/$c-backward-lora64-ckpt" | tail -1
+    "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --checkpoint blocks --tokens $s \
+      -o "$root/carry/plans/$c-backward-ckpt" | tail -1
+  done
+fi
 rm -rf "$root/carry/plans/tiny-sp2tp2"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --sp 2 --tp 2 -o "$root/carry/plans/tiny-sp2tp2" | tail -1
 # The RL example's plans and request (scripts/gpu-test.sh step 5); needs the Python package built here.
