@@ -10,7 +10,8 @@
 // These kernels run one thread per gradient element (a warp per row where a row needs a lane tree): the contract's
 // bits first, speed later (tensor-core forms gated on byte equality with these).
 //
-// Defined by the emitter: GR_ENTRY (GR_ENTRY_P1, GR_ENTRY_P2: attention's and norm_modulate's later phases) H3C_PARAMS GR_KIND and the
+// Defined by the emitter: GR_ENTRY (GR_ENTRY_P1, GR_ENTRY_P2: the later phases of attention, norm_modulate and
+// gate_residual) H3C_PARAMS GR_KIND and the
 // kind's shape constants (below). Every loop over elements is grid-strided, so any grid computes the same values.
 #define GR_ADD 1
 #define GR_LINEAR_X 2
@@ -106,56 +107,58 @@ __device__ __forceinline__ long long gr_table_row(const void *ts, const void *ta
 #endif
 
 #if GR_KIND == GR_NORM_MODULATE || GR_KIND == GR_GATE_RESIDUAL
-// Sums per table row over the rows of that table row (dshift, dscale, dgate; docs/contract.md section 14): one walk
-// over every item's canonical rows for a window of GR_WIN table rows [w0, w0 + GR_WIN) and GR_ACC sums per table row,
-// each row adding (add(r, k, acc): acc[k * GR_WIN + (t - w0)] for its own table row t, when inside the window) to
-// its table row's chains only; per unit of 128 rows the partials from 0, the item's the left fold of its partials,
-// the batch's the left fold of the items': row_units, as gr_fold_units walks one sum at a time (the first form ran a
-// walk per table row and sum on 20 blocks: 1.7 s of a 2.4 s backward at S = 1,084, bench/NOTES.md 2026-12-05).
+// Sums per table row over the rows of that table row (dshift, dscale, dgate; docs/contract.md section 14) as
+// row_units: each unit's partials are independent, so phase 1 computes them in parallel (a thread per channel, unit
+// and item: one walk over the unit's 128 rows per window of GR_WIN table rows, each row adding to its own table row's
+// GR_ACC chains only) into the scratch `parts`, and phase 2 folds them per (table row, channel) in unit and item
+// order, as gr_fold_units does. (The first form walked every row once per table row and sum on 20 blocks: 1.7 s of a
+// 2.4 s backward at S = 1,084; one walk per channel over all rows still 99 ms; bench/NOTES.md 2026-12-05.)
+// parts: [unit of the batch][table row][GR_ACC][GR_H], then (norm_modulate's weight) [unit of the batch][GR_H].
 #define GR_WIN 8
-#ifndef GR_ACC
-#define GR_ACC 1
-#endif
-struct GrTableWalk {
-  float total[GR_ACC * GR_WIN], extra;  // extra: one more sum over every row (norm_modulate's weight gradient)
-  long long w0;
-  template <class Add, class AddExtra>
-  __device__ __forceinline__ void run2(long long window0, long long items, long long itemRows, Add add, AddExtra addExtra,
-                                       const void *ts, const void *tags, long long metaRows) {
-    w0 = window0;
-    float acc[GR_ACC * GR_WIN], item[GR_ACC * GR_WIN], ea = 0.f, ei = 0.f;
+template <class Add, class AddExtra>
+__device__ __forceinline__ void gr_unit_partials(float *parts, long long c, long long tableRows, long long items,
+                                                 long long itemRows, const void *ts, const void *tags,
+                                                 long long metaRows, Add add, AddExtra addExtra) {
+  const long long b = blockIdx.z, u0 = b * itemRows + (long long)blockIdx.y * GR_UNIT;
+  if (b >= items || (long long)blockIdx.y * GR_UNIT >= itemRows) return;
+  const long long u1 = u0 + GR_UNIT < (b + 1) * itemRows ? u0 + GR_UNIT : (b + 1) * itemRows;
+  const long long unit = b * ((itemRows + GR_UNIT - 1) / GR_UNIT) + blockIdx.y;
+  const long long units = items * ((itemRows + GR_UNIT - 1) / GR_UNIT);
+  for (long long w0 = 0; w0 < tableRows; w0 += GR_WIN) {
+    float acc[GR_ACC * GR_WIN], extra = 0.f;
 #pragma unroll
-    for (int j = 0; j < GR_ACC * GR_WIN; ++j) total[j] = item[j] = 0.f;
-    extra = 0.f;
-    for (long long b = 0; b < items && itemRows > 0; ++b) {
-      const long long r0 = b * itemRows, r1 = r0 + itemRows;
-      for (long long u = r0; u < r1; u += GR_UNIT) {
-        const long long u1 = u + GR_UNIT < r1 ? u + GR_UNIT : r1;
+    for (int j = 0; j < GR_ACC * GR_WIN; ++j) acc[j] = 0.f;
+    for (long long r = u0; r < u1; ++r) {
+      const long long t = gr_table_row(ts, tags, metaRows, r);
+      if (w0 == 0) addExtra(r, t, extra);
 #pragma unroll
-        for (int j = 0; j < GR_ACC * GR_WIN; ++j) acc[j] = 0.f;
-        ea = 0.f;
-        for (long long r = u; r < u1; ++r) {
-          const long long t = gr_table_row(ts, tags, metaRows, r);
-          addExtra(r, t, ea);
-#pragma unroll
-          for (int j = 0; j < GR_WIN; ++j)
-            if (t - w0 == j) add(r, j, acc);
-        }
-#pragma unroll
-        for (int j = 0; j < GR_ACC * GR_WIN; ++j) item[j] = u == r0 ? acc[j] : __fadd_rn(item[j], acc[j]);
-        ei = u == r0 ? ea : __fadd_rn(ei, ea);
-      }
-#pragma unroll
-      for (int j = 0; j < GR_ACC * GR_WIN; ++j) total[j] = b == 0 ? item[j] : __fadd_rn(total[j], item[j]);
-      extra = b == 0 ? ei : __fadd_rn(extra, ei);
+      for (int j = 0; j < GR_WIN; ++j)
+        if (t - w0 == j) add(r, j, acc);
     }
+#pragma unroll
+    for (int j = 0; j < GR_WIN; ++j)
+      if (w0 + j < tableRows)
+#pragma unroll
+        for (int a = 0; a < GR_ACC; ++a) parts[((unit * tableRows + w0 + j) * GR_ACC + a) * GR_H + c] = acc[a * GR_WIN + j];
+    if (w0 == 0) parts[(units * tableRows * GR_ACC + unit) * GR_H + c] = extra;
   }
-  template <class Add>
-  __device__ __forceinline__ void run(long long window0, long long items, long long itemRows, Add add, const void *ts,
-                                      const void *tags, long long metaRows) {
-    run2(window0, items, itemRows, add, [](long long, long long, float &) {}, ts, tags, metaRows);
+}
+// Phase 2's fold of sum `a` of table row t (t == tableRows: the extra sum) for channel c.
+__device__ __forceinline__ float gr_fold_parts(const float *parts, long long c, long long t, int a, long long tableRows,
+                                               long long items, long long itemRows) {
+  const long long per = (itemRows + GR_UNIT - 1) / GR_UNIT, units = items * per;
+  float total = 0.f, item = 0.f;
+  for (long long b = 0; b < items && itemRows > 0; ++b) {
+    for (long long u = 0; u < per; ++u) {
+      const long long unit = b * per + u;
+      const float p = t < tableRows ? parts[((unit * tableRows + t) * GR_ACC + a) * GR_H + c]
+                                    : parts[(units * tableRows * GR_ACC + unit) * GR_H + c];
+      item = u == 0 ? p : __fadd_rn(item, p);
+    }
+    total = b == 0 ? item : __fadd_rn(total, item);
   }
-};
+  return total;
+}
 #endif
 
 extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
@@ -301,8 +304,8 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
 
 #elif GR_KIND == GR_NORM_MODULATE
   // y = bf(fma(n, bf(1 + scale), shift)), n the rms_norm of x. A warp per row: dx (the norm's gradient for
-  // dn = dy * bf(1 + scale)), and the row's inverse RMS into the scratch `inv` for phase 1 (GR_ENTRY_P1: the
-  // weight's and the table's gradients).
+  // dn = dy * bf(1 + scale)), and the row's inverse RMS into the scratch `inv_rms` for phase 1 (the weight's and
+  // the table's gradients, below).
   {
     const int lane = threadIdx.x & 31;
     for (long long r = GR_WARP; r < rows; r += GR_WARPS) {
@@ -328,25 +331,12 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
   }
 
 #elif GR_KIND == GR_GATE_RESIDUAL
-  // z = bf(fma(gate, y, x)): y == 0: dy = dz * gate; y >= 1 (blocks x < H / 256): channel 256 x + thread, dgate of
-  // the table rows of window y - 1 (fma chains of dz * y, gr_table_walk), zero in the other chunks.
-  if (blockIdx.y == 0) {
-    for (long long i = GR_TID; i < rows * GR_H; i += GR_STRIDE) {
-      const long long r = i / GR_H, c = i % GR_H;
-      const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
-      ((float *)dy)[i] = __fmul_rn(((const float *)dz)[i], gr_ld(table, t * (GR_NUMCH * GR_H) + GR_CHUNK * GR_H + c, GR_T_BF));
-    }
-  } else if ((long long)blockIdx.x * blockDim.x < GR_H) {
-    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < GR_H) {
-      GrTableWalk walk;
-      walk.run((long long)(blockIdx.y - 1) * GR_WIN, items, item_rows, [&](long long r, long long k, float *acc) {
-        acc[k] = __fmaf_rn(((const float *)dz)[r * GR_H + c], gr_ld(y, r * GR_H + c, GR_Y_BF), acc[k]);
-      }, ts_index, GR_TAGS, meta_rows);
-      for (int j = 0; j < GR_WIN && walk.w0 + j < table_rows; ++j)
-        for (int k = 0; k < GR_NUMCH; ++k)
-          ((float *)dtable)[(walk.w0 + j) * (GR_NUMCH * GR_H) + k * GR_H + c] = k == GR_CHUNK ? walk.total[j] : 0.f;
-    }
+  // z = bf(fma(gate, y, x)): dy = dz * gate. Phases 1 and 2 (below): dgate per table row (fma chains of dz * y), zero
+  // in the other chunks.
+  for (long long i = GR_TID; i < rows * GR_H; i += GR_STRIDE) {
+    const long long r = i / GR_H, c = i % GR_H;
+    const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
+    ((float *)dy)[i] = __fmul_rn(((const float *)dz)[i], gr_ld(table, t * (GR_NUMCH * GR_H) + GR_CHUNK * GR_H + c, GR_T_BF));
   }
 
 #elif GR_KIND == GR_PACK
@@ -476,39 +466,62 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
 #endif
 }
 
-#if GR_KIND == GR_NORM_MODULATE
-// Phase 1 of norm_modulate's gradient: channel c = 64 x + thread, the table rows of window y (gr_table_walk): dshift
-// (add chains of dy) and dscale (fma chains of dy * n, n = bf(x * inv) times the norm's weight where it has one),
-// zero in the other chunks; window 0 also the weight's gradient (fma chains of dn * n over every row,
-// dn = dy * bf(1 + scale)). The rows' inverse RMS come from phase 0.
+#if GR_KIND == GR_NORM_MODULATE || GR_KIND == GR_GATE_RESIDUAL
+// Phase 1: a thread per (channel c = 64 x + thread, unit y of item z): the unit's partials. norm_modulate: dshift (add
+// chain of dy), dscale (fma chain of dy * n, n = bf(x * inv) times the norm's weight where it has one; inv from phase
+// 0) and the weight's (fma chain of dn * n over every row, dn = dy * bf(1 + scale)); gate_residual: dgate (fma chain
+// of dz * y).
 extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
   h3c_grid_dependency_wait();
   const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= GR_H) return;
+#if GR_KIND == GR_NORM_MODULATE
   const float *inv = (const float *)inv_rms;
   auto nv = [&](long long r) { return rbf(__fmul_rn(gr_ld(x, r * GR_H + c, GR_X_BF), inv[r])); };
-  GrTableWalk walk;
-  walk.run2(
-      (long long)blockIdx.y * GR_WIN, items, item_rows,
+  gr_unit_partials(
+      (float *)parts, c, table_rows, items, item_rows, ts_index, GR_TAGS, meta_rows,
       [&](long long r, long long j, float *acc) {
         const float d = ((const float *)dy)[r * GR_H + c];
         acc[j] = __fadd_rn(acc[j], d);
         acc[GR_WIN + j] = __fmaf_rn(d, GR_HAS_W ? rbf(__fmul_rn(nv(r), GR_WV(c))) : nv(r), acc[GR_WIN + j]);
       },
       [&](long long r, long long t, float &acc) {
-        if (GR_DW && blockIdx.y == 0) {
+        if (GR_DW) {
           const float dn = __fmul_rn(((const float *)dy)[r * GR_H + c],
                                      rbf(__fadd_rn(1.0f, gr_ld(table, t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H + c, GR_T_BF))));
           acc = __fmaf_rn(dn, nv(r), acc);
         }
+      });
+#else
+  gr_unit_partials(
+      (float *)parts, c, table_rows, items, item_rows, ts_index, GR_TAGS, meta_rows,
+      [&](long long r, long long j, float *acc) {
+        acc[j] = __fmaf_rn(((const float *)dz)[r * GR_H + c], gr_ld(y, r * GR_H + c, GR_Y_BF), acc[j]);
       },
-      ts_index, GR_TAGS, meta_rows);
-  for (int j = 0; j < GR_WIN && walk.w0 + j < table_rows; ++j)
-    for (int k = 0; k < GR_NUMCH; ++k)
-      ((float *)dtable)[(walk.w0 + j) * (GR_NUMCH * GR_H) + k * GR_H + c] =
-          k == GR_SHIFT ? walk.total[j] : k == GR_SCALE ? walk.total[GR_WIN + j] : 0.f;
-#if GR_DW
-  if (blockIdx.y == 0) ((float *)dw)[c] = walk.extra;
+      [](long long, long long, float &) {});
+#endif
+}
+
+// Phase 2: a thread per (channel c = 256 x + thread, table row y): the fold of its partials; y == table_rows:
+// norm_modulate's weight gradient.
+extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P2(H3C_PARAMS) {
+  h3c_grid_dependency_wait();
+  const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+  if (c >= GR_H) return;
+  const float *P = (const float *)parts;
+  if (t == table_rows) {
+#if GR_KIND == GR_NORM_MODULATE && GR_DW
+    ((float *)dw)[c] = gr_fold_parts(P, c, t, 0, table_rows, items, item_rows);
+#endif
+    return;
+  }
+  float *row = (float *)dtable + t * (GR_NUMCH * GR_H);
+  for (int k = 0; k < GR_NUMCH; ++k) row[k * GR_H + c] = 0.f;
+#if GR_KIND == GR_NORM_MODULATE
+  row[GR_SHIFT * GR_H + c] = gr_fold_parts(P, c, t, 0, table_rows, items, item_rows);
+  row[GR_SCALE * GR_H + c] = gr_fold_parts(P, c, t, 1, table_rows, items, item_rows);
+#else
+  row[GR_CHUNK * GR_H + c] = gr_fold_parts(P, c, t, 0, table_rows, items, item_rows);
 #endif
 }
 #endif

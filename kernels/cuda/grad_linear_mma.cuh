@@ -12,7 +12,9 @@
 //
 // Two phases. Phase 0 (GL_ENTRY): bf(g) into the scratch `gb` ([rows][N] bf16, so phase 1 streams it with
 // cp.async), and for dW with a bias the bias gradient (the add chains of grad_common.cuh). Phase 1 (GL_ENTRY_P1): the GEMM,
-// 128 x 128 tiles of 8 warps (2 x 4, 64 x 32 each), k-tiles of 32 in a 3-stage cp.async ring. The operands come as
+// in tiles of GL_BM x GL_BN (128 x 128 of 8 warps, 64 x 32 each, k-tiles of 32 in a 3-stage cp.async ring; a
+// skinny dX, 64 output columns or fewer (LoRA's dt = bf(g) up), 32 x 64 of 4 warps with k-tiles of 128 in 4 stages, so
+// that its long chain over N runs on M / 32 CTAs with a deep ring). The operands come as
 // stored: dX's A is bf(g) row-major (ldmatrix), its B is W [N][K] with the reduction along rows (ldmatrix.trans); dW's
 // A is bf(g)^T and its B is x, both with the reduction along rows (ldmatrix.trans).
 //
@@ -20,17 +22,15 @@
 // gradient too). N and K are multiples of 8 (16-byte rows for cp.async).
 // Parameters: g (F32 [rows][N]); dX: w (bf16 [N][K]), dx, rows; dW: x (bf16 [rows][K]), dw and / or dbias, items,
 // item_rows; gb (scratch). The weight's gradient is always an output here (a bias-only gradient keeps grad.cuh).
-#define GL_BM 128
-#define GL_BN 128
-#define GL_BK 32
-#define GL_STAGES 3
-#define GL_THREADS 256
-#define GL_WTM 64  // a warp's rows of the output tile (2 warps along M)
-#define GL_WTN 32  // and columns (4 along N)
+// The tile (emitter: GL_BM x GL_BN outputs, k-tiles of GL_BK, GL_STAGES stages, GL_WM x GL_WN warps); none changes a
+// bit: every element's chain is the same sequence of chunks whatever the tile.
+#define GL_THREADS (GL_WM * GL_WN * 32)
+#define GL_WTM (GL_BM / GL_WM)  // a warp's rows of the output tile
+#define GL_WTN (GL_BN / GL_WN)  // and columns
 #define GL_MF (GL_WTM / 16)
 #define GL_NF (GL_WTN / 8)
 #if GL_DW
-#define GL_LDA (GL_BM + 8)  // A stored [k][m]: k-tile rows of the tile's 128 output rows
+#define GL_LDA (GL_BM + 8)  // A stored [k][m]: k-tile rows of the tile's GL_BM output rows
 #define GL_ASZ (GL_BK * GL_LDA)
 #else
 #define GL_LDA (GL_BK + 8)  // A stored [m][k]
@@ -123,9 +123,10 @@ extern "C" __global__ void __launch_bounds__(256) GL_ENTRY(H3C_PARAMS) {
 #endif
 }
 
-// Phase 1: the GEMM. dX: block (x, y) computes rows [128 x, +128) and columns [128 y, +128) of dx; dW: rows
-// (weight rows n) [128 x, +128) and columns [128 y, +128) of dw.
+// Phase 1: the GEMM. dX: block (x, y) computes rows [GL_BM x, +GL_BM) and columns [GL_BN y, +GL_BN) of dx; dW: the
+// same of dw (its rows the weight's rows n).
 extern "C" __global__ void __launch_bounds__(GL_THREADS) GL_ENTRY_P1(H3C_PARAMS) {
+  static_assert(GL_WTM % 16 == 0 && GL_WTN % 16 == 0 && (GL_BM * GL_BK / 8) % GL_THREADS == 0, "tile");
   h3c_grid_dependency_wait();
   extern __shared__ __align__(16) unsigned char gl_smem[];
   h3bf *As = (h3bf *)gl_smem;

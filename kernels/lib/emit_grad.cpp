@@ -47,12 +47,22 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
   b.def("GR_N", a.N);
   b.def("GR_K", a.K);
   b.def("GR_BIAS", biasAt >= 0 ? 1 : 0);
-  constexpr int64_t kTile = 128, kStages = 3, kBk = 32;
-  const int64_t aTile = dw ? kBk * (kTile + 8) : kTile * (kBk + 8), bTile = kBk * (kTile + 8);
-  const int64_t smem = kStages * (aTile + bTile) * 2;
+  // The tile: 128 x 128, 8 warps, k-tiles of 32, 3 stages; a skinny dX (K <= 64 output columns: LoRA's dt, whose chain
+  // runs over all N) 32 x 64, 4 warps, k-tiles of 128, 4 stages (M / 32 CTAs, each chain step a deep ring).
+  const bool skinny = !dw && a.K <= 64;
+  const int64_t bm = skinny ? 32 : 128, bn = skinny ? 64 : 128, bk = skinny ? 128 : 32, stages = skinny ? 4 : 3;
+  const int64_t wm = 2, wn = skinny ? 2 : 4;
+  b.def("GL_BM", bm);
+  b.def("GL_BN", bn);
+  b.def("GL_BK", bk);
+  b.def("GL_STAGES", stages);
+  b.def("GL_WM", wm);
+  b.def("GL_WN", wn);
+  const int64_t aTile = dw ? bk * (bm + 8) : bm * (bk + 8), bTile = bk * (bn + 8);
+  const int64_t smem = stages * (aTile + bTile) * 2;
   const plan::Launch convert = launch(256, 0, blocks(rows.scaled(a.N / 8), 256), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
-  const plan::Launch gemm = launch(256, smem, dw ? dim(Extent::constant(a.N), kTile) : dim(rows, kTile),
-                                   dim(Extent::constant(a.K), kTile));
+  const plan::Launch gemm = launch(wm * wn * 32, smem, dw ? dim(Extent::constant(a.N), bm) : dim(rows, bm),
+                                   dim(Extent::constant(a.K), bn));
   std::string name = fmt::format("{}_mma_n{}_k{}", plan::opKindName(v.op.kind), a.N, a.K);
   return finish(name, "GL_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_mma, convert, arch,
                 v.options, {{"GL_ENTRY_P1", gemm}});
@@ -251,9 +261,22 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     b.def("GR_NUMCH", a.numChunks);
     b.def("GR_RPT", rpt);
     b.def("GR_T_BF", bf(v.in(2)));
+    // The unit partials of the table's (and the weight's) sums, phases 1 and 2 (grad.cuh): [unit][table row][acc][H]
+    // then [unit][H]; units <= (B * item_rows + 128 B) / 128, so the bytes are at most ceil(H / 32) x
+    // (acc * (B item_rows T + 128 B T) + B item_rows + 128 B).
+    const int acc = modulate ? 2 : 1;
+    const int64_t h32 = (a.H + 31) / 32;
+    const std::string B = v.in(1).batch ? "B*" : "", R = plan::domainName(v.in(1).rows), T = plan::domainName(v.in(2).rows);
+    p.scratch("parts", Extent::parse(fmt::format("{}*{}{}*{} + {}*{}{} + {}*{}{} + {}{}", h32 * acc, B, R, T, 128 * h32 * acc,
+                                                 B, T, h32, B, R, 128 * h32, v.in(1).batch ? "*B" : ""),
+                                     v.where));
+    b.def("GR_ACC", acc);
+    const Extent itemRows = Extent::rowsOf(v.in(1).rows, false);
+    const plan::GridDim itemsDim = v.in(1).batch ? dim(Extent::parse("B", v.where)) : dim(Extent::constant(1));
+    phases = {{"GR_ENTRY_P1", launch(64, 0, dim(Extent::constant(a.H), 64), dim(itemRows, 128), itemsDim)},
+              {"GR_ENTRY_P2", launch(256, 0, dim(Extent::constant(a.H), 256), dim(v.rowsOfIn(2).plus(1)))}};
     if (modulate) {
       p.scratch("inv_rms", rows.scaled(4));  // each row's inverse RMS, for phase 1
-      b.def("GR_ACC", 2);
       b.def("GR_EPS", floatLit(a.eps));
       b.def("GR_HAS_W", w ? 1 : 0);
       b.def("GR_DW", dwAt >= 0 ? 1 : 0);
@@ -261,14 +284,11 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
       b.def("GR_X_BF", bf(v.in(1)));
       b.def("GR_SCALE", a.scaleChunk);
       b.def("GR_SHIFT", a.shiftChunk);
-      // Phase 0: a warp per row (dx, inv); phase 1: a thread per channel and window of 8 table rows.
-      l = launch(256, 0, blocks(rows, 8));
-      phases = {{"GR_ENTRY_P1", launch(64, 0, dim(Extent::constant(a.H), 64), dim(v.rowsOfIn(2), 8))}};
+      l = launch(256, 0, blocks(rows, 8));  // a warp per row: dx, inv
     } else {
       b.def("GR_Y_BF", bf(v.in(1)));
       b.def("GR_CHUNK", a.chunk);
-      // y == 0: dy; y >= 1: window y - 1 of 8 table rows (1 + ceil(table_rows / 8) rows of blocks).
-      l = launch(256, 0, blocks(rows.scaled(a.H), 256), dim(v.rowsOfIn(2).plus(8), 8));
+      l = launch(256, 0, blocks(rows.scaled(a.H), 256));  // dy
     }
     name += fmt::format("_h{}_t{}", a.H, rpt);
     break;

@@ -310,7 +310,8 @@ private:
   }
 
   void report(const plan::Function &fn, std::vector<CUevent> &ev, std::chrono::steady_clock::duration jit,
-              std::chrono::steady_clock::duration upload, const char *what = "forward") {
+              std::chrono::steady_clock::duration upload, const char *what = "forward",
+              const std::function<std::string(const plan::Op &)> &keyOf = {}) {
     const auto &d = hc::driver();
     std::map<std::string, std::pair<double, int>> perKind;
     float total = 0;
@@ -318,8 +319,8 @@ private:
     for (const plan::Op &op : fn.ops) {
       float ms = 0;
       hc::check(d.cuEventElapsedTime(&ms, ev[op.index], ev[op.index + 1]), "cuEventElapsedTime");
-      std::string key = plan::opKindName(op.kind);
-      if ((op.kind == plan::OpKind::Linear || op.kind == plan::OpKind::QkvLinear) &&
+      std::string key = keyOf ? keyOf(op) : plan::opKindName(op.kind);
+      if (!keyOf && (op.kind == plan::OpKind::Linear || op.kind == plan::OpKind::QkvLinear) &&
           op.attrs.epilogue != plan::Epilogue::None)
         key += std::string("+") + plan::epilogueName(op.attrs.epilogue);
       perKind[key].first += ms;
@@ -337,7 +338,7 @@ private:
                  arenaBytes_ / 1073741824.0, wbytes / 1073741824.0, (totalB - freeB) / 1073741824.0,
                  totalB / 1073741824.0);
     for (const auto &[k, v] : perKind)
-      std::fprintf(stderr, "h3c gpu:   %-28s %4d ops %10.3f ms\n", k.c_str(), v.second, v.first);
+      std::fprintf(stderr, "h3c gpu:   %-40s %4d ops %10.3f ms\n", k.c_str(), v.second, v.first);
   }
 
   std::vector<int64_t> shapeOf(const plan::Value &v) const {
@@ -659,7 +660,11 @@ public:
     hc::check(hc::driver().cuCtxSynchronize(), "running the backward");
     if (profile) {
       report(fwd, evf, {}, {}, "forward");
-      report(*bwd, evb, {}, {}, "backward");
+      // The backward's table by kernel (its id without the hash: the op kind, the form and the shape).
+      report(*bwd, evb, {}, {}, "backward", [&](const plan::Op &op) {
+        const std::string &id = p.kernel(op).id;
+        return id.substr(0, id.rfind('_'));
+      });
     }
     if (ropeDevicePending_) ropeDeviceValid_ = true;
     BackwardResult r;

@@ -989,8 +989,8 @@ void expectCompilesWithoutSpills(hc::NvrtcJit &jit, const plan::Kernel &k, const
 // both archs, full with H3C_NVRTC_VARIANTS=1) compiles to an ELF. The default plan runs the linear and attention
 // gradients on the tensor cores (grad_linear_mma.cuh, grad_attention_mma.cuh: one later phase, scratch for bf(g) /
 // the row statistics and bf(dO)); those kernels spill nothing. `--tune grad_mma=0` (tiny, sm_90a) keeps grad.cuh's
-// one-thread forms, attention's with two later phases; norm_modulate_grad has one (the table's gradients, from the
-// rows' inverse RMS its first phase keeps). (The one-thread forms' spills are not checked.)
+// one-thread forms, attention's with two later phases; norm_modulate_grad and gate_residual_grad have two (the
+// tables' unit partials, then their folds). (The one-thread forms' spills are not checked.)
 TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   if (!h3c::testtool::toolHasCompile()) GTEST_SKIP() << "this h3c has no compile (built without MLIR)";
@@ -1034,8 +1034,8 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
         EXPECT_FALSE(c.mma) << what << ": attention_grad kept the one-thread form";
         EXPECT_EQ(k.phases.size(), 2u) << k.id;
         EXPECT_TRUE(scratch) << k.id;
-      } else if (op.kind == plan::OpKind::NormModulateGrad) {  // phase 1: the table's and weight's gradients
-        EXPECT_EQ(k.phases.size(), 1u) << k.id;
+      } else if (op.kind == plan::OpKind::NormModulateGrad || op.kind == plan::OpKind::GateResidualGrad) {
+        EXPECT_EQ(k.phases.size(), 2u) << k.id;  // the table's unit partials, their fold
         EXPECT_TRUE(scratch) << k.id;
       } else {
         EXPECT_TRUE(k.phases.empty()) << k.id;
