@@ -9,7 +9,7 @@
 //   dq_i = scale * (k_chunks over the item's keys j, ascending, of dS_ij k_j): one chain per element (phase 0);
 //   dk_j = scale * (row_units over the item's query rows i of dS_ij q_i), dv_j = row_units of bf(P_ij) bf(dO_i):
 //     per unit of 128 query rows a partial from 0 chained over its 16-row chunks, the item's sum the left fold of the
-//     partials (phase 1; the running fold lives in dk and dv themselves, each thread reading back what it wrote).
+//     partials (phase 1; the fold lives in shared memory, one slot per thread and element).
 // A chunk's 16 products are summed by the tensor core (as in the forward): these are the GPU's bits of the contract;
 // the one-thread form of grad.cuh computes the CPU's model, within a bound of these.
 //
@@ -242,6 +242,7 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY_P1(H3C_PARAMS) {
   h3bf *Qsub = Vs + 64 * GA_LDS;             // 2 x GA_QSUB rows
   h3bf *dOsub = Qsub + 2 * GA_QSUB * GA_LDS;  // 2 x GA_QSUB rows
   float *LDs = (float *)(dOsub + 2 * GA_QSUB * GA_LDS);  // 2 x GA_QSUB x (L, D)
+  float *fold = LDs + 4 * GA_QSUB;  // [2 * GA_DN * 4][128]: the item's dk then dv fold, element-major
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;
   const long long colBase = (long long)blockIdx.y * GA_D;
@@ -301,31 +302,35 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY_P1(H3C_PARAMS) {
       }
     ga_pv<GA_QSUB / 16>(dva, st, dOb, lane);
     ga_pv<GA_QSUB / 16>(dka, dpt, Qb, lane);
-    // The unit's last sub-tile: fold its partials into the item's sums (the first unit's as they are), kept in dk
-    // and dv themselves (each thread its own elements; the last unit's fold is scaled and final).
-    if (i0 + GA_QSUB >= (i0 / GR_UNIT + 1) * GR_UNIT || i0 + GA_QSUB >= L) {
-      const bool first = i0 < GR_UNIT, last = i0 + GA_QSUB >= L;
+    // The unit's last sub-tile: fold its partials into the item's sums (the first unit's as they are).
+    const long long unitEnd = (i0 / GR_UNIT + 1) * GR_UNIT;
+    if (i0 + GA_QSUB >= unitEnd || i0 + GA_QSUB >= L) {
+      const bool first = i0 < GR_UNIT;
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const long long r = k0 + warp * 16 + g + hh * 8;
-        if (r < L) {
-          float *dkr = (float *)dk + (rowBase + r) * GA_LD + colBase, *dvr = (float *)dv + (rowBase + r) * GA_LD + colBase;
+      for (int j = 0; j < GA_DN; ++j)
 #pragma unroll
-          for (int j = 0; j < GA_DN; ++j) {
-            float2 fk = make_float2(dka[j][hh * 2], dka[j][hh * 2 + 1]), fv = make_float2(dva[j][hh * 2], dva[j][hh * 2 + 1]);
-            if (!first) {
-              const float2 ok = *(const float2 *)(dkr + j * 8 + t4 * 2), ov = *(const float2 *)(dvr + j * 8 + t4 * 2);
-              fk = make_float2(__fadd_rn(ok.x, fk.x), __fadd_rn(ok.y, fk.y));
-              fv = make_float2(__fadd_rn(ov.x, fv.x), __fadd_rn(ov.y, fv.y));
-            }
-            if (last) fk = make_float2(__fmul_rn(GA_QK_SCALE, fk.x), __fmul_rn(GA_QK_SCALE, fk.y));
-            *(float2 *)(dkr + j * 8 + t4 * 2) = fk;
-            *(float2 *)(dvr + j * 8 + t4 * 2) = fv;
-          }
+        for (int e = 0; e < 4; ++e) {
+          float *fk = fold + ((j * 4 + e) * 128) + threadIdx.x;
+          float *fv = fold + ((GA_DN * 4 + j * 4 + e) * 128) + threadIdx.x;
+          *fk = first ? dka[j][e] : __fadd_rn(*fk, dka[j][e]);
+          *fv = first ? dva[j][e] : __fadd_rn(*fv, dva[j][e]);
+          dka[j][e] = 0.0f;
+          dva[j][e] = 0.0f;
         }
-      }
-      ga_zero<GA_DN>(dka);
-      ga_zero<GA_DN>(dva);
+    }
+  }
+  if (L == 0) return;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const long long r = k0 + warp * 16 + g + hh * 8;
+    if (r >= L) continue;
+    float *dkr = (float *)dk + (rowBase + r) * GA_LD + colBase, *dvr = (float *)dv + (rowBase + r) * GA_LD + colBase;
+#pragma unroll
+    for (int j = 0; j < GA_DN; ++j) {
+      const float *fk = fold + ((j * 4 + hh * 2) * 128) + threadIdx.x;
+      const float *fv = fold + ((GA_DN * 4 + j * 4 + hh * 2) * 128) + threadIdx.x;
+      *(float2 *)(dkr + j * 8 + t4 * 2) = make_float2(__fmul_rn(GA_QK_SCALE, fk[0]), __fmul_rn(GA_QK_SCALE, fk[128]));
+      *(float2 *)(dvr + j * 8 + t4 * 2) = make_float2(fv[0], fv[128]);
     }
   }
 }

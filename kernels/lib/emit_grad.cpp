@@ -95,7 +95,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   b.def("GA_O_BF", bf(v.in(3)));
   const int64_t lds = d + 8, statRows = std::max<int64_t>(2 * a.kvBlock, 256);
   const int64_t smem0 = (128 + statRows) * lds * 2 + 64 * 4;
-  const int64_t smem1 = (128 + 128) * lds * 2 + 4 * 32 * 4;
+  const int64_t smem1 = (128 + 128) * lds * 2 + 4 * 32 * 4 + 2 * (d / 8) * 4 * 128 * 4;
   const plan::GridDim items = v.in(0).batch ? dim(Extent::parse("B", v.where)) : dim(Extent::constant(1));
   const plan::Launch queries = launch(128, smem0, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
   const plan::Launch keys = launch(128, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
