@@ -7,12 +7,13 @@
 //     the left fold of its partials (the first as it is), the batch's the left fold of its items' (gr_fold);
 //   - every other operation is one IEEE F32 operation (__f*_rn: nothing contracts).
 // Only attention's ex2 and lg2 (the hardware's approximations, as in the forward) differ from the CPU's exp2 / log2.
-// These kernels run one thread per gradient element (a warp per row where a row needs a lane tree): the contract's
-// bits first, speed later (tensor-core forms gated on byte equality with these).
+// The linear and attention gradients here run one thread per gradient element, the CPU's model of the tensor core
+// (`--tune grad_mma=0`); the plans' default runs them on the tensor cores (grad_linear_mma.cuh,
+// grad_attention_mma.cuh), within a bound of these. The other kinds are these kernels in every plan.
 //
 // Defined by the emitter: GR_ENTRY (GR_ENTRY_P1, GR_ENTRY_P2: the later phases of attention, norm_modulate and
-// gate_residual) H3C_PARAMS GR_KIND and the
-// kind's shape constants (below). Every loop over elements is grid-strided, so any grid computes the same values.
+// gate_residual) H3C_PARAMS GR_KIND and the kind's shape constants (below). Every loop over elements is grid-strided,
+// so any grid computes the same values.
 #define GR_ADD 1
 #define GR_LINEAR_X 2
 #define GR_LINEAR_W 3
