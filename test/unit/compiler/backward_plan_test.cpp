@@ -96,11 +96,18 @@ TEST(BackwardPlan, WrittenReadBackAndComplete) {
   for (const char *in : {"grad:@hidden_states", "grad:@audio_hidden_states", "grad:@encoder_hidden_states"})
     EXPECT_TRUE(b.outputs.count(in)) << in;
   EXPECT_EQ(b.outputs.size(), tensors + 3);
-  // A kernel for every gradient op (kernels/cuda/grad.cuh; attention's in three phases with a scratch), the
-  // forward's kernels kept.
+  // A kernel for every gradient op, the forward's kernels kept: the tensor-core forms of the linear and attention
+  // gradients in two phases (grad_linear_mma.cuh, grad_attention_mma.cuh), the AdaLN tables' gradients in three
+  // (grad.cuh: the unit partials, their fold), the rest in one.
   for (const plan::Op &op : b.ops) {
     ASSERT_TRUE(op.kernel.has_value()) << op.where;
-    EXPECT_EQ(p.kernel(op).phases.size(), op.kind == plan::OpKind::AttentionGrad ? 2u : 0u) << op.where;
+    const bool bf16Linear = op.attrs.wDtype == DType::BF16 &&
+                            (op.kind == plan::OpKind::LinearGradX ||
+                             (op.kind == plan::OpKind::LinearGradW && p.value(op.in[1]).dtype == DType::BF16));
+    const size_t phases = op.kind == plan::OpKind::NormModulateGrad || op.kind == plan::OpKind::GateResidualGrad ? 2u
+                          : op.kind == plan::OpKind::AttentionGrad || bf16Linear                                 ? 1u
+                                                                                                                 : 0u;
+    EXPECT_EQ(p.kernel(op).phases.size(), phases) << op.where << " " << p.kernel(op).id;
     EXPECT_EQ(op.order.kind, plan::requiredOrder(op.kind)) << op.where;
     if (op.order.kind == plan::OrderKind::RowUnits) {
       EXPECT_EQ(op.order.unit, 128);
