@@ -210,6 +210,19 @@ e2e_backward() {
     check "[tiny backward lora] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_gpu.safetensors" --device gpu
     check "[tiny backward lora] GPU vs CPU adapter and input gradients (rel_frob <= 1e-2)" python3 "$cmp_py" bound "$d/lora_cpu.safetensors" "$d/lora_gpu.safetensors" 1e-2
   fi
+  # Activation checkpointing per block (--checkpoint blocks, section 14): the GPU executor walks the segments'
+  # schedule (each block's ops rerun before its gradients) in the checkpointed plan's slots; the same kernels on the
+  # same operands, so the gradients are byte-equal to the plan's without segments.
+  local cp=$plans/tiny-backward-ckpt
+  if [ -f "$cp/plan.json" ]; then
+    check "[tiny backward --checkpoint blocks] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$cp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" -o "$d/grads_gpu_ckpt.safetensors" --device gpu
+    check "[tiny backward --checkpoint blocks] GPU gradients == the unsegmented plan's (byte-equal)" python3 "$cmp_py" equal "$d/grads_gpu.safetensors" "$d/grads_gpu_ckpt.safetensors"
+  else bad "[tiny backward --checkpoint blocks] no plan at $cp"; fi
+  local lcp=$plans/tiny-backward-lora-ckpt
+  if [ -f "$lcp/plan.json" ] && [ -f "$d/lora_gpu.safetensors" ]; then
+    check "[tiny backward lora --checkpoint blocks] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lcp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_gpu_ckpt.safetensors" --device gpu
+    check "[tiny backward lora --checkpoint blocks] GPU adapter and input gradients == the unsegmented plan's (byte-equal)" python3 "$cmp_py" equal "$d/lora_gpu.safetensors" "$d/lora_gpu_ckpt.safetensors"
+  fi
 }
 
 e2e_full() {

@@ -28,6 +28,14 @@ done
 rm -rf "$root/carry/plans/tiny-backward-lora"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
   -o "$root/carry/plans/tiny-backward-lora" | tail -1
+# Activation checkpointing per block (docs/contract.md section 14): the two backward plans above with the segments;
+# gpu_backward_test's GpuBackwardCheckpoint and gpu-e2e.sh e2e_backward compare them byte for byte.
+for p in tiny-backward tiny-backward-lora; do
+  rm -rf "$root/carry/plans/$p-ckpt"
+  "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward \
+    $([ $p = tiny-backward-lora ] && echo --lora-rank 64 --trainable lora) --checkpoint blocks \
+    -o "$root/carry/plans/$p-ckpt" | tail -1
+done
 rm -rf "$root/carry/plans/tiny-sp2tp2"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --sp 2 --tp 2 -o "$root/carry/plans/tiny-sp2tp2" | tail -1
 # The RL example's plans and request (scripts/gpu-test.sh step 5); needs the Python package built here.
