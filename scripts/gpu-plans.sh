@@ -36,6 +36,13 @@ for p in tiny-backward tiny-backward-lora; do
     $([ $p = tiny-backward-lora ] && echo --lora-rank 64 --trainable lora) --checkpoint blocks \
     -o "$root/carry/plans/$p-ckpt" | tail -1
 done
+# H3C_FULL_BACKWARD=1: the full config's LoRA training plan with the block segments (gpu-e2e.sh, H3C_E2E_ONLY=
+# full_backward): 33B, --lora-rank 64 --trainable lora, its slots placed for 8,349 tokens.
+if [ "${H3C_FULL_BACKWARD:-0}" = 1 ]; then
+  rm -rf "$root/carry/plans/full-backward-lora-ckpt"
+  "$H3C" compile "$tmp/full.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
+    --checkpoint blocks --tokens 8349 -o "$root/carry/plans/full-backward-lora-ckpt" | tail -1
+fi
 rm -rf "$root/carry/plans/tiny-sp2tp2"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --sp 2 --tp 2 -o "$root/carry/plans/tiny-sp2tp2" | tail -1
 # The RL example's plans and request (scripts/gpu-test.sh step 5); needs the Python package built here.

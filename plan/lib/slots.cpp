@@ -178,13 +178,15 @@ void checkSlots(const Plan &p, const std::string &root) {
     lives.push_back({t, t, &name, second});
     current[name] = lives.size() - 1;
   };
+  // Times: step t's op at 2t, the inputs that come into being before it at 2t - 1 (an input nobody reads is dead
+  // before the op's outputs are written).
   for (size_t t = 0; t < steps.size(); ++t) {
-    for (const auto &v : steps[t].defineBefore) define(v, int64_t(t));
+    for (const auto &v : steps[t].defineBefore) define(v, 2 * int64_t(t) - 1);
     for (const auto &v : steps[t].op->in) {
       auto it = current.find(v);
-      if (it != current.end()) lives[it->second].to = int64_t(t);
+      if (it != current.end()) lives[it->second].to = 2 * int64_t(t);
     }
-    for (const auto &v : steps[t].op->out) define(v, int64_t(t));
+    for (const auto &v : steps[t].op->out) define(v, 2 * int64_t(t));
   }
   for (const Function *fn : {&p.forward(), p.backward()})
     if (fn)
