@@ -10,7 +10,9 @@
 #   tiny at sp 2 x tp 2 (4 ranks): the one-GPU executor refuses it (exit 2, nothing written); the CPU reference's
 #   rank simulation gives the bytes of the sp = tp = 1 plan.
 #   a plan with a backward (e2e_backward; H3C_E2E_ONLY=backward alone): its forward and its backward on the GPU
-#   against the CPU reference, and two GPU backwards byte-equal;
+#   against the CPU reference, two GPU backwards byte-equal, and the --checkpoint blocks plans' GPU gradients
+#   byte-equal to those of the plans without segments; H3C_E2E_ONLY=full_backward: the full config's LoRA backward
+#   with the block segments at 8,349 tokens on one GPU (e2e_full_backward);
 #   full (H3C_GPU_FULL=1, or H3C_E2E_ONLY=full_bench): 33B at 8,349 tokens (Nt 512 + Nv 8 x 30 x 32 + Na 157),
 #   synthetic weights, strict, timed (H3C_GPU_PROFILE); then --mode off (every linear and attention on cuBLASLt,
 #   attention in chunks of heads), timed, outputs within 5e-2 of the strict run's.
@@ -210,6 +212,19 @@ e2e_backward() {
     check "[tiny backward lora] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_gpu.safetensors" --device gpu
     check "[tiny backward lora] GPU vs CPU adapter and input gradients (rel_frob <= 1e-2)" python3 "$cmp_py" bound "$d/lora_cpu.safetensors" "$d/lora_gpu.safetensors" 1e-2
   fi
+  # Activation checkpointing per block (--checkpoint blocks, section 14): the GPU executor walks the segments'
+  # schedule (each block's ops rerun before its gradients) in the checkpointed plan's slots; the same kernels on the
+  # same operands, so the gradients are byte-equal to the plan's without segments.
+  local cp=$plans/tiny-backward-ckpt
+  if [ -f "$cp/plan.json" ]; then
+    check "[tiny backward --checkpoint blocks] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$cp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" -o "$d/grads_gpu_ckpt.safetensors" --device gpu
+    check "[tiny backward --checkpoint blocks] GPU gradients == the unsegmented plan's (byte-equal)" python3 "$cmp_py" equal "$d/grads_gpu.safetensors" "$d/grads_gpu_ckpt.safetensors"
+  else bad "[tiny backward --checkpoint blocks] no plan at $cp"; fi
+  local lcp=$plans/tiny-backward-lora-ckpt
+  if [ -f "$lcp/plan.json" ] && [ -f "$d/lora_gpu.safetensors" ]; then
+    check "[tiny backward lora --checkpoint blocks] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lcp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_gpu_ckpt.safetensors" --device gpu
+    check "[tiny backward lora --checkpoint blocks] GPU adapter and input gradients == the unsegmented plan's (byte-equal)" python3 "$cmp_py" equal "$d/lora_gpu.safetensors" "$d/lora_gpu_ckpt.safetensors"
+  fi
 }
 
 e2e_full() {
@@ -230,8 +245,31 @@ print({k: (list(v.shape), float(np.sqrt(np.mean(v.astype(np.float64)**2)))) for 
   check "[full] off mode vs strict outputs (rel_frob <= 5e-2)" python3 "$cmp_py" bound "$d/gpu.safetensors" "$d/gpu_off.safetensors" 5e-2
 }
 
+# The full config's LoRA training step on one GPU (docs/contract.md section 14): the --backward --lora-rank 64
+# --trainable lora --checkpoint blocks plan (H3C_PLANS_BACKWARD_FULL=1 bash scripts/gpu-plans.sh) at 8,349 tokens, an
+# adapter in the slots; the forward, then the backward with its arena and device memory on stderr (H3C_PROFILE);
+# every adapter and input gradient finite, the adapters' not all zero. Only with H3C_E2E_ONLY=full_backward.
+e2e_full_backward() {
+  local plan=$plans/full-backward-lora64-ckpt d=$out/full-backward
+  mkdir -p "$d"
+  [ -f "$plan/plan.json" ] || { bad "[full backward] no plan at $plan (H3C_PLANS_BACKWARD_FULL=1 bash scripts/gpu-plans.sh)"; return; }
+  check "[full backward] request make (S = 8349)" "$H3C" request make --config full --text 512 --audio 157 --video 8,30,32 --timesteps 2 --seed 5 --dtype BF16 -o "$d/req.safetensors"
+  check "[full backward] adapter (rank 8)" python3 "$root/scripts/lora_make.py" --plan "$plan" --rank 8 --seed 3 --std 0.01 -o "$d/adapter.safetensors"
+  check "[full backward] GPU forward of the checkpointed plan" run full "$plan" "$d/req.safetensors" "$d/out.safetensors" "$d/ledger.json" gpu --lora "$d/adapter.safetensors"
+  local t0=$(date +%s.%N)
+  check "[full backward] GPU backward: 33B, LoRA r64 trained, 8349 tokens, 52 block segments" env H3C_PROFILE=1 "$H3C" backward --config full --synthetic 7 --plan "$plan" --inputs "$d/req.safetensors" --grads "$d/out.safetensors" --lora "$d/adapter.safetensors" -o "$d/grads.safetensors" --device gpu
+  local t1=$(date +%s.%N)
+  echo "    h3c backward wall time (JIT + weight generation + forward + backward): $(python3 -c "print(f'{$t1-$t0:.1f} s')")"
+  check "[full backward] gradients finite, the adapters' not all zero" python3 -c "
+from safetensors.numpy import load_file; import numpy as np, sys
+g = load_file('$d/grads.safetensors'); bad = [k for k, v in g.items() if not np.all(np.isfinite(v))]
+lora = [k for k in g if 'lora_' in k]; nz = sum(bool(np.any(g[k])) for k in lora)
+print(len(g), 'gradients,', len(lora), 'adapter slots,', nz, 'not all zero; non-finite:', bad[:5]); sys.exit(1 if bad or nz == 0 else 0)"
+}
+
 case "${H3C_E2E_ONLY:-}" in
   full_bench) e2e_full ;;
+  full_backward) e2e_full_backward ;;
   tiny) e2e_config tiny ;;  # one config's checks alone (audit, reference and native bindings among them)
   native) # the native checks alone, on tiny (with the request and the CPU and GPU runs they compare with)
     d=$out/tiny; mkdir -p "$d"

@@ -33,9 +33,18 @@ rm -rf "$root/carry/plans/tiny-backward-ref"
 rm -rf "$root/carry/plans/tiny-backward-lora"
 "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
   -o "$root/carry/plans/tiny-backward-lora" | tail -1
+# Activation checkpointing per block (docs/contract.md section 14): the two backward plans above with the segments;
+# gpu_backward_test's GpuBackwardCheckpoint and gpu-e2e.sh e2e_backward compare them byte for byte.
+for p in tiny-backward tiny-backward-lora; do
+  rm -rf "$root/carry/plans/$p-ckpt"
+  "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward \
+    $([ $p = tiny-backward-lora ] && echo --lora-rank 64 --trainable lora) --checkpoint blocks \
+    -o "$root/carry/plans/$p-ckpt" | tail -1
+done
 # Opt-in (H3C_PLANS_BACKWARD_FULL=1; ~7 MB a plan): the training step of bench/backward_bench.py at the full and
 # small configs, with one checkpoint segment per block: LoRA rank 64 adapters only (<c>-backward-lora64-ckpt) and
-# every tensor (<c>-backward-ckpt). --tokens only sizes the buffer report.
+# every tensor (<c>-backward-ckpt). --tokens sizes the slots (and the buffer report); gpu-e2e.sh H3C_E2E_ONLY=
+# full_backward runs full-backward-lora64-ckpt.
 if [ "${H3C_PLANS_BACKWARD_FULL:-0}" = 1 ]; then
   for c in small full; do
     s=$([ $c = full ] && echo 8349 || echo 2048)

@@ -5,6 +5,7 @@
 #include "h3c/Codegen/Importer.h"
 #include "h3c/Passes/Passes.h"
 #include "h3c/plan/checkpoint.h"
+#include "h3c/plan/slots.h"
 #include "h3c/plan/trainable.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
@@ -112,13 +113,15 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   plo.wgmma = o.wgmma;
   r.plan = emitPlan(*module, fp, fingerprintSha256, plo, o.tuning);
   if (o.backward) {
-    // The live peak of the forward-then-backward timeline at `tokens` rows, without and with the block segments
-    // (the slots above stay h3-plan-buffers' whole-life ones, which an executor ignoring the segments needs).
+    // The live peak of the forward-then-backward timeline at `tokens` rows, without and with the block segments.
+    // With them, the values are placed again over the checkpointed schedule (a recomputed value's second life in its
+    // recompute slot), so that the slots, and slot_bytes, are what an executor following the segments needs.
     plan::Plan &pl = r.plan.plan;
     pl.stats["backward_peak_live_bytes"] = plan::liveBytesPeak(pl, o.tokens, false);
     if (o.checkpoint) {
       pl.functions.at("backward").checkpoints = plan::blockCheckpoints(pl);
       pl.stats["backward_peak_live_bytes_checkpointed"] = plan::liveBytesPeak(pl, o.tokens, true);
+      if (!pl.functions.at("backward").checkpoints.empty()) plan::placeOnCheckpointedSchedule(pl, o.tokens);
     }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

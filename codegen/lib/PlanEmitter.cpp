@@ -133,7 +133,7 @@ void emitBackward(plan::Plan &p, func::FuncOp fn, AddValue &addValue, std::vecto
     for (size_t k = op.getNumResults(); k < pop.out.size(); ++k) {  // the weight gradients (toPlanOp)
       const std::string &g = pop.out[k];
       const plan::WeightTensor &t = p.weightTensor(g.substr(std::string("grad:").size()));
-      plan::Value v{g, DType::F32, plan::Domain::One, t.numel(), false, -1};
+      plan::Value v{g, DType::F32, plan::Domain::One, t.numel(), false, -1, -1};
       if (!p.values.emplace(g, v).second) fail(where(&op), "value {} defined twice", g);
       weightGrads.push_back(g);
       bwd.outputs[g] = g;

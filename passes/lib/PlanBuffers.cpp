@@ -1,14 +1,18 @@
 // h3-plan-buffers: liveness-based activation slots. Values are allocated in launch order when defined and
 // released after their last reader; a released slot is reused by a later value of the same row domain (best fit:
-// the smallest free slot that already holds it, else the largest free one, which grows). Sizes are symbolic
+// the smallest free slot that already holds it, else the largest free one, which grows; plan/slots.h, the rule the
+// placement of a checkpointed plan shares). Sizes are symbolic
 // (bytes per row of a domain, per batch item), so one plan serves every request size.
 // With a backward function (h3-backward, docs/contract.md section 14) the forward and the backward are one timeline,
 // the backward's ops after the forward's: a backward argument named like a forward value is that value (a saved
 // activation), so it keeps the forward's slot and stays live until the backward's last read. The forward's outputs
 // are never released (an executor returns them after both functions ran).
+// With checkpoint segments (`h3c compile --checkpoint blocks`) the compile driver places the values again, over the
+// checkpointed schedule (plan/slots.h placeOnCheckpointedSchedule): the segments are made from the emitted plan.
 #include "Common.h"
 #include "h3c/Passes/PlanOp.h"
 #include "h3c/Passes/Passes.h"
+#include "h3c/plan/slots.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -26,12 +30,6 @@ using namespace h3c::h3ir;
 namespace {
 
 int64_t eltBytes(Type t) { return t.isBF16() ? 2 : t.isF32() || t.isInteger(32) ? 4 : 8; }
-
-struct Slot {
-  std::string domain;
-  int64_t bytesPerRow = 0;
-  bool free = false;
-};
 
 struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
   using Base::Base;
@@ -60,7 +58,7 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
     if (auto a = dialect->getSpAttrHelper().getAttr(m)) sp = a.getInt();
     StringAttr slotName = dialect->getSlotAttrHelper().getName();
     auto slotsAttr = dialect->getSlotsAttrHelper();
-    std::vector<Slot> slots;
+    h3c::plan::SlotAllocator slots;  // the best-fit rule (plan/slots.h)
     int64_t peak = 0;
     bool ok = true;
     // The timeline: the forward's body, then the backward's (when there is one).
@@ -104,23 +102,8 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
       };
       auto allocate = [&](Value v) {
         auto t = cast<ActType>(v.getType());
-        int64_t need = bytesPerRow(v);
-        int best = -1;
-        for (int i = 0; i < (int)slots.size(); ++i) {
-          const Slot &s = slots[i];
-          if (!s.free || s.domain != t.getDomain()) continue;
-          if (best < 0) { best = i; continue; }
-          const Slot &cur = slots[best];
-          bool fits = s.bytesPerRow >= need, curFits = cur.bytesPerRow >= need;
-          if (fits != curFits ? fits : fits ? s.bytesPerRow < cur.bytesPerRow : s.bytesPerRow > cur.bytesPerRow)
-            best = i;
-        }
-        if (best < 0) {
-          slots.push_back(Slot{t.getDomain().str(), 0, false});
-          best = slots.size() - 1;
-        }
-        slots[best].free = false;
-        slots[best].bytesPerRow = std::max(slots[best].bytesPerRow, need);
+        const int64_t need = bytesPerRow(v);
+        const int best = int(slots.allocate(t.getDomain().str(), need));
         slotOf[v] = best;
         live += need * rows(t.getDomain());
         peak = std::max(peak, live);
@@ -128,7 +111,7 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
       };
       auto release = [&](Value v) {
         if (pinned.count(v)) return;
-        slots[slotOf[v]].free = true;
+        slots.release(slotOf[v]);
         live -= bytesPerRow(v) * rows(cast<ActType>(v.getType()).getDomain());
       };
       for (BlockArgument a : body.getArguments()) {
@@ -169,14 +152,15 @@ struct PlanBuffers : h3c::passes::impl::H3PlanBuffersBase<PlanBuffers> {
     if (!ok) return signalPassFailure();
     std::vector<Attribute> table;
     int64_t total = 0;
-    for (size_t i = 0; i < slots.size(); ++i) {
+    for (size_t i = 0; i < slots.slots().size(); ++i) {
+      const h3c::plan::SlotAllocator::Slot &slot = slots.slots()[i];
       table.push_back(b.getDictionaryAttr({
           b.getNamedAttr("id", b.getI64IntegerAttr(i)),
-          b.getNamedAttr("bytes_per_row", b.getDictionaryAttr({b.getNamedAttr(slots[i].domain,
-                                                                              b.getI64IntegerAttr(slots[i].bytesPerRow))})),
+          b.getNamedAttr("bytes_per_row", b.getDictionaryAttr({b.getNamedAttr(slot.domain,
+                                                                              b.getI64IntegerAttr(slot.bytesPerRow))})),
           b.getNamedAttr("fixed_bytes", b.getI64IntegerAttr(0)),
       }));
-      total += slots[i].bytesPerRow * rows(slots[i].domain);
+      total += slot.bytesPerRow * rows(slot.domain);
     }
     dialect->getBuffersAttrHelper().setAttr(m, b.getDictionaryAttr({
                                                    b.getNamedAttr("slots", b.getArrayAttr(table)),

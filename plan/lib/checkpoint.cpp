@@ -2,6 +2,7 @@
 #include "h3c/plan/checkpoint.h"
 
 #include "h3c/plan/ops.h"
+#include "h3c/plan/slots.h"
 #include "h3c/support/error.h"
 
 #include <algorithm>
@@ -253,8 +254,7 @@ int64_t liveBytesPeak(const Plan &p, int64_t tokens, bool checkpointed) {
   auto bytes = [&](const std::string &name) -> int64_t {
     if (weightGrads.count(name)) return 0;
     const Value &v = p.value(name);
-    const int64_t rows = v.rows == Domain::T || v.rows == Domain::One ? 1 : v.rows == Domain::T3 ? 3 : tokens;
-    return rows * v.cols * int64_t(dtypeSize(v.dtype));
+    return reportRows(v.rows, tokens) * v.cols * int64_t(dtypeSize(v.dtype));
   };
   int64_t live = 0, peak = 0;
   std::set<std::string> alive;

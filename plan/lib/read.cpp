@@ -1,6 +1,7 @@
 // The plan reader: strict and fail closed (io.h). Every problem is an h3c::Error whose `where` is the JSON pointer.
 #include "h3c/plan/io.h"
 #include "h3c/plan/checkpoint.h"
+#include "h3c/plan/slots.h"
 #include "h3c/plan/trainable.h"
 
 #include "json_fields.h"
@@ -730,7 +731,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
   for (auto it = values.begin(); it != values.end(); ++it) {
     std::string w = root + "/values/" + it.key();
     const json &v = it.value();
-    onlyKeys(v, {"dtype", "rows", "cols", "batch", "slot"}, w);
+    onlyKeys(v, {"dtype", "rows", "cols", "batch", "slot", "recompute_slot"}, w);
     Value pv;
     pv.name = it.key();
     pv.dtype = floatDtype(member(v, "dtype", w), w + "/dtype", true);
@@ -741,6 +742,11 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
       fail(w + "/batch", "only token-domain values (S, Nt, Nv, Na) can carry the batch axis");
     pv.slot = nonNegative(member(v, "slot", w), w + "/slot", 1 << 20);
     if (!slotIds.count(pv.slot)) fail(w + "/slot", "no slot with id {}", pv.slot);
+    // A recomputed value's second slot (section 14): checkSlots, once the functions are read.
+    if (v.contains("recompute_slot")) {
+      pv.recomputeSlot = nonNegative(v["recompute_slot"], w + "/recompute_slot", 1 << 20);
+      if (!slotIds.count(pv.recomputeSlot)) fail(w + "/recompute_slot", "no slot with id {}", pv.recomputeSlot);
+    }
     if (pv.rows == Domain::Sr && p.options.sp == 1)
       fail(w + "/rows", "the row domain Sr (a rank's range of S) exists only under sequence parallelism (options.sp > 1)");
     p.values[pv.name] = pv;
@@ -1000,6 +1006,7 @@ Plan planFromJson(const json &j, const fs::path &dir, const std::string &file) {
     checkBackward(p, derived, root);
     checkCheckpoints(p, root);
   }
+  checkSlots(p, root);  // over the timeline an executor walks: after the checkpoints are checked
   return p;
 }
 

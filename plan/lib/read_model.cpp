@@ -310,52 +310,12 @@ struct Checker {
 
 } // namespace
 
-// Slots: two values share a slot only when one is dead before the other is defined (an executor that places values
-// by slot would otherwise overwrite a live value: a silent wrong result). Live from the op that defines a value (graph
-// inputs: before the first op) to its last reader (the function's outputs: to the end; never read: its own op). The
-// forward and the backward are one timeline, the backward's ops after the forward's (its inputs defined where it
-// starts), so a saved activation lives until the backward's last read.
-void checkSlots(const Plan &p, const std::string &root) {
-  std::map<std::string, int64_t> def;
-  std::map<std::string, size_t> last;
-  int64_t start = 0;
-  for (const Function *fn : {&p.forward(), p.backward()}) {
-    if (!fn) continue;
-    for (const auto &g : fn->inputs) def[g] = start - 1;
-    for (const Op &op : fn->ops) {
-      for (const auto &v : op.in) last[v] = size_t(start) + op.index;
-      for (const auto &o : op.out) def[o] = start + int64_t(op.index);
-    }
-    for (const auto &[k, v] : fn->outputs) last[v] = SIZE_MAX;
-    start += int64_t(fn->ops.size());
-  }
-  struct Life {
-    int64_t from, to;
-    const std::string *name;
-  };
-  std::map<int64_t, std::vector<Life>> bySlot;
-  for (const auto &[name, d] : def) {
-    auto it = last.find(name);
-    const int64_t to = it == last.end() ? d : it->second == SIZE_MAX ? INT64_MAX : int64_t(it->second);
-    bySlot[p.value(name).slot].push_back({d, to, &name});
-  }
-  for (auto &[slot, lives] : bySlot) {
-    std::sort(lives.begin(), lives.end(), [](const Life &a, const Life &b) { return a.from < b.from; });
-    for (size_t i = 1; i < lives.size(); ++i)
-      if (lives[i].from <= lives[i - 1].to)
-        fail(root + "/values/" + *lives[i].name + "/slot",
-             "shares slot {} with '{}', which is still live when '{}' is defined", slot, *lives[i - 1].name,
-             *lives[i].name);
-  }
-}
-
 void checkPlanComputesModel(const Plan &p, const h3::Fingerprint &model, const std::string &root) {
   Checker c{p, {}, {}, {}};
   for (const auto &n : model.nodes) {
     c.nodes[n.id] = &n;
     for (size_t k = 0; k < n.outputs.size(); ++k) c.defs[n.outputs[k]] = {&n, k};
   }
-  checkSlots(p, root);
   {
     const std::string name = "forward";
     const Function &fn = p.forward();

@@ -202,6 +202,7 @@ json planToJson(const Plan &p) {
   for (const auto &[name, v] : p.values) {
     values[name] = {{"dtype", dt(v.dtype)}, {"rows", domainName(v.rows)}, {"cols", v.cols}, {"batch", v.batch},
                     {"slot", v.slot}};
+    if (v.recomputeSlot >= 0) values[name]["recompute_slot"] = v.recomputeSlot;  // checkpointed plans only
   }
   j["values"] = values;
   json slots = json::array();

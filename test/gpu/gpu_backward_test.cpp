@@ -16,8 +16,10 @@
 // Then the whole backward on the GPU executor (default plan): two runs byte-equal, every gradient within 1e-2 of the
 // CPU's (attention's differences travel upstream), a batch item's input gradients equal to its own run's, the
 // token-row weight gradients of a batch the F32 fold of its items', a packed-row permutation changing no bit.
-// Requests of more than 128 rows per item, so the row units fold. Skips without a GPU or the plans
-// (scripts/gpu-plans.sh).
+// Requests of more than 128 rows per item, so the row units fold. Then the same plans compiled with `--checkpoint
+// blocks` (GpuBackwardCheckpoint): the executor's outputs and gradients byte-equal to the unsegmented plan's, in an
+// arena of exactly the checkpointed plan's slots. Skips without a GPU or the plans ($H3C_PLANS/tiny-backward,
+// tiny-backward-ref, tiny-backward-ckpt, tiny-backward-lora(-ckpt): scripts/gpu-plans.sh).
 #include "../unit/runtime/backward_test_util.h"
 
 #include "h3c/plan/io.h"
@@ -31,6 +33,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -49,7 +52,7 @@ using h3c::DType;
 
 namespace {
 
-std::filesystem::path planDir(const char *name = "tiny-backward") {
+std::filesystem::path planDir(const std::string &name = "tiny-backward") {
   const char *p = std::getenv("H3C_PLANS");
   return std::filesystem::path(p ? p : "carry/plans") / name;
 }
@@ -424,4 +427,71 @@ TEST(GpuBackward, BatchItemsFoldAndPermutationsChangeNoBit) {
   std::printf("%s packed-row permutation: %d gradients byte-equal, %d differ\n", permDiff == 0 ? "PASS" : "FAIL",
               permSame, permDiff);
   EXPECT_GT(folded, 40);
+}
+
+namespace {
+
+// The arena the GPU executor lays out for a plan's backward: each slot its own region of its bytes at the request's
+// extents (bytes per row x rows x B, plus fixed bytes), rounded up to 256 bytes.
+int64_t plannedArena(const plan::Plan &p, const CanonicalRequest &q) {
+  const plan::Extents e = q.extents();
+  int64_t total = 0;
+  for (const plan::Slot &s : p.slots) {
+    int64_t b = s.fixedBytes;
+    for (const auto &[dom, bpr] : s.bytesPerRow) b += bpr * e.rows(dom) * q.B;
+    total += (std::max<int64_t>(b, 1) + 255) / 256 * 256;
+  }
+  return total;
+}
+
+} // namespace
+
+// A checkpointed plan (docs/contract.md section 14) runs the same kernels on the same operands as the plan without
+// segments, the recompute's included: every output and gradient byte-equal; and the executor's arena is the
+// checkpointed plan's slot table, smaller than the whole-life one.
+TEST(GpuBackwardCheckpoint, GradientsByteEqualToTheUnsegmentedPlanInThePlannedArena) {
+  std::string why;
+  if (!hc::driverAvailable(&why)) GTEST_SKIP() << "no GPU: " << why;
+  int pairs = 0;
+  for (const char *base : {"tiny-backward", "tiny-backward-lora"}) {
+    const std::string ckName = std::string(base) + "-ckpt";
+    if (!std::filesystem::exists(planDir(base) / "plan.json") || !std::filesystem::exists(planDir(ckName) / "plan.json")) {
+      std::printf("SKIP %s / %s: no plans at %s\n", base, ckName.c_str(), planDir(base).parent_path().c_str());
+      continue;
+    }
+    ++pairs;
+    const plan::Plan p = plan::loadPlan(planDir(base)), pc = plan::loadPlan(planDir(ckName));
+    ASSERT_TRUE(p.backward()->checkpoints.empty()) << base;
+    ASSERT_FALSE(pc.backward()->checkpoints.empty()) << ckName;
+    auto weights = makeSyntheticWeights(p.config, 7);
+    for (const Request &r : {tinyRequest(p.config, {6, 5, 2, 3, 4}, 1, 9), tinyRequest(p.config, {5, 4, 2, 2, 3}, 2, 3)}) {
+      const CanonicalRequest q = canonicalize(r, p.config);
+      const OutputGrads dy = lossGrads(q, p.config);
+      RunOptions o;
+      o.device = "gpu";
+      const BackwardResult a = runBackward(p, *weights, r, dy, o), b = runBackward(pc, *weights, r, dy, o);
+      bool same = a.outputs.sample.bytes == b.outputs.sample.bytes &&
+                  a.outputs.audio_sample.bytes == b.outputs.audio_sample.bytes &&
+                  a.inputGrads.size() == b.inputGrads.size() && a.weightGrads.size() == b.weightGrads.size();
+      std::string first;
+      for (const auto *m : {&a.inputGrads, &a.weightGrads})
+        for (const auto &[n, t] : *m) {
+          const auto &other = m == &a.inputGrads ? b.inputGrads : b.weightGrads;
+          const bool eq = other.count(n) && other.at(n).bytes == t.bytes;
+          if (!eq && first.empty()) first = n;
+          same &= eq;
+        }
+      std::printf("%s %s B=%lld: outputs and %zu gradients byte-equal to %s's%s%s\n", same ? "PASS" : "FAIL",
+                  ckName.c_str(), (long long)q.B, a.inputGrads.size() + a.weightGrads.size(), base,
+                  first.empty() ? "" : ", first different: ", first.c_str());
+      EXPECT_TRUE(same) << ckName << " " << first;
+      const int64_t want = plannedArena(pc, q), wantWhole = plannedArena(p, q);
+      const bool arenaOk = b.arenaBytes == want && a.arenaBytes == wantWhole && want < wantWhole;
+      std::printf("%s %s B=%lld: arena %lld bytes, the plan's slots %lld (without segments %lld, the plan's %lld)\n",
+                  arenaOk ? "PASS" : "FAIL", ckName.c_str(), (long long)q.B, (long long)b.arenaBytes,
+                  (long long)want, (long long)a.arenaBytes, (long long)wantWhole);
+      EXPECT_TRUE(arenaOk);
+    }
+  }
+  if (!pairs) GTEST_SKIP() << "no checkpointed plans at " << planDir().parent_path();
 }

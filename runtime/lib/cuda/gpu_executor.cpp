@@ -20,6 +20,7 @@
 #include "h3c/runtime/host_ops.h"
 
 #include "h3c/models/checkpoint.h"
+#include "h3c/plan/checkpoint.h"
 #include "h3c/runtime/checkpoint_weights.h"
 #include "h3c/runtime/cpu_ops.h"
 #include "h3c/runtime/cuda/driver.h"
@@ -43,7 +44,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <set>
 
 namespace h3c::rt {
@@ -310,8 +310,7 @@ private:
   }
 
   void report(const plan::Function &fn, std::vector<CUevent> &ev, std::chrono::steady_clock::duration jit,
-              std::chrono::steady_clock::duration upload, const char *what = "forward",
-              const std::function<std::string(const plan::Op &)> &keyOf = {}) {
+              std::chrono::steady_clock::duration upload) {
     const auto &d = hc::driver();
     std::map<std::string, std::pair<double, int>> perKind;
     float total = 0;
@@ -319,8 +318,8 @@ private:
     for (const plan::Op &op : fn.ops) {
       float ms = 0;
       hc::check(d.cuEventElapsedTime(&ms, ev[op.index], ev[op.index + 1]), "cuEventElapsedTime");
-      std::string key = keyOf ? keyOf(op) : plan::opKindName(op.kind);
-      if (!keyOf && (op.kind == plan::OpKind::Linear || op.kind == plan::OpKind::QkvLinear) &&
+      std::string key = plan::opKindName(op.kind);
+      if ((op.kind == plan::OpKind::Linear || op.kind == plan::OpKind::QkvLinear) &&
           op.attrs.epilogue != plan::Epilogue::None)
         key += std::string("+") + plan::epilogueName(op.attrs.epilogue);
       perKind[key].first += ms;
@@ -331,14 +330,47 @@ private:
     double wbytes = 0;
     for (const auto &kv : weightBuffers_) wbytes += double(kv.second.bytes());
     std::fprintf(stderr,
-                 "h3c gpu: %s, B=%lld S=%lld: %s %.3f ms (device events, %zu ops); JIT %.2f s, arena+weights "
+                 "h3c gpu: %s, B=%lld S=%lld: forward %.3f ms (device events, %zu ops); JIT %.2f s, arena+weights "
                  "%.2f s; arena %.3f GiB, weights %.2f GiB, device memory in use %.2f GiB of %.2f\n",
-                 hc::device().name.c_str(), (long long)req_->B, (long long)req_->S, what, total, fn.ops.size(),
+                 hc::device().name.c_str(), (long long)req_->B, (long long)req_->S, total, fn.ops.size(),
                  std::chrono::duration<double>(jit).count(), std::chrono::duration<double>(upload).count(),
                  arenaBytes_ / 1073741824.0, wbytes / 1073741824.0, (totalB - freeB) / 1073741824.0,
                  totalB / 1073741824.0);
     for (const auto &[k, v] : perKind)
-      std::fprintf(stderr, "h3c gpu:   %-40s %4d ops %10.3f ms\n", k.c_str(), v.second, v.first);
+      std::fprintf(stderr, "h3c gpu:   %-28s %4d ops %10.3f ms\n", k.c_str(), v.second, v.first);
+  }
+
+  // The backward's H3C_GPU_PROFILE tables: per schedule step its device time, the forward's first lives by op kind,
+  // the recomputes and the gradient ops by kernel (its id without the hash: the op kind, the form and the shape).
+  void reportSchedule(const plan::Plan &p, const std::vector<plan::ScheduleStep> &steps, std::vector<CUevent> &ev) {
+    const auto &d = hc::driver();
+    std::map<std::string, std::pair<double, int>> perKey;
+    double forward = 0, recompute = 0, backward = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      float ms = 0;
+      hc::check(d.cuEventElapsedTime(&ms, ev[i], ev[i + 1]), "cuEventElapsedTime");
+      const plan::Op &op = *steps[i].op;
+      std::string key;
+      if (steps[i].backward || steps[i].recompute) {
+        const std::string &id = p.kernel(op).id;
+        key = (steps[i].recompute ? "recompute " : "") + id.substr(0, id.rfind('_'));
+        (steps[i].recompute ? recompute : backward) += ms;
+      } else {
+        key = std::string("forward ") + plan::opKindName(op.kind);
+        forward += ms;
+      }
+      perKey[key].first += ms;
+      perKey[key].second += 1;
+    }
+    size_t freeB = 0, totalB = 0;
+    d.cuMemGetInfo(&freeB, &totalB);
+    std::fprintf(stderr,
+                 "h3c gpu: %s, B=%lld S=%lld: forward %.3f ms, recompute %.3f ms, backward %.3f ms (device events, "
+                 "%zu steps); arena %.3f GiB, device memory in use %.2f GiB of %.2f\n",
+                 hc::device().name.c_str(), (long long)req_->B, (long long)req_->S, forward, recompute, backward,
+                 steps.size(), arenaBytes_ / 1073741824.0, (totalB - freeB) / 1073741824.0, totalB / 1073741824.0);
+    for (const auto &[k, v] : perKey)
+      std::fprintf(stderr, "h3c gpu:   %-50s %4d ops %10.3f ms\n", k.c_str(), v.second, v.first);
   }
 
   std::vector<int64_t> shapeOf(const plan::Value &v) const {
@@ -367,10 +399,13 @@ private:
     kernelsSha_ = plan_->planSha256;
   }
 
-  void allocateArena(const plan::Plan &p, const CanonicalRequest &req, bool withBackward = false) {
+  // Returns each slot's address. Every value starts at its slot's (a recomputed value moves to its recompute slot's
+  // at its recompute: backward()).
+  std::map<int64_t, CUdeviceptr> allocateArena(const plan::Plan &p, const CanonicalRequest &req,
+                                               bool withBackward = false) {
     // The forward's values only, unless the backward runs too: a plan with a backward (docs/contract.md section 14)
     // also holds the gradients and their slots (every weight's F32 gradient among them), which a forward must not
-    // allocate.
+    // allocate, and the recompute slots of a checkpointed plan's recomputed values.
     std::set<std::string> forwardValues;
     for (const plan::Function *fn : {&p.forward(), withBackward ? p.backward() : nullptr}) {
       if (!fn) continue;
@@ -379,7 +414,11 @@ private:
         for (const auto *names : {&op.in, &op.out}) forwardValues.insert(names->begin(), names->end());
     }
     std::set<int64_t> forwardSlots;
-    for (const auto &name : forwardValues) forwardSlots.insert(p.value(name).slot);
+    for (const auto &name : forwardValues) {
+      const plan::Value &v = p.value(name);
+      forwardSlots.insert(v.slot);
+      if (withBackward && v.recomputeSlot >= 0) forwardSlots.insert(v.recomputeSlot);
+    }
     std::map<int64_t, size_t> slotBytes;
     for (const auto &s : p.slots) {
       if (!forwardSlots.count(s.id)) continue;
@@ -390,6 +429,8 @@ private:
     for (const auto &name : forwardValues) {
       const plan::Value &v = p.value(name);
       slotBytes[v.slot] = std::max(slotBytes[v.slot], valueBytes(v));
+      if (withBackward && v.recomputeSlot >= 0)
+        slotBytes[v.recomputeSlot] = std::max(slotBytes[v.recomputeSlot], valueBytes(v));
     }
     size_t total = 0;
     std::map<int64_t, size_t> slotOffset;
@@ -410,6 +451,9 @@ private:
       d.ptr = arena_->get() + slotOffset.at(v.slot);
       values_[name] = d;
     }
+    std::map<int64_t, CUdeviceptr> at;
+    for (const auto &[id, off] : slotOffset) at[id] = arena_->get() + off;
+    return at;
   }
 
   // A host value (graph input, host-op output) to the value's arena region, in the value's dtype.
@@ -601,10 +645,13 @@ public:
     return out;
   }
 
-  // The forward and the backward on the device: the forward's ops as run() launches them (row bindings only), the
-  // gradients of its outputs uploaded, the backward's gradient kernels in order, every value of both functions in
-  // the arena (the plan's one slot timeline), then the gradients copied back. backward.h has checked the plan and
-  // the gradients' shapes.
+  // The forward and the backward on the device, in the order of plan::backwardSchedule(p, true) (docs/contract.md
+  // section 14): the forward's ops as run() launches them (row bindings only), the gradients of its outputs uploaded,
+  // the backward's gradient kernels, and before the first gradient op reading a checkpoint segment's values, the
+  // segment's recompute ops again (their own kernels and launch parameters: the same bits), each recomputed value
+  // in its recompute slot. Every value of both functions lives in the arena where the plan's slot timeline puts it
+  // (the reader checked that no two live values share a slot over this schedule); then the gradients are copied
+  // back. backward.h has checked the plan and the gradients' shapes.
   BackwardResult backward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
                           const OutputGrads &dy, const RunOptions &opt) override {
     const plan::Function *bwd = p.backward();
@@ -619,55 +666,78 @@ public:
     for (const plan::Op &op : bwd->ops) all.push_back(&p.kernel(op));
     runner_->loadAll(all);
     loadWeights(p, weights, opt.progress);
-    allocateArena(p, req, /*withBackward=*/true);
+    const std::map<int64_t, CUdeviceptr> slotAt = allocateArena(p, req, /*withBackward=*/true);
     uploadInputs(fwd, req);
-    // H3C_GPU_PROFILE=1: per-op CUDA events, the forward's and the backward's per-kind tables on stderr (timing
-    // only; the same bits).
+    // H3C_GPU_PROFILE=1: a CUDA event after each step of the schedule; the forward's table by op kind, the
+    // recompute's and the backward's by kernel on stderr (timing only; the same bits).
     const bool profile = std::getenv("H3C_GPU_PROFILE") != nullptr;
     const auto &d = hc::driver();
-    std::vector<CUevent> evf, evb;
+    std::vector<CUevent> ev;
     struct EventsGuard {
-      std::vector<CUevent> &a, &b;
+      std::vector<CUevent> &ev;
       ~EventsGuard() {
-        for (auto *v : {&a, &b})
-          for (CUevent e : *v)
-            if (e) hc::driver().cuEventDestroy(e);
+        for (CUevent e : ev)
+          if (e) hc::driver().cuEventDestroy(e);
       }
-    } eventsGuard{evf, evb};
-    if (profile) {
-      evf.assign(fwd.ops.size() + 1, nullptr);
-      evb.assign(bwd->ops.size() + 1, nullptr);
-      for (auto *v : {&evf, &evb})
-        for (auto &e : *v) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
-      hc::check(d.cuEventRecord(evf[0], stream_), "cuEventRecord");
-    }
-    for (const plan::Op &op : fwd.ops) {
-      runOp(op);
-      if (profile) hc::check(d.cuEventRecord(evf[op.index + 1], stream_), "cuEventRecord");
-    }
+    } eventsGuard{ev};
     const int64_t videoCols = p.config.videoPatchDim(), audioCols = p.config.audio_in_channels;
-    for (const auto &[key, v] : fwd.outputs) {
-      const Tensor &t = key == "sample" ? dy.sample : dy.audioSample;
-      const std::string name = "@grad:" + v;
-      if (!values_.count(name)) fail("plan.json#/functions/backward/inputs", "no input '{}'", name);
-      uploadTensor(name, t);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<plan::ScheduleStep> steps = plan::backwardSchedule(p, true);
+    if (profile) {
+      ev.assign(steps.size() + 1, nullptr);
+      for (auto &e : ev) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
+      hc::check(d.cuEventRecord(ev[0], stream_), "cuEventRecord");
     }
-    if (profile) hc::check(d.cuEventRecord(evb[0], stream_), "cuEventRecord");
-    for (const plan::Op &op : bwd->ops) {
-      launchKernel(op, runner_->load(p.kernel(op)));
-      if (profile) hc::check(d.cuEventRecord(evb[op.index + 1], stream_), "cuEventRecord");
+    size_t recomputed = 0, stepAt = 0;
+    auto stepDone = [&] {
+      ++stepAt;
+      if (profile) hc::check(d.cuEventRecord(ev[stepAt], stream_), "cuEventRecord");
+    };
+    for (const plan::ScheduleStep &s : steps) {
+      // The backward's inputs (the gradients of the forward's outputs) come into being after the forward: uploaded
+      // in stream order behind its ops (their slots may have held forward values until then).
+      for (const auto &n : s.defineBefore) {
+        if (n.rfind("@grad:", 0) != 0) continue;  // the forward's inputs: uploadInputs above
+        const bool video = n == "@grad:" + fwd.outputs.at("sample");
+        if (!video && n != "@grad:" + fwd.outputs.at("audio_sample"))
+          fail("plan.json#/functions/backward/inputs", "'{}' is no gradient of a forward output", n);
+        uploadTensor(n, video ? dy.sample : dy.audioSample);
+      }
+      if (s.backward) {
+        launchKernel(*s.op, runner_->load(p.kernel(*s.op)));
+        stepDone();
+        continue;
+      }
+      if (s.recompute) {  // the second life of what it defines: its recompute slot (the first may be another's now)
+        ++recomputed;
+        for (const auto &o : s.op->out) {
+          const int64_t slot = p.value(o).recomputeSlot;
+          if (slot < 0) fail("plan.json#/values/" + o, "is recomputed but has no recompute_slot");
+          values_.at(o).ptr = slotAt.at(slot);
+        }
+      }
+      runOp(*s.op);
+      stepDone();
     }
     hc::check(hc::driver().cuCtxSynchronize(), "running the backward");
-    if (profile) {
-      report(fwd, evf, {}, {}, "forward");
-      // The backward's table by kernel (its id without the hash: the op kind, the form and the shape).
-      report(*bwd, evb, {}, {}, "backward", [&](const plan::Op &op) {
-        const std::string &id = p.kernel(op).id;
-        return id.substr(0, id.rfind('_'));
-      });
-    }
+    if (profile) reportSchedule(p, steps, ev);
     if (ropeDevicePending_) ropeDeviceValid_ = true;
+    if (std::getenv("H3C_PROFILE") || std::getenv("H3C_GPU_PROFILE")) {
+      // What the memory of a training step is made of (docs/contract.md section 14): the arena (the plan's slots),
+      // the weights, and the device's whole use (the CUDA context and kernel scratch included).
+      size_t freeB = 0, totalB = 0;
+      hc::driver().cuMemGetInfo(&freeB, &totalB);
+      double wbytes = 0;
+      for (const auto &kv : weightBuffers_) wbytes += double(kv.second.bytes());
+      std::fprintf(stderr, "h3c gpu: backward B=%lld S=%lld: %zu steps (%zu recomputed forward ops, %zu checkpoint "
+                   "segments) %.1f ms; arena %.3f GB, weights %.3f GB, device memory in use %.3f GB of %.3f "
+                   "(GB = 1e9 bytes)\n", (long long)req.B, (long long)req.S, steps.size(), recomputed,
+                   bwd->checkpoints.size(),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                   arenaBytes_ / 1e9, wbytes / 1e9, (totalB - freeB) / 1e9, totalB / 1e9);
+    }
     BackwardResult r;
+    r.arenaBytes = int64_t(arenaBytes_);
     r.outputs.sample = download(fwd.outputs.at("sample"), {req.B, req.Nv, videoCols});
     r.outputs.audio_sample = download(fwd.outputs.at("audio_sample"), {req.B, req.Na, audioCols});
     for (const auto &[key, v] : bwd->outputs) {

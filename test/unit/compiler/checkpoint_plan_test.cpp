@@ -1,7 +1,7 @@
 // `h3c compile --backward --checkpoint blocks` (docs/contract.md sections 5 and 14): the checkpoint segments written
 // and read back the same, and the reader refusing segments edited (and re-hashed) so that an executor following
 // them would free a value still read, recompute from a value it dropped, or recompute after the first gradient op
-// that reads the result.
+// that reads the result, or recompute into a slot a live value holds.
 #include "h3c/Codegen/Compile.h"
 #include "h3c/plan/checkpoint.h"
 #include "h3c/plan/io.h"
@@ -99,6 +99,39 @@ TEST(CheckpointPlan, WrittenReadBackAndRefusedWhenEdited) {
           "which a forward op after the segment or an output reads");
   rejects(edit([](json &c) { c[1]["segment"] = "proj_in"; }), "names no block");
   rejects(edit([](json &c) { c[1]["color"] = 1; }), w + "/color");
+}
+
+// A recomputed value's second slot (plan/slots.h): refused where the recompute would overwrite a value still live,
+// missing, on a value no segment recomputes, or naming no slot.
+TEST(CheckpointPlan, RecomputeSlotsRefusedOverLiveValues) {
+  const json &good = tiny().doc;
+  const json &c = good["functions"]["backward"]["checkpoints"][1];
+  const size_t k = c["recompute"][0].get<size_t>();
+  const std::string recomputed = good["functions"]["forward"]["ops"][k]["out"][0].get<std::string>();
+  const std::string kept = c["kept"][0].get<std::string>();  // live from the forward through the recompute
+  ASSERT_TRUE(good["values"][recomputed].contains("recompute_slot")) << recomputed;
+  ASSERT_FALSE(good["values"][kept].contains("recompute_slot")) << kept;
+  auto edit = [&](auto f) {
+    json p = good;
+    f(p);
+    return p;
+  };
+  // The recompute would write into the slot of a value it reads.
+  rejects(edit([&](json &p) { p["values"][recomputed]["recompute_slot"] = p["values"][kept]["slot"]; }),
+          "/values/" + recomputed + "/recompute_slot");
+  rejects(edit([&](json &p) { p["values"][recomputed]["recompute_slot"] = p["values"][kept]["slot"]; }),
+          "with '" + kept + "', which is still live");
+  // No second slot for a recomputed value; one for a value no segment recomputes; one of no slot.
+  rejects(edit([&](json &p) { p["values"][recomputed].erase("recompute_slot"); }), "has no recompute_slot");
+  rejects(edit([&](json &p) { p["values"][kept]["recompute_slot"] = 0; }), "is recomputed by no checkpoint segment");
+  rejects(edit([&](json &p) { p["values"][recomputed]["recompute_slot"] = 1 << 19; }), "no slot with id");
+  // Without the segments nothing is recomputed: the plan's recompute slots are refused.
+  rejects(edit([&](json &p) { p["functions"]["backward"].erase("checkpoints"); }),
+          "is recomputed by no checkpoint segment");
+  // Two graph inputs (both live at the first step) in one slot.
+  const json &in = good["functions"]["forward"]["inputs"];
+  rejects(edit([&](json &p) { p["values"][in[1].get<std::string>()]["slot"] = p["values"][in[0].get<std::string>()]["slot"]; }),
+          "/values/" + in[1].get<std::string>() + "/slot");
 }
 
 TEST(CheckpointPlan, NeedsABackward) {

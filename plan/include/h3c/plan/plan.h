@@ -29,7 +29,8 @@ namespace h3c::plan {
 inline constexpr const char *kPlanSchema = "h3c-plan-v3";
 
 // A value of the plan: rows in a symbolic domain, a fixed column count, a leading batch axis for token-domain
-// activations, and the arena slot h3-plan-buffers assigned. In a multi-rank plan (section 5.2) every value is what
+// activations, and the arena slot h3-plan-buffers assigned; a value a checkpoint segment recomputes (section 14) has
+// a second slot for its second life, from its recompute to its last gradient reader (plan/slots.h). In a multi-rank plan (section 5.2) every value is what
 // one rank holds: `cols` is the rank's width (a column-sharded value holds its slice of every segment) and rows in
 // the domain Sr are the rank's range of S.
 struct Value {
@@ -39,6 +40,7 @@ struct Value {
   int64_t cols = 0;
   bool batch = false;
   int64_t slot = -1;  // -1: no slot
+  int64_t recomputeSlot = -1;  // -1: not recomputed
 };
 
 struct Slot {

@@ -35,6 +35,9 @@ struct BackwardResult {
   // (weight gradients apart: they live to the end either way), measured after each op ran, before its dead values
   // were freed. A checkpointed plan's is lower (section 14).
   int64_t peakActivationBytes = 0;
+  // The GPU executor only: the bytes of its activation arena for this run, every slot the plan's values of both
+  // functions take (recompute slots included) at the request's extents, each rounded up to 256 bytes.
+  int64_t arenaBytes = 0;
 };
 
 // Validates the request against the plan's config, then runs the forward and the backward on `opt.device` with
