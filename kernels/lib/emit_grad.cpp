@@ -23,6 +23,15 @@ void itemScalars(Params &p, const OpView &v, size_t i) {
 
 plan::GridDim blocks(const Extent &units, int64_t perBlock) { return dim(units, perBlock); }
 
+// attention_grad's operands in both forms: q, k, v, o, dout in, dq, dk, dv out, and the scratch of each (row, head)'s
+// L and D.
+void attentionGradOperands(Params &p, const Extent &rows, int64_t heads) {
+  const char *const ins[] = {"q", "k", "v", "o", "dout"}, *const outs[] = {"dq", "dk", "dv"};
+  for (int64_t i = 0; i < 5; ++i) p.in(ins[i], i);
+  for (int64_t i = 0; i < 3; ++i) p.out(outs[i], i);
+  p.scratch("stats", rows.scaled(heads * 8));
+}
+
 // The tensor-core forms of a bf16 linear's gradients (grad_linear_mma.cuh): phase 0 rounds g to bf16 into the
 // scratch (and sums dbias), phase 1 is the GEMM in 128 x 128 tiles. dW: `dwAt` / `biasAt` the outputs of the weight's
 // and bias's gradients (the bias's -1 when it is frozen or absent).
@@ -76,15 +85,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   Builder b;
   Params p;
   const Extent rows = v.rowsOfIn(0), itemRows = Extent::rowsOf(v.in(0).rows, false);
-  p.in("q", 0);
-  p.in("k", 1);
-  p.in("v", 2);
-  p.in("o", 3);
-  p.in("dout", 4);
-  p.out("dq", 0);
-  p.out("dk", 1);
-  p.out("dv", 2);
-  p.scratch("stats", rows.scaled(a.heads * 8));     // L and D of each (row, head)
+  attentionGradOperands(p, rows, a.heads);
   p.scratch("dob", rows.scaled(a.heads * d * 2));   // bf(dout)
   p.scalar("item_rows", itemRows);
   b.def("GA_D", d);
@@ -300,15 +301,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
         bf(v.in(2)))
       return emitAttentionGradMma(v, arch);
     kind = "GR_ATTENTION";
-    p.in("q", 0);
-    p.in("k", 1);
-    p.in("v", 2);
-    p.in("o", 3);
-    p.in("dout", 4);
-    p.out("dq", 0);
-    p.out("dk", 1);
-    p.out("dv", 2);
-    p.scratch("stats", rows.scaled(a.heads * 8));  // L and D of each (row, head)
+    attentionGradOperands(p, rows, a.heads);
     p.scalar("rows", rows);
     p.scalar("item_rows", Extent::rowsOf(v.in(0).rows, false));
     b.def("GR_HEADS", a.heads);

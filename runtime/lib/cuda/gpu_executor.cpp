@@ -135,20 +135,9 @@ public:
     auto t2 = std::chrono::steady_clock::now();
 
     const auto &d = hc::driver();
-    std::vector<CUevent> ev;
-    // Destroyed on every path out of the forward (an op that throws included).
-    struct EventsGuard {
-      std::vector<CUevent> &ev;
-      ~EventsGuard() {
-        for (CUevent e : ev)
-          if (e) hc::driver().cuEventDestroy(e);
-      }
-    } eventsGuard{ev};
-    if (profile) {
-      ev.assign(fn.ops.size() + 1, nullptr);
-      for (auto &e : ev) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
-      hc::check(d.cuEventRecord(ev[0], stream_), "cuEventRecord");
-    }
+    ProfileEvents events;
+    std::vector<CUevent> &ev = events.ev;
+    if (profile) events.start(fn.ops.size(), stream_);
     const auto dump = ValueDump::fromEnv();
     // --hash-nodes: two lane sums per op output (slot k: the k-th output in op order) in one zeroed device buffer,
     // finished on the host after the run.
@@ -339,6 +328,24 @@ private:
     for (const auto &[k, v] : perKind)
       std::fprintf(stderr, "h3c gpu:   %-28s %4d ops %10.3f ms\n", k.c_str(), v.second, v.first);
   }
+
+  // The CUDA events of H3C_GPU_PROFILE: destroyed on every path out of a run (an op that throws included).
+  struct ProfileEvents {
+    std::vector<CUevent> ev;
+    ProfileEvents() = default;
+    ProfileEvents(const ProfileEvents &) = delete;
+    ProfileEvents &operator=(const ProfileEvents &) = delete;
+    ~ProfileEvents() {
+      for (CUevent e : ev)
+        if (e) hc::driver().cuEventDestroy(e);
+    }
+    // n + 1 events (one before the first of n steps, one after each), the first recorded now on `stream`.
+    void start(size_t n, CUstream stream) {
+      ev.assign(n + 1, nullptr);
+      for (auto &e : ev) hc::check(hc::driver().cuEventCreate(&e, 0), "cuEventCreate");
+      hc::check(hc::driver().cuEventRecord(ev[0], stream), "cuEventRecord");
+    }
+  };
 
   // The backward's H3C_GPU_PROFILE tables: per schedule step its device time, the forward's first lives by op kind,
   // the recomputes and the gradient ops by kernel (its id without the hash: the op kind, the form and the shape).
@@ -672,22 +679,12 @@ public:
     // recompute's and the backward's by kernel on stderr (timing only; the same bits).
     const bool profile = std::getenv("H3C_GPU_PROFILE") != nullptr;
     const auto &d = hc::driver();
-    std::vector<CUevent> ev;
-    struct EventsGuard {
-      std::vector<CUevent> &ev;
-      ~EventsGuard() {
-        for (CUevent e : ev)
-          if (e) hc::driver().cuEventDestroy(e);
-      }
-    } eventsGuard{ev};
+    ProfileEvents events;
+    std::vector<CUevent> &ev = events.ev;
     const int64_t videoCols = p.config.videoPatchDim(), audioCols = p.config.audio_in_channels;
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<plan::ScheduleStep> steps = plan::backwardSchedule(p, true);
-    if (profile) {
-      ev.assign(steps.size() + 1, nullptr);
-      for (auto &e : ev) hc::check(d.cuEventCreate(&e, 0), "cuEventCreate");
-      hc::check(d.cuEventRecord(ev[0], stream_), "cuEventRecord");
-    }
+    if (profile) events.start(steps.size(), stream_);
     size_t recomputed = 0, stepAt = 0;
     auto stepDone = [&] {
       ++stepAt;
