@@ -44,7 +44,7 @@ TEST(ContentHash, MatchesAnIndependentPythonImplementation) {
   }
   // test/lit/Inputs/content_hash.py: the formula as docs/contract.md section 9 writes it, in Python.
   const std::string script = std::string(H3C_SOURCE_DIR) + "/test/lit/Inputs/content_hash.py";
-  FILE *f = popen(("python3 " + script + args).c_str(), "r");
+  FILE *f = popen((std::string(H3C_PYTHON) + " " + script + args).c_str(), "r");
   ASSERT_NE(f, nullptr);
   std::vector<std::string> theirs;
   char line[128];

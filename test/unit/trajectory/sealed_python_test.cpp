@@ -28,7 +28,7 @@ namespace {
 // Runs the script; returns its exit status and output.
 int python(const std::string &args, std::string &out) {
   const std::string cmd =
-      "python3 " + std::string(H3C_SOURCE_DIR) + "/scripts/h3c_sealed.py " + args + " 2>&1";
+      std::string(H3C_PYTHON) + " " + std::string(H3C_SOURCE_DIR) + "/scripts/h3c_sealed.py " + args + " 2>&1";
   out.clear();
   FILE *p = ::popen(cmd.c_str(), "r");
   if (!p)
@@ -44,7 +44,7 @@ int python(const std::string &args, std::string &out) {
 class SealedPython : public ::testing::Test {
 protected:
   void SetUp() override {
-    if (std::system("python3 -c 'import json, hashlib, struct' >/dev/null 2>&1") != 0)
+    if (std::system((std::string(H3C_PYTHON) + " -c 'import json, hashlib, struct' >/dev/null 2>&1").c_str()) != 0)
       GTEST_SKIP() << "no python3";
     root = fs::temp_directory_path() / ("h3c-sealedpy-" + std::to_string(::getpid()) + "-" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
