@@ -6,7 +6,8 @@ pkgs=(llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools nlohmann-json3-dev 
       libcli11-dev libssl-dev ninja-build cmake g++-12
       python3-dev pybind11-dev libdlpack-dev python3-numpy  # the Python package (python/) and its CPU tests
       python3-torch  # torch 1.13 (CPU): the package's torch tensors and autograd in those tests
-      clang-14 libclang-rt-14-dev)  # the sanitizer build of scripts/test.sh and the libFuzzer targets
+      clang-14 libclang-rt-14-dev  # the sanitizer build of scripts/test.sh and the libFuzzer targets
+      lld)  # the linker (CMakeLists.txt H3C_LLD): a tenth of GNU ld's time for the binaries that link MLIR
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
