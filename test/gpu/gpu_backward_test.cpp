@@ -94,8 +94,10 @@ std::vector<unsigned char> deviceBytes(const HostValue &h, DType dt) {
   return b;
 }
 
-// A two-timestep request of text, audio and video (T, H, W) rows: {text, audio, T, H, W}.
-Request tinyRequest(const h3c::h3::Config &c, std::array<int64_t, 5> rows, int64_t batch, uint64_t seed) {
+// A two-timestep request of text, audio and video (T, H, W) rows: {text, audio, T, H, W}; `shuffle`: its packed rows
+// permuted (the same values, indices to match).
+Request tinyRequest(const h3c::h3::Config &c, std::array<int64_t, 5> rows, int64_t batch, uint64_t seed,
+                    bool shuffle = false) {
   RequestShape sh;
   sh.text = rows[0];
   sh.audio = rows[1];
@@ -104,6 +106,7 @@ Request tinyRequest(const h3c::h3::Config &c, std::array<int64_t, 5> rows, int64
   sh.videoW = rows[4];
   sh.batch = batch;
   sh.timesteps = 2;
+  sh.shuffle = shuffle;
   return makeRequest(c, sh, seed);
 }
 
@@ -167,14 +170,6 @@ void checkKernelsOnCpuInputs(const char *name) {
     const int64_t rows = int64_t(vals.at(op.in[0]).f.size()) / N;
     const bool dw = op.kind == plan::OpKind::LinearGradW;
     const int64_t items = p.value(op.in[0]).batch ? q.B : 1, itemRows = rows / items;
-    auto bf16Bytes = [](const std::vector<float> &v) {
-      std::vector<unsigned char> b(v.size() * 2);
-      for (size_t i = 0; i < v.size(); ++i) {
-        const uint16_t h = h3c::floatToBf16(v[i]);
-        std::memcpy(&b[2 * i], &h, 2);
-      }
-      return b;
-    };
     std::vector<float> g(size_t(rows * N)), other(size_t(dw ? rows * K : N * K));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t n = 0; n < N; ++n) g[size_t(r * N + n)] = craftedValue(r * 5 + n * 3, r % itemRows, dw);
@@ -184,7 +179,9 @@ void checkKernelsOnCpuInputs(const char *name) {
     else
       for (int64_t n = 0; n < N; ++n)
         for (int64_t k = 0; k < K; ++k) other[size_t(n * K + k)] = float((n * 3 + k * 5) % 5 - 2);
-    const std::vector<unsigned char> ob = bf16Bytes(other);
+    HostValue otherValue;
+    otherValue.f = other;
+    const std::vector<unsigned char> ob = deviceBytes(otherValue, DType::BF16);
     std::vector<hc::DeviceBuffer> in, out;
     in.emplace_back(g.size() * 4);
     in.back().upload(g.data(), g.size() * 4);
@@ -371,18 +368,7 @@ TEST(GpuBackward, BatchItemsFoldAndPermutationsChangeNoBit) {
   const plan::Plan p = plan::loadPlan(planDir());
   auto weights = makeSyntheticWeights(p.config, 7);
   const h3c::h3::Config &c = p.config;
-  auto request = [&](int64_t batch, bool shuffle) {
-    RequestShape sh;
-    sh.text = 40;
-    sh.audio = 30;
-    sh.videoT = 2;
-    sh.videoH = 8;
-    sh.videoW = 8;
-    sh.batch = batch;
-    sh.timesteps = 2;
-    sh.shuffle = shuffle;
-    return makeRequest(c, sh, 11);
-  };
+  auto request = [&](int64_t batch, bool shuffle) { return tinyRequest(c, {40, 30, 2, 8, 8}, batch, 11, shuffle); };
   const backward_test::Loss loss(size_t(128 * c.videoPatchDim()), size_t(30 * c.audio_in_channels), 5);
   RunOptions o;
   o.device = "gpu";
