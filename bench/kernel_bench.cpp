@@ -430,6 +430,43 @@ int main(int argc, char **argv) {
       }
     }
     {
+      // attention_grad (the backward of one block's attention, docs/contract.md section 14): the plan's form (on
+      // sm_90a the Hopper kernel, grad_attention_sm90.cuh) and the mma.sync form. TFLOP/s count FlashAttention-2's
+      // work, 2.5x the forward's (S, dP, dv, dk, dq); h3c's kernels also recompute the forward's key walk for L and S,
+      // dP a second time for dq (no atomics): 8 GEMMs of the size where FA2 runs 5.
+      const size_t n = size_t(M * heads * d);
+      auto ob = randBuf(n, true, 1.0), dout = randBuf(n, false, 1.0);
+      hc::DeviceBuffer gq(n * 4), gk(n * 4), gv(n * 4);
+      Operands o;
+      o.in = {x->get(), x2->get(), y2->get(), ob->get(), dout->get()};
+      o.out = {gq.get(), gk.get(), gv.get()};
+      const EmitOp ag = attentionGrad(heads, d, 128);
+      const double flops = 10.0 * M * M * d * heads, bytes = (4.0 * 2 + 4.0 * 4) * M * heads * d;
+      h3c::kernels::EmitOptions mma = h3c::kernels::EmitOptions::planDefaults();
+      mma.wgmma = false;
+      for (int form = 0; form < (dev.arch() == "sm_90a" ? 2 : 1); ++form) {
+        const std::string name = form == 0 ? "attention_grad 56x128" : "attention_grad 56x128 [mma.sync]";
+        if (form == 0) {
+          bench(name, ag, o, flops, bytes);
+          if (sweep) {  // the load rings' stages (the plan's default 3)
+            h3c::kernels::EmitOptions st2 = h3c::kernels::EmitOptions::planDefaults();
+            st2.sm90AttnGradStages = 2;
+            bench(name + " [stages 2]", ag, o, flops, bytes, st2);
+          }
+        } else {
+          bench(name, ag, o, flops, bytes, mma);
+        }
+        // Phase 0 alone (L, D and dq over the keys, per query tile): the rest of the time is phase 1's (dk, dv).
+        if (!only.empty() && name.find(only) == std::string::npos) continue;
+        plan::Kernel k0 = *emit(ag, dev.arch(), form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mma);
+        k0.phases.clear();
+        k0.id += "_phase0";
+        const hc::LoadedKernel &lk = runner.load(kernels.emplace(k0.id, k0).first->second);
+        auto addr = [&](plan::OperandRole role, int64_t i) { return o.at(role, i); };
+        measure(name + " [phase 0 only]", [&] { runner.launch(lk, ext, addr); }, 0.6 * flops, bytes);
+      }
+    }
+    {
       Operands o;
       o.in = {x->get(), table->get(), ts->get(), tags->get()};
       o.out = {y->get()};

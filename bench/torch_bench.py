@@ -80,6 +80,22 @@ def main():
                 print(f"SDPA {nm}: unavailable ({e})")
     except ImportError:
         pass
+    # The backward of the same attention (FlashAttention-2's work: 2.5x the forward's), by torch autograd.
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    do = torch.randn_like(q)
+    for be, nm in [(None, "default backend"), ("FLASH_ATTENTION", "flash"), ("CUDNN_ATTENTION", "cudnn")]:
+        try:
+            from contextlib import nullcontext
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            ctx = nullcontext() if be is None else sdpa_kernel(getattr(SDPBackend, be))
+            with ctx:
+                out = F.scaled_dot_product_attention(qg, kg, vg)
+                ms = timed(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True))
+            rec(f"SDPA backward 56x128 ({nm})", ms, 10.0 * M * M * d * heads, 12.0 * M * heads * d * 2)
+            del out
+        except Exception as e:  # backend unavailable
+            print(f"SDPA backward {nm}: unavailable ({e})")
+    del qg, kg, vg, do
     x = torch.randn(M, H, device=dev, dtype=torch.bfloat16, generator=g)
     wn = torch.randn(H, device=dev, dtype=torch.bfloat16, generator=g)
     sh = torch.randn(M, H, device=dev, dtype=torch.bfloat16, generator=g)

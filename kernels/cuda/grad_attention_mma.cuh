@@ -145,28 +145,7 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY(H3C_PARAMS) {
     float s[GA_KVB / 8][4];
     ga_zero<GA_KVB / 8>(s);
     ga_qk<GA_KVB / 8>(s, Qs, warp * 16, KVs + (kb & 1) * GA_KVB * GA_LDS, lane);
-    const long long k0 = (long long)kb * GA_KVB;
-#pragma unroll
-    for (int j = 0; j < GA_KVB / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (k0 + j * 8 + t4 * 2 + (e & 1) >= L) s[j][e] = kNegInf;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float mx = kNegInf;
-#pragma unroll
-      for (int j = 0; j < GA_KVB / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][hh * 2], s[j][hh * 2 + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mnew = fmaxf(m[hh], mx), mc = __fmul_rn(mnew, GA_C);
-      const float alpha = h3c_ex2(__fmaf_rn(m[hh], GA_C, -mc));
-      m[hh] = mnew;
-      l[hh] = __fmul_rn(l[hh], alpha);
-#pragma unroll
-      for (int j = 0; j < GA_KVB / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) l[hh] = __fadd_rn(l[hh], rbf(h3c_ex2(__fmaf_rn(s[j][hh * 2 + e], GA_C, -mc))));
-    }
+    gr_stats_block<GA_KVB / 8>(&s[0][0], (long long)kb * GA_KVB, L, t4, GA_C, m, l);
     __syncthreads();
   }
   // The dq pass's first K and V sub-block can stream in while the statistics finish.

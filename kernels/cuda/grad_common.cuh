@@ -36,3 +36,33 @@ __device__ __forceinline__ float h3c_lg2(float x) {
   asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+// One key block of attention's statistics pass (grad_attention_mma.cuh, grad_attention_sm90.cuh): the forward's
+// step on this thread's S fragment s[j * 4 + e] (row g (+ 8 for e >= 2), key k0 + 8 * j + 2 * t4 + (e & 1); NJ
+// 8-key groups), exactly attention.cuh's: keys at or past L masked to -inf, the running max over the quad, l rescaled
+// and the block's bf(ex2(fma(s, c, -mc))) added in (j, e) order. m and l: the thread's two rows.
+template <int NJ>
+__device__ __forceinline__ void gr_stats_block(float *s, long long k0, long long L, int t4, float c, float *m, float *l) {
+  const float kNegInf = __int_as_float(0xff800000);
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (k0 + j * 8 + t4 * 2 + (e & 1) >= L) s[j * 4 + e] = kNegInf;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = kNegInf;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hh * 2], s[j * 4 + hh * 2 + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m[hh], mx), mc = __fmul_rn(mnew, c);
+    const float alpha = h3c_ex2(__fmaf_rn(m[hh], c, -mc));
+    m[hh] = mnew;
+    l[hh] = __fmul_rn(l[hh], alpha);
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) l[hh] = __fadd_rn(l[hh], rbf(h3c_ex2(__fmaf_rn(s[j * 4 + hh * 2 + e], c, -mc))));
+  }
+}

@@ -88,6 +88,30 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   attentionGradOperands(p, rows, a.heads);
   p.scratch("dob", rows.scaled(a.heads * d * 2));   // bf(dout)
   p.scalar("item_rows", itemRows);
+  const plan::GridDim items = v.in(0).batch ? dim(Extent::parse("B", v.where)) : dim(Extent::constant(1));
+  if (arch == "sm_90a" && v.options.wgmma && d == 128) {
+    // The Hopper form (grad_attention_sm90.cuh, wgmma; the same bits): phase 0 per 128-query tile (two warpgroups of
+    // 64 rows), phase 1 per 64-key tile (dv and dk on one warpgroup each). Shared memory: 1,024 bytes of alignment
+    // for the 128-byte swizzle, then phase 0's Q and bf(dO) tiles (32 KiB each), a ring of K blocks / K and V
+    // sub-blocks (32 KiB a stage) and D; phase 1's K and V (16 KiB each), a ring of Q and bf(dO) sub-tiles (32 KiB a
+    // stage) with their L and D, P^T (16 KiB) and the folds of dv and dk (64 KiB).
+    b.def("GB_HEADS", a.heads);
+    b.def("GB_KVB", a.kvBlock);
+    b.def("GB_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
+    b.def("GB_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
+    b.def("GB_O_BF", bf(v.in(3)));
+    const int64_t stages = v.options.sm90AttnGradStages;
+    if (stages < 2 || stages > 3) fail(v.where, "attention_grad's ring takes 2 or 3 stages, got {}", stages);
+    b.def("GB_STAGES", stages);
+    const int64_t tile = d * 2, smem0 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 128 * 4;
+    const int64_t smem1 = 1024 + 2 * 64 * tile + stages * 2 * 64 * tile + stages * 64 * 2 * 4 + 32 * 128 * 4 +
+                          64 * 256 * 4;
+    const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
+    const plan::Launch keys = launch(256, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
+    std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}", a.heads, d, a.kvBlock);
+    return finish(name, "GB_ENTRY", b, p, std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_attention_sm90,
+                  queries, arch, v.options, {{"GB_ENTRY_P1", keys}});
+  }
   b.def("GA_D", d);
   b.def("GA_HEADS", a.heads);
   b.def("GA_KVB", a.kvBlock);
@@ -97,7 +121,6 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   const int64_t lds = d + 8, statRows = std::max<int64_t>(2 * a.kvBlock, 256);
   const int64_t smem0 = (128 + statRows) * lds * 2 + 64 * 4;
   const int64_t smem1 = (128 + 128) * lds * 2 + 4 * 32 * 4 + 2 * (d / 8) * 4 * 128 * 4;
-  const plan::GridDim items = v.in(0).batch ? dim(Extent::parse("B", v.where)) : dim(Extent::constant(1));
   const plan::Launch queries = launch(128, smem0, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
   const plan::Launch keys = launch(128, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
   std::string name = fmt::format("attention_grad_mma_h{}_d{}_kv{}", a.heads, d, a.kvBlock);

@@ -38,6 +38,7 @@ extern const char *const grad;
 extern const char *const grad_common;
 extern const char *const grad_linear_mma;
 extern const char *const grad_attention_mma;
+extern const char *const grad_attention_sm90;
 } // namespace tmpl
 
 namespace emit_detail {

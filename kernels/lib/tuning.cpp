@@ -40,7 +40,9 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           // programmatic dependent launch of every kernel (0: plain stream order)
                           {"launch_pdl", &EmitOptions::gridDependency, 0, 1},
                           // the backward's linear and attention gradients on the tensor cores (0: grad.cuh's form)
-                          {"grad_mma", &EmitOptions::gradMma, 0, 1}};
+                          {"grad_mma", &EmitOptions::gradMma, 0, 1},
+                          // the Hopper attention backward's load rings
+                          {"attn_grad_stages", &EmitOptions::sm90AttnGradStages, 2, 3}};
 
 const Field &field(const std::string &name, int value, const std::string &where) {
   std::string names;

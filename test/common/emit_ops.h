@@ -134,6 +134,22 @@ inline EmitOp qkvNormRope(const std::string &node, int64_t K, int64_t heads, int
   return op(OpKind::QkvLinear, node, a, kchunks(1), 5);
 }
 
+// attention_grad (docs/contract.md section 14) as a `--backward` plan has it: q, k, v bf16, o bf16 (or F32), dout and
+// the three gradients F32 [S, heads * d], batched; kv_block the forward's.
+inline EmitOp attentionGrad(int64_t heads, int64_t d, int64_t kvBlock, bool oBf = true) {
+  plan::OpAttrs a = attrs({{"heads", double(heads)}, {"head_dim", double(d)}});
+  a.kvBlock = kvBlock;
+  plan::Order order;
+  order.kind = plan::OrderKind::RowUnits;
+  EmitOp e = op(OpKind::AttentionGrad, "transformer_blocks.0.attn.attention_grad", a, order);
+  for (size_t i = 0; i < e.vals.in.size(); ++i) {
+    e.vals.in[i].cols = heads * d;
+    e.vals.in[i].dtype = i < 3 || (i == 3 && oBf) ? h3c::DType::BF16 : h3c::DType::F32;
+  }
+  for (plan::Value &v : e.vals.out) v.cols = heads * d, v.dtype = h3c::DType::F32;
+  return e;
+}
+
 // The Hopper GEMM's schedule variants, each for every linear kind (the options' per-op defaults cleared): the
 // cooperative kernel, the 2-CTA cluster (B multicast to a pair of row tiles; an odd row-tile count leaves a phantom
 // tile) and the ping-pong schedule (128 x 128 tiles per consumer warpgroup, in turns, with a k-block in flight;

@@ -1216,6 +1216,109 @@ TEST_F(Kernels, FullAttention) {
   checkAttention("persistent walk", 4, 128, 8349, 2);
   checkRankAttention("persistent walk sp4", 4, 128, 8349, 2, 6262, 2087);
 }
+// attention_grad at head_dim 128 (docs/contract.md section 14): on sm_90a the Hopper form (grad_attention_sm90.cuh,
+// wgmma) against the mma.sync form (grad_attention_mma.cuh, which the backward checks compare with the CPU) byte for
+// byte: dq, dk, dv, at both kv_block values, lengths shorter than a tile, ending inside a 64-row sub-tile's first 32
+// rows (200, 8,349: the Hopper form chains two all-zero chunks more there) and after them (70, 1,000), batches (item 0
+// == its own run), o in F32 once; two runs byte-equal; and at L = 200 every gradient against an fp64 evaluation of the
+// formulas (bf(dO), bf(P) and bf(dS) make the bf16 error, bound 2e-2).
+TEST_F(Kernels, AttentionGrad) {
+  const auto &dev = hc::device();
+  if (dev.arch() != "sm_90a") GTEST_SKIP() << "the Hopper form exists on sm_90a only";
+  struct Case {
+    int heads;
+    long long L;
+    int B;
+    int64_t kv;
+    bool oBf;
+  };
+  std::vector<Case> cases = {{2, 5, 3, 128, true},   {2, 70, 2, 128, true},  {2, 200, 2, 128, true},
+                             {3, 1000, 2, 64, true}, {2, 200, 1, 64, false}, {2, 8349, 1, 128, true}};
+  if (quick()) cases.pop_back();
+  for (const Case &c : cases) {
+    const int d = 128;
+    const long long ld = (long long)c.heads * d, n = c.B * c.L * ld;
+    const std::string name = fmt::format("attention_grad h{} L{} B{} kv{}{}", c.heads, c.L, c.B, c.kv,
+                                         c.oBf ? "" : " o F32");
+    const auto q = randBf(size_t(n)), k = randBf(size_t(n)), v = randBf(size_t(n)), ob = randBf(size_t(n));
+    const auto of = randF(size_t(n)), dout = randF(size_t(n));
+    auto dq = up(q), dk = up(k), dv = up(v), dobuf = c.oBf ? up(ob) : up(of), ddo = up(dout);
+    const EmitOp op = attentionGrad(c.heads, d, c.kv, c.oBf);
+    auto go = [&](const plan::Kernel &kern, int b) {
+      Launch la;
+      la.in = {dq, dk, dv, dobuf, ddo};
+      for (int i = 0; i < 3; ++i) la.out.push_back(outBuf(size_t(b * c.L * ld * 4)));
+      la.e = rowsS(c.L, b);
+      run(kern, la);
+      std::vector<std::vector<float>> r;
+      for (int i = 0; i < 3; ++i) r.push_back(down<float>(*la.out[size_t(i)], size_t(b * c.L * ld)));
+      return r;
+    };
+    hk::EmitOptions mmaOpt;
+    mmaOpt.wgmma = false;
+    const plan::Kernel &hk9 = kernel(op), &km = kernel(op, mmaOpt);
+    report(hk9.id.find("attention_grad_mma_sm90_") == 0 && km.id.find("attention_grad_mma_h") == 0,
+           name + ": the Hopper form (" + hk9.id + ") beside the mma.sync form (" + km.id + ")");
+    const auto h1 = go(hk9, c.B), h2 = go(hk9, c.B), m = go(km, c.B);
+    const char *outs[] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; ++i) {
+      const size_t at = firstDiff(h1[size_t(i)], m[size_t(i)]);
+      report(at == SIZE_MAX, name + ": " + outs[i] + " Hopper == mma.sync byte for byte" +
+                                 (at == SIZE_MAX ? "" : fmt::format(" (first difference at {}: {} vs {})", at,
+                                                                    h1[size_t(i)][at], m[size_t(i)][at])));
+      report(bytesEqual(h1[size_t(i)], h2[size_t(i)]), name + ": " + outs[i] + " two runs byte-equal");
+    }
+    if (c.B > 1) {
+      const auto one = go(hk9, 1);
+      for (int i = 0; i < 3; ++i)
+        report(bytesEqual(one[size_t(i)], h1[size_t(i)], size_t(c.L * ld)),
+               name + ": " + outs[i] + " item 0 of the batch == its own run");
+    }
+    if (c.L != 200 || c.B != 2) continue;
+    // fp64: L_i by the softmax of s = q k^T / sqrt(d), P, D_i = dO_i . o_i, dP = dO v^T, dS = P (dP - D), dv = P^T dO,
+    // dk = dS^T q / sqrt(d), dq = dS k / sqrt(d); item 0.
+    const double sc = 1.0 / std::sqrt(double(d));
+    std::vector<double> ref[3];
+    for (auto &r : ref) r.assign(size_t(c.L * ld), 0.0);
+    auto at = [&](long long row, int h, int ch) { return size_t(row * ld + h * d + ch); };
+    for (int h = 0; h < c.heads; ++h) {
+      std::vector<double> P(size_t(c.L * c.L)), dS(size_t(c.L * c.L));
+      for (long long i = 0; i < c.L; ++i) {
+        double mx = -1e300, sum = 0, D = 0;
+        std::vector<double> s(size_t(c.L));
+        for (long long j = 0; j < c.L; ++j) {
+          double a = 0;
+          for (int ch = 0; ch < d; ++ch) a += double(bf16ToFloat(q[at(i, h, ch)])) * bf16ToFloat(k[at(j, h, ch)]);
+          s[size_t(j)] = a * sc;
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        for (auto &e : s) sum += (e = std::exp(e - mx));
+        for (int ch = 0; ch < d; ++ch)
+          D += double(dout[at(i, h, ch)]) * (c.oBf ? bf16ToFloat(ob[at(i, h, ch)]) : of[at(i, h, ch)]);
+        for (long long j = 0; j < c.L; ++j) {
+          double dp = 0;
+          for (int ch = 0; ch < d; ++ch) dp += double(dout[at(i, h, ch)]) * bf16ToFloat(v[at(j, h, ch)]);
+          P[size_t(i * c.L + j)] = s[size_t(j)] / sum;
+          dS[size_t(i * c.L + j)] = P[size_t(i * c.L + j)] * (dp - D);
+        }
+      }
+      for (long long i = 0; i < c.L; ++i)
+        for (long long j = 0; j < c.L; ++j)
+          for (int ch = 0; ch < d; ++ch) {
+            const double p = P[size_t(i * c.L + j)], ds = dS[size_t(i * c.L + j)];
+            ref[0][at(i, h, ch)] += sc * ds * bf16ToFloat(k[at(j, h, ch)]);
+            ref[1][at(j, h, ch)] += sc * ds * bf16ToFloat(q[at(i, h, ch)]);
+            ref[2][at(j, h, ch)] += p * dout[at(i, h, ch)];
+          }
+    }
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> got(h1[size_t(i)].begin(), h1[size_t(i)].begin() + c.L * ld);
+      const ErrStat e = compare(got, ref[i]);
+      report(e.frob < 2e-2, name + fmt::format(": {} against fp64: rel_frob {:.3e} (bound 2e-2)", outs[i], e.frob));
+    }
+  }
+}
+
 // The Hopper fusion qkv_linear + qk_norm_rope (sm_90a), every variant of hopperGemmVariants (register and staged
 // epilogues, 2-CTA clusters, ping-pong): full shape (56 heads, rotary 96) at the forward's S = 8,349 and at 70 rows,
 // the refiner's norm-only form, the small config (2 heads: N = 256, one tile per tensor), and 3 heads (N = 384: the

@@ -1063,6 +1063,29 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
   }
 }
 
+// attention_grad at head_dim 128 (the full and small configs): on sm_90a the Hopper form (grad_attention_sm90.cuh,
+// wgmma) at both kv_block values, its wgmmas asynchronous and nothing spilled; on sm_100a and with wgmma off the
+// mma.sync form, which the GPU checks compare it with byte for byte.
+TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  for (int64_t kv : {64, 128})
+    for (const std::string arch : {"sm_90a", "sm_100a"})
+      for (bool wgmma : {true, false}) {
+        if (arch == "sm_100a" && !wgmma) continue;
+        hk::EmitOptions opt;
+        opt.wgmma = wgmma;
+        const plan::Kernel k = *emit(attentionGrad(48, 128, kv), arch, opt);
+        const bool hopper = arch == "sm_90a" && wgmma;
+        EXPECT_EQ(k.id.find("attention_grad_mma_sm90_h48_d128_kv" + std::to_string(kv)) == 0, hopper) << k.id;
+        EXPECT_EQ(k.source.find("wgmma.mma_async") != std::string::npos, hopper) << k.id;
+        ASSERT_EQ(k.phases.size(), 1u) << k.id;
+        expectCompilesWithoutSpills(jit, k, arch + " kv " + std::to_string(kv) + (wgmma ? "" : " wgmma=0"));
+      }
+  // head_dim 64 keeps the mma.sync form on sm_90a.
+  EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
+}
+
 TEST(NvrtcCompile, FullConfigAndPlanSm90a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   compileAll("full", "sm_90a", /*plan=*/true);

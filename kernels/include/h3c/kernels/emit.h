@@ -86,6 +86,9 @@ struct EmitOptions {
   // reference's model of the chunk sums (its bits: the GPU checks compare it with the CPU byte for byte, and the
   // tensor-core forms with it within a bound).
   int gradMma = 1;
+  // sm_90a: the stages of the Hopper attention backward's load rings (grad_attention_sm90.cuh; 2 or 3: phase 1's
+  // 3 x 32 KiB beside its folds fill the CTA's shared memory). Timing only.
+  int sm90AttnGradStages = 3;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by

@@ -1,0 +1,361 @@
+// Attention's backward on Hopper (sm_90a, wgmma), operation for operation grad_attention_mma.cuh's, so both kernels
+// give the same bits (the GPU checks compare them byte for byte; that file states the arithmetic and
+// docs/contract.md section 14 the order). What changes is who multiplies: a warpgroup's wgmma (m64nNk16, 16-wide
+// chunks in the same ascending order, chained on the same accumulators; wgmma's chunk function is mma.sync's,
+// ../shared/HOPPER-KERNELS.md section 1) where there 4 warps issued m16n8k16 one by one, and the accumulator layout
+// per warp is mma.sync's (row 16 * warp + g (+ 8), column 8 * j + 2 * t4 (+ 1)), so every per-element step (masks,
+// ex2, the products with D, the roundings, the fold) runs on the same values in the same order.
+//
+// Operands live in shared memory as TMA's SWIZZLE_128B writes them (two boxes of 64 columns, 16-byte chunk c of row r
+// at chunk c ^ (r % 8)), filled by cp.async from all threads through rings of GB_STAGES buffers: a [rows, 128] bf16
+// tile is at once wgmma's K-major operand (S = Q K^T: both) and its N-major operand (P V-like products: dq += dS K,
+// dv += P^T dO, dk += dS^T Q).
+// Speed (bench/NOTES.md, 2026-12-05, session of 18:44): 49.8 ms at S = 8,349 x 56 heads on an H100 against the
+// mma.sync form's 62.3 and SDPA's backward's 9.4; phase 0 16.3 ms, phase 1 33.5, of which its two 4-chunk P V-like
+// products take ~17 ms (left out, timing only) where their tensor-core time is ~2 ms: not yet understood.
+//
+// Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA, each warpgroup 64 query rows: bf(dO)
+// into shared memory and the scratch `dob`, D, the forward's key walk for l and mc (blocks of GB_KVB keys), L and D
+// into `stats`, then dq over key sub-blocks of 64 (S and dP by wgmma from shared memory, dS packed in registers as
+// the A operand of dq += dS K).
+// Phase 1 (GB_ENTRY_P1, 256 threads): one (64-key tile, head, item) per CTA; the query rows in sub-tiles of 64. The
+// two warpgroups split the work of the same 64 keys: warpgroup 0 computes S^T = K Q^T, P^T (handed to warpgroup 1
+// through shared memory, thread to thread: both hold the same fragment positions) and dv; warpgroup 1 computes
+// dP^T = V dO^T, dS^T and dk. Each holds its partial in registers and its fold in shared memory.
+// A sub-tile whose rows end within its first 32 chains two more 16-row chunks than the 32-row sub-tiles there do: all
+// products zero (P^T, dS^T and the rows past the end are zeros), which leave a chain's value as it is (the GPU checks
+// include such lengths).
+//
+// Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
+// GB_QK_SCALE GB_O_BF GB_STAGES (2 or 3); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
+#define GB_D 128
+#define GB_LD ((long long)GB_HEADS * GB_D)
+#define GB_KSUB 64  // keys per sub-block of phase 0's dq pass
+#define GB_QSUB 64  // query rows per sub-tile of phase 1
+#define GB_TILE(rows) ((rows) * 256)  // bytes of a [rows, 128] bf16 tile
+#if GB_KVB == 64
+#define gb_wgmma_stat wgmma_64
+#elif GB_KVB == 128
+#define gb_wgmma_stat wgmma_128
+#else
+#error "GB_KVB must be 64 or 128"
+#endif
+
+// Byte offset of row r's 16-byte chunk c (0-15) in a swizzled [R, 128] tile.
+__device__ __forceinline__ h3u32 gb_swz(int R, int r, int c) {
+  return (h3u32)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// Rows row0.. row0 + R - 1 of src (row stride GB_LD) into the swizzled tile at dst; rows at or past L read as zeros.
+template <int R, int NT>
+__device__ __forceinline__ void gb_load(h3u32 dst, const h3bf *src, long long row0, long long L, int tid) {
+#pragma unroll 4
+  for (int i = tid; i < R * 16; i += NT) {
+    const int r = i >> 4, c = i & 15;
+    const bool ok = row0 + r < L;
+    const void *g = ok ? (const void *)(src + (row0 + r) * GB_LD + c * 8) : (const void *)src;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + gb_swz(R, r, c)), "l"(g),
+                 "r"(ok ? 16 : 0));
+  }
+}
+
+// acc (64 x N) = A (64 rows of a K-major tile of `aRows` rows, from row aRow0) times B (the N rows of a K-major tile)^T:
+// eight chained 16-wide chunks over d, the first with scale_d = 0. Issued and committed, not waited for.
+template <int N>
+__device__ __forceinline__ void gb_issue_qk(float *acc, h3u32 aTile, int aRows, int aRow0, h3u32 bTile) {
+  const unsigned long long da = wgmma_desc_sw128(aTile + aRow0 * 128), db = wgmma_desc_sw128(bTile);
+  wgmma_fence();
+#pragma unroll
+  for (int kc = 0; kc < 8; ++kc) {
+    const unsigned long long a = da + (kc >> 2) * ((aRows * 128) >> 4) + 2 * (kc & 3);
+    const unsigned long long b = db + (kc >> 2) * ((N * 128) >> 4) + 2 * (kc & 3);
+    if constexpr (N == 64) wgmma_64(acc, a, b, kc != 0);
+    else gb_wgmma_stat(acc, a, b, kc != 0);
+  }
+  wgmma_commit();
+}
+
+// acc (64 x 128) += X (64 x 64, registers: the S-like fragment x[j * 4 + e], packed as mma.sync A fragments by
+// pack_bf2, grad_attention_mma.cuh's ga_pv) times the N-major tile bTile (64 rows): four chunks of 16 rows ascending.
+// Issued and committed, not waited for.
+__device__ __forceinline__ void gb_issue_pv(float *acc, const float *x, h3u32 bTile) {
+  h3u32 pa[4][4];
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    pa[kc][0] = pack_bf2(x[(2 * kc) * 4 + 0], x[(2 * kc) * 4 + 1]);
+    pa[kc][1] = pack_bf2(x[(2 * kc) * 4 + 2], x[(2 * kc) * 4 + 3]);
+    pa[kc][2] = pack_bf2(x[(2 * kc + 1) * 4 + 0], x[(2 * kc + 1) * 4 + 1]);
+    pa[kc][3] = pack_bf2(x[(2 * kc + 1) * 4 + 2], x[(2 * kc + 1) * 4 + 3]);
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc)
+    wgmma_128_rs_nmajor(acc, pa[kc], wgmma_desc_sw128_nmajor(bTile + kc * 2048, GB_TILE(64) / 2), 1);
+  wgmma_commit();
+}
+
+// Phase 0: statistics and dq of 128 query rows.
+extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
+  extern __shared__ unsigned char gb_raw[];
+  const h3u32 base = (smem_u32(gb_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
+  const h3u32 sQ = base, sdO = sQ + GB_TILE(128), sKV = sdO + GB_TILE(128);
+  // sKV: the statistics' ring of GB_STAGES K blocks of GB_KVB keys, then the dq pass's ring of (K, V) sub-blocks of
+  // 64 keys (GB_STAGES x 32 KiB either way at GB_KVB = 128).
+  float *Ds = (float *)(gb_raw + (sKV + GB_STAGES * 2 * GB_TILE(GB_KSUB) - smem_u32(gb_raw)));
+  const long long L = item_rows;
+  const long long rowBase = (long long)blockIdx.z * L;  // the item's first row
+  const long long colBase = (long long)blockIdx.y * GB_D;
+  const h3bf *Q = (const h3bf *)q + rowBase * GB_LD + colBase;
+  const h3bf *K = (const h3bf *)k + rowBase * GB_LD + colBase;
+  const h3bf *V = (const h3bf *)v + rowBase * GB_LD + colBase;
+  const long long q0 = (long long)blockIdx.x * 128;
+  const int tid = threadIdx.x & 127, wg = threadIdx.x >> 7;
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  const float kNegInf = __int_as_float(0xff800000);
+
+  // The ring (cp.async groups, one committed per step even when empty, so group n is step n's): steps 0 ..
+  // GB_STAGES - 2 in flight before the walk, step n + GB_STAGES - 1 issued at step n into the buffer step n - 1 read.
+  const int nkv = (int)((L + GB_KVB - 1) / GB_KVB);
+  gb_load<128, 256>(sQ, Q, q0, L, threadIdx.x);
+#pragma unroll
+  for (int n = 0; n < GB_STAGES - 1; ++n) {
+    if (n < nkv) gb_load<GB_KVB, 256>(sKV + n * GB_TILE(GB_KVB), K, (long long)n * GB_KVB, L, threadIdx.x);
+    cp_async_commit();
+  }
+  // bf(dO) of the tile (zeros past L) into shared memory and the scratch; D by one thread per row.
+  for (int i = threadIdx.x; i < 128 * 16; i += 256) {
+    const int r = i >> 4, c = i & 15;
+    uint4 pk = make_uint4(0u, 0u, 0u, 0u);
+    if (q0 + r < L) {
+      const float *src = (const float *)dout + (rowBase + q0 + r) * GB_LD + colBase + c * 8;
+      const float4 lo = *(const float4 *)src, hi = *(const float4 *)(src + 4);
+      pk = make_uint4(pack_bf2(lo.x, lo.y), pack_bf2(lo.z, lo.w), pack_bf2(hi.x, hi.y), pack_bf2(hi.z, hi.w));
+      *(uint4 *)((h3bf *)dob + (rowBase + q0 + r) * GB_LD + colBase + c * 8) = pk;
+    }
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sdO + gb_swz(128, r, c)), "r"(pk.x), "r"(pk.y),
+                 "r"(pk.z), "r"(pk.w) : "memory");
+  }
+  if (threadIdx.x < 128) {  // the fma chain over c ascending; loads four columns at a time, eight groups in flight
+    float D = 0.f;
+    const long long row = rowBase + q0 + threadIdx.x;
+    if (q0 + threadIdx.x < L) {
+      const float *dr = (const float *)dout + row * GB_LD + colBase;
+#pragma unroll 8
+      for (int c = 0; c < GB_D; c += 4) {
+        const float4 dv4 = *(const float4 *)(dr + c);
+        float o4[4];
+        if (GB_O_BF) {
+          const uint2 ob = *(const uint2 *)((const h3bf *)o + row * GB_LD + colBase + c);
+          o4[0] = bf2_lo(ob.x), o4[1] = bf2_hi(ob.x), o4[2] = bf2_lo(ob.y), o4[3] = bf2_hi(ob.y);
+        } else {
+          const float4 of = *(const float4 *)((const float *)o + row * GB_LD + colBase + c);
+          o4[0] = of.x, o4[1] = of.y, o4[2] = of.z, o4[3] = of.w;
+        }
+        D = __fmaf_rn(dv4.x, o4[0], D);
+        D = __fmaf_rn(dv4.y, o4[1], D);
+        D = __fmaf_rn(dv4.z, o4[2], D);
+        D = __fmaf_rn(dv4.w, o4[3], D);
+      }
+    }
+    Ds[threadIdx.x] = D;
+  }
+
+  // The statistics pass: the forward's key walk (attention.cuh), without o.
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  for (int kb = 0; kb < nkv; ++kb) {
+    cp_async_wait<GB_STAGES - 2>();
+    __syncthreads();
+    if (kb + GB_STAGES - 1 < nkv)
+      gb_load<GB_KVB, 256>(sKV + ((kb + GB_STAGES - 1) % GB_STAGES) * GB_TILE(GB_KVB), K,
+                           (long long)(kb + GB_STAGES - 1) * GB_KVB, L, threadIdx.x);
+    cp_async_commit();
+    float s[GB_KVB / 2];
+    gb_issue_qk<GB_KVB>(s, sQ, 128, wg * 64, sKV + (kb % GB_STAGES) * GB_TILE(GB_KVB));
+    wgmma_wait<0>();
+    gr_stats_block<GB_KVB / 8>(s, (long long)kb * GB_KVB, L, t4, GB_C, m, l);
+  }
+  // The dq pass's first K and V sub-blocks stream in while the statistics finish (once every thread is past the
+  // statistics' last block: the ring's buffers are reused).
+  cp_async_wait<0>();
+  __syncthreads();
+  const int nsub = (int)((L + GB_KSUB - 1) / GB_KSUB);
+  const h3u32 sK = sKV, sV = sKV + GB_STAGES * GB_TILE(GB_KSUB);
+#pragma unroll
+  for (int n = 0; n < GB_STAGES - 1; ++n) {
+    if (n < nsub) {
+      gb_load<GB_KSUB, 256>(sK + n * GB_TILE(GB_KSUB), K, (long long)n * GB_KSUB, L, threadIdx.x);
+      gb_load<GB_KSUB, 256>(sV + n * GB_TILE(GB_KSUB), V, (long long)n * GB_KSUB, L, threadIdx.x);
+    }
+    cp_async_commit();
+  }
+  float Lr[2], Dr[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float lt = __fadd_rn(l[hh], __shfl_xor_sync(0xffffffffu, l[hh], 1));
+    lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
+    const int r = wg * 64 + warp * 16 + g + hh * 8;
+    Lr[hh] = __fadd_rn(__fmul_rn(m[hh], GB_C), h3c_lg2(lt));
+    Dr[hh] = Ds[r];
+    if (t4 == 0 && q0 + r < L) {
+      const long long sw = (rowBase + q0 + r) * GB_HEADS + blockIdx.y;
+      ((float *)stats)[2 * sw] = Lr[hh];
+      ((float *)stats)[2 * sw + 1] = Dr[hh];
+    }
+  }
+
+  float dqa[GB_D / 2];
+#pragma unroll
+  for (int i = 0; i < GB_D / 2; ++i) dqa[i] = 0.0f;
+  for (int kb = 0; kb < nsub; ++kb) {
+    cp_async_wait<GB_STAGES - 2>();
+    __syncthreads();
+    if (kb + GB_STAGES - 1 < nsub) {
+      const int nb = (kb + GB_STAGES - 1) % GB_STAGES;
+      const long long k0n = (long long)(kb + GB_STAGES - 1) * GB_KSUB;
+      gb_load<GB_KSUB, 256>(sK + nb * GB_TILE(GB_KSUB), K, k0n, L, threadIdx.x);
+      gb_load<GB_KSUB, 256>(sV + nb * GB_TILE(GB_KSUB), V, k0n, L, threadIdx.x);
+    }
+    cp_async_commit();
+    const h3u32 Kb = sK + (kb % GB_STAGES) * GB_TILE(GB_KSUB), Vb = sV + (kb % GB_STAGES) * GB_TILE(GB_KSUB);
+    float s[GB_KSUB / 2], dp[GB_KSUB / 2];
+    gb_issue_qk<GB_KSUB>(s, sQ, 128, wg * 64, Kb);
+    gb_issue_qk<GB_KSUB>(dp, sdO, 128, wg * 64, Vb);
+    wgmma_wait<0>();
+    const long long k0 = (long long)kb * GB_KSUB;
+#pragma unroll
+    for (int j = 0; j < GB_KSUB / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int hh = e >> 1;
+        const float P = h3c_ex2(__fmaf_rn(s[j * 4 + e], GB_C, -Lr[hh]));
+        s[j * 4 + e] = k0 + j * 8 + t4 * 2 + (e & 1) < L ? rbf(__fmul_rn(P, __fsub_rn(dp[j * 4 + e], Dr[hh]))) : 0.0f;
+      }
+    gb_issue_pv(dqa, s, Kb);
+    wgmma_wait<0>();
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const long long r = q0 + wg * 64 + warp * 16 + g + hh * 8;
+    if (r >= L) continue;
+    float *out = (float *)dq + (rowBase + r) * GB_LD + colBase;
+#pragma unroll
+    for (int j = 0; j < GB_D / 8; ++j)
+      *(float2 *)(out + j * 8 + t4 * 2) =
+          make_float2(__fmul_rn(GB_QK_SCALE, dqa[j * 4 + hh * 2]), __fmul_rn(GB_QK_SCALE, dqa[j * 4 + hh * 2 + 1]));
+  }
+}
+
+// Phase 1: dv (warpgroup 0) and dk (warpgroup 1) of 64 key rows.
+extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
+  h3c_grid_dependency_wait();
+  extern __shared__ unsigned char gb_raw[];
+  const h3u32 base = (smem_u32(gb_raw) + 1023u) & ~1023u;
+  // K, V; a ring of GB_STAGES (Q, bf(dO)) sub-tiles; their rows' (L, D) ([GB_STAGES][GB_QSUB][2], 0 past the item's
+  // end); P^T; the folds.
+  const h3u32 sK = base, sV = sK + GB_TILE(64), sQ = sV + GB_TILE(64), sdO = sQ + GB_STAGES * GB_TILE(GB_QSUB);
+  unsigned char *const rest = gb_raw + (sdO + GB_STAGES * GB_TILE(GB_QSUB) - smem_u32(gb_raw));
+  float *LDs = (float *)rest;
+  float *Ps = LDs + GB_STAGES * 2 * GB_QSUB;  // [GB_QSUB / 2][128]: P^T, warpgroup 0 to 1, element-major
+  float *fold = Ps + (GB_QSUB / 2) * 128;  // [GB_D / 2][256]: each thread's fold of dv or dk, element-major
+  const long long L = item_rows;
+  const long long rowBase = (long long)blockIdx.z * L;
+  const long long colBase = (long long)blockIdx.y * GB_D;
+  const h3bf *Q = (const h3bf *)q + rowBase * GB_LD + colBase;
+  const h3bf *dO = (const h3bf *)dob + rowBase * GB_LD + colBase;
+  const long long k0 = (long long)blockIdx.x * 64;
+  const int tid = threadIdx.x & 127, wg = threadIdx.x >> 7;
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+
+  gb_load<64, 256>(sK, (const h3bf *)k + rowBase * GB_LD + colBase, k0, L, threadIdx.x);
+  gb_load<64, 256>(sV, (const h3bf *)v + rowBase * GB_LD + colBase, k0, L, threadIdx.x);
+  // Sub-tile t's query rows, their L and D (0 past the item's end, where P and dS are set to 0 below).
+  auto loadSub = [&](int buf, long long i0) {
+    gb_load<GB_QSUB, 256>(sQ + buf * GB_TILE(GB_QSUB), Q, i0, L, threadIdx.x);
+    gb_load<GB_QSUB, 256>(sdO + buf * GB_TILE(GB_QSUB), dO, i0, L, threadIdx.x);
+    if (threadIdx.x < GB_QSUB) {  // (L, D) of the row, 8 bytes by cp.async (a plain load would stall the CTA)
+      const long long i = i0 + threadIdx.x;
+      const float *src = (const float *)stats + 2 * ((rowBase + (i < L ? i : 0)) * GB_HEADS + blockIdx.y);
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(LDs + (buf * GB_QSUB + threadIdx.x) * 2)),
+                   "l"(src), "r"(i < L ? 8 : 0));
+    }
+  };
+  // The ring as phase 0's: group n is sub-tile n (K and V ride with sub-tile 0).
+  const long long nsub = (L + GB_QSUB - 1) / GB_QSUB;
+#pragma unroll
+  for (int n = 0; n < GB_STAGES - 1; ++n) {
+    if (n < nsub) loadSub(n, (long long)n * GB_QSUB);
+    cp_async_commit();
+  }
+  float acc[GB_D / 2];  // this warpgroup's dv (0) or dk (1): the unit's partial (its fold: `fold`, shared memory)
+#pragma unroll
+  for (int i = 0; i < GB_D / 2; ++i) acc[i] = 0.0f;
+  for (long long t = 0; t < nsub; ++t) {
+    cp_async_wait<GB_STAGES - 2>();
+    __syncthreads();  // sub-tile t landed; every thread is done with step t - 1 (its buffers and Ps)
+    if (t + GB_STAGES - 1 < nsub) loadSub(int((t + GB_STAGES - 1) % GB_STAGES), (t + GB_STAGES - 1) * GB_QSUB);
+    cp_async_commit();
+    const int buf = int(t % GB_STAGES);
+    const h3u32 Qb = sQ + buf * GB_TILE(GB_QSUB), dOb = sdO + buf * GB_TILE(GB_QSUB);
+    const float *LD = LDs + buf * 2 * GB_QSUB;
+    const long long i0 = t * GB_QSUB;
+    // Both warpgroups run one code path on their own operands (a wgmma on a divergent path would be serialized):
+    // warpgroup 0 S^T = K Q^T, then P^T and dv += P^T dO; warpgroup 1 dP^T = V dO^T, then dS^T and dk += dS^T Q.
+    float x[GB_QSUB / 2];
+    gb_issue_qk<GB_QSUB>(x, wg == 0 ? sK : sV, 64, 0, wg == 0 ? Qb : dOb);
+    wgmma_wait<0>();
+    // P^T from warpgroup 0 to warpgroup 1 through Ps. Nothing diverges: registers that feed a wgmma written on a
+    // divergent path make ptxas serialize the wgmmas, so warpgroup 0's ex2 and stores are predicated instructions.
+#pragma unroll
+    for (int j = 0; j < GB_QSUB / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = j * 8 + t4 * 2 + (e & 1);
+        const float arg = __fmaf_rn(x[j * 4 + e], GB_C, -LD[2 * c]);
+        asm volatile("{\n.reg .pred p, q;\n.reg .f32 y;\nsetp.eq.u32 p, %2, 0;\nsetp.ne.u32 q, %3, 0;\n"
+                     "@p ex2.approx.ftz.f32 y, %1;\nselp.f32 y, y, 0f00000000, q;\n@p st.shared.f32 [%0], y;\n}\n"
+                     ::"r"(smem_u32(Ps + (j * 4 + e) * 128 + tid)), "f"(arg), "r"(wg), "r"(i0 + c < L ? 1 : 0)
+                     : "memory");
+      }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < GB_QSUB / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = j * 8 + t4 * 2 + (e & 1);
+        const float P = Ps[(j * 4 + e) * 128 + tid];  // P^T, 0 past the item's end (rounded by the pack)
+        const float dS = i0 + c < L ? rbf(__fmul_rn(P, __fsub_rn(x[j * 4 + e], LD[2 * c + 1]))) : 0.0f;
+        x[j * 4 + e] = wg == 0 ? P : dS;
+      }
+    gb_issue_pv(acc, x, wg == 0 ? dOb : Qb);
+    wgmma_wait<0>();
+    // The unit's last sub-tile: fold its partial into the item's sum (the first unit's as it is) and start the next
+    // unit's from zero (by selects: accumulators written on a divergent path would serialize the wgmmas). The fold
+    // lives in shared memory: in registers beside the partial it would spill.
+    const long long unitEnd = (i0 / GR_UNIT + 1) * GR_UNIT;
+    const bool end = i0 + GB_QSUB >= unitEnd || i0 + GB_QSUB >= L, first = i0 < GR_UNIT;
+    if (end) {
+#pragma unroll
+      for (int i = 0; i < GB_D / 2; ++i) {
+        float *f = fold + i * 256 + threadIdx.x;
+        *f = first ? acc[i] : __fadd_rn(*f, acc[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < GB_D / 2; ++i) acc[i] = end ? 0.0f : acc[i];
+  }
+  if (L == 0) return;
+  const float scale = wg == 0 ? 1.0f : GB_QK_SCALE;  // dv as folded, dk scaled
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const long long r = k0 + warp * 16 + g + hh * 8;
+    if (r >= L) continue;
+    float *out = (float *)(wg == 0 ? dv : dk) + (rowBase + r) * GB_LD + colBase;
+#pragma unroll
+    for (int j = 0; j < GB_D / 8; ++j) {
+      const float a = fold[(j * 4 + hh * 2) * 256 + threadIdx.x], b = fold[(j * 4 + hh * 2 + 1) * 256 + threadIdx.x];
+      *(float2 *)(out + j * 8 + t4 * 2) =
+          wg == 0 ? make_float2(a, b) : make_float2(__fmul_rn(scale, a), __fmul_rn(scale, b));
+    }
+  }
+}
