@@ -202,7 +202,8 @@ def main():
         mismatches, rewards = train_step(trainer, params, trajs, args.noise_level, args.lr)
         n = sum(len(t["steps"]) for t in trajs)
         print(f"iteration {it}: {n} steps recomputed, {n - mismatches} log-probabilities byte-equal to the rollout's "
-              f"(ratio exactly 1, KL exactly 0), mean reward {rewards.mean():.6g}")
+              f"(ratio exactly 1, KL exactly 0), mean reward {rewards.mean():.6g}; {trainer.backwards_from_kept_forward} "
+              "backwards so far started from their forward's kept values (the GPU; the CPU runs the forward again)")
         total += mismatches
         # The stepped weights into both engines: the trainer's own (its next recompute) and the rollout engine's
         # (the next rollouts), the same rounding for both.

@@ -37,6 +37,9 @@ weights whose names match (leaf tensors with requires_grad, for a torch optimize
 any of them or an activation requiring grad records one autograd node, whose backward runs the plan's backward
 function (fixed-order F32 gradients, bitwise reproducible) on the loss's gradients of the two
 outputs and fills the activations' and the parameters' `.grad`. The forward's outputs are the bits of a plain forward.
+On the GPU that forward is the backward's own (its values kept on the device for the node's backward, so a step runs
+the forward once; a forward or backward run on the transformer in between makes the backward run it again, the same
+bits: `transformer.backwards_from_kept_forward` counts the steps that reused it); a training forward writes no ledger.
 After an optimizer step, `transformer.push_parameters()` writes the master copies into the engine (an update:
 rounded to bfloat16 to nearest even), so the next forward (a rollout) runs with the stepped weights.
 LoRA training: a plan compiled with `--backward --lora-rank R --trainable lora` trains the unmerged adapter slots
@@ -148,6 +151,9 @@ class Transformer:
         self._channels = self._engine.output_channels
         self._want = None  # the plan's activation dtypes as torch dtypes (at the first CUDA forward)
         self._params = {}  # the trainable parameters (parameters()), by diffusers name
+        # Training steps whose backward started from its forward's kept values (the GPU; the CPU reference and a
+        # backward after another forward or backward on this transformer run the forward again: the same bits).
+        self.backwards_from_kept_forward = 0
 
     @property
     def ledger(self):
@@ -432,7 +438,9 @@ class _H3cFunction:
                     ctx.transformer, ctx.host, ctx.names = transformer, host, names
                     acts = (hidden_states, audio_hidden_states, encoder_hidden_states)
                     ctx.places = tuple((x.dtype, x.device) for x in acts)
-                    sample, audio = transformer._engine.forward(host, {}, None, None, 0)
+                    # The backward's own forward, its values kept on the GPU for this node's backward (the ticket):
+                    # a step runs the forward once unless another forward or backward runs on the engine before it.
+                    sample, audio, ctx.ticket = transformer._engine.forward_kept(host)
                     dev = hidden_states.device
                     return torch.from_dlpack(sample).to(dev), torch.from_dlpack(audio).to(dev)
 
@@ -447,8 +455,10 @@ class _H3cFunction:
                         _, ca = t._channels
                         ahs = ctx.host["audio_hidden_states"]
                         grad_audio = torch.zeros((hs.shape[0], ahs.shape[1], ca), dtype=torch.float32)
-                    _, inputs, weights = t._engine.backward(ctx.host, grad_sample.detach().float().cpu().contiguous(),
-                                                            grad_audio.detach().float().cpu().contiguous())
+                    _, inputs, weights, kept = t._engine.backward(
+                        ctx.host, grad_sample.detach().float().cpu().contiguous(),
+                        grad_audio.detach().float().cpu().contiguous(), ctx.ticket)
+                    t.backwards_from_kept_forward += int(kept)
                     acts = tuple(torch.from_dlpack(inputs[n]).to(device=dv, dtype=d)
                                  for n, (d, dv) in zip(_ACTIVATIONS, ctx.places))
                     return (None, None, None, *acts, *(torch.from_dlpack(weights[n]) for n in ctx.names))

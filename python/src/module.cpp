@@ -343,7 +343,10 @@ public:
   // grad_sample / grad_audio_sample: the loss's gradients with respect to the two outputs (F32, their shapes).
   // Returns (outputs, input gradients, weight gradients): the forward's (sample, audio_sample), and dicts of F32
   // Arrays by name (the three activations; every weight tensor the plan trains, by plan name).
-  py::tuple backward(const py::dict &host, const py::object &gradSample, const py::object &gradAudio) {
+  // `resume`: forward_kept's ticket for this request (0: none; see forwardKept below). The result's fourth item says
+  // whether the backward started from that kept forward.
+  py::tuple backward(const py::dict &host, const py::object &gradSample, const py::object &gradAudio,
+                     uint64_t resume) {
     std::unique_lock<std::mutex> lock = lockEngine();
     const std::vector<std::unique_ptr<Imported>> held =
         importRequest(host, "the backward takes host tensors (CPU reference)");
@@ -352,13 +355,29 @@ public:
     {
       py::gil_scoped_release release;
       for (size_t i = 0; i < held.size(); ++i) held[i]->readInto(staged_.tensors[requestTensorNames()[i]], 0);
-      r = engine_->backward(staged_, dy);
+      r = engine_->backward(staged_, dy, resume);
     }
     py::dict inputs, weights;
     for (auto &[name, t] : r.inputGrads) inputs[name.c_str()] = Array(std::move(t));
     for (auto &[name, t] : r.weightGrads) weights[name.c_str()] = Array(std::move(t));
     return py::make_tuple(py::make_tuple(Array(std::move(r.outputs.sample)), Array(std::move(r.outputs.audio_sample))),
-                          inputs, weights);
+                          inputs, weights, r.forwardKept);
+  }
+
+  // The forward of a training step (Engine::forwardKept): host request tensors in, (sample, audio_sample, ticket)
+  // out, the values the backward reads kept on the GPU for backward(..., ticket). Writes no ledger (the rollout's
+  // forward does); a strict engine refuses non-finite outputs.
+  py::tuple forwardKept(const py::dict &host) {
+    std::unique_lock<std::mutex> lock = lockEngine();
+    const std::vector<std::unique_ptr<Imported>> held =
+        importRequest(host, "the training forward takes host tensors (CPU reference)");
+    std::pair<Outputs, uint64_t> r;
+    {
+      py::gil_scoped_release release;
+      for (size_t i = 0; i < held.size(); ++i) held[i]->readInto(staged_.tensors[requestTensorNames()[i]], 0);
+      r = engine_->forwardKept(staged_);
+    }
+    return py::make_tuple(Array(std::move(r.first.sample)), Array(std::move(r.first.audio_sample)), r.second);
   }
 
   // The last forward's ledger, as `h3c run --ledger` writes it (built on first read: ~50 ms of JSON and sealing
@@ -617,7 +636,9 @@ PYBIND11_MODULE(_h3c, m) {
       .def("update_from_files", &PyEngine::updateFromFiles, py::arg("path"))
       .def("unload_loras", &PyEngine::unloadLoras)
       .def("read_weight", &PyEngine::readWeight, py::arg("name"))
-      .def("backward", &PyEngine::backward, py::arg("host"), py::arg("grad_sample"), py::arg("grad_audio_sample"))
+      .def("backward", &PyEngine::backward, py::arg("host"), py::arg("grad_sample"), py::arg("grad_audio_sample"),
+           py::arg("resume") = 0)
+      .def("forward_kept", &PyEngine::forwardKept, py::arg("host"))
       .def_property_readonly("weight_shapes", &PyEngine::weightShapes)
       .def_property_readonly("weight_dtypes", &PyEngine::weightDtypes)
       .def_property_readonly("weights_record_json", &PyEngine::weightsRecord)

@@ -116,7 +116,7 @@ BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const 
 }
 
 BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Request &request, const OutputGrads &dy,
-                           const RunOptions &opt, Executor *executor) {
+                           const RunOptions &opt, Executor *executor, uint64_t resume) {
   const plan::Function *bwd = p.backward();
   if (!bwd) fail("plan.json#/functions/backward", "the plan has no backward (compile it with h3c compile --backward)");
   if (h3::configToJson(weights.config()).dump() != h3::configToJson(p.config).dump())
@@ -134,7 +134,7 @@ BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Req
   checkOutputGrads(p, req, dy);
   if (executor) {
     if (executor->device() != opt.device) fail("--device", "the executor runs on {}, not {}", executor->device(), opt.device);
-    return executor->backward(p, weights, req, dy, opt);
+    return executor->backward(p, weights, req, dy, opt, resume);
   }
   return makeExecutor(opt.device)->backward(p, weights, req, dy, opt);
 }

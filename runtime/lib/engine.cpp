@@ -127,10 +127,33 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   return r;
 }
 
-BackwardResult Engine::backward(const Request &request, const OutputGrads &dy) {
+BackwardResult Engine::backward(const Request &request, const OutputGrads &dy, uint64_t resume) {
   if (opt_.device == "cpu") return runBackward(plan_, *weights_, request, dy, opt_);
   ensureExecutor();
-  return runBackward(plan_, *weights_, request, dy, opt_, exec_.get());
+  return runBackward(plan_, *weights_, request, dy, opt_, exec_.get(), resume);
+}
+
+std::pair<Outputs, uint64_t> Engine::forwardKept(const Request &request) {
+  if (!plan_.backward())
+    fail("plan.json#/functions/backward", "the plan has no backward (compile it with h3c compile --backward)");
+  if (weightsBroken_)
+    fail("engine", "a weight update failed while writing to the device: the weights are neither the old nor the new "
+         "ones; load them again (a new engine)");
+  std::pair<Outputs, uint64_t> r;
+  if (opt_.device == "cpu") {
+    r.first = run(request).outputs;
+  } else {
+    ensureExecutor();
+    const CanonicalRequest req = canonicalize(request, plan_.config, "--inputs");
+    r.first = exec_->forwardKept(plan_, *weights_, req, opt_, r.second);
+    ++forwards_;
+  }
+  if (opt_.mode == Mode::Strict)
+    for (const auto &[name, t] : {std::pair<const char *, const Tensor *>{"sample", &r.first.sample},
+                                  {"audio_sample", &r.first.audio_sample}})
+      if (const Tensor::NonFinite nf = t->nonFinite(); nf.first >= 0)
+        fail(std::string("output ") + name, "a strict forward refuses non-finite outputs: {}", nf.text());
+  return r;
 }
 
 void Engine::ensureExecutor() {

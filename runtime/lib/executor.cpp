@@ -169,8 +169,13 @@ void Executor::restoreWeights(const plan::Plan & /*p*/, WeightSource & /*weights
 }
 
 BackwardResult Executor::backward(const plan::Plan & /*p*/, WeightSource & /*weights*/, const CanonicalRequest & /*req*/,
-                                  const OutputGrads & /*dy*/, const RunOptions & /*opt*/) {
+                                  const OutputGrads & /*dy*/, const RunOptions & /*opt*/, uint64_t /*resume*/) {
   fail("--device " + device(), "this executor has no backward (the CPU reference runs it: --device cpu)");
+}
+
+Outputs Executor::forwardKept(const plan::Plan & /*p*/, WeightSource & /*weights*/, const CanonicalRequest & /*req*/,
+                              const RunOptions & /*opt*/, uint64_t & /*ticket*/) {
+  fail("--device " + device(), "this executor keeps no forward for a backward (the CPU reference runs it: --device cpu)");
 }
 
 std::unique_ptr<Executor> makeCpuExecutor() { return std::make_unique<CpuExecutor>(); }

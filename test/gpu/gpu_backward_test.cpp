@@ -26,6 +26,7 @@
 #include "h3c/runtime/backward.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
+#include "h3c/runtime/engine.h"
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/weights.h"
 #include "h3c/support/dtype.h"
@@ -354,6 +355,57 @@ TEST(GpuBackward, TheExecutorsBackwardRepeatsAndFollowsTheCpu) {
               worstName.c_str(), worst);
   EXPECT_TRUE(same);
   EXPECT_TRUE(near);
+}
+
+// A training step's forward kept for its backward (Engine::forwardKept, executor.h): the backward that starts from
+// it gives the bytes of one that runs its own forward (outputs and every gradient) and says so; the kept forward's
+// outputs are a plain forward's; a forward run on the engine in between (a rollout) makes the backward run its own
+// forward again, with the same bytes.
+TEST(GpuBackward, AKeptForwardsBackwardIsTheBackward) {
+  std::string why;
+  if (!hc::driverAvailable(&why)) GTEST_SKIP() << "no GPU: " << why;
+  if (!std::filesystem::exists(planDir() / "plan.json")) GTEST_SKIP() << "no plan at " << planDir();
+  const plan::Plan p = plan::loadPlan(planDir());
+  auto weights = makeSyntheticWeights(p.config, 7);
+  const Request r = tinyRequest(p.config, {6, 5, 2, 3, 4}, 2, 9);
+  const OutputGrads dy = lossGrads(canonicalize(r, p.config), p.config);
+  RunOptions o;
+  o.device = "gpu";
+  Engine e(p, *weights, o);
+  const BackwardResult full = e.backward(r, dy);
+  const auto [out, ticket] = e.forwardKept(r);
+  const BackwardResult kept = e.backward(r, dy, ticket);
+  const RunResult plain = e.run(r);
+  const auto [out2, ticket2] = e.forwardKept(r);
+  e.run(r);  // a rollout between the training forward and its backward
+  const BackwardResult stale = e.backward(r, dy, ticket2);
+  auto gradsEqual = [](const BackwardResult &a, const BackwardResult &b) {
+    bool eq = a.inputGrads.size() == b.inputGrads.size() && a.weightGrads.size() == b.weightGrads.size();
+    for (const auto &[n, t] : a.inputGrads) eq &= b.inputGrads.count(n) && b.inputGrads.at(n).bytes == t.bytes;
+    for (const auto &[n, t] : a.weightGrads) eq &= b.weightGrads.count(n) && b.weightGrads.at(n).bytes == t.bytes;
+    return eq;
+  };
+  const bool outsEqual = out.sample.bytes == full.outputs.sample.bytes &&
+                         out.audio_sample.bytes == full.outputs.audio_sample.bytes &&
+                         plain.outputs.sample.bytes == out.sample.bytes &&
+                         plain.outputs.audio_sample.bytes == out.audio_sample.bytes &&
+                         out2.sample.bytes == out.sample.bytes && kept.outputs.sample.bytes == out.sample.bytes;
+  const bool keptEqual = gradsEqual(full, kept), staleEqual = gradsEqual(full, stale);
+  std::printf("%s the kept forward's backward started after the forward (ticket %llu), the others did not\n",
+              kept.forwardKept && !full.forwardKept && !stale.forwardKept && ticket != 0 ? "PASS" : "FAIL",
+              (unsigned long long)ticket);
+  std::printf("%s kept forward's outputs == the backward's own forward's == a plain forward's\n",
+              outsEqual ? "PASS" : "FAIL");
+  std::printf("%s %zu gradients from the kept forward byte-equal to the backward's with its own forward; after a "
+              "rollout in between: %s\n", keptEqual ? "PASS" : "FAIL", full.inputGrads.size() + full.weightGrads.size(),
+              staleEqual ? "byte-equal" : "DIFFERENT");
+  EXPECT_TRUE(kept.forwardKept);
+  EXPECT_FALSE(full.forwardKept);
+  EXPECT_FALSE(stale.forwardKept);
+  EXPECT_NE(ticket, 0u);
+  EXPECT_TRUE(outsEqual);
+  EXPECT_TRUE(keptEqual);
+  EXPECT_TRUE(staleEqual);
 }
 
 // The contract's invariances on the GPU (section 14), with the tensor-core kernels: a batch item's input gradients

@@ -302,6 +302,7 @@ class Training(unittest.TestCase):
             args[n].requires_grad_(True)
         sample, audio = t(**args, return_dict=False)
         self.assertTrue(sample.requires_grad and audio.requires_grad)
+        self.assertIsNone(t.ledger)  # a training forward writes no ledger (the rollout's forward does)
         rollout, _ = cli_run(f"{TMP}/plan", f"{TMP}/a.safetensors", ["--checkpoint", f"{TMP}/ckpt"], "train_fwd")
         self.assertEqual(sample.detach().numpy().tobytes(), rollout["sample"].tobytes())
         self.assertEqual(audio.detach().numpy().tobytes(), rollout["audio_sample"].tobytes())
@@ -318,6 +319,7 @@ class Training(unittest.TestCase):
             self.assertEqual(p.grad.shape, p.shape, n)
             self.assertEqual(p.grad.numpy().tobytes(), want[n].tobytes(), n)
             self.assertTrue(bool(p.grad.abs().sum() > 0), n)
+        self.assertEqual(t.backwards_from_kept_forward, 0)  # the CPU reference keeps nothing: it ran the forward again
         # Again, from a fresh engine: the same bits.
         t2 = h3c.Transformer(plan=f"{TMP}/plan_bw", checkpoint=f"{TMP}/ckpt", device="cpu")
         p2 = t2.parameters(self.PATTERNS)

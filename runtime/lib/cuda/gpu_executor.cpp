@@ -110,6 +110,7 @@ public:
 
   Outputs run(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
               LedgerBuilder &ledger, const DeviceIO *io) override {
+    keptTicket_ = 0;  // the arena is this forward's now
     // One GPU runs one rank; multi-rank plans (sp x tp > 1) need the multi-GPU executor (NCCL, not yet written).
     if (p.options.sp * p.options.tp != 1)
       fail("--device gpu", "the GPU executor runs single-rank plans (sp = tp = 1); this plan has sp = {}, tp = {} "
@@ -606,6 +607,7 @@ public:
   // tensors, written by work queued there), finished before returning.
   void writeWeights(const plan::Plan &p, WeightSource &weights, const std::vector<WeightWrite> &writes,
                     uint64_t stream) override {
+    keptTicket_ = 0;  // a kept forward ran on the weights before
     loadWeights(p, weights, false);
     const auto &d = hc::driver();
     CUstream s = reinterpret_cast<CUstream>(stream);
@@ -625,6 +627,7 @@ public:
 
   void mergeLora(const plan::Plan &p, WeightSource &weights, const std::string &tensor,
                  const LoraTerms &terms) override {
+    keptTicket_ = 0;  // a kept forward ran on the weights before
     loadWeights(p, weights, false);
     const plan::WeightTensor &t = p.weightTensor(tensor);
     if (t.shape.size() != 2) fail("lora:" + tensor, "is not a matrix");
@@ -632,6 +635,7 @@ public:
   }
 
   void restoreWeights(const plan::Plan &p, WeightSource &ws, const std::vector<std::string> &names) override {
+    keptTicket_ = 0;  // a kept forward ran on the weights before
     loadWeights(p, ws, false);
     const json desc = ws.describe();  // loaded: a checkpoint's hash is known, nothing is hashed again
     const bool synthetic = desc.value("kind", "") == "synthetic";
@@ -658,23 +662,23 @@ public:
   // segment's recompute ops again (their own kernels and launch parameters: the same bits), each recomputed value
   // in its recompute slot. Every value of both functions lives in the arena where the plan's slot timeline puts it
   // (the reader checked that no two live values share a slot over this schedule); then the gradients are copied
-  // back. backward.h has checked the plan and the gradients' shapes.
+  // back. backward.h has checked the plan and the gradients' shapes. `resume`: forwardKept's ticket; when it is the
+  // kept forward's (nothing ran on this executor since) and the request has its extents, the backward starts at the
+  // schedule's first step after the forward, on the values the kept forward left in the arena.
   BackwardResult backward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
-                          const OutputGrads &dy, const RunOptions &opt) override {
+                          const OutputGrads &dy, const RunOptions &opt, uint64_t resume) override {
     const plan::Function *bwd = p.backward();
     if (!bwd) fail("plan.json#/functions/backward", "the plan has no backward");
-    if (p.options.sp * p.options.tp != 1) fail("--device gpu", "the backward runs on one rank");
-    begin(p, req);
-    bound_.clear();
-    stream_ = nullptr;
+    const plan::Extents e = req.extents();
+    const bool reuse = resume != 0 && resume == keptTicket_ && keptPlan_ == &p && e.B == extents_.B &&
+                       e.S == extents_.S && e.Nt == extents_.Nt && e.Nv == extents_.Nv && e.Na == extents_.Na &&
+                       e.T == extents_.T && e.Sr == extents_.Sr;
+    keptTicket_ = 0;
+    const std::vector<plan::ScheduleStep> steps = plan::backwardSchedule(p, true);
+    const size_t first = reuse ? forwardEnd(steps) : 0;
+    if (reuse) req_ = &req;  // the same extents: every launch and download reads them
+    else prepareBackward(p, weights, req, opt);
     const plan::Function &fwd = p.forward();
-    prepareKernels(fwd);
-    std::vector<const plan::Kernel *> all;
-    for (const plan::Op &op : bwd->ops) all.push_back(&p.kernel(op));
-    runner_->loadAll(all);
-    loadWeights(p, weights, opt.progress);
-    const std::map<int64_t, CUdeviceptr> slotAt = allocateArena(p, req, /*withBackward=*/true);
-    uploadInputs(fwd, req);
     // H3C_GPU_PROFILE=1: a CUDA event after each step of the schedule; the forward's table by op kind, the
     // recompute's and the backward's by kernel on stderr (timing only; the same bits).
     const bool profile = std::getenv("H3C_GPU_PROFILE") != nullptr;
@@ -683,41 +687,16 @@ public:
     std::vector<CUevent> &ev = events.ev;
     const int64_t videoCols = p.config.videoPatchDim(), audioCols = p.config.audio_in_channels;
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<plan::ScheduleStep> steps = plan::backwardSchedule(p, true);
-    if (profile) events.start(steps.size(), stream_);
-    size_t recomputed = 0, stepAt = 0;
-    auto stepDone = [&] {
-      ++stepAt;
-      if (profile) hc::check(d.cuEventRecord(ev[stepAt], stream_), "cuEventRecord");
-    };
-    for (const plan::ScheduleStep &s : steps) {
-      // The backward's inputs (the gradients of the forward's outputs) come into being after the forward: uploaded
-      // in stream order behind its ops (their slots may have held forward values until then).
-      for (const auto &n : s.defineBefore) {
-        if (n.rfind("@grad:", 0) != 0) continue;  // the forward's inputs: uploadInputs above
-        const bool video = n == "@grad:" + fwd.outputs.at("sample");
-        if (!video && n != "@grad:" + fwd.outputs.at("audio_sample"))
-          fail("plan.json#/functions/backward/inputs", "'{}' is no gradient of a forward output", n);
-        uploadTensor(n, video ? dy.sample : dy.audioSample);
-      }
-      if (s.backward) {
-        launchKernel(*s.op, runner_->load(p.kernel(*s.op)));
-        stepDone();
-        continue;
-      }
-      if (s.recompute) {  // the second life of what it defines: its recompute slot (the first may be another's now)
-        ++recomputed;
-        for (const auto &o : s.op->out) {
-          const int64_t slot = p.value(o).recomputeSlot;
-          if (slot < 0) fail("plan.json#/values/" + o, "is recomputed but has no recompute_slot");
-          values_.at(o).ptr = slotAt.at(slot);
-        }
-      }
-      runOp(*s.op);
-      stepDone();
+    const std::vector<plan::ScheduleStep> ran(steps.begin() + long(first), steps.end());
+    if (profile) events.start(ran.size(), stream_);
+    size_t recomputed = 0;
+    for (size_t i = 0; i < ran.size(); ++i) {
+      recomputed += ran[i].recompute ? 1 : 0;
+      runStep(p, ran[i], &dy);
+      if (profile) hc::check(d.cuEventRecord(ev[i + 1], stream_), "cuEventRecord");
     }
     hc::check(hc::driver().cuCtxSynchronize(), "running the backward");
-    if (profile) reportSchedule(p, steps, ev);
+    if (profile) reportSchedule(p, ran, ev);
     if (ropeDevicePending_) ropeDeviceValid_ = true;
     if (std::getenv("H3C_PROFILE") || std::getenv("H3C_GPU_PROFILE")) {
       // What the memory of a training step is made of (docs/contract.md section 14): the arena (the plan's slots),
@@ -726,15 +705,17 @@ public:
       hc::driver().cuMemGetInfo(&freeB, &totalB);
       double wbytes = 0;
       for (const auto &kv : weightBuffers_) wbytes += double(kv.second.bytes());
-      std::fprintf(stderr, "h3c gpu: backward B=%lld S=%lld: %zu steps (%zu recomputed forward ops, %zu checkpoint "
+      std::fprintf(stderr, "h3c gpu: backward B=%lld S=%lld: %zu steps%s (%zu recomputed forward ops, %zu checkpoint "
                    "segments) %.1f ms; arena %.3f GB, weights %.3f GB, device memory in use %.3f GB of %.3f "
-                   "(GB = 1e9 bytes)\n", (long long)req.B, (long long)req.S, steps.size(), recomputed,
+                   "(GB = 1e9 bytes)\n", (long long)req.B, (long long)req.S, ran.size(),
+                   reuse ? " after the kept forward" : "", recomputed,
                    bwd->checkpoints.size(),
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
                    arenaBytes_ / 1e9, wbytes / 1e9, (totalB - freeB) / 1e9, totalB / 1e9);
     }
     BackwardResult r;
     r.arenaBytes = int64_t(arenaBytes_);
+    r.forwardKept = reuse;
     r.outputs.sample = download(fwd.outputs.at("sample"), {req.B, req.Nv, videoCols});
     r.outputs.audio_sample = download(fwd.outputs.at("audio_sample"), {req.B, req.Na, audioCols});
     for (const auto &[key, v] : bwd->outputs) {
@@ -746,6 +727,83 @@ public:
             Tensor::fromFloats(DType::F32, p.weightTensor(key.substr(5)).shape, h.f.data());
     }
     return r;
+  }
+
+  // The forward half of backward() (executor.h): the schedule's forward steps in the backward's arena, kept there for
+  // the backward of the ticket returned.
+  Outputs forwardKept(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt,
+                      uint64_t &ticket) override {
+    if (!p.backward()) fail("plan.json#/functions/backward", "the plan has no backward");
+    keptTicket_ = 0;
+    const std::vector<plan::ScheduleStep> steps = plan::backwardSchedule(p, true);
+    prepareBackward(p, weights, req, opt);
+    const size_t end = forwardEnd(steps);
+    for (size_t i = 0; i < end; ++i) runStep(p, steps[i], nullptr);
+    hc::check(hc::driver().cuCtxSynchronize(), "running the forward of a backward");
+    if (ropeDevicePending_) ropeDeviceValid_ = true;
+    const plan::Function &fwd = p.forward();
+    Outputs out;
+    out.sample = download(fwd.outputs.at("sample"), {req.B, req.Nv, p.config.videoPatchDim()});
+    out.audio_sample = download(fwd.outputs.at("audio_sample"), {req.B, req.Na, p.config.audio_in_channels});
+    keptTicket_ = ticket = ++lastTicket_;
+    keptPlan_ = &p;
+    return out;
+  }
+
+private:
+  // The backward's set-up (both halves): the request's extents, the kernels of both functions, the weights, the
+  // arena over the backward's slot timeline, the forward's inputs uploaded.
+  void prepareBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt) {
+    if (p.options.sp * p.options.tp != 1) fail("--device gpu", "the backward runs on one rank");
+    begin(p, req);
+    bound_.clear();
+    stream_ = nullptr;
+    const plan::Function &fwd = p.forward();
+    prepareKernels(fwd);
+    std::vector<const plan::Kernel *> all;
+    for (const plan::Op &op : p.backward()->ops) all.push_back(&p.kernel(op));
+    runner_->loadAll(all);
+    loadWeights(p, weights, opt.progress);
+    slotAt_ = allocateArena(p, req, /*withBackward=*/true);
+    uploadInputs(fwd, req);
+  }
+
+  // The schedule's forward steps end where the first step is a gradient op or a recompute, or defines a gradient of
+  // an output (the backward's inputs).
+  static size_t forwardEnd(const std::vector<plan::ScheduleStep> &steps) {
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].backward || steps[i].recompute) return i;
+      for (const auto &n : steps[i].defineBefore)
+        if (n.rfind("@grad:", 0) == 0) return i;
+    }
+    return steps.size();
+  }
+
+  // One step of the backward's schedule. dy: the gradients of the forward's outputs (null for the forward's steps).
+  void runStep(const plan::Plan &p, const plan::ScheduleStep &s, const OutputGrads *dy) {
+    const plan::Function &fwd = p.forward();
+    // The backward's inputs (the gradients of the forward's outputs) come into being after the forward: uploaded
+    // in stream order behind its ops (their slots may have held forward values until then).
+    for (const auto &n : s.defineBefore) {
+      if (n.rfind("@grad:", 0) != 0) continue;  // the forward's inputs: uploadInputs
+      const bool video = n == "@grad:" + fwd.outputs.at("sample");
+      if (!video && n != "@grad:" + fwd.outputs.at("audio_sample"))
+        fail("plan.json#/functions/backward/inputs", "'{}' is no gradient of a forward output", n);
+      if (!dy) fail("plan.json#/functions/backward", "internal error: '{}' defined in the forward's steps", n);
+      uploadTensor(n, video ? dy->sample : dy->audioSample);
+    }
+    if (s.backward) {
+      launchKernel(*s.op, runner_->load(p.kernel(*s.op)));
+      return;
+    }
+    if (s.recompute) {  // the second life of what it defines: its recompute slot (the first may be another's now)
+      for (const auto &o : s.op->out) {
+        const int64_t slot = p.value(o).recomputeSlot;
+        if (slot < 0) fail("plan.json#/values/" + o, "is recomputed but has no recompute_slot");
+        values_.at(o).ptr = slotAt_.at(slot);
+      }
+    }
+    runOp(*s.op);
   }
 
 private:
@@ -964,6 +1022,11 @@ private:
   // Made at the first native op (it opens cuBLASLt); declared after runner_, so destroyed before it.
   std::unique_ptr<hc::NativeOps> native_;
   std::unique_ptr<hc::DeviceBuffer> arena_;
+  std::map<int64_t, CUdeviceptr> slotAt_;  // the backward's slots (prepareBackward)
+  // forwardKept's ticket while its values are in the arena (0: none; anything else run on this executor clears it)
+  // and the plan it ran.
+  uint64_t keptTicket_ = 0, lastTicket_ = 0;
+  const plan::Plan *keptPlan_ = nullptr;
   std::unique_ptr<hc::NonFiniteScan> outputScan_;  // the output scan's slots (the first forward with a DeviceIO)
   size_t arenaBytes_ = 0;
   const CanonicalRequest *req_ = nullptr;

@@ -38,6 +38,8 @@ struct BackwardResult {
   // The GPU executor only: the bytes of its activation arena for this run, every slot the plan's values of both
   // functions take (recompute slots included) at the request's extents, each rounded up to 256 bytes.
   int64_t arenaBytes = 0;
+  // The GPU executor only: the backward started from a kept forward (Executor::forwardKept) instead of its own.
+  bool forwardKept = false;
 };
 
 // Validates the request against the plan's config, then runs the forward and the backward on `opt.device` with
@@ -46,8 +48,9 @@ struct BackwardResult {
 // dtype or shape.
 // `executor`: the device's executor to run it on (a resident engine's, holding its weights and kernels); null makes
 // one for `opt.device`.
+// `resume`: a ticket of executor->forwardKept (0: none), executor.h.
 BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Request &request, const OutputGrads &dy,
-                           const RunOptions &opt, Executor *executor = nullptr);
+                           const RunOptions &opt, Executor *executor = nullptr, uint64_t resume = 0);
 
 // Throws naming the gradient unless each is F32 of its output's shape for this request.
 void checkOutputGrads(const plan::Plan &p, const CanonicalRequest &req, const OutputGrads &dy);

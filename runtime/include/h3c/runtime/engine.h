@@ -40,7 +40,13 @@ public:
   RunResult run(const Request &request, const RunOptions &opt, const DeviceIO *io = nullptr);
   // The plan's backward (backward.h) on the weights this engine holds (hot updates included): the CPU reference, or
   // the GPU executor's gradient kernels with its device weights and kernels.
-  BackwardResult backward(const Request &request, const OutputGrads &dy);
+  // `resume`: the ticket of forwardKept's forward of this request (0: none): the GPU backward then runs only its own
+  // steps when nothing ran on the engine in between (BackwardResult::forwardKept says which); the same bits either way.
+  BackwardResult backward(const Request &request, const OutputGrads &dy, uint64_t resume = 0);
+  // The forward of a training step: on the GPU the backward's forward (Executor::forwardKept), its values kept for the
+  // backward of the ticket returned; on the CPU a forward (ticket 0: the backward runs its own). A strict engine
+  // refuses non-finite outputs (naming them). The outputs are the forward's bits either way.
+  std::pair<Outputs, uint64_t> forwardKept(const Request &request);
   // Loads the weights before the first forward (on the GPU: the upload, which computes a checkpoint's content hash
   // and checks it against an expected one, CheckpointWeights::expectContent; the CPU reads weights per op). run()
   // does it when needed. `progress`: a progress line on stderr while it loads.

@@ -99,8 +99,17 @@ public:
   // The plan's forward, then its backward (docs/contract.md section 14) on the gradients of the forward's outputs
   // (backward.h, which validates the plan and the gradients first): the GPU executor runs both on the device, every
   // value of both functions in the arena. The default refuses (the CPU reference is runCpuBackward).
+  // `resume`: a ticket of forwardKept; when it is the last thing that ran on this executor (same plan, same request
+  // extents), the backward starts after the forward, on the kept values (BackwardResult::forwardKept); otherwise it
+  // runs the forward itself. The same bits either way.
   virtual BackwardResult backward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
-                                  const OutputGrads &dy, const RunOptions &opt);
+                                  const OutputGrads &dy, const RunOptions &opt, uint64_t resume = 0);
+  // The forward half of backward(): the forward's ops of the backward's schedule, their values kept for the backward
+  // (a training forward and its backward then run the forward once). Returns the forward's outputs and sets `ticket`
+  // (non-zero) for backward()'s `resume`; any other run, backward or weight change on this executor drops what it
+  // kept. The default refuses (the CPU reference keeps nothing).
+  virtual Outputs forwardKept(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
+                              const RunOptions &opt, uint64_t &ticket);
 };
 
 std::unique_ptr<Executor> makeCpuExecutor();
