@@ -20,6 +20,7 @@ config.test_exec_root = os.path.join(config.h3c_obj_root, "test", "lit")
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%h3c_src", config.h3c_src_root))
+config.substitutions.append(("%h3c_bin", config.h3c_tools_dir))
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 

@@ -26,7 +26,7 @@ struct Args {
   std::vector<std::string> tune, trainable;
 };
 
-h3c::tool::Command cmd("compile", "Compile a fingerprint into a plan (plan.json + CUDA kernels)", [](CLI::App &app) {
+h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
   auto a = std::make_shared<Args>();
   app.add_option("fingerprint", a->fingerprint, "Fingerprint JSON (models/h3/fingerprint.json)")->required();
   app.add_option("--arch", a->arch, "Target architecture")->check(CLI::IsMember({"sm_90a", "sm_100a"}));

@@ -9,6 +9,9 @@
 // (CLI11's headers cost seconds of code generation in every translation unit that includes them), where the anonymous
 // namespaces of all the files would be one namespace.
 //
+// A command whose code would make every other command's start-up slow (`compile`, which links the MLIR compiler) is
+// its own executable beside h3c, registered in h3c by name only.
+//
 // `setup` receives the CLI11 subcommand to add options and sub-subcommands to, and sets its callback. Callbacks throw
 // h3c::Error on bad input (printed as "h3c: error: ..." with exit code 2) or return an exit code through
 // `exitCode()`.
@@ -25,9 +28,16 @@ namespace h3c::tool {
 struct Command {
   using Setup = std::function<void(CLI::App &)>;
   Command(std::string name, std::string help, Setup setup);
+  // A command that is another executable in h3c's own folder: `h3c <name> ARGS...` runs it in h3c's place with the
+  // same arguments (see compile_elsewhere.cpp); h3c itself only lists it.
+  Command(std::string name, std::string help, std::string executable);
   std::string name, help;
   Setup setup;
+  std::string executable;  // empty: the command runs in h3c
 };
+
+// The one line that `h3c --help` shows for `compile`, in h3c and in h3c-compile alike.
+inline constexpr const char *kCompileHelp = "Compile a fingerprint into a plan (plan.json + CUDA kernels)";
 
 std::vector<const Command *> &registry();
 

@@ -5,10 +5,6 @@
 
 #include "h3c/support/error.h"
 
-#include <dlfcn.h>
-
-#include <cstdlib>
-#include <filesystem>
 #include <mutex>
 
 namespace h3c::runtime::cuda {
@@ -34,46 +30,29 @@ bool resolveLt(void *lib, CublasLtApi &a, std::string &missing) {
 } // namespace
 
 std::vector<std::string> cublasLtCandidates() {
-  if (const char *e = std::getenv("H3C_CUBLASLT_LIBRARY"); e && *e) return {e};
-  const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-  std::vector<std::string> names = {soname};
-#ifdef H3C_CUDA_INCLUDE_DIR
-  // The toolkit h3c was built against (include/ and lib64/ side by side), for machines whose loader path lacks it.
-  names.push_back((std::filesystem::path(H3C_CUDA_INCLUDE_DIR).parent_path() / "lib64" / soname).string());
-#endif
-  names.push_back("libcublasLt.so");
-  return names;
+  return toolkitLibraryCandidates("H3C_CUBLASLT_LIBRARY", "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR),
+                                  {"libcublasLt.so"});
 }
 
 bool openCublasLt(const std::vector<std::string> &names, CublasLtApi &api, std::string &why) {
-  why.clear();
-  for (const auto &name : names) {
-    void *lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      const char *e = dlerror();  // names the file already
-      why += (why.empty() ? "" : "; ") + (e ? std::string(e) : name + ": cannot be opened");
-      continue;
-    }
+  CublasLtApi a{};
+  void *lib = dlOpenFirst(names, [&](void *l, std::string &reason) {
     std::string missing;
-    CublasLtApi a{};
-    if (!resolveLt(lib, a, missing)) {
-      why += (why.empty() ? "" : "; ") + name + ": lacks " + missing;
-      dlclose(lib);
-      continue;
+    if (!resolveLt(l, a, missing)) {
+      reason = "lacks " + missing;
+      return false;
     }
     // The calls are made with the structs and enums of the headers h3c was built with: another major version (an
     // unversioned libcublasLt.so, or H3C_CUBLASLT_LIBRARY) is refused, not trusted.
     if (const size_t major = a.cublasLtGetVersion() / 10000; major != size_t(CUBLAS_VER_MAJOR)) {
-      why += (why.empty() ? "" : "; ") + name + ": is cuBLASLt " + std::to_string(a.cublasLtGetVersion()) +
-             ", h3c was built with major version " + std::to_string(CUBLAS_VER_MAJOR);
-      dlclose(lib);
-      continue;
+      reason = "is cuBLASLt " + std::to_string(a.cublasLtGetVersion()) + ", h3c was built with major version " +
+               std::to_string(CUBLAS_VER_MAJOR);
+      return false;
     }
-    api = a;
     return true;
-  }
-  if (names.empty()) why = "no library name to try";
-  return false;
+  }, why);
+  if (lib) api = a;
+  return lib != nullptr;
 }
 
 const CublasLtApi *cublasLt(std::string *why) {

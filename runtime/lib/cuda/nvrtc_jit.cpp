@@ -1,10 +1,9 @@
 // NVRTC compilation with a content-keyed, self-checking disk cache (see nvrtc_jit.h).
 #include "h3c/runtime/cuda/nvrtc_jit.h"
 
+#include "h3c/runtime/cuda/nvrtc_api.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
-
-#include <nvrtc.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -16,8 +15,8 @@ namespace {
 
 constexpr const char *kMagic = "h3c-cubin-v1\n";
 
-void check(nvrtcResult r, const std::string &where, const char *what) {
-  if (r != NVRTC_SUCCESS) fail(where, "{}: {}", what, nvrtcGetErrorString(r));
+void check(const NvrtcApi &api, nvrtcResult r, const std::string &where, const char *what) {
+  if (r != NVRTC_SUCCESS) fail(where, "{}: {}", what, api.nvrtcGetErrorString(r));
 }
 
 // Reads a cache entry; returns false (and sets `corrupt`) when the file exists but does not verify.
@@ -58,8 +57,9 @@ NvrtcJit::NvrtcJit(std::filesystem::path cacheDir) : dir_(std::move(cacheDir)) {
 }
 
 std::string NvrtcJit::nvrtcVersion() {
+  const NvrtcApi &api = nvrtc();
   int major = 0, minor = 0;
-  check(::nvrtcVersion(&major, &minor), "nvrtc", "nvrtcVersion");
+  check(api, api.nvrtcVersion(&major, &minor), "nvrtc", "nvrtcVersion");
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
@@ -112,20 +112,22 @@ CompiledKernel NvrtcJit::compile(const h3c::plan::Kernel &k) {
     }
   }
 
+  const NvrtcApi &api = nvrtc();
   nvrtcProgram prog;
   std::string name = k.id + ".cu";
-  check(nvrtcCreateProgram(&prog, k.source.c_str(), name.c_str(), 0, nullptr, nullptr), "kernel " + k.id,
+  check(api, api.nvrtcCreateProgram(&prog, k.source.c_str(), name.c_str(), 0, nullptr, nullptr), "kernel " + k.id,
         "nvrtcCreateProgram");
-  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram *)> guard(&prog, [](nvrtcProgram *p) { nvrtcDestroyProgram(p); });
+  auto destroy = [&api](nvrtcProgram *p) { api.nvrtcDestroyProgram(p); };
+  std::unique_ptr<nvrtcProgram, decltype(destroy)> guard(&prog, destroy);
   std::vector<const char *> copts;
   for (const auto &o : k.nvrtcOptions) copts.push_back(o.c_str());
-  nvrtcResult r = nvrtcCompileProgram(prog, (int)copts.size(), copts.data());
+  nvrtcResult r = api.nvrtcCompileProgram(prog, (int)copts.size(), copts.data());
   size_t logSize = 0;
-  nvrtcGetProgramLogSize(prog, &logSize);
+  api.nvrtcGetProgramLogSize(prog, &logSize);
   std::string log(logSize, '\0');
-  if (logSize) nvrtcGetProgramLog(prog, log.data());
+  if (logSize) api.nvrtcGetProgramLog(prog, log.data());
   while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
-  if (r != NVRTC_SUCCESS) throw CompileError(k.id, std::string(nvrtcGetErrorString(r)) + "\n" + log);
+  if (r != NVRTC_SUCCESS) throw CompileError(k.id, std::string(api.nvrtcGetErrorString(r)) + "\n" + log);
   // Kernel qualification: ptxas serializes wgmma when it cannot keep the accumulators in flight (warnings C7510/
   // C7511, "wgmma.mma_async instructions are serialized"); such a kernel computes the right bits at a fraction of
   // its speed, which a plan that promised the Hopper kernel must not silently accept.
@@ -133,10 +135,10 @@ CompiledKernel NvrtcJit::compile(const h3c::plan::Kernel &k) {
     throw CompileError(k.id, "refused: ptxas serialized its wgmma instructions (kernel not qualified)\n" + log);
   out.log = log;
   size_t size = 0;
-  check(nvrtcGetCUBINSize(prog, &size), "kernel " + k.id, "nvrtcGetCUBINSize");
+  check(api, api.nvrtcGetCUBINSize(prog, &size), "kernel " + k.id, "nvrtcGetCUBINSize");
   if (size == 0) fail("kernel " + k.id, "NVRTC produced an empty cubin");
   out.cubin.assign(size, '\0');
-  check(nvrtcGetCUBIN(prog, out.cubin.data()), "kernel " + k.id, "nvrtcGetCUBIN");
+  check(api, api.nvrtcGetCUBIN(prog, out.cubin.data()), "kernel " + k.id, "nvrtcGetCUBIN");
   count(&JitStats::compiled);
 
   if (!entry.empty()) {

@@ -3,6 +3,7 @@
 // library (where this machine has one) resolves every entry point.
 #ifdef H3C_HAVE_CUDA
 #include "h3c/runtime/cuda/cublaslt.h"
+#include "scoped_env.h"
 
 #include <gtest/gtest.h>
 
@@ -13,24 +14,7 @@ namespace hc = h3c::runtime::cuda;
 
 namespace {
 
-// Sets an environment variable for one scope, restoring what was there.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    if (const char *old = std::getenv(name)) old_ = old, had_ = true;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
-  }
-
-private:
-  const char *name_;
-  std::string old_;
-  bool had_ = false;
-};
+using h3c::testtool::ScopedEnv;
 
 TEST(CublasLtLoader, CandidatesAreTheHeadersSonameOrTheOverride) {
   {

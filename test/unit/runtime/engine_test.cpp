@@ -5,6 +5,7 @@
 
 #include "h3c/runtime/engine.h"
 #include "h3c/support/error.h"
+#include "h3c/support/parallel.h"
 #include "h3c/support/sha256.h"
 
 #include <gtest/gtest.h>
@@ -206,11 +207,12 @@ std::string requestShaByDefinition(const Request &r) {
   return sha256Hex(all);
 }
 
-// Threads of this process now (Linux: one entry per thread in /proc/self/task).
+// Threads of this process now (Linux: one entry per thread in /proc/self/task) that are not parallelForEach's pool's
+// (started on demand and kept until the process ends; support/parallel.h).
 size_t threadCount() {
   size_t n = 0;
   for (const auto &e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory() ? 1 : 0;
-  return n;
+  return n - poolThreads();
 }
 
 // Synthetic weights whose load of one tensor throws, as a checkpoint read that fails mid-forward would.
