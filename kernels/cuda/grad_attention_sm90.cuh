@@ -46,18 +46,32 @@ __device__ __forceinline__ h3u32 gb_swz(int R, int r, int c) {
   return (h3u32)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// Rows row0.. row0 + R - 1 of src (row stride GB_LD) into the swizzled tile at dst; rows at or past L read as zeros.
-template <int R, int NT>
-__device__ __forceinline__ void gb_load(h3u32 dst, const h3bf *src, long long row0, long long L, int tid) {
-#pragma unroll 4
-  for (int i = tid; i < R * 16; i += NT) {
-    const int r = i >> 4, c = i & 15;
-    const bool ok = row0 + r < L;
-    const void *g = ok ? (const void *)(src + (row0 + r) * GB_LD + c * 8) : (const void *)src;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + gb_swz(R, r, c)), "l"(g),
-                 "r"(ok ? 16 : 0));
+// Rows row0.. row0 + R - 1 of src (row stride GB_LD) into the swizzled tile at dst by NT threads; rows at or past L
+// read as zeros. Thread t moves chunk t % 16 of rows t / 16 + (NT / 16) k: rows NT / 16 apart (a multiple of 8) keep
+// their swizzle, so a thread's offsets are fixed at init and a load is one add and one cp.async per chunk (the
+// kernels are bound by instructions issued, not by the tensor core: ncu, bench/NOTES.md 2026-12-05 21:44).
+template <int R, int NT> struct GbLoader {
+  static_assert(NT % 128 == 0 && (R * 16) % NT == 0, "a [R, 128] tile in whole passes of NT threads");
+  h3u32 soff;      // the thread's first chunk in the tile
+  long long goff;  // and in the source, from the tile's first row
+  int r0;
+  __device__ __forceinline__ void init(int tid) {
+    r0 = tid >> 4;
+    soff = gb_swz(R, r0, tid & 15);
+    goff = (long long)r0 * GB_LD + (tid & 15) * 8;
   }
-}
+  __device__ __forceinline__ void load(h3u32 dst, const h3bf *src, long long row0, long long L) const {
+    const h3bf *g = src + row0 * GB_LD + goff;
+    const long long left = L - row0;
+    const int lim = left < R ? (int)left : R;
+#pragma unroll
+    for (int k = 0; k < R * 16 / NT; ++k) {
+      const bool ok = r0 + k * (NT / 16) < lim;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + soff + k * (NT / 16) * 128),
+                   "l"(ok ? (const void *)(g + (long long)k * (NT / 16) * GB_LD) : (const void *)src), "r"(ok ? 16 : 0));
+    }
+  }
+};
 
 // acc (64 x N) = A (64 rows of a K-major tile of `aRows` rows, from row aRow0) times B (the N rows of a K-major tile)^T:
 // eight chained 16-wide chunks over d, the first with scale_d = 0. Issued and committed, not waited for.
@@ -75,18 +89,10 @@ __device__ __forceinline__ void gb_issue_qk(float *acc, h3u32 aTile, int aRows, 
   wgmma_commit();
 }
 
-// acc (64 x 128) += X (64 x 64, registers: the S-like fragment x[j * 4 + e], packed as mma.sync A fragments by
-// pack_bf2, grad_attention_mma.cuh's ga_pv) times the N-major tile bTile (64 rows): four chunks of 16 rows ascending.
-// Issued and committed, not waited for.
-__device__ __forceinline__ void gb_issue_pv(float *acc, const float *x, h3u32 bTile) {
-  h3u32 pa[4][4];
-#pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
-    pa[kc][0] = pack_bf2(x[(2 * kc) * 4 + 0], x[(2 * kc) * 4 + 1]);
-    pa[kc][1] = pack_bf2(x[(2 * kc) * 4 + 2], x[(2 * kc) * 4 + 3]);
-    pa[kc][2] = pack_bf2(x[(2 * kc + 1) * 4 + 0], x[(2 * kc + 1) * 4 + 1]);
-    pa[kc][3] = pack_bf2(x[(2 * kc + 1) * 4 + 2], x[(2 * kc + 1) * 4 + 3]);
-  }
+// acc (64 x 128) += X (64 x 64, registers: the packed mma.sync A fragments pa[kc] of the S-like fragment x[j * 4 + e],
+// kc = j / 2: (x[8kc], x[8kc+1]), (x[8kc+2], x[8kc+3]), (x[8kc+4], x[8kc+5]), (x[8kc+6], x[8kc+7]), low half first)
+// times the N-major tile bTile (64 rows): four chunks of 16 rows ascending. Issued and committed, not waited for.
+__device__ __forceinline__ void gb_issue_pv(float *acc, const h3u32 (*pa)[4], h3u32 bTile) {
   wgmma_fence();
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc)
@@ -113,14 +119,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
   const int tid = threadIdx.x & 127, wg = threadIdx.x >> 7;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const float kNegInf = __int_as_float(0xff800000);
+  GbLoader<128, 256> ld128;
+  GbLoader<GB_KVB, 256> ldKv;
+  GbLoader<64, 256> ld64;
+  ld128.init(threadIdx.x);
+  ldKv.init(threadIdx.x);
+  ld64.init(threadIdx.x);
 
   // The ring (cp.async groups, one committed per step even when empty, so group n is step n's): steps 0 ..
   // GB_STAGES - 2 in flight before the walk, step n + GB_STAGES - 1 issued at step n into the buffer step n - 1 read.
   const int nkv = (int)((L + GB_KVB - 1) / GB_KVB);
-  gb_load<128, 256>(sQ, Q, q0, L, threadIdx.x);
+  ld128.load(sQ, Q, q0, L);
 #pragma unroll
   for (int n = 0; n < GB_STAGES - 1; ++n) {
-    if (n < nkv) gb_load<GB_KVB, 256>(sKV + n * GB_TILE(GB_KVB), K, (long long)n * GB_KVB, L, threadIdx.x);
+    if (n < nkv) ldKv.load(sKV + n * GB_TILE(GB_KVB), K, (long long)n * GB_KVB, L);
     cp_async_commit();
   }
   // bf(dO) of the tile (zeros past L) into shared memory and the scratch; D by one thread per row.
@@ -167,8 +179,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
     cp_async_wait<GB_STAGES - 2>();
     __syncthreads();
     if (kb + GB_STAGES - 1 < nkv)
-      gb_load<GB_KVB, 256>(sKV + ((kb + GB_STAGES - 1) % GB_STAGES) * GB_TILE(GB_KVB), K,
-                           (long long)(kb + GB_STAGES - 1) * GB_KVB, L, threadIdx.x);
+      ldKv.load(sKV + ((kb + GB_STAGES - 1) % GB_STAGES) * GB_TILE(GB_KVB), K, (long long)(kb + GB_STAGES - 1) * GB_KVB,
+                L);
     cp_async_commit();
     float s[GB_KVB / 2];
     gb_issue_qk<GB_KVB>(s, sQ, 128, wg * 64, sKV + (kb % GB_STAGES) * GB_TILE(GB_KVB));
@@ -184,8 +196,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
 #pragma unroll
   for (int n = 0; n < GB_STAGES - 1; ++n) {
     if (n < nsub) {
-      gb_load<GB_KSUB, 256>(sK + n * GB_TILE(GB_KSUB), K, (long long)n * GB_KSUB, L, threadIdx.x);
-      gb_load<GB_KSUB, 256>(sV + n * GB_TILE(GB_KSUB), V, (long long)n * GB_KSUB, L, threadIdx.x);
+      ld64.load(sK + n * GB_TILE(GB_KSUB), K, (long long)n * GB_KSUB, L);
+      ld64.load(sV + n * GB_TILE(GB_KSUB), V, (long long)n * GB_KSUB, L);
     }
     cp_async_commit();
   }
@@ -213,8 +225,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
     if (kb + GB_STAGES - 1 < nsub) {
       const int nb = (kb + GB_STAGES - 1) % GB_STAGES;
       const long long k0n = (long long)(kb + GB_STAGES - 1) * GB_KSUB;
-      gb_load<GB_KSUB, 256>(sK + nb * GB_TILE(GB_KSUB), K, k0n, L, threadIdx.x);
-      gb_load<GB_KSUB, 256>(sV + nb * GB_TILE(GB_KSUB), V, k0n, L, threadIdx.x);
+      ld64.load(sK + nb * GB_TILE(GB_KSUB), K, k0n, L);
+      ld64.load(sV + nb * GB_TILE(GB_KSUB), V, k0n, L);
     }
     cp_async_commit();
     const h3u32 Kb = sK + (kb % GB_STAGES) * GB_TILE(GB_KSUB), Vb = sV + (kb % GB_STAGES) * GB_TILE(GB_KSUB);
@@ -222,16 +234,25 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
     gb_issue_qk<GB_KSUB>(s, sQ, 128, wg * 64, Kb);
     gb_issue_qk<GB_KSUB>(dp, sdO, 128, wg * 64, Vb);
     wgmma_wait<0>();
-    const long long k0 = (long long)kb * GB_KSUB;
+    // dS = bf(P (dP - D)), 0 for keys past L, packed straight into dq's A fragments: bf2_rn of the F32 product is
+    // pack_bf2 of its rbf for every value arithmetic returns (common.cuh), the mma.sync form's bits.
+    const long long left = L - (long long)kb * GB_KSUB;
+    const int lim = left < GB_KSUB ? (int)left : GB_KSUB;
+    h3u32 pa[4][4];
 #pragma unroll
     for (int j = 0; j < GB_KSUB / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int hh = e >> 1;
-        const float P = h3c_ex2(__fmaf_rn(s[j * 4 + e], GB_C, -Lr[hh]));
-        s[j * 4 + e] = k0 + j * 8 + t4 * 2 + (e & 1) < L ? rbf(__fmul_rn(P, __fsub_rn(dp[j * 4 + e], Dr[hh]))) : 0.0f;
+      for (int hh = 0; hh < 2; ++hh) {
+        float ds[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = j * 4 + hh * 2 + e;
+          const float P = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lr[hh]));
+          ds[e] = j * 8 + t4 * 2 + e < lim ? __fmul_rn(P, __fsub_rn(dp[i], Dr[hh])) : 0.0f;
+        }
+        pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(ds[0], ds[1]);
       }
-    gb_issue_pv(dqa, s, Kb);
+    gb_issue_pv(dqa, pa, Kb);
     wgmma_wait<0>();
   }
 #pragma unroll
@@ -257,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   unsigned char *const rest = gb_raw + (sdO + GB_STAGES * GB_TILE(GB_QSUB) - smem_u32(gb_raw));
   float *LDs = (float *)rest;
   float *Ps = LDs + GB_STAGES * 2 * GB_QSUB;  // [GB_QSUB / 2][128]: P^T, warpgroup 0 to 1, element-major
-  float *fold = Ps + (GB_QSUB / 2) * 128;  // [GB_D / 2][256]: each thread's fold of dv or dk, element-major
+  float4 *fold = (float4 *)(Ps + (GB_QSUB / 2) * 128);  // [GB_D / 8][256]: each thread's fold of dv or dk, 4 a slot
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;
   const long long colBase = (long long)blockIdx.y * GB_D;
@@ -266,22 +287,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   const long long k0 = (long long)blockIdx.x * 64;
   const int tid = threadIdx.x & 127, wg = threadIdx.x >> 7;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  const bool w0 = wg == 0;
+  GbLoader<64, 256> ld64;
+  ld64.init(threadIdx.x);
 
-  gb_load<64, 256>(sK, (const h3bf *)k + rowBase * GB_LD + colBase, k0, L, threadIdx.x);
-  gb_load<64, 256>(sV, (const h3bf *)v + rowBase * GB_LD + colBase, k0, L, threadIdx.x);
+  ld64.load(sK, (const h3bf *)k + rowBase * GB_LD + colBase, k0, L);
+  ld64.load(sV, (const h3bf *)v + rowBase * GB_LD + colBase, k0, L);
   // Sub-tile t's query rows, their L and D (0 past the item's end, where P and dS are set to 0 below).
+  const float *statsHead = (const float *)stats + 2 * (rowBase * GB_HEADS + blockIdx.y);
   auto loadSub = [&](int buf, long long i0) {
-    gb_load<GB_QSUB, 256>(sQ + buf * GB_TILE(GB_QSUB), Q, i0, L, threadIdx.x);
-    gb_load<GB_QSUB, 256>(sdO + buf * GB_TILE(GB_QSUB), dO, i0, L, threadIdx.x);
+    ld64.load(sQ + buf * GB_TILE(GB_QSUB), Q, i0, L);
+    ld64.load(sdO + buf * GB_TILE(GB_QSUB), dO, i0, L);
     if (threadIdx.x < GB_QSUB) {  // (L, D) of the row, 8 bytes by cp.async (a plain load would stall the CTA)
       const long long i = i0 + threadIdx.x;
-      const float *src = (const float *)stats + 2 * ((rowBase + (i < L ? i : 0)) * GB_HEADS + blockIdx.y);
+      const float *src = statsHead + 2 * (i < L ? i : 0) * GB_HEADS;
       asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(LDs + (buf * GB_QSUB + threadIdx.x) * 2)),
                    "l"(src), "r"(i < L ? 8 : 0));
     }
   };
   // The ring as phase 0's: group n is sub-tile n (K and V ride with sub-tile 0).
-  const long long nsub = (L + GB_QSUB - 1) / GB_QSUB;
+  const int nsub = (int)((L + GB_QSUB - 1) / GB_QSUB);
 #pragma unroll
   for (int n = 0; n < GB_STAGES - 1; ++n) {
     if (n < nsub) loadSub(n, (long long)n * GB_QSUB);
@@ -290,72 +315,99 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   float acc[GB_D / 2];  // this warpgroup's dv (0) or dk (1): the unit's partial (its fold: `fold`, shared memory)
 #pragma unroll
   for (int i = 0; i < GB_D / 2; ++i) acc[i] = 0.0f;
-  for (long long t = 0; t < nsub; ++t) {
+  for (int t = 0; t < nsub; ++t) {
     cp_async_wait<GB_STAGES - 2>();
     __syncthreads();  // sub-tile t landed; every thread is done with step t - 1 (its buffers and Ps)
-    if (t + GB_STAGES - 1 < nsub) loadSub(int((t + GB_STAGES - 1) % GB_STAGES), (t + GB_STAGES - 1) * GB_QSUB);
+    if (t + GB_STAGES - 1 < nsub) loadSub((t + GB_STAGES - 1) % GB_STAGES, (long long)(t + GB_STAGES - 1) * GB_QSUB);
     cp_async_commit();
-    const int buf = int(t % GB_STAGES);
+    const int buf = t % GB_STAGES;
     const h3u32 Qb = sQ + buf * GB_TILE(GB_QSUB), dOb = sdO + buf * GB_TILE(GB_QSUB);
     const float *LD = LDs + buf * 2 * GB_QSUB;
-    const long long i0 = t * GB_QSUB;
+    const long long left = L - (long long)t * GB_QSUB;
+    const int lim = left < GB_QSUB ? (int)left : GB_QSUB;  // the sub-tile's rows before the item's end
     // Both warpgroups run one code path on their own operands (a wgmma on a divergent path would be serialized):
     // warpgroup 0 S^T = K Q^T, then P^T and dv += P^T dO; warpgroup 1 dP^T = V dO^T, then dS^T and dk += dS^T Q.
     float x[GB_QSUB / 2];
-    gb_issue_qk<GB_QSUB>(x, wg == 0 ? sK : sV, 64, 0, wg == 0 ? Qb : dOb);
+    gb_issue_qk<GB_QSUB>(x, w0 ? sK : sV, 64, 0, w0 ? Qb : dOb);
+    // This thread's rows' L (warpgroup 0) or D (1): columns 8 j + 2 t4 (+ 1), one 16-byte load of (L, D, L, D).
+    float lv[GB_QSUB / 4];
+#pragma unroll
+    for (int j = 0; j < GB_QSUB / 8; ++j) {
+      const float4 ld4 = *(const float4 *)(LD + 2 * (j * 8 + t4 * 2));
+      lv[2 * j] = w0 ? ld4.x : ld4.y;
+      lv[2 * j + 1] = w0 ? ld4.z : ld4.w;
+    }
     wgmma_wait<0>();
     // P^T from warpgroup 0 to warpgroup 1 through Ps. Nothing diverges: registers that feed a wgmma written on a
     // divergent path make ptxas serialize the wgmmas, so warpgroup 0's ex2 and stores are predicated instructions.
+    float y[GB_QSUB / 2];
 #pragma unroll
     for (int j = 0; j < GB_QSUB / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = j * 8 + t4 * 2 + (e & 1);
-        const float arg = __fmaf_rn(x[j * 4 + e], GB_C, -LD[2 * c]);
-        asm volatile("{\n.reg .pred p, q;\n.reg .f32 y;\nsetp.eq.u32 p, %2, 0;\nsetp.ne.u32 q, %3, 0;\n"
-                     "@p ex2.approx.ftz.f32 y, %1;\nselp.f32 y, y, 0f00000000, q;\n@p st.shared.f32 [%0], y;\n}\n"
-                     ::"r"(smem_u32(Ps + (j * 4 + e) * 128 + tid)), "f"(arg), "r"(wg), "r"(i0 + c < L ? 1 : 0)
-                     : "memory");
+        const float arg = __fmaf_rn(x[j * 4 + e], GB_C, -lv[2 * j + (e & 1)]);
+        asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %3, 0;\nsetp.lt.s32 q, %4, %5;\n"
+                     "@p ex2.approx.ftz.f32 %0, %2;\nselp.f32 %0, %0, 0f00000000, q;\n@p st.shared.f32 [%1], %0;\n}\n"
+                     : "=f"(y[j * 4 + e]) : "r"(smem_u32(Ps + (j * 4 + e) * 128 + tid)), "f"(arg), "r"((int)w0),
+                       "r"(c), "r"(lim) : "memory");
       }
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    // Warpgroup 0 packs its own P^T (times 1: the same value), warpgroup 1 dS^T = P^T (dP^T - D) from Ps; both 0
+    // past the item's end; bf2_rn of the F32 value is pack_bf2 of its rbf for every value arithmetic returns
+    // (common.cuh), the mma.sync form's bits.
+    h3u32 pa[4][4];
 #pragma unroll
     for (int j = 0; j < GB_QSUB / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = j * 8 + t4 * 2 + (e & 1);
-        const float P = Ps[(j * 4 + e) * 128 + tid];  // P^T, 0 past the item's end (rounded by the pack)
-        const float dS = i0 + c < L ? rbf(__fmul_rn(P, __fsub_rn(x[j * 4 + e], LD[2 * c + 1]))) : 0.0f;
-        x[j * 4 + e] = wg == 0 ? P : dS;
+      for (int hh = 0; hh < 2; ++hh) {
+        float val[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = j * 4 + hh * 2 + e;
+          const float P = w0 ? y[i] : Ps[i * 128 + tid];
+          const float f = w0 ? 1.0f : __fsub_rn(x[i], lv[2 * j + e]);
+          val[e] = j * 8 + t4 * 2 + e < lim ? __fmul_rn(P, f) : 0.0f;
+        }
+        pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(val[0], val[1]);
       }
-    gb_issue_pv(acc, x, wg == 0 ? dOb : Qb);
+    gb_issue_pv(acc, pa, w0 ? dOb : Qb);
     wgmma_wait<0>();
     // The unit's last sub-tile: fold its partial into the item's sum (the first unit's as it is) and start the next
     // unit's from zero (by selects: accumulators written on a divergent path would serialize the wgmmas). The fold
     // lives in shared memory: in registers beside the partial it would spill.
-    const long long unitEnd = (i0 / GR_UNIT + 1) * GR_UNIT;
-    const bool end = i0 + GB_QSUB >= unitEnd || i0 + GB_QSUB >= L, first = i0 < GR_UNIT;
+    static_assert(GR_UNIT == 2 * GB_QSUB, "a unit is two sub-tiles");
+    const bool end = (t & 1) || t == nsub - 1, first = t < 2;
     if (end) {
 #pragma unroll
-      for (int i = 0; i < GB_D / 2; ++i) {
-        float *f = fold + i * 256 + threadIdx.x;
-        *f = first ? acc[i] : __fadd_rn(*f, acc[i]);
+      for (int i = 0; i < GB_D / 8; ++i) {
+        float4 *f = fold + i * 256 + threadIdx.x;
+        const float4 a = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+        if (first) {
+          *f = a;
+        } else {
+          const float4 b = *f;
+          *f = make_float4(__fadd_rn(b.x, a.x), __fadd_rn(b.y, a.y), __fadd_rn(b.z, a.z), __fadd_rn(b.w, a.w));
+        }
       }
     }
 #pragma unroll
     for (int i = 0; i < GB_D / 2; ++i) acc[i] = end ? 0.0f : acc[i];
   }
   if (L == 0) return;
-  const float scale = wg == 0 ? 1.0f : GB_QK_SCALE;  // dv as folded, dk scaled
+  const float scale = w0 ? 1.0f : GB_QK_SCALE;  // dv as folded, dk scaled
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const long long r = k0 + warp * 16 + g + hh * 8;
     if (r >= L) continue;
-    float *out = (float *)(wg == 0 ? dv : dk) + (rowBase + r) * GB_LD + colBase;
+    float *out = (float *)(w0 ? dv : dk) + (rowBase + r) * GB_LD + colBase;
 #pragma unroll
     for (int j = 0; j < GB_D / 8; ++j) {
-      const float a = fold[(j * 4 + hh * 2) * 256 + threadIdx.x], b = fold[(j * 4 + hh * 2 + 1) * 256 + threadIdx.x];
+      // acc[j * 4 + hh * 2 + e] is slot (j * 4 + hh * 2) / 4 = j, lanes hh * 2 + e
+      const float4 f = fold[j * 256 + threadIdx.x];
+      const float a = hh ? f.z : f.x, b = hh ? f.w : f.y;
       *(float2 *)(out + j * 8 + t4 * 2) =
-          wg == 0 ? make_float2(a, b) : make_float2(__fmul_rn(scale, a), __fmul_rn(scale, b));
+          w0 ? make_float2(a, b) : make_float2(__fmul_rn(scale, a), __fmul_rn(scale, b));
     }
   }
 }

@@ -44,11 +44,13 @@ __device__ __forceinline__ float h3c_lg2(float x) {
 template <int NJ>
 __device__ __forceinline__ void gr_stats_block(float *s, long long k0, long long L, int t4, float c, float *m, float *l) {
   const float kNegInf = __int_as_float(0xff800000);
+  const long long left = L - k0;  // keys of the block before L: one 32-bit compare per element
+  const int lim = left < NJ * 8 ? (int)left : NJ * 8;
 #pragma unroll
   for (int j = 0; j < NJ; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      if (k0 + j * 8 + t4 * 2 + (e & 1) >= L) s[j * 4 + e] = kNegInf;
+      if (j * 8 + t4 * 2 + (e & 1) >= lim) s[j * 4 + e] = kNegInf;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     float mx = kNegInf;
@@ -60,9 +62,11 @@ __device__ __forceinline__ void gr_stats_block(float *s, long long k0, long long
     const float alpha = h3c_ex2(__fmaf_rn(m[hh], c, -mc));
     m[hh] = mnew;
     l[hh] = __fmul_rn(l[hh], alpha);
+    // Each pair rounded by one cvt (bf2_rn == rbf's bits for every value ex2 returns, common.cuh), added in order.
 #pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) l[hh] = __fadd_rn(l[hh], rbf(h3c_ex2(__fmaf_rn(s[j * 4 + hh * 2 + e], c, -mc))));
+    for (int j = 0; j < NJ; ++j) {
+      const h3u32 p2 = bf2_rn(h3c_ex2(__fmaf_rn(s[j * 4 + hh * 2], c, -mc)), h3c_ex2(__fmaf_rn(s[j * 4 + hh * 2 + 1], c, -mc)));
+      l[hh] = __fadd_rn(__fadd_rn(l[hh], bf2_lo(p2)), bf2_hi(p2));
+    }
   }
 }
