@@ -467,6 +467,63 @@ int main(int argc, char **argv) {
       }
     }
     {
+      // linear_grad_x (a bf16 linear's dX = bf(g) W, docs/contract.md section 14) at each dX shape of the full config:
+      // the plan's form (on sm_90a the Hopper GEMM, grad_linear_sm90.cuh) and the mma.sync form, both with their phase
+      // 0 (g rounded into the scratch) and their GEMM alone, beside cuBLASLt's GEMM of the same shape (bf16 g and W,
+      // F32 out). TFLOP/s count 2 M N K.
+      struct GradX {
+        const char *name;
+        long long N, K;
+      };
+      const GradX shapes[] = {{"context_embedder", H, 5120}, {"to_q/k/v", I, H}, {"to_out", H, I},
+                              {"fc1", 2 * F, H},           {"fc2", H, F},      {"lora down x-part r64", 64, H}};
+      std::unique_ptr<hc::DeviceBuffer> g, dx;
+      h3c::kernels::EmitOptions mma = h3c::kernels::EmitOptions::planDefaults();
+      mma.sm90GradX = 0;
+      for (const GradX &s : shapes) {
+        const std::string base = fmt::format("linear_grad_x {} N={} K={}", s.name, s.N, s.K);
+        auto wanted = [&](const std::string &name) { return only.empty() || name.find(only) != std::string::npos; };
+        if (!wanted(base) && !wanted(base + " [mma.sync]") && !wanted(base + " [GEMM only]") &&
+            !wanted(base + " [mma.sync] [GEMM only]") && !wanted(base + " [cuBLASLt]"))
+          continue;
+        if (!g) {  // allocated once a shape is timed: g F32 [M, 2F] (fc1's), dx F32 [M, F]
+          g = randBuf(size_t(M * 2 * F), false, 1.0);
+          dx = std::make_unique<hc::DeviceBuffer>(size_t(M * F * 4));
+        }
+        Operands o;
+        o.in = {g->get()};
+        o.out = {dx->get()};
+        o.w = {w->get()};
+        const EmitOp op = linearGradX(s.N, s.K);
+        const double flops = 2.0 * M * s.N * s.K, bytes = 4.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K;
+        for (int form = 0; form < (dev.arch() == "sm_90a" ? 2 : 1); ++form) {
+          const std::string name = base + (form == 0 ? "" : " [mma.sync]");
+          const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mma;
+          bench(name, op, o, flops, bytes, opt);
+          // The GEMM alone (phase 1 as the entry; the scratch holds the run before's bf(g)).
+          if (!wanted(name + " [GEMM only]")) continue;
+          plan::Kernel k1 = *emit(op, dev.arch(), opt);
+          k1.entry = k1.phases.at(0).entry;
+          k1.launch = k1.phases.at(0).launch;
+          k1.phases.clear();
+          k1.id += "_gemm";
+          const hc::LoadedKernel &lk = runner.load(kernels.emplace(k1.id, k1).first->second);
+          auto addr = [&](plan::OperandRole role, int64_t i) { return o.at(role, i); };
+          measure(name + " [GEMM only]", [&] { runner.launch(lk, ext, addr); }, flops,
+                  2.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K);
+        }
+        if (!wanted(base + " [cuBLASLt]")) continue;
+        try {
+          h3c::bench::VendorGemm v(h3c::bench::VendorGemm::GradX{}, M, s.N, s.K);
+          measure(base + " [cuBLASLt]", [&] { v.run(g->get(), w->get(), dx->get()); }, flops,
+                  2.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K);
+        } catch (const std::exception &e) {
+          std::printf("%-60s FAILED: %s\n", (base + " [cuBLASLt]").c_str(), e.what());
+          std::fflush(stdout);
+        }
+      }
+    }
+    {
       Operands o;
       o.in = {x->get(), table->get(), ts->get(), tags->get()};
       o.out = {y->get()};

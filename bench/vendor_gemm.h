@@ -1,5 +1,5 @@
 // cuBLASLt's plain bf16 GEMM y [M, N] = x [M, K] W [N, K]^T (bf16 out, F32 compute, the heuristic's first algorithm
-// with a 32 MiB workspace: what torch.nn.functional.linear runs), timed in the same process as h3c's kernels so both
+// with a 32 MiB workspace: what torch.nn.functional.linear runs), or a linear's input gradient (VendorGemm::GradX), timed in the same process as h3c's kernels so both
 // see the same clocks and power state. Opened through the runtime's dlopen loader (cublaslt.h). Bench-only.
 #pragma once
 
@@ -14,29 +14,14 @@ namespace h3c::bench {
 class VendorGemm {
 public:
   VendorGemm(long long M, long long N, long long K) : ws_(size_t(32) << 20) {
-    namespace hc = h3c::runtime::cuda;
-    std::string why;
-    lt_ = hc::cublasLt(&why);
-    if (!lt_) throw std::runtime_error("cuBLASLt: " + why);
-    const auto &lt = *lt_;
-    hc::checkLt(lt, lt.cublasLtCreate(&handle_), "handle");
-    hc::checkLt(lt, lt.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-    hc::checkLt(lt, lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "TRANSA");
-    hc::checkLt(lt, lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n), "TRANSB");
     // Column-major view: C (N x M, ld N) = W^T (W is K x N, ld K, transposed) * x (K x M, ld K).
-    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, uint64_t(K), uint64_t(N), K), "layout W");
-    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, uint64_t(K), uint64_t(M), K), "layout x");
-    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&c_, CUDA_R_16BF, uint64_t(N), uint64_t(M), N), "layout y");
-    hc::checkLt(lt, lt.cublasLtMatmulPreferenceCreate(&pref_), "preference");
-    const uint64_t wsBytes = ws_.bytes();
-    hc::checkLt(lt, lt.cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes,
-                                                            sizeof wsBytes),
-                "workspace");
-    int found = 0;
-    hc::checkLt(lt, lt.cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a_, b_, c_, c_, pref_, 1, &heur_, &found),
-                "heuristic");
-    if (found < 1) throw std::runtime_error("cuBLASLt offers no algorithm");
+    init(CUBLAS_OP_T, K, N, K, M, CUDA_R_16BF, N);
+  }
+  // A linear's input gradient dX [M, K] = g [M, N] W [N, K] (g bf16, W as the forward stores it, F32 out: the shape
+  // of linear_grad_x's GEMM). Column-major view: C (K x M, ld K) = W (K x N, ld K, as it is) * g (N x M, ld N).
+  struct GradX {};
+  VendorGemm(GradX, long long M, long long N, long long K) : ws_(size_t(32) << 20) {
+    init(CUBLAS_OP_N, K, N, N, M, CUDA_R_32F, K);
   }
   ~VendorGemm() {
     const auto &lt = *lt_;
@@ -62,6 +47,35 @@ public:
   }
 
 private:
+  // Column-major operands: A (the weight) aRows x aCols with ld aRows, transposed or not (transA); B (the activation)
+  // the reduction's length x M with ld ldb; C cRows x M with ld cRows, of type cType. bf16 A and B, F32 compute.
+  void init(cublasOperation_t transA, long long aRows, long long aCols, long long ldb, long long M, cudaDataType_t cType,
+            long long cRows) {
+    namespace hc = h3c::runtime::cuda;
+    std::string why;
+    lt_ = hc::cublasLt(&why);
+    if (!lt_) throw std::runtime_error("cuBLASLt: " + why);
+    const auto &lt = *lt_;
+    hc::checkLt(lt, lt.cublasLtCreate(&handle_), "handle");
+    hc::checkLt(lt, lt.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    const cublasOperation_t n = CUBLAS_OP_N;
+    hc::checkLt(lt, lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof transA), "TRANSA");
+    hc::checkLt(lt, lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n), "TRANSB");
+    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, uint64_t(aRows), uint64_t(aCols), aRows), "layout W");
+    const long long bRows = transA == CUBLAS_OP_T ? aRows : aCols;  // the reduction
+    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, uint64_t(bRows), uint64_t(M), ldb), "layout x");
+    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&c_, cType, uint64_t(cRows), uint64_t(M), cRows), "layout y");
+    hc::checkLt(lt, lt.cublasLtMatmulPreferenceCreate(&pref_), "preference");
+    const uint64_t wsBytes = ws_.bytes();
+    hc::checkLt(lt, lt.cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes,
+                                                            sizeof wsBytes),
+                "workspace");
+    int found = 0;
+    hc::checkLt(lt, lt.cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a_, b_, c_, c_, pref_, 1, &heur_, &found),
+                "heuristic");
+    if (found < 1) throw std::runtime_error("cuBLASLt offers no algorithm");
+  }
+
   const h3c::runtime::cuda::CublasLtApi *lt_ = nullptr;
   h3c::runtime::cuda::DeviceBuffer ws_;
   cublasLtHandle_t handle_ = nullptr;

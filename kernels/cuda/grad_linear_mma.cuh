@@ -10,8 +10,8 @@
 // contract; the one-thread form of grad.cuh computes the CPU's model of them, so the two agree within a bound.
 // Nothing depends on the row count, the batch or the launch: every element's sequence of operations is fixed.
 //
-// Two phases. Phase 0 (GL_ENTRY): bf(g) into the scratch `gb` ([rows][N] bf16, so phase 1 streams it with
-// cp.async), and for dW with a bias the bias gradient (the add chains of grad_common.cuh). Phase 1 (GL_ENTRY_P1): the GEMM,
+// Two phases. Phase 0 (GL_ENTRY, grad_linear_round.cuh): bf(g) into the scratch `gb` ([rows][N] bf16, so phase 1
+// streams it with cp.async), and for dW with a bias the bias gradient. Phase 1 (GL_ENTRY_P1): the GEMM,
 // in tiles of GL_BM x GL_BN (128 x 128 of 8 warps, 64 x 32 each, k-tiles of 32 in a 3-stage cp.async ring; a
 // skinny dX, 64 output columns or fewer (LoRA's dt = bf(g) up), 32 x 64 of 4 warps with k-tiles of 128 in 4 stages, so
 // that its long chain over N runs on M / 32 CTAs with a deep ring). The operands come as
@@ -89,38 +89,6 @@ __device__ __forceinline__ void gl_compute(const h3bf *As, const h3bf *Bs, gl_ac
       }
     }
   }
-}
-
-// Phase 0: gb = bf(g), 8 elements per thread (N is a multiple of 8); dW with a bias: block row 1 sums dbias.
-extern "C" __global__ void __launch_bounds__(256) GL_ENTRY(H3C_PARAMS) {
-  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
-#if GL_DW
-  const long long nRows = items * item_rows;
-#else
-  const long long nRows = rows;
-#endif
-  if (blockIdx.y == 0) {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < nRows * (GR_N / 8);
-         i += (long long)gridDim.x * blockDim.x) {
-      const float4 lo = ((const float4 *)g)[2 * i], hi = ((const float4 *)g)[2 * i + 1];
-      uint4 q;
-      q.x = pack_bf2(lo.x, lo.y);
-      q.y = pack_bf2(lo.z, lo.w);
-      q.z = pack_bf2(hi.x, hi.y);
-      q.w = pack_bf2(hi.z, hi.w);
-      ((uint4 *)gb)[i] = q;
-    }
-  }
-#if GL_DW && GR_BIAS
-  if (blockIdx.y == 1) {
-    for (long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x; n < GR_N; n += (long long)gridDim.x * blockDim.x)
-      ((float *)dbias)[n] = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
-        float acc = 0.f;
-        for (long long r = u; r < u1; ++r) acc = __fadd_rn(acc, ((const float *)g)[r * GR_N + n]);
-        return acc;
-      });
-  }
-#endif
 }
 
 // Phase 1: the GEMM. dX: block (x, y) computes rows [GL_BM x, +GL_BM) and columns [GL_BN y, +GL_BN) of dx; dW: the

@@ -32,11 +32,67 @@ void attentionGradOperands(Params &p, const Extent &rows, int64_t heads) {
   p.scratch("stats", rows.scaled(heads * 8));
 }
 
+// The width of the Hopper dX's tile (grad_linear_sm90.cuh) for K output columns: 192 where K is an odd multiple of
+// 256 and of 192 (K = 5,376: 28 column tiles fill whole waves of 132 SMs at 66 row tiles where 21 leave half a wave,
+// as the forward's 192-wide tile), else the widest of 256, 192 and 128 that pads K least.
+int64_t gradXTileWidth(int64_t K) {
+  if (K % 256 == 0 && (K / 256) % 2 == 1 && K % 192 == 0) return 192;
+  int64_t best = 256;
+  for (int64_t bn : {192, 128})
+    if ((K + bn - 1) / bn * bn < (K + best - 1) / best * best) best = bn;
+  return best;
+}
+
+// The Hopper form of a bf16 linear's dX (grad_linear_sm90.cuh; the mma.sync form's bits): phase 0 rounds g into the
+// scratch gb (grad_linear_round.cuh), phase 1 the persistent TMA + wgmma GEMM over gb (a tensor map over the scratch)
+// and W (N-major boxes of 64 x 64).
+plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
+  const plan::OpAttrs &a = v.a();
+  const EmitOptions &o = v.options;
+  const int64_t bn = o.sm90GradXBn == 0 ? gradXTileWidth(a.K) : o.sm90GradXBn, stages = o.sm90GradXStages;
+  if ((bn != 128 && bn != 192 && bn != 256) || stages < 2 || stages > 5 ||
+      (o.sm90GradXInflight != 0 && o.sm90GradXInflight != 1))
+    fail(v.where, "Hopper dX tuning out of range (grad_x_bn 0/128/192/256, grad_x_stages 2-5, grad_x_inflight 0/1)");
+  // 1,024 bytes of alignment for the 128-byte swizzle, the ring (A 16 KiB + B bn x 128 bytes a stage), its barriers.
+  const int64_t smem = 1024 + stages * (128 * 64 * 2 + bn * 64 * 2) + 16 * stages;
+  if (smem > kMaxCtaSharedBytes)
+    fail(v.where, "the Hopper dX with {} stages of the {}-wide tile needs {} bytes of shared memory (at most {})", stages,
+         bn, smem, kMaxCtaSharedBytes);
+  Builder b;
+  Params p;
+  const Extent rows = v.rowsOfIn(0);
+  p.in("g", 0);
+  p.out("dx", 0);
+  p.scalar("rows", rows);
+  p.scratch("gb", rows.scaled(a.N * 2));
+  p.scratchTensorMap("gb_map", "gb", rows, a.N, 64, 128);
+  p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(a.N), a.K, 64, 64);
+  b.def("GL_DW", 0);
+  b.def("GR_N", a.N);
+  b.def("GR_K", a.K);
+  b.def("GR_BIAS", 0);
+  b.def("GX_BN", bn);
+  b.def("GX_STAGES", stages);
+  b.def("GX_GROUP_M", 8);
+  b.def("GX_INFLIGHT", o.sm90GradXInflight);
+  const plan::Launch convert = launch(256, 0, blocks(rows.scaled(a.N / 8), 256));
+  plan::GridDim g = dim(rows.plus(127).scaled((a.K + bn - 1) / bn), 128);  // >= the tile count, capped at the SMs
+  g.maxPerSm = 1;
+  const plan::Launch gemm = launch(384, smem, g);
+  const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}", a.N, a.K);
+  return finish(name, "GL_ENTRY", b, p,
+                std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_linear_round + tmpl::grad_linear_sm90,
+                convert, arch, o, {{"GX_ENTRY_P1", gemm}});
+}
+
 // The tensor-core forms of a bf16 linear's gradients (grad_linear_mma.cuh): phase 0 rounds g to bf16 into the
 // scratch (and sums dbias), phase 1 is the GEMM in 128 x 128 tiles. dW: `dwAt` / `biasAt` the outputs of the weight's
-// and bias's gradients (the bias's -1 when it is frozen or absent).
+// and bias's gradients (the bias's -1 when it is frozen or absent). On sm_90a with wgmma a dX of more than 64 output
+// columns takes the Hopper form (emitLinearGradXSm90; the same bits); the skinny dX (LoRA's dt) stays here.
 plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw, int64_t dwAt, int64_t biasAt) {
   const plan::OpAttrs &a = v.a();
+  if (!dw && arch == "sm_90a" && v.options.wgmma && v.options.sm90GradX == 1 && a.K > 64)
+    return emitLinearGradXSm90(v, arch);
   Builder b;
   Params p;
   const Extent rows = v.rowsOfIn(0);
@@ -73,7 +129,7 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
   const plan::Launch gemm = launch(wm * wn * 32, smem, dw ? dim(Extent::constant(a.N), bm) : dim(rows, bm),
                                    dim(Extent::constant(a.K), bn));
   std::string name = fmt::format("{}_mma_n{}_k{}", plan::opKindName(v.op.kind), a.N, a.K);
-  return finish(name, "GL_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_mma, convert, arch,
+  return finish(name, "GL_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_round + tmpl::grad_linear_mma, convert, arch,
                 v.options, {{"GL_ENTRY_P1", gemm}});
 }
 

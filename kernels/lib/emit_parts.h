@@ -37,6 +37,8 @@ extern const char *const adaln_sm90;
 extern const char *const grad;
 extern const char *const grad_common;
 extern const char *const grad_linear_mma;
+extern const char *const grad_linear_round;
+extern const char *const grad_linear_sm90;
 extern const char *const grad_attention_mma;
 extern const char *const grad_attention_sm90;
 } // namespace tmpl
@@ -133,6 +135,13 @@ struct Params {
     p.map.strides.push_back(itemRows.scaled(cols * 2));
     p.map.box.push_back(1);
   }
+  // A TMA descriptor (as tensorMap) of a bf16 matrix [rows, cols] in the scratch parameter `scratch` (declared
+  // before it): what one phase writes and a later one loads by TMA.
+  void scratchTensorMap(const std::string &name, const std::string &scratch, const Extent &rowsExt, int64_t cols,
+                        int64_t boxCols, int64_t boxRows) {
+    tensorMap(name, OperandRole::In, 0, rowsExt, cols, boxCols, boxRows);
+    list.back().scratch = scratch;
+  }
   // Scratch memory of `bytes` for this launch of the op (plan::KernelParam::Kind::Scratch), F32-aligned.
   void scratch(const std::string &name, const Extent &bytes) {
     KernelParam p;
@@ -193,7 +202,7 @@ inline std::string abiText(const Params &params, const plan::Launch &l) {
     for (const auto &d : p.map.dims) o << ' ' << d.text();
     for (const auto &s : p.map.strides) o << ' ' << s.text();
     for (auto b : p.map.box) o << ' ' << b;
-    o << ' ' << p.map.swizzle << ' ' << p.map.l2Promotion << ' ' << p.map.oobZero << ';';
+    o << ' ' << p.map.swizzle << ' ' << p.map.l2Promotion << ' ' << p.map.oobZero << ' ' << p.scratch << ';';
   }
   for (const auto &g : l.grid) o << g.extent.text() << '/' << g.div << '/' << g.maxPerSm << ';';
   o << l.block[0] << ',' << l.block[1] << ',' << l.block[2] << ';' << l.smemBytes << ';' << l.cluster[0] << ','

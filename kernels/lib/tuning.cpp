@@ -42,7 +42,13 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           // the backward's linear and attention gradients on the tensor cores (0: grad.cuh's form)
                           {"grad_mma", &EmitOptions::gradMma, 0, 1},
                           // the Hopper attention backward's load rings
-                          {"attn_grad_stages", &EmitOptions::sm90AttnGradStages, 2, 3}};
+                          {"attn_grad_stages", &EmitOptions::sm90AttnGradStages, 2, 3},
+                          // the Hopper dX of the bf16 linears (grad_linear_sm90.cuh): on/off, ring stages, tile width
+                          // (0: by K; 128, 192 or 256, checked by the emitter), a k-block in flight
+                          {"grad_x_sm90", &EmitOptions::sm90GradX, 0, 1},
+                          {"grad_x_stages", &EmitOptions::sm90GradXStages, 2, 5},
+                          {"grad_x_bn", &EmitOptions::sm90GradXBn, 0, 256},
+                          {"grad_x_inflight", &EmitOptions::sm90GradXInflight, 0, 1}};
 
 const Field &field(const std::string &name, int value, const std::string &where) {
   std::string names;

@@ -291,13 +291,20 @@ KernelParam parseParam(const json &j, const std::string &where) {
     p.kind = KernelParam::Kind::Scratch;
     p.value = Extent::parse(str(member(j, "bytes", where), where + "/bytes"), where + "/bytes");
   } else if (kind == "tensor_map") {
-    onlyKeys(j, {"kind", "name", "role", "index", "span", "dtype", "dims", "strides", "box", "swizzle", "l2_promotion",
-                 "oob"},
-             where);
     p.kind = KernelParam::Kind::TensorMap;
-    p.role = parseRole(member(j, "role", where), where + "/role");
-    p.index = nonNegative(member(j, "index", where), where + "/index", 64);
-    p.span = positive(member(j, "span", where), where + "/span", 64);
+    if (j.contains("scratch")) {  // over the kernel's scratch parameter of that name (checkKernelFitsOp)
+      onlyKeys(j, {"kind", "name", "scratch", "dtype", "dims", "strides", "box", "swizzle", "l2_promotion", "oob"},
+               where);
+      p.scratch = str(j["scratch"], where + "/scratch");
+      if (p.scratch.empty()) fail(where + "/scratch", "expected the name of a scratch parameter");
+    } else {
+      onlyKeys(j, {"kind", "name", "role", "index", "span", "dtype", "dims", "strides", "box", "swizzle",
+                   "l2_promotion", "oob"},
+               where);
+      p.role = parseRole(member(j, "role", where), where + "/role");
+      p.index = nonNegative(member(j, "index", where), where + "/index", 64);
+      p.span = positive(member(j, "span", where), where + "/span", 64);
+    }
     p.map.dtype = floatDtype(member(j, "dtype", where), where + "/dtype");
     const json &dims = array(member(j, "dims", where), where + "/dims");
     const json &strides = array(member(j, "strides", where), where + "/strides");
@@ -404,11 +411,41 @@ void checkWeightMapFits(const Plan &p, const Kernel &k, const Op &op, const Kern
          k.id, q.name, last, q.span, bytes);
 }
 
+// The last byte a tensor map addresses past its base, at extents e (dims innermost first, strides for dims >= 1).
+int64_t mapSpan(const KernelParam &q, const Extents &e) {
+  int64_t last = int64_t(dtypeSize(q.map.dtype));
+  for (size_t i = 0; i < q.map.dims.size(); ++i) {
+    const int64_t d = q.map.dims[i].eval(e), stride = i == 0 ? int64_t(dtypeSize(q.map.dtype)) : q.map.strides[i - 1].eval(e);
+    if (d < 1) return 0;  // an empty request: the kernel loads nothing
+    last += (d - 1) * stride;
+  }
+  return last;
+}
+
+// A tensor map over a scratch parameter: the kernel has one of that name, and the map stays inside its bytes (at a
+// one-row request and a large one; the runtime checks the request it launches).
+void checkScratchMapFits(const Kernel &k, const Op &op, const KernelParam &q) {
+  auto it = std::find_if(k.params.begin(), k.params.end(), [&](const KernelParam &s) {
+    return s.kind == KernelParam::Kind::Scratch && s.name == q.scratch;
+  });
+  if (it == k.params.end())
+    fail(op.where + "/kernel", "kernel {} tensor map '{}' is over scratch '{}', which the kernel has no parameter of",
+         k.id, q.name, q.scratch);
+  for (const Extents &e : {Extents{1, 1, 1, 1, 1, 1, 1}, Extents{8, 100000, 1000, 100000, 1000, 100, 100000}})
+    if (mapSpan(q, e) > it->value.eval(e))
+      fail(op.where + "/kernel", "kernel {} tensor map '{}' addresses {} bytes, but scratch '{}' holds {}", k.id, q.name,
+           mapSpan(q, e), q.scratch, it->value.eval(e));
+}
+
 // A kernel's buffer and tensor-map parameters must point at operands the op has.
 void checkKernelFitsOp(const Plan &p, const Kernel &k, const Op &op) {
   for (size_t i = 0; i < k.params.size(); ++i) {
     const KernelParam &q = k.params[i];
     if (q.kind == KernelParam::Kind::Scalar || q.kind == KernelParam::Kind::Scratch) continue;
+    if (q.kind == KernelParam::Kind::TensorMap && !q.scratch.empty()) {
+      checkScratchMapFits(k, op, q);
+      continue;
+    }
     size_t have = q.role == OperandRole::In ? op.in.size()
                   : q.role == OperandRole::Out ? op.out.size()
                   : q.role == OperandRole::Weight ? op.weights.size()

@@ -130,10 +130,17 @@ json paramToJson(const KernelParam &p) {
     json dims = json::array(), strides = json::array();
     for (const auto &d : p.map.dims) dims.push_back(d.text());
     for (const auto &s : p.map.strides) strides.push_back(s.text());
-    return {{"kind", "tensor_map"}, {"name", p.name},        {"role", roleName(p.role)},
-            {"index", p.index},      {"span", p.span},           {"dtype", dt(p.map.dtype)}, {"dims", dims},
-            {"strides", strides},    {"box", p.map.box},     {"swizzle", p.map.swizzle},
-            {"l2_promotion", p.map.l2Promotion}, {"oob", p.map.oobZero ? "zero" : "nan"}};
+    json j = {{"kind", "tensor_map"}, {"name", p.name},        {"dtype", dt(p.map.dtype)}, {"dims", dims},
+              {"strides", strides},    {"box", p.map.box},     {"swizzle", p.map.swizzle},
+              {"l2_promotion", p.map.l2Promotion}, {"oob", p.map.oobZero ? "zero" : "nan"}};
+    if (p.scratch.empty()) {
+      j["role"] = roleName(p.role);
+      j["index"] = p.index;
+      j["span"] = p.span;
+    } else {
+      j["scratch"] = p.scratch;
+    }
+    return j;
   }
   }
   return nullptr;

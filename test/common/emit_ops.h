@@ -134,6 +134,19 @@ inline EmitOp qkvNormRope(const std::string &node, int64_t K, int64_t heads, int
   return op(OpKind::QkvLinear, node, a, kchunks(1), 5);
 }
 
+// linear_grad_x of a bf16 linear (docs/contract.md section 14) as a `--backward` plan has it: g F32 [S, N] (the
+// output's gradient, batched) -> dx F32 [S, K], the weight bf16 [N, K]; k_chunks over N.
+inline EmitOp linearGradX(int64_t N, int64_t K) {
+  plan::OpAttrs a = attrs({{"K", double(K)}, {"N", double(N)}});
+  a.wDtype = h3c::DType::BF16;
+  EmitOp e = op(OpKind::LinearGradX, "transformer_blocks.0.linear_grad_x", a, kchunks(1), 1);
+  e.vals.in[0].cols = N;
+  e.vals.in[0].dtype = h3c::DType::F32;
+  e.vals.out[0].cols = K;
+  e.vals.out[0].dtype = h3c::DType::F32;
+  return e;
+}
+
 // attention_grad (docs/contract.md section 14) as a `--backward` plan has it: q, k, v bf16, o bf16 (or F32), dout and
 // the three gradients F32 [S, heads * d], batched; kv_block the forward's.
 inline EmitOp attentionGrad(int64_t heads, int64_t d, int64_t kvBlock, bool oBf = true) {

@@ -1319,6 +1319,116 @@ TEST_F(Kernels, AttentionGrad) {
   }
 }
 
+// linear_grad_x of the bf16 linears (docs/contract.md section 14): on sm_90a the Hopper form (grad_linear_sm90.cuh,
+// TMA + wgmma) against the mma.sync form (grad_linear_mma.cuh) byte for byte, at every dX shape of the full config
+// ({N, K}: context_embedder, to_q / to_k / to_v, to_out, fc1, fc2, and x's LoRA part at rank 64, one k-block of N) at
+// the bench's M = 8,349 (H3C_GPU_QUICK: 333), and at awkward row counts (5, 70, 130, 925) on the three tile widths
+// (192: K = 5,376; 256; 128) and an N that is no multiple of 64 (the last k-block's 2 chunks); two runs byte-equal;
+// the rows of g permuted give the same rows of dx permuted (a row's dx depends on its own row only); and one shape
+// against fp64: the exact dX of the unrounded g, within 2^-8 of sum |g W| per element (bf(g) rounds each g by at most
+// 2^-9 of it; the F32 chain adds far less), and relative Frobenius error reported. g has exponents spread over 2^+-6.
+TEST_F(Kernels, LinearGradX) {
+  if (hc::device().arch() != "sm_90a") GTEST_SKIP() << "the Hopper form exists on sm_90a only";
+  struct Case {
+    const char *what;
+    int64_t N, K;
+    long long M;
+  };
+  const long long big = quick() ? 333 : 8349;
+  std::vector<Case> cases = {{"context_embedder", 5376, 5120, big}, {"to_q/k/v", 7168, 5376, big},
+                             {"to_out", 5376, 7168, big},           {"fc1", 28672, 5376, big},
+                             {"fc2", 5376, 14336, big},             {"lora down (x's part)", 64, 5376, big},
+                             {"lora down (x's part)", 64, 7168, big}, {"lora down (x's part)", 64, 14336, big}};
+  for (long long M : {5LL, 70LL, 130LL, 925LL}) {
+    cases.push_back({"to_q/k/v", 7168, 5376, M});
+    cases.push_back({"to_out", 5376, 7168, M});
+    cases.push_back({"N 200 K 128", 200, 128, M});
+    cases.push_back({"small context_embedder", 192, 160, M});
+  }
+  // Values with exponents over 2^+-6 (fast: splitmix64, not the normal distribution, for the 240 M values of fc1).
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  auto value = [&] {
+    const uint64_t r = next();
+    const float u = float(int64_t(r >> 40) - (1LL << 23)) / float(1 << 23);  // [-1, 1)
+    return std::ldexp(u, int((r >> 8) % 13) - 6);
+  };
+  hk::EmitOptions mmaOpt;
+  mmaOpt.sm90GradX = 0;
+  bool fp64Done = false;
+  for (const Case &c : cases) {
+    const std::string name = fmt::format("linear_grad_x {} N {} K {} M {}", c.what, c.N, c.K, c.M);
+    std::vector<float> g(size_t(c.M * c.N));
+    for (float &e : g) e = value();
+    std::vector<uint16_t> w(size_t(c.N * c.K));
+    for (uint16_t &e : w) e = floatToBf16(value() / 64.0f);
+    const EmitOp op = linearGradX(c.N, c.K);
+    const plan::Kernel &k9 = kernel(op), &km = kernel(op, mmaOpt);
+    report(k9.id.find("linear_grad_x_mma_sm90_") == 0 && km.id.find("linear_grad_x_mma_n") == 0,
+           name + ": the Hopper form (" + k9.id + ") beside the mma.sync form (" + km.id + ")");
+    Buf wb = up(w);
+    auto go = [&](const plan::Kernel &kern, const std::vector<float> &gv) {
+      Launch la;
+      la.in = {up(gv)};
+      la.w = {wb};
+      la.out = {outBuf(size_t(c.M * c.K * 4))};
+      la.e = rowsS(c.M);
+      run(kern, la);
+      return down<float>(*la.out[0], size_t(c.M * c.K));
+    };
+    const auto h1 = go(k9, g), h2 = go(k9, g), m = go(km, g);
+    const size_t at = firstDiff(h1, m);
+    report(at == SIZE_MAX, name + ": Hopper == mma.sync byte for byte" +
+                               (at == SIZE_MAX ? "" : fmt::format(" (first difference at row {} column {}: {} vs {})",
+                                                                  at / size_t(c.K), at % size_t(c.K), h1[at], m[at])));
+    report(bytesEqual(h1, h2), name + ": two runs byte-equal");
+    // Rows permuted: row i of the permuted g is row perm[i]; dx's row i must be the first run's row perm[i].
+    std::vector<long long> perm(size_t(c.M));
+    for (long long i = 0; i < c.M; ++i) perm[size_t(i)] = i;
+    for (long long i = c.M - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[size_t(next() % uint64_t(i + 1))]);
+    std::vector<float> gp(g.size());
+    for (long long i = 0; i < c.M; ++i)
+      std::memcpy(&gp[size_t(i * c.N)], &g[size_t(perm[size_t(i)] * c.N)], size_t(c.N) * 4);
+    const auto hp = go(k9, gp);
+    bool same = true;
+    for (long long i = 0; i < c.M && same; ++i)
+      same = std::memcmp(&hp[size_t(i * c.K)], &h1[size_t(perm[size_t(i)] * c.K)], size_t(c.K) * 4) == 0;
+    report(same, name + ": rows of g permuted -> the same rows of dx permuted, byte-equal");
+    if (fp64Done || c.N != 5376 || c.K != 7168 || c.M != 130) continue;
+    fp64Done = true;
+    // fp64 of the unrounded g on every 8th row.
+    std::vector<double> ref, got;
+    double worst = 0;
+    for (long long r = 0; r < c.M; r += 8) {
+      std::vector<double> acc(size_t(c.K), 0.0), mag(size_t(c.K), 0.0);
+      for (int64_t n = 0; n < c.N; ++n) {
+        const double gv = g[size_t(r * c.N + n)];
+        const uint16_t *wr = &w[size_t(n * c.K)];
+        for (int64_t kk = 0; kk < c.K; ++kk) {
+          const double p = gv * double(bf16ToFloat(wr[kk]));
+          acc[size_t(kk)] += p;
+          mag[size_t(kk)] += std::fabs(p);
+        }
+      }
+      for (int64_t kk = 0; kk < c.K; ++kk) {
+        const double e = std::fabs(double(h1[size_t(r * c.K + kk)]) - acc[size_t(kk)]) / std::ldexp(mag[size_t(kk)], -8);
+        worst = std::isnan(e) ? 1e30 : std::max(worst, e);
+        ref.push_back(acc[size_t(kk)]);
+        got.push_back(double(h1[size_t(r * c.K + kk)]));
+      }
+    }
+    const ErrStat e = compare(std::vector<float>(got.begin(), got.end()), ref);
+    report(worst <= 1.0, name + fmt::format(": against fp64 of the unrounded g: max error {:.3f} of the bound "
+                                            "2^-8 sum |g W|, rel_frob {:.3e}", worst, e.frob));
+  }
+  report(fp64Done, "linear_grad_x: the fp64 comparison ran");
+}
+
 // The Hopper fusion qkv_linear + qk_norm_rope (sm_90a), every variant of hopperGemmVariants (register and staged
 // epilogues, 2-CTA clusters, ping-pong): full shape (56 heads, rotary 96) at the forward's S = 8,349 and at 70 rows,
 // the refiner's norm-only form, the small config (2 heads: N = 256, one tile per tensor), and 3 heads (N = 384: the

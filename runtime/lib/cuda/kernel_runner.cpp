@@ -1,6 +1,7 @@
 // KernelRunner: JIT + module load + launch from the plan's launch ABI (see kernel_runner.h).
 #include "h3c/runtime/cuda/kernel_runner.h"
 
+#include "h3c/support/dtype.h"
 #include "h3c/support/error.h"
 #include "h3c/support/parallel.h"
 
@@ -190,6 +191,22 @@ void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const 
     scratch_ = DeviceBuffer();
     scratch_ = DeviceBuffer(scratchBytes);
   }
+  // The scratch region a tensor map describes, which must hold every byte the map addresses at this request.
+  auto scratchPtr = [&](const plan::KernelParam &m) -> CUdeviceptr {
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const plan::KernelParam &s = k.params[j];
+      if (s.kind != plan::KernelParam::Kind::Scratch || s.name != m.scratch) continue;
+      int64_t last = int64_t(dtypeSize(m.map.dtype));
+      for (size_t d = 0; d < m.map.dims.size(); ++d)
+        last += (m.map.dims[d].eval(e) - 1) * (d == 0 ? int64_t(dtypeSize(m.map.dtype)) : m.map.strides[d - 1].eval(e));
+      if (last > s.value.eval(e))
+        fail("kernel " + k.id, "tensor map '{}' addresses {} bytes of scratch '{}', which holds {}", m.name, last,
+             s.name, s.value.eval(e));
+      return scratch_.get() + scratchAt[j];
+    }
+    fail("kernel " + k.id, "tensor map '{}' is over scratch '{}', which the kernel has no parameter of", m.name,
+         m.scratch);
+  };
   // Argument storage: every parameter gets its own slot; params[] points at them in signature order.
   struct Slot {
     alignas(64) unsigned char bytes[128];
@@ -209,7 +226,8 @@ void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const 
       CUdeviceptr ptr = scratch_.get() + scratchAt[i];
       std::memcpy(storage[i].bytes, &ptr, sizeof ptr);
     } else {
-      CUdeviceptr ptr = address(p.role, p.index);
+      // Over an operand, or over one of the kernel's scratch regions (plan::KernelParam::scratch).
+      CUdeviceptr ptr = p.scratch.empty() ? address(p.role, p.index) : scratchPtr(p);
       const plan::TensorMapSpec &m = p.map;
       std::vector<cuuint64_t> dims, strides;
       std::vector<cuuint32_t> box, elemStrides;

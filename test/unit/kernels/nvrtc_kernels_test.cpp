@@ -17,6 +17,7 @@
 #include "h3c/runtime/cuda/nvrtc_jit.h"
 #endif
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -1084,6 +1085,74 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
       }
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
+}
+
+// The bf16 linears' dX (linear_grad_x, docs/contract.md section 14) of config c's backward, {N, K}: context_embedder,
+// to_q / to_k / to_v, to_out, fc1, fc2, and with unmerged LoRA at rank 64 x's LoRA part bf(dt) down (N = 64: one
+// k-block) and dt = bf(g) up (K = 64: the skinny form).
+std::vector<std::pair<int64_t, int64_t>> gradXShapes(const h3c::h3::Config &c) {
+  const int64_t H = c.hidden_size, I = c.innerDim(), F = c.ffn_dim;
+  return {{H, c.text_dim}, {I, H}, {H, I}, {2 * F, H}, {H, F}, {64, H}, {64, I}, {64, F}, {I, 64}, {H, 64}};
+}
+
+// The Hopper dX (grad_linear_sm90.cuh) at every dX shape of the full and small configs on sm_90a: its wgmmas
+// asynchronous, nothing spilled, the tile 192 wide where K is 5,376 (whole waves) and 128 where that pads K least; a
+// shape with N not a multiple of 64 (the last k-block's 2 chunks). The skinny dX (K <= 64), sm_100a and wgmma off
+// keep the mma.sync form (the GPU check Kernels.LinearGradX compares the two byte for byte). H3C_NVRTC_VARIANTS=1
+// adds the tunings (grad_x_bn, grad_x_stages, grad_x_inflight).
+TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  std::vector<std::pair<int64_t, int64_t>> shapes = gradXShapes(h3c::h3::namedConfig("full"));
+  for (const auto &s : gradXShapes(h3c::h3::namedConfig("small"))) shapes.push_back(s);
+  shapes.push_back({200, 128});
+  std::set<std::string> seen;
+  for (const auto &[N, K] : shapes) {
+    const plan::Kernel k = *emit(linearGradX(N, K), "sm_90a");
+    const bool hopper = K > 64;
+    EXPECT_EQ(k.id.find(fmt::format("linear_grad_x_mma_sm90_n{}_k{}_", N, K)) == 0, hopper) << k.id;
+    EXPECT_EQ(k.source.find("wgmma.mma_async") != std::string::npos, hopper) << k.id;
+    ASSERT_EQ(k.phases.size(), 1u) << k.id;
+    // The tile width by K: 192 at 5,376 (28 column tiles: whole waves), else the widest that pads K least.
+    const std::map<int64_t, const char *> width = {{128, "128"},  {160, "192"},  {192, "192"},  {256, "256"},
+                                                   {512, "256"},  {5120, "256"}, {5376, "192"}, {7168, "256"},
+                                                   {14336, "256"}};
+    if (hopper) {
+      ASSERT_TRUE(width.count(K)) << K;
+      EXPECT_NE(k.source.find(std::string("#define GX_BN ") + width.at(K) + "\n"), std::string::npos) << k.id;
+    }
+    if (seen.insert(k.id).second) expectCompilesWithoutSpills(jit, k, fmt::format("dX N {} K {}", N, K));
+  }
+  // sm_100a and wgmma off: the mma.sync form.
+  hk::EmitOptions off;
+  off.wgmma = false;
+  hk::EmitOptions noGradX;
+  noGradX.sm90GradX = 0;
+  for (const auto &[arch, opt] : {std::pair<std::string, hk::EmitOptions>{"sm_100a", {}}, {"sm_90a", off},
+                                  {"sm_90a", noGradX}}) {
+    const plan::Kernel k = *emit(linearGradX(28672, 5376), arch, opt);
+    EXPECT_EQ(k.id.find("linear_grad_x_mma_n28672_k5376_"), 0u) << arch << " " << k.id;
+  }
+  const plan::Kernel mmaForm = *emit(linearGradX(28672, 5376), "sm_100a");
+  expectCompilesWithoutSpills(jit, mmaForm, "sm_100a dX");
+  // Tunings out of range are refused with the op's place.
+  hk::EmitOptions wide;
+  wide.sm90GradXBn = 160;
+  EXPECT_THROW(emit(linearGradX(28672, 5376), "sm_90a", wide), h3c::Error);
+  hk::EmitOptions deep;
+  deep.sm90GradXStages = 5;  // 5 x 48 KiB of the 256-wide tile do not fit
+  EXPECT_THROW(emit(linearGradX(7168, 5120), "sm_90a", deep), h3c::Error);
+  if (!nvrtcVariants()) return;
+  for (int bn : {128, 192, 256})
+    for (int stages : {2, 3, 4})
+      for (int inflight : {0, 1}) {
+        hk::EmitOptions o;
+        o.sm90GradXBn = bn;
+        o.sm90GradXStages = stages;
+        o.sm90GradXInflight = inflight;
+        const plan::Kernel k = *emit(linearGradX(5376, 14336), "sm_90a", o);
+        expectCompilesWithoutSpills(jit, k, fmt::format("dX bn {} stages {} inflight {}", bn, stages, inflight));
+      }
 }
 
 TEST(NvrtcCompile, FullConfigAndPlanSm90a) {

@@ -446,6 +446,32 @@ TEST(PlanRead, KernelsAreHashCheckedAndFitTheirOps) {
   json size = phased;
   size["kernels"]["k1"]["params"].back()["bytes"] = "S*Q";
   rejects(rehash(size), "params/3/bytes", t.path);
+  // A tensor map over a scratch parameter (the Hopper dX's bf(g), KernelParam::scratch): no role, index or span; read
+  // and written back the same; refused when the kernel has no scratch of that name, when it would address more bytes
+  // than the scratch holds (S*8 bytes: S rows of 4 bf16), or when it carries an operand's keys too.
+  json smap = phased;
+  smap["kernels"]["k1"]["params"].push_back({{"kind", "tensor_map"}, {"name", "stats_map"}, {"scratch", "stats"},
+                                             {"dtype", "BF16"}, {"dims", {"4", "S"}}, {"strides", {"8"}},
+                                             {"box", {4, 64}}, {"swizzle", "none"}, {"l2_promotion", "none"},
+                                             {"oob", "zero"}});
+  const plan::Plan sm = plan::planFromJson(rehash(smap), t.path);
+  EXPECT_EQ(sm.kernels.at("k1").params.back().kind, plan::KernelParam::Kind::TensorMap);
+  EXPECT_EQ(sm.kernels.at("k1").params.back().scratch, "stats");
+  const json smBack = plan::planToJson(sm)["kernels"]["k1"]["params"].back();
+  EXPECT_EQ(smBack["scratch"], "stats");
+  EXPECT_FALSE(smBack.contains("role"));
+  EXPECT_FALSE(smBack.contains("index"));
+  EXPECT_EQ(plan::planFromJson(plan::planToJson(sm), t.path).kernels.at("k1").params.back().scratch, "stats");
+  json noScratch = smap;
+  noScratch["kernels"]["k1"]["params"].back()["scratch"] = "gb";
+  rejects(rehash(noScratch), "tensor map 'stats_map' is over scratch 'gb', which the kernel has no parameter of",
+          t.path);
+  json tooWide = smap;
+  tooWide["kernels"]["k1"]["params"].back()["dims"][0] = "8";  // 16 bytes a row where the scratch holds 8
+  rejects(rehash(tooWide), "tensor map 'stats_map' addresses 16 bytes, but scratch 'stats' holds 8", t.path);
+  json both = smap;
+  both["kernels"]["k1"]["params"].back()["role"] = "in";
+  rejects(rehash(both), "role", t.path);
   // On disk: loadPlan(dir) reads dir/plan.json.
   writeFileAtomic(t.path / "plan.json", p.dump());
   EXPECT_EQ(plan::loadPlan(t.path).forward().ops.size(), ok.forward().ops.size());

@@ -89,6 +89,11 @@ struct EmitOptions {
   // sm_90a: the stages of the Hopper attention backward's load rings (grad_attention_sm90.cuh; 2 or 3: phase 1's
   // 3 x 32 KiB beside its folds fill the CTA's shared memory). Timing only.
   int sm90AttnGradStages = 3;
+  // sm_90a with wgmma: a bf16 linear's dX (linear_grad_x) of more than 64 output columns on the Hopper GEMM
+  // (grad_linear_sm90.cuh: TMA, wgmma, persistent; the mma.sync form's bits, Kernels.LinearGradX compares them byte
+  // for byte); 0 keeps the mma.sync form. Tuning (timing only): the ring's stages (2-5, refused where they do not fit),
+  // the tile width (0: chosen by K; 128, 192 or 256) and one k-block kept in flight per consumer (0 or 1).
+  int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by

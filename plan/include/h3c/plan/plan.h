@@ -167,7 +167,9 @@ struct TensorMapSpec {
 //               of that role as one contiguous array (the weight buffers guarantee the layout).
 //   scalar:     a 64-bit integer whose value is `value` evaluated on the request's extents.
 //   tensor_map: a 128-byte CUtensorMap (by value, __grid_constant__) describing the operand (with `span` > 1, the
-//               operands index..index+span-1 as one matrix, as for buffers).
+//               operands index..index+span-1 as one matrix, as for buffers), or with `scratch` set the kernel's
+//               scratch parameter of that name (a phase's output another phase reads by TMA: bf(g) of the Hopper
+//               dX); such a map has no role, index or span.
 //   scratch:    a device pointer to `value` bytes (evaluated on the request's extents) that belong to this launch of
 //               the op: the kernel's phases pass values through them (attention's row statistics between its
 //               backward's passes). Uninitialized: a phase writes every byte it or a later phase reads.
@@ -179,6 +181,7 @@ struct KernelParam {
   int64_t index = 0, span = 1;
   Extent value;
   TensorMapSpec map;
+  std::string scratch;  // tensor_map over a scratch parameter: its name (empty: over operand (role, index))
 };
 
 // A later launch of the same kernel module: another entry of the source, with its own geometry and the kernel's

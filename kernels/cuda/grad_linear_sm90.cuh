@@ -1,0 +1,181 @@
+// The Hopper form of a bf16 linear's input gradient dX [rows][K] = bf(g) W (sm_90a: TMA + mbarrier ring + wgmma,
+// warp-specialized, persistent), chunk for chunk grad_linear_mma.cuh's dX, so both give the same bits (the GPU check
+// Kernels.LinearGradX compares them byte for byte): every output is one F32 chain from 0 over the 16-wide chunks of N
+// in ascending order (docs/contract.md section 14, k_chunks over N). wgmma m64nNk16 chained over ascending 16-wide
+// chunks computes mma.sync m16n8k16's chain (measured, ../shared/HOPPER-KERNELS.md section 1), whatever the tile, its
+// place in the walk or the SM; N is never split across CTAs. The chain has as many chunks as the mma.sync form's
+// (2 ceil(N / 32): its k-tiles of 32, zero-filled past N): this kernel's last k-block of 64 issues only the chunks
+// that remain.
+//
+// Phase 0 (GL_ENTRY, grad_linear_round.cuh) rounds g into the scratch gb; phase 1 (GX_ENTRY_P1) is this GEMM, the
+// skeleton of the forward's gemm_sm90.cuh: 384 threads, warpgroup 0 the producer (one thread issues the TMA loads of
+// a GX_STAGES-deep ring), warpgroups 1 and 2 each 64 rows of a 128 x GX_BN output tile (m64nGX_BNk16 wgmmas). A is
+// bf(g): gb_map over the scratch, [rows][N] boxes of 128 rows x 64 of N (K-major, 128-byte swizzle, rows past the
+// end zero-filled). B is W [N][K] as stored, the reduction along its rows: w_map boxes of 64 rows of N x 64 output
+// columns, each box an N-major 128-byte-swizzled atom of 64 output columns (wgmma's transposed B, imm-trans-b = 1;
+// the atoms of a stage GX_BOX_BYTES apart), boxes starting at or past K left unloaded (their columns are never
+// stored). The grid is persistent (at most one CTA per SM) and walks the tiles in groups of GX_GROUP_M row tiles,
+// so the CTAs running at once share their tiles of W in L2. The epilogue stores each thread's F32 accumulators (the
+// mma.sync fragment layout) straight from registers.
+//
+// Defined by the emitter: GL_ENTRY GX_ENTRY_P1 H3C_PARAMS GL_DW (0) GR_N GR_K GR_BIAS (0) GX_BN (128, 192 or 256)
+// GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing its stage; 1: keep one in
+// flight). Parameters (H3C_PARAMS, in this order): g (F32 [rows][N], phase 0's), dx (F32 [rows][K]), rows, gb
+// (scratch, bf16 [rows][N]), gb_map (the tensor map over gb: boxes of 64 x 128 rows), w_map (W's: boxes of 64 x 64).
+#define GX_BM 128
+#define GX_BK 64
+#define GX_THREADS 384
+#define GX_A_BYTES (GX_BM * GX_BK * 2)
+#define GX_BOX_BYTES (64 * GX_BK * 2)  // one box of W: 64 rows of N x 64 output columns
+#define GX_BOXES (GX_BN / 64)
+#define GX_B_BYTES (GX_BOXES * GX_BOX_BYTES)
+#define GX_KT ((GR_N + GX_BK - 1) / GX_BK)
+#define GX_TILES_N ((GR_K + GX_BN - 1) / GX_BN)
+// The chunks of the last k-block: the mma.sync form's 2 ceil(N / 32) less the 4 of each earlier k-block (2 or 4).
+#define GX_LAST_CHUNKS (2 * ((GR_N + 31) / 32) - 4 * (GX_KT - 1))
+// setmaxnreg's split of 168 x 384 registers (the forward's): 40 x 128 + 232 x 256.
+#define GX_REGS_PRODUCER 40
+#define GX_REGS_CONSUMER 232
+#if GX_BN != 256 && GX_BN != 192 && GX_BN != 128
+#error "GX_BN is 128, 192 or 256"
+#endif
+#if GL_DW || GR_BIAS
+#error "grad_linear_sm90.cuh computes dX only"
+#endif
+
+// One 16-wide chunk of the chain on this warpgroup's GX_BN / 2 accumulators (FIRST: the chain's first, scale-d 0).
+template <bool FIRST>
+__device__ __forceinline__ void gx_wgmma(float *acc, unsigned long long da, unsigned long long db) {
+#if GX_BN == 256
+  if (FIRST) wgmma_256_first<1>(acc, da, db);
+  else wgmma_256<1>(acc, da, db, 1);
+#elif GX_BN == 192
+  if (FIRST) wgmma_192_first<1>(acc, da, db);
+  else wgmma_192<1>(acc, da, db, 1);
+#else
+  if (FIRST) wgmma_128_first<1>(acc, da, db);
+  else wgmma_128<1>(acc, da, db, 1);
+#endif
+}
+
+// One k-block of a consumer warpgroup's main loop (stage s): its CH chunks in ascending order (A's descriptor
+// advances 32 bytes a chunk inside the swizzled row; B's 16 rows of N = 2,048 bytes), then the release of the stage
+// to the producer once its wgmmas completed (with GX_INFLIGHT the previous stage's, this one's staying in flight).
+template <int CH, bool FIRST>
+__device__ __forceinline__ void gx_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw, int lane,
+                                          int &s, h3u32 &ph) {
+  mbar_wait(full + 8 * s, ph);
+  wgmma_fence();
+  const unsigned long long da = wgmma_desc_sw128(sA + s * GX_A_BYTES + cw * 64 * 128);
+  const h3u32 b = sB + s * GX_B_BYTES;
+#pragma unroll
+  for (int kk = 0; kk < CH; ++kk) {
+    const unsigned long long db = wgmma_desc_sw128_nmajor(b + kk * 2048, GX_BOX_BYTES);
+    if (FIRST && kk == 0) gx_wgmma<true>(acc, da, db);
+    else gx_wgmma<false>(acc, da + 2 * kk, db);
+  }
+  wgmma_commit();
+#if GX_INFLIGHT
+  wgmma_wait<1>();
+  if (!FIRST && lane == 0) mbar_arrive(empty + 8 * (s == 0 ? GX_STAGES - 1 : s - 1));
+#else
+  wgmma_wait<0>();
+  if (lane == 0) mbar_arrive(empty + 8 * s);
+#endif
+  if (++s == GX_STAGES) {
+    s = 0;
+    ph ^= 1;
+  }
+}
+
+// A consumer warpgroup's chain over all k-blocks of a tile (the first starts it, the last holds GX_LAST_CHUNKS).
+__device__ __forceinline__ void gx_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw, int lane,
+                                            int &s, h3u32 &ph) {
+  if constexpr (GX_KT == 1) {
+    gx_kblock<GX_LAST_CHUNKS, true>(acc, sA, sB, full, empty, cw, lane, s, ph);
+  } else {
+    gx_kblock<4, true>(acc, sA, sB, full, empty, cw, lane, s, ph);
+#pragma unroll 1
+    for (int kb = 1; kb < GX_KT - 1; ++kb) gx_kblock<4, false>(acc, sA, sB, full, empty, cw, lane, s, ph);
+    gx_kblock<GX_LAST_CHUNKS, false>(acc, sA, sB, full, empty, cw, lane, s, ph);
+  }
+#if GX_INFLIGHT
+  wgmma_wait<0>();
+  if (lane == 0) mbar_arrive(empty + 8 * (s == 0 ? GX_STAGES - 1 : s - 1));
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access: gb is phase 0's
+  extern __shared__ unsigned char gx_raw[];
+  const h3u32 base = (smem_u32(gx_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
+  const h3u32 sA = base, sB = base + GX_STAGES * GX_A_BYTES;
+  const h3u32 full = sB + GX_STAGES * GX_B_BYTES, empty = full + 8 * GX_STAGES;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const long long M = rows;
+  const int tilesM = (int)((M + GX_BM - 1) / GX_BM), tiles = tilesM * GX_TILES_N;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < GX_STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);   // the producer's expect_tx; the TMA bytes complete the phase
+      mbar_init(empty + 8 * s, 8);  // one arrival per consumer warp
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    regs_dealloc<GX_REGS_PRODUCER>();
+    if (tid == 0) {
+      tma_prefetch_map(&gb_map);
+      tma_prefetch_map(&w_map);
+      int s = 0;
+      h3u32 ph = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        grouped_tile(t, tilesM, GX_TILES_N, GX_GROUP_M, tm, tn);
+        const int c0 = tn * GX_BN;
+        // The boxes of W inside K (a last column tile may end early; its other columns are never stored).
+        const int boxes = min(GX_BOXES, (GR_K - c0 + 63) / 64);
+        for (int kb = 0; kb < GX_KT; ++kb) {
+          mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
+          mbar_expect_tx(full + 8 * s, GX_A_BYTES + boxes * GX_BOX_BYTES);
+          tma_load_2d(sA + s * GX_A_BYTES, &gb_map, kb * GX_BK, tm * GX_BM, full + 8 * s);
+          for (int j = 0; j < boxes; ++j)
+            tma_load_2d(sB + s * GX_B_BYTES + j * GX_BOX_BYTES, &w_map, c0 + 64 * j, kb * GX_BK, full + 8 * s);
+          if (++s == GX_STAGES) {
+            s = 0;
+            ph ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    // Consumers (the roles are the two branches of one if/else, so ptxas applies setmaxnreg).
+    regs_alloc<GX_REGS_CONSUMER>();
+    const int cw = wg - 1;  // this consumer's 64 rows of the tile
+    const int lane = tid % 32, warp = tid / 32, gq = lane >> 2, t4 = lane & 3;
+    float acc[GX_BN / 2];  // never zeroed: each tile's first wgmma writes them without reading
+    int s = 0;
+    h3u32 ph = 0;
+    float *const out = (float *)dx;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int tm, tn;
+      grouped_tile(t, tilesM, GX_TILES_N, GX_GROUP_M, tm, tn);
+      gx_mainloop(acc, sA, sB, full, empty, cw, lane, s, ph);
+      // Accumulator 4 j + 2 h + e: row 16 warp + gq + 8 h, column 8 j + 2 t4 + e of the warpgroup's 64 x GX_BN block.
+      const long long r0 = (long long)tm * GX_BM + cw * 64 + warp * 16 + gq;
+      const long long c0 = (long long)tn * GX_BN + 2 * t4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const long long r = r0 + 8 * h;
+        if (r >= M) continue;
+#pragma unroll
+        for (int j = 0; j < GX_BN / 8; ++j) {
+          const long long c = c0 + 8 * j;
+          if (c < GR_K)  // GR_K is a multiple of 8: c + 1 is inside too
+            *(float2 *)(out + r * GR_K + c) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+      }
+    }
+  }
+}
