@@ -70,9 +70,7 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   // ledger header takes it. A std::async future joins in its destructor, so a forward that throws waits for the
   // hash and leaves no thread behind; the executor's error is the one that propagates.
   std::future<std::string> requestSha = std::async(std::launch::async, [&request] { return requestSha256(request); });
-  if (weightsBroken_)
-    fail("engine", "a weight update failed while writing to the device: the weights are neither the old nor the new "
-         "ones; load them again (a new engine)");
+  requireWeightsIntact();
   ensureExecutor();
   auto builder = std::make_shared<LedgerBuilder>(plan_, opt.mode, exec_->device(), opt.binds);
   LedgerBuilder &ledger = *builder;
@@ -136,9 +134,7 @@ BackwardResult Engine::backward(const Request &request, const OutputGrads &dy, u
 std::pair<Outputs, uint64_t> Engine::forwardKept(const Request &request) {
   if (!plan_.backward())
     fail("plan.json#/functions/backward", "the plan has no backward (compile it with h3c compile --backward)");
-  if (weightsBroken_)
-    fail("engine", "a weight update failed while writing to the device: the weights are neither the old nor the new "
-         "ones; load them again (a new engine)");
+  requireWeightsIntact();
   std::pair<Outputs, uint64_t> r;
   if (opt_.device == "cpu") {
     r.first = run(request).outputs;
@@ -154,6 +150,12 @@ std::pair<Outputs, uint64_t> Engine::forwardKept(const Request &request) {
       if (const Tensor::NonFinite nf = t->nonFinite(); nf.first >= 0)
         fail(std::string("output ") + name, "a strict forward refuses non-finite outputs: {}", nf.text());
   return r;
+}
+
+void Engine::requireWeightsIntact() const {
+  if (weightsBroken_)
+    fail("engine", "a weight update failed while writing to the device: the weights are neither the old nor the new "
+         "ones; load them again (a new engine)");
 }
 
 void Engine::ensureExecutor() {

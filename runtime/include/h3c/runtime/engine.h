@@ -95,6 +95,8 @@ private:
   WeightSource *weights_;               // the caller's, or cache_ wrapping it, or overlay_ above those (CPU)
   std::unique_ptr<WeightSource> cache_;
   std::unique_ptr<OverlayWeights> overlay_;  // CPU: the tensors updates replaced
+  // Refuses to run on weights a failed device write left half old, half new (weightsBroken_).
+  void requireWeightsIntact() const;
   void ensureExecutor();
   std::vector<std::string> currentNonFinite() const;  // the source's non-finite tensors that no update replaced
   // The ledger's weights record: per-tensor hashes of what the executor holds (filled lazily, replaced by updates).
