@@ -94,6 +94,10 @@ struct EmitOptions {
   // for byte); 0 keeps the mma.sync form. Tuning (timing only): the ring's stages (2-5, refused where they do not fit),
   // the tile width (0: chosen by K; 128, 192 or 256) and one k-block kept in flight per consumer (0 or 1).
   int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1;
+  // sm_90a with wgmma: a bf16 linear's dW (linear_grad_w with the weight trained) on the Hopper GEMM
+  // (grad_linear_w_sm90.cuh: TMA, wgmma, persistent, 128 x 128 tiles; the mma.sync form's bits, Kernels.LinearGradW
+  // compares them byte for byte); 0 keeps the mma.sync form. Its ring's stages (2-6; timing only).
+  int sm90GradW = 1, sm90GradWStages = 5;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
