@@ -537,6 +537,17 @@ int main(int argc, char **argv) {
         o.w = {w->get()};
         const double flops = 2.0 * M * s.N * s.K, gemmBytes = 2.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K;
         forms(base, linearGradX(s.N, s.K), o, mmaX, flops, gemmBytes + 2.0 * M * s.N, gemmBytes);
+        if (sweep && dev.arch() == "sm_90a")  // the Hopper dX's tunings (timing only): tile width, stages, in flight
+          for (int bn : {128, 192, 256})
+            for (int stages : {3, 4})
+              for (int inflight : {0, 1}) {
+                h3c::kernels::EmitOptions v = h3c::kernels::EmitOptions::planDefaults();
+                v.sm90GradXBn = bn;
+                v.sm90GradXStages = stages;
+                v.sm90GradXInflight = inflight;
+                bench(fmt::format("{} [bn {} stages {} inflight {}]", base, bn, stages, inflight), linearGradX(s.N, s.K),
+                      o, flops, gemmBytes + 2.0 * M * s.N, v);
+              }
         vendorGrad(base + " [cuBLASLt]",
                    [&] { return std::make_unique<h3c::bench::VendorGemm>(h3c::bench::VendorGemm::GradX{}, M, s.N, s.K); },
                    g->get(), w->get(), out->get(), flops, gemmBytes);
@@ -550,6 +561,13 @@ int main(int argc, char **argv) {
         o.out = {out->get()};
         const double flops = 2.0 * M * s.N * s.K, gemmBytes = 2.0 * M * s.N + 2.0 * M * s.K + 4.0 * s.N * s.K;
         forms(base, linearGradW(s.N, s.K, false), o, mmaW, flops, gemmBytes + 2.0 * M * s.N, gemmBytes);
+        if (sweep && dev.arch() == "sm_90a")  // the Hopper dW's ring stages (timing only)
+          for (int stages : {3, 4, 6}) {
+            h3c::kernels::EmitOptions v = h3c::kernels::EmitOptions::planDefaults();
+            v.sm90GradWStages = stages;
+            bench(fmt::format("{} [stages {}]", base, stages), linearGradW(s.N, s.K, false), o, flops,
+                  gemmBytes + 2.0 * M * s.N, v);
+          }
         vendorGrad(base + " [cuBLASLt]",
                    [&] { return std::make_unique<h3c::bench::VendorGemm>(h3c::bench::VendorGemm::GradW{}, M, s.N, s.K); },
                    g->get(), x->get(), out->get(), flops, gemmBytes);

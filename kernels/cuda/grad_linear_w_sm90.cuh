@@ -45,9 +45,10 @@ __device__ __forceinline__ int gw_unit_rows(long long itemRows, long long u) {
 }
 
 // One k-block of a consumer warpgroup (stage s): its CH chunks in ascending order (FIRST: the unit's first k-block,
-// whose first chunk starts the chain), waited for and its stage released. The descriptors advance 16 rows (2,048
-// bytes) a chunk.
-template <int CH, bool FIRST>
+// whose first chunk starts the chain), the descriptors advancing 16 rows (2,048 bytes) a chunk. LAST (the unit's last
+// k-block): waits for the unit's wgmmas and releases its stages (this one and, with PREV, the one before, whose
+// k-block stayed in flight while this one was issued: the chain's order is the issue order).
+template <int CH, bool FIRST, bool LAST, bool PREV>
 __device__ __forceinline__ void gw_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw, int lane,
                                           int &s, h3u32 &ph) {
   mbar_wait(full + 8 * s, ph);
@@ -61,8 +62,13 @@ __device__ __forceinline__ void gw_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
     else wgmma_128<1, 1>(acc, da, db, 1);
   }
   wgmma_commit();
-  wgmma_wait<0>();
-  if (lane == 0) mbar_arrive(empty + 8 * s);
+  if constexpr (LAST) {
+    wgmma_wait<0>();
+    if (lane == 0) {
+      if (PREV) mbar_arrive(empty + 8 * (s == 0 ? GW_STAGES - 1 : s - 1));
+      mbar_arrive(empty + 8 * s);
+    }
+  }
   if (++s == GW_STAGES) {
     s = 0;
     ph ^= 1;
@@ -77,8 +83,8 @@ template <int CH0, int CH1>
 __device__ __forceinline__ void gw_unit(float *run, bool first, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw,
                                         int lane, int &s, h3u32 &ph) {
   float acc[GW_BN / 2];  // never zeroed: scale-d 0 starts the chain
-  gw_kblock<CH0, true>(acc, sA, sB, full, empty, cw, lane, s, ph);
-  if constexpr (CH1 > 0) gw_kblock<CH1, false>(acc, sA, sB, full, empty, cw, lane, s, ph);
+  gw_kblock<CH0, true, CH1 == 0, false>(acc, sA, sB, full, empty, cw, lane, s, ph);
+  if constexpr (CH1 > 0) gw_kblock<CH1, false, true, true>(acc, sA, sB, full, empty, cw, lane, s, ph);
 #pragma unroll
   for (int i = 0; i < GW_BN / 2; ++i) run[i] = first ? acc[i] : __fadd_rn(run[i], acc[i]);
 }
