@@ -9,6 +9,10 @@
 
 namespace h3c::kernels {
 
+// 1,024 bytes of alignment for the 128-byte swizzle, the ring, its full and empty mbarriers.
+int64_t sm90GradXSharedBytes(int stages, int bn) { return 1024 + int64_t(stages) * (128 * 64 * 2 + bn * 64 * 2 + 16); }
+int64_t sm90GradWSharedBytes(int stages) { return 1024 + int64_t(stages) * (2 * 128 * 64 * 2 + 16); }
+
 namespace emit_detail {
 
 namespace {
@@ -53,8 +57,7 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   if ((bn != 128 && bn != 192 && bn != 256) || stages < 2 || stages > 5 ||
       (o.sm90GradXInflight != 0 && o.sm90GradXInflight != 1))
     fail(v.where, "Hopper dX tuning out of range (grad_x_bn 0/128/192/256, grad_x_stages 2-5, grad_x_inflight 0/1)");
-  // 1,024 bytes of alignment for the 128-byte swizzle, the ring (A 16 KiB + B bn x 128 bytes a stage), its barriers.
-  const int64_t smem = 1024 + stages * (128 * 64 * 2 + bn * 64 * 2) + 16 * stages;
+  const int64_t smem = sm90GradXSharedBytes(int(stages), int(bn));
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "the Hopper dX with {} stages of the {}-wide tile needs {} bytes of shared memory (at most {})", stages,
          bn, smem, kMaxCtaSharedBytes);
@@ -92,8 +95,7 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
 plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64_t dwAt, int64_t biasAt) {
   const plan::OpAttrs &a = v.a();
   const int64_t stages = v.options.sm90GradWStages;
-  // 1,024 bytes of alignment for the 128-byte swizzle, the ring (A and B 16 KiB each a stage), its barriers.
-  const int64_t smem = 1024 + stages * 2 * (128 * 64 * 2) + 16 * stages;
+  const int64_t smem = sm90GradWSharedBytes(int(stages));
   if (stages < 2 || stages > 6 || smem > kMaxCtaSharedBytes)
     fail(v.where, "the Hopper dW's ring takes 2-6 stages, got {}", stages);
   Builder b;

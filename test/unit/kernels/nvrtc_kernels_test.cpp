@@ -1160,6 +1160,19 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
   hk::EmitOptions deep;
   deep.sm90GradXStages = 5;  // 5 x 48 KiB of the 256-wide tile do not fit
   EXPECT_THROW(emit(linearGradX(7168, 5120), "sm_90a", deep), h3c::Error);
+  // EmitOptions::check refuses the same before anything is emitted (a refused emission would leave a kernel-less op).
+  hk::EmitOptions t;
+  EXPECT_NO_THROW(t.check("test"));
+  t.set("grad_x_bn", 160, "test");
+  EXPECT_THROW(t.check("test"), h3c::Error);
+  t = hk::EmitOptions();
+  t.set("linear_grad_x:grad_x_stages", 5, "test");  // checked at the widest tile
+  EXPECT_THROW(t.check("test"), h3c::Error);
+  t = hk::EmitOptions();
+  t.set("grad_x_bn", 192, "test");
+  t.set("grad_x_stages", 5, "test");
+  t.set("grad_w_stages", 6, "test");
+  EXPECT_NO_THROW(t.check("test"));
   if (!nvrtcVariants()) return;
   for (int bn : {128, 192, 256})
     for (int stages : {2, 3, 4})

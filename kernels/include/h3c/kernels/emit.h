@@ -147,6 +147,11 @@ int64_t sm90LinearSharedBytes(int stages, int bn, int epiSmem, bool gateResidual
 // The same for the 256-row tile (gemm_sm90_tall.cuh): `stages` of (256 + bn) x 64 bf16, alignment and mbarriers;
 // staged, the two 64-row staging areas (whole 64-column boxes) and gate_residual's table rows.
 int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResidual);
+// Dynamic shared memory of the Hopper dX (grad_linear_sm90.cuh): the alignment slack, `stages` ring stages of
+// 128 x 64 bf16 of bf(g) and 64 x bn of W, the ring's mbarriers; and of the Hopper dW (grad_linear_w_sm90.cuh), whose
+// stages hold 128 x 64 of each operand.
+int64_t sm90GradXSharedBytes(int stages, int bn);
+int64_t sm90GradWSharedBytes(int stages);
 
 // The name an op is tuned and profiled under: its kind, and "+epilogue" for a linear with a fused epilogue.
 std::string opProfileName(const plan::Op &op);
