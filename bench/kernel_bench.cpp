@@ -540,14 +540,16 @@ int main(int argc, char **argv) {
         if (sweep && dev.arch() == "sm_90a")  // the Hopper dX's tunings (timing only): tile width, stages, in flight
           for (int bn : {128, 192, 256})
             for (int stages : {3, 4})
-              for (int inflight : {0, 1}) {
-                h3c::kernels::EmitOptions v = h3c::kernels::EmitOptions::planDefaults();
-                v.sm90GradXBn = bn;
-                v.sm90GradXStages = stages;
-                v.sm90GradXInflight = inflight;
-                bench(fmt::format("{} [bn {} stages {} inflight {}]", base, bn, stages, inflight), linearGradX(s.N, s.K),
-                      o, flops, gemmBytes + 2.0 * M * s.N, v);
-              }
+              for (int inflight : {0, 1})
+                for (int cluster : {1, 2}) {
+                  h3c::kernels::EmitOptions v = h3c::kernels::EmitOptions::planDefaults();
+                  v.sm90GradXBn = bn;
+                  v.sm90GradXStages = stages;
+                  v.sm90GradXInflight = inflight;
+                  v.sm90GradXCluster = cluster;
+                  bench(fmt::format("{} [bn {} stages {} inflight {} cluster {}]", base, bn, stages, inflight, cluster),
+                        linearGradX(s.N, s.K), o, flops, gemmBytes + 2.0 * M * s.N, v);
+                }
         vendorGrad(base + " [cuBLASLt]",
                    [&] { return std::make_unique<h3c::bench::VendorGemm>(h3c::bench::VendorGemm::GradX{}, M, s.N, s.K); },
                    g->get(), w->get(), out->get(), flops, gemmBytes);

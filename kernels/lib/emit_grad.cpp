@@ -54,9 +54,11 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
   const EmitOptions &o = v.options;
   const int64_t bn = o.sm90GradXBn == 0 ? gradXTileWidth(a.K) : o.sm90GradXBn, stages = o.sm90GradXStages;
+  const int64_t cluster = o.sm90GradXCluster;
   if ((bn != 128 && bn != 192 && bn != 256) || stages < 2 || stages > 5 ||
-      (o.sm90GradXInflight != 0 && o.sm90GradXInflight != 1))
-    fail(v.where, "Hopper dX tuning out of range (grad_x_bn 0/128/192/256, grad_x_stages 2-5, grad_x_inflight 0/1)");
+      (o.sm90GradXInflight != 0 && o.sm90GradXInflight != 1) || (cluster != 1 && cluster != 2))
+    fail(v.where, "Hopper dX tuning out of range (grad_x_bn 0/128/192/256, grad_x_stages 2-5, grad_x_inflight 0/1, "
+                  "grad_x_cluster 1/2)");
   const int64_t smem = sm90GradXSharedBytes(int(stages), int(bn));
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "the Hopper dX with {} stages of the {}-wide tile needs {} bytes of shared memory (at most {})", stages,
@@ -78,10 +80,14 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   b.def("GX_STAGES", stages);
   b.def("GX_GROUP_M", 8);
   b.def("GX_INFLIGHT", o.sm90GradXInflight);
+  b.def("GX_CLUSTER", cluster);
   const plan::Launch convert = launch(256, 0, blocks(rows.scaled(a.N / 8), 256));
-  plan::GridDim g = dim(rows.plus(127).scaled((a.K + bn - 1) / bn), 128);  // >= the tile count, capped at the SMs
+  // >= the tile count (with pairs: twice the pairs), capped at the SMs; the runtime rounds it to whole clusters.
+  const int64_t tilesN = (a.K + bn - 1) / bn;
+  plan::GridDim g = cluster == 2 ? dim(rows.plus(255).scaled(2 * tilesN), 256) : dim(rows.plus(127).scaled(tilesN), 128);
   g.maxPerSm = 1;
-  const plan::Launch gemm = launch(384, smem, g);
+  plan::Launch gemm = launch(384, smem, g);
+  gemm.cluster = {cluster, 1, 1};
   const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}", a.N, a.K);
   return finish(name, "GL_ENTRY", b, p,
                 std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_linear_round + tmpl::grad_linear_sm90,

@@ -49,6 +49,7 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"grad_x_stages", &EmitOptions::sm90GradXStages, 2, 5},
                           {"grad_x_bn", &EmitOptions::sm90GradXBn, 0, 256},
                           {"grad_x_inflight", &EmitOptions::sm90GradXInflight, 0, 1},
+                          {"grad_x_cluster", &EmitOptions::sm90GradXCluster, 1, 2},
                           // the Hopper dW of the bf16 linears (grad_linear_w_sm90.cuh): on/off, ring stages
                           {"grad_w_sm90", &EmitOptions::sm90GradW, 0, 1},
                           {"grad_w_stages", &EmitOptions::sm90GradWStages, 2, 6}};

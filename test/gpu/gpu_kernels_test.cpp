@@ -1340,7 +1340,8 @@ TEST_F(Kernels, AttentionGrad) {
 // TMA + wgmma) against the mma.sync form (grad_linear_mma.cuh) byte for byte, at every dX shape of the full config
 // ({N, K}: context_embedder, to_q / to_k / to_v, to_out, fc1, fc2, and x's LoRA part at rank 64, one k-block of N) at
 // the bench's M = 8,349 (H3C_GPU_QUICK: 333), and at awkward row counts (5, 70, 130, 925) on the three tile widths
-// (192: K = 5,376; 256; 128) and an N that is no multiple of 64 (the last k-block's 2 chunks); two runs byte-equal;
+// (192: K = 5,376; 256; 128) and an N that is no multiple of 64 (the last k-block's 2 chunks), each also in 2-CTA
+// clusters (grad_x_cluster=2: odd row-tile counts leave a pair's second tile empty); two runs byte-equal;
 // the rows of g permuted give the same rows of dx permuted (a row's dx depends on its own row only); and one shape
 // against fp64: the exact dX of the unrounded g, within 2^-8 of sum |g W| per element (bf(g) rounds each g by at most
 // 2^-9 of it; the F32 chain adds far less), and relative Frobenius error reported. g has exponents spread over 2^+-6
@@ -1366,8 +1367,9 @@ TEST_F(Kernels, LinearGradX) {
   SpreadRng rng{0x9E3779B97F4A7C15ull};
   auto next = [&] { return rng.next(); };
   auto value = [&] { return rng.value(); };
-  hk::EmitOptions mmaOpt;
+  hk::EmitOptions mmaOpt, pairOpt;
   mmaOpt.sm90GradX = 0;
+  pairOpt.sm90GradXCluster = 2;  // `--tune grad_x_cluster=2`: pairs of row tiles sharing W through TMA multicast
   bool fp64Done = false;
   for (const Case &c : cases) {
     const std::string name = fmt::format("linear_grad_x {} N {} K {} M {}", c.what, c.N, c.K, c.M);
@@ -1395,6 +1397,9 @@ TEST_F(Kernels, LinearGradX) {
                                (at == SIZE_MAX ? "" : fmt::format(" (first difference at row {} column {}: {} vs {})",
                                                                   at / size_t(c.K), at % size_t(c.K), h1[at], m[at])));
     report(bytesEqual(h1, h2), name + ": two runs byte-equal");
+    const plan::Kernel &kp = kernel(op, pairOpt);
+    report(kp.phases.at(0).launch.cluster[0] == 2 && bytesEqual(go(kp, g), m),
+           name + ": the 2-CTA cluster form (" + kp.id + ") == mma.sync byte for byte");
     // Rows permuted: row i of the permuted g is row perm[i]; dx's row i must be the first run's row perm[i].
     std::vector<long long> perm(size_t(c.M));
     for (long long i = 0; i < c.M; ++i) perm[size_t(i)] = i;

@@ -1140,6 +1140,14 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
       EXPECT_NE(k.source.find(std::string("#define GX_BN ") + width.at(K) + "\n"), std::string::npos) << k.id;
     }
     if (seen.insert(k.id).second) expectQualifiedWgmma(jit, k, fmt::format("dX N {} K {}", N, K));
+    if (!hopper || N < 5000) continue;
+    // 2-CTA clusters sharing W's boxes (grad_x_cluster=2; Kernels.LinearGradX compares it byte for byte too).
+    hk::EmitOptions pair;
+    pair.sm90GradXCluster = 2;
+    const plan::Kernel kp = *emit(linearGradX(N, K), "sm_90a", pair);
+    EXPECT_EQ(kp.phases.at(0).launch.cluster[0], 2) << kp.id;
+    EXPECT_NE(kp.source.find("#define GX_CLUSTER 2\n"), std::string::npos) << kp.id;
+    if (seen.insert(kp.id).second) expectQualifiedWgmma(jit, kp, fmt::format("dX N {} K {} cluster 2", N, K));
   }
   // sm_100a and wgmma off: the mma.sync form.
   hk::EmitOptions off;

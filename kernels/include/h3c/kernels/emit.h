@@ -92,8 +92,9 @@ struct EmitOptions {
   // sm_90a with wgmma: a bf16 linear's dX (linear_grad_x) of more than 64 output columns on the Hopper GEMM
   // (grad_linear_sm90.cuh: TMA, wgmma, persistent; the mma.sync form's bits, Kernels.LinearGradX compares them byte
   // for byte); 0 keeps the mma.sync form. Tuning (timing only): the ring's stages (2-5, refused where they do not fit),
-  // the tile width (0: chosen by K; 128, 192 or 256) and one k-block kept in flight per consumer (0 or 1).
-  int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1;
+  // the tile width (0: chosen by K; 128, 192 or 256), one k-block kept in flight per consumer (0 or 1) and CTAs per
+  // cluster (1, or 2: pairs of row tiles sharing W's boxes through TMA multicast).
+  int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1, sm90GradXCluster = 1;
   // sm_90a with wgmma: a bf16 linear's dW (linear_grad_w with the weight trained) on the Hopper GEMM
   // (grad_linear_w_sm90.cuh: TMA, wgmma, persistent, 128 x 128 tiles; the mma.sync form's bits, Kernels.LinearGradW
   // compares them byte for byte); 0 keeps the mma.sync form. Its ring's stages (2-6; timing only).
