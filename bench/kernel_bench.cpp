@@ -467,40 +467,34 @@ int main(int argc, char **argv) {
       }
     }
     {
-      // linear_grad_x (a bf16 linear's dX = bf(g) W, docs/contract.md section 14) at each dX shape of the full config:
-      // the plan's form (on sm_90a the Hopper GEMM, grad_linear_sm90.cuh) and the mma.sync form, both with their phase
-      // 0 (g rounded into the scratch) and their GEMM alone, beside cuBLASLt's GEMM of the same shape (bf16 g and W,
-      // F32 out). TFLOP/s count 2 M N K.
-      struct GradX {
+      // The bf16 linears' gradients (docs/contract.md section 14) at each shape of the full config's backward:
+      // linear_grad_x (dX = bf(g) W) and linear_grad_w (dW = row_units of bf(g)^T x, one item of M rows). For each,
+      // the plan's form (on sm_90a the Hopper GEMMs, grad_linear_sm90.cuh / grad_linear_w_sm90.cuh) and the mma.sync
+      // form, each with its phase 0 (g rounded into the scratch) and its GEMM alone, beside cuBLASLt's GEMM of the
+      // same shape (bf16 operands, F32 out; for dW one chain over all rows, no units). TFLOP/s count 2 M N K.
+      struct Shape {
         const char *name;
         long long N, K;
       };
-      const GradX shapes[] = {{"context_embedder", H, 5120}, {"to_q/k/v", I, H}, {"to_out", H, I},
-                              {"fc1", 2 * F, H},           {"fc2", H, F},      {"lora down x-part r64", 64, H}};
-      std::unique_ptr<hc::DeviceBuffer> g, dx;
-      h3c::kernels::EmitOptions mma = h3c::kernels::EmitOptions::planDefaults();
-      mma.sm90GradX = 0;
-      for (const GradX &s : shapes) {
-        const std::string base = fmt::format("linear_grad_x {} N={} K={}", s.name, s.N, s.K);
-        auto wanted = [&](const std::string &name) { return only.empty() || name.find(only) != std::string::npos; };
-        if (!wanted(base) && !wanted(base + " [mma.sync]") && !wanted(base + " [GEMM only]") &&
-            !wanted(base + " [mma.sync] [GEMM only]") && !wanted(base + " [cuBLASLt]"))
-          continue;
-        if (!g) {  // allocated once a shape is timed: g F32 [M, 2F] (fc1's), dx F32 [M, F]
-          g = randBuf(size_t(M * 2 * F), false, 1.0);
-          dx = std::make_unique<hc::DeviceBuffer>(size_t(M * F * 4));
-        }
-        Operands o;
-        o.in = {g->get()};
-        o.out = {dx->get()};
-        o.w = {w->get()};
-        const EmitOp op = linearGradX(s.N, s.K);
-        const double flops = 2.0 * M * s.N * s.K, bytes = 4.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K;
+      const Shape xShapes[] = {{"context_embedder", H, 5120}, {"to_q/k/v", I, H}, {"to_out", H, I},
+                               {"fc1", 2 * F, H},           {"fc2", H, F},      {"lora down x-part r64", 64, H}};
+      const Shape wShapes[] = {{"context_embedder", H, 5120}, {"to_q/k/v", I, H},          {"to_out", H, I},
+                               {"fc1", 2 * F, H},           {"fc2", H, F},               {"lora up r64", 2 * F, 64},
+                               {"lora down r64", 64, H}};
+      auto wanted = [&](const std::string &name) { return only.empty() || name.find(only) != std::string::npos; };
+      auto anyWanted = [&](const std::string &base) {
+        for (const char *tail : {"", " [mma.sync]", " [GEMM only]", " [mma.sync] [GEMM only]", " [cuBLASLt]"})
+          if (wanted(base + tail)) return true;
+        return false;
+      };
+      // Both forms of op (mmaOpt: the mma.sync one), whole and their GEMM alone (phase 1 as the entry; the scratch
+      // holds the run before's bf(g)); gemmBytes: the GEMM's traffic (bf(g) in bf16).
+      auto forms = [&](const std::string &base, const EmitOp &op, const Operands &o,
+                       const h3c::kernels::EmitOptions &mmaOpt, double flops, double bytes, double gemmBytes) {
         for (int form = 0; form < (dev.arch() == "sm_90a" ? 2 : 1); ++form) {
           const std::string name = base + (form == 0 ? "" : " [mma.sync]");
-          const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mma;
+          const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mmaOpt;
           bench(name, op, o, flops, bytes, opt);
-          // The GEMM alone (phase 1 as the entry; the scratch holds the run before's bf(g)).
           if (!wanted(name + " [GEMM only]")) continue;
           plan::Kernel k1 = *emit(op, dev.arch(), opt);
           k1.entry = k1.phases.at(0).entry;
@@ -509,18 +503,76 @@ int main(int argc, char **argv) {
           k1.id += "_gemm";
           const hc::LoadedKernel &lk = runner.load(kernels.emplace(k1.id, k1).first->second);
           auto addr = [&](plan::OperandRole role, int64_t i) { return o.at(role, i); };
-          measure(name + " [GEMM only]", [&] { runner.launch(lk, ext, addr); }, flops,
-                  2.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K);
+          measure(name + " [GEMM only]", [&] { runner.launch(lk, ext, addr); }, flops, gemmBytes);
         }
-        if (!wanted(base + " [cuBLASLt]")) continue;
+      };
+      // cuBLASLt's GEMM (made by `make`) run as run(b, a, out), when wanted.
+      auto vendorGrad = [&](const std::string &name, const std::function<std::unique_ptr<h3c::bench::VendorGemm>()> &make,
+                            CUdeviceptr b, CUdeviceptr a, CUdeviceptr c, double flops, double bytes) {
+        if (!wanted(name)) return;
         try {
-          h3c::bench::VendorGemm v(h3c::bench::VendorGemm::GradX{}, M, s.N, s.K);
-          measure(base + " [cuBLASLt]", [&] { v.run(g->get(), w->get(), dx->get()); }, flops,
-                  2.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K);
+          const auto v = make();
+          measure(name, [&] { v->run(b, a, c); }, flops, bytes);
         } catch (const std::exception &e) {
-          std::printf("%-60s FAILED: %s\n", (base + " [cuBLASLt]").c_str(), e.what());
+          std::printf("%-60s FAILED: %s\n", name.c_str(), e.what());
           std::fflush(stdout);
         }
+      };
+      std::unique_ptr<hc::DeviceBuffer> g, out;  // g F32 [M, 2F] (fc1's); dX F32 [M, F] or dW F32 [2F, H]
+      auto buffers = [&] {
+        if (g) return;
+        g = randBuf(size_t(M * 2 * F), false, 1.0);
+        out = std::make_unique<hc::DeviceBuffer>(size_t(std::max(M * F, 2 * F * H) * 4));
+      };
+      h3c::kernels::EmitOptions mmaX = h3c::kernels::EmitOptions::planDefaults(), mmaW = mmaX;
+      mmaX.sm90GradX = 0;
+      mmaW.sm90GradW = 0;
+      for (const Shape &s : xShapes) {
+        const std::string base = fmt::format("linear_grad_x {} N={} K={}", s.name, s.N, s.K);
+        if (!anyWanted(base)) continue;
+        buffers();
+        Operands o;
+        o.in = {g->get()};
+        o.out = {out->get()};
+        o.w = {w->get()};
+        const double flops = 2.0 * M * s.N * s.K, gemmBytes = 2.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K;
+        forms(base, linearGradX(s.N, s.K), o, mmaX, flops, gemmBytes + 2.0 * M * s.N, gemmBytes);
+        if (sweep && dev.arch() == "sm_90a")  // the Hopper dX's tunings (timing only): tile width, stages, in flight
+          for (int bn : {128, 192, 256})
+            for (int stages : {3, 4})
+              for (int inflight : {0, 1})
+                for (int cluster : {1, 2}) {
+                  h3c::kernels::EmitOptions v = h3c::kernels::EmitOptions::planDefaults();
+                  v.sm90GradXBn = bn;
+                  v.sm90GradXStages = stages;
+                  v.sm90GradXInflight = inflight;
+                  v.sm90GradXCluster = cluster;
+                  bench(fmt::format("{} [bn {} stages {} inflight {} cluster {}]", base, bn, stages, inflight, cluster),
+                        linearGradX(s.N, s.K), o, flops, gemmBytes + 2.0 * M * s.N, v);
+                }
+        vendorGrad(base + " [cuBLASLt]",
+                   [&] { return std::make_unique<h3c::bench::VendorGemm>(h3c::bench::VendorGemm::GradX{}, M, s.N, s.K); },
+                   g->get(), w->get(), out->get(), flops, gemmBytes);
+      }
+      for (const Shape &s : wShapes) {
+        const std::string base = fmt::format("linear_grad_w {} N={} K={}", s.name, s.N, s.K);
+        if (!anyWanted(base)) continue;
+        buffers();
+        Operands o;
+        o.in = {g->get(), x->get()};
+        o.out = {out->get()};
+        const double flops = 2.0 * M * s.N * s.K, gemmBytes = 2.0 * M * s.N + 2.0 * M * s.K + 4.0 * s.N * s.K;
+        forms(base, linearGradW(s.N, s.K, false), o, mmaW, flops, gemmBytes + 2.0 * M * s.N, gemmBytes);
+        if (sweep && dev.arch() == "sm_90a")  // the Hopper dW's ring stages (timing only)
+          for (int stages : {3, 4, 6}) {
+            h3c::kernels::EmitOptions v = h3c::kernels::EmitOptions::planDefaults();
+            v.sm90GradWStages = stages;
+            bench(fmt::format("{} [stages {}]", base, stages), linearGradW(s.N, s.K, false), o, flops,
+                  gemmBytes + 2.0 * M * s.N, v);
+          }
+        vendorGrad(base + " [cuBLASLt]",
+                   [&] { return std::make_unique<h3c::bench::VendorGemm>(h3c::bench::VendorGemm::GradW{}, M, s.N, s.K); },
+                   g->get(), x->get(), out->get(), flops, gemmBytes);
       }
     }
     {

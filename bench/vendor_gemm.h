@@ -15,13 +15,21 @@ class VendorGemm {
 public:
   VendorGemm(long long M, long long N, long long K) : ws_(size_t(32) << 20) {
     // Column-major view: C (N x M, ld N) = W^T (W is K x N, ld K, transposed) * x (K x M, ld K).
-    init(CUBLAS_OP_T, K, N, K, M, CUDA_R_16BF, N);
+    init(CUBLAS_OP_T, K, N, CUBLAS_OP_N, K, M, CUDA_R_16BF, N, M);
   }
   // A linear's input gradient dX [M, K] = g [M, N] W [N, K] (g bf16, W as the forward stores it, F32 out: the shape
   // of linear_grad_x's GEMM). Column-major view: C (K x M, ld K) = W (K x N, ld K, as it is) * g (N x M, ld N).
+  // run(g, W, dX).
   struct GradX {};
   VendorGemm(GradX, long long M, long long N, long long K) : ws_(size_t(32) << 20) {
-    init(CUBLAS_OP_N, K, N, N, M, CUDA_R_32F, K);
+    init(CUBLAS_OP_N, K, N, CUBLAS_OP_N, N, M, CUDA_R_32F, K, M);
+  }
+  // A linear's weight gradient dW [N, K] = g^T x over M rows (g and x bf16 [M, N], [M, K]; F32 out: the shape of
+  // linear_grad_w's GEMM). Column-major view: C (K x N, ld K) = x (K x M, ld K) * g^T (g is N x M, ld N,
+  // transposed). run(g, x, dW).
+  struct GradW {};
+  VendorGemm(GradW, long long M, long long N, long long K) : ws_(size_t(32) << 20) {
+    init(CUBLAS_OP_N, K, M, CUBLAS_OP_T, N, M, CUDA_R_32F, K, N);
   }
   ~VendorGemm() {
     const auto &lt = *lt_;
@@ -47,10 +55,10 @@ public:
   }
 
 private:
-  // Column-major operands: A (the weight) aRows x aCols with ld aRows, transposed or not (transA); B (the activation)
-  // the reduction's length x M with ld ldb; C cRows x M with ld cRows, of type cType. bf16 A and B, F32 compute.
-  void init(cublasOperation_t transA, long long aRows, long long aCols, long long ldb, long long M, cudaDataType_t cType,
-            long long cRows) {
+  // Column-major operands as stored: A aRows x aCols (ld aRows), B bRows x bCols (ld bRows), each transposed or not;
+  // C cRows x cCols (ld cRows) of type cType. bf16 A and B, F32 compute. run()'s `w` is A, its `x` B.
+  void init(cublasOperation_t transA, long long aRows, long long aCols, cublasOperation_t transB, long long bRows,
+            long long bCols, cudaDataType_t cType, long long cRows, long long cCols) {
     namespace hc = h3c::runtime::cuda;
     std::string why;
     lt_ = hc::cublasLt(&why);
@@ -58,13 +66,11 @@ private:
     const auto &lt = *lt_;
     hc::checkLt(lt, lt.cublasLtCreate(&handle_), "handle");
     hc::checkLt(lt, lt.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-    const cublasOperation_t n = CUBLAS_OP_N;
     hc::checkLt(lt, lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transA, sizeof transA), "TRANSA");
-    hc::checkLt(lt, lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n), "TRANSB");
-    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, uint64_t(aRows), uint64_t(aCols), aRows), "layout W");
-    const long long bRows = transA == CUBLAS_OP_T ? aRows : aCols;  // the reduction
-    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, uint64_t(bRows), uint64_t(M), ldb), "layout x");
-    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&c_, cType, uint64_t(cRows), uint64_t(M), cRows), "layout y");
+    hc::checkLt(lt, lt.cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &transB, sizeof transB), "TRANSB");
+    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, uint64_t(aRows), uint64_t(aCols), aRows), "layout A");
+    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, uint64_t(bRows), uint64_t(bCols), bRows), "layout B");
+    hc::checkLt(lt, lt.cublasLtMatrixLayoutCreate(&c_, cType, uint64_t(cRows), uint64_t(cCols), cRows), "layout C");
     hc::checkLt(lt, lt.cublasLtMatmulPreferenceCreate(&pref_), "preference");
     const uint64_t wsBytes = ws_.bytes();
     hc::checkLt(lt, lt.cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes,

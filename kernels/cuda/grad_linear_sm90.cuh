@@ -18,9 +18,14 @@
 // so the CTAs running at once share their tiles of W in L2. The epilogue stores each thread's F32 accumulators (the
 // mma.sync fragment layout) straight from registers.
 //
+// GX_CLUSTER = 2 (`--tune grad_x_cluster=2`) launches pairs of CTAs on row tiles 2p and 2p + 1 of the same column
+// tile: each CTA loads its own A and every other box of W, multicast into both, so the pair reads W from L2 once; a
+// stage is refilled only when the consumers of both CTAs released it; the second tile of a pair past the last row
+// tile reads zeros and stores nothing (as the forward's 2-CTA linears). Timing only: the chains are the same.
+//
 // Defined by the emitter: GL_ENTRY GX_ENTRY_P1 H3C_PARAMS GL_DW (0) GR_N GR_K GR_BIAS (0) GX_BN (128, 192 or 256)
 // GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing its stage; 1: keep one in
-// flight). Parameters (H3C_PARAMS, in this order): g (F32 [rows][N], phase 0's), dx (F32 [rows][K]), rows, gb
+// flight) GX_CLUSTER (1 or 2). Parameters (H3C_PARAMS, in this order): g (F32 [rows][N], phase 0's), dx (F32 [rows][K]), rows, gb
 // (scratch, bf16 [rows][N]), gb_map (the tensor map over gb: boxes of 64 x 128 rows), w_map (W's: boxes of 64 x 64).
 #define GX_BM 128
 #define GX_BK 64
@@ -43,6 +48,10 @@
 #error "grad_linear_sm90.cuh computes dX only"
 #endif
 
+// A consumer warp's release of stage barrier `bar` (hopper.cuh): with GX_CLUSTER = 2 the peer's too, which multicasts
+// half of W into this CTA's stage.
+__device__ __forceinline__ void gx_release(h3u32 bar, h3u32 peer) { ring_release<GX_CLUSTER == 2>(bar, peer); }
+
 // One 16-wide chunk of the chain on this warpgroup's GX_BN / 2 accumulators (FIRST: the chain's first, scale-d 0).
 template <bool FIRST>
 __device__ __forceinline__ void gx_wgmma(float *acc, unsigned long long da, unsigned long long db) {
@@ -62,8 +71,8 @@ __device__ __forceinline__ void gx_wgmma(float *acc, unsigned long long da, unsi
 // advances 32 bytes a chunk inside the swizzled row; B's 16 rows of N = 2,048 bytes), then the release of the stage
 // to the producer once its wgmmas completed (with GX_INFLIGHT the previous stage's, this one's staying in flight).
 template <int CH, bool FIRST>
-__device__ __forceinline__ void gx_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw, int lane,
-                                          int &s, h3u32 &ph) {
+__device__ __forceinline__ void gx_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer, int cw,
+                                          int lane, int &s, h3u32 &ph) {
   mbar_wait(full + 8 * s, ph);
   wgmma_fence();
   const unsigned long long da = wgmma_desc_sw128(sA + s * GX_A_BYTES + cw * 64 * 128);
@@ -77,10 +86,10 @@ __device__ __forceinline__ void gx_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
   wgmma_commit();
 #if GX_INFLIGHT
   wgmma_wait<1>();
-  if (!FIRST && lane == 0) mbar_arrive(empty + 8 * (s == 0 ? GX_STAGES - 1 : s - 1));
+  if (!FIRST && lane == 0) gx_release(empty + 8 * (s == 0 ? GX_STAGES - 1 : s - 1), peer);
 #else
   wgmma_wait<0>();
-  if (lane == 0) mbar_arrive(empty + 8 * s);
+  if (lane == 0) gx_release(empty + 8 * s, peer);
 #endif
   if (++s == GX_STAGES) {
     s = 0;
@@ -89,20 +98,27 @@ __device__ __forceinline__ void gx_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
 }
 
 // A consumer warpgroup's chain over all k-blocks of a tile (the first starts it, the last holds GX_LAST_CHUNKS).
-__device__ __forceinline__ void gx_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw, int lane,
-                                            int &s, h3u32 &ph) {
+__device__ __forceinline__ void gx_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
+                                            int cw, int lane, int &s, h3u32 &ph) {
   if constexpr (GX_KT == 1) {
-    gx_kblock<GX_LAST_CHUNKS, true>(acc, sA, sB, full, empty, cw, lane, s, ph);
+    gx_kblock<GX_LAST_CHUNKS, true>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
   } else {
-    gx_kblock<4, true>(acc, sA, sB, full, empty, cw, lane, s, ph);
+    gx_kblock<4, true>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
 #pragma unroll 1
-    for (int kb = 1; kb < GX_KT - 1; ++kb) gx_kblock<4, false>(acc, sA, sB, full, empty, cw, lane, s, ph);
-    gx_kblock<GX_LAST_CHUNKS, false>(acc, sA, sB, full, empty, cw, lane, s, ph);
+    for (int kb = 1; kb < GX_KT - 1; ++kb) gx_kblock<4, false>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+    gx_kblock<GX_LAST_CHUNKS, false>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
   }
 #if GX_INFLIGHT
   wgmma_wait<0>();
-  if (lane == 0) mbar_arrive(empty + 8 * (s == 0 ? GX_STAGES - 1 : s - 1));
+  if (lane == 0) gx_release(empty + 8 * (s == 0 ? GX_STAGES - 1 : s - 1), peer);
 #endif
+}
+
+// Tile (pair) t of the persistent walk: row tiles vary fastest inside a group of GX_GROUP_M (pairs of) row tiles; with
+// GX_CLUSTER = 2, tm is this CTA's row tile of the pair (cluster rank `rank`).
+__device__ __forceinline__ void gx_tile(int t, int walkM, h3u32 rank, int &tm, int &tn) {
+  grouped_tile(t, walkM, GX_TILES_N, GX_GROUP_M, tm, tn);
+  tm = tm * GX_CLUSTER + (int)rank;
 }
 
 extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARAMS) {
@@ -113,15 +129,29 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
   const h3u32 full = sB + GX_STAGES * GX_B_BYTES, empty = full + 8 * GX_STAGES;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const long long M = rows;
-  const int tilesM = (int)((M + GX_BM - 1) / GX_BM), tiles = tilesM * GX_TILES_N;
+  const int tilesM = (int)((M + GX_BM - 1) / GX_BM);
+#if GX_CLUSTER == 2
+  const h3u32 rank = cluster_rank(), peer = rank ^ 1u;
+  const int walkM = (tilesM + 1) / 2;  // pairs of row tiles
+  const int first = blockIdx.x / 2, stride = gridDim.x / 2;
+#else
+  const h3u32 rank = 0, peer = 0;
+  const int walkM = tilesM;
+  const int first = blockIdx.x, stride = gridDim.x;
+#endif
+  const int tiles = walkM * GX_TILES_N;  // (pairs of) tiles
   if (threadIdx.x == 0) {
     for (int s = 0; s < GX_STAGES; ++s) {
-      mbar_init(full + 8 * s, 1);   // the producer's expect_tx; the TMA bytes complete the phase
-      mbar_init(empty + 8 * s, 8);  // one arrival per consumer warp
+      mbar_init(full + 8 * s, 1);                // the producer's expect_tx; the TMA bytes complete the phase
+      mbar_init(empty + 8 * s, 8 * GX_CLUSTER);  // one arrival per consumer warp of each CTA reading the stage
     }
     mbar_init_fence();
   }
+#if GX_CLUSTER == 2
+  cluster_sync();
+#else
   __syncthreads();
+#endif
 
   if (wg == 0) {
     regs_dealloc<GX_REGS_PRODUCER>();
@@ -130,9 +160,9 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
       tma_prefetch_map(&w_map);
       int s = 0;
       h3u32 ph = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int t = first; t < tiles; t += stride) {
         int tm, tn;
-        grouped_tile(t, tilesM, GX_TILES_N, GX_GROUP_M, tm, tn);
+        gx_tile(t, walkM, rank, tm, tn);
         const int c0 = tn * GX_BN;
         // The boxes of W inside K (a last column tile may end early; its other columns are never stored).
         const int boxes = min(GX_BOXES, (GR_K - c0 + 63) / 64);
@@ -140,8 +170,16 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
           mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
           mbar_expect_tx(full + 8 * s, GX_A_BYTES + boxes * GX_BOX_BYTES);
           tma_load_2d(sA + s * GX_A_BYTES, &gb_map, kb * GX_BK, tm * GX_BM, full + 8 * s);
-          for (int j = 0; j < boxes; ++j)
+          for (int j = 0; j < boxes; ++j) {
+#if GX_CLUSTER == 2
+            // Box j by CTA j % 2 of the pair, into both (each CTA's barrier expects every box's bytes).
+            if ((h3u32)(j & 1) == rank)
+              tma_load_2d_multicast(sB + s * GX_B_BYTES + j * GX_BOX_BYTES, &w_map, c0 + 64 * j, kb * GX_BK,
+                                    full + 8 * s, (unsigned short)3);
+#else
             tma_load_2d(sB + s * GX_B_BYTES + j * GX_BOX_BYTES, &w_map, c0 + 64 * j, kb * GX_BK, full + 8 * s);
+#endif
+          }
           if (++s == GX_STAGES) {
             s = 0;
             ph ^= 1;
@@ -158,10 +196,10 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
     int s = 0;
     h3u32 ph = 0;
     float *const out = (float *)dx;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (int t = first; t < tiles; t += stride) {
       int tm, tn;
-      grouped_tile(t, tilesM, GX_TILES_N, GX_GROUP_M, tm, tn);
-      gx_mainloop(acc, sA, sB, full, empty, cw, lane, s, ph);
+      gx_tile(t, walkM, rank, tm, tn);
+      gx_mainloop(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
       // Accumulator 4 j + 2 h + e: row 16 warp + gq + 8 h, column 8 j + 2 t4 + e of the warpgroup's 64 x GX_BN block.
       const long long r0 = (long long)tm * GX_BM + cw * 64 + warp * 16 + gq;
       const long long c0 = (long long)tn * GX_BN + 2 * t4;
@@ -178,4 +216,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
       }
     }
   }
+#if GX_CLUSTER == 2
+  cluster_sync();  // the peer may still multicast into this CTA's stages or arrive on its barriers
+#endif
 }

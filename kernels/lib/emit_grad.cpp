@@ -9,6 +9,10 @@
 
 namespace h3c::kernels {
 
+// 1,024 bytes of alignment for the 128-byte swizzle, the ring, its full and empty mbarriers.
+int64_t sm90GradXSharedBytes(int stages, int bn) { return 1024 + int64_t(stages) * (128 * 64 * 2 + bn * 64 * 2 + 16); }
+int64_t sm90GradWSharedBytes(int stages) { return 1024 + int64_t(stages) * (2 * 128 * 64 * 2 + 16); }
+
 namespace emit_detail {
 
 namespace {
@@ -50,11 +54,12 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
   const EmitOptions &o = v.options;
   const int64_t bn = o.sm90GradXBn == 0 ? gradXTileWidth(a.K) : o.sm90GradXBn, stages = o.sm90GradXStages;
+  const int64_t cluster = o.sm90GradXCluster;
   if ((bn != 128 && bn != 192 && bn != 256) || stages < 2 || stages > 5 ||
-      (o.sm90GradXInflight != 0 && o.sm90GradXInflight != 1))
-    fail(v.where, "Hopper dX tuning out of range (grad_x_bn 0/128/192/256, grad_x_stages 2-5, grad_x_inflight 0/1)");
-  // 1,024 bytes of alignment for the 128-byte swizzle, the ring (A 16 KiB + B bn x 128 bytes a stage), its barriers.
-  const int64_t smem = 1024 + stages * (128 * 64 * 2 + bn * 64 * 2) + 16 * stages;
+      (o.sm90GradXInflight != 0 && o.sm90GradXInflight != 1) || (cluster != 1 && cluster != 2))
+    fail(v.where, "Hopper dX tuning out of range (grad_x_bn 0/128/192/256, grad_x_stages 2-5, grad_x_inflight 0/1, "
+                  "grad_x_cluster 1/2)");
+  const int64_t smem = sm90GradXSharedBytes(int(stages), int(bn));
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "the Hopper dX with {} stages of the {}-wide tile needs {} bytes of shared memory (at most {})", stages,
          bn, smem, kMaxCtaSharedBytes);
@@ -75,24 +80,69 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   b.def("GX_STAGES", stages);
   b.def("GX_GROUP_M", 8);
   b.def("GX_INFLIGHT", o.sm90GradXInflight);
+  b.def("GX_CLUSTER", cluster);
   const plan::Launch convert = launch(256, 0, blocks(rows.scaled(a.N / 8), 256));
-  plan::GridDim g = dim(rows.plus(127).scaled((a.K + bn - 1) / bn), 128);  // >= the tile count, capped at the SMs
+  // >= the tile count (with pairs: twice the pairs), capped at the SMs; the runtime rounds it to whole clusters.
+  const int64_t tilesN = (a.K + bn - 1) / bn;
+  plan::GridDim g = cluster == 2 ? dim(rows.plus(255).scaled(2 * tilesN), 256) : dim(rows.plus(127).scaled(tilesN), 128);
   g.maxPerSm = 1;
-  const plan::Launch gemm = launch(384, smem, g);
+  plan::Launch gemm = launch(384, smem, g);
+  gemm.cluster = {cluster, 1, 1};
   const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}", a.N, a.K);
   return finish(name, "GL_ENTRY", b, p,
                 std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_linear_round + tmpl::grad_linear_sm90,
                 convert, arch, o, {{"GX_ENTRY_P1", gemm}});
 }
 
+// The Hopper form of a bf16 linear's dW (grad_linear_w_sm90.cuh; the mma.sync form's bits): phase 0 rounds g into
+// the scratch gb and sums dbias (grad_linear_round.cuh), phase 1 the persistent TMA + wgmma GEMM over 128 x 128 tiles
+// of dW, both operands per item (3-D maps over gb and x: rows past an item's end read as zeros), walking each item's
+// units of 128 rows.
+plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64_t dwAt, int64_t biasAt) {
+  const plan::OpAttrs &a = v.a();
+  const int64_t stages = v.options.sm90GradWStages;
+  const int64_t smem = sm90GradWSharedBytes(int(stages));
+  if (stages < 2 || stages > 6 || smem > kMaxCtaSharedBytes)
+    fail(v.where, "the Hopper dW's ring takes 2-6 stages, got {}", stages);
+  Builder b;
+  Params p;
+  const Extent rows = v.rowsOfIn(0), itemRows = Extent::rowsOf(v.in(0).rows, false);
+  const Extent items = v.in(0).batch ? Extent::parse("B", v.where) : Extent::constant(1);
+  if (v.in(1).batch != v.in(0).batch || v.in(1).rows != v.in(0).rows)
+    fail(v.where, "dW's g and x must have the same rows");
+  p.in("g", 0);
+  p.out("dw", dwAt);
+  if (biasAt >= 0) p.out("dbias", biasAt);
+  itemScalars(p, v, 0);
+  p.scratch("gb", rows.scaled(a.N * 2));
+  p.scratchTensorMap("gb_map", "gb", itemRows, a.N, 64, 64, &items);
+  p.itemTensorMap("x_map", OperandRole::In, 1, itemRows, a.K, 64, 64, &items);
+  b.def("GL_DW", 1);
+  b.def("GR_N", a.N);
+  b.def("GR_K", a.K);
+  b.def("GR_BIAS", biasAt >= 0 ? 1 : 0);
+  b.def("GW_STAGES", stages);
+  b.def("GW_GROUP_M", 8);
+  const plan::Launch convert = launch(256, 0, blocks(rows.scaled(a.N / 8), 256), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
+  plan::GridDim g = dim(Extent::constant(((a.N + 127) / 128) * ((a.K + 127) / 128)));  // the tiles, capped at the SMs
+  g.maxPerSm = 1;
+  const plan::Launch gemm = launch(384, smem, g);
+  const std::string name = fmt::format("linear_grad_w_mma_sm90_n{}_k{}", a.N, a.K);
+  return finish(name, "GL_ENTRY", b, p,
+                std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_linear_round + tmpl::grad_linear_w_sm90,
+                convert, arch, v.options, {{"GW_ENTRY_P1", gemm}});
+}
+
 // The tensor-core forms of a bf16 linear's gradients (grad_linear_mma.cuh): phase 0 rounds g to bf16 into the
 // scratch (and sums dbias), phase 1 is the GEMM in 128 x 128 tiles. dW: `dwAt` / `biasAt` the outputs of the weight's
 // and bias's gradients (the bias's -1 when it is frozen or absent). On sm_90a with wgmma a dX of more than 64 output
-// columns takes the Hopper form (emitLinearGradXSm90; the same bits); the skinny dX (LoRA's dt) stays here.
+// columns and every dW take the Hopper forms (emitLinearGradXSm90, emitLinearGradWSm90; the same bits); the skinny dX
+// (LoRA's dt) stays here.
 plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw, int64_t dwAt, int64_t biasAt) {
   const plan::OpAttrs &a = v.a();
   if (!dw && arch == "sm_90a" && v.options.wgmma && v.options.sm90GradX == 1 && a.K > 64)
     return emitLinearGradXSm90(v, arch);
+  if (dw && arch == "sm_90a" && v.options.wgmma && v.options.sm90GradW == 1) return emitLinearGradWSm90(v, arch, dwAt, biasAt);
   Builder b;
   Params p;
   const Extent rows = v.rowsOfIn(0);

@@ -39,6 +39,7 @@ extern const char *const grad_common;
 extern const char *const grad_linear_mma;
 extern const char *const grad_linear_round;
 extern const char *const grad_linear_sm90;
+extern const char *const grad_linear_w_sm90;
 extern const char *const grad_attention_mma;
 extern const char *const grad_attention_sm90;
 } // namespace tmpl
@@ -127,19 +128,21 @@ struct Params {
   }
   // A TMA descriptor of a batched bf16 activation [B, itemRows, cols] (cols innermost) with the 128-byte swizzle,
   // read in boxes of boxCols x boxRows of one item: rows past an item's end read as zeros, never the next item's.
+  // `items`: the item count (default B; 1 for a value shared by the batch).
   void itemTensorMap(const std::string &name, OperandRole role, int64_t index, const Extent &itemRows, int64_t cols,
-                     int64_t boxCols, int64_t boxRows) {
+                     int64_t boxCols, int64_t boxRows, const Extent *items = nullptr) {
     tensorMap(name, role, index, itemRows, cols, boxCols, boxRows);
     KernelParam &p = list.back();
-    p.map.dims.push_back(Extent::parse("B", name));
+    p.map.dims.push_back(items ? *items : Extent::parse("B", name));
     p.map.strides.push_back(itemRows.scaled(cols * 2));
     p.map.box.push_back(1);
   }
   // A TMA descriptor (as tensorMap) of a bf16 matrix [rows, cols] in the scratch parameter `scratch` (declared
-  // before it): what one phase writes and a later one loads by TMA.
+  // before it): what one phase writes and a later one loads by TMA; per item (as itemTensorMap) with `items`.
   void scratchTensorMap(const std::string &name, const std::string &scratch, const Extent &rowsExt, int64_t cols,
-                        int64_t boxCols, int64_t boxRows) {
-    tensorMap(name, OperandRole::In, 0, rowsExt, cols, boxCols, boxRows);
+                        int64_t boxCols, int64_t boxRows, const Extent *items = nullptr) {
+    if (items) itemTensorMap(name, OperandRole::In, 0, rowsExt, cols, boxCols, boxRows, items);
+    else tensorMap(name, OperandRole::In, 0, rowsExt, cols, boxCols, boxRows);
     list.back().scratch = scratch;
   }
   // Scratch memory of `bytes` for this launch of the op (plan::KernelParam::Kind::Scratch), F32-aligned.

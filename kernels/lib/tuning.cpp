@@ -48,7 +48,11 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"grad_x_sm90", &EmitOptions::sm90GradX, 0, 1},
                           {"grad_x_stages", &EmitOptions::sm90GradXStages, 2, 5},
                           {"grad_x_bn", &EmitOptions::sm90GradXBn, 0, 256},
-                          {"grad_x_inflight", &EmitOptions::sm90GradXInflight, 0, 1}};
+                          {"grad_x_inflight", &EmitOptions::sm90GradXInflight, 0, 1},
+                          {"grad_x_cluster", &EmitOptions::sm90GradXCluster, 1, 2},
+                          // the Hopper dW of the bf16 linears (grad_linear_w_sm90.cuh): on/off, ring stages
+                          {"grad_w_sm90", &EmitOptions::sm90GradW, 0, 1},
+                          {"grad_w_stages", &EmitOptions::sm90GradWStages, 2, 6}};
 
 const Field &field(const std::string &name, int value, const std::string &where) {
   std::string names;
@@ -158,6 +162,17 @@ void EmitOptions::check(const std::string &where) const {
                   "{}): use gemm_stages={} or fewer, or {}:gemm_epi_smem=0", k, o.sm90EpiSmem, o.sm90Stages, o.sm90Bn, bytes,
            kMaxCtaSharedBytes, o.sm90Bn == 192 ? 4 : 3, k);
   }
+  // The Hopper gradient GEMMs' rings (a tile width chosen by K, grad_x_bn=0, is checked at its widest, 256).
+  const EmitOptions gx = forOp(std::string("linear_grad_x")), gw = forOp(std::string("linear_grad_w"));
+  if (gx.sm90GradXBn != 0 && gx.sm90GradXBn != 128 && gx.sm90GradXBn != 192 && gx.sm90GradXBn != 256)
+    fail(where, "linear_grad_x: grad_x_bn must be 0 (by K), 128, 192 or 256, got {}", gx.sm90GradXBn);
+  const int64_t gxBytes = sm90GradXSharedBytes(gx.sm90GradXStages, gx.sm90GradXBn == 0 ? 256 : gx.sm90GradXBn);
+  if (gxBytes > kMaxCtaSharedBytes)
+    fail(where, "linear_grad_x: grad_x_stages={} of the {}-wide tile need {} bytes of shared memory (at most {})",
+         gx.sm90GradXStages, gx.sm90GradXBn == 0 ? 256 : gx.sm90GradXBn, gxBytes, kMaxCtaSharedBytes);
+  if (sm90GradWSharedBytes(gw.sm90GradWStages) > kMaxCtaSharedBytes)
+    fail(where, "linear_grad_w: grad_w_stages={} need {} bytes of shared memory (at most {})", gw.sm90GradWStages,
+         sm90GradWSharedBytes(gw.sm90GradWStages), kMaxCtaSharedBytes);
   const EmitOptions a = forOp(std::string("adaln_table"));
   if (a.sm90AdalnStageK % 16 != 0)
     fail(where, "adaln_table: adaln_stage_k={} is not a multiple of 16 (a stage holds whole k chunks)",

@@ -147,6 +147,36 @@ inline EmitOp linearGradX(int64_t N, int64_t K) {
   return e;
 }
 
+// linear_grad_w of a bf16 linear with its weight trained (and its bias, with `bias`), as a `--backward` plan has it:
+// g F32 [S, N] and x bf16 [S, K] (batched) -> dW F32 [N, K] (and dbias F32 [N]), the gradients at output positions 0
+// (and 1); row_units.
+inline EmitOp linearGradW(int64_t N, int64_t K, bool bias) {
+  plan::OpAttrs a = attrs({{"K", double(K)}, {"N", double(N)}});
+  a.wDtype = h3c::DType::BF16;
+  plan::Order order;
+  order.kind = plan::OrderKind::RowUnits;
+  order.unit = 128;
+  order.kStep = 16;
+  EmitOp e = op(OpKind::LinearGradW, "transformer_blocks.0.linear_grad_w", a, order, 1, bias ? 1 : 0);
+  e.op.grads = e.op.weights;
+  if (bias) e.op.grads.push_back(e.op.biases[0]);
+  e.vals.in[0].cols = N;
+  e.vals.in[0].dtype = h3c::DType::F32;
+  e.vals.in[1].cols = K;
+  e.vals.in[1].dtype = h3c::DType::BF16;
+  for (size_t i = 0; i < e.op.grads.size(); ++i) {
+    plan::Value v;
+    v.name = "grad:" + e.op.grads[i];
+    v.rows = plan::Domain::One;
+    v.batch = false;
+    v.cols = i == 0 ? N * K : N;
+    v.dtype = h3c::DType::F32;
+    e.op.out.push_back(v.name);
+    e.vals.out.push_back(v);
+  }
+  return e;
+}
+
 // attention_grad (docs/contract.md section 14) as a `--backward` plan has it: q, k, v bf16, o bf16 (or F32), dout and
 // the three gradients F32 [S, heads * d], batched; kv_block the forward's.
 inline EmitOp attentionGrad(int64_t heads, int64_t d, int64_t kvBlock, bool oBf = true) {

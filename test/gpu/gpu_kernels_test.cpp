@@ -60,6 +60,23 @@ std::vector<float> toF(const std::vector<uint16_t> &b) {
   return f;
 }
 
+// Random values with exponents spread over 2^+-6 (uniform mantissas in [-1, 1) times 2^e), fast enough for the 240 M
+// values of fc1's gradient (splitmix64, not the normal distribution); next(): the raw 64-bit draws.
+struct SpreadRng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float value() {
+    const uint64_t r = next();
+    const float u = float(int64_t(r >> 40) - (1LL << 23)) / float(1 << 23);
+    return std::ldexp(u, int((r >> 8) % 13) - 6);
+  }
+};
+
 using Buf = std::shared_ptr<hc::DeviceBuffer>;
 template <typename T> Buf up(const std::vector<T> &v) {
   auto b = std::make_shared<hc::DeviceBuffer>(std::max<size_t>(v.size() * sizeof(T), 1));
@@ -1323,10 +1340,12 @@ TEST_F(Kernels, AttentionGrad) {
 // TMA + wgmma) against the mma.sync form (grad_linear_mma.cuh) byte for byte, at every dX shape of the full config
 // ({N, K}: context_embedder, to_q / to_k / to_v, to_out, fc1, fc2, and x's LoRA part at rank 64, one k-block of N) at
 // the bench's M = 8,349 (H3C_GPU_QUICK: 333), and at awkward row counts (5, 70, 130, 925) on the three tile widths
-// (192: K = 5,376; 256; 128) and an N that is no multiple of 64 (the last k-block's 2 chunks); two runs byte-equal;
+// (192: K = 5,376; 256; 128) and an N that is no multiple of 64 (the last k-block's 2 chunks), each also in 2-CTA
+// clusters (grad_x_cluster=2: odd row-tile counts leave a pair's second tile empty); two runs byte-equal;
 // the rows of g permuted give the same rows of dx permuted (a row's dx depends on its own row only); and one shape
 // against fp64: the exact dX of the unrounded g, within 2^-8 of sum |g W| per element (bf(g) rounds each g by at most
-// 2^-9 of it; the F32 chain adds far less), and relative Frobenius error reported. g has exponents spread over 2^+-6.
+// 2^-9 of it; the F32 chain adds far less), and relative Frobenius error reported. g has exponents spread over 2^+-6
+// (SpreadRng).
 TEST_F(Kernels, LinearGradX) {
   if (hc::device().arch() != "sm_90a") GTEST_SKIP() << "the Hopper form exists on sm_90a only";
   struct Case {
@@ -1345,21 +1364,12 @@ TEST_F(Kernels, LinearGradX) {
     cases.push_back({"N 200 K 128", 200, 128, M});
     cases.push_back({"small context_embedder", 192, 160, M});
   }
-  // Values with exponents over 2^+-6 (fast: splitmix64, not the normal distribution, for the 240 M values of fc1).
-  uint64_t state = 0x9E3779B97F4A7C15ull;
-  auto next = [&] {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  auto value = [&] {
-    const uint64_t r = next();
-    const float u = float(int64_t(r >> 40) - (1LL << 23)) / float(1 << 23);  // [-1, 1)
-    return std::ldexp(u, int((r >> 8) % 13) - 6);
-  };
-  hk::EmitOptions mmaOpt;
+  SpreadRng rng{0x9E3779B97F4A7C15ull};
+  auto next = [&] { return rng.next(); };
+  auto value = [&] { return rng.value(); };
+  hk::EmitOptions mmaOpt, pairOpt;
   mmaOpt.sm90GradX = 0;
+  pairOpt.sm90GradXCluster = 2;  // `--tune grad_x_cluster=2`: pairs of row tiles sharing W through TMA multicast
   bool fp64Done = false;
   for (const Case &c : cases) {
     const std::string name = fmt::format("linear_grad_x {} N {} K {} M {}", c.what, c.N, c.K, c.M);
@@ -1387,6 +1397,9 @@ TEST_F(Kernels, LinearGradX) {
                                (at == SIZE_MAX ? "" : fmt::format(" (first difference at row {} column {}: {} vs {})",
                                                                   at / size_t(c.K), at % size_t(c.K), h1[at], m[at])));
     report(bytesEqual(h1, h2), name + ": two runs byte-equal");
+    const plan::Kernel &kp = kernel(op, pairOpt);
+    report(kp.phases.at(0).launch.cluster[0] == 2 && bytesEqual(go(kp, g), m),
+           name + ": the 2-CTA cluster form (" + kp.id + ") == mma.sync byte for byte");
     // Rows permuted: row i of the permuted g is row perm[i]; dx's row i must be the first run's row perm[i].
     std::vector<long long> perm(size_t(c.M));
     for (long long i = 0; i < c.M; ++i) perm[size_t(i)] = i;
@@ -1427,6 +1440,110 @@ TEST_F(Kernels, LinearGradX) {
                                             "2^-8 sum |g W|, rel_frob {:.3e}", worst, e.frob));
   }
   report(fp64Done, "linear_grad_x: the fp64 comparison ran");
+}
+
+// linear_grad_w of the bf16 linears (docs/contract.md section 14: per item, per unit of 128 rows a partial chained
+// over 16-row chunks, the item's sum the left fold of its partials, the batch's the left fold of the items' sums): on
+// sm_90a the Hopper form (grad_linear_w_sm90.cuh) against the mma.sync form byte for byte (dw, and dbias where the
+// bias trains), at every dW shape of the full config ({N, K}: context_embedder, to_q / to_k / to_v, to_out, fc1, fc2,
+// LoRA's up and down slots at rank 64) at M = 8,349 (H3C_GPU_QUICK: 333) rows of one item, and at two items of awkward
+// lengths whose last unit ends in each of the four 32-row quarters (5, 70, 100, 130, 173, 925 rows); two runs
+// byte-equal; a batch's dw the F32 sum of its items' own runs (item 0's + item 1's), byte for byte; and one shape
+// against fp64 of the unrounded g (within 2^-8 of sum |g x| per element, as LinearGradX).
+TEST_F(Kernels, LinearGradW) {
+  if (hc::device().arch() != "sm_90a") GTEST_SKIP() << "the Hopper form exists on sm_90a only";
+  struct Case {
+    const char *what;
+    int64_t N, K;
+    long long itemRows;
+    int B;
+    bool bias;
+  };
+  const long long big = quick() ? 333 : 8349;
+  std::vector<Case> cases = {{"context_embedder", 5376, 5120, big, 1, true}, {"to_q/k/v", 7168, 5376, big, 1, false},
+                             {"to_out", 5376, 7168, big, 1, true},           {"fc1", 28672, 5376, big, 1, false},
+                             {"fc2", 5376, 14336, big, 1, true},             {"lora up", 7168, 64, big, 1, false},
+                             {"lora up", 28672, 64, big, 1, false},          {"lora down", 64, 5376, big, 1, false},
+                             {"lora down", 64, 14336, big, 1, false}};
+  for (long long L : {5LL, 70LL, 100LL, 130LL, 173LL, 925LL}) {
+    cases.push_back({"to_out", 5376, 7168, L, 2, true});
+    cases.push_back({"N 200 K 136", 200, 136, L, 2, false});
+  }
+  SpreadRng rng{0x5851F42D4C957F2Dull};
+  auto value = [&] { return rng.value(); };
+  hk::EmitOptions mmaOpt;
+  mmaOpt.sm90GradW = 0;
+  bool fp64Done = false;
+  for (const Case &c : cases) {
+    const long long M = c.itemRows * c.B;
+    const std::string name = fmt::format("linear_grad_w {} N {} K {} rows {} x {}{}", c.what, c.N, c.K, c.B, c.itemRows,
+                                         c.bias ? " + dbias" : "");
+    std::vector<float> g(size_t(M * c.N));
+    for (float &e : g) e = value();
+    std::vector<uint16_t> x(size_t(M * c.K));
+    for (uint16_t &e : x) e = floatToBf16(value());
+    const EmitOp op = linearGradW(c.N, c.K, c.bias);
+    const plan::Kernel &k9 = kernel(op), &km = kernel(op, mmaOpt);
+    report(k9.id.find("linear_grad_w_mma_sm90_") == 0 && km.id.find("linear_grad_w_mma_n") == 0,
+           name + ": the Hopper form (" + k9.id + ") beside the mma.sync form (" + km.id + ")");
+    const size_t nw = size_t(c.N * c.K);
+    // dw (and dbias) of items [b0, b0 + items) of g and x.
+    auto go = [&](const plan::Kernel &kern, int b0, int items) {
+      const size_t r0 = size_t(b0) * size_t(c.itemRows), rn = size_t(items) * size_t(c.itemRows);
+      Launch la;
+      la.in = {up(std::vector<float>(g.begin() + long(r0 * size_t(c.N)), g.begin() + long((r0 + rn) * size_t(c.N)))),
+               up(std::vector<uint16_t>(x.begin() + long(r0 * size_t(c.K)), x.begin() + long((r0 + rn) * size_t(c.K))))};
+      la.out = {outBuf(nw * 4)};
+      if (c.bias) la.out.push_back(outBuf(size_t(c.N) * 4));
+      la.e = rowsS(c.itemRows, items);
+      run(kern, la);
+      std::vector<float> r = down<float>(*la.out[0], nw);
+      if (c.bias) {
+        const auto db = down<float>(*la.out[1], size_t(c.N));
+        r.insert(r.end(), db.begin(), db.end());
+      }
+      return r;
+    };
+    const auto h1 = go(k9, 0, c.B), h2 = go(k9, 0, c.B), m = go(km, 0, c.B);
+    const size_t at = firstDiff(h1, m);
+    report(at == SIZE_MAX, name + ": Hopper == mma.sync byte for byte" +
+                               (at == SIZE_MAX ? "" : fmt::format(" (first difference at {}{}: {} vs {})", at,
+                                                                  at >= nw ? " (dbias)" : "", h1[at], m[at])));
+    report(bytesEqual(h1, h2), name + ": two runs byte-equal");
+    if (c.B == 2) {  // the batch's fold: item 0's own sum + item 1's own sum, element by element (F32)
+      const auto i0 = go(k9, 0, 1), i1 = go(k9, 1, 1);
+      bool same = true;
+      for (size_t i = 0; i < nw && same; ++i) {
+        const float f = i0[i] + i1[i];
+        same = std::memcmp(&f, &h1[i], 4) == 0;
+      }
+      report(same, name + ": dw of the batch == item 0's own dw + item 1's, byte for byte");
+    }
+    if (fp64Done || c.N != 5376 || c.K != 7168 || c.itemRows != 173) continue;
+    fp64Done = true;
+    // fp64 of the unrounded g over both items' rows, every 64th weight row n.
+    double worst = 0;
+    std::vector<double> ref;
+    std::vector<float> got;
+    for (int64_t n = 0; n < c.N; n += 64)
+      for (int64_t k = 0; k < c.K; ++k) {
+        double acc = 0, mag = 0;
+        for (long long r = 0; r < M; ++r) {
+          const double p = double(g[size_t(r * c.N + n)]) * double(bf16ToFloat(x[size_t(r * c.K + k)]));
+          acc += p;
+          mag += std::fabs(p);
+        }
+        const float v = h1[size_t(n * c.K + k)];
+        const double e = std::fabs(double(v) - acc) / std::ldexp(mag, -8);
+        worst = std::isnan(e) ? 1e30 : std::max(worst, e);
+        ref.push_back(acc);
+        got.push_back(v);
+      }
+    const ErrStat e = compare(got, ref);
+    report(worst <= 1.0, name + fmt::format(": against fp64 of the unrounded g: max error {:.3f} of the bound "
+                                            "2^-8 sum |g x|, rel_frob {:.3e}", worst, e.frob));
+  }
+  report(fp64Done, "linear_grad_w: the fp64 comparison ran");
 }
 
 // The Hopper fusion qkv_linear + qk_norm_rope (sm_90a), every variant of hopperGemmVariants (register and staged

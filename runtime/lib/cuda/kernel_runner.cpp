@@ -78,27 +78,29 @@ const LoadedKernel &KernelRunner::install(const plan::Kernel &k, CompiledKernel 
   if (k.launch.smemBytes > 48 * 1024)
     check(d.cuFuncSetAttribute(lk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(k.launch.smemBytes)),
           "raising the shared-memory limit of " + k.id);
+  // A launch with a cluster (the entry's or a phase's): how many of its clusters run at once (0: no cluster).
+  auto activeClusters = [&](CUfunction f, const plan::Launch &l, const std::string &entry) {
+    if (l.cluster[0] * l.cluster[1] * l.cluster[2] == 1) return 0;
+    std::array<CUlaunchAttribute, 2> attrs{};
+    const CUlaunchConfig cfg =
+        exLaunch(l, {unsigned(l.cluster[0]), unsigned(l.cluster[1]), unsigned(l.cluster[2])}, nullptr, attrs);
+    int n = 0;
+    check(d.cuOccupancyMaxActiveClusters(&n, f, &cfg), "cuOccupancyMaxActiveClusters(" + entry + ")");
+    if (n < 1)
+      fail("kernel " + k.id, "no cluster of {} x {} x {} CTAs of {} fits on this device", l.cluster[0], l.cluster[1],
+           l.cluster[2], entry);
+    return n;
+  };
   for (const plan::KernelPhase &ph : k.phases) {
     CUfunction f = nullptr;
     check(d.cuModuleGetFunction(&f, lk->module, ph.entry.c_str()), "cuModuleGetFunction(" + ph.entry + ")");
-    if (ph.launch.cluster[0] * ph.launch.cluster[1] * ph.launch.cluster[2] > 1)
-      fail("kernel " + k.id, "phase {} has a cluster (phases launch without one)", ph.entry);
     if (ph.launch.smemBytes > 48 * 1024)
       check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(ph.launch.smemBytes)),
             "raising the shared-memory limit of " + ph.entry);
     lk->phaseFns.push_back(f);
+    lk->phaseMaxActiveClusters.push_back(activeClusters(f, ph.launch, ph.entry));
   }
-  const plan::Launch &l = k.launch;
-  if (l.cluster[0] * l.cluster[1] * l.cluster[2] > 1) {
-    std::array<CUlaunchAttribute, 2> attrs{};
-    const CUlaunchConfig cfg =
-        exLaunch(l, {unsigned(l.cluster[0]), unsigned(l.cluster[1]), unsigned(l.cluster[2])}, nullptr, attrs);
-    check(d.cuOccupancyMaxActiveClusters(&lk->maxActiveClusters, lk->fn, &cfg),
-          "cuOccupancyMaxActiveClusters(" + k.id + ")");
-    if (lk->maxActiveClusters < 1)
-      fail("kernel " + k.id, "no cluster of {} x {} x {} CTAs fits on this device", l.cluster[0], l.cluster[1],
-           l.cluster[2]);
-  }
+  lk->maxActiveClusters = activeClusters(lk->fn, k.launch, k.entry);
   auto &ref = *lk;
   loaded_.emplace(k.id, std::move(lk));
   return ref;
@@ -141,10 +143,15 @@ std::array<unsigned, 3> KernelRunner::grid(const plan::Kernel &k, const plan::La
     if (c > 1) {
       v = (v + c - 1) / c * c;
       if (d.maxPerSm > 0) {
+        // The loaded kernel's count for this launch (the entry's, or the phase whose launch `l` is).
+        int active = 0;
         auto it = loaded_.find(k.id);
-        const int64_t fit = it != loaded_.end() && it->second->maxActiveClusters > 0
-                                ? int64_t(it->second->maxActiveClusters) * c
-                                : d.maxPerSm * device().smCount / c * c;
+        if (it != loaded_.end()) {
+          active = &l == &k.launch ? it->second->maxActiveClusters : 0;
+          for (size_t p = 0; p < k.phases.size() && p < it->second->phaseMaxActiveClusters.size(); ++p)
+            if (&l == &k.phases[p].launch) active = it->second->phaseMaxActiveClusters[p];
+        }
+        const int64_t fit = active > 0 ? int64_t(active) * c : d.maxPerSm * device().smCount / c * c;
         v = std::min(v, fit);
       }
     }

@@ -349,36 +349,42 @@ TEST(BackwardPlan, LoraPathsAndTrainableTensors) {
 }
 
 
-// The input gradients of the bf16 linears (docs/contract.md section 14) in a small-config plan: on sm_90a the Hopper
-// form (grad_linear_sm90.cuh) for every dX of more than 64 output columns, its A operand a tensor map over its own
-// bf(g) scratch, which the reader accepts from the plan folder; the skinny dX (64 columns or fewer) and every dX on
-// sm_100a or with `--tune grad_x_sm90=0` keep the mma.sync form. Both forms give the same bits (Kernels.LinearGradX).
-TEST(BackwardPlan, HopperInputGradientsOfTheSmallConfig) {
+// The gradients of the bf16 linears (docs/contract.md section 14) in a small-config plan: on sm_90a the Hopper forms,
+// dX (grad_linear_sm90.cuh) for every dX of more than 64 output columns and dW (grad_linear_w_sm90.cuh) for every dW,
+// their bf(g) operand a tensor map over their own scratch (per item for dW, as x's), which the reader accepts from
+// the plan folder; the skinny dX (64 columns or fewer), and every one on sm_100a or with `--tune grad_x_sm90=0` /
+// `grad_w_sm90=0`, keep the mma.sync forms. Both forms give the same bits (Kernels.LinearGradX, Kernels.LinearGradW).
+TEST(BackwardPlan, HopperLinearGradientsOfTheSmallConfig) {
   const h3::Fingerprint fp = h3::deriveFingerprint(h3::namedConfig("small"), "small");
   struct Case {
     const char *arch;
-    int sm90GradX;
+    int sm90;
   };
   for (const Case c : {Case{"sm_90a", 1}, Case{"sm_90a", 0}, Case{"sm_100a", 1}}) {
     codegen::CompileOptions o = backwardOptions();
     o.arch = c.arch;
-    o.tuning.sm90GradX = c.sm90GradX;
+    o.tuning.sm90GradX = c.sm90;
+    o.tuning.sm90GradW = c.sm90;
     const fs::path dir = fs::temp_directory_path() /
-                         fmt::format("h3c_backward_gradx_{}_{}_{}", ::getpid(), c.arch, c.sm90GradX);
+                         fmt::format("h3c_backward_grad_sm90_{}_{}_{}", ::getpid(), c.arch, c.sm90);
     fs::remove_all(dir);
     plan::writePlanFolder(codegen::compile(fp, "0000", o).plan.plan, dir);
     const plan::Plan p = plan::loadPlan(dir);
-    const bool hopper = std::string(c.arch) == "sm_90a" && c.sm90GradX == 1;
-    int wide = 0;
+    const bool hopper = std::string(c.arch) == "sm_90a" && c.sm90 == 1;
+    int wideX = 0, w = 0;
     for (const plan::Op &op : p.backward()->ops) {
-      if (op.kind != plan::OpKind::LinearGradX || op.attrs.wDtype != DType::BF16) continue;
+      const bool gx = op.kind == plan::OpKind::LinearGradX, gw = op.kind == plan::OpKind::LinearGradW;
+      if ((!gx && !gw) || op.attrs.wDtype != DType::BF16) continue;
+      if (gw && (op.grads.empty() || op.grads[0] != op.weights[0] || p.value(op.in[1]).dtype != DType::BF16)) continue;
       const plan::Kernel &k = p.kernel(op);
-      const bool sm90 = k.id.rfind(fmt::format("linear_grad_x_mma_sm90_n{}_k{}_", op.attrs.N, op.attrs.K), 0) == 0;
-      EXPECT_EQ(sm90, hopper && op.attrs.K > 64) << c.arch << " " << op.where << " " << k.id;
+      const std::string kind = gx ? "linear_grad_x" : "linear_grad_w";
+      const bool sm90 = k.id.rfind(fmt::format("{}_mma_sm90_n{}_k{}_", kind, op.attrs.N, op.attrs.K), 0) == 0;
+      EXPECT_EQ(sm90, hopper && (gw || op.attrs.K > 64)) << c.arch << " " << op.where << " " << k.id;
       if (!sm90) {
-        EXPECT_EQ(k.id.rfind(fmt::format("linear_grad_x_mma_n{}_k{}_", op.attrs.N, op.attrs.K), 0), 0u) << k.id;
+        EXPECT_EQ(k.id.rfind(fmt::format("{}_mma_n{}_k{}_", kind, op.attrs.N, op.attrs.K), 0), 0u) << k.id;
       }
-      wide += op.attrs.K > 64;
+      wideX += gx && op.attrs.K > 64;
+      w += gw;
       ASSERT_EQ(k.phases.size(), 1u) << k.id;
       const auto map = std::find_if(k.params.begin(), k.params.end(),
                                     [](const plan::KernelParam &q) { return q.name == "gb_map"; });
@@ -386,11 +392,13 @@ TEST(BackwardPlan, HopperInputGradientsOfTheSmallConfig) {
       if (sm90) {
         EXPECT_EQ(map->kind, plan::KernelParam::Kind::TensorMap);
         EXPECT_EQ(map->scratch, "gb");
+        EXPECT_EQ(map->map.dims.size(), gx ? 2u : 3u) << k.id;  // dW: per item
         EXPECT_EQ(k.phases[0].launch.block[0], 384) << k.id;
         EXPECT_GT(k.phases[0].launch.grid[0].maxPerSm, 0) << k.id;  // persistent
       }
     }
-    EXPECT_GT(wide, 0) << c.arch;  // the small config's linears: K = 192 and wider
+    EXPECT_GT(wideX, 0) << c.arch;  // the small config's linears: K = 160 and wider
+    EXPECT_GT(w, 0) << c.arch;
     fs::remove_all(dir);
   }
 }

@@ -35,6 +35,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 
 using nlohmann::json;
@@ -1095,6 +1096,23 @@ std::vector<std::pair<int64_t, int64_t>> gradXShapes(const h3c::h3::Config &c) {
   return {{H, c.text_dim}, {I, H}, {H, I}, {2 * F, H}, {H, F}, {64, H}, {64, I}, {64, F}, {I, 64}, {H, 64}};
 }
 
+// compileVerbose's report for a wgmma kernel of every entry: no spills in any entry, no serialized wgmma and no
+// warpgroup.arrive injected by ptxas (C7519: a merge of accumulators it could not keep in flight).
+void expectQualifiedWgmma(hc::NvrtcJit &jit, const plan::Kernel &k, const std::string &what) {
+  const auto c = compileVerbose(jit, k, what);
+  if (!c) return;
+  size_t reports = 0;  // one per entry
+  std::istringstream lines(c->log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("spill stores") == std::string::npos) continue;
+    ++reports;
+    EXPECT_NE(line.find(", 0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << what << " " << k.id << ": " << line;
+  }
+  EXPECT_EQ(reports, 1 + k.phases.size()) << what << " " << k.id << ":\n" << c->log;
+  EXPECT_EQ(c->log.find("serialized"), std::string::npos) << what << " " << k.id << ":\n" << c->log;
+  EXPECT_EQ(c->log.find("warpgroup.arrive is injected"), std::string::npos) << what << " " << k.id << ":\n" << c->log;
+}
+
 // The Hopper dX (grad_linear_sm90.cuh) at every dX shape of the full and small configs on sm_90a: its wgmmas
 // asynchronous, nothing spilled, the tile 192 wide where K is 5,376 (whole waves) and 128 where that pads K least; a
 // shape with N not a multiple of 64 (the last k-block's 2 chunks). The skinny dX (K <= 64), sm_100a and wgmma off
@@ -1121,7 +1139,15 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
       ASSERT_TRUE(width.count(K)) << K;
       EXPECT_NE(k.source.find(std::string("#define GX_BN ") + width.at(K) + "\n"), std::string::npos) << k.id;
     }
-    if (seen.insert(k.id).second) expectCompilesWithoutSpills(jit, k, fmt::format("dX N {} K {}", N, K));
+    if (seen.insert(k.id).second) expectQualifiedWgmma(jit, k, fmt::format("dX N {} K {}", N, K));
+    if (!hopper || N < 5000) continue;
+    // 2-CTA clusters sharing W's boxes (grad_x_cluster=2; Kernels.LinearGradX compares it byte for byte too).
+    hk::EmitOptions pair;
+    pair.sm90GradXCluster = 2;
+    const plan::Kernel kp = *emit(linearGradX(N, K), "sm_90a", pair);
+    EXPECT_EQ(kp.phases.at(0).launch.cluster[0], 2) << kp.id;
+    EXPECT_NE(kp.source.find("#define GX_CLUSTER 2\n"), std::string::npos) << kp.id;
+    if (seen.insert(kp.id).second) expectQualifiedWgmma(jit, kp, fmt::format("dX N {} K {} cluster 2", N, K));
   }
   // sm_100a and wgmma off: the mma.sync form.
   hk::EmitOptions off;
@@ -1142,6 +1168,19 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
   hk::EmitOptions deep;
   deep.sm90GradXStages = 5;  // 5 x 48 KiB of the 256-wide tile do not fit
   EXPECT_THROW(emit(linearGradX(7168, 5120), "sm_90a", deep), h3c::Error);
+  // EmitOptions::check refuses the same before anything is emitted (a refused emission would leave a kernel-less op).
+  hk::EmitOptions t;
+  EXPECT_NO_THROW(t.check("test"));
+  t.set("grad_x_bn", 160, "test");
+  EXPECT_THROW(t.check("test"), h3c::Error);
+  t = hk::EmitOptions();
+  t.set("linear_grad_x:grad_x_stages", 5, "test");  // checked at the widest tile
+  EXPECT_THROW(t.check("test"), h3c::Error);
+  t = hk::EmitOptions();
+  t.set("grad_x_bn", 192, "test");
+  t.set("grad_x_stages", 5, "test");
+  t.set("grad_w_stages", 6, "test");
+  EXPECT_NO_THROW(t.check("test"));
   if (!nvrtcVariants()) return;
   for (int bn : {128, 192, 256})
     for (int stages : {2, 3, 4})
@@ -1151,8 +1190,57 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
         o.sm90GradXStages = stages;
         o.sm90GradXInflight = inflight;
         const plan::Kernel k = *emit(linearGradX(5376, 14336), "sm_90a", o);
-        expectCompilesWithoutSpills(jit, k, fmt::format("dX bn {} stages {} inflight {}", bn, stages, inflight));
+        expectQualifiedWgmma(jit, k, fmt::format("dX bn {} stages {} inflight {}", bn, stages, inflight));
       }
+}
+
+// The bf16 linears' dW (linear_grad_w with the weight trained) of config c's backward, {N, K}: the weights of
+// gradXShapes' linears, and with unmerged LoRA at rank 64 the up slots [N, 64] and the down slots [64, K].
+std::vector<std::pair<int64_t, int64_t>> gradWShapes(const h3c::h3::Config &c) {
+  const int64_t H = c.hidden_size, I = c.innerDim(), F = c.ffn_dim;
+  return {{H, c.text_dim}, {I, H}, {H, I}, {2 * F, H}, {H, F}, {I, 64}, {H, 64}, {2 * F, 64}, {64, H}, {64, I}, {64, F}};
+}
+
+// The Hopper dW (grad_linear_w_sm90.cuh) at every dW shape of the full and small configs on sm_90a, with and without
+// the bias's gradient: wgmmas asynchronous, no warpgroup.arrive injected (the unit forms' chunk counts are chosen per
+// unit, outside the chains), nothing spilled; sm_100a, wgmma off and `--tune grad_w_sm90=0` keep the mma.sync form.
+TEST(NvrtcCompile, LinearGradWOnHopperNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  std::vector<std::pair<int64_t, int64_t>> shapes = gradWShapes(h3c::h3::namedConfig("full"));
+  for (const auto &s : gradWShapes(h3c::h3::namedConfig("small"))) shapes.push_back(s);
+  std::set<std::string> seen;
+  for (const auto &[N, K] : shapes)
+    for (bool bias : {false, true}) {
+      if (bias && N != 5376 && N != 192) continue;  // the bias's gradient: phase 0 only (one shape per config)
+      const plan::Kernel k = *emit(linearGradW(N, K, bias), "sm_90a");
+      EXPECT_EQ(k.id.find(fmt::format("linear_grad_w_mma_sm90_n{}_k{}_", N, K)), 0u) << k.id;
+      EXPECT_NE(k.source.find("wgmma.mma_async"), std::string::npos) << k.id;
+      ASSERT_EQ(k.phases.size(), 1u) << k.id;
+      EXPECT_EQ(std::count_if(k.params.begin(), k.params.end(),
+                              [](const plan::KernelParam &q) { return q.kind == plan::KernelParam::Kind::TensorMap; }),
+                2)
+          << k.id;
+      if (seen.insert(k.id).second) expectQualifiedWgmma(jit, k, fmt::format("dW N {} K {} bias {}", N, K, bias));
+    }
+  hk::EmitOptions off;
+  off.wgmma = false;
+  hk::EmitOptions noGradW;
+  noGradW.sm90GradW = 0;
+  for (const auto &[arch, opt] : {std::pair<std::string, hk::EmitOptions>{"sm_100a", {}}, {"sm_90a", off},
+                                  {"sm_90a", noGradW}}) {
+    const plan::Kernel k = *emit(linearGradW(28672, 5376, false), arch, opt);
+    EXPECT_EQ(k.id.find("linear_grad_w_mma_n28672_k5376_"), 0u) << arch << " " << k.id;
+  }
+  hk::EmitOptions deep;
+  deep.sm90GradWStages = 7;
+  EXPECT_THROW(emit(linearGradW(5376, 7168, false), "sm_90a", deep), h3c::Error);
+  if (!nvrtcVariants()) return;
+  for (int stages : {2, 3, 4, 6}) {
+    hk::EmitOptions o;
+    o.sm90GradWStages = stages;
+    expectQualifiedWgmma(jit, *emit(linearGradW(5376, 14336, true), "sm_90a", o), fmt::format("dW stages {}", stages));
+  }
 }
 
 TEST(NvrtcCompile, FullConfigAndPlanSm90a) {

@@ -92,8 +92,13 @@ struct EmitOptions {
   // sm_90a with wgmma: a bf16 linear's dX (linear_grad_x) of more than 64 output columns on the Hopper GEMM
   // (grad_linear_sm90.cuh: TMA, wgmma, persistent; the mma.sync form's bits, Kernels.LinearGradX compares them byte
   // for byte); 0 keeps the mma.sync form. Tuning (timing only): the ring's stages (2-5, refused where they do not fit),
-  // the tile width (0: chosen by K; 128, 192 or 256) and one k-block kept in flight per consumer (0 or 1).
-  int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1;
+  // the tile width (0: chosen by K; 128, 192 or 256), one k-block kept in flight per consumer (0 or 1) and CTAs per
+  // cluster (1, or 2: pairs of row tiles sharing W's boxes through TMA multicast).
+  int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1, sm90GradXCluster = 1;
+  // sm_90a with wgmma: a bf16 linear's dW (linear_grad_w with the weight trained) on the Hopper GEMM
+  // (grad_linear_w_sm90.cuh: TMA, wgmma, persistent, 128 x 128 tiles; the mma.sync form's bits, Kernels.LinearGradW
+  // compares them byte for byte); 0 keeps the mma.sync form. Its ring's stages (2-6; timing only).
+  int sm90GradW = 1, sm90GradWStages = 5;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
@@ -143,6 +148,11 @@ int64_t sm90LinearSharedBytes(int stages, int bn, int epiSmem, bool gateResidual
 // The same for the 256-row tile (gemm_sm90_tall.cuh): `stages` of (256 + bn) x 64 bf16, alignment and mbarriers;
 // staged, the two 64-row staging areas (whole 64-column boxes) and gate_residual's table rows.
 int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResidual);
+// Dynamic shared memory of the Hopper dX (grad_linear_sm90.cuh): the alignment slack, `stages` ring stages of
+// 128 x 64 bf16 of bf(g) and 64 x bn of W, the ring's mbarriers; and of the Hopper dW (grad_linear_w_sm90.cuh), whose
+// stages hold 128 x 64 of each operand.
+int64_t sm90GradXSharedBytes(int stages, int bn);
+int64_t sm90GradWSharedBytes(int stages);
 
 // The name an op is tuned and profiled under: its kind, and "+epilogue" for a linear with a fused epilogue.
 std::string opProfileName(const plan::Op &op);

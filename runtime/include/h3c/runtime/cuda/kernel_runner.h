@@ -28,6 +28,7 @@ struct LoadedKernel {
   // dimension capped per SM (a persistent grid) is capped at this many clusters too, since clusters must fit in one
   // GPC and not every SM can take part (a grid of 132 CTAs in pairs left some pairs for a second wave).
   int maxActiveClusters = 0;
+  std::vector<int> phaseMaxActiveClusters;  // the same for each later phase (0: a phase without a cluster)
 };
 
 // The device address of an op's operand (role, position), e.g. the arena region of op.in[index].
