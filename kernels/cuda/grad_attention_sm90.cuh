@@ -10,9 +10,11 @@
 // at chunk c ^ (r % 8)), filled by cp.async from all threads through rings of GB_STAGES buffers: a [rows, 128] bf16
 // tile is at once wgmma's K-major operand (S = Q K^T: both) and its N-major operand (P V-like products: dq += dS K,
 // dv += P^T dO, dk += dS^T Q).
-// Speed (bench/NOTES.md, 2026-12-05, session of 18:44): 49.8 ms at S = 8,349 x 56 heads on an H100 against the
-// mma.sync form's 62.3 and SDPA's backward's 9.4; phase 0 16.3 ms, phase 1 33.5, of which its two 4-chunk P V-like
-// products take ~17 ms (left out, timing only) where their tensor-core time is ~2 ms: not yet understood.
+// Speed (bench/NOTES.md, 2026-12-05, session of 21:44): 22.6 ms at S = 8,349 x 56 heads on an H100 (phase 0 8.6)
+// against the mma.sync form's 61.6 and SDPA's cuDNN backward's 9.4. Both phases are bound by the instructions they
+// issue, not by the tensor core (ncu: two warps a scheduler, IPC 1.5-1.7, the ALU pipe the busiest): every
+// instruction in the per-element steps and the loads counts (halving them took the kernel from 51.4 to 22.6 ms).
+// What is left is latency: within a step the products wait for the element steps and the reverse.
 //
 // Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA, each warpgroup 64 query rows: bf(dO)
 // into shared memory and the scratch `dob`, D, the forward's key walk for l and mc (blocks of GB_KVB keys), L and D
