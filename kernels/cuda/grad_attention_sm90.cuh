@@ -29,7 +29,8 @@
 // include such lengths).
 //
 // Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
-// GB_QK_SCALE GB_O_BF GB_STAGES (2 or 3); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
+// GB_QK_SCALE GB_O_BF GB_STAGES (2 or 3) GB_P1_ROLES (phase 1 as one loop per warpgroup); head_dim 128. q, k, v are
+// bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
 #define GB_D 128
 #define GB_LD ((long long)GB_HEADS * GB_D)
 #define GB_KSUB 64  // keys per sub-block of phase 0's dq pass
@@ -100,6 +101,22 @@ __device__ __forceinline__ void gb_issue_pv(float *acc, const h3u32 (*pa)[4], h3
   for (int kc = 0; kc < 4; ++kc)
     wgmma_128_rs_nmajor(acc, pa[kc], wgmma_desc_sw128_nmajor(bTile + kc * 2048, GB_TILE(64) / 2), 1);
   wgmma_commit();
+}
+
+// Phase 1's fold at a unit's last sub-tile: the unit's partial (acc, this thread's 64 values) into the item's sum in
+// this thread's float4 slots of `fold` (the first unit's as it is, then acc added in F32).
+__device__ __forceinline__ void gb_fold_unit(float4 *fold, const float *acc, bool first) {
+#pragma unroll
+  for (int i = 0; i < GB_D / 8; ++i) {
+    float4 *f = fold + i * 256 + threadIdx.x;
+    const float4 a = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+    if (first) {
+      *f = a;
+    } else {
+      const float4 b = *f;
+      *f = make_float4(__fadd_rn(b.x, a.x), __fadd_rn(b.y, a.y), __fadd_rn(b.z, a.z), __fadd_rn(b.w, a.w));
+    }
+  }
 }
 
 // Phase 0: statistics and dq of 128 query rows.
@@ -317,6 +334,64 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   float acc[GB_D / 2];  // this warpgroup's dv (0) or dk (1): the unit's partial (its fold: `fold`, shared memory)
 #pragma unroll
   for (int i = 0; i < GB_D / 2; ++i) acc[i] = 0.0f;
+#if GB_P1_ROLES
+  // One loop per warpgroup (the roles are the two branches of one if / else, as the forward kernel's producer and
+  // consumers: their wgmmas stay asynchronous): warpgroup 0 S^T = K Q^T, P^T and dv += P^T dO; warpgroup 1 the same
+  // S^T beside dP^T = V dO^T, then P^T, dS^T and dk += dS^T Q. No P^T hand-over, so neither waits for the other's
+  // element steps; they meet only at the ring's barrier. The S^T of both is the same chain on the same operands, so
+  // both hold the same P^T, the value warpgroup 0 handed over in the one-loop form.
+  // (A plain lambda, called with a constant at each branch: NVRTC takes no generic lambda in device code, and the
+  // inlined calls specialize as `if constexpr` would; the NVRTC test checks no wgmma is serialized.)
+  auto roleLoop = [&](const bool dkRole) {
+    for (int t = 0; t < nsub; ++t) {
+      cp_async_wait<GB_STAGES - 2>();
+      asm volatile("bar.sync 0, 256;\n" ::: "memory");  // both roles pass it once a step: sub-tile t landed
+      if (t + GB_STAGES - 1 < nsub) loadSub((t + GB_STAGES - 1) % GB_STAGES, (long long)(t + GB_STAGES - 1) * GB_QSUB);
+      cp_async_commit();
+      const int buf = t % GB_STAGES;
+      const h3u32 Qb = sQ + buf * GB_TILE(GB_QSUB), dOb = sdO + buf * GB_TILE(GB_QSUB);
+      const float *LD = LDs + buf * 2 * GB_QSUB;
+      const long long left = L - (long long)t * GB_QSUB;
+      const int lim = left < GB_QSUB ? (int)left : GB_QSUB;
+      float s[GB_QSUB / 2], dp[GB_QSUB / 2];
+      gb_issue_qk<GB_QSUB>(s, sK, 64, 0, Qb);
+      if (dkRole) gb_issue_qk<GB_QSUB>(dp, sV, 64, 0, dOb);
+      float Lc[GB_QSUB / 4], Dc[GB_QSUB / 4];  // the columns' L and D: one 16-byte load of (L, D, L, D) a pair
+#pragma unroll
+      for (int j = 0; j < GB_QSUB / 8; ++j) {
+        const float4 ld4 = *(const float4 *)(LD + 2 * (j * 8 + t4 * 2));
+        Lc[2 * j] = ld4.x, Lc[2 * j + 1] = ld4.z, Dc[2 * j] = ld4.y, Dc[2 * j + 1] = ld4.w;
+      }
+      wgmma_wait<0>();
+      // P^T (0 past the item's end), and on warpgroup 1 dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn ==
+      // pack_bf2 of the rbf of every value arithmetic returns, common.cuh): the one-loop form's values.
+      h3u32 pa[4][4];
+#pragma unroll
+      for (int j = 0; j < GB_QSUB / 8; ++j)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float val[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = j * 4 + hh * 2 + e;
+            const bool in = j * 8 + t4 * 2 + e < lim;
+            const float P = in ? h3c_ex2(__fmaf_rn(s[i], GB_C, -Lc[2 * j + e])) : 0.0f;
+            if (dkRole) val[e] = in ? __fmul_rn(P, __fsub_rn(dp[i], Dc[2 * j + e])) : 0.0f;
+            else val[e] = P;
+          }
+          pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(val[0], val[1]);
+        }
+      gb_issue_pv(acc, pa, dkRole ? Qb : dOb);
+      wgmma_wait<0>();
+      const bool end = (t & 1) || t == nsub - 1, first = t < 2;
+      if (end) gb_fold_unit(fold, acc, first);
+#pragma unroll
+      for (int i = 0; i < GB_D / 2; ++i) acc[i] = end ? 0.0f : acc[i];
+    }
+  };
+  if (w0) roleLoop(false);
+  else roleLoop(true);
+#else
   for (int t = 0; t < nsub; ++t) {
     cp_async_wait<GB_STAGES - 2>();
     __syncthreads();  // sub-tile t landed; every thread is done with step t - 1 (its buffers and Ps)
@@ -380,22 +455,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     // lives in shared memory: in registers beside the partial it would spill.
     static_assert(GR_UNIT == 2 * GB_QSUB, "a unit is two sub-tiles");
     const bool end = (t & 1) || t == nsub - 1, first = t < 2;
-    if (end) {
-#pragma unroll
-      for (int i = 0; i < GB_D / 8; ++i) {
-        float4 *f = fold + i * 256 + threadIdx.x;
-        const float4 a = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-        if (first) {
-          *f = a;
-        } else {
-          const float4 b = *f;
-          *f = make_float4(__fadd_rn(b.x, a.x), __fadd_rn(b.y, a.y), __fadd_rn(b.z, a.z), __fadd_rn(b.w, a.w));
-        }
-      }
-    }
+    if (end) gb_fold_unit(fold, acc, first);
 #pragma unroll
     for (int i = 0; i < GB_D / 2; ++i) acc[i] = end ? 0.0f : acc[i];
   }
+#endif
   if (L == 0) return;
   const float scale = w0 ? 1.0f : GB_QK_SCALE;  // dv as folded, dk scaled
 #pragma unroll

@@ -209,6 +209,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     const int64_t stages = v.options.sm90AttnGradStages;
     if (stages < 2 || stages > 3) fail(v.where, "attention_grad's ring takes 2 or 3 stages, got {}", stages);
     b.def("GB_STAGES", stages);
+    b.def("GB_P1_ROLES", v.options.sm90AttnGradRoles ? 1 : 0);
     const int64_t tile = d * 2, smem0 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 128 * 4;
     const int64_t smem1 = 1024 + 2 * 64 * tile + stages * 2 * 64 * tile + stages * 64 * 2 * 4 + 32 * 128 * 4 +
                           64 * 256 * 4;
