@@ -448,16 +448,17 @@ int main(int argc, char **argv) {
         const std::string name = form == 0 ? "attention_grad 56x128" : "attention_grad 56x128 [mma.sync]";
         if (form == 0) {
           bench(name, ag, o, flops, bytes);
-          // Phase 1 as one loop per warpgroup (--tune attn_grad_roles=1: no P^T hand-over, a fifth more tensor work).
-          h3c::kernels::EmitOptions roles = h3c::kernels::EmitOptions::planDefaults();
-          roles.sm90AttnGradRoles = 1;
-          bench(name + " [roles]", ag, o, flops, bytes, roles);
+          // Phase 1 on one code path with P^T handed over through shared memory (--tune attn_grad_roles=0; the
+          // default runs one loop per warpgroup, a fifth more tensor work and no hand-over).
+          h3c::kernels::EmitOptions oneLoop = h3c::kernels::EmitOptions::planDefaults();
+          oneLoop.sm90AttnGradRoles = 0;
+          bench(name + " [P^T handed over]", ag, o, flops, bytes, oneLoop);
           if (sweep) {  // the load rings' stages (the plan's default 3)
             h3c::kernels::EmitOptions st2 = h3c::kernels::EmitOptions::planDefaults();
             st2.sm90AttnGradStages = 2;
             bench(name + " [stages 2]", ag, o, flops, bytes, st2);
-            st2.sm90AttnGradRoles = 1;
-            bench(name + " [roles, stages 2]", ag, o, flops, bytes, st2);
+            st2.sm90AttnGradRoles = 0;
+            bench(name + " [P^T handed over, stages 2]", ag, o, flops, bytes, st2);
           }
         } else {
           bench(name, ag, o, flops, bytes, mma);

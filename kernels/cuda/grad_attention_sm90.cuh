@@ -10,20 +10,22 @@
 // at chunk c ^ (r % 8)), filled by cp.async from all threads through rings of GB_STAGES buffers: a [rows, 128] bf16
 // tile is at once wgmma's K-major operand (S = Q K^T: both) and its N-major operand (P V-like products: dq += dS K,
 // dv += P^T dO, dk += dS^T Q).
-// Speed (bench/NOTES.md, 2026-12-05, session of 21:44): 22.6 ms at S = 8,349 x 56 heads on an H100 (phase 0 8.6)
-// against the mma.sync form's 61.6 and SDPA's cuDNN backward's 9.4. Both phases are bound by the instructions they
+// Speed (bench/NOTES.md, 2026-12-05, session of 21:44): 21.6 ms at S = 8,349 x 56 heads on an H100 (phase 0 8.7)
+// against the mma.sync form's 61.6 and SDPA's cuDNN backward's 9.4. Both phases were bound by the instructions they
 // issue, not by the tensor core (ncu: two warps a scheduler, IPC 1.5-1.7, the ALU pipe the busiest): every
-// instruction in the per-element steps and the loads counts (halving them took the kernel from 51.4 to 22.6 ms).
-// What is left is latency: within a step the products wait for the element steps and the reverse.
+// instruction in the per-element steps and the loads counts (halving them took the kernel from 51.4 to 22.8 ms; phase
+// 1 as one loop per warpgroup, no P^T hand-over, to 21.6). What is left is latency: within a step the products wait
+// for the element steps and the reverse.
 //
 // Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA, each warpgroup 64 query rows: bf(dO)
 // into shared memory and the scratch `dob`, D, the forward's key walk for l and mc (blocks of GB_KVB keys), L and D
 // into `stats`, then dq over key sub-blocks of 64 (S and dP by wgmma from shared memory, dS packed in registers as
 // the A operand of dq += dS K).
 // Phase 1 (GB_ENTRY_P1, 256 threads): one (64-key tile, head, item) per CTA; the query rows in sub-tiles of 64. The
-// two warpgroups split the work of the same 64 keys: warpgroup 0 computes S^T = K Q^T, P^T (handed to warpgroup 1
-// through shared memory, thread to thread: both hold the same fragment positions) and dv; warpgroup 1 computes
-// dP^T = V dO^T, dS^T and dk. Each holds its partial in registers and its fold in shared memory.
+// two warpgroups split the work of the same 64 keys: warpgroup 0 computes S^T = K Q^T, P^T and dv; warpgroup 1
+// computes dP^T = V dO^T, dS^T and dk, with P^T either from its own S^T (GB_P1_ROLES = 1, the default: one loop per
+// warpgroup) or handed over by warpgroup 0 through shared memory, thread to thread (both hold the same fragment
+// positions). Each holds its partial in registers and its fold in shared memory.
 // A sub-tile whose rows end within its first 32 chains two more 16-row chunks than the 32-row sub-tiles there do: all
 // products zero (P^T, dS^T and the rows past the end are zeros), which leave a chain's value as it is (the GPU checks
 // include such lengths).

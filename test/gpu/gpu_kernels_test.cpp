@@ -1273,8 +1273,8 @@ TEST_F(Kernels, AttentionGrad) {
     };
     hk::EmitOptions mmaOpt;
     mmaOpt.wgmma = false;
-    hk::EmitOptions rolesOpt;  // phase 1 as one loop per warpgroup (--tune attn_grad_roles=1)
-    rolesOpt.sm90AttnGradRoles = 1;
+    hk::EmitOptions rolesOpt;  // phase 1 on one code path, P^T handed over (--tune attn_grad_roles=0; the default: 1)
+    rolesOpt.sm90AttnGradRoles = 0;
     const plan::Kernel &hk9 = kernel(op), &km = kernel(op, mmaOpt), &kr = kernel(op, rolesOpt);
     report(hk9.id.find("attention_grad_mma_sm90_") == 0 && km.id.find("attention_grad_mma_h") == 0,
            name + ": the Hopper form (" + hk9.id + ") beside the mma.sync form (" + km.id + ")");
@@ -1282,7 +1282,7 @@ TEST_F(Kernels, AttentionGrad) {
     const char *outs[] = {"dq", "dk", "dv"};
     for (int i = 0; i < 3; ++i) {
       const size_t atR = firstDiff(r[size_t(i)], m[size_t(i)]);
-      report(atR == SIZE_MAX, name + ": " + outs[i] + " Hopper, one loop per warpgroup (" + kr.id +
+      report(atR == SIZE_MAX, name + ": " + outs[i] + " Hopper, P^T handed over (" + kr.id +
                                   ") == mma.sync byte for byte" +
                                   (atR == SIZE_MAX ? "" : fmt::format(" (first difference at {}: {} vs {})", atR,
                                                                       r[size_t(i)][atR], m[size_t(i)][atR])));

@@ -1084,12 +1084,14 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
         ASSERT_EQ(k.phases.size(), 1u) << k.id;
         expectCompilesWithoutSpills(jit, k, arch + " kv " + std::to_string(kv) + (wgmma ? "" : " wgmma=0"));
       }
-  // Phase 1 as one loop per warpgroup (--tune attn_grad_roles=1): the roles' wgmmas stay asynchronous too.
-  hk::EmitOptions roles;
-  roles.sm90AttnGradRoles = 1;
-  const plan::Kernel kr = *emit(attentionGrad(48, 128, 128), "sm_90a", roles);
-  EXPECT_NE(kr.source.find("#define GB_P1_ROLES 1\n"), std::string::npos) << kr.id;
-  expectCompilesWithoutSpills(jit, kr, "sm_90a roles");
+  // Phase 1 as one loop per warpgroup (the default, --tune attn_grad_roles=1: the roles' wgmmas stay asynchronous)
+  // and on one code path with P^T handed over (attn_grad_roles=0).
+  EXPECT_NE(emit(attentionGrad(48, 128, 128), "sm_90a")->source.find("#define GB_P1_ROLES 1\n"), std::string::npos);
+  hk::EmitOptions oneLoop;
+  oneLoop.sm90AttnGradRoles = 0;
+  const plan::Kernel k1 = *emit(attentionGrad(48, 128, 128), "sm_90a", oneLoop);
+  EXPECT_NE(k1.source.find("#define GB_P1_ROLES 0\n"), std::string::npos) << k1.id;
+  expectCompilesWithoutSpills(jit, k1, "sm_90a attn_grad_roles=0");
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
 }
