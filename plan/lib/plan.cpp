@@ -1,6 +1,7 @@
 // Lookups on a loaded plan (plan.h).
 #include "h3c/plan/plan.h"
 
+#include "h3c/support/dtype.h"
 #include "h3c/support/error.h"
 
 #include <climits>
@@ -10,6 +11,17 @@ namespace h3c::plan {
 const std::string &Op::firstNode() const {
   static const std::string kNone = "-";
   return nodes.empty() ? kNone : nodes.front();
+}
+
+int64_t TensorMapSpec::spanBytes(const Extents &e) const {
+  const int64_t elem = int64_t(dtypeSize(dtype));
+  int64_t last = elem;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = dims[i].eval(e), stride = i == 0 ? elem : strides[i - 1].eval(e);
+    if (d < 1) return 0;  // an empty request: the kernel loads nothing
+    last += (d - 1) * stride;
+  }
+  return last;
 }
 
 int64_t WeightTensor::numel() const {

@@ -411,17 +411,6 @@ void checkWeightMapFits(const Plan &p, const Kernel &k, const Op &op, const Kern
          k.id, q.name, last, q.span, bytes);
 }
 
-// The last byte a tensor map addresses past its base, at extents e (dims innermost first, strides for dims >= 1).
-int64_t mapSpan(const KernelParam &q, const Extents &e) {
-  int64_t last = int64_t(dtypeSize(q.map.dtype));
-  for (size_t i = 0; i < q.map.dims.size(); ++i) {
-    const int64_t d = q.map.dims[i].eval(e), stride = i == 0 ? int64_t(dtypeSize(q.map.dtype)) : q.map.strides[i - 1].eval(e);
-    if (d < 1) return 0;  // an empty request: the kernel loads nothing
-    last += (d - 1) * stride;
-  }
-  return last;
-}
-
 // A tensor map over a scratch parameter: the kernel has one of that name, and the map stays inside its bytes (at a
 // one-row request and a large one; the runtime checks the request it launches).
 void checkScratchMapFits(const Kernel &k, const Op &op, const KernelParam &q) {
@@ -432,9 +421,9 @@ void checkScratchMapFits(const Kernel &k, const Op &op, const KernelParam &q) {
     fail(op.where + "/kernel", "kernel {} tensor map '{}' is over scratch '{}', which the kernel has no parameter of",
          k.id, q.name, q.scratch);
   for (const Extents &e : {Extents{1, 1, 1, 1, 1, 1, 1}, Extents{8, 100000, 1000, 100000, 1000, 100, 100000}})
-    if (mapSpan(q, e) > it->value.eval(e))
+    if (q.map.spanBytes(e) > it->value.eval(e))
       fail(op.where + "/kernel", "kernel {} tensor map '{}' addresses {} bytes, but scratch '{}' holds {}", k.id, q.name,
-           mapSpan(q, e), q.scratch, it->value.eval(e));
+           q.map.spanBytes(e), q.scratch, it->value.eval(e));
 }
 
 // A kernel's buffer and tensor-map parameters must point at operands the op has.

@@ -1,7 +1,6 @@
 // KernelRunner: JIT + module load + launch from the plan's launch ABI (see kernel_runner.h).
 #include "h3c/runtime/cuda/kernel_runner.h"
 
-#include "h3c/support/dtype.h"
 #include "h3c/support/error.h"
 #include "h3c/support/parallel.h"
 
@@ -203,9 +202,7 @@ void KernelRunner::launch(const LoadedKernel &lk, const plan::Extents &e, const 
     for (size_t j = 0; j < k.params.size(); ++j) {
       const plan::KernelParam &s = k.params[j];
       if (s.kind != plan::KernelParam::Kind::Scratch || s.name != m.scratch) continue;
-      int64_t last = int64_t(dtypeSize(m.map.dtype));
-      for (size_t d = 0; d < m.map.dims.size(); ++d)
-        last += (m.map.dims[d].eval(e) - 1) * (d == 0 ? int64_t(dtypeSize(m.map.dtype)) : m.map.strides[d - 1].eval(e));
+      const int64_t last = m.map.spanBytes(e);
       if (last > s.value.eval(e))
         fail("kernel " + k.id, "tensor map '{}' addresses {} bytes of scratch '{}', which holds {}", m.name, last,
              s.name, s.value.eval(e));

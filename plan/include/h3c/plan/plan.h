@@ -160,6 +160,9 @@ struct TensorMapSpec {
   std::string swizzle = "128B";  // none | 32B | 64B | 128B
   std::string l2Promotion = "256B";  // none | 64B | 128B | 256B
   bool oobZero = true;               // out-of-bounds elements read as zero (else NaN fill)
+  // The last byte the map addresses past its base at extents e, plus one (0 when a dimension is empty: nothing is
+  // loaded). The reader and the runtime check a scratch map with it.
+  int64_t spanBytes(const Extents &e) const;
 };
 
 // A typed kernel parameter, in the kernel signature's order.
