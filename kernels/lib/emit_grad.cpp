@@ -200,7 +200,8 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // 64 rows), phase 1 per 64-key tile (dv and dk on one warpgroup each). Shared memory: 1,024 bytes of alignment
     // for the 128-byte swizzle, then phase 0's Q and bf(dO) tiles (32 KiB each), a ring of K blocks / K and V
     // sub-blocks (32 KiB a stage) and D; phase 1's K and V (16 KiB each), a ring of Q and bf(dO) sub-tiles (32 KiB a
-    // stage) with their L and D, P^T (16 KiB) and the folds of dv and dk (64 KiB).
+    // stage) with their L and D, P^T (16 KiB: the hand-over form's, attn_grad_roles=0; the default one loop per
+    // warpgroup leaves it unused, the folds' offset unchanged) and the folds of dv and dk (64 KiB).
     b.def("GB_HEADS", a.heads);
     b.def("GB_KVB", a.kvBlock);
     b.def("GB_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
