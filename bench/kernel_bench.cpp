@@ -490,7 +490,7 @@ int main(int argc, char **argv) {
                                {"lora down r64", 64, H}};
       auto wanted = [&](const std::string &name) { return only.empty() || name.find(only) != std::string::npos; };
       auto anyWanted = [&](const std::string &base) {
-        for (const char *tail : {"", " [mma.sync]", " [GEMM only]", " [mma.sync] [GEMM only]", " [cuBLASLt]"})
+        for (const char *tail : {"", " [mma.sync]", " [phase 0 only]", " [GEMM only]", " [mma.sync] [GEMM only]", " [cuBLASLt]"})
           if (wanted(base + tail)) return true;
         return false;
       };
@@ -502,6 +502,14 @@ int main(int argc, char **argv) {
           const std::string name = base + (form == 0 ? "" : " [mma.sync]");
           const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mmaOpt;
           bench(name, op, o, flops, bytes, opt);
+          if (form == 0 && wanted(name + " [phase 0 only]")) {  // g rounded into the scratch alone: bytes 4 + 2 per g
+            plan::Kernel k0 = *emit(op, dev.arch(), opt);
+            k0.phases.clear();
+            k0.id += "_phase0";
+            const hc::LoadedKernel &lk = runner.load(kernels.emplace(k0.id, k0).first->second);
+            auto addr = [&](plan::OperandRole role, int64_t i) { return o.at(role, i); };
+            measure(name + " [phase 0 only]", [&] { runner.launch(lk, ext, addr); }, 0, 3.0 * (bytes - gemmBytes));
+          }
           if (!wanted(name + " [GEMM only]")) continue;
           plan::Kernel k1 = *emit(op, dev.arch(), opt);
           k1.entry = k1.phases.at(0).entry;

@@ -25,7 +25,7 @@ mkdir -p "$out"
 cmp_py="$root/test/gpu/compare_outputs.py"
 bound=${H3C_E2E_BOUND:-5e-2}
 . "$root/scripts/gpu-checks.sh"
-check() { local what=$1; shift; if "$@" >"$out/last.log" 2>&1; then ok "$what"; sed 's/^/    /' "$out/last.log" | head -30; else bad "$what"; sed 's/^/    /' "$out/last.log" | tail -15; fi; }
+check() { local what=$1; shift; if "$@" >"$out/last.log" 2>&1; then ok "$what"; sed 's/^/    /' "$out/last.log" | head -70; else bad "$what"; sed 's/^/    /' "$out/last.log" | tail -15; fi; }
 run() { # cfg plan req out ledger device [extra...]
   local cfg=$1 plan=$2 req=$3 o=$4 l=$5 dev=$6; shift 6
   "$H3C" run --config "$cfg" --synthetic 7 --plan "$plan" --inputs "$req" --out "$o" --device "$dev" --mode strict \
