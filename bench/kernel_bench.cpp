@@ -453,13 +453,6 @@ int main(int argc, char **argv) {
           h3c::kernels::EmitOptions oneLoop = h3c::kernels::EmitOptions::planDefaults();
           oneLoop.sm90AttnGradRoles = 0;
           bench(name + " [P^T handed over]", ag, o, flops, bytes, oneLoop);
-          if (sweep) {  // the load rings' stages (the plan's default 3)
-            h3c::kernels::EmitOptions st2 = h3c::kernels::EmitOptions::planDefaults();
-            st2.sm90AttnGradStages = 2;
-            bench(name + " [stages 2]", ag, o, flops, bytes, st2);
-            st2.sm90AttnGradRoles = 0;
-            bench(name + " [P^T handed over, stages 2]", ag, o, flops, bytes, st2);
-          }
         } else {
           bench(name, ag, o, flops, bytes, mma);
         }

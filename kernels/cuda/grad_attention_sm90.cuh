@@ -14,8 +14,12 @@
 // against the mma.sync form's 61.6 and SDPA's cuDNN backward's 9.4. Both phases were bound by the instructions they
 // issue, not by the tensor core (ncu: two warps a scheduler, IPC 1.5-1.7, the ALU pipe the busiest): every
 // instruction in the per-element steps and the loads counts (halving them took the kernel from 51.4 to 22.8 ms; phase
-// 1 as one loop per warpgroup, no P^T hand-over, to 21.6). What is left is latency: within a step the products wait
-// for the element steps and the reverse.
+// 1 as one loop per warpgroup, no P^T hand-over, to 21.6). What was left is latency: within a step the products
+// waited for the element steps and the reverse. So every walk is software-pipelined (2026-12-06): the next
+// block's S (and dP) is issued before this block's element steps, in a second set of registers (the walks unrolled
+// by two), and a step's last product (dq, dv or dk) is waited for within the step (left in flight across the loop,
+// ptxas serializes the wgmmas: C7515). Each walk ends with a wait, so no wgmma is in flight on a path out of it
+// (ptxas would insert one in a divergent path and serialize: C7518).
 //
 // Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA, each warpgroup 64 query rows: bf(dO)
 // into shared memory and the scratch `dob`, D, the forward's key walk for l and mc (blocks of GB_KVB keys), L and D
@@ -31,13 +35,16 @@
 // include such lengths).
 //
 // Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
-// GB_QK_SCALE GB_O_BF GB_STAGES (2 or 3) GB_P1_ROLES (phase 1 as one loop per warpgroup); head_dim 128. q, k, v are
+// GB_QK_SCALE GB_O_BF GB_STAGES (3) GB_P1_ROLES (phase 1 as one loop per warpgroup); head_dim 128. q, k, v are
 // bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
 #define GB_D 128
 #define GB_LD ((long long)GB_HEADS * GB_D)
 #define GB_KSUB 64  // keys per sub-block of phase 0's dq pass
 #define GB_QSUB 64  // query rows per sub-tile of phase 1
 #define GB_TILE(rows) ((rows) * 256)  // bytes of a [rows, 128] bf16 tile
+#if GB_STAGES < 3
+#error "the pipelined walks need GB_STAGES >= 3: the next block landed one step ahead"
+#endif
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
 #elif GB_KVB == 128
@@ -194,19 +201,34 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
     Ds[threadIdx.x] = D;
   }
 
-  // The statistics pass: the forward's key walk (attention.cuh), without o.
+  // The statistics pass: the forward's key walk (attention.cuh), without o. Software-pipelined: block kb + 1's S is
+  // issued before block kb's statistics step, so the tensor core works while this warpgroup runs its element steps
+  // (the kernel was latency-bound: a step's products waited for its element steps and the reverse). The two S
+  // registers alternate by unrolling the walk by two (distinct registers, so ptxas keeps the wgmmas asynchronous).
+  // Ring: at step kb, block kb + 1 must have landed (its group was committed one step before: GB_STAGES >= 3) and
+  // block kb - 1's buffer, which every thread is done with past the barrier, takes block kb + GB_STAGES - 1.
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-  for (int kb = 0; kb < nkv; ++kb) {
+  {
+    float sA[GB_KVB / 2], sB[GB_KVB / 2];
     cp_async_wait<GB_STAGES - 2>();
     __syncthreads();
-    if (kb + GB_STAGES - 1 < nkv)
-      ldKv.load(sKV + ((kb + GB_STAGES - 1) % GB_STAGES) * GB_TILE(GB_KVB), K, (long long)(kb + GB_STAGES - 1) * GB_KVB,
-                L);
-    cp_async_commit();
-    float s[GB_KVB / 2];
-    gb_issue_qk<GB_KVB>(s, sQ, 128, wg * 64, sKV + (kb % GB_STAGES) * GB_TILE(GB_KVB));
-    wgmma_wait<0>();
-    gr_stats_block<GB_KVB / 8>(s, (long long)kb * GB_KVB, L, t4, GB_C, m, l);
+    gb_issue_qk<GB_KVB>(sA, sQ, 128, wg * 64, sKV);
+    auto statStep = [&](int kb, float(&sc)[GB_KVB / 2], float(&sn)[GB_KVB / 2]) {
+      wgmma_wait<0>();
+      cp_async_wait<GB_STAGES - 3>();
+      __syncthreads();
+      if (kb + GB_STAGES - 1 < nkv)
+        ldKv.load(sKV + ((kb + GB_STAGES - 1) % GB_STAGES) * GB_TILE(GB_KVB), K, (long long)(kb + GB_STAGES - 1) * GB_KVB,
+                  L);
+      cp_async_commit();
+      if (kb + 1 < nkv) gb_issue_qk<GB_KVB>(sn, sQ, 128, wg * 64, sKV + ((kb + 1) % GB_STAGES) * GB_TILE(GB_KVB));
+      gr_stats_block<GB_KVB / 8>(sc, (long long)kb * GB_KVB, L, t4, GB_C, m, l);
+    };
+    for (int kb = 0; kb < nkv; kb += 2) {
+      statStep(kb, sA, sB);
+      if (kb + 1 < nkv) statStep(kb + 1, sB, sA);
+    }
+    wgmma_wait<0>();  // (the prologue's S when there is no key block)
   }
   // The dq pass's first K and V sub-blocks stream in while the statistics finish (once every thread is past the
   // statistics' last block: the ring's buffers are reused).
@@ -237,43 +259,59 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
     }
   }
 
+  // The dq pass, pipelined as the walk: sub-block kb + 1's S and dP are issued before sub-block kb's dS; dq += dS K
+  // is waited for within the step (in flight into the next, ptxas serializes the wgmmas: C7515).
   float dqa[GB_D / 2];
 #pragma unroll
   for (int i = 0; i < GB_D / 2; ++i) dqa[i] = 0.0f;
-  for (int kb = 0; kb < nsub; ++kb) {
+  {
+    float sA[GB_KSUB / 2], dpA[GB_KSUB / 2], sB[GB_KSUB / 2], dpB[GB_KSUB / 2];
+    h3u32 pa[4][4];
     cp_async_wait<GB_STAGES - 2>();
     __syncthreads();
-    if (kb + GB_STAGES - 1 < nsub) {
-      const int nb = (kb + GB_STAGES - 1) % GB_STAGES;
-      const long long k0n = (long long)(kb + GB_STAGES - 1) * GB_KSUB;
-      ld64.load(sK + nb * GB_TILE(GB_KSUB), K, k0n, L);
-      ld64.load(sV + nb * GB_TILE(GB_KSUB), V, k0n, L);
-    }
-    cp_async_commit();
-    const h3u32 Kb = sK + (kb % GB_STAGES) * GB_TILE(GB_KSUB), Vb = sV + (kb % GB_STAGES) * GB_TILE(GB_KSUB);
-    float s[GB_KSUB / 2], dp[GB_KSUB / 2];
-    gb_issue_qk<GB_KSUB>(s, sQ, 128, wg * 64, Kb);
-    gb_issue_qk<GB_KSUB>(dp, sdO, 128, wg * 64, Vb);
-    wgmma_wait<0>();
-    // dS = bf(P (dP - D)), 0 for keys past L, packed straight into dq's A fragments: bf2_rn of the F32 product is
-    // pack_bf2 of its rbf for every value arithmetic returns (common.cuh), the mma.sync form's bits.
-    const long long left = L - (long long)kb * GB_KSUB;
-    const int lim = left < GB_KSUB ? (int)left : GB_KSUB;
-    h3u32 pa[4][4];
-#pragma unroll
-    for (int j = 0; j < GB_KSUB / 8; ++j)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float ds[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = j * 4 + hh * 2 + e;
-          const float P = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lr[hh]));
-          ds[e] = j * 8 + t4 * 2 + e < lim ? __fmul_rn(P, __fsub_rn(dp[i], Dr[hh])) : 0.0f;
-        }
-        pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(ds[0], ds[1]);
+    gb_issue_qk<GB_KSUB>(sA, sQ, 128, wg * 64, sK);
+    gb_issue_qk<GB_KSUB>(dpA, sdO, 128, wg * 64, sV);
+    auto dqStep = [&](int kb, float(&s)[GB_KSUB / 2], float(&dp)[GB_KSUB / 2], float(&sn)[GB_KSUB / 2],
+                      float(&dpn)[GB_KSUB / 2]) {
+      wgmma_wait<0>();  // this sub-block's S and dP; the last step's dq product (pa and its buffer free)
+      cp_async_wait<GB_STAGES - 3>();
+      __syncthreads();
+      if (kb + GB_STAGES - 1 < nsub) {
+        const int nb = (kb + GB_STAGES - 1) % GB_STAGES;
+        const long long k0n = (long long)(kb + GB_STAGES - 1) * GB_KSUB;
+        ld64.load(sK + nb * GB_TILE(GB_KSUB), K, k0n, L);
+        ld64.load(sV + nb * GB_TILE(GB_KSUB), V, k0n, L);
       }
-    gb_issue_pv(dqa, pa, Kb);
+      cp_async_commit();
+      if (kb + 1 < nsub) {
+        const int b1 = (kb + 1) % GB_STAGES;
+        gb_issue_qk<GB_KSUB>(sn, sQ, 128, wg * 64, sK + b1 * GB_TILE(GB_KSUB));
+        gb_issue_qk<GB_KSUB>(dpn, sdO, 128, wg * 64, sV + b1 * GB_TILE(GB_KSUB));
+      }
+      // dS = bf(P (dP - D)), 0 for keys past L, packed straight into dq's A fragments: bf2_rn of the F32 product is
+      // pack_bf2 of its rbf for every value arithmetic returns (common.cuh), the mma.sync form's bits.
+      const long long left = L - (long long)kb * GB_KSUB;
+      const int lim = left < GB_KSUB ? (int)left : GB_KSUB;
+#pragma unroll
+      for (int j = 0; j < GB_KSUB / 8; ++j)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float ds[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = j * 4 + hh * 2 + e;
+            const float P = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lr[hh]));
+            ds[e] = j * 8 + t4 * 2 + e < lim ? __fmul_rn(P, __fsub_rn(dp[i], Dr[hh])) : 0.0f;
+          }
+          pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(ds[0], ds[1]);
+        }
+      gb_issue_pv(dqa, pa, sK + (kb % GB_STAGES) * GB_TILE(GB_KSUB));
+      wgmma_wait<0>();
+    };
+    for (int kb = 0; kb < nsub; kb += 2) {
+      dqStep(kb, sA, dpA, sB, dpB);
+      if (kb + 1 < nsub) dqStep(kb + 1, sB, dpB, sA, dpA);
+    }
     wgmma_wait<0>();
   }
 #pragma unroll
@@ -344,32 +382,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   // both hold the same P^T, the value warpgroup 0 handed over in the one-loop form.
   // (A plain lambda, called with a constant at each branch: NVRTC takes no generic lambda in device code, and the
   // inlined calls specialize as `if constexpr` would; the NVRTC test checks no wgmma is serialized.)
+  // Software-pipelined as phase 0: sub-tile t + 1's S^T (and dP^T) are issued before sub-tile t's element steps, so
+  // the tensor core works while the warpgroup runs them; the two sets of registers alternate by unrolling by two.
+  // Ring: at step t, sub-tile t + 1 must have landed (committed one step before: GB_STAGES >= 3) and sub-tile t - 1's
+  // buffer, which both warpgroups are done with past the barrier, takes sub-tile t + GB_STAGES - 1.
   auto roleLoop = [&](const bool dkRole) {
-    for (int t = 0; t < nsub; ++t) {
-      cp_async_wait<GB_STAGES - 2>();
-      asm volatile("bar.sync 0, 256;\n" ::: "memory");  // both roles pass it once a step: sub-tile t landed
+    float sA[GB_QSUB / 2], dpA[GB_QSUB / 2], sB[GB_QSUB / 2], dpB[GB_QSUB / 2];
+    cp_async_wait<GB_STAGES - 2>();
+    asm volatile("bar.sync 0, 256;\n" ::: "memory");  // sub-tile 0 landed
+    gb_issue_qk<GB_QSUB>(sA, sK, 64, 0, sQ);
+    if (dkRole) gb_issue_qk<GB_QSUB>(dpA, sV, 64, 0, sdO);
+    auto step = [&](int t, float(&s)[GB_QSUB / 2], float(&dp)[GB_QSUB / 2], float(&sn)[GB_QSUB / 2],
+                    float(&dpn)[GB_QSUB / 2]) {
+      wgmma_wait<0>();
+      cp_async_wait<GB_STAGES - 3>();
+      asm volatile("bar.sync 0, 256;\n" ::: "memory");  // both roles pass it once a step: sub-tile t + 1 landed
       if (t + GB_STAGES - 1 < nsub) loadSub((t + GB_STAGES - 1) % GB_STAGES, (long long)(t + GB_STAGES - 1) * GB_QSUB);
       cp_async_commit();
+      {  // (past the last sub-tile on a stale buffer: unused, but no branch around a wgmma)
+        const int b1 = (t + 1) % GB_STAGES;
+        gb_issue_qk<GB_QSUB>(sn, sK, 64, 0, sQ + b1 * GB_TILE(GB_QSUB));
+        if (dkRole) gb_issue_qk<GB_QSUB>(dpn, sV, 64, 0, sdO + b1 * GB_TILE(GB_QSUB));
+      }
       const int buf = t % GB_STAGES;
       const h3u32 Qb = sQ + buf * GB_TILE(GB_QSUB), dOb = sdO + buf * GB_TILE(GB_QSUB);
       const float *LD = LDs + buf * 2 * GB_QSUB;
       const long long left = L - (long long)t * GB_QSUB;
       const int lim = left < GB_QSUB ? (int)left : GB_QSUB;
-      float s[GB_QSUB / 2], dp[GB_QSUB / 2];
-      gb_issue_qk<GB_QSUB>(s, sK, 64, 0, Qb);
-      if (dkRole) gb_issue_qk<GB_QSUB>(dp, sV, 64, 0, dOb);
-      float Lc[GB_QSUB / 4], Dc[GB_QSUB / 4];  // the columns' L and D: one 16-byte load of (L, D, L, D) a pair
+      // P^T (0 past the item's end), and on warpgroup 1 dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn ==
+      // pack_bf2 of the rbf of every value arithmetic returns, common.cuh): the one-loop form's values. The
+      // columns' L and D: one 16-byte load of (L, D, L, D) a pair.
+      h3u32 pa[4][4];
 #pragma unroll
       for (int j = 0; j < GB_QSUB / 8; ++j) {
         const float4 ld4 = *(const float4 *)(LD + 2 * (j * 8 + t4 * 2));
-        Lc[2 * j] = ld4.x, Lc[2 * j + 1] = ld4.z, Dc[2 * j] = ld4.y, Dc[2 * j + 1] = ld4.w;
-      }
-      wgmma_wait<0>();
-      // P^T (0 past the item's end), and on warpgroup 1 dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn ==
-      // pack_bf2 of the rbf of every value arithmetic returns, common.cuh): the one-loop form's values.
-      h3u32 pa[4][4];
-#pragma unroll
-      for (int j = 0; j < GB_QSUB / 8; ++j)
+        const float Lc[2] = {ld4.x, ld4.z}, Dc[2] = {ld4.y, ld4.w};
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           float val[2];
@@ -377,19 +424,31 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
           for (int e = 0; e < 2; ++e) {
             const int i = j * 4 + hh * 2 + e;
             const bool in = j * 8 + t4 * 2 + e < lim;
-            const float P = in ? h3c_ex2(__fmaf_rn(s[i], GB_C, -Lc[2 * j + e])) : 0.0f;
-            if (dkRole) val[e] = in ? __fmul_rn(P, __fsub_rn(dp[i], Dc[2 * j + e])) : 0.0f;
+            const float ex = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lc[e]));  // unconditional: no branch while S^T flies
+            const float P = in ? ex : 0.0f;
+            if (dkRole) val[e] = in ? __fmul_rn(P, __fsub_rn(dp[i], Dc[e])) : 0.0f;
             else val[e] = P;
           }
           pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(val[0], val[1]);
         }
+      }
       gb_issue_pv(acc, pa, dkRole ? Qb : dOb);
       wgmma_wait<0>();
-      const bool end = (t & 1) || t == nsub - 1, first = t < 2;
-      if (end) gb_fold_unit(fold, acc, first);
+    };
+    // Steps in pairs; an odd count ends with a step past the last sub-tile (lim <= 0: P^T and dS^T zeros, no load,
+    // no fold), so that no wgmma sits behind a branch inside the roles' divergent paths (ptxas would serialize them).
+    // A pair of steps is a unit (GR_UNIT rows): its partial starts from zero (nothing in flight here: the last
+    // step waited for its products), and is folded after its last sub-tile.
+    static_assert(GR_UNIT == 2 * GB_QSUB, "a unit is two sub-tiles");
+    for (int t = 0; t < nsub; t += 2) {
 #pragma unroll
-      for (int i = 0; i < GB_D / 2; ++i) acc[i] = end ? 0.0f : acc[i];
+      for (int i = 0; i < GB_D / 2; ++i) acc[i] = 0.0f;
+      step(t, sA, dpA, sB, dpB);
+      if (t + 1 == nsub) gb_fold_unit(fold, acc, t == 0);
+      step(t + 1, sB, dpB, sA, dpA);
+      if (t + 1 < nsub) gb_fold_unit(fold, acc, t == 0);
     }
+    wgmma_wait<0>();  // (the prologue's S^T when there is no sub-tile)
   };
   if (w0) roleLoop(false);
   else roleLoop(true);

@@ -42,20 +42,19 @@ __device__ __forceinline__ float h3c_lg2(float x) {
 // 8-key groups), exactly attention.cuh's: keys at or past L masked to -inf, the running max over the quad, l rescaled
 // and the block's bf(ex2(fma(s, c, -mc))) added in (j, e) order. m and l: the thread's two rows.
 template <int NJ>
-__device__ __forceinline__ void gr_stats_block(float *s, long long k0, long long L, int t4, float c, float *m, float *l) {
+__device__ __forceinline__ void gr_stats_block(const float *s, long long k0, long long L, int t4, float c, float *m,
+                                               float *l) {
   const float kNegInf = __int_as_float(0xff800000);
   const long long left = L - k0;  // keys of the block before L: one 32-bit compare per element
   const int lim = left < NJ * 8 ? (int)left : NJ * 8;
-#pragma unroll
-  for (int j = 0; j < NJ; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (j * 8 + t4 * 2 + (e & 1) >= lim) s[j * 4 + e] = kNegInf;
+  // Masked as read, s left as it is: the Hopper walk's next S is in flight meanwhile, and ptxas serializes the wgmmas
+  // when other instructions write a wgmma's accumulator registers (C7515) or a copy takes too many registers (C7512).
+  auto x = [&](int i) { return (i >> 2) * 8 + t4 * 2 + (i & 1) >= lim ? kNegInf : s[i]; };
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     float mx = kNegInf;
 #pragma unroll
-    for (int j = 0; j < NJ; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hh * 2], s[j * 4 + hh * 2 + 1]));
+    for (int j = 0; j < NJ; ++j) mx = fmaxf(mx, fmaxf(x(j * 4 + hh * 2), x(j * 4 + hh * 2 + 1)));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float mnew = fmaxf(m[hh], mx), mc = __fmul_rn(mnew, c);
@@ -65,7 +64,8 @@ __device__ __forceinline__ void gr_stats_block(float *s, long long k0, long long
     // Each pair rounded by one cvt (bf2_rn == rbf's bits for every value ex2 returns, common.cuh), added in order.
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-      const h3u32 p2 = bf2_rn(h3c_ex2(__fmaf_rn(s[j * 4 + hh * 2], c, -mc)), h3c_ex2(__fmaf_rn(s[j * 4 + hh * 2 + 1], c, -mc)));
+      const h3u32 p2 =
+          bf2_rn(h3c_ex2(__fmaf_rn(x(j * 4 + hh * 2), c, -mc)), h3c_ex2(__fmaf_rn(x(j * 4 + hh * 2 + 1), c, -mc)));
       l[hh] = __fadd_rn(__fadd_rn(l[hh], bf2_lo(p2)), bf2_hi(p2));
     }
   }

@@ -207,8 +207,9 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     b.def("GB_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
     b.def("GB_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
     b.def("GB_O_BF", bf(v.in(3)));
-    const int64_t stages = v.options.sm90AttnGradStages;
-    if (stages < 2 || stages > 3) fail(v.where, "attention_grad's ring takes 2 or 3 stages, got {}", stages);
+    // The load rings' stages: the software-pipelined walks need the next sub-tile landed one step ahead (>= 3), and
+    // phase 1's 3 x 32 KiB beside its folds fill the CTA's shared memory.
+    const int64_t stages = 3;
     b.def("GB_STAGES", stages);
     b.def("GB_P1_ROLES", v.options.sm90AttnGradRoles ? 1 : 0);
     const int64_t tile = d * 2, smem0 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 128 * 4;

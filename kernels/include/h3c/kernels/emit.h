@@ -86,9 +86,6 @@ struct EmitOptions {
   // reference's model of the chunk sums (its bits: the GPU checks compare it with the CPU byte for byte, and the
   // tensor-core forms with it within a bound).
   int gradMma = 1;
-  // sm_90a: the stages of the Hopper attention backward's load rings (grad_attention_sm90.cuh; 2 or 3: phase 1's
-  // 3 x 32 KiB beside its folds fill the CTA's shared memory). Timing only.
-  int sm90AttnGradStages = 3;
   // sm_90a: the Hopper attention backward's phase 1 with one loop per warpgroup (1: warpgroup 0 S^T, P^T, dv;
   // warpgroup 1 its own S^T beside dP^T, then P^T, dS^T, dk; no P^T hand-over between them) or both warpgroups on one
   // code path with P^T handed over through shared memory (0). The same bits (Kernels.AttentionGrad compares both with
