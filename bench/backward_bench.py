@@ -366,7 +366,8 @@ def _h3c_case(spec, result):
     tr = h3c.Transformer(plan=spec["plan"], synthetic=7, device=dev, mode="strict", threads=1 if dev == "cpu" else 0)
     kw = load_request(spec["request"], dev)
     if spec["mode"] == "lora64":
-        params = tr.parameters("lora")
+        # The masters on the engine's device: the backward writes their gradients there (no host round trip).
+        params = tr.parameters("lora", device="cuda" if dev == "cuda" else "cpu")
         with torch.no_grad():  # random small adapters, as the torch side's (values do not change the speed)
             for n, p in params.items():
                 p.copy_(torch.randn(p.shape) * (p.shape[1] ** -0.5 if n.endswith("lora_down") else 0.01 * p.shape[1] ** -0.5))

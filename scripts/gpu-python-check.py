@@ -18,6 +18,8 @@ With --diffusers-src (tiny): 3. one step of diffusers' own denoise loop blocks (
 MiniMaxH3LoopSchedulerStep) with pipe.transformer = h3c.Transformer, on a request the pipeline's blocks built
 (scripts/diffusers_request.py make): the velocity equals `h3c run --device gpu`'s bits and lies near diffusers' own
 float32 transformer in the same block (relative Frobenius error printed, < 2e-2).
+4. (tiny-backward-lora in --plans) a LoRA training step with CUDA masters (parameters(..., device="cuda"): the
+   gradients copied device to device) against host masters: every .grad byte-equal, each on its masters' device.
 """
 import argparse
 import os
@@ -349,6 +351,38 @@ def check_pipeline_step(a):
            f"velocity rel_frob {err:.3e}, latents after the scheduler step rel_frob {lerr:.3e}")
 
 
+def check_device_grads(a):
+    """The LoRA training step with CUDA masters (parameters(..., device="cuda"): gradients copied device to device)
+    against host masters (gradients through the host): the same adapter values, the same loss, every .grad byte-equal,
+    and the CUDA ones on the device."""
+    plan = f"{a.plans}/tiny-backward-lora"
+    if not os.path.exists(f"{plan}/plan.json"):
+        print(f"gpu-python-check: device gradients skipped (no plan at {plan})")
+        return
+    path = f"{a.tmp}/tiny-train.req.safetensors"
+    tool(a.h3c, "request", "make", "--config", "tiny", "--text", 7, "--audio", 5, "--video", "2,3,4", "--timesteps", 2,
+         "--seed", 9, "-o", path)
+    req, _ = read_st(path)
+    grads = {}
+    for where in ("cpu", "cuda"):
+        t = h3c.Transformer(plan=plan, synthetic=7, device="cuda", config="tiny")
+        params = t.parameters("lora", device=where)
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for n, q in params.items():
+                q.copy_(torch.randn(q.shape, generator=g) * 0.05)
+        t.push_parameters()
+        kw = to_torch(req, "cuda")
+        sample, audio = t(**kw, return_dict=False)
+        ((sample.double() ** 2).mean() + (audio.double() ** 2).mean()).backward()
+        grads[where] = {n: q.grad for n, q in params.items()}
+        on = {q.grad.device.type for q in params.values()}
+        result(on == {where}, f"[tiny-backward-lora] {where} masters: their .grad on {sorted(on)}")
+    same = [n for n in grads["cpu"] if torch.equal(grads["cpu"][n], grads["cuda"][n].cpu())]
+    result(len(same) == len(grads["cpu"]) > 0, "[tiny-backward-lora] gradients into CUDA masters (device to device) "
+           "== through the host, byte for byte", f"{len(same)} of {len(grads['cpu'])} tensors equal")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--h3c", required=True)
@@ -369,6 +403,10 @@ def main():
             check_updates(a, cfg)
         except Exception as e:  # noqa: BLE001
             result(False, f"[{cfg}] updates raised {type(e).__name__}", str(e)[:800])
+    try:
+        check_device_grads(a)
+    except Exception as e:  # noqa: BLE001
+        result(False, f"[device gradients] raised {type(e).__name__}", str(e)[:800])
     if a.diffusers_src and os.path.isdir(a.diffusers_src):
         try:
             check_pipeline_step(a)

@@ -37,6 +37,9 @@ weights whose names match (leaf tensors with requires_grad, for a torch optimize
 any of them or an activation requiring grad records one autograd node, whose backward runs the plan's backward
 function (fixed-order F32 gradients, bitwise reproducible) on the loss's gradients of the two
 outputs and fills the activations' and the parameters' `.grad`. The forward's outputs are the bits of a plain forward.
+`parameters(pattern, device="cuda")` keeps the masters on the GPU: the backward then copies their gradients device to
+device from its own memory, where host masters get theirs through the host (1.4 GB a step at LoRA rank 64 on the full
+model).
 On the GPU that forward is the backward's own (its values kept on the device for the node's backward, so a step runs
 the forward once; a forward or backward run on the transformer in between makes the backward run it again, the same
 bits: `transformer.backwards_from_kept_forward` counts the steps that reused it); a training forward writes no ledger.
@@ -259,18 +262,24 @@ class Transformer:
         with torch.cuda.device(x.device):
             return x, torch.cuda.current_stream(x.device).cuda_stream
 
-    def parameters(self, pattern="*"):
+    def parameters(self, pattern="*", device="cpu"):
         """Float32 master copies of the weights the plan trains whose names match `pattern` (fnmatch over plan names:
         diffusers names and the adapter slots'; "lora" selects the adapter slots, as `h3c compile --trainable lora`;
         a list of patterns takes the union), as {name: leaf torch tensor with requires_grad}, registered as this
         transformer's trainable parameters (a second call replaces the set). A forward under grad mode then fills
         their `.grad` (see the module's "Training"); the engine itself keeps running its own bfloat16 weights until
         push_parameters(). A pattern that selects only tensors the plan freezes (its backward computes no gradient of
-        them: `h3c compile --trainable`) raises h3c.Error naming them."""
+        them: `h3c compile --trainable`) raises h3c.Error naming them. `device`: where the masters live, "cpu" or
+        "cuda" (device="cuda" transformers only): there the backward writes their gradients from its own device
+        memory, no gradient passes through the host, and a torch optimizer steps them on the GPU."""
         import fnmatch
         import torch
         if not self._engine.has_backward:
             raise _error("parameters", "the plan has no backward function: compile it with `h3c compile --backward`")
+        if device not in ("cpu", "cuda"):
+            raise _error("parameters", f"device must be 'cpu' or 'cuda', got {device!r}")
+        if device == "cuda" and self.device != "cuda":
+            raise _error("parameters", "CUDA masters need a device='cuda' transformer (this one runs on the CPU)")
         pats = [pattern] if isinstance(pattern, str) else list(pattern)
         shapes, dtypes = self._engine.weight_shapes, self._engine.weight_dtypes
         slots, trained = set(self._engine.adapter_slots), set(self._engine.trainable_weights)
@@ -292,7 +301,7 @@ class Transformer:
         for n in names:
             raw = bytearray(self._engine.read_weight(n))
             t = torch.frombuffer(raw, dtype={"BF16": torch.bfloat16, "F32": torch.float32}[dtypes[n]])
-            params[n] = t.reshape(shapes[n]).to(torch.float32).clone().requires_grad_(True)
+            params[n] = t.reshape(shapes[n]).to(device=device, dtype=torch.float32).clone().requires_grad_(True)
         self._params = params
         return dict(params)
 
@@ -438,6 +447,7 @@ class _H3cFunction:
                     ctx.transformer, ctx.host, ctx.names = transformer, host, names
                     acts = (hidden_states, audio_hidden_states, encoder_hidden_states)
                     ctx.places = tuple((x.dtype, x.device) for x in acts)
+                    ctx.param_places = tuple((q.shape, q.device) for q in params)
                     # The backward's own forward, its values kept on the GPU for this node's backward (the ticket):
                     # a step runs the forward once unless another forward or backward runs on the engine before it.
                     sample, audio, ctx.ticket = transformer._engine.forward_kept(host)
@@ -455,13 +465,23 @@ class _H3cFunction:
                         _, ca = t._channels
                         ahs = ctx.host["audio_hidden_states"]
                         grad_audio = torch.zeros((hs.shape[0], ahs.shape[1], ca), dtype=torch.float32)
+                    # CUDA parameters get their gradients straight from the engine's device memory (filled on the
+                    # current stream before backward returns); host ones as host tensors.
+                    on_device = {n: torch.empty(shape, dtype=torch.float32, device=dv)
+                                 for n, (shape, dv) in zip(ctx.names, ctx.param_places) if dv.type == "cuda"}
+                    stream = 0
+                    if on_device:
+                        dev = next(iter(on_device.values())).device
+                        stream = torch.cuda.current_stream(dev).cuda_stream
                     _, inputs, weights, kept = t._engine.backward(
                         ctx.host, grad_sample.detach().float().cpu().contiguous(),
-                        grad_audio.detach().float().cpu().contiguous(), ctx.ticket)
+                        grad_audio.detach().float().cpu().contiguous(), ctx.ticket,
+                        {n: g.data_ptr() for n, g in on_device.items()}, stream)
                     t.backwards_from_kept_forward += int(kept)
                     acts = tuple(torch.from_dlpack(inputs[n]).to(device=dv, dtype=d)
                                  for n, (d, dv) in zip(_ACTIVATIONS, ctx.places))
-                    return (None, None, None, *acts, *(torch.from_dlpack(weights[n]) for n in ctx.names))
+                    return (None, None, None, *acts,
+                            *(on_device[n] if n in on_device else torch.from_dlpack(weights[n]) for n in ctx.names))
 
             cls._fn = H3cForward
         return cls._fn

@@ -116,9 +116,17 @@ BackwardResult runCpuBackward(const plan::Plan &p, WeightSource &weights, const 
 }
 
 BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Request &request, const OutputGrads &dy,
-                           const RunOptions &opt, Executor *executor, uint64_t resume) {
+                           const RunOptions &opt, Executor *executor, uint64_t resume, const DeviceGrads *into) {
   const plan::Function *bwd = p.backward();
   if (!bwd) fail("plan.json#/functions/backward", "the plan has no backward (compile it with h3c compile --backward)");
+  if (into) {
+    for (const auto &[name, ptr] : into->weights) {
+      if (!bwd->outputs.count("grad:" + name))
+        fail("backward:" + name, "is not a tensor this plan trains: its gradient cannot be left in device memory");
+      if (ptr == 0) fail("backward:" + name, "has no device address for its gradient");
+    }
+    if (opt.device == "cpu") fail("backward", "gradients into device memory need a GPU backward (this one runs on the CPU)");
+  }
   if (h3::configToJson(weights.config()).dump() != h3::configToJson(p.config).dump())
     fail("--config", "the weights' config differs from the plan's config");
   if (opt.device != "cpu") {
@@ -134,9 +142,9 @@ BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Req
   checkOutputGrads(p, req, dy);
   if (executor) {
     if (executor->device() != opt.device) fail("--device", "the executor runs on {}, not {}", executor->device(), opt.device);
-    return executor->backward(p, weights, req, dy, opt, resume);
+    return executor->backward(p, weights, req, dy, opt, resume, into);
   }
-  return makeExecutor(opt.device)->backward(p, weights, req, dy, opt);
+  return makeExecutor(opt.device)->backward(p, weights, req, dy, opt, 0, into);
 }
 
 } // namespace h3c::rt

@@ -125,10 +125,11 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
   return r;
 }
 
-BackwardResult Engine::backward(const Request &request, const OutputGrads &dy, uint64_t resume) {
-  if (opt_.device == "cpu") return runBackward(plan_, *weights_, request, dy, opt_);
+BackwardResult Engine::backward(const Request &request, const OutputGrads &dy, uint64_t resume,
+                                const DeviceGrads *into) {
+  if (opt_.device == "cpu") return runBackward(plan_, *weights_, request, dy, opt_, nullptr, 0, into);
   ensureExecutor();
-  return runBackward(plan_, *weights_, request, dy, opt_, exec_.get(), resume);
+  return runBackward(plan_, *weights_, request, dy, opt_, exec_.get(), resume, into);
 }
 
 std::pair<Outputs, uint64_t> Engine::forwardKept(const Request &request) {

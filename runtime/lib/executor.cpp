@@ -169,7 +169,8 @@ void Executor::restoreWeights(const plan::Plan & /*p*/, WeightSource & /*weights
 }
 
 BackwardResult Executor::backward(const plan::Plan & /*p*/, WeightSource & /*weights*/, const CanonicalRequest & /*req*/,
-                                  const OutputGrads & /*dy*/, const RunOptions & /*opt*/, uint64_t /*resume*/) {
+                                  const OutputGrads & /*dy*/, const RunOptions & /*opt*/, uint64_t /*resume*/,
+                                  const DeviceGrads * /*into*/) {
   fail("--device " + device(), "this executor has no backward (the CPU reference runs it: --device cpu)");
 }
 

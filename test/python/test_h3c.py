@@ -409,6 +409,11 @@ class Training(unittest.TestCase):
             tb.parameters("no_such_tensor*")
         with self.assertRaisesRegex(h3c.Error, "no parameters registered"):
             tb.push_parameters()
+        # CUDA masters (their gradients filled on the device) need a GPU transformer; other places are refused.
+        with self.assertRaisesRegex(h3c.Error, "parameters: CUDA masters need a device='cuda' transformer"):
+            tb.parameters("*", device="cuda")
+        with self.assertRaisesRegex(h3c.Error, "parameters: device must be 'cpu' or 'cuda', got 'tpu'"):
+            tb.parameters("*", device="tpu")
 
 
 class TrainingLora(unittest.TestCase):

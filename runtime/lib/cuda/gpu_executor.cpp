@@ -666,7 +666,8 @@ public:
   // kept forward's (nothing ran on this executor since) and the request has its extents, the backward starts at the
   // schedule's first step after the forward, on the values the kept forward left in the arena.
   BackwardResult backward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
-                          const OutputGrads &dy, const RunOptions &opt, uint64_t resume) override {
+                          const OutputGrads &dy, const RunOptions &opt, uint64_t resume,
+                          const DeviceGrads *into) override {
     const plan::Function *bwd = p.backward();
     if (!bwd) fail("plan.json#/functions/backward", "the plan has no backward");
     const plan::Extents e = req.extents();
@@ -718,14 +719,26 @@ public:
     r.forwardKept = reuse;
     r.outputs.sample = download(fwd.outputs.at("sample"), {req.B, req.Nv, videoCols});
     r.outputs.audio_sample = download(fwd.outputs.at("audio_sample"), {req.B, req.Na, audioCols});
+    // The weight gradients: into the caller's device memory (DeviceGrads, device to device on its stream), else
+    // to the host straight into their tensors (one copy each).
+    const CUstream intoStream = into ? reinterpret_cast<CUstream>(into->stream) : nullptr;
     for (const auto &[key, v] : bwd->outputs) {
-      const HostValue h = downloadValue(v);
-      if (key.rfind("grad:@", 0) == 0)
+      if (key.rfind("grad:@", 0) == 0) {
+        const HostValue h = downloadValue(v);
         r.inputGrads[key.substr(6)] = Tensor::fromFloats(DType::F32, {h.batch, h.rows, h.cols}, h.f.data());
-      else
-        r.weightGrads[key.substr(5)] =
-            Tensor::fromFloats(DType::F32, p.weightTensor(key.substr(5)).shape, h.f.data());
+        continue;
+      }
+      const std::string tensor = key.substr(5);
+      const auto dst = into ? into->weights.find(tensor) : std::map<std::string, uint64_t>::const_iterator{};
+      if (into && dst != into->weights.end()) {
+        const DevValue &dv = values_.at(v);
+        hc::check(hc::driver().cuMemcpyDtoDAsync(CUdeviceptr(dst->second), dv.ptr, dv.bytes, intoStream),
+                  "copying the gradient of " + tensor);
+      } else {
+        r.weightGrads[tensor] = download(v, p.weightTensor(tensor).shape);
+      }
     }
+    if (into) hc::check(hc::driver().cuStreamSynchronize(intoStream), "copying the gradients");
     return r;
   }
 

@@ -192,6 +192,23 @@ TEST(BackwardModel, RefusesPartialGpuBackwardsAndPlansWithoutABackward) {
   } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find("expected an F32 [1, "), std::string::npos) << e.what();
   }
+  // Gradients left in device memory (DeviceGrads: the package's CUDA parameters) name tensors the plan trains, each
+  // with an address, and need a GPU backward: refused before anything runs, naming the tensor.
+  const std::string trained = m.plan.backward()->outputs.rbegin()->first.substr(5);
+  ASSERT_NE(trained.rfind("@", 0), 0u) << trained;  // a weight's gradient ("grad:<tensor>"), not an input's
+  const auto refusal = [&](const DeviceGrads &into) {
+    try {
+      runBackward(m.plan, *m.w, r, m.loss.grads(1, 8, m.c.videoPatchDim(), 3, m.c.audio_in_channels), {}, nullptr, 0,
+                  &into);
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("(ran)");
+  };
+  EXPECT_NE(refusal({{{"no.such.weight", 64}}, 0}).find("backward:no.such.weight: is not a tensor this plan trains"),
+            std::string::npos);
+  EXPECT_NE(refusal({{{trained, 0}}, 0}).find("backward:" + trained + ": has no device address"), std::string::npos);
+  EXPECT_NE(refusal({{{trained, 64}}, 0}).find("need a GPU backward"), std::string::npos);
 }
 
 } // namespace backward_model_test

@@ -48,9 +48,11 @@ struct BackwardResult {
 // dtype or shape.
 // `executor`: the device's executor to run it on (a resident engine's, holding its weights and kernels); null makes
 // one for `opt.device`.
-// `resume`: a ticket of executor->forwardKept (0: none), executor.h.
+// `resume`: a ticket of executor->forwardKept (0: none), executor.h. `into`: weight gradients left in device memory
+// (executor.h's DeviceGrads; a GPU executor only): every name a tensor the plan trains, checked before anything runs.
 BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Request &request, const OutputGrads &dy,
-                           const RunOptions &opt, Executor *executor = nullptr, uint64_t resume = 0);
+                           const RunOptions &opt, Executor *executor = nullptr, uint64_t resume = 0,
+                           const DeviceGrads *into = nullptr);
 
 // Throws naming the gradient unless each is F32 of its output's shape for this request.
 void checkOutputGrads(const plan::Plan &p, const CanonicalRequest &req, const OutputGrads &dy);

@@ -42,7 +42,9 @@ public:
   // the GPU executor's gradient kernels with its device weights and kernels.
   // `resume`: the ticket of forwardKept's forward of this request (0: none): the GPU backward then runs only its own
   // steps when nothing ran on the engine in between (BackwardResult::forwardKept says which); the same bits either way.
-  BackwardResult backward(const Request &request, const OutputGrads &dy, uint64_t resume = 0);
+  // `into`: weight gradients left in device memory (executor.h's DeviceGrads; GPU engines only).
+  BackwardResult backward(const Request &request, const OutputGrads &dy, uint64_t resume = 0,
+                          const DeviceGrads *into = nullptr);
   // The forward of a training step: on the GPU the backward's forward (Executor::forwardKept), its values kept for the
   // backward of the ticket returned; on the CPU a forward (ticket 0: the backward runs its own). A strict engine
   // refuses non-finite outputs (naming them). The outputs are the forward's bits either way.

@@ -47,6 +47,15 @@ struct DeviceIO {
   uint64_t stream = 0;                     // a CUstream of the primary context; 0: the legacy default stream
 };
 
+// Where a GPU backward leaves weight gradients instead of host tensors: caller device memory (the package's CUDA
+// parameters' gradients), by plan weight name (a tensor the plan trains), each F32 of the weight's shape, contiguous.
+// The copies run on `stream` (a CUstream of the primary context; 0: the legacy default stream) after the backward
+// and are done when it returns. A training step then moves no gradient through the host (1.4 GB at LoRA rank 64).
+struct DeviceGrads {
+  std::map<std::string, uint64_t> weights;
+  uint64_t stream = 0;
+};
+
 struct Outputs {
   Tensor sample;        // [B, Nv, videoPatchDim] F32
   Tensor audio_sample;  // [B, Na, audio_in_channels] F32
@@ -102,8 +111,11 @@ public:
   // `resume`: a ticket of forwardKept; when it is the last thing that ran on this executor (same plan, same request
   // extents), the backward starts after the forward, on the kept values (BackwardResult::forwardKept); otherwise it
   // runs the forward itself. The same bits either way.
+  // `into`: weight gradients to leave in caller device memory (DeviceGrads; the GPU executor only), absent from the
+  // result's weightGrads.
   virtual BackwardResult backward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req,
-                                  const OutputGrads &dy, const RunOptions &opt, uint64_t resume = 0);
+                                  const OutputGrads &dy, const RunOptions &opt, uint64_t resume = 0,
+                                  const DeviceGrads *into = nullptr);
   // The forward half of backward(): the forward's ops of the backward's schedule, their values kept for the backward
   // (a training forward and its backward then run the forward once). Returns the forward's outputs and sets `ticket`
   // (non-zero) for backward()'s `resume`; any other run, backward or weight change on this executor drops what it
