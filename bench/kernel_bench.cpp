@@ -448,11 +448,6 @@ int main(int argc, char **argv) {
         const std::string name = form == 0 ? "attention_grad 56x128" : "attention_grad 56x128 [mma.sync]";
         if (form == 0) {
           bench(name, ag, o, flops, bytes);
-          // Phase 1 on one code path with P^T handed over through shared memory (--tune attn_grad_roles=0; the
-          // default runs one loop per warpgroup, a fifth more tensor work and no hand-over).
-          h3c::kernels::EmitOptions oneLoop = h3c::kernels::EmitOptions::planDefaults();
-          oneLoop.sm90AttnGradRoles = 0;
-          bench(name + " [P^T handed over]", ag, o, flops, bytes, oneLoop);
         } else {
           bench(name, ag, o, flops, bytes, mma);
         }

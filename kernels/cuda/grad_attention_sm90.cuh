@@ -10,12 +10,12 @@
 // at chunk c ^ (r % 8)), filled by cp.async from all threads through rings of GB_STAGES buffers: a [rows, 128] bf16
 // tile is at once wgmma's K-major operand (S = Q K^T: both) and its N-major operand (P V-like products: dq += dS K,
 // dv += P^T dO, dk += dS^T Q).
-// Speed (bench/NOTES.md, 2026-12-05, session of 21:44): 21.6 ms at S = 8,349 x 56 heads on an H100 (phase 0 8.7)
-// against the mma.sync form's 61.6 and SDPA's cuDNN backward's 9.4. Both phases were bound by the instructions they
+// Speed (bench/NOTES.md, 2026-12-06): 21.0 ms at S = 8,349 x 56 heads on an H100 (phase 0 9.1) against the mma.sync
+// form's 62.4 and SDPA's cuDNN backward's 9.7-10.2 in the same run. Both phases were bound by the instructions they
 // issue, not by the tensor core (ncu: two warps a scheduler, IPC 1.5-1.7, the ALU pipe the busiest): every
 // instruction in the per-element steps and the loads counts (halving them took the kernel from 51.4 to 22.8 ms; phase
 // 1 as one loop per warpgroup, no P^T hand-over, to 21.6). What was left is latency: within a step the products
-// waited for the element steps and the reverse. So every walk is software-pipelined (2026-12-06): the next
+// waited for the element steps and the reverse. So every walk is software-pipelined (2026-12-06; 21.6 -> 21.0): the next
 // block's S (and dP) is issued before this block's element steps, in a second set of registers (the walks unrolled
 // by two), and a step's last product (dq, dv or dk) is waited for within the step (left in flight across the loop,
 // ptxas serializes the wgmmas: C7515). Each walk ends with a wait, so no wgmma is in flight on a path out of it
@@ -26,16 +26,16 @@
 // into `stats`, then dq over key sub-blocks of 64 (S and dP by wgmma from shared memory, dS packed in registers as
 // the A operand of dq += dS K).
 // Phase 1 (GB_ENTRY_P1, 256 threads): one (64-key tile, head, item) per CTA; the query rows in sub-tiles of 64. The
-// two warpgroups split the work of the same 64 keys: warpgroup 0 computes S^T = K Q^T, P^T and dv; warpgroup 1
-// computes dP^T = V dO^T, dS^T and dk, with P^T either from its own S^T (GB_P1_ROLES = 1, the default: one loop per
-// warpgroup) or handed over by warpgroup 0 through shared memory, thread to thread (both hold the same fragment
-// positions). Each holds its partial in registers and its fold in shared memory.
+// two warpgroups split the work of the same 64 keys, one loop each: warpgroup 0 computes S^T = K Q^T, P^T and dv;
+// warpgroup 1 its own S^T beside dP^T = V dO^T, then P^T, dS^T and dk. Each holds its partial in registers and its
+// fold in shared memory. (P^T handed over from warpgroup 0 through shared memory instead, the form before
+// 2026-12-06, took 23.3 ms where this one took 21.0: removed.)
 // A sub-tile whose rows end within its first 32 chains two more 16-row chunks than the 32-row sub-tiles there do: all
 // products zero (P^T, dS^T and the rows past the end are zeros), which leave a chain's value as it is (the GPU checks
 // include such lengths).
 //
 // Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
-// GB_QK_SCALE GB_O_BF GB_STAGES (3) GB_P1_ROLES (phase 1 as one loop per warpgroup); head_dim 128. q, k, v are
+// GB_QK_SCALE GB_O_BF GB_STAGES (3); head_dim 128. q, k, v are
 // bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
 #define GB_D 128
 #define GB_LD ((long long)GB_HEADS * GB_D)
@@ -332,12 +332,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   extern __shared__ unsigned char gb_raw[];
   const h3u32 base = (smem_u32(gb_raw) + 1023u) & ~1023u;
   // K, V; a ring of GB_STAGES (Q, bf(dO)) sub-tiles; their rows' (L, D) ([GB_STAGES][GB_QSUB][2], 0 past the item's
-  // end); P^T; the folds.
+  // end); 16 KiB unused (the removed hand-over form's P^T, left so that the layout stays the one the GPU checks
+  // measured); the folds.
   const h3u32 sK = base, sV = sK + GB_TILE(64), sQ = sV + GB_TILE(64), sdO = sQ + GB_STAGES * GB_TILE(GB_QSUB);
   unsigned char *const rest = gb_raw + (sdO + GB_STAGES * GB_TILE(GB_QSUB) - smem_u32(gb_raw));
   float *LDs = (float *)rest;
-  float *Ps = LDs + GB_STAGES * 2 * GB_QSUB;  // [GB_QSUB / 2][128]: P^T, warpgroup 0 to 1, element-major
-  float4 *fold = (float4 *)(Ps + (GB_QSUB / 2) * 128);  // [GB_D / 8][256]: each thread's fold of dv or dk, 4 a slot
+  // [GB_D / 8][256]: each thread's fold of dv or dk, 4 a slot
+  float4 *fold = (float4 *)(LDs + GB_STAGES * 2 * GB_QSUB + (GB_QSUB / 2) * 128);
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;
   const long long colBase = (long long)blockIdx.y * GB_D;
@@ -374,12 +375,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   float acc[GB_D / 2];  // this warpgroup's dv (0) or dk (1): the unit's partial (its fold: `fold`, shared memory)
 #pragma unroll
   for (int i = 0; i < GB_D / 2; ++i) acc[i] = 0.0f;
-#if GB_P1_ROLES
   // One loop per warpgroup (the roles are the two branches of one if / else, as the forward kernel's producer and
   // consumers: their wgmmas stay asynchronous): warpgroup 0 S^T = K Q^T, P^T and dv += P^T dO; warpgroup 1 the same
   // S^T beside dP^T = V dO^T, then P^T, dS^T and dk += dS^T Q. No P^T hand-over, so neither waits for the other's
   // element steps; they meet only at the ring's barrier. The S^T of both is the same chain on the same operands, so
-  // both hold the same P^T, the value warpgroup 0 handed over in the one-loop form.
+  // both hold the same P^T.
   // (A plain lambda, called with a constant at each branch: NVRTC takes no generic lambda in device code, and the
   // inlined calls specialize as `if constexpr` would; the NVRTC test checks no wgmma is serialized.)
   // Software-pipelined as phase 0: sub-tile t + 1's S^T (and dP^T) are issued before sub-tile t's element steps, so
@@ -452,75 +452,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   };
   if (w0) roleLoop(false);
   else roleLoop(true);
-#else
-  for (int t = 0; t < nsub; ++t) {
-    cp_async_wait<GB_STAGES - 2>();
-    __syncthreads();  // sub-tile t landed; every thread is done with step t - 1 (its buffers and Ps)
-    if (t + GB_STAGES - 1 < nsub) loadSub((t + GB_STAGES - 1) % GB_STAGES, (long long)(t + GB_STAGES - 1) * GB_QSUB);
-    cp_async_commit();
-    const int buf = t % GB_STAGES;
-    const h3u32 Qb = sQ + buf * GB_TILE(GB_QSUB), dOb = sdO + buf * GB_TILE(GB_QSUB);
-    const float *LD = LDs + buf * 2 * GB_QSUB;
-    const long long left = L - (long long)t * GB_QSUB;
-    const int lim = left < GB_QSUB ? (int)left : GB_QSUB;  // the sub-tile's rows before the item's end
-    // Both warpgroups run one code path on their own operands (a wgmma on a divergent path would be serialized):
-    // warpgroup 0 S^T = K Q^T, then P^T and dv += P^T dO; warpgroup 1 dP^T = V dO^T, then dS^T and dk += dS^T Q.
-    float x[GB_QSUB / 2];
-    gb_issue_qk<GB_QSUB>(x, w0 ? sK : sV, 64, 0, w0 ? Qb : dOb);
-    // This thread's rows' L (warpgroup 0) or D (1): columns 8 j + 2 t4 (+ 1), one 16-byte load of (L, D, L, D).
-    float lv[GB_QSUB / 4];
-#pragma unroll
-    for (int j = 0; j < GB_QSUB / 8; ++j) {
-      const float4 ld4 = *(const float4 *)(LD + 2 * (j * 8 + t4 * 2));
-      lv[2 * j] = w0 ? ld4.x : ld4.y;
-      lv[2 * j + 1] = w0 ? ld4.z : ld4.w;
-    }
-    wgmma_wait<0>();
-    // P^T from warpgroup 0 to warpgroup 1 through Ps. Nothing diverges: registers that feed a wgmma written on a
-    // divergent path make ptxas serialize the wgmmas, so warpgroup 0's ex2 and stores are predicated instructions.
-    float y[GB_QSUB / 2];
-#pragma unroll
-    for (int j = 0; j < GB_QSUB / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = j * 8 + t4 * 2 + (e & 1);
-        const float arg = __fmaf_rn(x[j * 4 + e], GB_C, -lv[2 * j + (e & 1)]);
-        asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %3, 0;\nsetp.lt.s32 q, %4, %5;\n"
-                     "@p ex2.approx.ftz.f32 %0, %2;\nselp.f32 %0, %0, 0f00000000, q;\n@p st.shared.f32 [%1], %0;\n}\n"
-                     : "=f"(y[j * 4 + e]) : "r"(smem_u32(Ps + (j * 4 + e) * 128 + tid)), "f"(arg), "r"((int)w0),
-                       "r"(c), "r"(lim) : "memory");
-      }
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    // Warpgroup 0 packs its own P^T (times 1: the same value), warpgroup 1 dS^T = P^T (dP^T - D) from Ps; both 0
-    // past the item's end; bf2_rn of the F32 value is pack_bf2 of its rbf for every value arithmetic returns
-    // (common.cuh), the mma.sync form's bits.
-    h3u32 pa[4][4];
-#pragma unroll
-    for (int j = 0; j < GB_QSUB / 8; ++j)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float val[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = j * 4 + hh * 2 + e;
-          const float P = w0 ? y[i] : Ps[i * 128 + tid];
-          const float f = w0 ? 1.0f : __fsub_rn(x[i], lv[2 * j + e]);
-          val[e] = j * 8 + t4 * 2 + e < lim ? __fmul_rn(P, f) : 0.0f;
-        }
-        pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(val[0], val[1]);
-      }
-    gb_issue_pv(acc, pa, w0 ? dOb : Qb);
-    wgmma_wait<0>();
-    // The unit's last sub-tile: fold its partial into the item's sum (the first unit's as it is) and start the next
-    // unit's from zero (by selects: accumulators written on a divergent path would serialize the wgmmas). The fold
-    // lives in shared memory: in registers beside the partial it would spill.
-    static_assert(GR_UNIT == 2 * GB_QSUB, "a unit is two sub-tiles");
-    const bool end = (t & 1) || t == nsub - 1, first = t < 2;
-    if (end) gb_fold_unit(fold, acc, first);
-#pragma unroll
-    for (int i = 0; i < GB_D / 2; ++i) acc[i] = end ? 0.0f : acc[i];
-  }
-#endif
   if (L == 0) return;
   const float scale = w0 ? 1.0f : GB_QK_SCALE;  // dv as folded, dk scaled
 #pragma unroll

@@ -200,8 +200,8 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // 64 rows), phase 1 per 64-key tile (dv and dk on one warpgroup each). Shared memory: 1,024 bytes of alignment
     // for the 128-byte swizzle, then phase 0's Q and bf(dO) tiles (32 KiB each), a ring of K blocks / K and V
     // sub-blocks (32 KiB a stage) and D; phase 1's K and V (16 KiB each), a ring of Q and bf(dO) sub-tiles (32 KiB a
-    // stage) with their L and D, P^T (16 KiB: the hand-over form's, attn_grad_roles=0; the default one loop per
-    // warpgroup leaves it unused, the folds' offset unchanged) and the folds of dv and dk (64 KiB).
+    // stage) with their L and D, 16 KiB unused (the removed hand-over form's P^T: the layout the GPU checks measured)
+    // and the folds of dv and dk (64 KiB).
     b.def("GB_HEADS", a.heads);
     b.def("GB_KVB", a.kvBlock);
     b.def("GB_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
@@ -211,7 +211,6 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // phase 1's 3 x 32 KiB beside its folds fill the CTA's shared memory.
     const int64_t stages = 3;
     b.def("GB_STAGES", stages);
-    b.def("GB_P1_ROLES", v.options.sm90AttnGradRoles ? 1 : 0);
     const int64_t tile = d * 2, smem0 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 128 * 4;
     const int64_t smem1 = 1024 + 2 * 64 * tile + stages * 2 * 64 * tile + stages * 64 * 2 * 4 + 32 * 128 * 4 +
                           64 * 256 * 4;

@@ -41,8 +41,6 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"launch_pdl", &EmitOptions::gridDependency, 0, 1},
                           // the backward's linear and attention gradients on the tensor cores (0: grad.cuh's form)
                           {"grad_mma", &EmitOptions::gradMma, 0, 1},
-                          // its phase 1 as one loop per warpgroup (1, no P^T hand-over) or one code path (0)
-                          {"attn_grad_roles", &EmitOptions::sm90AttnGradRoles, 0, 1},
                           // the Hopper dX of the bf16 linears (grad_linear_sm90.cuh): on/off, ring stages, tile width
                           // (0: by K; 128, 192 or 256, checked by the emitter), a k-block in flight
                           {"grad_x_sm90", &EmitOptions::sm90GradX, 0, 1},

@@ -1067,7 +1067,8 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
 
 // attention_grad at head_dim 128 (the full and small configs): on sm_90a the Hopper form (grad_attention_sm90.cuh,
 // wgmma) at both kv_block values, its wgmmas asynchronous and nothing spilled; on sm_100a and with wgmma off the
-// mma.sync form, which the GPU checks compare it with byte for byte.
+// mma.sync form, which the GPU checks compare it with byte for byte. Without H3C_NVRTC_VARIANTS=1 (CI time: the
+// pipelined Hopper form takes ptxas ~4 s) the plans' kernels only: kv_block 128, wgmma on.
 TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   hc::NvrtcJit jit;
@@ -1075,6 +1076,7 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     for (const std::string arch : {"sm_90a", "sm_100a"})
       for (bool wgmma : {true, false}) {
         if (arch == "sm_100a" && !wgmma) continue;
+        if (!nvrtcVariants() && (kv != 128 || !wgmma)) continue;
         hk::EmitOptions opt;
         opt.wgmma = wgmma;
         const plan::Kernel k = *emit(attentionGrad(48, 128, kv), arch, opt);
@@ -1084,14 +1086,6 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
         ASSERT_EQ(k.phases.size(), 1u) << k.id;
         expectCompilesWithoutSpills(jit, k, arch + " kv " + std::to_string(kv) + (wgmma ? "" : " wgmma=0"));
       }
-  // Phase 1 as one loop per warpgroup (the default, --tune attn_grad_roles=1: the roles' wgmmas stay asynchronous)
-  // and on one code path with P^T handed over (attn_grad_roles=0).
-  EXPECT_NE(emit(attentionGrad(48, 128, 128), "sm_90a")->source.find("#define GB_P1_ROLES 1\n"), std::string::npos);
-  hk::EmitOptions oneLoop;
-  oneLoop.sm90AttnGradRoles = 0;
-  const plan::Kernel k1 = *emit(attentionGrad(48, 128, 128), "sm_90a", oneLoop);
-  EXPECT_NE(k1.source.find("#define GB_P1_ROLES 0\n"), std::string::npos) << k1.id;
-  expectCompilesWithoutSpills(jit, k1, "sm_90a attn_grad_roles=0");
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
 }

@@ -86,11 +86,6 @@ struct EmitOptions {
   // reference's model of the chunk sums (its bits: the GPU checks compare it with the CPU byte for byte, and the
   // tensor-core forms with it within a bound).
   int gradMma = 1;
-  // sm_90a: the Hopper attention backward's phase 1 with one loop per warpgroup (1: warpgroup 0 S^T, P^T, dv;
-  // warpgroup 1 its own S^T beside dP^T, then P^T, dS^T, dk; no P^T hand-over between them) or both warpgroups on one
-  // code path with P^T handed over through shared memory (0). The same bits (Kernels.AttentionGrad compares both with
-  // the mma.sync form). Timing only: 1 took 21.6 ms where 0 took 22.8 (H100, S = 8,349, bench/NOTES.md).
-  int sm90AttnGradRoles = 1;
   // sm_90a with wgmma: a bf16 linear's dX (linear_grad_x) of more than 64 output columns on the Hopper GEMM
   // (grad_linear_sm90.cuh: TMA, wgmma, persistent; the mma.sync form's bits, Kernels.LinearGradX compares them byte
   // for byte); 0 keeps the mma.sync form. Tuning (timing only): the ring's stages (2-5, refused where they do not fit),
