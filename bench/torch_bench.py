@@ -89,10 +89,10 @@ def main():
             from torch.nn.attention import SDPBackend, sdpa_kernel
             ctx = nullcontext() if be is None else sdpa_kernel(getattr(SDPBackend, be))
             with ctx:
-                out = F.scaled_dot_product_attention(qg, kg, vg)
-                ms = timed(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True))
+                o = F.scaled_dot_product_attention(qg, kg, vg)  # (not `out`: the JSON path's name)
+                ms = timed(lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True))
             rec(f"SDPA backward 56x128 ({nm})", ms, 10.0 * M * M * d * heads, 12.0 * M * heads * d * 2)
-            del out
+            del o
         except Exception as e:  # backend unavailable
             print(f"SDPA backward {nm}: unavailable ({e})")
     del qg, kg, vg, do
