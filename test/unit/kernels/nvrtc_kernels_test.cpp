@@ -1421,6 +1421,9 @@ TEST(NvrtcCompile, Sm90StagedEpilogueNeitherSerializesNorSpills) {
         // the register-hungriest walk.
         if (std::string(cfg) == "full" && (opt == &st || (opt == &pair && gres))) continue;
         if (opt == &warps && !gres) continue;
+        // (CI time) without H3C_NVRTC_VARIANTS=1 the epilogue warps' gate_residual walk only: the tuning options'
+        // other forms are the same templates at other constants, and the JIT refuses a serialized kernel anyway.
+        if (!nvrtcVariants() && opt != &warps) continue;
         const plan::Kernel k = *emit(o, "sm_90a", *opt);
         ASSERT_NE(k.source.find("#define G9_EPI_SMEM 1\n"), std::string::npos) << k.id;
         EXPECT_EQ(k.source.find("#define G9_EPI_WARPS 1\n") != std::string::npos, opt == &warps) << k.id;
@@ -1428,7 +1431,7 @@ TEST(NvrtcCompile, Sm90StagedEpilogueNeitherSerializesNorSpills) {
         expectCompilesWithoutSpills(jit, k, std::string(cfg) + " " + o.op.nodes.front());
       }
     }
-  EXPECT_GE(seen.size(), 12u);
+  EXPECT_GE(seen.size(), nvrtcVariants() ? 12u : 2u);
 }
 // Both kv_block values a plan may carry (128 since 2026-12-04, 64 before: those plans keep running with their bits)
 // compile for both archs, Hopper at every stage count that fits, and ptxas spills nothing: the S fragment at 128 keys
@@ -1451,6 +1454,9 @@ TEST(NvrtcCompile, AttentionAtBothKvBlocksNeitherSerializesNorSpills) {
         }
         const plan::Kernel k = *emit(o, arch, opt);
         EXPECT_NE(k.source.find("_KV " + std::to_string(kv)), std::string::npos) << k.id;
+        // (CI time) kv_block 64 (plans before 2026-12-04 carry their own kernel text) and sm_100a (the plans'
+        // kernels: FullConfigAndPlanSm100a) compile with H3C_NVRTC_VARIANTS=1 only.
+        if (!nvrtcVariants() && (kv != 128 || arch != "sm_90a")) continue;
         expectCompilesWithoutSpills(jit, k, arch + " kv " + std::to_string(kv));
       }
 }
