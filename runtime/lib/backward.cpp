@@ -121,7 +121,8 @@ BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Req
   if (!bwd) fail("plan.json#/functions/backward", "the plan has no backward (compile it with h3c compile --backward)");
   if (into) {
     for (const auto &[name, ptr] : into->weights) {
-      if (!bwd->outputs.count("grad:" + name))
+      // (an activation's gradient, "grad:@<input>", is an output too, but it always comes back as a host tensor)
+      if (name.rfind('@', 0) == 0 || !bwd->outputs.count("grad:" + name))
         fail("backward:" + name, "is not a tensor this plan trains: its gradient cannot be left in device memory");
       if (ptr == 0) fail("backward:" + name, "has no device address for its gradient");
     }

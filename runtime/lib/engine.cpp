@@ -127,6 +127,7 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
 
 BackwardResult Engine::backward(const Request &request, const OutputGrads &dy, uint64_t resume,
                                 const DeviceGrads *into) {
+  requireWeightsIntact();  // as run() and forwardKept(): a backward runs its own forward when nothing was kept
   if (opt_.device == "cpu") return runBackward(plan_, *weights_, request, dy, opt_, nullptr, 0, into);
   ensureExecutor();
   return runBackward(plan_, *weights_, request, dy, opt_, exec_.get(), resume, into);

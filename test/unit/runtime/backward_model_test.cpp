@@ -207,6 +207,8 @@ TEST(BackwardModel, RefusesPartialGpuBackwardsAndPlansWithoutABackward) {
   };
   EXPECT_NE(refusal({{{"no.such.weight", 64}}, 0}).find("backward:no.such.weight: is not a tensor this plan trains"),
             std::string::npos);
+  EXPECT_NE(refusal({{{"@hidden_states", 64}}, 0}).find("backward:@hidden_states: is not a tensor this plan trains"),
+            std::string::npos);
   EXPECT_NE(refusal({{{trained, 0}}, 0}).find("backward:" + trained + ": has no device address"), std::string::npos);
   EXPECT_NE(refusal({{{trained, 64}}, 0}).find("need a GPU backward"), std::string::npos);
 }
