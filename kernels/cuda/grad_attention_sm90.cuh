@@ -15,11 +15,11 @@
 // issue, not by the tensor core (ncu: two warps a scheduler, IPC 1.5-1.7, the ALU pipe the busiest): every
 // instruction in the per-element steps and the loads counts (halving them took the kernel from 51.4 to 22.8 ms; phase
 // 1 as one loop per warpgroup, no P^T hand-over, to 21.6). What was left is latency: within a step the products
-// waited for the element steps and the reverse. So every walk is software-pipelined (2026-12-06; 21.6 -> 21.0): the next
-// block's S (and dP) is issued before this block's element steps, in a second set of registers (the walks unrolled
-// by two), and a step's last product (dq, dv or dk) is waited for within the step (left in flight across the loop,
-// ptxas serializes the wgmmas: C7515). Each walk ends with a wait, so no wgmma is in flight on a path out of it
-// (ptxas would insert one in a divergent path and serialize: C7518).
+// waited for the element steps and the reverse. So every walk is software-pipelined (2026-12-06; 21.6 -> 21.0): the
+// next block's S (and dP) is issued before this block's element steps, in a second set of registers (the walks
+// unrolled by two), and a step's last product (dq, dv or dk) is waited for within the step (left in flight across
+// the loop, ptxas serializes the wgmmas: C7515). Each walk ends with a wait, so no wgmma is in flight on a path out
+// of it (ptxas would insert one in a divergent path and serialize: C7518).
 //
 // Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA, each warpgroup 64 query rows: bf(dO)
 // into shared memory and the scratch `dob`, D, the forward's key walk for l and mc (blocks of GB_KVB keys), L and D
@@ -35,8 +35,7 @@
 // include such lengths).
 //
 // Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
-// GB_QK_SCALE GB_O_BF GB_STAGES (3); head_dim 128. q, k, v are
-// bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
+// GB_QK_SCALE GB_O_BF GB_STAGES (3); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
 #define GB_D 128
 #define GB_LD ((long long)GB_HEADS * GB_D)
 #define GB_KSUB 64  // keys per sub-block of phase 0's dq pass
@@ -373,8 +372,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     cp_async_commit();
   }
   float acc[GB_D / 2];  // this warpgroup's dv (0) or dk (1): the unit's partial (its fold: `fold`, shared memory)
-#pragma unroll
-  for (int i = 0; i < GB_D / 2; ++i) acc[i] = 0.0f;
   // One loop per warpgroup (the roles are the two branches of one if / else, as the forward kernel's producer and
   // consumers: their wgmmas stay asynchronous): warpgroup 0 S^T = K Q^T, P^T and dv += P^T dO; warpgroup 1 the same
   // S^T beside dP^T = V dO^T, then P^T, dS^T and dk += dS^T Q. No P^T hand-over, so neither waits for the other's
