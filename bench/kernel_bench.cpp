@@ -218,6 +218,22 @@ int main(int argc, char **argv) {
         std::fflush(stdout);
       }
     };
+    // One phase of op's kernel alone, named `name`: its first entry (phase < 0) or phases[phase] as the entry; a
+    // scratch it reads holds what the run before left there.
+    auto benchPhase = [&](const std::string &name, const EmitOp &op, const Operands &ops, int phase, double flops,
+                          double bytes, const h3c::kernels::EmitOptions &opt) {
+      if (!only.empty() && name.find(only) == std::string::npos) return;
+      plan::Kernel k = *emit(op, dev.arch(), opt);
+      if (phase >= 0) {
+        k.entry = k.phases.at(size_t(phase)).entry;
+        k.launch = k.phases.at(size_t(phase)).launch;
+      }
+      k.phases.clear();
+      k.id += "_phase" + std::to_string(phase + 1);
+      const hc::LoadedKernel &lk = runner.load(kernels.emplace(k.id, k).first->second);
+      auto addr = [&](plan::OperandRole role, int64_t i) { return ops.at(role, i); };
+      measure(name, [&] { runner.launch(lk, ext, addr); }, flops, bytes);
+    };
     // cuBLASLt's plain GEMM of the same shape (y = x W^T, bf16 out), in this process.
     auto vendorGemm = [&](const std::string &name, long long K, long long n) {
       if (!only.empty() && name.find(only) == std::string::npos) return;
@@ -446,19 +462,11 @@ int main(int argc, char **argv) {
       mma.wgmma = false;
       for (int form = 0; form < (dev.arch() == "sm_90a" ? 2 : 1); ++form) {
         const std::string name = form == 0 ? "attention_grad 56x128" : "attention_grad 56x128 [mma.sync]";
-        if (form == 0) {
-          bench(name, ag, o, flops, bytes);
-        } else {
-          bench(name, ag, o, flops, bytes, mma);
-        }
+        const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mma;
+        bench(name, ag, o, flops, bytes, opt);
         // Phase 0 alone (L, D and dq over the keys, per query tile): the rest of the time is phase 1's (dk, dv).
         if (!only.empty() && name.find(only) == std::string::npos) continue;
-        plan::Kernel k0 = *emit(ag, dev.arch(), form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mma);
-        k0.phases.clear();
-        k0.id += "_phase0";
-        const hc::LoadedKernel &lk = runner.load(kernels.emplace(k0.id, k0).first->second);
-        auto addr = [&](plan::OperandRole role, int64_t i) { return o.at(role, i); };
-        measure(name + " [phase 0 only]", [&] { runner.launch(lk, ext, addr); }, 0.6 * flops, bytes);
+        benchPhase(name + " [phase 0 only]", ag, o, -1, 0.6 * flops, bytes, opt);
       }
     }
     {
@@ -482,31 +490,17 @@ int main(int argc, char **argv) {
           if (wanted(base + tail)) return true;
         return false;
       };
-      // Both forms of op (mmaOpt: the mma.sync one), whole and their GEMM alone (phase 1 as the entry; the scratch
-      // holds the run before's bf(g)); gemmBytes: the GEMM's traffic (bf(g) in bf16).
+      // Both forms of op (mmaOpt: the mma.sync one), whole, the plan form's phase 0 alone, and their GEMM alone
+      // (phase 1 as the entry; the scratch holds the run before's bf(g)); gemmBytes: the GEMM's traffic (bf(g) bf16).
       auto forms = [&](const std::string &base, const EmitOp &op, const Operands &o,
                        const h3c::kernels::EmitOptions &mmaOpt, double flops, double bytes, double gemmBytes) {
         for (int form = 0; form < (dev.arch() == "sm_90a" ? 2 : 1); ++form) {
           const std::string name = base + (form == 0 ? "" : " [mma.sync]");
           const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mmaOpt;
           bench(name, op, o, flops, bytes, opt);
-          if (form == 0 && wanted(name + " [phase 0 only]")) {  // g rounded into the scratch alone: bytes 4 + 2 per g
-            plan::Kernel k0 = *emit(op, dev.arch(), opt);
-            k0.phases.clear();
-            k0.id += "_phase0";
-            const hc::LoadedKernel &lk = runner.load(kernels.emplace(k0.id, k0).first->second);
-            auto addr = [&](plan::OperandRole role, int64_t i) { return o.at(role, i); };
-            measure(name + " [phase 0 only]", [&] { runner.launch(lk, ext, addr); }, 0, 3.0 * (bytes - gemmBytes));
-          }
-          if (!wanted(name + " [GEMM only]")) continue;
-          plan::Kernel k1 = *emit(op, dev.arch(), opt);
-          k1.entry = k1.phases.at(0).entry;
-          k1.launch = k1.phases.at(0).launch;
-          k1.phases.clear();
-          k1.id += "_gemm";
-          const hc::LoadedKernel &lk = runner.load(kernels.emplace(k1.id, k1).first->second);
-          auto addr = [&](plan::OperandRole role, int64_t i) { return o.at(role, i); };
-          measure(name + " [GEMM only]", [&] { runner.launch(lk, ext, addr); }, flops, gemmBytes);
+          if (form == 0)  // g rounded into the scratch alone: bytes 4 + 2 per g
+            benchPhase(name + " [phase 0 only]", op, o, -1, 0, 3.0 * (bytes - gemmBytes), opt);
+          benchPhase(name + " [GEMM only]", op, o, 0, flops, gemmBytes, opt);
         }
       };
       // cuBLASLt's GEMM (made by `make`) run as run(b, a, out), when wanted.
