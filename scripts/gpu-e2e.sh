@@ -225,6 +225,12 @@ e2e_backward() {
     check "[tiny backward lora --checkpoint blocks] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lcp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_gpu_ckpt.safetensors" --device gpu
     check "[tiny backward lora --checkpoint blocks] GPU adapter and input gradients == the unsegmented plan's (byte-equal)" python3 "$cmp_py" equal "$d/lora_gpu.safetensors" "$d/lora_gpu_ckpt.safetensors"
   fi
+  # Selective recompute (--keep attention): the forward's attention outputs kept instead of rerun, the same bytes.
+  local lkp=$plans/tiny-backward-lora-keep
+  if [ -f "$lkp/plan.json" ] && [ -f "$d/lora_gpu.safetensors" ]; then
+    check "[tiny backward lora --keep attention] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lkp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_gpu_keep.safetensors" --device gpu
+    check "[tiny backward lora --keep attention] GPU adapter and input gradients == the unsegmented plan's (byte-equal)" python3 "$cmp_py" equal "$d/lora_gpu.safetensors" "$d/lora_gpu_keep.safetensors"
+  fi
 }
 
 e2e_full() {
@@ -265,6 +271,13 @@ from safetensors.numpy import load_file; import numpy as np, sys
 g = load_file('$d/grads.safetensors'); bad = [k for k, v in g.items() if not np.all(np.isfinite(v))]
 lora = [k for k in g if 'lora_' in k]; nz = sum(bool(np.any(g[k])) for k in lora)
 print(len(g), 'gradients,', len(lora), 'adapter slots,', nz, 'not all zero; non-finite:', bad[:5]); sys.exit(1 if bad or nz == 0 else 0)"
+  # Selective recompute (--keep attention, and capped): the same request and adapter, every gradient byte-equal to
+  # the checkpointed plan's, where the device has the memory for the plan's arena (else the executor refuses it).
+  for k in ${H3C_E2E_KEEP_PLANS:-full-backward-lora64-keep1536m full-backward-lora64-keep}; do
+    [ -f "$plans/$k/plan.json" ] || continue
+    check "[full backward $k] GPU backward (attention outputs kept, not rerun)" env H3C_PROFILE=1 "$H3C" backward --config full --synthetic 7 --plan "$plans/$k" --inputs "$d/req.safetensors" --grads "$d/out.safetensors" --lora "$d/adapter.safetensors" -o "$d/grads-$k.safetensors" --device gpu
+    [ -f "$d/grads-$k.safetensors" ] && check "[full backward $k] gradients == the checkpointed plan's (byte-equal)" python3 "$cmp_py" equal "$d/grads.safetensors" "$d/grads-$k.safetensors"
+  done
 }
 
 case "${H3C_E2E_ONLY:-}" in

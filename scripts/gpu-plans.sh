@@ -41,16 +41,31 @@ for p in tiny-backward tiny-backward-lora; do
     $([ $p = tiny-backward-lora ] && echo --lora-rank 64 --trainable lora) --checkpoint blocks \
     -o "$root/carry/plans/$p-ckpt" | tail -1
 done
+# Selective recompute (--keep attention): the checkpointed LoRA plan whose forward keeps every block's attention
+# output; gpu-e2e.sh e2e_backward compares it byte for byte with the plans above.
+rm -rf "$root/carry/plans/tiny-backward-lora-keep"
+"$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
+  --checkpoint blocks --keep attention -o "$root/carry/plans/tiny-backward-lora-keep" | tail -1
 # Opt-in (H3C_PLANS_BACKWARD_FULL=1; ~7 MB a plan): the training step of bench/backward_bench.py at the full and
 # small configs, with one checkpoint segment per block: LoRA rank 64 adapters only (<c>-backward-lora64-ckpt) and
 # every tensor (<c>-backward-ckpt). --tokens sizes the slots (and the buffer report); gpu-e2e.sh H3C_E2E_ONLY=
-# full_backward runs full-backward-lora64-ckpt.
+# full_backward runs full-backward-lora64-ckpt, and the same with --keep attention (every block's attention output
+# kept: 6.2 GB more at 8,349 rows, for a 141 GB H200) and with --keep-bytes 1536MiB (13 blocks: what an 80 GB H100
+# has left beside the step), each byte-equal to the first.
 if [ "${H3C_PLANS_BACKWARD_FULL:-0}" = 1 ]; then
   for c in small full; do
     s=$([ $c = full ] && echo 8349 || echo 2048)
     rm -rf "$root/carry/plans/$c-backward-lora64-ckpt" "$root/carry/plans/$c-backward-ckpt"
     "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
       --checkpoint blocks --tokens $s -o "$root/carry/plans/$c-backward-lora64-ckpt" | tail -1
+    if [ $c = full ]; then
+      rm -rf "$root/carry/plans/full-backward-lora64-keep" "$root/carry/plans/full-backward-lora64-keep1536m"
+      "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
+        --checkpoint blocks --keep attention --tokens $s -o "$root/carry/plans/full-backward-lora64-keep" | tail -1
+      "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
+        --checkpoint blocks --keep attention --keep-bytes 1536MiB --tokens $s \
+        -o "$root/carry/plans/full-backward-lora64-keep1536m" | tail -1
+    fi
     "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --checkpoint blocks --tokens $s \
       -o "$root/carry/plans/$c-backward-ckpt" | tail -1
   done

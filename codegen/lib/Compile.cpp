@@ -15,6 +15,7 @@
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/Pass/PassManager.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace fs = std::filesystem;
@@ -61,6 +62,17 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
     if (o.sp != 1 || o.tp != 1) fail("--backward", "the backward is written for one rank (--sp 1 --tp 1), got sp {} tp {}", o.sp, o.tp);
   }
   if (o.checkpoint && !o.backward) fail("--checkpoint", "checkpoint segments belong to a backward: it needs --backward");
+  plan::KeepRule keep;
+  keep.tokens = o.tokens;
+  keep.maxBytes = o.keepBytes;
+  for (const std::string &k : o.keep) {
+    plan::OpKind kind;
+    if (!plan::parseOpKind(k, kind)) fail("--keep " + k, "names no op kind of the plan (e.g. \"attention\")");
+    keep.kinds.insert(kind);
+  }
+  if (!keep.kinds.empty() && !o.checkpoint)
+    fail("--keep", "keeps values a checkpoint segment would recompute: it needs --checkpoint blocks");
+  if (o.keepBytes >= 0 && keep.kinds.empty()) fail("--keep-bytes", "caps what --keep keeps: it needs --keep");
   if (!o.trainable.empty()) {
     if (!o.backward) fail("--trainable", "selects what the backward trains: it needs --backward");
     plan::checkTrainable(o.trainable, "--trainable");
@@ -119,7 +131,10 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
     plan::Plan &pl = r.plan.plan;
     pl.stats["backward_peak_live_bytes"] = plan::liveBytesPeak(pl, o.tokens, false);
     if (o.checkpoint) {
-      pl.functions.at("backward").checkpoints = plan::blockCheckpoints(pl);
+      for (plan::OpKind k : keep.kinds)
+        if (std::none_of(pl.forward().ops.begin(), pl.forward().ops.end(), [&](const plan::Op &op) { return op.kind == k; }))
+          fail("--keep " + std::string(plan::opKindName(k)), "the forward has no op of this kind");
+      pl.functions.at("backward").checkpoints = plan::blockCheckpoints(pl, keep);
       pl.stats["backward_peak_live_bytes_checkpointed"] = plan::liveBytesPeak(pl, o.tokens, true);
       if (!pl.functions.at("backward").checkpoints.empty()) plan::placeOnCheckpointedSchedule(pl, o.tokens);
     }

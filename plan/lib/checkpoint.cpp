@@ -63,7 +63,58 @@ struct Uses {
 
 } // namespace
 
-std::vector<Checkpoint> blockCheckpoints(const Plan &p) {
+namespace {
+
+// The values the backward reads from segment c (ops [first, end)), traced back through the ops that define them to
+// values defined before the segment or by an op `skip` accepts (those are kept): c.recompute, c.kept, c.before and
+// c.last. False when the backward reads nothing the segment would recompute.
+template <class Skip>
+bool traceSegment(const Function &fwd, const Uses &u, Checkpoint &c, Skip skip) {
+  std::set<size_t> need;
+  std::vector<std::string> work;
+  for (size_t k = c.first; k < c.end; ++k)
+    for (const auto &v : fwd.ops[k].out)
+      if (u.bwdReaders.count(v) && !u.boundary(v, c.end)) work.push_back(v);
+  while (!work.empty()) {
+    const std::string v = work.back();
+    work.pop_back();
+    auto d = u.def.find(v);
+    if (d == u.def.end() || d->second < c.first || need.count(d->second)) continue;
+    const Op &op = fwd.ops[d->second];
+    if (skip(op)) continue;
+    for (const auto &o : op.out)
+      if (u.boundary(o, c.end))
+        fail(op.where, "segment '{}': rerunning this op would define '{}', which is read after the segment", c.segment,
+             o);
+    need.insert(d->second);
+    for (const auto &in : op.in) work.push_back(in);
+  }
+  c.recompute.assign(need.begin(), need.end());
+  c.kept.clear();
+  std::set<std::string> defined, seen;
+  bool any = false;
+  size_t lo = SIZE_MAX, hi = 0;
+  for (size_t k : c.recompute) {
+    const Op &op = fwd.ops[k];
+    for (const auto &in : op.in)
+      if (!defined.count(in) && seen.insert(in).second) c.kept.push_back(in);
+    for (const auto &o : op.out) {
+      defined.insert(o);
+      auto r = u.bwdReaders.find(o);
+      if (r == u.bwdReaders.end()) continue;
+      any = true;
+      lo = std::min(lo, r->second.front());
+      hi = std::max(hi, r->second.back());
+    }
+  }
+  c.before = lo;
+  c.last = hi;
+  return any;
+}
+
+} // namespace
+
+std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep) {
   const Function &fwd = p.forward();
   if (!p.backward()) fail("--checkpoint", "checkpoint segments belong to a backward (compile with --backward)");
   const Uses u(p);
@@ -90,46 +141,31 @@ std::vector<Checkpoint> blockCheckpoints(const Plan &p) {
     c.end = end;
     // The values the backward reads from the segment, and the ops that define them and what those read, back to
     // values defined before the segment (kept).
-    std::set<size_t> need;
-    std::vector<std::string> work;
-    for (size_t k = c.first; k < c.end; ++k)
-      for (const auto &v : fwd.ops[k].out)
-        if (u.bwdReaders.count(v) && !u.boundary(v, c.end)) work.push_back(v);
-    while (!work.empty()) {
-      const std::string v = work.back();
-      work.pop_back();
-      auto d = u.def.find(v);
-      if (d == u.def.end() || d->second < c.first || need.count(d->second)) continue;
-      const Op &op = fwd.ops[d->second];
-      for (const auto &o : op.out)
-        if (u.boundary(o, c.end))
-          fail(op.where, "segment '{}': rerunning this op would define '{}', which is read after the segment", block, o);
-      need.insert(d->second);
-      for (const auto &in : op.in) work.push_back(in);
-    }
-    c.recompute.assign(need.begin(), need.end());
-    std::set<std::string> defined, seen;
-    bool any = false;
-    size_t lo = SIZE_MAX, hi = 0;
-    for (size_t k : c.recompute) {
-      const Op &op = fwd.ops[k];
-      for (const auto &in : op.in)
-        if (!defined.count(in) && seen.insert(in).second) c.kept.push_back(in);
-      for (const auto &o : op.out) {
-        defined.insert(o);
-        auto r = u.bwdReaders.find(o);
-        if (r == u.bwdReaders.end()) continue;
-        any = true;
-        lo = std::min(lo, r->second.front());
-        hi = std::max(hi, r->second.back());
-      }
-    }
-    if (any) {
-      c.before = lo;
-      c.last = hi;
-      out.push_back(std::move(c));
-    }
+    if (traceSegment(fwd, u, c, [](const Op &) { return false; })) out.push_back(std::move(c));
     i = j;
+  }
+  if (keep.kinds.empty()) return out;
+  // Selective recompute: from the last segment down, the ops of the rule's kinds stay out of the recompute while the
+  // bytes of their outputs (which then live from the forward to their backward readers) fit the cap.
+  int64_t used = 0;
+  for (size_t s = out.size(); s-- > 0;) {
+    Checkpoint &c = out[s];
+    int64_t bytes = 0;
+    for (size_t k : c.recompute)
+      if (keep.kinds.count(fwd.ops[k].kind))
+        for (const auto &o : fwd.ops[k].out) {
+          const Value &v = p.value(o);
+          bytes += reportRows(v.rows, keep.tokens) * v.cols * int64_t(dtypeSize(v.dtype));
+        }
+    if (bytes == 0 || (keep.maxBytes >= 0 && used + bytes > keep.maxBytes)) continue;
+    Checkpoint k = c;
+    // A segment whose recompute would then be empty keeps every value: it is dropped.
+    if (!traceSegment(fwd, u, k, [&](const Op &op) { return keep.kinds.count(op.kind) > 0; })) {
+      out.erase(out.begin() + s);
+    } else {
+      c = std::move(k);
+    }
+    used += bytes;
   }
   return out;
 }

@@ -1,18 +1,22 @@
 // `h3c compile FINGERPRINT.json --arch sm_90a|sm_100a --sp N --tp M [--no-fuse] [--tune NAME=V ...] [--dump-ir DIR]
-// [--tokens S] [--lora-rank R] [--backward [--trainable GLOB|lora ...] [--checkpoint blocks]] -o OUT/`:
+// [--tokens S] [--lora-rank R] [--backward [--trainable GLOB|lora ...] [--checkpoint blocks [--keep KIND
+// [--keep-bytes N]]]] -o OUT/`:
 // imports the fingerprint, runs h3-pipeline and writes OUT/plan.json + OUT/kernels/*.cu atomically.
 #include "command.h"
 
 #include "h3c/Codegen/Compile.h"
 #include "h3c/plan/io.h"
+#include "h3c/plan/ops.h"
 #include "h3c/support/json_read.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +27,8 @@ struct Args {
   int64_t sp = 1, tp = 1, tokens = 8192, loraRank = 0;
   bool noFuse = false, noWgmma = false, noQkEpilogue = false, backward = false;
   std::string checkpoint = "none";
+  std::vector<std::string> keep;
+  int64_t keepBytes = -1;
   std::vector<std::string> tune, trainable;
 };
 
@@ -65,6 +71,17 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
                  "section 14): the forward keeps the blocks' inputs only and the backward reruns a block's forward ops "
                  "(the same bits) before its gradient ops; \"none\" (default) keeps every value the backward reads")
       ->check(CLI::IsMember({"none", "blocks"}));
+  app.add_option("--keep", a->keep,
+                 "With --checkpoint blocks: an op kind whose outputs the forward keeps for the backward instead of the "
+                 "segments rerunning it (selective recompute; \"attention\": a block's costliest op to rerun at long "
+                 "rows, one bf16 [rows, heads * d] tensor to keep); repeatable. The kept values are the forward's "
+                 "own: no bit changes")
+      ->allow_extra_args(false);
+  app.add_option("--keep-bytes", a->keepBytes,
+                 "With --keep: at most this many bytes of kept outputs at --tokens rows (a number with an optional "
+                 "unit, KiB = 1024: \"4GiB\", \"512MiB\"); the segments take the rule from the last block down "
+                 "while it fits (default: every segment)")
+      ->transform(CLI::AsSizeValue(false));
   app.add_option("-o,--out", a->out, "Output plan folder")->required();
   app.callback([a] {
     h3c::checkOutputsApart({{"fingerprint", a->fingerprint}}, {{"-o", a->out}, {"--dump-ir", a->dumpIr}});
@@ -84,6 +101,8 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
     o.loraRank = a->loraRank;
     o.trainable = a->trainable;
     o.checkpoint = a->checkpoint == "blocks";
+    o.keep = a->keep;
+    o.keepBytes = a->keepBytes;
     o.dumpIrDir = a->dumpIr;
     for (const std::string &t : a->tune) {
       const size_t eq = t.find('=');
@@ -124,6 +143,21 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
       if (!p.backward()->checkpoints.empty())
         std::printf("checkpointed: %zu segments, live peak %lld bytes at S = %lld\n", p.backward()->checkpoints.size(),
                     (long long)p.stats.at("backward_peak_live_bytes_checkpointed"), (long long)a->tokens);
+      // --keep: the segments whose recompute leaves out an op of a kept kind that the segment has.
+      size_t keeping = 0;
+      for (const auto &c : p.backward()->checkpoints) {
+        std::set<size_t> rerun(c.recompute.begin(), c.recompute.end());
+        for (size_t k = c.first; k < c.end; ++k) {
+          const std::string kind = h3c::plan::opKindName(p.forward().ops[k].kind);
+          if (!rerun.count(k) && std::find(a->keep.begin(), a->keep.end(), kind) != a->keep.end()) {
+            ++keeping;
+            break;
+          }
+        }
+      }
+      if (!a->keep.empty())
+        std::printf("kept (--keep %s): in %zu of %zu segments, their outputs not rerun\n",
+                    fmt::format("{}", fmt::join(a->keep, ",")).c_str(), keeping, p.backward()->checkpoints.size());
     }
     std::string planFile = (std::filesystem::path(a->out) / "plan.json").lexically_normal().string();
     std::printf("plan %s -> %s\n", sha.c_str(), planFile.c_str());

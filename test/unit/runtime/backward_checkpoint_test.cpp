@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <set>
 
@@ -32,7 +33,7 @@ struct Plans {
   h3::Config c = h3::namedConfig("tiny");
   std::unique_ptr<WeightSource> base = makeSyntheticWeights(c, 7);
   std::unique_ptr<OverlayWeights> w;
-  plan::Plan all, allCk, lora, loraCk;
+  plan::Plan all, allCk, lora, loraCk, allKeep, loraKeepLast, loraKeepNone;
   Loss loss{size_t(8 * c.videoPatchDim()), size_t(3 * c.audio_in_channels), 9};
   bool ok = false;
   Plans() {
@@ -44,7 +45,13 @@ struct Plans {
     };
     if (testtool::runTool("fingerprint derive --config tiny -o " + fp, &out) != 0 || !compile("", "all") ||
         !compile(" --checkpoint blocks", "all_ck") || !compile(" --trainable lora", "lora") ||
-        !compile(" --trainable lora --checkpoint blocks", "lora_ck")) {
+        !compile(" --trainable lora --checkpoint blocks", "lora_ck") ||
+        !compile(" --checkpoint blocks --keep attention", "all_keep") ||
+        // the cap: one transformer block's attention output at the report's 8,192 rows (bf16 [rows, heads * d])
+        !compile(" --trainable lora --checkpoint blocks --keep attention --keep-bytes " +
+                     std::to_string(int64_t(8192) * c.num_attention_heads * c.attention_head_dim * 2),
+                 "lora_keep_last") ||
+        !compile(" --trainable lora --checkpoint blocks --keep attention --keep-bytes 1", "lora_keep_none")) {
       ADD_FAILURE() << out;
       return;
     }
@@ -52,6 +59,9 @@ struct Plans {
     allCk = plan::loadPlan(t / "all_ck");
     lora = plan::loadPlan(t / "lora");
     loraCk = plan::loadPlan(t / "lora_ck");
+    allKeep = plan::loadPlan(t / "all_keep");
+    loraKeepLast = plan::loadPlan(t / "lora_keep_last");
+    loraKeepNone = plan::loadPlan(t / "lora_keep_none");
     w = backward_test::randomAdapters(*base, all, 5);
     ok = true;
   }
@@ -130,6 +140,61 @@ TEST(BackwardCheckpoint, GradientsByteEqualToTheUncheckpointedPlanWithLessLiveMe
     EXPECT_LT(ack.peakActivationBytes, a.peakActivationBytes);
     EXPECT_LT(lck.peakActivationBytes, l.peakActivationBytes);
   }
+}
+
+// The segments' attention ops that the recompute reruns, by segment name.
+std::map<std::string, int> rerunAttention(const plan::Plan &p) {
+  std::map<std::string, int> n;
+  for (const plan::Checkpoint &c : p.backward()->checkpoints) {
+    n[c.segment] = 0;
+    for (size_t k : c.recompute) n[c.segment] += p.forward().ops[k].kind == plan::OpKind::Attention;
+  }
+  return n;
+}
+
+// Selective recompute (`--keep attention`): the forward keeps every block's attention output, so no segment reruns
+// an attention op and the output is what the rerun to_out reads from outside (kept); the cap of one block's output
+// keeps it in the last block only; a cap below that keeps nothing (the plan's segments are --checkpoint's own).
+TEST(BackwardCheckpoint, KeepAttentionLeavesItOutOfTheRecomputeWithinTheCap) {
+  if (!testtool::toolHasCompile()) GTEST_SKIP() << "this h3c has no compile command (built without MLIR)";
+  Plans &m = plans();
+  ASSERT_TRUE(m.ok);
+  const std::map<std::string, int> plain = rerunAttention(m.allCk), keep = rerunAttention(m.allKeep);
+  ASSERT_EQ(plain.size(), size_t(m.c.num_refiner_layers + m.c.num_layers));
+  ASSERT_EQ(keep.size(), plain.size());  // every segment still reruns its other ops
+  for (const auto &[seg, n] : plain) {
+    EXPECT_EQ(n, 1) << seg;
+    EXPECT_EQ(keep.at(seg), 0) << seg;
+  }
+  for (const plan::Checkpoint &c : m.allKeep.backward()->checkpoints) {
+    int keptAttention = 0;
+    for (const std::string &v : c.kept)
+      for (size_t k = c.first; k < c.end; ++k)
+        keptAttention += m.allKeep.forward().ops[k].kind == plan::OpKind::Attention && m.allKeep.forward().ops[k].out[0] == v;
+    EXPECT_EQ(keptAttention, 1) << c.segment;
+  }
+  const std::string last = "transformer_blocks." + std::to_string(m.c.num_layers - 1);
+  for (const auto &[seg, n] : rerunAttention(m.loraKeepLast)) EXPECT_EQ(n, seg == last ? 0 : 1) << seg;
+  for (const auto &[seg, n] : rerunAttention(m.loraKeepNone)) EXPECT_EQ(n, 1) << seg;
+  // The report: more live bytes than the checkpointed plan's, fewer than without segments.
+  const auto &s = m.allKeep.stats, &ck = m.allCk.stats;
+  EXPECT_GT(s.at("backward_peak_live_bytes_checkpointed"), ck.at("backward_peak_live_bytes_checkpointed"));
+  EXPECT_LT(s.at("backward_peak_live_bytes_checkpointed"), ck.at("backward_peak_live_bytes"));
+}
+
+// The kept values are the forward's own: outputs and gradients byte-equal to the plan without segments, and the
+// peak activation bytes between the checkpointed plan's and those of the plan without segments.
+TEST(BackwardCheckpoint, KeepAttentionGradientsByteEqualToTheUncheckpointedPlan) {
+  if (!testtool::toolHasCompile()) GTEST_SKIP() << "this h3c has no compile command (built without MLIR)";
+  Plans &m = plans();
+  ASSERT_TRUE(m.ok);
+  const Request r = tinyRequest(m.c, 2, true);
+  const BackwardResult a = m.run(m.all, r), ack = m.run(m.allCk, r), akeep = m.run(m.allKeep, r);
+  expectSameBits(akeep, a);
+  EXPECT_GT(akeep.peakActivationBytes, ack.peakActivationBytes);
+  EXPECT_LT(akeep.peakActivationBytes, a.peakActivationBytes);
+  const BackwardResult l = m.run(m.lora, r);
+  expectSameBits(m.run(m.loraKeepLast, r), l);
 }
 
 } // namespace backward_checkpoint_test

@@ -26,6 +26,10 @@ struct CompileOptions {
   // Activation checkpointing per block (plan/checkpoint.h, section 14): the backward's checkpoint segments. Needs
   // backward.
   bool checkpoint = false;
+  // Selective recompute (plan::KeepRule): op kinds whose outputs the forward keeps instead of the segments rerunning
+  // them, within keepBytes at `tokens` rows (-1: no cap). Needs checkpoint.
+  std::vector<std::string> keep;
+  int64_t keepBytes = -1;
   std::filesystem::path dumpIrDir;  // when set: 00-import.mlir and NN-<pass>.mlir after every pass
   // Kernel variants (`h3c compile --tune` over the measured defaults); never a bit of any output.
   kernels::EmitOptions tuning = kernels::EmitOptions::planDefaults();

@@ -6,6 +6,7 @@
 
 #include "h3c/plan/plan.h"
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,11 +17,23 @@ namespace h3c::plan {
 // output heads).
 std::string blockOf(const std::string &node);
 
+// Selective recompute (`h3c compile --keep KIND --keep-bytes N`): the forward keeps the outputs of the segments' ops
+// of these kinds for the backward instead of the recompute rerunning them (attention: its output is the larger part
+// of a block's recompute time at long rows, and one bf16 [rows, heads * d] tensor of memory). Kept values are the
+// forward's own, so no bit changes. `maxBytes` (>= 0) caps the bytes these outputs add to the live peak at `tokens`
+// rows: segments take the rule from the last block down (their backward runs first) while the sum fits; -1: all.
+struct KeepRule {
+  std::set<OpKind> kinds;
+  int64_t maxBytes = -1;
+  int64_t tokens = 8192;
+};
+
 // One segment per block of the plan's forward whose ops are consecutive (an op without nodes, a lora_down, belongs
 // to the segment around it); a segment of which the backward reads nothing is left out. Throws naming the op when a
 // block's ops are not consecutive or when a value the backward reads would need an op that defines a boundary value
-// (one read after the segment) to be rerun.
-std::vector<Checkpoint> blockCheckpoints(const Plan &p);
+// (one read after the segment) to be rerun. With `keep`, the ops of its kinds are left out of the recompute of the
+// segments it selects (their outputs then live from the forward to their last backward reader).
+std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep = {});
 
 // The reader's checks of functions.backward.checkpoints (`root` the plan's JSON pointer prefix): segments ascending
 // and disjoint, each op of one named by the segment's block; recompute ops inside their segment, ascending, defining
