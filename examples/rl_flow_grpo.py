@@ -25,6 +25,10 @@ first rollout is the base model's) and every update writes the stepped adapters 
 rollout plan is then compiled unfused too (`--no-fuse`): a fused plan stacks q, k and v into one `to_qkv` slot
 pair, while the trainer's unfused plan has a slot pair per projection, and an update names the slots of its plan.
 
+The trainer's float32 masters live on its device (`parameters(..., device=trainer.device)`): on the GPU the
+backward writes their gradients device to device and the optimizer steps them there; each update is cast on the
+rollout engine's device.
+
 Start your own loop from `rollout()` and `train_step()`: replace the reward, the advantage and the trainable set.
 Exit status 0 only if every recomputed log-probability equals its rollout's.
 """
@@ -184,16 +188,17 @@ def main():
     trainer = h3c.Transformer(f"{work}/train", synthetic=5, device=args.train_device or args.rollout_device)
     print(f"rollouts on {engine.device}, trainer on {trainer.device}")
     if args.lora_rank:
-        params = trainer.parameters("lora")
+        # The F32 masters where the trainer runs (device="cuda": the backward writes their .grad device to device).
+        params = trainer.parameters("lora", device=trainer.device)
         # LoRA's initialisation: lora_down random, lora_up zero (the adapted model starts as the base model).
         g = torch.Generator().manual_seed(0)
         with torch.no_grad():
             for n, p in params.items():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1 if n.endswith(".lora_down") else torch.zeros(p.shape))
         trainer.push_parameters()
-        engine.update_weights([(n, p.detach()) for n, p in params.items()])
+        engine.update_weights([(n, p.detach().to(engine.device)) for n, p in params.items()])
     else:
-        params = trainer.parameters(args.trainable.split(","))
+        params = trainer.parameters(args.trainable.split(","), device=trainer.device)
     print(f"training {len(params)} tensors ({sum(p.numel() for p in params.values())} values)")
     total = 0
     for it in range(args.iterations):
@@ -209,7 +214,7 @@ def main():
         # (the next rollouts), the same rounding for both.
         before = {n: trainer.read_weight_bytes(n) for n in params}
         trainer.push_parameters()
-        engine.update_weights([(n, p.detach()) for n, p in params.items()])
+        engine.update_weights([(n, p.detach().to(engine.device)) for n, p in params.items()])
         changed = sum(int(np.count_nonzero(np.frombuffer(before[n], np.uint8) !=
                                            np.frombuffer(trainer.read_weight_bytes(n), np.uint8))) for n in params)
         print(f"iteration {it}: the update changed {changed} bytes of the trained weights (the rollout engine got the "
