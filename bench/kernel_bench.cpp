@@ -486,7 +486,8 @@ int main(int argc, char **argv) {
                                {"lora down r64", 64, H}};
       auto wanted = [&](const std::string &name) { return only.empty() || name.find(only) != std::string::npos; };
       auto anyWanted = [&](const std::string &base) {
-        for (const char *tail : {"", " [mma.sync]", " [phase 0 only]", " [GEMM only]", " [mma.sync] [GEMM only]", " [cuBLASLt]"})
+        for (const char *tail : {"", " [mma.sync]", " [no PDL]", " [phase 0 only]", " [GEMM only]", " [mma.sync] [GEMM only]",
+                                 " [cuBLASLt]"})
           if (wanted(base + tail)) return true;
         return false;
       };
@@ -498,8 +499,15 @@ int main(int argc, char **argv) {
           const std::string name = base + (form == 0 ? "" : " [mma.sync]");
           const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mmaOpt;
           bench(name, op, o, flops, bytes, opt);
-          if (form == 0)  // g rounded into the scratch alone: bytes 4 + 2 per g
+          if (form == 0) {
+            // The whole op with plain stream order between its phases (launch_pdl=0): where it beats the line above,
+            // the programmatic dependent launch costs what the phases' sum does not show.
+            h3c::kernels::EmitOptions noPdl = opt;
+            noPdl.gridDependency = 0;
+            bench(name + " [no PDL]", op, o, flops, bytes, noPdl);
+            // g rounded into the scratch alone: bytes 4 + 2 per g
             benchPhase(name + " [phase 0 only]", op, o, -1, 0, 3.0 * (bytes - gemmBytes), opt);
+          }
           benchPhase(name + " [GEMM only]", op, o, 0, flops, gemmBytes, opt);
         }
       };
