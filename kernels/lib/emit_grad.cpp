@@ -27,6 +27,23 @@ void itemScalars(Params &p, const OpView &v, size_t i) {
 
 plan::GridDim blocks(const Extent &units, int64_t perBlock) { return dim(units, perBlock); }
 
+// A gradient kernel's options for finish(): a programmatic dependent launch only with grad_pdl (EmitOptions::gradPdl).
+EmitOptions gradLaunch(const EmitOptions &o) {
+  EmitOptions g = o;
+  g.gridDependency = o.gridDependency == 1 && o.gradPdl == 1 ? 1 : 0;
+  return g;
+}
+
+// The rounding phase of the bf16 linears' gradients (grad_linear_round.cuh, a grid-stride loop) in one wave of
+// 256-thread CTAs, 8 an SM, not rows x N / 2,048 CTAs (fc1's: 116,900, ~110 waves). Measured (H100, bench/NOTES.md
+// 2026-12-06): fc1's Hopper dX took 6.06 ms whole with the phases' programmatic dependent launch, 3.83 without it,
+// 0.47 + 3.67 by phase: the GEMM launched behind the many-wave rounding lost ~2.2 ms.
+plan::GridDim roundingWave(const Extent &rows, int64_t n) {
+  plan::GridDim g = blocks(rows.scaled(n / 8), 256);
+  g.maxPerSm = 8;
+  return g;
+}
+
 // attention_grad's operands in both forms: q, k, v, o, dout in, dq, dk, dv out, and the scratch of each (row, head)'s
 // L and D.
 void attentionGradOperands(Params &p, const Extent &rows, int64_t heads) {
@@ -81,7 +98,7 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   b.def("GX_GROUP_M", 8);
   b.def("GX_INFLIGHT", o.sm90GradXInflight);
   b.def("GX_CLUSTER", cluster);
-  const plan::Launch convert = launch(256, 0, blocks(rows.scaled(a.N / 8), 256));
+  const plan::Launch convert = launch(256, 0, roundingWave(rows, a.N));
   // >= the tile count (with pairs: twice the pairs), capped at the SMs; the runtime rounds it to whole clusters.
   const int64_t tilesN = (a.K + bn - 1) / bn;
   plan::GridDim g = cluster == 2 ? dim(rows.plus(255).scaled(2 * tilesN), 256) : dim(rows.plus(127).scaled(tilesN), 128);
@@ -91,7 +108,7 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}", a.N, a.K);
   return finish(name, "GL_ENTRY", b, p,
                 std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_linear_round + tmpl::grad_linear_sm90,
-                convert, arch, o, {{"GX_ENTRY_P1", gemm}});
+                convert, arch, gradLaunch(o), {{"GX_ENTRY_P1", gemm}});
 }
 
 // The Hopper form of a bf16 linear's dW (grad_linear_w_sm90.cuh; the mma.sync form's bits): phase 0 rounds g into
@@ -123,14 +140,14 @@ plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64
   b.def("GR_BIAS", biasAt >= 0 ? 1 : 0);
   b.def("GW_STAGES", stages);
   b.def("GW_GROUP_M", 8);
-  const plan::Launch convert = launch(256, 0, blocks(rows.scaled(a.N / 8), 256), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
+  const plan::Launch convert = launch(256, 0, roundingWave(rows, a.N), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
   plan::GridDim g = dim(Extent::constant(((a.N + 127) / 128) * ((a.K + 127) / 128)));  // the tiles, capped at the SMs
   g.maxPerSm = 1;
   const plan::Launch gemm = launch(384, smem, g);
   const std::string name = fmt::format("linear_grad_w_mma_sm90_n{}_k{}", a.N, a.K);
   return finish(name, "GL_ENTRY", b, p,
                 std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_linear_round + tmpl::grad_linear_w_sm90,
-                convert, arch, v.options, {{"GW_ENTRY_P1", gemm}});
+                convert, arch, gradLaunch(v.options), {{"GW_ENTRY_P1", gemm}});
 }
 
 // The tensor-core forms of a bf16 linear's gradients (grad_linear_mma.cuh): phase 0 rounds g to bf16 into the
@@ -175,12 +192,12 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
   b.def("GL_WN", wn);
   const int64_t aTile = dw ? bk * (bm + 8) : bm * (bk + 8), bTile = bk * (bn + 8);
   const int64_t smem = stages * (aTile + bTile) * 2;
-  const plan::Launch convert = launch(256, 0, blocks(rows.scaled(a.N / 8), 256), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
+  const plan::Launch convert = launch(256, 0, roundingWave(rows, a.N), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
   const plan::Launch gemm = launch(wm * wn * 32, smem, dw ? dim(Extent::constant(a.N), bm) : dim(rows, bm),
                                    dim(Extent::constant(a.K), bn));
   std::string name = fmt::format("{}_mma_n{}_k{}", plan::opKindName(v.op.kind), a.N, a.K);
   return finish(name, "GL_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_round + tmpl::grad_linear_mma, convert, arch,
-                v.options, {{"GL_ENTRY_P1", gemm}});
+                gradLaunch(v.options), {{"GL_ENTRY_P1", gemm}});
 }
 
 // The tensor-core form of attention's backward (grad_attention_mma.cuh): phase 0 per 64-query tile (statistics, bf(dO)
@@ -218,7 +235,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     const plan::Launch keys = launch(256, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
     std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}", a.heads, d, a.kvBlock);
     return finish(name, "GB_ENTRY", b, p, std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_attention_sm90,
-                  queries, arch, v.options, {{"GB_ENTRY_P1", keys}});
+                  queries, arch, gradLaunch(v.options), {{"GB_ENTRY_P1", keys}});
   }
   b.def("GA_D", d);
   b.def("GA_HEADS", a.heads);
@@ -233,7 +250,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   const plan::Launch keys = launch(128, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
   std::string name = fmt::format("attention_grad_mma_h{}_d{}_kv{}", a.heads, d, a.kvBlock);
   return finish(name, "GA_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_attention_mma, queries, arch,
-                v.options, {{"GA_ENTRY_P1", keys}});
+                gradLaunch(v.options), {{"GA_ENTRY_P1", keys}});
 }
 
 } // namespace
@@ -504,7 +521,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   }
   (void)one;
   b.def("GR_KIND", kind);
-  return finish(name, "GR_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad, l, arch, v.options,
+  return finish(name, "GR_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad, l, arch, gradLaunch(v.options),
                 std::move(phases));
 }
 

@@ -39,6 +39,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"adaln_ctas", &EmitOptions::sm90AdalnCtas, 1, 2},
                           // programmatic dependent launch of every kernel (0: plain stream order)
                           {"launch_pdl", &EmitOptions::gridDependency, 0, 1},
+                          // the gradient kernels as dependent launches too (with launch_pdl; 0: plain stream order)
+                          {"grad_pdl", &EmitOptions::gradPdl, 0, 1},
                           // the backward's linear and attention gradients on the tensor cores (0: grad.cuh's form)
                           {"grad_mma", &EmitOptions::gradMma, 0, 1},
                           // the Hopper dX of the bf16 linears (grad_linear_sm90.cuh): on/off, ring stages, tile width

@@ -569,6 +569,29 @@ TEST(KernelEmit, EveryKernelMayBeADependentLaunch) {
   EXPECT_GE(kernels, 20);
 }
 
+// The backward's gradient kernels launch in plain stream order by default (their persistent GEMMs lost time as
+// dependents: bench/NOTES.md 2026-12-06), every phase alike; `grad_pdl=1` makes them dependents as the forward's are,
+// and `launch_pdl=0` turns it off for all.
+TEST(KernelEmit, GradientKernelsArePlainLaunchesUnlessGradPdl) {
+  hk::EmitOptions pdl, none;
+  pdl.set("grad_pdl", 1, "test");
+  none.set("grad_pdl", 1, "test");
+  none.set("launch_pdl", 0, "test");
+  for (const EmitOp &o : {linearGradX(7168, 5376), linearGradW(5376, 14336, true)}) {
+    const auto k = emit(o, "sm_90a"), p = emit(o, "sm_90a", pdl), n = emit(o, "sm_90a", none);
+    ASSERT_TRUE(k && p && n);
+    ASSERT_FALSE(k->phases.empty()) << k->id;
+    EXPECT_FALSE(k->launch.gridDependency) << k->id;
+    EXPECT_TRUE(p->launch.gridDependency) << p->id;
+    EXPECT_FALSE(n->launch.gridDependency) << n->id;
+    for (size_t i = 0; i < k->phases.size(); ++i) {
+      EXPECT_FALSE(k->phases[i].launch.gridDependency) << k->id;
+      EXPECT_TRUE(p->phases[i].launch.gridDependency) << p->id;
+      EXPECT_FALSE(n->phases[i].launch.gridDependency) << n->id;
+    }
+  }
+}
+
 TEST(KernelEmit, HostOpsHaveNoKernel) {
   EXPECT_FALSE(emit(op(OpKind::RopeTable, "rope", {})).has_value());
   EXPECT_FALSE(emit(op(OpKind::TimestepSinusoid, "time_proj", {}), "sm_100a").has_value());

@@ -80,6 +80,11 @@ struct EmitOptions {
   // kernels wait for their producers first thing, common.cuh), so a kernel's launch and first CTAs overlap the tail of
   // the previous one; 0: plain stream order. Timing only.
   int gridDependency = 1;
+  // The backward's gradient kernels as programmatic dependents too (with gridDependency). 0 (default): plain stream
+  // order for them. Measured on the 33B LoRA step (H100, bench/NOTES.md 2026-12-06): its gradient ops took 2,242.5 ms
+  // without dependent launches against 2,327.2 with them (the Hopper dX's persistent GEMM behind its rounding phase
+  // lost 0.1-0.5 ms an op), while the forward's ops gain 1-5 ms from them. Timing only.
+  int gradPdl = 0;
   // The backward (docs/contract.md section 14): 1 runs linear_grad_x / linear_grad_w of bf16 weights and inputs and
   // attention_grad on the tensor cores (grad_linear_mma.cuh, grad_attention_mma.cuh: a chunk's 16 products summed by
   // the tensor core, the GPU's bits of the contract); 0 keeps grad.cuh's one-thread form, which computes the CPU
@@ -122,7 +127,7 @@ struct EmitOptions {
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
   // gemm_inflight, gemm_cluster, gemm_bn, gemm_bm, gemm_pingpong, gemm_epi_smem, gemm_half_tail, attn_stages, attn_overlap, attn_pingpong,
-  // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl, grad_mma), for every op, or, as `OP:NAME`, for the ops of one profile name (see
+  // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl, grad_pdl, grad_mma), for every op, or, as `OP:NAME`, for the ops of one profile name (see
   // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);
