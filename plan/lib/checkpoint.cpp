@@ -61,10 +61,6 @@ struct Uses {
   }
 };
 
-} // namespace
-
-namespace {
-
 // The values the backward reads from segment c (ops [first, end)), traced back through the ops that define them to
 // values defined before the segment or by an op `skip` accepts (those are kept): c.recompute, c.kept, c.before and
 // c.last. False when the backward reads nothing the segment would recompute.
