@@ -37,7 +37,8 @@ EmitOptions gradLaunch(const EmitOptions &o) {
 // The rounding phase of the bf16 linears' gradients (grad_linear_round.cuh, a grid-stride loop) in one wave of
 // 256-thread CTAs, 8 an SM, not rows x N / 2,048 CTAs (fc1's: 116,900, ~110 waves). Measured (H100, bench/NOTES.md
 // 2026-12-06): fc1's Hopper dX took 6.06 ms whole with the phases' programmatic dependent launch, 3.83 without it,
-// 0.47 + 3.67 by phase: the GEMM launched behind the many-wave rounding lost ~2.2 ms.
+// 0.47 + 3.67 by phase: the GEMM launched behind the many-wave rounding lost ~2.2 ms. In one wave: 4.34 ms (3.84
+// without the dependent launch, which gradient kernels now go without by default: gradLaunch).
 plan::GridDim roundingWave(const Extent &rows, int64_t n) {
   plan::GridDim g = blocks(rows.scaled(n / 8), 256);
   g.maxPerSm = 8;
