@@ -571,7 +571,7 @@ TEST(KernelEmit, EveryKernelMayBeADependentLaunch) {
 
 // The backward's gradient kernels launch in plain stream order by default (their persistent GEMMs lost time as
 // dependents: bench/NOTES.md 2026-12-06), every phase alike; `grad_pdl=1` makes them dependents as the forward's are,
-// and `launch_pdl=0` turns it off for all.
+// and `launch_pdl=0` turns it off for all. The linear gradients' rounding phase is one wave (roundingWave).
 TEST(KernelEmit, GradientKernelsArePlainLaunchesUnlessGradPdl) {
   hk::EmitOptions pdl, none;
   pdl.set("grad_pdl", 1, "test");
@@ -583,6 +583,7 @@ TEST(KernelEmit, GradientKernelsArePlainLaunchesUnlessGradPdl) {
     ASSERT_FALSE(k->phases.empty()) << k->id;
     EXPECT_FALSE(k->launch.gridDependency) << k->id;
     EXPECT_TRUE(p->launch.gridDependency) << p->id;
+    EXPECT_EQ(k->launch.grid[0].maxPerSm, 8) << k->id;  // the rounding phase in one wave of 8 CTAs an SM
     EXPECT_FALSE(n->launch.gridDependency) << n->id;
     for (size_t i = 0; i < k->phases.size(); ++i) {
       EXPECT_FALSE(k->phases[i].launch.gridDependency) << k->id;
