@@ -15,7 +15,6 @@
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/Pass/PassManager.h"
 
-#include <algorithm>
 #include <chrono>
 
 namespace fs = std::filesystem;
@@ -131,10 +130,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
     plan::Plan &pl = r.plan.plan;
     pl.stats["backward_peak_live_bytes"] = plan::liveBytesPeak(pl, o.tokens, false);
     if (o.checkpoint) {
-      for (plan::OpKind k : keep.kinds)
-        if (std::none_of(pl.forward().ops.begin(), pl.forward().ops.end(), [&](const plan::Op &op) { return op.kind == k; }))
-          fail("--keep " + std::string(plan::opKindName(k)), "the forward has no op of this kind");
-      pl.functions.at("backward").checkpoints = plan::blockCheckpoints(pl, keep);
+      pl.functions.at("backward").checkpoints = plan::blockCheckpoints(pl, keep, &r.keptSegments);
       pl.stats["backward_peak_live_bytes_checkpointed"] = plan::liveBytesPeak(pl, o.tokens, true);
       if (!pl.functions.at("backward").checkpoints.empty()) plan::placeOnCheckpointedSchedule(pl, o.tokens);
     }

@@ -110,7 +110,7 @@ bool traceSegment(const Function &fwd, const Uses &u, Checkpoint &c, Skip skip) 
 
 } // namespace
 
-std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep) {
+std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep, size_t *keeping) {
   const Function &fwd = p.forward();
   if (!p.backward()) fail("--checkpoint", "checkpoint segments belong to a backward (compile with --backward)");
   const Uses u(p);
@@ -140,7 +140,11 @@ std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep) {
     if (traceSegment(fwd, u, c, [](const Op &) { return false; })) out.push_back(std::move(c));
     i = j;
   }
+  if (keeping) *keeping = 0;
   if (keep.kinds.empty()) return out;
+  for (OpKind k : keep.kinds)
+    if (std::none_of(fwd.ops.begin(), fwd.ops.end(), [&](const Op &op) { return op.kind == k; }))
+      fail("--keep " + std::string(opKindName(k)), "the forward has no op of this kind");
   // Selective recompute: from the last segment down, the ops of the rule's kinds stay out of the recompute while the
   // bytes of their outputs (which then live from the forward to their backward readers) fit the cap.
   int64_t used = 0;
@@ -160,6 +164,7 @@ std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep) {
       out.erase(out.begin() + s);
     } else {
       c = std::move(k);
+      if (keeping) ++*keeping;
     }
     used += bytes;
   }

@@ -6,17 +6,14 @@
 
 #include "h3c/Codegen/Compile.h"
 #include "h3c/plan/io.h"
-#include "h3c/plan/ops.h"
 #include "h3c/support/json_read.h"
 #include "h3c/support/error.h"
 #include "h3c/support/files.h"
 #include "h3c/support/sha256.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -144,21 +141,10 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
       if (!p.backward()->checkpoints.empty())
         std::printf("checkpointed: %zu segments, live peak %lld bytes at S = %lld\n", p.backward()->checkpoints.size(),
                     (long long)p.stats.at("backward_peak_live_bytes_checkpointed"), (long long)a->tokens);
-      // --keep: the segments whose recompute leaves out an op of a kept kind that the segment has.
-      size_t keeping = 0;
-      for (const auto &c : p.backward()->checkpoints) {
-        std::set<size_t> rerun(c.recompute.begin(), c.recompute.end());
-        for (size_t k = c.first; k < c.end; ++k) {
-          const std::string kind = h3c::plan::opKindName(p.forward().ops[k].kind);
-          if (!rerun.count(k) && std::find(a->keep.begin(), a->keep.end(), kind) != a->keep.end()) {
-            ++keeping;
-            break;
-          }
-        }
-      }
       if (!a->keep.empty())
         std::printf("kept (--keep %s): in %zu of %zu segments, their outputs not rerun\n",
-                    fmt::format("{}", fmt::join(a->keep, ",")).c_str(), keeping, p.backward()->checkpoints.size());
+                    fmt::format("{}", fmt::join(a->keep, ",")).c_str(), r.keptSegments,
+                    p.backward()->checkpoints.size());
     }
     std::string planFile = (std::filesystem::path(a->out) / "plan.json").lexically_normal().string();
     std::printf("plan %s -> %s\n", sha.c_str(), planFile.c_str());

@@ -38,6 +38,7 @@ struct CompileOptions {
 struct CompileResult {
   EmittedPlan plan;
   double seconds = 0;  // import + passes + plan emission
+  size_t keptSegments = 0;  // the checkpoint segments that --keep applied to (plan::blockCheckpoints)
 };
 
 // Throws h3c::Error with the pass diagnostics (each naming its node) when the pipeline fails.

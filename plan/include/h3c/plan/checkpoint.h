@@ -32,8 +32,9 @@ struct KeepRule {
 // to the segment around it); a segment of which the backward reads nothing is left out. Throws naming the op when a
 // block's ops are not consecutive or when a value the backward reads would need an op that defines a boundary value
 // (one read after the segment) to be rerun. With `keep`, the ops of its kinds are left out of the recompute of the
-// segments it selects (their outputs then live from the forward to their last backward reader).
-std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep = {});
+// segments it selects (their outputs then live from the forward to their last backward reader); a kind the forward
+// has no op of is refused, naming it; `keeping` (when given) counts the listed segments the rule applied to.
+std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep = {}, size_t *keeping = nullptr);
 
 // The reader's checks of functions.backward.checkpoints (`root` the plan's JSON pointer prefix): segments ascending
 // and disjoint, each op of one named by the segment's block; recompute ops inside their segment, ascending, defining
