@@ -225,6 +225,17 @@ e2e_backward() {
     check "[tiny backward lora --checkpoint blocks] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lcp" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_gpu_ckpt.safetensors" --device gpu
     check "[tiny backward lora --checkpoint blocks] GPU adapter and input gradients == the unsegmented plan's (byte-equal)" python3 "$cmp_py" equal "$d/lora_gpu.safetensors" "$d/lora_gpu_ckpt.safetensors"
   fi
+  # h3-fuse-grad off (--no-fuse-grad): every grad_add its own kernel, where by default the dX kernels add them in
+  # their epilogue; the same bytes.
+  local nf=$plans/tiny-backward-nofusegrad lnf=$plans/tiny-backward-lora-nofusegrad
+  if [ -f "$nf/plan.json" ]; then
+    check "[tiny backward --no-fuse-grad] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$nf" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" -o "$d/grads_gpu_nofusegrad.safetensors" --device gpu
+    check "[tiny backward --no-fuse-grad] GPU gradients == the default (fused) plan's (byte-equal)" python3 "$cmp_py" equal "$d/grads_gpu.safetensors" "$d/grads_gpu_nofusegrad.safetensors"
+  else bad "[tiny backward --no-fuse-grad] no plan at $nf"; fi
+  if [ -f "$lnf/plan.json" ] && [ -f "$d/lora_gpu.safetensors" ]; then
+    check "[tiny backward lora --no-fuse-grad] GPU backward" "$H3C" backward --config tiny --synthetic 7 --plan "$lnf" --inputs "$d/req.safetensors" --grads "$d/cpu.safetensors" --lora "$d/adapter.safetensors" -o "$d/lora_gpu_nofusegrad.safetensors" --device gpu
+    check "[tiny backward lora --no-fuse-grad] GPU adapter and input gradients == the default (fused) plan's (byte-equal)" python3 "$cmp_py" equal "$d/lora_gpu.safetensors" "$d/lora_gpu_nofusegrad.safetensors"
+  fi
   # Selective recompute (--keep attention): the forward's attention outputs kept instead of rerun, the same bytes.
   local lkp=$plans/tiny-backward-lora-keep
   if [ -f "$lkp/plan.json" ] && [ -f "$d/lora_gpu.safetensors" ]; then
@@ -271,6 +282,11 @@ from safetensors.numpy import load_file; import numpy as np, sys
 g = load_file('$d/grads.safetensors'); bad = [k for k, v in g.items() if not np.all(np.isfinite(v))]
 lora = [k for k in g if 'lora_' in k]; nz = sum(bool(np.any(g[k])) for k in lora)
 print(len(g), 'gradients,', len(lora), 'adapter slots,', nz, 'not all zero; non-finite:', bad[:5]); sys.exit(1 if bad or nz == 0 else 0)"
+  # The same plan without h3-fuse-grad (--no-fuse-grad: the grad_adds apart): every gradient byte-equal.
+  if [ -f "$plans/full-backward-lora64-nofusegrad/plan.json" ]; then
+    check "[full backward --no-fuse-grad] GPU backward" env H3C_PROFILE=1 "$H3C" backward --config full --synthetic 7 --plan "$plans/full-backward-lora64-nofusegrad" --inputs "$d/req.safetensors" --grads "$d/out.safetensors" --lora "$d/adapter.safetensors" -o "$d/grads-nofusegrad.safetensors" --device gpu
+    [ -f "$d/grads-nofusegrad.safetensors" ] && check "[full backward --no-fuse-grad] gradients == the default (fused) plan's (byte-equal)" python3 "$cmp_py" equal "$d/grads.safetensors" "$d/grads-nofusegrad.safetensors"
+  fi
   # Selective recompute (--keep attention, and capped): the same request and adapter, every gradient byte-equal to
   # the checkpointed plan's. The plan keeping all 52 blocks' attention outputs (6.2 GB more) needs a 141 GB H200: on
   # an 80 GB GPU it is skipped, saying so.

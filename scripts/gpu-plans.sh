@@ -41,6 +41,14 @@ for p in tiny-backward tiny-backward-lora; do
     $([ $p = tiny-backward-lora ] && echo --lora-rank 64 --trainable lora) --checkpoint blocks \
     -o "$root/carry/plans/$p-ckpt" | tail -1
 done
+# Without h3-fuse-grad (every grad_add its own kernel): gpu-e2e.sh e2e_backward compares them byte for byte with the
+# default plans, whose dX kernels add the sums in their epilogue.
+for p in tiny-backward tiny-backward-lora; do
+  rm -rf "$root/carry/plans/$p-nofusegrad"
+  "$H3C" compile "$tmp/tiny.json" --arch "${H3C_ARCH:-sm_90a}" --backward \
+    $([ $p = tiny-backward-lora ] && echo --lora-rank 64 --trainable lora) --no-fuse-grad \
+    -o "$root/carry/plans/$p-nofusegrad" | tail -1
+done
 # Selective recompute (--keep attention): the checkpointed LoRA plan whose forward keeps every block's attention
 # output; gpu-e2e.sh e2e_backward compares it byte for byte with the plans above.
 rm -rf "$root/carry/plans/tiny-backward-lora-keep"
@@ -59,7 +67,10 @@ if [ "${H3C_PLANS_BACKWARD_FULL:-0}" = 1 ]; then
     "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
       --checkpoint blocks --tokens $s -o "$root/carry/plans/$c-backward-lora64-ckpt" | tail -1
     if [ $c = full ]; then
-      rm -rf "$root/carry/plans/full-backward-lora64-keep" "$root/carry/plans/full-backward-lora64-keep1536m"
+      rm -rf "$root/carry/plans/full-backward-lora64-keep" "$root/carry/plans/full-backward-lora64-keep1536m" \
+        "$root/carry/plans/full-backward-lora64-nofusegrad"
+      "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
+        --checkpoint blocks --no-fuse-grad --tokens $s -o "$root/carry/plans/full-backward-lora64-nofusegrad" | tail -1
       "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
         --checkpoint blocks --keep attention --tokens $s -o "$root/carry/plans/full-backward-lora64-keep" | tail -1
       "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \

@@ -60,6 +60,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
     if (o.fuse) fail("--backward", "the backward differentiates the unfused forward: compile with fusion off (--no-fuse)");
     if (o.sp != 1 || o.tp != 1) fail("--backward", "the backward is written for one rank (--sp 1 --tp 1), got sp {} tp {}", o.sp, o.tp);
   }
+  if (!o.fuseGrad && !o.backward) fail("--no-fuse-grad", "fuses the backward's gradient sums: it needs --backward");
   if (o.checkpoint && !o.backward) fail("--checkpoint", "checkpoint segments belong to a backward: it needs --backward");
   plan::KeepRule keep;
   keep.tokens = o.tokens;
@@ -97,6 +98,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   po.fuse = o.fuse;
   po.wgmma = o.wgmma;
   po.qkEpilogue = o.qkEpilogue;
+  po.fuseGrad = o.fuseGrad;
   po.tokens = o.tokens;
   po.loraRank = o.loraRank;
   po.backward = o.backward;

@@ -572,6 +572,8 @@ LogicalResult LinearGradXOp::verify() {
   ActType g = act(getG()), dx = act(getDx());
   if (failed(expect(op, g, "g", int64_t(getN()), Float32Type::get(getContext())))) return failure();
   if (failed(sameRows(op, g, dx, "dx"))) return failure();
+  if (Value r = getResidual(); r && r.getType() != getDx().getType())
+    return err(op) << "residual must have dx's type (the part of the gradient dX is added to)";
   return expect(op, dx, "dx", int64_t(getK()), Float32Type::get(getContext()));
 }
 

@@ -187,6 +187,9 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
       acc = __fadd_rn(acc, gr_chunk_value(s));
     }
 #endif
+#if GR_RESIDUAL
+    acc = __fadd_rn(((const float *)residual)[i], acc);  // h3-fuse-grad: grad_add's sum
+#endif
     ((float *)dx)[i] = acc;
   }
 

@@ -20,7 +20,8 @@
 //
 // Defined by the emitter: GL_ENTRY GL_ENTRY_P1 H3C_PARAMS GL_DW (0: dX, 1: dW) GR_N GR_K GR_BIAS (dW: the bias's
 // gradient too). N and K are multiples of 8 (16-byte rows for cp.async).
-// Parameters: g (F32 [rows][N]); dX: w (bf16 [N][K]), dx, rows; dW: x (bf16 [rows][K]), dw and / or dbias, items,
+// Parameters: g (F32 [rows][N]); dX: w (bf16 [N][K]), residual (GR_RESIDUAL: F32 [rows][K], added to dX's value as
+// grad_add adds it), dx, rows; dW: x (bf16 [rows][K]), dw and / or dbias, items,
 // item_rows; gb (scratch). The weight's gradient is always an output here (a bias-only gradient keeps grad.cuh).
 // The tile (emitter: GL_BM x GL_BN outputs, k-tiles of GL_BK, GL_STAGES stages, GL_WM x GL_WN warps); none changes a
 // bit: every element's chain is the same sequence of chunks whatever the tile.
@@ -209,7 +210,14 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS) GL_ENTRY_P1(H3C_PARAMS)
 #pragma unroll
       for (int j = 0; j < GL_NF; ++j) {
         const long long c = n0 + wn * GL_WTN + j * 8 + t4 * 2;
-        if (c < GR_K) *(float2 *)((float *)dx + r * GR_K + c) = make_float2(acc[i][j][h * 2], acc[i][j][h * 2 + 1]);
+        if (c < GR_K) {
+          float2 v = make_float2(acc[i][j][h * 2], acc[i][j][h * 2 + 1]);
+#if GR_RESIDUAL  // h3-fuse-grad: residual + dX, grad_add's sum
+          const float2 o = *(const float2 *)((const float *)residual + r * GR_K + c);
+          v = make_float2(__fadd_rn(o.x, v.x), __fadd_rn(o.y, v.y));
+#endif
+          *(float2 *)((float *)dx + r * GR_K + c) = v;
+        }
       }
     }
 #endif

@@ -25,8 +25,10 @@
 //
 // Defined by the emitter: GL_ENTRY GX_ENTRY_P1 H3C_PARAMS GL_DW (0) GR_N GR_K GR_BIAS (0) GX_BN (128, 192 or 256)
 // GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing its stage; 1: keep one in
-// flight) GX_CLUSTER (1 or 2). Parameters (H3C_PARAMS, in this order): g (F32 [rows][N], phase 0's), dx (F32 [rows][K]), rows, gb
-// (scratch, bf16 [rows][N]), gb_map (the tensor map over gb: boxes of 64 x 128 rows), w_map (W's: boxes of 64 x 64).
+// flight) GX_CLUSTER (1 or 2) GR_RESIDUAL (1: the epilogue stores residual + dX, h3-fuse-grad's grad_add). Parameters
+// (H3C_PARAMS, in this order): g (F32 [rows][N], phase 0's), residual (GR_RESIDUAL: F32 [rows][K]), dx (F32
+// [rows][K]), rows, gb (scratch, bf16 [rows][N]), gb_map (the tensor map over gb: boxes of 64 x 128 rows), w_map (W's:
+// boxes of 64 x 64).
 #define GX_BM 128
 #define GX_BK 64
 #define GX_THREADS 384
@@ -210,8 +212,14 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
 #pragma unroll
         for (int j = 0; j < GX_BN / 8; ++j) {
           const long long c = c0 + 8 * j;
-          if (c < GR_K)  // GR_K is a multiple of 8: c + 1 is inside too
-            *(float2 *)(out + r * GR_K + c) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          if (c < GR_K) {  // GR_K is a multiple of 8: c + 1 is inside too
+            float2 v = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+#if GR_RESIDUAL  // h3-fuse-grad: residual + dX, grad_add's sum
+            const float2 o = *(const float2 *)((const float *)residual + r * GR_K + c);
+            v = make_float2(__fadd_rn(o.x, v.x), __fadd_rn(o.y, v.y));
+#endif
+            *(float2 *)(out + r * GR_K + c) = v;
+          }
         }
       }
     }

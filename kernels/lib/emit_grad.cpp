@@ -54,6 +54,15 @@ void attentionGradOperands(Params &p, const Extent &rows, int64_t heads) {
   p.scratch("stats", rows.scaled(heads * 8));
 }
 
+// A dX with the residual epilogue (h3-fuse-grad) reads `residual` (F32, dx's shape) and stores residual + dX, one
+// __fadd_rn per element after dX's value (grad_add's sum: the same bits). Defines GR_RESIDUAL either way.
+bool dxResidual(Params &p, Builder &b, const plan::OpAttrs &a) {
+  const bool residual = a.epilogue == plan::Epilogue::Residual;
+  if (residual) p.in("residual", 1);
+  b.def("GR_RESIDUAL", residual ? 1 : 0);
+  return residual;
+}
+
 // The width of the Hopper dX's tile (grad_linear_sm90.cuh) for K output columns: 192 where K is an odd multiple of
 // 256 and of 192 (K = 5,376: 28 column tiles fill whole waves of 132 SMs at 66 row tiles where 21 leave half a wave,
 // as the forward's 192-wide tile), else the widest of 256, 192 and 128 that pads K least.
@@ -85,6 +94,7 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   Params p;
   const Extent rows = v.rowsOfIn(0);
   p.in("g", 0);
+  const bool residual = dxResidual(p, b, a);
   p.out("dx", 0);
   p.scalar("rows", rows);
   p.scratch("gb", rows.scaled(a.N * 2));
@@ -106,7 +116,7 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   g.maxPerSm = 1;
   plan::Launch gemm = launch(384, smem, g);
   gemm.cluster = {cluster, 1, 1};
-  const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}", a.N, a.K);
+  const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}{}", a.N, a.K, residual ? "_res" : "");
   return finish(name, "GL_ENTRY", b, p,
                 std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_linear_round + tmpl::grad_linear_sm90,
                 convert, arch, gradLaunch(o), {{"GX_ENTRY_P1", gemm}});
@@ -172,6 +182,7 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
     itemScalars(p, v, 0);
   } else {
     p.weight("w", 0);
+    dxResidual(p, b, a);
     p.out("dx", 0);
     p.scalar("rows", rows);
   }
@@ -196,7 +207,8 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
   const plan::Launch convert = launch(256, 0, roundingWave(rows, a.N), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
   const plan::Launch gemm = launch(wm * wn * 32, smem, dw ? dim(Extent::constant(a.N), bm) : dim(rows, bm),
                                    dim(Extent::constant(a.K), bn));
-  std::string name = fmt::format("{}_mma_n{}_k{}", plan::opKindName(v.op.kind), a.N, a.K);
+  std::string name = fmt::format("{}_mma_n{}_k{}{}", plan::opKindName(v.op.kind), a.N, a.K,
+                                 !dw && a.epilogue == plan::Epilogue::Residual ? "_res" : "");
   return finish(name, "GL_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_round + tmpl::grad_linear_mma, convert, arch,
                 gradLaunch(v.options), {{"GL_ENTRY_P1", gemm}});
 }
@@ -287,19 +299,21 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     l = launch(256, 0, blocks(rows.scaled(v.out(0).cols), 256));
     name += fmt::format("_c{}", v.out(0).cols);
     break;
-  case OpKind::LinearGradX:
+  case OpKind::LinearGradX: {
     if (mma && a.wDtype == DType::BF16 && a.N % 8 == 0 && a.K % 8 == 0) return emitLinearGradMma(v, arch, false, -1, -1);
     kind = "GR_LINEAR_X";
     p.in("g", 0);
     p.weight("w", 0);
+    const bool residual = dxResidual(p, b, a);
     p.out("dx", 0);
     p.scalar("rows", rows);
     b.def("GR_N", a.N);
     b.def("GR_K", a.K);
     b.def("GR_W_F32", a.wDtype == DType::F32 ? 1 : 0);
     l = launch(256, 0, blocks(rows.scaled(a.K), 256));
-    name += fmt::format("_n{}_k{}", a.N, a.K);
+    name += fmt::format("_n{}_k{}{}", a.N, a.K, residual ? "_res" : "");
     break;
+  }
   case OpKind::LinearGradW: {
     const int64_t dwAt = gradAt(v.op.weights), biasAt = gradAt(v.op.biases);
     if (mma && dwAt >= 0 && a.wDtype == DType::BF16 && bf(v.in(1)) && a.N % 8 == 0 && a.K % 8 == 0)

@@ -35,6 +35,7 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
     H3BackwardOptions bwd;
     bwd.trainable.assign(o.trainable.begin(), o.trainable.end());
     pm.addPass(createH3Backward(bwd));
+    if (o.fuseGrad) pm.addPass(createH3FuseGrad());
   }
   H3PlanBuffersOptions buffers;
   buffers.tokens = o.tokens;
@@ -44,7 +45,7 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
 void registerAll() {
   registerH3Passes();
   mlir::PassPipelineRegistration<PipelineOptions>(
-      "h3-pipeline", "The h3c compile pipeline: order, fuse, lora, shard-tp, shard-seq, verify, plan buffers", buildPipeline);
+      "h3-pipeline", "The h3c compile pipeline: order, fuse, lora, shard-tp, shard-seq, verify, backward, fuse-grad, plan buffers", buildPipeline);
 }
 
 } // namespace h3c::passes

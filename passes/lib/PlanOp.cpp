@@ -215,6 +215,8 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
   } else if (auto u = dyn_cast<UnpackOp>(op)) {
     a.videoCols = act(u.getSample()).getCols();
     a.audioCols = act(u.getAudioSample()).getCols();
+  } else if (auto gx = dyn_cast<LinearGradXOp>(op); gx && gx.getResidual()) {
+    a.epilogue = plan::Epilogue::Residual;  // h3-fuse-grad's sum: the plan op reads "residual" after g
   } else if (isa<GradAddOp, SiluGradOp>(op)) {
     a.cols = y.getCols();
   } else if (isa<SwigluGradOp>(op)) {

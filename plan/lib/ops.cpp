@@ -188,7 +188,9 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
   case OpKind::Split: return {"full"};
   case OpKind::LoraDown: return {"x"};
   case OpKind::GradAdd: return {"a", "b"};
-  case OpKind::LinearGradX: return {"g"};
+  case OpKind::LinearGradX:
+    if (a.epilogue == Epilogue::Residual) return {"g", "residual"};  // dx = residual + dX (h3-fuse-grad)
+    return {"g"};
   case OpKind::LinearGradW: return {"g", "x"};
   case OpKind::SwigluGrad:
   case OpKind::RmsNormGrad:
@@ -278,7 +280,7 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::LoraDown: return loraDown;
   case OpKind::GradAdd:
   case OpKind::SiluGrad: return cols;
-  case OpKind::LinearGradX:
+  case OpKind::LinearGradX: return a.epilogue == Epilogue::Residual ? linear : kn;
   case OpKind::LinearGradW: return kn;
   case OpKind::SwigluGrad: return F;
   case OpKind::RmsNormGrad: return rmsGrad;

@@ -132,6 +132,9 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     if (!parseEpilogue(e, a.epilogue))
       fail(where + "/epilogue", "expected none, residual, gate_residual, swiglu or qk_norm_rope, got \"{}\"", e);
   }
+  // A linear_grad_x's one epilogue is residual (h3-fuse-grad: dx = residual + dX), which adds the input "residual".
+  if (kind == OpKind::LinearGradX && j.contains("epilogue") && a.epilogue != Epilogue::Residual)
+    fail(where + "/epilogue", "a linear_grad_x's epilogue is \"residual\" or absent, got \"{}\"", epilogueName(a.epilogue));
   // lora_k (an unmerged LoRA path) adds an attr, an input and a weight (ops.h).
   if (takesLora(kind) && j.contains("lora_k")) a.loraK = positive(j["lora_k"], where + "/lora_k", 1 << 16);
   if (isLayoutOp(kind) && j.contains("axis")) {
@@ -214,7 +217,7 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     if (j.contains("epilogue") && a.epilogue != Epilogue::QkNormRope)
       fail(w("epilogue"), "a qkv_linear's epilogue is \"qk_norm_rope\" or absent, got \"{}\"",
            epilogueName(a.epilogue));
-  } else if (j.contains("epilogue")) {
+  } else if (j.contains("epilogue") && kind != OpKind::LinearGradX) {  // (linear_grad_x's: checked above)
     fail(w("epilogue"), "unknown field");
   }
   if (kind == OpKind::RmsNormGrad && a.cols % a.group)

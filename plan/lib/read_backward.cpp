@@ -103,13 +103,21 @@ struct Checker {
            up ? "up" : "down", K, N);
     width(op, false, 0, N);
     if (op.kind == OpKind::LinearGradX) {
-      width(op, true, 0, K);
-      sameRows(op, {0}, {0});
+      dxOperands(op, K);
     } else {
       saved(op, 1, up ? f.in.back() : d->second->in.at(0));
       width(op, false, 1, K);
       sameRows(op, {0, 1}, {});
     }
+  }
+
+  // A linear_grad_x's dx (K columns, g's rows) and, with the residual epilogue, the residual it is added to (dx's
+  // width and rows).
+  void dxOperands(const Op &op, int64_t K) const {
+    width(op, true, 0, K);
+    if (op.attrs.epilogue != Epilogue::Residual) return sameRows(op, {0}, {0});
+    width(op, false, 1, K);
+    sameRows(op, {0, 1}, {0});
   }
 
   void check(const Op &op) const {
@@ -184,8 +192,7 @@ struct Checker {
       same(op, "N", a.N, fa.N);
       width(op, false, 0, a.N);
       if (op.kind == OpKind::LinearGradX) {
-        width(op, true, 0, a.K);
-        sameRows(op, {0}, {0});
+        dxOperands(op, a.K);
       } else {
         saved(op, 1, f.in[0]);
         width(op, false, 1, a.K);

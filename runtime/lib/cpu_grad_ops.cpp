@@ -128,8 +128,15 @@ void linearGradX(GradCtx &cx) {
   if ((dx.batch ? cx.env.req.B : 1) * cx.rowsOf(dx) != M) cx.error("dx and g differ in rows");
   const std::string &w = cx.op.weights.at(0);
   const std::vector<float> W = cx.weight(w, a.N * a.K);
-  cx.out(0, cx.f32Weight(w) ? grad::linearDxF32(g.f.data(), M, a.N, W.data(), a.K, cx.env.threads)
-                            : grad::linearDx(g.f.data(), M, a.N, W.data(), a.K, cx.env.threads));
+  std::vector<float> d = cx.f32Weight(w) ? grad::linearDxF32(g.f.data(), M, a.N, W.data(), a.K, cx.env.threads)
+                                         : grad::linearDx(g.f.data(), M, a.N, W.data(), a.K, cx.env.threads);
+  if (a.epilogue == plan::Epilogue::Residual) {  // h3-fuse-grad: grad_add's sum, residual + dX
+    const HostValue &r = cx.in(1);
+    sameRows(cx, {&g, &r});
+    if (r.f.size() != d.size()) cx.error("the residual and dx differ in size");
+    for (size_t i = 0; i < d.size(); ++i) d[i] = r.f[i] + d[i];
+  }
+  cx.out(0, std::move(d));
 }
 
 void linearGradW(GradCtx &cx) {

@@ -1397,6 +1397,24 @@ TEST_F(Kernels, LinearGradX) {
                                (at == SIZE_MAX ? "" : fmt::format(" (first difference at row {} column {}: {} vs {})",
                                                                   at / size_t(c.K), at % size_t(c.K), h1[at], m[at])));
     report(bytesEqual(h1, h2), name + ": two runs byte-equal");
+    // h3-fuse-grad's residual epilogue: dx = residual + dX, grad_add's F32 sum of the residual and this dX (the host's
+    // float addition), byte for byte, in both forms.
+    std::vector<float> res(size_t(c.M * c.K)), sum(res.size());
+    for (float &e : res) e = value();
+    for (size_t i = 0; i < res.size(); ++i) sum[i] = res[i] + h1[i];
+    const EmitOp opr = linearGradX(c.N, c.K, true);
+    auto goRes = [&](const plan::Kernel &kern) {
+      Launch la;
+      la.in = {up(g), up(res)};
+      la.w = {wb};
+      la.out = {outBuf(size_t(c.M * c.K * 4))};
+      la.e = rowsS(c.M);
+      run(kern, la);
+      return down<float>(*la.out[0], size_t(c.M * c.K));
+    };
+    const plan::Kernel &kr9 = kernel(opr), &krm = kernel(opr, mmaOpt);
+    report(bytesEqual(goRes(kr9), sum) && bytesEqual(goRes(krm), sum),
+           name + ": residual epilogue (" + kr9.id + ", " + krm.id + ") == residual + dX byte for byte");
     const plan::Kernel &kp = kernel(op, pairOpt);
     report(kp.phases.at(0).launch.cluster[0] == 2 && bytesEqual(go(kp, g), m),
            name + ": the 2-CTA cluster form (" + kp.id + ") == mma.sync byte for byte");

@@ -94,3 +94,12 @@ func.func @row_units_order(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf1
 func.func @row_units_params() attributes {o = #h3.order<row_units, k_step = 16, acc = f32>} {
   return
 }
+
+// -----
+
+// h3-fuse-grad's residual is the part of dx's gradient it is added to: dx's type.
+func.func @grad_x_residual_type(%g: !h3.act<B, S, 24, f32>, %r: !h3.act<B, S, 16, f32>) {
+  // expected-error @+1 {{residual must have dx's type (the part of the gradient dX is added to)}}
+  %dx = h3.linear_grad_x %g, %r {K = 32 : i64, N = 24 : i64, weight = ["w"], nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 16, f32>) -> !h3.act<B, S, 32, f32>
+  return
+}

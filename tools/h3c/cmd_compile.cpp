@@ -22,7 +22,7 @@ namespace cmd_compile {
 struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
   int64_t sp = 1, tp = 1, tokens = 8192, loraRank = 0;
-  bool noFuse = false, noWgmma = false, noQkEpilogue = false, backward = false;
+  bool noFuse = false, noWgmma = false, noQkEpilogue = false, backward = false, noFuseGrad = false;
   std::string checkpoint = "none";
   std::vector<std::string> keep;
   int64_t keepBytes = -1;
@@ -59,6 +59,9 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
                "Also write the backward function (docs/contract.md section 14) of the unfused one-rank forward "
                "(implies --no-fuse; refuses --sp and --tp; with --lora-rank the adapters' gradients too). Its ops "
                "have no GPU kernel yet");
+  app.add_flag("--no-fuse-grad", a->noFuseGrad,
+               "With --backward: keep every grad_add apart (h3-fuse-grad adds a dX's sibling part in the dX kernel's "
+               "epilogue by default); the same bits (for comparisons)");
   app.add_option("--trainable", a->trainable,
                  "With --backward: the tensors that get gradients, a glob over tensor names ('*' any run, '?' one "
                  "character) or \"lora\" for the adapter slots of --lora-rank; repeatable (the union); the others "
@@ -95,6 +98,7 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
     o.backward = a->backward;
     o.wgmma = !a->noWgmma;
     o.qkEpilogue = !a->noQkEpilogue;
+    o.fuseGrad = !a->noFuseGrad;
     o.tokens = a->tokens;
     o.loraRank = a->loraRank;
     o.trainable = a->trainable;

@@ -1180,6 +1180,18 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
     if (seen.insert(kp.id).second && (nvrtcVariants() || seen.insert("cluster 2").second))
       expectQualifiedWgmma(jit, kp, fmt::format("dX N {} K {} cluster 2", N, K));
   }
+  // h3-fuse-grad's residual epilogue (dx = residual + dX, one F32 load and add per output) at both tile widths the
+  // fused ops take (q / k: 192; the LoRA path's dX into to_out's and fc2's inputs: 256), qualified as above (the
+  // mma.sync and one-thread forms' compile in GradientKernelsOfBackwardPlans).
+  for (const auto &[N, K] : {std::pair<int64_t, int64_t>{7168, 5376}, {64, 14336}}) {
+    const plan::Kernel k = *emit(linearGradX(N, K, true), "sm_90a");
+    EXPECT_EQ(k.id.find(fmt::format("linear_grad_x_mma_sm90_n{}_k{}_res_", N, K)), 0u) << k.id;
+    EXPECT_NE(k.source.find("#define GR_RESIDUAL 1\n"), std::string::npos) << k.id;
+    EXPECT_TRUE(std::any_of(k.params.begin(), k.params.end(), [](const plan::KernelParam &q) {
+      return q.name == "residual";
+    })) << k.id;
+    expectQualifiedWgmma(jit, k, fmt::format("dX N {} K {} residual", N, K));
+  }
   // sm_100a and wgmma off: the mma.sync form.
   hk::EmitOptions off;
   off.wgmma = false;

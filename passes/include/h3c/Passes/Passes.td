@@ -93,6 +93,19 @@ def H3Backward : Pass<"h3-backward", "mlir::ModuleOp"> {
   let dependentDialects = ["::h3c::h3ir::H3Dialect", "::mlir::func::FuncDialect"];
 }
 
+def H3FuseGrad : Pass<"h3-fuse-grad", "mlir::ModuleOp"> {
+  let summary = "Fuse the backward's h3.grad_add into the h3.linear_grad_x that computes one of its parts";
+  let description = [{
+    An h3.grad_add(a, b) one of whose parts is an h3.linear_grad_x result read by nothing else, whose other part is
+    defined before that op (so it is ready when the op runs), becomes that op's `residual`: the op's result is
+    the sum, named as the grad_add's was. The sum is the same F32 addition (docs/contract.md section 14), in the
+    dX kernel's epilogue, so the gradients keep their bits and the backward saves the grad_add's pass over three
+    F32 tensors and dX's own store. The later part is taken first (b: the consumer visited last), so a chain of
+    parts fuses link by link. Runs after h3-backward; nothing else changes.
+  }];
+  let dependentDialects = ["::h3c::h3ir::H3Dialect", "::mlir::func::FuncDialect"];
+}
+
 def H3ShardTp : Pass<"h3-shard-tp", "mlir::ModuleOp"> {
   let summary = "Split the transformer blocks over tp ranks by columns only; every collective a bf16 all-gather";
   let description = [{

@@ -15,7 +15,12 @@ def H3_GradAddOp : H3_Op<"grad_add"> {
 
 def H3_LinearGradXOp : H3_ReducingOp<"linear_grad_x", H3_OrderKChunks> {
   let summary = "dX = bf(g) W for a bf16 weight (k_chunks over N), the fma chain over N for an F32 one";
-  let arguments = !con((ins H3_ActType:$g, I64Attr:$K, I64Attr:$N, StrArrayAttr:$weight,
+  let description = [{
+    With `residual` (h3-fuse-grad: the h3.grad_add of this dX and a part of the same gradient computed before it),
+    the result is residual + dX, one F32 addition per element after dX's own value: grad_add's sum, in the kernel's
+    epilogue.
+  }];
+  let arguments = !con((ins H3_ActType:$g, Optional<H3_ActType>:$residual, I64Attr:$K, I64Attr:$N, StrArrayAttr:$weight,
                             OptionalAttr<H3_OrderAttr>:$order), H3_Common);
   let results = (outs H3_ActType:$dx);
 }

@@ -1,0 +1,68 @@
+// h3-fuse-grad: an h3.grad_add whose part is a dX that nothing else reads becomes that h3.linear_grad_x's residual,
+// so the dX kernel's epilogue adds it (docs/contract.md section 14). The sum is the grad_add's own F32 addition
+// (a + b and b + a round alike), so every gradient keeps its bits; what goes is the grad_add's pass over three F32
+// tensors and the dX's store of its own value (the 33B LoRA step's 521 grad_adds took 132 ms of its backward on an
+// H100, bench/NOTES.md 2026-12-06, 8 in 10 of them after a dX).
+#include "Common.h"
+#include "h3c/Passes/Passes.h"
+
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace h3c::passes {
+#define GEN_PASS_DEF_H3FUSEGRAD
+#include "h3c/Passes/Passes.h.inc"
+} // namespace h3c::passes
+
+using namespace mlir;
+using namespace h3c::h3ir;
+
+namespace {
+
+// `v` exists when `op` runs: a block argument of op's block or the result of an op before it in that block.
+bool readyBefore(Value v, Operation *op) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) return arg.getOwner() == op->getBlock();
+  Operation *def = v.getDefiningOp();
+  return def->getBlock() == op->getBlock() && def->isBeforeInBlock(op);
+}
+
+// grad_add(a, b) -> linear_grad_x(g, residual = the other part) where a part is that op's dX and read only here.
+struct FuseGradAdd : OpRewritePattern<GradAddOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(GradAddOp add, PatternRewriter &rewriter) const override {
+    // b first: h3-backward adds the part it computed last, so b's op is the later one and a is ready before it.
+    for (auto [part, other] : {std::pair{add.getB(), add.getA()}, std::pair{add.getA(), add.getB()}}) {
+      auto dx = part.getDefiningOp<LinearGradXOp>();
+      if (!dx || dx.getResidual() || !part.hasOneUse() || !readyBefore(other, dx)) continue;
+      rewriter.modifyOpInPlace(dx, [&] {
+        dx.getResidualMutable().assign(other);
+        dx.setValuesAttr(add.getValuesAttr());  // the result is the sum: the grad_add's name
+      });
+      rewriter.replaceOp(add, dx.getDx());
+      return success();
+    }
+    return rewriter.notifyMatchFailure(add, "neither part is a dX read only here with the other part ready before it");
+  }
+};
+
+struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    // Only this fusion: no folding, CSE or region simplification, and no op moves (the ops keep the backward's order).
+    GreedyRewriteConfig config;
+    config.setUseTopDownTraversal(true)
+        .enableFolding(false)
+        .enableConstantCSE(false)
+        .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+    RewritePatternSet patterns(&getContext());
+    patterns.add<FuseGradAdd>(&getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns), config))) {
+      getOperation().emitError() << "h3-fuse-grad: the pattern did not converge";
+      signalPassFailure();
+    }
+  }
+};
+
+} // namespace

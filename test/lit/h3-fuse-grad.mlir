@@ -1,0 +1,78 @@
+// RUN: h3c-opt %s --h3-fuse-grad -split-input-file | FileCheck %s
+// RUN: h3c-opt %s --h3-fuse-grad -split-input-file | h3c-opt -split-input-file | FileCheck %s
+// h3-fuse-grad (docs/contract.md section 14): an h3.grad_add one of whose parts is an h3.linear_grad_x result read
+// nowhere else, with the other part defined before that op, becomes the op's residual (the op's result is the sum,
+// named as the grad_add's was). The later part (b) is taken first, so a chain fuses link by link; a dX read twice,
+// an other part defined after the dX, a dX that already has a residual and parts that are no dX stay as they are.
+
+// A chain of three dX parts of one value (to_v's, to_k's, to_q's): each later dX adds the sum so far.
+// CHECK-LABEL: func.func @chain
+// CHECK-NEXT: %[[V:.*]] = h3.linear_grad_x %arg0 {{{.*}}values = ["grad:x"], weight = ["wv"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+// CHECK-NEXT: %[[K:.*]] = h3.linear_grad_x %arg1, %[[V]] {{{.*}}values = ["grad:x+k"], weight = ["wk"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+// CHECK-NEXT: %[[Q:.*]] = h3.linear_grad_x %arg2, %[[K]] {{{.*}}values = ["grad:x+q"], weight = ["wq"]}
+// CHECK-NOT: h3.grad_add
+// CHECK-NEXT: return %[[Q]]
+func.func @chain(%gv: !h3.act<B, S, 32, f32>, %gk: !h3.act<B, S, 32, f32>, %gq: !h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32> {
+  %xv = h3.linear_grad_x %gv {K = 24 : i64, N = 32 : i64, weight = ["wv"], nodes = ["v"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %xk = h3.linear_grad_x %gk {K = 24 : i64, N = 32 : i64, weight = ["wk"], nodes = ["k"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %s1 = h3.grad_add %xv, %xk {nodes = ["k"], values = ["grad:x+k"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  %xq = h3.linear_grad_x %gq {K = 24 : i64, N = 32 : i64, weight = ["wq"], nodes = ["q"], values = ["grad:x~3"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %s2 = h3.grad_add %s1, %xq {nodes = ["q"], values = ["grad:x+q"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %s2 : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// The later part is a (b computed first): a's op takes b as its residual.
+// CHECK-LABEL: func.func @later_a
+// CHECK-NEXT: %[[B:.*]] = h3.linear_grad_x %arg0 {
+// CHECK-NEXT: %[[A:.*]] = h3.linear_grad_x %arg1, %[[B]] {{{.*}}values = ["grad:x+a"]
+// CHECK-NEXT: return %[[A]]
+func.func @later_a(%g0: !h3.act<B, S, 32, f32>, %g1: !h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32> {
+  %b = h3.linear_grad_x %g0 {K = 24 : i64, N = 32 : i64, weight = ["w0"], nodes = ["b"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %a = h3.linear_grad_x %g1 {K = 24 : i64, N = 32 : i64, weight = ["w1"], nodes = ["a"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %s = h3.grad_add %a, %b {nodes = ["a"], values = ["grad:x+a"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %s : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// The dX is read twice (it is returned too), and its sibling is no dX: nothing fuses.
+// CHECK-LABEL: func.func @read_twice
+// CHECK-NEXT: %[[D:.*]] = h3.linear_grad_x %arg0 {
+// CHECK-NEXT: %[[S:.*]] = h3.grad_add %arg1, %[[D]]
+// CHECK-NEXT: return %[[S]], %[[D]]
+func.func @read_twice(%g: !h3.act<B, S, 32, f32>, %p: !h3.act<B, S, 24, f32>) -> (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) {
+  %d = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %s = h3.grad_add %p, %d {nodes = ["l"], values = ["grad:x+l"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %s, %d : !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// The other part is computed after the dX (it would not be ready when the dX kernel runs), and it is no dX: the
+// grad_add stays.
+// CHECK-LABEL: func.func @other_later
+// CHECK-NEXT: h3.linear_grad_x %arg0 {
+// CHECK-NEXT: h3.swiglu_grad
+// CHECK-NEXT: h3.grad_add
+func.func @other_later(%g: !h3.act<B, S, 32, f32>, %dy: !h3.act<B, S, 12, f32>, %x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32> {
+  %d = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %e = h3.swiglu_grad %dy, %x {nodes = ["s"], values = ["grad:x~2"]} : (!h3.act<B, S, 12, f32>, !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32>
+  %s = h3.grad_add %d, %e {nodes = ["s"], values = ["grad:x+s"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %s : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// A dX that has a residual already takes no second one; its sibling dX, later, takes it.
+// CHECK-LABEL: func.func @has_residual
+// CHECK-NEXT: %[[R:.*]] = h3.linear_grad_x %arg0, %arg2 {
+// CHECK-NEXT: %[[L:.*]] = h3.linear_grad_x %arg1, %[[R]] {
+// CHECK-NEXT: return %[[L]]
+func.func @has_residual(%g0: !h3.act<B, S, 32, f32>, %g1: !h3.act<B, S, 32, f32>, %p: !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32> {
+  %r = h3.linear_grad_x %g0, %p {K = 24 : i64, N = 32 : i64, weight = ["w0"], nodes = ["a"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  %l = h3.linear_grad_x %g1 {K = 24 : i64, N = 32 : i64, weight = ["w1"], nodes = ["b"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %s = h3.grad_add %r, %l {nodes = ["b"], values = ["grad:x+b"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %s : !h3.act<B, S, 24, f32>
+}
