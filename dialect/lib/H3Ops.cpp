@@ -566,11 +566,28 @@ LogicalResult GradAddOp::verify() {
   return expect(op, act(getC()), "result", 0, Float32Type::get(getContext()));
 }
 
+LogicalResult GradRoundOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyCommon(op))) return failure();
+  ActType g = act(getG()), gb = act(getGb());
+  if (failed(expect(op, g, "g", 0, Float32Type::get(getContext()))) ||
+      failed(expect(op, gb, "result", g.getCols(), BFloat16Type::get(getContext()))))
+    return failure();
+  return sameRows(op, g, gb, "result");
+}
+
+// A linear gradient's g: F32, or bf16 (h3.grad_round's bf(g)).
+static LogicalResult gradOperand(Operation *op, ActType g, int64_t N) {
+  if (failed(expect(op, g, "g", N))) return failure();
+  if (!isFloat(g.getElementType())) return err(op) << "g must be f32 (or bf16: an h3.grad_round result)";
+  return success();
+}
+
 LogicalResult LinearGradXOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op)) || failed(weightCount(op, getWeight(), 1, 1, "weight"))) return failure();
   ActType g = act(getG()), dx = act(getDx());
-  if (failed(expect(op, g, "g", int64_t(getN()), Float32Type::get(getContext())))) return failure();
+  if (failed(gradOperand(op, g, int64_t(getN())))) return failure();
   if (failed(sameRows(op, g, dx, "dx"))) return failure();
   if (Value r = getResidual(); r && r.getType() != getDx().getType())
     return err(op) << "residual must have dx's type (the part of the gradient dX is added to)";
@@ -584,9 +601,11 @@ LogicalResult LinearGradWOp::verify() {
     return failure();
   if (getGrads().empty()) return err(op) << "computes no gradient: every tensor it differentiates is frozen";
   ActType g = act(getG()), x = act(getX());
-  if (failed(expect(op, g, "g", int64_t(getN()), Float32Type::get(getContext()))) ||
-      failed(expect(op, x, "x", int64_t(getK()))) || failed(sameRows(op, g, x, "x")))
+  if (failed(gradOperand(op, g, int64_t(getN()))) || failed(expect(op, x, "x", int64_t(getK()))) ||
+      failed(sameRows(op, g, x, "x")))
     return failure();
+  if (g.getElementType().isBF16() && !getBias().empty() && getGrads().size() > getWeight().size())
+    return err(op) << "a bias gradient sums the F32 g: g must be f32";
   if (!isFloat(x.getElementType())) return err(op) << "x must be bf16 or f32";
   return success();
 }

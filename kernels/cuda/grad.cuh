@@ -174,16 +174,16 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
   // dX [rows][K] = g W: bf16 weight: k_chunks over N of bf(g) * w; F32 weight: the fma chain over N.
   for (long long i = GR_TID; i < rows * GR_K; i += GR_STRIDE) {
     const long long m = i / GR_K, k = i % GR_K;
-    const float *gm = (const float *)g + m * GR_N;
     float acc = 0.f;
 #if GR_W_F32
+    const float *gm = (const float *)g + m * GR_N;
     for (int n = 0; n < GR_N; ++n) acc = __fmaf_rn(gm[n], ((const float *)w)[(long long)n * GR_K + k], acc);
 #else
     for (int n0 = 0; n0 < GR_N; n0 += 16) {
       double s[4];
       gr_chunk_zero(s);
-      for (int j = 0; j < 16 && n0 + j < GR_N; ++j)
-        gr_chunk_add(s, j, rbf(gm[n0 + j]), bf2f(((const h3bf *)w)[(long long)(n0 + j) * GR_K + k]));
+      for (int j = 0; j < 16 && n0 + j < GR_N; ++j)  // (a bf16 g, grad_round's, is bf(g) already: rbf keeps it)
+        gr_chunk_add(s, j, rbf(gr_ld(g, m * GR_N + n0 + j, GR_G_BF)), bf2f(((const h3bf *)w)[(long long)(n0 + j) * GR_K + k]));
       acc = __fadd_rn(acc, gr_chunk_value(s));
     }
 #endif
@@ -210,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
           double s[4];
           gr_chunk_zero(s);
           for (int j = 0; j < 16 && c0 + j < u1; ++j)
-            gr_chunk_add(s, j, rbf(((const float *)g)[(c0 + j) * GR_N + n]), rbf(gr_ld(x, (c0 + j) * GR_K + k, GR_X_BF)));
+            gr_chunk_add(s, j, rbf(gr_ld(g, (c0 + j) * GR_N + n, GR_G_BF)), rbf(gr_ld(x, (c0 + j) * GR_K + k, GR_X_BF)));
           acc = __fadd_rn(acc, gr_chunk_value(s));
         }
 #endif

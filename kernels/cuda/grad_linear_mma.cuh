@@ -103,7 +103,11 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS) GL_ENTRY_P1(H3C_PARAMS)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wm = warp / (GL_BN / GL_WTN), wn = warp % (GL_BN / GL_WTN);
   const long long m0 = (long long)blockIdx.x * GL_BM, n0 = (long long)blockIdx.y * GL_BN;
+#if GL_G_BF16
+  const h3bf *G = (const h3bf *)g;  // a grad_round's bf(g): no phase 0
+#else
   const h3bf *G = (const h3bf *)gb;
+#endif
   gl_acc_t acc;
   gl_zero(acc);
 #if GL_DW

@@ -97,8 +97,13 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   const bool residual = dxResidual(p, b, a);
   p.out("dx", 0);
   p.scalar("rows", rows);
-  p.scratch("gb", rows.scaled(a.N * 2));
-  p.scratchTensorMap("gb_map", "gb", rows, a.N, 64, 128);
+  const bool gbIn = bf(v.in(0));  // g is a grad_round's bf(g): the GEMM's map over g, no rounding phase
+  if (gbIn) {
+    p.tensorMap("gb_map", OperandRole::In, 0, rows, a.N, 64, 128);
+  } else {
+    p.scratch("gb", rows.scaled(a.N * 2));
+    p.scratchTensorMap("gb_map", "gb", rows, a.N, 64, 128);
+  }
   p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(a.N), a.K, 64, 64);
   b.def("GL_DW", 0);
   b.def("GR_N", a.N);
@@ -116,10 +121,12 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   g.maxPerSm = 1;
   plan::Launch gemm = launch(384, smem, g);
   gemm.cluster = {cluster, 1, 1};
-  const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}{}", a.N, a.K, residual ? "_res" : "");
-  return finish(name, "GL_ENTRY", b, p,
-                std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_linear_round + tmpl::grad_linear_sm90,
-                convert, arch, gradLaunch(o), {{"GX_ENTRY_P1", gemm}});
+  const std::string name =
+      fmt::format("linear_grad_x_mma_sm90_n{}_k{}{}{}", a.N, a.K, residual ? "_res" : "", gbIn ? "_gb" : "");
+  const std::string body = std::string(tmpl::hopper) + "\n" + tmpl::grad_common;
+  if (gbIn) return finish(name, "GX_ENTRY_P1", b, p, body + tmpl::grad_linear_sm90, gemm, arch, gradLaunch(o));
+  return finish(name, "GL_ENTRY", b, p, body + tmpl::grad_linear_round + tmpl::grad_linear_sm90, convert, arch,
+                gradLaunch(o), {{"GX_ENTRY_P1", gemm}});
 }
 
 // The Hopper form of a bf16 linear's dW (grad_linear_w_sm90.cuh; the mma.sync form's bits): phase 0 rounds g into
@@ -142,8 +149,14 @@ plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64
   p.out("dw", dwAt);
   if (biasAt >= 0) p.out("dbias", biasAt);
   itemScalars(p, v, 0);
-  p.scratch("gb", rows.scaled(a.N * 2));
-  p.scratchTensorMap("gb_map", "gb", itemRows, a.N, 64, 64, &items);
+  const bool gbIn = bf(v.in(0));  // g is a grad_round's bf(g) (no dbias then): the map over g, no rounding phase
+  if (gbIn && biasAt >= 0) fail(v.where, "dbias sums the F32 g: a bf16 g has no bias gradient");
+  if (gbIn) {
+    p.itemTensorMap("gb_map", OperandRole::In, 0, itemRows, a.N, 64, 64, &items);
+  } else {
+    p.scratch("gb", rows.scaled(a.N * 2));
+    p.scratchTensorMap("gb_map", "gb", itemRows, a.N, 64, 64, &items);
+  }
   p.itemTensorMap("x_map", OperandRole::In, 1, itemRows, a.K, 64, 64, &items);
   b.def("GL_DW", 1);
   b.def("GR_N", a.N);
@@ -155,10 +168,11 @@ plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64
   plan::GridDim g = dim(Extent::constant(((a.N + 127) / 128) * ((a.K + 127) / 128)));  // the tiles, capped at the SMs
   g.maxPerSm = 1;
   const plan::Launch gemm = launch(384, smem, g);
-  const std::string name = fmt::format("linear_grad_w_mma_sm90_n{}_k{}", a.N, a.K);
-  return finish(name, "GL_ENTRY", b, p,
-                std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_linear_round + tmpl::grad_linear_w_sm90,
-                convert, arch, gradLaunch(v.options), {{"GW_ENTRY_P1", gemm}});
+  const std::string name = fmt::format("linear_grad_w_mma_sm90_n{}_k{}{}", a.N, a.K, gbIn ? "_gb" : "");
+  const std::string body = std::string(tmpl::hopper) + "\n" + tmpl::grad_common;
+  if (gbIn) return finish(name, "GW_ENTRY_P1", b, p, body + tmpl::grad_linear_w_sm90, gemm, arch, gradLaunch(v.options));
+  return finish(name, "GL_ENTRY", b, p, body + tmpl::grad_linear_round + tmpl::grad_linear_w_sm90, convert, arch,
+                gradLaunch(v.options), {{"GW_ENTRY_P1", gemm}});
 }
 
 // The tensor-core forms of a bf16 linear's gradients (grad_linear_mma.cuh): phase 0 rounds g to bf16 into the
@@ -186,7 +200,11 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
     p.out("dx", 0);
     p.scalar("rows", rows);
   }
-  p.scratch("gb", rows.scaled(a.N * 2));
+  // g a grad_round's bf(g) (no dbias then): phase 1 alone, reading g where it reads the scratch otherwise.
+  const bool gbIn = bf(v.in(0));
+  if (gbIn && biasAt >= 0) fail(v.where, "dbias sums the F32 g: a bf16 g has no bias gradient");
+  if (!gbIn) p.scratch("gb", rows.scaled(a.N * 2));
+  b.def("GL_G_BF16", gbIn ? 1 : 0);
   b.def("GL_DW", dw ? 1 : 0);
   b.def("GR_N", a.N);
   b.def("GR_K", a.K);
@@ -207,8 +225,11 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
   const plan::Launch convert = launch(256, 0, roundingWave(rows, a.N), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
   const plan::Launch gemm = launch(wm * wn * 32, smem, dw ? dim(Extent::constant(a.N), bm) : dim(rows, bm),
                                    dim(Extent::constant(a.K), bn));
-  std::string name = fmt::format("{}_mma_n{}_k{}{}", plan::opKindName(v.op.kind), a.N, a.K,
-                                 !dw && a.epilogue == plan::Epilogue::Residual ? "_res" : "");
+  std::string name = fmt::format("{}_mma_n{}_k{}{}{}", plan::opKindName(v.op.kind), a.N, a.K,
+                                 !dw && a.epilogue == plan::Epilogue::Residual ? "_res" : "", gbIn ? "_gb" : "");
+  if (gbIn)
+    return finish(name, "GL_ENTRY_P1", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_mma, gemm, arch,
+                  gradLaunch(v.options));
   return finish(name, "GL_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_round + tmpl::grad_linear_mma, convert, arch,
                 gradLaunch(v.options), {{"GL_ENTRY_P1", gemm}});
 }
@@ -299,6 +320,20 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     l = launch(256, 0, blocks(rows.scaled(v.out(0).cols), 256));
     name += fmt::format("_c{}", v.out(0).cols);
     break;
+  case OpKind::GradRound: {
+    // bf(g) once for the linear gradients that read it (h3-fuse-grad): the tensor-core forms' rounding phase
+    // (grad_linear_round.cuh) as an op of its own, one wave of 8 CTAs an SM.
+    if (a.cols % 8) fail(v.where, "grad_round rounds rows of a multiple of 8 columns, got {}", a.cols);
+    p.in("g", 0);
+    p.out("gb", 0);
+    p.scalar("rows", rows);
+    b.def("GL_DW", 0);
+    b.def("GR_N", a.cols);
+    b.def("GR_BIAS", 0);
+    return finish(fmt::format("grad_round_c{}", a.cols), "GL_ENTRY", b, p,
+                  std::string(tmpl::grad_common) + tmpl::grad_linear_round, launch(256, 0, roundingWave(rows, a.cols)),
+                  arch, gradLaunch(v.options));
+  }
   case OpKind::LinearGradX: {
     if (mma && a.wDtype == DType::BF16 && a.N % 8 == 0 && a.K % 8 == 0) return emitLinearGradMma(v, arch, false, -1, -1);
     kind = "GR_LINEAR_X";
@@ -310,6 +345,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     b.def("GR_N", a.N);
     b.def("GR_K", a.K);
     b.def("GR_W_F32", a.wDtype == DType::F32 ? 1 : 0);
+    b.def("GR_G_BF", bf(v.in(0)));  // a grad_round's bf(g) (bf16 weights only: the plan checks it)
     l = launch(256, 0, blocks(rows.scaled(a.K), 256));
     name += fmt::format("_n{}_k{}{}", a.N, a.K, residual ? "_res" : "");
     break;
@@ -328,6 +364,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     b.def("GR_K", a.K);
     b.def("GR_W_F32", a.wDtype == DType::F32 ? 1 : 0);
     b.def("GR_X_BF", bf(v.in(1)));
+    b.def("GR_G_BF", bf(v.in(0)));  // a grad_round's bf(g): bf16 weight, no dbias (the plan checks it)
     b.def("GR_DW", dwAt >= 0 ? 1 : 0);
     b.def("GR_BIAS", biasAt >= 0 ? 1 : 0);
     l = launch(256, 0, blocks(Extent::constant(dwAt >= 0 ? a.N * a.K : a.N), 256), dim(Extent::constant(2)));

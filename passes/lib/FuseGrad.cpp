@@ -2,9 +2,12 @@
 // so the dX kernel's epilogue adds it (docs/contract.md section 14). The sum is the grad_add's own F32 addition
 // (a + b and b + a round alike), so every gradient keeps its bits; what goes is the grad_add's pass over three F32
 // tensors and the dX's store of its own value (the 33B LoRA step's 521 grad_adds took 132 ms of its backward on an
-// H100, bench/NOTES.md 2026-12-06, 8 in 10 of them after a dX).
+// H100, bench/NOTES.md 2026-12-06, 8 in 10 of them after a dX). Then it rounds once the g that several linear
+// gradients each rounded to bf16 (h3.grad_round).
 #include "Common.h"
+#include "h3c/Passes/PlanOp.h"
 #include "h3c/Passes/Passes.h"
+#include "h3c/models/config.h"
 
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -46,6 +49,45 @@ struct FuseGradAdd : OpRewritePattern<GradAddOp> {
   }
 };
 
+// Whether `op` multiplies bf(g) of its operand g on the tensor cores, so that it may read a grad_round's bf16 g
+// instead: a linear gradient of a bf16 weight that computes no bias gradient (dbias sums the F32 g).
+bool roundsG(Operation *op, Value g) {
+  auto bf16Weight = [](ArrayAttr w) { return !h3c::h3::isF32Module(cast<StringAttr>(w[0]).str()); };
+  if (auto dx = dyn_cast<LinearGradXOp>(op)) return dx.getG() == g && bf16Weight(dx.getWeight());
+  if (auto dw = dyn_cast<LinearGradWOp>(op))
+    return dw.getG() == g && bf16Weight(dw.getWeight()) && dw.getGrads().size() == 1 &&
+           (dw.getBias().empty() || dw.getGrads()[0] != StringAttr::get(op->getContext(), "grad:" + cast<StringAttr>(dw.getBias()[0]).str()));
+  return false;
+}
+
+// An F32 gradient that two or more such ops read gets one h3.grad_round before the first of them, and they read its
+// bf16 result: g is rounded once where each op's rounding phase did it again (the 33B LoRA step: a LoRA linear's g
+// by its dX, its dt and its up slot's dW). Returns the count of roundings made.
+int shareRoundings(func::FuncOp f) {
+  std::vector<Value> values(f.getArguments().begin(), f.getArguments().end());
+  f.walk([&](Operation *op) {
+    for (Value r : op->getResults()) values.push_back(r);
+  });
+  int made = 0;
+  for (Value g : values) {
+    auto t = dyn_cast<ActType>(g.getType());
+    if (!t || !t.getElementType().isF32()) continue;
+    std::vector<Operation *> readers;
+    for (Operation *u : g.getUsers())
+      if (roundsG(u, g) && !llvm::is_contained(readers, u)) readers.push_back(u);
+    if (readers.size() < 2) continue;
+    llvm::sort(readers, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    OpBuilder b(readers.front());
+    auto bfType = ActType::get(g.getContext(), t.getDomain(), t.getCols(), BFloat16Type::get(g.getContext()), t.getBatch());
+    auto gb = GradRoundOp::create(b, readers.front()->getLoc(), bfType, g,
+                                  readers.front()->getAttrOfType<ArrayAttr>("nodes"),
+                                  h3c::passes::strArray(b, {h3c::passes::planName(g) + "~bf16"}));
+    for (Operation *u : readers) u->setOperand(0, gb.getGb());
+    ++made;
+  }
+  return made;
+}
+
 struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
   using Base::Base;
 
@@ -60,8 +102,9 @@ struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
     patterns.add<FuseGradAdd>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns), config))) {
       getOperation().emitError() << "h3-fuse-grad: the pattern did not converge";
-      signalPassFailure();
+      return signalPassFailure();
     }
+    getOperation().walk([](func::FuncOp f) { shareRoundings(f); });
   }
 };
 

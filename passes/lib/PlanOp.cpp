@@ -217,7 +217,7 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
     a.audioCols = act(u.getAudioSample()).getCols();
   } else if (auto gx = dyn_cast<LinearGradXOp>(op); gx && gx.getResidual()) {
     a.epilogue = plan::Epilogue::Residual;  // h3-fuse-grad's sum: the plan op reads "residual" after g
-  } else if (isa<GradAddOp, SiluGradOp>(op)) {
+  } else if (isa<GradAddOp, GradRoundOp, SiluGradOp>(op)) {
     a.cols = y.getCols();
   } else if (isa<SwigluGradOp>(op)) {
     a.F = act(op->getOperand(0)).getCols();

@@ -42,7 +42,7 @@ const std::pair<OpKind, const char *> kOpKinds[] = {
     {OpKind::GateResidualGrad, "gate_residual_grad"}, {OpKind::RopeGrad, "rope_grad"},
     {OpKind::AttentionGrad, "attention_grad"}, {OpKind::SiluGrad, "silu_grad"},
     {OpKind::AdalnTableGrad, "adaln_table_grad"}, {OpKind::PackGrad, "pack_grad"},
-    {OpKind::UnpackGrad, "unpack_grad"},
+    {OpKind::UnpackGrad, "unpack_grad"}, {OpKind::GradRound, "grad_round"},
 };
 const std::pair<Epilogue, const char *> kEpilogues[] = {{Epilogue::None, "none"},
                                                          {Epilogue::Residual, "residual"},
@@ -206,6 +206,7 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
   case OpKind::AdalnTableGrad: return {"dtable", "temb"};
   case OpKind::PackGrad: return {"dx"};
   case OpKind::UnpackGrad: return {"dsample", "daudio_sample"};
+  case OpKind::GradRound: return {"g"};
   }
   return {};
 }
@@ -224,6 +225,7 @@ std::vector<std::string> outputRoles(OpKind k, const OpAttrs &) {
   case OpKind::Residual:
   case OpKind::GateResidual: return {"z"};
   case OpKind::GradAdd: return {"c"};
+  case OpKind::GradRound: return {"gb"};
   case OpKind::LinearGradW: return {};
   case OpKind::LinearGradX:
   case OpKind::SwigluGrad:
@@ -279,6 +281,7 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::Split: return a.axis == Axis::Cols ? layoutCols : layoutRows;
   case OpKind::LoraDown: return loraDown;
   case OpKind::GradAdd:
+  case OpKind::GradRound:
   case OpKind::SiluGrad: return cols;
   case OpKind::LinearGradX: return a.epilogue == Epilogue::Residual ? linear : kn;
   case OpKind::LinearGradW: return kn;

@@ -120,8 +120,20 @@ struct Checker {
     sameRows(op, {0, 1}, {0});
   }
 
+  // A linear gradient's g is F32, or bf16 (a grad_round's bf(g)) where the op multiplies bf(g) on the tensor cores:
+  // a bf16 weight, and for dW no bias gradient (dbias sums the F32 g).
+  void gradOperand(const Op &op) const {
+    if (p.value(op.in.at(0)).dtype == DType::F32) return;
+    if (p.value(op.in.at(0)).dtype != DType::BF16 || op.attrs.wDtype != DType::BF16 ||
+        (op.kind == OpKind::LinearGradW && op.grads.size() > 1) ||
+        (op.kind == OpKind::LinearGradW && !op.biases.empty() && op.grads.size() == 1 && op.grads[0] == op.biases[0]))
+      fail(op.where + "/in/0", "'{}' is {}: g is F32, or bf16 (bf(g)) only for a bf16 weight's dX or dW without dbias",
+           op.in[0], dtypeName(p.value(op.in[0]).dtype));
+  }
+
   void check(const Op &op) const {
     const OpAttrs &a = op.attrs;
+    if (op.kind == OpKind::LinearGradX || op.kind == OpKind::LinearGradW) gradOperand(op);
     if (op.kernel && !p.kernels.count(*op.kernel)) fail(op.where + "/kernel", "unknown kernel");
     if (a.shard.kind != ShardKind::Replicated) fail(op.where + "/attrs/shard", "a gradient op is not sharded");
     if (op.nodes.size() != 1) fail(op.where + "/nodes", "a gradient op names the one forward node it differentiates");
@@ -158,6 +170,15 @@ struct Checker {
              fmt::join(op.grads, ", "), fmt::join(trainable, ", "), fmt::join(g, ", "));
       if (op.kind == OpKind::LinearGradW && g.empty())
         fail(op.where + "/weights/grads", "a linear_grad_w of frozen tensors only computes nothing");
+    }
+    if (op.kind == OpKind::GradRound) {  // bf(g): any consumer's node; F32 in, bf16 out of g's shape
+      width(op, true, 0, a.cols);
+      width(op, false, 0, a.cols);
+      sameRows(op, {0}, {0});
+      if (p.value(op.in[0]).dtype != DType::F32 || p.value(op.out[0]).dtype != DType::BF16)
+        fail(op.where, "grad_round rounds an F32 gradient to bf16: '{}' is {}, '{}' is {}", op.in[0],
+             dtypeName(p.value(op.in[0]).dtype), op.out[0], dtypeName(p.value(op.out[0]).dtype));
+      return;
     }
     for (size_t k = 0; k < op.out.size(); ++k)
       if (p.value(op.out[k]).dtype != DType::F32)

@@ -43,7 +43,7 @@ struct GradCtx {
     if (i >= op.out.size()) error(fmt::format("expected at least {} outputs", i + 1));
     const plan::Value &pv = env.plan.value(op.out[i]);
     HostValue h;
-    h.dtype = DType::F32;
+    h.dtype = pv.dtype;  // F32, or grad_round's bf16 (data already rounded)
     h.batch = pv.batch ? env.req.B : 1;
     h.rows = rowsOf(pv);
     h.cols = pv.cols;
@@ -277,6 +277,11 @@ void runCpuGradOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
     std::vector<float> c(a.f.size());
     for (size_t i = 0; i < c.size(); ++i) c[i] = a.f[i] + b.f[i];
     return cx.out(0, std::move(c));
+  }
+  case OpKind::GradRound: {  // bf(g) once for the linear gradients that read it (h3-fuse-grad)
+    std::vector<float> gb = cx.in(0).f;
+    for (float &e : gb) e = roundBf16(e);
+    return cx.out(0, std::move(gb));
   }
   case OpKind::LinearGradX: return linearGradX(cx);
   case OpKind::LinearGradW: return linearGradW(cx);

@@ -136,13 +136,14 @@ inline EmitOp qkvNormRope(const std::string &node, int64_t K, int64_t heads, int
 
 // linear_grad_x of a bf16 linear (docs/contract.md section 14) as a `--backward` plan has it: g F32 [S, N] (the
 // output's gradient, batched) -> dx F32 [S, K], the weight bf16 [N, K]; k_chunks over N.
-inline EmitOp linearGradX(int64_t N, int64_t K, bool residual = false) {
+// With `gBf16`, g is a grad_round's bf(g) (bf16, h3-fuse-grad): the forms without their rounding phase.
+inline EmitOp linearGradX(int64_t N, int64_t K, bool residual = false, bool gBf16 = false) {
   plan::OpAttrs a = attrs({{"K", double(K)}, {"N", double(N)}});
   a.wDtype = h3c::DType::BF16;
   if (residual) a.epilogue = plan::Epilogue::Residual;  // h3-fuse-grad: dx = residual + dX, residual F32 [S, K]
   EmitOp e = op(OpKind::LinearGradX, "transformer_blocks.0.linear_grad_x", a, kchunks(1), 1);
   e.vals.in[0].cols = N;
-  e.vals.in[0].dtype = h3c::DType::F32;
+  e.vals.in[0].dtype = gBf16 ? h3c::DType::BF16 : h3c::DType::F32;
   if (residual) {
     e.vals.in[1].cols = K;
     e.vals.in[1].dtype = h3c::DType::F32;
@@ -154,8 +155,8 @@ inline EmitOp linearGradX(int64_t N, int64_t K, bool residual = false) {
 
 // linear_grad_w of a bf16 linear with its weight trained (and its bias, with `bias`), as a `--backward` plan has it:
 // g F32 [S, N] and x bf16 [S, K] (batched) -> dW F32 [N, K] (and dbias F32 [N]), the gradients at output positions 0
-// (and 1); row_units.
-inline EmitOp linearGradW(int64_t N, int64_t K, bool bias) {
+// (and 1); row_units. With `gBf16` (no bias then) g is a grad_round's bf(g), bf16.
+inline EmitOp linearGradW(int64_t N, int64_t K, bool bias, bool gBf16 = false) {
   plan::OpAttrs a = attrs({{"K", double(K)}, {"N", double(N)}});
   a.wDtype = h3c::DType::BF16;
   plan::Order order;
@@ -166,7 +167,7 @@ inline EmitOp linearGradW(int64_t N, int64_t K, bool bias) {
   e.op.grads = e.op.weights;
   if (bias) e.op.grads.push_back(e.op.biases[0]);
   e.vals.in[0].cols = N;
-  e.vals.in[0].dtype = h3c::DType::F32;
+  e.vals.in[0].dtype = gBf16 ? h3c::DType::BF16 : h3c::DType::F32;
   e.vals.in[1].cols = K;
   e.vals.in[1].dtype = h3c::DType::BF16;
   for (size_t i = 0; i < e.op.grads.size(); ++i) {

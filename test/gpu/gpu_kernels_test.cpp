@@ -1415,6 +1415,25 @@ TEST_F(Kernels, LinearGradX) {
     const plan::Kernel &kr9 = kernel(opr), &krm = kernel(opr, mmaOpt);
     report(bytesEqual(goRes(kr9), sum) && bytesEqual(goRes(krm), sum),
            name + ": residual epilogue (" + kr9.id + ", " + krm.id + ") == residual + dX byte for byte");
+    // g as a grad_round's bf16 bf(g) (rounded here on the host), read by the GEMM alone, with and without the
+    // residual: byte-equal to the rounding forms' dX (and residual + dX).
+    std::vector<uint16_t> gb(g.size());
+    for (size_t i = 0; i < g.size(); ++i) gb[i] = floatToBf16(g[i]);
+    auto goBf = [&](const plan::Kernel &kern, bool withRes) {
+      Launch la;
+      la.in = {up(gb)};
+      if (withRes) la.in.push_back(up(res));
+      la.w = {wb};
+      la.out = {outBuf(size_t(c.M * c.K * 4))};
+      la.e = rowsS(c.M);
+      run(kern, la);
+      return down<float>(*la.out[0], size_t(c.M * c.K));
+    };
+    const EmitOp opg = linearGradX(c.N, c.K, false, true), opgr = linearGradX(c.N, c.K, true, true);
+    const plan::Kernel &kg9 = kernel(opg), &kgm = kernel(opg, mmaOpt), &kgr9 = kernel(opgr);
+    report(kg9.phases.empty() && bytesEqual(goBf(kg9, false), h1) && bytesEqual(goBf(kgm, false), h1) &&
+               bytesEqual(goBf(kgr9, true), sum),
+           name + ": bf16 g (" + kg9.id + ", " + kgm.id + ", " + kgr9.id + ") == the F32 g's dX byte for byte");
     const plan::Kernel &kp = kernel(op, pairOpt);
     report(kp.phases.at(0).launch.cluster[0] == 2 && bytesEqual(go(kp, g), m),
            name + ": the 2-CTA cluster form (" + kp.id + ") == mma.sync byte for byte");
@@ -1528,6 +1547,24 @@ TEST_F(Kernels, LinearGradW) {
                                (at == SIZE_MAX ? "" : fmt::format(" (first difference at {}{}: {} vs {})", at,
                                                                   at >= nw ? " (dbias)" : "", h1[at], m[at])));
     report(bytesEqual(h1, h2), name + ": two runs byte-equal");
+    if (!c.bias) {
+      // h3-fuse-grad: g as a grad_round's bf16 bf(g) (rounded here on the host), read by the GEMM alone: dw
+      // byte-equal to the rounding forms', Hopper and mma.sync.
+      const EmitOp opg = linearGradW(c.N, c.K, false, true);
+      const plan::Kernel &kg9 = kernel(opg), &kgm = kernel(opg, mmaOpt);
+      std::vector<uint16_t> gb(g.size());
+      for (size_t i = 0; i < g.size(); ++i) gb[i] = floatToBf16(g[i]);
+      auto goBf = [&](const plan::Kernel &kern) {
+        Launch la;
+        la.in = {up(gb), up(x)};
+        la.out = {outBuf(nw * 4)};
+        la.e = rowsS(c.itemRows, c.B);
+        run(kern, la);
+        return down<float>(*la.out[0], nw);
+      };
+      report(kg9.phases.empty() && bytesEqual(goBf(kg9), h1) && bytesEqual(goBf(kgm), h1),
+             name + ": bf16 g (" + kg9.id + ", " + kgm.id + ") == the F32 g's dw byte for byte");
+    }
     if (c.B == 2) {  // the batch's fold: item 0's own sum + item 1's own sum, element by element (F32)
       const auto i0 = go(k9, 0, 1), i1 = go(k9, 1, 1);
       bool same = true;

@@ -42,10 +42,37 @@ func.func @grad_w_bias_only(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf
 
 // -----
 
-func.func @bf16_gradient(%g: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, f32> {
-  // expected-error @+1 {{g must be 'f32', got 'bf16'}}
-  %dx = h3.linear_grad_x %g {K = 32 : i64, N = 24 : i64, weight = ["w"], nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 32, f32>
+// A gradient is f32; a linear gradient may read bf(g) (bf16: an h3.grad_round's result, h3-fuse-grad), nothing else.
+func.func @int_gradient(%g: !h3.act<B, S, 24, i64>) -> !h3.act<B, S, 32, f32> {
+  // expected-error @+1 {{g must be f32 (or bf16: an h3.grad_round result)}}
+  %dx = h3.linear_grad_x %g {K = 32 : i64, N = 24 : i64, weight = ["w"], nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, i64>) -> !h3.act<B, S, 32, f32>
   return %dx : !h3.act<B, S, 32, f32>
+}
+
+// -----
+
+// dbias sums the F32 g: a dW with a bias gradient does not read bf(g).
+func.func @bf16_gradient_bias(%g: !h3.act<B, S, 24, bf16>, %x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{a bias gradient sums the F32 g: g must be f32}}
+  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = ["b"], grads = ["grad:w", "grad:b"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 32, bf16>) -> ()
+  return
+}
+
+// -----
+
+// grad_round: F32 in, bf16 of the same shape out.
+func.func @grad_round_f32_result(%g: !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32> {
+  // expected-error @+1 {{result must be 'bf16', got 'f32'}}
+  %gb = h3.grad_round %g {nodes = ["l"], values = ["gb"]} : (!h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %gb : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+func.func @grad_round_width(%g: !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 16, bf16> {
+  // expected-error @+1 {{result must have 24 columns, got 16}}
+  %gb = h3.grad_round %g {nodes = ["l"], values = ["gb"]} : (!h3.act<B, S, 24, f32>) -> !h3.act<B, S, 16, bf16>
+  return %gb : !h3.act<B, S, 16, bf16>
 }
 
 // -----

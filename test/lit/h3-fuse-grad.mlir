@@ -4,6 +4,7 @@
 // nowhere else, with the other part defined before that op, becomes the op's residual (the op's result is the sum,
 // named as the grad_add's was). The later part (b) is taken first, so a chain fuses link by link; a dX read twice,
 // an other part defined after the dX, a dX that already has a residual and parts that are no dX stay as they are.
+// Then a gradient that two or more linear gradients round to bf16 is rounded once (h3.grad_round) for them all.
 
 // A chain of three dX parts of one value (to_v's, to_k's, to_q's): each later dX adds the sum so far.
 // CHECK-LABEL: func.func @chain
@@ -75,4 +76,37 @@ func.func @has_residual(%g0: !h3.act<B, S, 32, f32>, %g1: !h3.act<B, S, 32, f32>
   %l = h3.linear_grad_x %g1 {K = 24 : i64, N = 32 : i64, weight = ["w1"], nodes = ["b"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %s = h3.grad_add %r, %l {nodes = ["b"], values = ["grad:x+b"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
   return %s : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// One g read by three linear gradients that multiply bf(g) (a bf16 weight's dX, its LoRA dt, the up slot's dW
+// without a bias gradient): one h3.grad_round before the first of them, which all read. An F32 weight's dX (the fma
+// chain of the F32 g) and a dW with a bias gradient (dbias sums the F32 g) keep g.
+// CHECK-LABEL: func.func @shared_rounding
+// CHECK-NEXT: %[[GB:.*]] = h3.grad_round %arg0 {nodes = ["l"], values = ["@grad:y~bf16"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 32, bf16>
+// CHECK-NEXT: h3.linear_grad_w %[[GB]], %arg1 {{{.*}}grads = ["grad:l.lora_up"]
+// CHECK-NEXT: h3.linear_grad_w %arg0, %arg2 {{{.*}}grads = ["grad:w", "grad:b"]
+// CHECK-NEXT: h3.linear_grad_x %[[GB]] {{{.*}}weight = ["l.lora_up"]} : (!h3.act<B, S, 32, bf16>)
+// CHECK-NEXT: h3.linear_grad_x %[[GB]] {{{.*}}weight = ["w"]} : (!h3.act<B, S, 32, bf16>)
+// CHECK-NEXT: h3.linear_grad_x %arg0 {{{.*}}weight = ["proj_out.weight"]} : (!h3.act<B, S, 32, f32>)
+func.func @shared_rounding(%g: !h3.act<B, S, 32, f32> {h3.name = "@grad:y"}, %t: !h3.act<B, S, 64, bf16>, %x: !h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 64, f32>, !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) {
+  h3.linear_grad_w %g, %t {K = 64 : i64, N = 32 : i64, bias = [], grads = ["grad:l.lora_up"], weight = ["l.lora_up"], nodes = ["l"], values = []} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 64, bf16>) -> ()
+  h3.linear_grad_w %g, %x {K = 24 : i64, N = 32 : i64, bias = ["b"], grads = ["grad:w", "grad:b"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, bf16>) -> ()
+  %dt = h3.linear_grad_x %g {K = 64 : i64, N = 32 : i64, weight = ["l.lora_up"], nodes = ["l"], values = ["grad:t"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 64, f32>
+  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %df = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["proj_out.weight"], nodes = ["proj_out"], values = ["grad:x2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  return %dt, %dx, %df : !h3.act<B, S, 64, f32>, !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// One reader that multiplies bf(g) (the other reads the F32 g): nothing to share, no grad_round.
+// CHECK-LABEL: func.func @one_reader
+// CHECK-NOT: h3.grad_round
+// CHECK: return
+func.func @one_reader(%g: !h3.act<B, S, 32, f32>) -> (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) {
+  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %df = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["proj_out.weight"], nodes = ["proj_out"], values = ["grad:x2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  return %dx, %df : !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>
 }

@@ -60,8 +60,9 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
                "(implies --no-fuse; refuses --sp and --tp; with --lora-rank the adapters' gradients too). Its ops "
                "have no GPU kernel yet");
   app.add_flag("--no-fuse-grad", a->noFuseGrad,
-               "With --backward: keep every grad_add apart (h3-fuse-grad adds a dX's sibling part in the dX kernel's "
-               "epilogue by default); the same bits (for comparisons)");
+               "With --backward: skip h3-fuse-grad, which by default adds a dX's sibling gradient part in the dX "
+               "kernel's epilogue and rounds a g that several linear gradients read once (grad_round); the same "
+               "bits (for comparisons)");
   app.add_option("--trainable", a->trainable,
                  "With --backward: the tensors that get gradients, a glob over tensor names ('*' any run, '?' one "
                  "character) or \"lora\" for the adapter slots of --lora-rank; repeatable (the union); the others "

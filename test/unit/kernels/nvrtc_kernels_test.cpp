@@ -1051,11 +1051,13 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
       const bool scratch = std::any_of(k.params.begin(), k.params.end(), [](const plan::KernelParam &q) {
         return q.kind == plan::KernelParam::Kind::Scratch;
       });
+      // (A linear gradient reading a grad_round's bf16 g, h3-fuse-grad, is the GEMM alone: no phase, no scratch.)
+      const bool gbIn = p.value(op.in[0]).dtype == h3c::DType::BF16 && op.kind != plan::OpKind::AttentionGrad;
       if (isMma) {
         ++tensorCore;
         EXPECT_TRUE(c.mma) << what << ": " << k.id;
-        EXPECT_EQ(k.phases.size(), 1u) << k.id;
-        EXPECT_TRUE(scratch) << k.id;
+        EXPECT_EQ(k.phases.size(), gbIn ? 0u : 1u) << k.id;
+        EXPECT_EQ(scratch, !gbIn) << k.id;
       } else if (op.kind == plan::OpKind::AttentionGrad) {
         EXPECT_FALSE(c.mma) << what << ": attention_grad kept the one-thread form";
         EXPECT_EQ(k.phases.size(), 2u) << k.id;
@@ -1081,7 +1083,7 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
     } else {
       EXPECT_EQ(tensorCore, 0) << what;
     }
-    for (const char *k : {"grad_add", "linear_grad_x", "linear_grad_w", "swiglu_grad", "rms_norm_grad",
+    for (const char *k : {"grad_add", "grad_round", "linear_grad_x", "linear_grad_w", "swiglu_grad", "rms_norm_grad",
                           "norm_modulate_grad", "gate_residual_grad", "rope_grad", "attention_grad", "silu_grad",
                           "adaln_table_grad", "pack_grad", "unpack_grad"})
       EXPECT_TRUE(kinds.count(k)) << what << ": no '" << k << "' op";
@@ -1183,14 +1185,20 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
   // h3-fuse-grad's residual epilogue (dx = residual + dX, one F32 load and add per output) at both tile widths the
   // fused ops take (q / k: 192; the LoRA path's dX into to_out's and fc2's inputs: 256), qualified as above (the
   // mma.sync and one-thread forms' compile in GradientKernelsOfBackwardPlans).
+  // They read g as h3-fuse-grad leaves it: a grad_round's bf16 bf(g), the GEMM alone (no rounding phase, its map
+  // over g itself, no scratch).
   for (const auto &[N, K] : {std::pair<int64_t, int64_t>{7168, 5376}, {64, 14336}}) {
-    const plan::Kernel k = *emit(linearGradX(N, K, true), "sm_90a");
-    EXPECT_EQ(k.id.find(fmt::format("linear_grad_x_mma_sm90_n{}_k{}_res_", N, K)), 0u) << k.id;
+    const plan::Kernel k = *emit(linearGradX(N, K, true, true), "sm_90a");
+    EXPECT_EQ(k.id.find(fmt::format("linear_grad_x_mma_sm90_n{}_k{}_res_gb_", N, K)), 0u) << k.id;
     EXPECT_NE(k.source.find("#define GR_RESIDUAL 1\n"), std::string::npos) << k.id;
+    EXPECT_TRUE(k.phases.empty()) << k.id;
     EXPECT_TRUE(std::any_of(k.params.begin(), k.params.end(), [](const plan::KernelParam &q) {
       return q.name == "residual";
     })) << k.id;
-    expectQualifiedWgmma(jit, k, fmt::format("dX N {} K {} residual", N, K));
+    EXPECT_FALSE(std::any_of(k.params.begin(), k.params.end(), [](const plan::KernelParam &q) {
+      return q.kind == plan::KernelParam::Kind::Scratch;
+    })) << k.id;
+    expectQualifiedWgmma(jit, k, fmt::format("dX N {} K {} residual, bf16 g", N, K));
   }
   // sm_100a and wgmma off: the mma.sync form.
   hk::EmitOptions off;
@@ -1274,6 +1282,18 @@ TEST(NvrtcCompile, LinearGradWOnHopperNeitherSerializesNorSpills) {
       if (seen.insert(k.id).second && (nvrtcVariants() || seen.insert(form).second))
         expectQualifiedWgmma(jit, k, fmt::format("dW N {} K {} bias {}", N, K, bias));
     }
+  // A grad_round's bf16 g (h3-fuse-grad; the LoRA up slot's dW): the GEMM alone, its per-item map over g, no
+  // scratch; qualified as above. With a bias gradient (dbias sums the F32 g) it is refused.
+  {
+    const plan::Kernel k = *emit(linearGradW(28672, 64, false, true), "sm_90a");
+    EXPECT_EQ(k.id.find("linear_grad_w_mma_sm90_n28672_k64_gb_"), 0u) << k.id;
+    EXPECT_TRUE(k.phases.empty()) << k.id;
+    EXPECT_FALSE(std::any_of(k.params.begin(), k.params.end(), [](const plan::KernelParam &q) {
+      return q.kind == plan::KernelParam::Kind::Scratch;
+    })) << k.id;
+    expectQualifiedWgmma(jit, k, "dW N 28672 K 64, bf16 g");
+    EXPECT_THROW(emit(linearGradW(5376, 5376, true, true), "sm_90a"), h3c::Error);
+  }
   hk::EmitOptions off;
   off.wgmma = false;
   hk::EmitOptions noGradW;

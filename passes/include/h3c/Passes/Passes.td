@@ -94,14 +94,16 @@ def H3Backward : Pass<"h3-backward", "mlir::ModuleOp"> {
 }
 
 def H3FuseGrad : Pass<"h3-fuse-grad", "mlir::ModuleOp"> {
-  let summary = "Fuse the backward's h3.grad_add into the h3.linear_grad_x that computes one of its parts";
+  let summary = "Fuse a grad_add into the dX that computes one of its parts; round a g once for its readers";
   let description = [{
     An h3.grad_add(a, b) one of whose parts is an h3.linear_grad_x result read by nothing else, whose other part is
     defined before that op (so it is ready when the op runs), becomes that op's `residual`: the op's result is
     the sum, named as the grad_add's was. The sum is the same F32 addition (docs/contract.md section 14), in the
     dX kernel's epilogue, so the gradients keep their bits and the backward saves the grad_add's pass over three
     F32 tensors and dX's own store. The later part is taken first (b: the consumer visited last), so a chain of
-    parts fuses link by link. Runs after h3-backward; nothing else changes.
+    parts fuses link by link. Then an F32 gradient that two or more linear gradients multiply as bf(g) (a bf16
+    weight's dX, a dW without a bias gradient) gets one h3.grad_round before the first of them, which they all read:
+    g rounded once, the same bits. Runs after h3-backward; nothing else changes.
   }];
   let dependentDialects = ["::h3c::h3ir::H3Dialect", "::mlir::func::FuncDialect"];
 }

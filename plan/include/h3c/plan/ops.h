@@ -23,10 +23,12 @@ enum class OpKind {
   LoraDown,
   // The backward's gradient ops (docs/contract.md section 14; dialect/include/h3c/Dialect/H3/H3GradOps.td): the ops of
   // functions.backward, one per forward node kind it differentiates, plus grad_add (the sum of a value's gradient
-  // parts). Every gradient is F32. An op that differentiates weights (emitsWeightGrads) lists, after its activation
-  // outputs, one F32 value per tensor of its `weights` then `bias` lists: that tensor's gradient ("grad:<tensor>").
+  // parts) and grad_round (bf(g), the bf16 rounding several linear gradients of one g read: h3-fuse-grad). Every
+  // gradient is F32 (grad_round's output: bf16). An op that differentiates weights (emitsWeightGrads) lists, after
+  // its activation outputs, one F32 value per tensor of its `weights` then `bias` lists: that tensor's gradient
+  // ("grad:<tensor>").
   GradAdd, LinearGradX, LinearGradW, SwigluGrad, RmsNormGrad, NormModulateGrad, GateResidualGrad, RopeGrad,
-  AttentionGrad, SiluGrad, AdalnTableGrad, PackGrad, UnpackGrad,
+  AttentionGrad, SiluGrad, AdalnTableGrad, PackGrad, UnpackGrad, GradRound,
 };
 // What a GEMM applies after its reduction: none, residual, gate_residual, swiglu (linear); qk_norm_rope (qkv_linear
 // only: the per-head norm of q and k and their rope in the epilogue, docs/contract.md section 3).

@@ -13,12 +13,22 @@ def H3_GradAddOp : H3_Op<"grad_add"> {
   let results = (outs H3_ActType:$c);
 }
 
+def H3_GradRoundOp : H3_Op<"grad_round"> {
+  let summary = "gb = bf(g): the bf16 rounding of an F32 gradient that several tensor-core gradient ops read";
+  let description = [{
+    h3-fuse-grad: the linear gradients of a bf16 weight multiply bf(g) (docs/contract.md section 14); where several
+    read one g, they read this one rounding (bf16, g's shape) instead of each rounding g itself. The same bits.
+  }];
+  let arguments = !con((ins H3_ActType:$g), H3_Common);
+  let results = (outs H3_ActType:$gb);
+}
+
 def H3_LinearGradXOp : H3_ReducingOp<"linear_grad_x", H3_OrderKChunks> {
   let summary = "dX = bf(g) W for a bf16 weight (k_chunks over N), the fma chain over N for an F32 one";
   let description = [{
     With `residual` (h3-fuse-grad: the h3.grad_add of this dX and a part of the same gradient computed before it),
     the result is residual + dX, one F32 addition per element after dX's own value: grad_add's sum, in the kernel's
-    epilogue.
+    epilogue. g is F32, or bf16 when it is an h3.grad_round's result (bf(g) already: a bf16 weight's dX only).
   }];
   let arguments = !con((ins H3_ActType:$g, Optional<H3_ActType>:$residual, I64Attr:$K, I64Attr:$N, StrArrayAttr:$weight,
                             OptionalAttr<H3_OrderAttr>:$order), H3_Common);
@@ -29,7 +39,8 @@ def H3_LinearGradWOp : H3_ReducingOp<"linear_grad_w", H3_OrderRowUnits> {
   let summary = "dW = bf(g)^T bf(x) and dbias = sum of g, by row_units over the token rows";
   let description = [{
     No result: the gradients are the tensors named in `grads` (grad:<weight>, then grad:<bias> when `bias` is
-    given). `x` is the linear's input as the forward read it (a saved activation).
+    given). `x` is the linear's input as the forward read it (a saved activation). g is F32, or bf16 (an
+    h3.grad_round's result) when no bias gradient is computed: dbias sums the F32 g.
   }];
   let arguments = !con((ins H3_ActType:$g, H3_ActType:$x, I64Attr:$K, I64Attr:$N, StrArrayAttr:$weight,
                             StrArrayAttr:$bias, StrArrayAttr:$grads, OptionalAttr<H3_OrderAttr>:$order), H3_Common);
