@@ -531,9 +531,11 @@ SmallVector<int64_t> AttentionOp::getReducedExtents() { return {int64_t(getHeadD
 namespace {
 
 // A gradient: f32, the rows and columns of the forward value it is the gradient of.
-LogicalResult gradOf(Operation *op, Value grad, ActType of, llvm::StringRef what) {
+LogicalResult gradOf(Operation *op, Value grad, ActType of, llvm::StringRef what, bool mayRound = false) {
   ActType g = act(grad);
-  if (!g.getElementType().isF32()) return err(op) << what << " must be f32, got " << g.getElementType();
+  if (!g.getElementType().isF32() && !(mayRound && g.getElementType().isBF16()))
+    return err(op) << what << " must be f32" << (mayRound ? " (or bf16: its rounding fused by h3-fuse-grad)" : "")
+                   << ", got " << g.getElementType();
   if (failed(sameRows(op, g, of, what))) return failure();
   return expect(op, g, what, of.getCols());
 }
@@ -617,7 +619,7 @@ LogicalResult SwigluGradOp::verify() {
   if (x.getCols() % 2) return err(op) << "x must have an even number of columns (value; gate), got " << x.getCols();
   if (failed(expect(op, dy, "dy", x.getCols() / 2, Float32Type::get(getContext()))) || failed(sameRows(op, x, dy, "dy")))
     return failure();
-  return gradOf(op, getDx(), x, "dx");
+  return gradOf(op, getDx(), x, "dx", /*mayRound=*/true);
 }
 
 LogicalResult RmsNormGradOp::verify() {
@@ -629,7 +631,7 @@ LogicalResult RmsNormGradOp::verify() {
     return err(op) << "group " << getGroup() << " must divide the " << x.getCols() << " columns";
   if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(gradNames(op, getGrads(), getWeight(), ArrayAttr::get(getContext(), {}))))
     return failure();
-  return failure(failed(gradOf(op, getDy(), x, "dy")) || failed(gradOf(op, getDx(), x, "dx")));
+  return failure(failed(gradOf(op, getDy(), x, "dy")) || failed(gradOf(op, getDx(), x, "dx", /*mayRound=*/true)));
 }
 
 LogicalResult NormModulateGradOp::verify() {
@@ -656,7 +658,7 @@ LogicalResult GateResidualGradOp::verify() {
   ActType y = act(getY()), table = act(getTable());
   if (failed(verifyTableGather(op, table, y.getCols(), getNumChunks(), {int64_t(getChunk())}, getRowIndex())) ||
       failed(verifyRowMeta(op, getRowIndex(), getRowMeta(), y)) || failed(gradOf(op, getDz(), y, "dz")) ||
-      failed(gradOf(op, getDy(), y, "dy")))
+      failed(gradOf(op, getDy(), y, "dy", /*mayRound=*/true)))
     return failure();
   return gradOf(op, getDtable(), table, "dtable");
 }

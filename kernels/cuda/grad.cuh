@@ -33,6 +33,12 @@ __device__ __forceinline__ float gr_ld(const void *p, long long i, int bf) {
   return bf ? bf2f(((const h3bf *)p)[i]) : ((const float *)p)[i];
 }
 
+// A gradient output element: F32, or (bf = 1, h3-fuse-grad's fused rounding) bf(v), round to nearest even.
+__device__ __forceinline__ void gr_st(void *p, long long i, float v, int bf) {
+  if (bf) ((h3bf *)p)[i] = f2bf(v);
+  else ((float *)p)[i] = v;
+}
+
 // One 16-wide chunk in the tensor core's model: gr_chunk_add(s, j, a, b) for j ascending, then gr_chunk_value.
 __device__ __forceinline__ void gr_chunk_zero(double *s) { s[0] = s[1] = s[2] = s[3] = 0.0; }
 __device__ __forceinline__ void gr_chunk_add(double *s, int j, float a, float b) {
@@ -236,8 +242,8 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
     const long long m = i / GR_F, f = i % GR_F;
     const float v = gr_ld(x, m * 2 * GR_F + f, GR_X_BF), gv = gr_ld(x, m * 2 * GR_F + GR_F + f, GR_X_BF);
     const float d = ((const float *)dy)[i];
-    ((float *)dx)[m * 2 * GR_F + f] = __fmul_rn(d, rbf(h3c::detmath::silu(gv)));
-    ((float *)dx)[m * 2 * GR_F + GR_F + f] = __fmul_rn(__fmul_rn(d, v), gr_silu_derivative(gv));
+    gr_st(dx, m * 2 * GR_F + f, __fmul_rn(d, rbf(h3c::detmath::silu(gv))), GR_OUT_BF);
+    gr_st(dx, m * 2 * GR_F + GR_F + f, __fmul_rn(__fmul_rn(d, v), gr_silu_derivative(gv)), GR_OUT_BF);
   }
 
 #elif GR_KIND == GR_SILU
@@ -284,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
       for (int j = lane; j < GR_G; j += 32) {
         const float dn = GR_HAS_W ? __fmul_rn(((const float *)dy)[base + j], GR_WV(j)) : ((const float *)dy)[base + j];
         const float xu = __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv);
-        ((float *)dx)[base + j] = __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean)));
+        gr_st(dx, base + j, __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean))), GR_OUT_BF);
       }
     }
   }
@@ -329,7 +335,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
         float dn = __fmul_rn(((const float *)dy)[base + j], rbf(__fadd_rn(1.0f, gr_ld(table, sc + j, GR_T_BF))));
         if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j));
         const float xu = __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv);
-        ((float *)dx)[base + j] = __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean)));
+        gr_st(dx, base + j, __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean))), GR_OUT_BF);
       }
     }
   }
@@ -340,7 +346,8 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
   for (long long i = GR_TID; i < rows * GR_H; i += GR_STRIDE) {
     const long long r = i / GR_H, c = i % GR_H;
     const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
-    ((float *)dy)[i] = __fmul_rn(((const float *)dz)[i], gr_ld(table, t * (GR_NUMCH * GR_H) + GR_CHUNK * GR_H + c, GR_T_BF));
+    gr_st(dy, i, __fmul_rn(((const float *)dz)[i], gr_ld(table, t * (GR_NUMCH * GR_H) + GR_CHUNK * GR_H + c, GR_T_BF)),
+          GR_OUT_BF);
   }
 
 #elif GR_KIND == GR_PACK

@@ -572,6 +572,13 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   default: fail(v.where, "no GPU kernel for op kind '{}'", plan::opKindName(v.op.kind));
   }
   (void)one;
+  // h3-fuse-grad's fused rounding: swiglu_grad's and rms_norm_grad's dx, gate_residual_grad's dy stored as bf16
+  // (gr_st); no other kind has a bf16 output (the plan's backward check).
+  const bool outBf = !v.op.out.empty() && bf(v.out(0));
+  if (outBf && v.op.kind != OpKind::SwigluGrad && v.op.kind != OpKind::RmsNormGrad && v.op.kind != OpKind::GateResidualGrad)
+    fail(v.where, "a {}'s first output is F32 (bf16 only where h3-fuse-grad fused the rounding)", plan::opKindName(v.op.kind));
+  b.def("GR_OUT_BF", outBf ? 1 : 0);
+  if (outBf) name += "_bfout";
   b.def("GR_KIND", kind);
   return finish(name, "GR_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad, l, arch, gradLaunch(v.options),
                 std::move(phases));

@@ -49,6 +49,7 @@ struct Checker {
   std::map<std::string, const Op *> forwardOf;  // node id -> the forward op implementing it
   std::map<std::string, const Op *> loraDownOf;  // a lora_down's output value -> that op
   std::vector<std::string> trainable;            // functions.backward.trainable
+  std::set<std::string> roundedGrads;             // the backward's bf16 outputs (grad_round's, fused roundings)
 
   bool trained(const std::string &t) const { return trains(trainable, t, p.weightTensor(t).adapter); }
 
@@ -180,8 +181,17 @@ struct Checker {
              dtypeName(p.value(op.in[0]).dtype), op.out[0], dtypeName(p.value(op.out[0]).dtype));
       return;
     }
+    // bf16 gradients exist for the tensor-core linear gradients only (h3-fuse-grad): what grad_round writes, or
+    // these ops' first output with the rounding fused; only a linear gradient's g may read one (gradOperand).
+    for (size_t k = 0; k < op.in.size(); ++k)
+      if (p.value(op.in[k]).dtype == DType::BF16 && isGradOp(op.kind) && roundedGrads.count(op.in[k]) &&
+          !((op.kind == OpKind::LinearGradX || op.kind == OpKind::LinearGradW) && k == 0))
+        fail(op.where + "/in/" + std::to_string(k), "'{}' is a bf16 gradient: only a linear gradient's g reads one",
+             op.in[k]);
+    const bool roundsOut = op.kind == OpKind::SwigluGrad || op.kind == OpKind::RmsNormGrad ||
+                           op.kind == OpKind::GateResidualGrad;
     for (size_t k = 0; k < op.out.size(); ++k)
-      if (p.value(op.out[k]).dtype != DType::F32)
+      if (p.value(op.out[k]).dtype != DType::F32 && !(roundsOut && k == 0 && p.value(op.out[k]).dtype == DType::BF16))
         fail(op.where + "/out/" + std::to_string(k), "a gradient is F32, '{}' is {}", op.out[k],
              dtypeName(p.value(op.out[k]).dtype));
     // The weight gradients after the activation outputs: F32 values of each tensor's element count.
@@ -345,7 +355,10 @@ void checkBackward(const Plan &p, const h3::Fingerprint &model, const std::strin
   // The backward of the unfused single-rank forward (h3-backward refuses the rest).
   if (p.options.fuse || p.options.sp != 1 || p.options.tp != 1)
     fail(fw, "a backward is written for the unfused one-rank forward (options fuse false, sp 1, tp 1)");
-  backward_check::Checker c{p, {}, {}, {}, bwd.trainable};
+  backward_check::Checker c{p, {}, {}, {}, bwd.trainable, {}};
+  for (const Op &op : bwd.ops)
+    for (const auto &o : op.out)
+      if (p.value(o).dtype == DType::BF16) c.roundedGrads.insert(o);
   // Every pattern selects a tensor (a typo would silently freeze what it meant to train).
   for (size_t i = 0; i < bwd.trainable.size(); ++i) {
     bool any = false;

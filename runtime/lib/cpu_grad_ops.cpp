@@ -43,13 +43,15 @@ struct GradCtx {
     if (i >= op.out.size()) error(fmt::format("expected at least {} outputs", i + 1));
     const plan::Value &pv = env.plan.value(op.out[i]);
     HostValue h;
-    h.dtype = pv.dtype;  // F32, or grad_round's bf16 (data already rounded)
+    h.dtype = pv.dtype;  // F32, or bf16: grad_round's, or an op whose rounding h3-fuse-grad fused (rounded below)
     h.batch = pv.batch ? env.req.B : 1;
     h.rows = rowsOf(pv);
     h.cols = pv.cols;
     if (data.size() != size_t(h.numel()))
       error(fmt::format("output '{}' has {} elements, the plan declares {}", op.out[i], data.size(), h.numel()));
     h.f = std::move(data);
+    if (h.dtype == DType::BF16)
+      for (float &e : h.f) e = roundBf16(e);
     vals[op.out[i]] = std::move(h);
   }
   // A weight tensor as floats, checked to hold `numel` elements.
@@ -278,11 +280,7 @@ void runCpuGradOp(const plan::Op &op, OpEnv &env, ValueMap &values) {
     for (size_t i = 0; i < c.size(); ++i) c[i] = a.f[i] + b.f[i];
     return cx.out(0, std::move(c));
   }
-  case OpKind::GradRound: {  // bf(g) once for the linear gradients that read it (h3-fuse-grad)
-    std::vector<float> gb = cx.in(0).f;
-    for (float &e : gb) e = roundBf16(e);
-    return cx.out(0, std::move(gb));
-  }
+  case OpKind::GradRound: return cx.out(0, cx.in(0).f);  // bf(g) once for its readers (out rounds to bf16)
   case OpKind::LinearGradX: return linearGradX(cx);
   case OpKind::LinearGradW: return linearGradW(cx);
   case OpKind::SwigluGrad: {

@@ -95,6 +95,20 @@ std::vector<unsigned char> deviceBytes(const HostValue &h, DType dt) {
   return b;
 }
 
+// A device buffer of `count` values in plan dtype `dt` (F32, or bf16: h3-fuse-grad's rounded gradients) as floats.
+std::vector<float> hostFloats(const hc::DeviceBuffer &b, size_t count, DType dt) {
+  std::vector<float> f(count);
+  if (count == 0) return f;
+  if (dt == DType::F32) {
+    b.download(f.data(), count * 4);
+    return f;
+  }
+  std::vector<uint16_t> h(count);
+  b.download(h.data(), count * 2);
+  for (size_t i = 0; i < count; ++i) f[i] = h3c::bf16ToFloat(h[i]);
+  return f;
+}
+
 // A two-timestep request of text, audio and video (T, H, W) rows: {text, audio, T, H, W}; `shuffle`: its packed rows
 // permuted (the same values, indices to match).
 Request tinyRequest(const h3c::h3::Config &c, std::array<int64_t, 5> rows, int64_t batch, uint64_t seed,
@@ -180,12 +194,14 @@ void checkKernelsOnCpuInputs(const char *name) {
     else
       for (int64_t n = 0; n < N; ++n)
         for (int64_t k = 0; k < K; ++k) other[size_t(n * K + k)] = float((n * 3 + k * 5) % 5 - 2);
-    HostValue otherValue;
+    HostValue otherValue, gValue;
     otherValue.f = other;
-    const std::vector<unsigned char> ob = deviceBytes(otherValue, DType::BF16);
+    gValue.f = g;  // (crafted values are exact in bf16: a grad_round's bf16 g holds them as they are)
+    const std::vector<unsigned char> ob = deviceBytes(otherValue, DType::BF16),
+                                     gb = deviceBytes(gValue, p.value(op.in[0]).dtype);
     std::vector<hc::DeviceBuffer> in, out;
-    in.emplace_back(g.size() * 4);
-    in.back().upload(g.data(), g.size() * 4);
+    in.emplace_back(gb.size());
+    in.back().upload(gb.data(), gb.size());
     in.emplace_back(dw ? ob.size() : 4);
     if (dw) in.back().upload(ob.data(), ob.size());
     hc::DeviceBuffer wbuf(ob.size());
@@ -266,7 +282,8 @@ void checkKernelsOnCpuInputs(const char *name) {
       in.emplace_back(std::max<size_t>(b.size(), 4));
       if (!b.empty()) in.back().upload(b.data(), b.size());
     }
-    for (const auto &n : op.out) out.emplace_back(std::max<size_t>(vals.at(n).f.size() * 4, 4));
+    for (const auto &n : op.out)
+      out.emplace_back(std::max<size_t>(vals.at(n).f.size() * (p.value(n).dtype == DType::BF16 ? 2 : 4), 4));
     for (const auto *names : {&op.weights, &op.biases})
       for (const auto &n : *names)
         if (!w.count(n)) {
@@ -282,8 +299,7 @@ void checkKernelsOnCpuInputs(const char *name) {
     const double bound = !mma ? 1e-4 : op.kind == plan::OpKind::AttentionGrad ? 1e-2 : 1e-4;
     for (size_t k = 0; k < op.out.size(); ++k) {
       const std::vector<float> &want = vals.at(op.out[k]).f;
-      std::vector<float> got(want.size());
-      if (!got.empty()) out[k].download(got.data(), got.size() * 4);
+      const std::vector<float> got = hostFloats(out[k], want.size(), p.value(op.out[k]).dtype);
       ++checked;
       if (mma || op.kind == plan::OpKind::AttentionGrad) {
         const double e = relFrob(want, got);

@@ -4,7 +4,8 @@
 // nowhere else, with the other part defined before that op, becomes the op's residual (the op's result is the sum,
 // named as the grad_add's was). The later part (b) is taken first, so a chain fuses link by link; a dX read twice,
 // an other part defined after the dX, a dX that already has a residual and parts that are no dX stay as they are.
-// Then a gradient that two or more linear gradients round to bf16 is rounded once (h3.grad_round) for them all.
+// Then a gradient that two or more linear gradients round to bf16 is rounded once (h3.grad_round) for them all,
+// by the op that computes it where that op can store bf16 and nothing else reads the F32 value.
 
 // A chain of three dX parts of one value (to_v's, to_k's, to_q's): each later dX adds the sum so far.
 // CHECK-LABEL: func.func @chain
@@ -109,4 +110,38 @@ func.func @one_reader(%g: !h3.act<B, S, 32, f32>) -> (!h3.act<B, S, 24, f32>, !h
   %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %df = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["proj_out.weight"], nodes = ["proj_out"], values = ["grad:x2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   return %dx, %df : !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// g computed by swiglu_grad and read only by the linear gradients that round it: swiglu_grad stores bf(g) itself
+// (its result bf16) and no grad_round remains. Read also by an op that needs the F32 g (a grad_add), it keeps F32
+// and a grad_round serves the rounding readers.
+// CHECK-LABEL: func.func @fold_into_producer
+// CHECK-NEXT: %[[G:.*]] = h3.swiglu_grad %arg0, %arg1 {{{.*}}values = ["grad:h"]} : (!h3.act<B, S, 16, f32>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, bf16>
+// CHECK-NEXT: h3.linear_grad_w %[[G]], %arg2
+// CHECK-NEXT: h3.linear_grad_x %[[G]] {
+// CHECK-NOT: h3.grad_round
+// CHECK: return
+func.func @fold_into_producer(%dy: !h3.act<B, S, 16, f32>, %h: !h3.act<B, S, 32, bf16>, %x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32> {
+  %g = h3.swiglu_grad %dy, %h {nodes = ["s"], values = ["grad:h"]} : (!h3.act<B, S, 16, f32>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, f32>
+  h3.linear_grad_w %g, %x {K = 24 : i64, N = 32 : i64, bias = [], grads = ["grad:w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, bf16>) -> ()
+  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  return %dx : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @producer_read_in_f32
+// CHECK-NEXT: %[[G:.*]] = h3.swiglu_grad {{.*}} -> !h3.act<B, S, 32, f32>
+// CHECK-NEXT: %[[GB:.*]] = h3.grad_round %[[G]]
+// CHECK-NEXT: h3.linear_grad_w %[[GB]], %arg2
+// CHECK-NEXT: h3.linear_grad_x %[[GB]] {
+// CHECK-NEXT: h3.grad_add %[[G]], %arg3
+func.func @producer_read_in_f32(%dy: !h3.act<B, S, 16, f32>, %h: !h3.act<B, S, 32, bf16>, %x: !h3.act<B, S, 24, bf16>, %p: !h3.act<B, S, 32, f32>) -> (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, f32>) {
+  %g = h3.swiglu_grad %dy, %h {nodes = ["s"], values = ["grad:h"]} : (!h3.act<B, S, 16, f32>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, f32>
+  h3.linear_grad_w %g, %x {K = 24 : i64, N = 32 : i64, bias = [], grads = ["grad:w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, bf16>) -> ()
+  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %s = h3.grad_add %g, %p {nodes = ["s"], values = ["grad:h+s"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, f32>) -> !h3.act<B, S, 32, f32>
+  return %dx, %s : !h3.act<B, S, 24, f32>, !h3.act<B, S, 32, f32>
 }

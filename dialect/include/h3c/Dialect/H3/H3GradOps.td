@@ -17,7 +17,9 @@ def H3_GradRoundOp : H3_Op<"grad_round"> {
   let summary = "gb = bf(g): the bf16 rounding of an F32 gradient that several tensor-core gradient ops read";
   let description = [{
     h3-fuse-grad: the linear gradients of a bf16 weight multiply bf(g) (docs/contract.md section 14); where several
-    read one g, they read this one rounding (bf16, g's shape) instead of each rounding g itself. The same bits.
+    read one g, they read this one rounding (bf16, g's shape) instead of each rounding g itself. The same bits. Where
+    g is read by nothing else and computed by swiglu_grad (dx), rms_norm_grad (dx) or gate_residual_grad (dy), that
+    op stores bf(g) itself (its result bf16) and no grad_round remains.
   }];
   let arguments = !con((ins H3_ActType:$g), H3_Common);
   let results = (outs H3_ActType:$gb);
