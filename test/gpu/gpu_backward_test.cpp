@@ -204,6 +204,14 @@ void checkKernelsOnCpuInputs(const char *name) {
     in.back().upload(gb.data(), gb.size());
     in.emplace_back(dw ? ob.size() : 4);
     if (dw) in.back().upload(ob.data(), ob.size());
+    // A dX with h3-fuse-grad's residual epilogue reads input 1, the part it adds: small integers (the sum exact).
+    const bool residual = !dw && op.attrs.epilogue == plan::Epilogue::Residual;
+    std::vector<float> res(residual ? size_t(rows * K) : 0);
+    for (size_t i = 0; i < res.size(); ++i) res[i] = float(int(i % 5) - 2);
+    if (residual) {
+      in.back() = hc::DeviceBuffer(res.size() * 4);
+      in.back().upload(res.data(), res.size() * 4);
+    }
     hc::DeviceBuffer wbuf(ob.size());
     wbuf.upload(ob.data(), ob.size());
     for (const auto &n : op.out) out.emplace_back(std::max<size_t>(vals.at(n).f.size() * 4, 4));
@@ -255,7 +263,7 @@ void checkKernelsOnCpuInputs(const char *name) {
               prods.push_back(double(g[size_t(m * N + n)]) * other[size_t(n * K + k)]);
             acc = acc + exactChunk(prods);
           }
-          want[size_t(m * K + k)] = acc;
+          want[size_t(m * K + k)] = residual ? res[size_t(m * K + k)] + acc : acc;  // grad_add's F32 sum
         }
     }
     // Outputs: dx, or the trained weight's gradient then the bias's (op.grads order).
