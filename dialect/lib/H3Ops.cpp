@@ -373,6 +373,12 @@ LogicalResult QkNormRopeOp::verify() {
   return verifyRopeTables(op, q, tables[0], tables[1], getHeadDim(), getRotaryDim());
 }
 
+// Attention's row statistics (lse): f32, one column per head, q's rows.
+static LogicalResult rowStatistics(Operation *op, ActType lse, ActType q, uint64_t heads, llvm::StringRef what) {
+  if (failed(expect(op, lse, what, int64_t(heads), Float32Type::get(op->getContext())))) return failure();
+  return sameRows(op, q, lse, what);
+}
+
 LogicalResult AttentionOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op))) return failure();
@@ -384,6 +390,7 @@ LogicalResult AttentionOp::verify() {
   // Sequence parallel: a rank's query rows (Sr) attend all keys of S (gathered); otherwise one domain.
   bool spQuery = q.getDomain() == "Sr" && k.getDomain() == "S" && q.getBatch() == k.getBatch();
   if (!spQuery && failed(sameRows(op, q, k, "k"))) return failure();
+  if (Value lse = getLse()) return rowStatistics(op, act(lse), q, getHeads(), "lse");
   return success();
 }
 
@@ -684,6 +691,7 @@ LogicalResult AttentionGradOp::verify() {
   if (failed(gradOf(op, getDo_(), q, "do")) || failed(gradOf(op, getDq(), q, "dq")) ||
       failed(gradOf(op, getDk(), q, "dk")) || failed(gradOf(op, getDv(), q, "dv")))
     return failure();
+  if (Value lse = getLse()) return rowStatistics(op, act(lse), q, getHeads(), "lse");
   return success();
 }
 

@@ -147,6 +147,9 @@ extern "C" __global__ void __launch_bounds__(128) AT_ENTRY(H3C_PARAMS) {
     lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
     long long q = q0 + warp * 16 + g + hh * 8;
     if (q >= L) continue;
+#if AT_LSE  // the row statistics for the backward: L = mc + lg2(l) of the walk's final m and l
+    if (t4 == 0) ((float *)lse)[((long long)blockIdx.z * L + q) * AT_HEADS + blockIdx.y] = __fadd_rn(__fmul_rn(m[hh], AT_C), h3c_lg2(lt));
+#endif
 #pragma unroll
     for (int j = 0; j < AT_DN; ++j)
 #pragma unroll

@@ -28,9 +28,10 @@
 // K/V block, so it assumes Lk >= 1 (true whenever there is a tile: Lk >= Lq).
 //
 // Defined by the emitter: A9_ENTRY H3C_PARAMS A9_HEADS A9_C (c, a float literal) A9_KV (64 or 128) A9_STAGES A9_OVERLAP
-// A9_PINGPONG (with A9_OVERLAP only) A9_PERSISTENT. Parameters
+// A9_PINGPONG (with A9_OVERLAP only) A9_PERSISTENT A9_LSE. Parameters
 // (H3C_PARAMS, in this order): q_map (q [B, Lq, heads * 128], boxes of 64 columns x 128 rows), k_map, v_map (k, v
-// [B, Lk, heads * 128], boxes of 64 columns x A9_KV rows), out (o [B, Lq, heads * 128]), item_rows = Lq, kv_rows = Lk,
+// [B, Lk, heads * 128], boxes of 64 columns x A9_KV rows), out (o [B, Lq, heads * 128]), with A9_LSE lse ([B, Lq,
+// heads] F32: each row's L = mc + lg2(l), attention_grad's statistics), item_rows = Lq, kv_rows = Lk,
 // and with A9_PERSISTENT items = B (grid.x: at most the tile count; without it grid.x: 128-query tiles, y: heads, z:
 // items). Lq < Lk under sequence parallelism.
 #define A9_D 128
@@ -319,6 +320,9 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
         lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
         const long long q = (long long)q0 + cw * 64 + warp * 16 + g + hh * 8;
         if (q >= L) continue;
+#if A9_LSE  // the row statistics for the backward: L = mc + lg2(l) of the walk's final m and l
+        if (t4 == 0) ((float *)lse)[((long long)item * L + q) * A9_HEADS + head] = __fadd_rn(__fmul_rn(m[hh], A9_C), h3c_lg2(lt));
+#endif
         h3bf *orow = (h3bf *)out + ((long long)item * L + q) * ld + (long long)head * A9_D;
 #pragma unroll
         for (int j = 0; j < A9_D / 8; ++j)

@@ -75,6 +75,14 @@ __device__ __forceinline__ void mma16816(float *c, const h3u32 *a, h3u32 b0, h3u
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// log2 by lg2.approx.ftz.f32 (MUFU.LG2): attention's L = mc + lg2(l), the hardware's, as ex2 (section 4); the forward
+// writes it (its row statistics, for the backward) and the backward reruns it with the same instruction.
+__device__ __forceinline__ float h3c_lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // f2bf of two values, low half first: one cvt for the pair unless one of them is a NaN.
 // f2bf of two values, low half first: one cvt for the pair, NaN halves replaced by selects as in f2bf.
 __device__ __forceinline__ h3u32 pack_bf2(float lo, float hi) {

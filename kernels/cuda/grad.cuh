@@ -431,7 +431,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
     const long long item0 = (i / item_rows) * item_rows, n = item_rows;
     const long long qi = i * (GR_HEADS * GR_D) + h * GR_D;
     float m = -__int_as_float(0x7f800000), l = 0.f;
-    for (long long b0 = 0; b0 < n; b0 += GR_KVB) {
+    for (long long b0 = 0; b0 < (GR_LSE ? 0 : n); b0 += GR_KVB) {  // (GR_LSE: the forward's L, read below)
       const long long bn = n - b0 < GR_KVB ? n - b0 : GR_KVB;
       float sj[(GR_KVB + 31) / 32];
       float mb = -__int_as_float(0x7f800000);
@@ -470,7 +470,11 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
     float D = 0.f;
     for (int e = 0; e < GR_D; ++e) D = __fmaf_rn(((const float *)dout)[qi + e], gr_ld(o, qi + e, GR_O_BF), D);
     if (lane == 0) {
+#if GR_LSE
+      ((float *)stats)[2 * w] = ((const float *)lse)[w];  // the forward's row statistics, [rows][heads]
+#else
       ((float *)stats)[2 * w] = __fadd_rn(__fmul_rn(m, GR_C), h3c_lg2(l));
+#endif
       ((float *)stats)[2 * w + 1] = D;
     }
   }

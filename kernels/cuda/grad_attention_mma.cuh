@@ -18,6 +18,7 @@
 // sub-blocks of 64. Phase 1 (GA_ENTRY_P1): one (64-key tile, head, item) per CTA of 4 warps (16 keys each): the
 // item's query rows in sub-tiles of 32 (double-buffered), S^T = K Q^T and dP^T = V bf(dO)^T per warp, then dv and dk.
 //
+// GA_LSE (1: the forward's row statistics are input `lse`, [rows][heads] F32, read instead of the statistics walk).
 // Defined by the emitter: GA_ENTRY GA_ENTRY_P1 H3C_PARAMS GA_D (a multiple of 16, at most 128) GA_HEADS GA_KVB (the
 // forward's kv_block) GA_C GA_QK_SCALE GA_O_BF. q, k, v are bf16 [B, L, heads * d], o bf16 or F32, dout F32.
 #define GA_LDS (GA_D + 8)
@@ -104,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY(H3C_PARAMS) {
   const float kNegInf = __int_as_float(0xff800000);
 
   ga_load<64>(Qs, Q, q0, L);
-  ga_load<GA_KVB>(KVs, K, 0, L);
+  if (!GA_LSE) ga_load<GA_KVB>(KVs, K, 0, L);  // (GA_LSE: no statistics walk)
   cp_async_commit();
   // bf(dO) of the tile (zeros past L) into shared memory and the scratch; D by one thread per row.
   for (int i = threadIdx.x; i < 64 * (GA_D / 8); i += 128) {
@@ -131,8 +132,13 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY(H3C_PARAMS) {
   }
 
   // The statistics pass: the forward's key walk (attention.cuh), without o.
-  const int nkv = (int)((L + GA_KVB - 1) / GA_KVB);
+  // With GA_LSE the forward wrote L (its attention op's lse output): no walk, L read below.
+  const int nkv = GA_LSE ? 0 : (int)((L + GA_KVB - 1) / GA_KVB);
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  if (GA_LSE) {  // Q landed and D written (the walk's waits and barriers otherwise)
+    cp_async_wait<0>();
+    __syncthreads();
+  }
   for (int kb = 0; kb < nkv; ++kb) {
     if (kb + 1 < nkv) {
       ga_load<GA_KVB>(KVs + ((kb + 1) & 1) * GA_KVB * GA_LDS, K, (long long)(kb + 1) * GA_KVB, L);
@@ -160,7 +166,11 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY(H3C_PARAMS) {
     float lt = __fadd_rn(l[hh], __shfl_xor_sync(0xffffffffu, l[hh], 1));
     lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
     const int r = warp * 16 + g + hh * 8;
+#if GA_LSE
+    Lr[hh] = q0 + r < L ? ((const float *)lse)[(rowBase + q0 + r) * GA_HEADS + blockIdx.y] : 0.0f;
+#else
     Lr[hh] = __fadd_rn(__fmul_rn(m[hh], GA_C), h3c_lg2(lt));
+#endif
     Dr[hh] = Ds[r];
     if (t4 == 0 && q0 + r < L) {
       const long long sw = (rowBase + q0 + r) * GA_HEADS + blockIdx.y;

@@ -35,7 +35,8 @@
 // include such lengths).
 //
 // Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
-// GB_QK_SCALE GB_O_BF GB_STAGES (3); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
+// GB_QK_SCALE GB_O_BF GB_STAGES (3) GB_LSE (1: the forward's row statistics are input `lse`, [rows][heads] F32, read
+// instead of the statistics walk); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
 #define GB_D 128
 #define GB_LD ((long long)GB_HEADS * GB_D)
 #define GB_KSUB 64  // keys per sub-block of phase 0's dq pass
@@ -155,7 +156,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
 
   // The ring (cp.async groups, one committed per step even when empty, so group n is step n's): steps 0 ..
   // GB_STAGES - 2 in flight before the walk, step n + GB_STAGES - 1 issued at step n into the buffer step n - 1 read.
-  const int nkv = (int)((L + GB_KVB - 1) / GB_KVB);
+  // With GB_LSE the forward wrote L (its attention op's lse output): no statistics walk, no key blocks for it.
+  const int nkv = GB_LSE ? 0 : (int)((L + GB_KVB - 1) / GB_KVB);
   ld128.load(sQ, Q, q0, L);
 #pragma unroll
   for (int n = 0; n < GB_STAGES - 1; ++n) {
@@ -207,6 +209,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
   // Ring: at step kb, block kb + 1 must have landed (its group was committed one step before: GB_STAGES >= 3) and
   // block kb - 1's buffer, which every thread is done with past the barrier, takes block kb + GB_STAGES - 1.
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+#if !GB_LSE
   {
     float sA[GB_KVB / 2], sB[GB_KVB / 2];
     cp_async_wait<GB_STAGES - 2>();
@@ -229,6 +232,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
     }
     wgmma_wait<0>();  // (the prologue's S when there is no key block)
   }
+#endif
   // The dq pass's first K and V sub-blocks stream in while the statistics finish (once every thread is past the
   // statistics' last block: the ring's buffers are reused).
   cp_async_wait<0>();
@@ -249,7 +253,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
     float lt = __fadd_rn(l[hh], __shfl_xor_sync(0xffffffffu, l[hh], 1));
     lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
     const int r = wg * 64 + warp * 16 + g + hh * 8;
+#if GB_LSE
+    Lr[hh] = q0 + r < L ? ((const float *)lse)[(rowBase + q0 + r) * GB_HEADS + blockIdx.y] : 0.0f;
+#else
     Lr[hh] = __fadd_rn(__fmul_rn(m[hh], GB_C), h3c_lg2(lt));
+#endif
     Dr[hh] = Ds[r];
     if (t4 == 0 && q0 + r < L) {
       const long long sw = (rowBase + q0 + r) * GB_HEADS + blockIdx.y;

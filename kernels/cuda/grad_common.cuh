@@ -30,13 +30,6 @@ __device__ __forceinline__ float gr_fold_units(long long items, long long itemRo
   return f.total;
 }
 
-// log2 by lg2.approx.ftz.f32 (MUFU.LG2): attention's L = mc + lg2(l), the hardware's, as ex2 (section 4).
-__device__ __forceinline__ float h3c_lg2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // One key block of attention's statistics pass (grad_attention_mma.cuh, grad_attention_sm90.cuh): the forward's
 // step on this thread's S fragment s[j * 4 + e] (row g (+ 8 for e >= 2), key k0 + 8 * j + 2 * t4 + (e & 1); NJ
 // 8-key groups), exactly attention.cuh's: keys at or past L masked to -inf, the running max over the quad, l rescaled

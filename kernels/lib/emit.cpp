@@ -526,12 +526,14 @@ plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string
   b.def("A9_OVERLAP", o.sm90AttnOverlap);
   b.def("A9_PINGPONG", o.sm90AttnOverlap ? o.sm90AttnPingpong : 0);
   b.def("A9_PERSISTENT", o.sm90AttnPersistent);
+  b.def("A9_LSE", v.a().lse);
   Params p;
   Extent itemRows = Extent::rowsOf(v.in(0).rows, false), kvRows = Extent::rowsOf(v.in(1).rows, false);
   p.itemTensorMap("q_map", OperandRole::In, 0, itemRows, ld, 64, 128);
   p.itemTensorMap("k_map", OperandRole::In, 1, kvRows, ld, 64, kv);
   p.itemTensorMap("v_map", OperandRole::In, 2, kvRows, ld, 64, kv);
   p.out("out", 0);
+  if (v.a().lse) p.out("lse", 1);  // the row statistics for the backward (h3-fuse-grad)
   p.scalar("item_rows", itemRows);
   p.scalar("kv_rows", kvRows);
   plan::Launch l = launch(384, smem, dim(itemRows, 128), dim(Extent::constant(heads)), dim(Extent::parse("B", v.where)));
@@ -545,7 +547,9 @@ plan::Kernel emitAttentionSm90(const OpView &v, int64_t heads, const std::string
     l = launch(384, smem, g);
   }
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::attention_sm90;
-  return finish(fmt::format("attention_sm90_h{}_d{}{}", heads, d, kv == 64 ? "" : "_kv" + std::to_string(kv)), "A9_ENTRY", b, p, body, l, arch, v.options);
+  return finish(fmt::format("attention_sm90_h{}_d{}{}{}", heads, d, kv == 64 ? "" : "_kv" + std::to_string(kv),
+                            v.a().lse ? "_lse" : ""),
+                "A9_ENTRY", b, p, body, l, arch, v.options);
 }
 
 plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
@@ -561,11 +565,13 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
   if (arch == "sm_90a" && v.options.wgmma && d == 128) return emitAttentionSm90(v, heads, arch);
   Builder b;
   b.def("AT_D", d); b.def("AT_HEADS", heads); b.def("AT_C", floatLit(flashExp2Scale(d))); b.def("AT_KV", o.kvBlock);
+  b.def("AT_LSE", v.a().lse);
   Params p;
   p.in("q", 0);
   p.in("k", 1);
   p.in("v", 2);
   p.out("out", 0);
+  if (v.a().lse) p.out("lse", 1);  // the row statistics for the backward (h3-fuse-grad)
   Extent itemRows = Extent::rowsOf(v.in(0).rows, false);
   p.scalar("item_rows", itemRows);
   p.scalar("kv_rows", Extent::rowsOf(v.in(1).rows, false));
@@ -576,7 +582,9 @@ plan::Kernel emitAttention(const OpView &v, const std::string &arch) {
          o.kvBlock, smem, kMaxCtaSharedBytes);
   plan::Launch l = launch(128, smem, dim(itemRows, 64), dim(Extent::constant(heads)),
                           dim(Extent::parse("B", v.where)));
-  return finish(fmt::format("attention_h{}_d{}{}", heads, d, o.kvBlock == 64 ? "" : "_kv" + std::to_string(o.kvBlock)), "AT_ENTRY", b, p, tmpl::attention, l, arch, v.options);
+  return finish(fmt::format("attention_h{}_d{}{}{}", heads, d, o.kvBlock == 64 ? "" : "_kv" + std::to_string(o.kvBlock),
+                            v.a().lse ? "_lse" : ""),
+                "AT_ENTRY", b, p, tmpl::attention, l, arch, v.options);
 }
 
 plan::Kernel emitElementwise(const OpView &v, const std::string &arch) {

@@ -45,11 +45,12 @@ plan::GridDim roundingWave(const Extent &rows, int64_t n) {
   return g;
 }
 
-// attention_grad's operands in both forms: q, k, v, o, dout in, dq, dk, dv out, and the scratch of each (row, head)'s
-// L and D.
-void attentionGradOperands(Params &p, const Extent &rows, int64_t heads) {
+// attention_grad's operands in every form: q, k, v, o, dout (and lse) in, dq, dk, dv out, and the scratch of each
+// (row, head)'s L and D.
+void attentionGradOperands(Params &p, const Extent &rows, int64_t heads, bool lse) {
   const char *const ins[] = {"q", "k", "v", "o", "dout"}, *const outs[] = {"dq", "dk", "dv"};
   for (int64_t i = 0; i < 5; ++i) p.in(ins[i], i);
+  if (lse) p.in("lse", 5);  // the forward's row statistics (h3-fuse-grad): phase 0 reads L, no statistics walk
   for (int64_t i = 0; i < 3; ++i) p.out(outs[i], i);
   p.scratch("stats", rows.scaled(heads * 8));
 }
@@ -242,7 +243,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   Builder b;
   Params p;
   const Extent rows = v.rowsOfIn(0), itemRows = Extent::rowsOf(v.in(0).rows, false);
-  attentionGradOperands(p, rows, a.heads);
+  attentionGradOperands(p, rows, a.heads, a.lse);
   p.scratch("dob", rows.scaled(a.heads * d * 2));   // bf(dout)
   p.scalar("item_rows", itemRows);
   const plan::GridDim items = v.in(0).batch ? dim(Extent::parse("B", v.where)) : dim(Extent::constant(1));
@@ -254,6 +255,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // stage) with their L and D, 16 KiB unused (the removed hand-over form's P^T: the layout the GPU checks measured)
     // and the folds of dv and dk (64 KiB).
     b.def("GB_HEADS", a.heads);
+    b.def("GB_LSE", a.lse);
     b.def("GB_KVB", a.kvBlock);
     b.def("GB_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
     b.def("GB_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
@@ -267,12 +269,13 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
                           64 * 256 * 4;
     const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     const plan::Launch keys = launch(256, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
-    std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}", a.heads, d, a.kvBlock);
+    std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");
     return finish(name, "GB_ENTRY", b, p, std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_attention_sm90,
                   queries, arch, gradLaunch(v.options), {{"GB_ENTRY_P1", keys}});
   }
   b.def("GA_D", d);
   b.def("GA_HEADS", a.heads);
+  b.def("GA_LSE", a.lse);
   b.def("GA_KVB", a.kvBlock);
   b.def("GA_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
   b.def("GA_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
@@ -282,7 +285,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   const int64_t smem1 = (128 + 128) * lds * 2 + 4 * 32 * 4 + 2 * (d / 8) * 4 * 128 * 4;
   const plan::Launch queries = launch(128, smem0, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
   const plan::Launch keys = launch(128, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
-  std::string name = fmt::format("attention_grad_mma_h{}_d{}_kv{}", a.heads, d, a.kvBlock);
+  std::string name = fmt::format("attention_grad_mma_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");
   return finish(name, "GA_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_attention_mma, queries, arch,
                 gradLaunch(v.options), {{"GA_ENTRY_P1", keys}});
 }
@@ -501,7 +504,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
         bf(v.in(2)))
       return emitAttentionGradMma(v, arch);
     kind = "GR_ATTENTION";
-    attentionGradOperands(p, rows, a.heads);
+    attentionGradOperands(p, rows, a.heads, a.lse);
     p.scalar("rows", rows);
     p.scalar("item_rows", Extent::rowsOf(v.in(0).rows, false));
     b.def("GR_HEADS", a.heads);
@@ -514,9 +517,10 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     b.def("GR_K_BF", bf(v.in(1)));
     b.def("GR_V_BF", bf(v.in(2)));
     b.def("GR_O_BF", bf(v.in(3)));
+    b.def("GR_LSE", a.lse);
     l = launch(256, 0, blocks(rows.scaled(a.heads), 8));
     phases = {{"GR_ENTRY_P1", l}, {"GR_ENTRY_P2", l}};
-    name += fmt::format("_h{}_d{}_kv{}", a.heads, d, a.kvBlock);
+    name += fmt::format("_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");
     break;
   }
   case OpKind::PackGrad:

@@ -303,7 +303,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
             return unsupported("attends gathered keys (sequence parallel): differentiate before h3-shard-seq");
           auto d = ordered(AttentionGradOp::create(
               b, loc, bb.gradType(a.getQ()), bb.gradType(a.getK()), bb.gradType(a.getV()), bb.saved(a.getQ()),
-              bb.saved(a.getK()), bb.saved(a.getV()), bb.saved(a.getO()), bb.grad(a.getO()), a.getHeadsAttr(),
+              bb.saved(a.getK()), bb.saved(a.getV()), bb.saved(a.getO()), bb.grad(a.getO()), Value(), a.getHeadsAttr(),
               a.getHeadDimAttr(), OrderAttr(), nodes, names({a.getQ(), a.getK(), a.getV()})));
           bb.accumulate(a.getQ(), d.getDq(), node);
           bb.accumulate(a.getK(), d.getDk(), node);

@@ -12,6 +12,8 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
+#include <map>
+
 namespace h3c::passes {
 #define GEN_PASS_DEF_H3FUSEGRAD
 #include "h3c/Passes/Passes.h.inc"
@@ -111,6 +113,49 @@ int foldRoundings(func::FuncOp f) {
   return folded;
 }
 
+// Every h3.attention_grad reruns its forward attention's key walk for the row statistics L unless the forward saves
+// them: the forward attention op gets its `lse` result (f32 [rows, heads], named "<o>:lse"), the backward function
+// an argument of that name (a saved value, as h3-backward makes them), and the attention_grad reads it. The forward
+// kernel writes the L its own walk ends with, which is the walk the backward reran (docs/contract.md section 14):
+// the same bits, and phase 0 of the backward loses one of its four products (the 33B LoRA step: ~2-3 ms of an op's
+// ~23). Returns the count of attention_grad ops given an lse.
+int saveRowStatistics(ModuleOp m) {
+  func::FuncOp bwd, fwd;
+  for (auto f : m.getOps<func::FuncOp>()) (f.getName() == "backward" ? bwd : fwd) = f;
+  if (!bwd || !fwd) return 0;
+  std::map<std::string, AttentionOp> forward;  // by the plan name of o
+  fwd.walk([&](AttentionOp a) { forward[h3c::passes::planName(a.getO())] = a; });
+  std::vector<AttentionGradOp> grads;
+  bwd.walk([&](AttentionGradOp g) { grads.push_back(g); });
+  int saved = 0;
+  for (AttentionGradOp g : grads) {
+    auto it = forward.find(h3c::passes::planName(g.getO()));
+    if (g.getLse() || !isa<BlockArgument>(g.getO()) || it == forward.end()) continue;
+    AttentionOp a = it->second;
+    if (a.getLse()) continue;  // (one attention_grad per attention)
+    ActType q = cast<ActType>(a.getQ().getType());
+    auto lseType = ActType::get(m.getContext(), q.getDomain(), int64_t(a.getHeads()), Float32Type::get(m.getContext()),
+                                q.getBatch());
+    const std::string name = h3c::passes::planName(a.getO()) + ":lse";
+    OpBuilder b(a);
+    SmallVector<Attribute> values(a.getValues().begin(), a.getValues().end());
+    values.push_back(b.getStringAttr(name));
+    auto withLse = AttentionOp::create(b, a.getLoc(), a.getO().getType(), lseType, a.getQ(), a.getK(), a.getV(),
+                                       a.getHeadsAttr(), a.getHeadDimAttr(), a.getOrderAttr(), a.getShardAttr(),
+                                       a.getNodesAttr(), b.getArrayAttr(values));
+    a.getO().replaceAllUsesWith(withLse.getO());
+    a.erase();
+    it->second = withLse;
+    const unsigned arg = bwd.getNumArguments();
+    if (failed(bwd.insertArgument(arg, lseType, b.getDictionaryAttr({b.getNamedAttr("h3.name", b.getStringAttr(name))}),
+                                  g.getLoc())))
+      return -1;
+    g.getLseMutable().assign(bwd.getArgument(arg));
+    ++saved;
+  }
+  return saved;
+}
+
 struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
   using Base::Base;
 
@@ -131,6 +176,10 @@ struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
       shareRoundings(f);
       foldRoundings(f);
     });
+    if (saveRowStatistics(getOperation()) < 0) {
+      getOperation().emitError() << "h3-fuse-grad: could not add the saved row statistics to func @backward";
+      signalPassFailure();
+    }
   }
 };
 

@@ -228,7 +228,10 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
   } else if (auto u = dyn_cast<UnpackGradOp>(op)) {
     a.videoCols = act(u.getDsample()).getCols();
     a.audioCols = act(u.getDaudioSample()).getCols();
+  } else if (auto ag = dyn_cast<AttentionGradOp>(op); ag && ag.getLse()) {
+    a.lse = 1;  // h3-fuse-grad: the forward's row statistics
   } else if (auto at = dyn_cast<AttentionOp>(op)) {
+    a.lse = at.getLse() ? 1 : 0;
     if (!plan::parseDomain(act(at.getQ()).getDomain().str(), a.domain)) fail(w, "unknown attention domain");
     a.scale = 1.0 / std::sqrt(double(at.getHeadDim()));
   }

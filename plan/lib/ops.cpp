@@ -202,7 +202,9 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
     if (a.rowIndex == RowIndex::Adaln) return {"dz", "y", "table", "ts_index", "tags"};
     return {"dz", "y", "table", "ts_index"};
   case OpKind::RopeGrad: return {"dy", "cos", "sin"};
-  case OpKind::AttentionGrad: return {"q", "k", "v", "o", "do"};
+  case OpKind::AttentionGrad:
+    if (a.lse) return {"q", "k", "v", "o", "do", "lse"};
+    return {"q", "k", "v", "o", "do"};
   case OpKind::AdalnTableGrad: return {"dtable", "temb"};
   case OpKind::PackGrad: return {"dx"};
   case OpKind::UnpackGrad: return {"dsample", "daudio_sample"};
@@ -211,7 +213,7 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
   return {};
 }
 
-std::vector<std::string> outputRoles(OpKind k, const OpAttrs &) {
+std::vector<std::string> outputRoles(OpKind k, const OpAttrs &a) {
   switch (k) {
   case OpKind::RopeTable: return {"cos", "sin"};
   case OpKind::QkvLinear: return {"q", "k", "v"};
@@ -235,6 +237,9 @@ std::vector<std::string> outputRoles(OpKind k, const OpAttrs &) {
   case OpKind::NormModulateGrad: return {"dx", "dtable"};
   case OpKind::GateResidualGrad: return {"dy", "dtable"};
   case OpKind::AttentionGrad: return {"dq", "dk", "dv"};
+  case OpKind::Attention:
+    if (a.lse) return {"y", "lse"};
+    return {"y"};
   case OpKind::AdalnTableGrad: return {"dtemb"};
   case OpKind::PackGrad: return {"dtext", "dvideo", "daudio"};
   case OpKind::UnpackGrad: return {"dvideo", "daudio"};
@@ -252,11 +257,13 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
       normMod = {"H", "eps", "shift_chunk", "scale_chunk", "num_chunks", "row_index"},
       qkNorm = {"heads", "head_dim", "eps"}, rope = {"heads", "head_dim", "rotary_dim"},
       qkNormRope = {"heads", "head_dim", "eps", "rotary_dim"}, attention = {"heads", "head_dim", "domain", "scale"},
+      attentionLse = {"heads", "head_dim", "domain", "scale", "lse"},
       swiglu = {"F", "cols"}, colsDtype = {"cols", "dtype"}, gateRes = {"H", "chunk", "num_chunks", "row_index"},
       pack = {"H"}, unpack = {"video_cols", "audio_cols"}, layoutRows = {"axis", "parts", "cols", "dtype"},
       layoutCols = {"axis", "parts", "cols", "dtype", "segments"}, loraDown = {"K", "N"}, cols = {"cols"},
       kn = {"K", "N"}, F = {"F"}, rmsGrad = {"cols", "group", "eps"},
       gateResGrad = {"H", "chunk", "num_chunks", "row_index"}, attentionGrad = {"heads", "head_dim", "kv_block"},
+      attentionGradLse = {"heads", "head_dim", "kv_block", "lse"},
       adalnGrad = {"K", "N", "rows_per_timestep"}, H = {"H"};
   switch (k) {
   case OpKind::RopeTable: return ropeTable;
@@ -270,7 +277,7 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::QkNorm: return qkNorm;
   case OpKind::Rope: return rope;
   case OpKind::QkNormRope: return qkNormRope;
-  case OpKind::Attention: return attention;
+  case OpKind::Attention: return a.lse ? attentionLse : attention;
   case OpKind::Swiglu: return swiglu;
   case OpKind::Silu:
   case OpKind::Residual: return colsDtype;
@@ -290,7 +297,7 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::NormModulateGrad: return normMod;
   case OpKind::GateResidualGrad: return gateResGrad;
   case OpKind::RopeGrad: return rope;
-  case OpKind::AttentionGrad: return attentionGrad;
+  case OpKind::AttentionGrad: return a.lse ? attentionGradLse : attentionGrad;
   case OpKind::AdalnTableGrad: return adalnGrad;
   case OpKind::PackGrad: return H;
   case OpKind::UnpackGrad: return unpack;

@@ -135,6 +135,11 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
   // A linear_grad_x's one epilogue is residual (h3-fuse-grad: dx = residual + dX), which adds the input "residual".
   if (kind == OpKind::LinearGradX && j.contains("epilogue") && a.epilogue != Epilogue::Residual)
     fail(where + "/epilogue", "a linear_grad_x's epilogue is \"residual\" or absent, got \"{}\"", epilogueName(a.epilogue));
+  // lse (attention's row statistics saved for the backward) adds an output to attention, an input to attention_grad.
+  if ((kind == OpKind::Attention || kind == OpKind::AttentionGrad) && j.contains("lse")) {
+    if (!j["lse"].is_number_integer() || j["lse"].get<int64_t>() != 1) fail(where + "/lse", "expected 1 (or no key)");
+    a.lse = 1;
+  }
   // lora_k (an unmerged LoRA path) adds an attr, an input and a weight (ops.h).
   if (takesLora(kind) && j.contains("lora_k")) a.loraK = positive(j["lora_k"], where + "/lora_k", 1 << 16);
   if (isLayoutOp(kind) && j.contains("axis")) {
@@ -193,6 +198,8 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     else if (k == "kv_block") {
       a.kvBlock = positive(v, w("kv_block"), 1024);
       if (a.kvBlock != 64 && a.kvBlock != 128) fail(w("kv_block"), "expected 128 (or 64), got {}", a.kvBlock);
+    } else if (k == "lse") {
+      // (read above)
     } else if (k == "lora_k") {
       // Whole 64-column k-blocks of the Hopper GEMM, so lora_t's chunks start a block of their own (section 13).
       if (a.loraK % 64) fail(w("lora_k"), "expected a multiple of 64, got {}", a.loraK);

@@ -293,6 +293,10 @@ struct Checker {
       sameRows(op, {0, 1, 2, 3, 4}, {0, 1, 2});
       for (size_t k = 0; k < 5; ++k) width(op, false, k, a.heads * a.headDim);
       for (size_t k = 0; k < 3; ++k) width(op, true, k, a.heads * a.headDim);
+      if (a.lse) {  // the forward attention's own row statistics
+        if (!fa.lse) fail(op.where + "/in/5", "reads row statistics its forward attention '{}' does not write", f.where);
+        saved(op, 5, f.out.at(1));
+      }
       return;
     case OpKind::SiluGrad:
       same(op, "cols", a.cols, fa.cols);

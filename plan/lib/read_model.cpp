@@ -120,9 +120,13 @@ struct Checker {
     // node order: rope_q, rope_k or norm_q, norm_k) come after to_v's output.
     if (op.kind == OpKind::QkvLinear && op.attrs.epilogue == Epilogue::QkNormRope && defines.size() == 3)
       std::rotate(defines.begin(), defines.begin() + 1, defines.end());
-    if (defines.size() != op.out.size())
-      fail(op.where + "/out", "defines {} values but its nodes define [{}]", op.out.size(), fmt::join(defines, ", "));
-    for (size_t k = 0; k < op.out.size(); ++k) held[op.out[k]] = defines[k];
+    // An attention's row statistics (lse, saved for the backward) hold no fingerprint value ("~"): checked with the
+    // op's attrs below.
+    const size_t modelOutputs = op.kind == OpKind::Attention && op.attrs.lse ? op.out.size() - 1 : op.out.size();
+    if (defines.size() != modelOutputs)
+      fail(op.where + "/out", "defines {} values but its nodes define [{}]", modelOutputs, fmt::join(defines, ", "));
+    for (size_t k = 0; k < modelOutputs; ++k) held[op.out[k]] = defines[k];
+    if (modelOutputs < op.out.size()) held[op.out.back()] = "~lse:" + defines[0];
   }
 
   // The value's dtype, rows and width against the fingerprint value it holds.
@@ -253,6 +257,12 @@ struct Checker {
       for (size_t k = 0; k < 3; ++k) cols(op, true, k, a.heads * a.headDim);
       cols(op, false, 0, a.heads * a.headDim);
       sameRows(op, 1, 2);
+      if (a.lse) {  // the row statistics: F32, one column per head, q's rows
+        cols(op, false, 1, a.heads);
+        const Value &l = value(op.out.at(1)), &q = value(op.in.at(0));
+        if (l.dtype != DType::F32 || l.rows != q.rows || l.batch != q.batch)
+          fail(op.where + "/out/1", "value '{}' (attention's row statistics) must be F32 with q's rows", l.name);
+      }
       return;
     case OpKind::Swiglu:
       expectPart(op, "F", a.F, I(n0, "ffn_dim"));

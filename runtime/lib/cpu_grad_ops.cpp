@@ -212,8 +212,14 @@ void attentionGrad(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &q = cx.in(0), &k = cx.in(1), &v = cx.in(2), &o = cx.in(3), &dO = cx.in(4);
   sameRows(cx, {&q, &k, &v, &o, &dO});
+  const float *lse = nullptr;  // the forward's row statistics (h3-fuse-grad)
+  if (a.lse) {
+    const HostValue &l = cx.in(5);
+    if (l.numel() != q.batch * q.rows * a.heads) cx.error("lse must hold one L per row and head");
+    lse = l.f.data();
+  }
   grad::AttentionGrad d = grad::attentionGrad(q.f.data(), k.f.data(), v.f.data(), o.f.data(), dO.f.data(), itemsOf(q),
-                                              a.heads, a.headDim, a.kvBlock);
+                                              a.heads, a.headDim, a.kvBlock, lse);
   cx.out(0, std::move(d.dq));
   cx.out(1, std::move(d.dk));
   cx.out(2, std::move(d.dv));

@@ -517,18 +517,24 @@ void runAttention(Ctx &cx) {
     cx.error("q and the output [B, rows, heads*d], k and v [B, key rows, heads*d] disagree");
   const double scale = 1.0 / std::sqrt(double(d));
   const float c = cpu::flashExp2Scale(d);
+  HostValue *lse = cx.op.attrs.lse ? &cx.out(1) : nullptr;  // the row statistics [B, rows, heads]
+  if (lse && lse->numel() != q.batch * n * heads) cx.error("lse must hold one L per row and head");
   parallelFor(q.batch * heads * n, cx.env.threads, [&](int64_t a, int64_t b) {
-    std::vector<float> out(static_cast<size_t>(d));
+    std::vector<float> out(static_cast<size_t>(d)), flashOut(static_cast<size_t>(d));
     for (int64_t t = a; t < b; ++t) {
       const int64_t bi = t / (heads * n), h = (t / n) % heads, r = t % n;
       const size_t base = size_t(bi * n * ld + h * d), kvBase = size_t(bi * nk * ld + h * d);
       const float *qr = &q.f[base + size_t(r * ld)], *kb = &k.f[kvBase], *vb = &v.f[kvBase];
+      float stats[2];
       if (cx.exact)
         cpu::attentionRowFp64(qr, kb, vb, ld, nk, d, scale, out.data());
-      else
-        cpu::flashRow(qr, kb, vb, ld, nk, d, c, cx.op.order.kvBlock, out.data());
+      if (!cx.exact || lse)  // (the row statistics are the flash order's, also beside the fp64 reference's output)
+        cpu::flashRow(qr, kb, vb, ld, nk, d, c, cx.op.order.kvBlock, cx.exact ? flashOut.data() : out.data(),
+                      lse ? stats : nullptr);
       for (int64_t c = 0; c < d; ++c)
         o.f[base + size_t(r * ld + c)] = roundBf16(out[size_t(c)]);
+      // The backward's L = mc + log2(l) (h3-fuse-grad: attention_grad reads it instead of rerunning the walk).
+      if (lse) lse->f[size_t((bi * n + r) * heads + h)] = stats[0] + std::log2(stats[1]);
     }
   });
 }

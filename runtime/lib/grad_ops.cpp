@@ -268,7 +268,7 @@ std::vector<float> ropeGrad(const float *dy, const float *cos, const float *sin,
 }
 
 AttentionGrad attentionGrad(const float *q, const float *k, const float *v, const float *o, const float *dO,
-                            const ItemRows &items, int64_t heads, int64_t d, int64_t kvBlock) {
+                            const ItemRows &items, int64_t heads, int64_t d, int64_t kvBlock, const float *lse) {
   grad_detail::checkItems(items, "attentionGrad");
   const int64_t C = heads * d, M = items.back();
   // The forward's pinned constant (section 4) and the backward's scale of dS (in double, rounded once).
@@ -286,8 +286,8 @@ AttentionGrad attentionGrad(const float *q, const float *k, const float *v, cons
       std::vector<float> dSb(size_t(n * n)), Pb(size_t(n * n)), outRow(static_cast<size_t>(d)),
           dOb(static_cast<size_t>(d)), stats(2);
       for (int64_t i = 0; i < n; ++i) {
-        cpu::flashRow(at(q, i), at(k, 0), at(v, 0), C, n, d, c, kvBlock, outRow.data(), stats.data());
-        const float L = stats[0] + std::log2(stats[1]);
+        if (!lse) cpu::flashRow(at(q, i), at(k, 0), at(v, 0), C, n, d, c, kvBlock, outRow.data(), stats.data());
+        const float L = lse ? lse[(r0 + i) * heads + h] : stats[0] + std::log2(stats[1]);
         float D = 0.f;
         for (int64_t e = 0; e < d; ++e) D = std::fmaf(at(dO, i)[e], at(o, i)[e], D);
         for (int64_t e = 0; e < d; ++e) dOb[size_t(e)] = roundBf16(at(dO, i)[e]);

@@ -185,14 +185,35 @@ inline EmitOp linearGradW(int64_t N, int64_t K, bool bias, bool gBf16 = false) {
 
 // attention_grad (docs/contract.md section 14) as a `--backward` plan has it: q, k, v bf16, o bf16 (or F32), dout and
 // the three gradients F32 [S, heads * d], batched; kv_block the forward's.
-inline EmitOp attentionGrad(int64_t heads, int64_t d, int64_t kvBlock, bool oBf = true) {
+// attention (flash order, kv_block kv) on q, k, v bf16 [S, heads * d] -> o bf16, with `lse` also the row statistics
+// the backward reads (F32 [S, heads], h3-fuse-grad).
+inline EmitOp attentionForward(int64_t heads, int64_t d, int64_t kv, bool lse) {
+  plan::OpAttrs a = with(attrs({{"heads", double(heads)}, {"head_dim", double(d)}}), h3c::DType::BF16, h3c::DType::BF16,
+                         h3c::DType::BF16);
+  a.lse = lse ? 1 : 0;
+  plan::Order order = flash();
+  order.kvBlock = kv;
+  EmitOp e = op(OpKind::Attention, "transformer_blocks.0.attn.attention", a, order);
+  for (auto &v : e.vals.in) v.cols = heads * d, v.dtype = h3c::DType::BF16;
+  e.vals.out[0].cols = heads * d;
+  e.vals.out[0].dtype = h3c::DType::BF16;
+  if (lse) {
+    e.vals.out[1].cols = heads;
+    e.vals.out[1].dtype = h3c::DType::F32;
+  }
+  return e;
+}
+
+// With `lse`, the forward's row statistics as input 5 (F32 [S, heads], h3-fuse-grad).
+inline EmitOp attentionGrad(int64_t heads, int64_t d, int64_t kvBlock, bool oBf = true, bool lse = false) {
   plan::OpAttrs a = attrs({{"heads", double(heads)}, {"head_dim", double(d)}});
   a.kvBlock = kvBlock;
+  a.lse = lse ? 1 : 0;
   plan::Order order;
   order.kind = plan::OrderKind::RowUnits;
   EmitOp e = op(OpKind::AttentionGrad, "transformer_blocks.0.attn.attention_grad", a, order);
   for (size_t i = 0; i < e.vals.in.size(); ++i) {
-    e.vals.in[i].cols = heads * d;
+    e.vals.in[i].cols = i == 5 ? heads : heads * d;
     e.vals.in[i].dtype = i < 3 || (i == 3 && oBf) ? h3c::DType::BF16 : h3c::DType::F32;
   }
   for (plan::Value &v : e.vals.out) v.cols = heads * d, v.dtype = h3c::DType::F32;

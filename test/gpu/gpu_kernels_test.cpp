@@ -1291,6 +1291,37 @@ TEST_F(Kernels, AttentionGrad) {
         report(bytesEqual(one[size_t(i)], h1[size_t(i)], size_t(c.L * ld)),
                name + ": " + outs[i] + " item 0 of the batch == its own run");
     }
+    // h3-fuse-grad's saved row statistics: the forward attention (Hopper and mma.sync forms) writes lse = mc +
+    // lg2(l) of its walk, both forms the same bytes; the backward reading it instead of rerunning the walk gives
+    // the walk's dq, dk, dv byte for byte (the forward's L is the backward's).
+    {
+      const EmitOp fwd = attentionForward(c.heads, d, c.kv, true), bwdL = attentionGrad(c.heads, d, c.kv, c.oBf, true);
+      auto lseOf = [&](const plan::Kernel &kern) {
+        Launch la;
+        la.in = {dq, dk, dv};
+        la.out = {outBuf(size_t(n * 2)), outBuf(size_t(c.B * c.L * c.heads * 4))};
+        la.e = rowsS(c.L, c.B);
+        run(kern, la);
+        return std::make_pair(down<float>(*la.out[1], size_t(c.B * c.L * c.heads)), la.out[1]);
+      };
+      const plan::Kernel &f9 = kernel(fwd), &fm = kernel(fwd, mmaOpt);
+      const auto [l9, lseBuf] = lseOf(f9);
+      const auto lm = lseOf(fm).first;
+      auto goL = [&](const plan::Kernel &kern) {
+        Launch la;
+        la.in = {dq, dk, dv, dobuf, ddo, lseBuf};
+        for (int i = 0; i < 3; ++i) la.out.push_back(outBuf(size_t(c.B * c.L * ld * 4)));
+        la.e = rowsS(c.L, c.B);
+        run(kern, la);
+        std::vector<std::vector<float>> r;
+        for (int i = 0; i < 3; ++i) r.push_back(down<float>(*la.out[size_t(i)], size_t(c.B * c.L * ld)));
+        return r;
+      };
+      const auto hl = goL(kernel(bwdL)), ml = goL(kernel(bwdL, mmaOpt));
+      bool same = bytesEqual(l9, lm);
+      for (int i = 0; i < 3; ++i) same = same && bytesEqual(hl[size_t(i)], h1[size_t(i)]) && bytesEqual(ml[size_t(i)], h1[size_t(i)]);
+      report(same, name + ": the forward's lse (" + f9.id + " == " + fm.id + ") read by both backward forms == the walk's dq, dk, dv byte for byte");
+    }
     if (c.L != 200 || c.B != 2) continue;
     // fp64: L_i by the softmax of s = q k^T / sqrt(d), P, D_i = dO_i . o_i, dP = dO v^T, dS = P (dP - D), dv = P^T dO,
     // dk = dS^T q / sqrt(d), dq = dS k / sqrt(d); item 0.

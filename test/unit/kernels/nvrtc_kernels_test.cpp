@@ -1116,6 +1116,44 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
 }
 
+// Attention's row statistics saved by the forward (h3-fuse-grad, docs/contract.md section 14): the full config's
+// Hopper attention (the plan's default schedule) with its `lse` output and the Hopper backward reading it instead of
+// its statistics walk compile without spills (the mma.sync forms' with lse: the tiny backward plans' kernels,
+// GradientKernelsOfBackwardPlans, and its forward below at the tiny shape).
+TEST(NvrtcCompile, AttentionRowStatisticsForms) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  EmitOp fwd = fullAttention();
+  fwd.op.attrs.lse = 1;
+  fwd.op.out.push_back(fwd.op.out[0] + ":lse");
+  plan::Value l = fwd.vals.out[0];
+  l.name = fwd.op.out.back();
+  l.cols = fwd.op.attrs.heads;
+  l.dtype = h3c::DType::F32;
+  fwd.vals.out.push_back(l);
+  auto hasLse = [](const plan::Kernel &k) {
+    return std::any_of(k.params.begin(), k.params.end(), [](const plan::KernelParam &q) { return q.name == "lse"; });
+  };
+  const plan::Kernel f9 = *emit(fwd, "sm_90a");
+  EXPECT_NE(f9.source.find("#define A9_LSE 1\n"), std::string::npos) << f9.id;
+  EXPECT_TRUE(hasLse(f9)) << f9.id;
+  expectCompilesWithoutSpills(jit, f9, "attention with lse");
+  EmitOp tinyFwd = fwd;
+  tinyFwd.op.attrs.heads = 2;
+  tinyFwd.op.attrs.headDim = 16;
+  for (auto &v : tinyFwd.vals.in) v.cols = 32;
+  tinyFwd.vals.out[0].cols = 32;
+  tinyFwd.vals.out[1].cols = 2;
+  const plan::Kernel ft = *emit(tinyFwd, "sm_90a");
+  EXPECT_NE(ft.source.find("#define AT_LSE 1\n"), std::string::npos) << ft.id;
+  expectCompilesWithoutSpills(jit, ft, "mma.sync attention with lse");
+  const plan::Kernel b9 = *emit(attentionGrad(56, 128, 128, true, true), "sm_90a");
+  EXPECT_EQ(b9.id.find("attention_grad_mma_sm90_h56_d128_kv128_lse_"), 0u) << b9.id;
+  EXPECT_NE(b9.source.find("#define GB_LSE 1\n"), std::string::npos) << b9.id;
+  EXPECT_TRUE(hasLse(b9)) << b9.id;
+  expectCompilesWithoutSpills(jit, b9, "attention_grad with lse");
+}
+
 // The bf16 linears' dX (linear_grad_x, docs/contract.md section 14) of config c's backward, {N, K}: context_embedder,
 // to_q / to_k / to_v, to_out, fc1, fc2, and with unmerged LoRA at rank 64 x's LoRA part bf(dt) down (N = 64: one
 // k-block) and dt = bf(g) up (K = 64: the skinny form).

@@ -94,7 +94,7 @@ def H3Backward : Pass<"h3-backward", "mlir::ModuleOp"> {
 }
 
 def H3FuseGrad : Pass<"h3-fuse-grad", "mlir::ModuleOp"> {
-  let summary = "Fuse a grad_add into the dX that computes one of its parts; round a g once for its readers";
+  let summary = "Fuse a grad_add into its dX; round a g once for its readers; save attention's row statistics";
   let description = [{
     An h3.grad_add(a, b) one of whose parts is an h3.linear_grad_x result read by nothing else, whose other part is
     defined before that op (so it is ready when the op runs), becomes that op's `residual`: the op's result is
@@ -103,7 +103,10 @@ def H3FuseGrad : Pass<"h3-fuse-grad", "mlir::ModuleOp"> {
     F32 tensors and dX's own store. The later part is taken first (b: the consumer visited last), so a chain of
     parts fuses link by link. Then an F32 gradient that two or more linear gradients multiply as bf(g) (a bf16
     weight's dX, a dW without a bias gradient) gets one h3.grad_round before the first of them, which they all read:
-    g rounded once, the same bits. Runs after h3-backward; nothing else changes.
+    g rounded once, the same bits (folded into the op computing g where that op can store bf16 and nothing else reads
+    the F32 g). Last, each forward h3.attention that an h3.attention_grad differentiates gets its `lse` result (the row
+    statistics of its walk), func @backward an argument of that value, and the attention_grad reads it instead of
+    rerunning the walk. Runs after h3-backward; nothing else changes.
   }];
   let dependentDialects = ["::h3c::h3ir::H3Dialect", "::mlir::func::FuncDialect"];
 }

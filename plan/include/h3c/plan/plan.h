@@ -99,6 +99,9 @@ struct OpAttrs {
   // Gradient ops (section 14): rms_norm_grad's norm group (the row's width for rms_norm, head_dim for qk_norm);
   // attention_grad's kv_block, that of the forward attention whose row statistics it recomputes.
   int64_t group = 0, kvBlock = 0;
+  // attention / attention_grad: 1 when the forward writes its row statistics (output "lse", f32 [rows, heads]) and
+  // the backward reads them (input "lse") instead of rerunning the walk (h3-fuse-grad; section 14).
+  int64_t lse = 0;
   // all_gather / split (section 5.2): the axis, the number of parts (sp for rows, tp for columns), the full width
   // `cols`, and for columns the segments of the full value.
   Axis axis = Axis::Rows;

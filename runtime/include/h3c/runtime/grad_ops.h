@@ -88,8 +88,10 @@ std::vector<float> ropeGrad(const float *dy, const float *cos, const float *sin,
 struct AttentionGrad {
   std::vector<float> dq, dk, dv;
 };
+// With `lse` ([M][heads], the forward's L = mc + log2(l) per row and head, h3-fuse-grad) L is read, not rerun.
 AttentionGrad attentionGrad(const float *q, const float *k, const float *v, const float *o, const float *dO,
-                            const ItemRows &items, int64_t heads, int64_t d, int64_t kvBlock);
+                            const ItemRows &items, int64_t heads, int64_t d, int64_t kvBlock,
+                            const float *lse = nullptr);
 
 
 // silu (the time embedder's, F32): dx = dy * s * (1 + x * (1 - s)), s = 1 / (1 + expf(-x)), n elements.

@@ -92,8 +92,13 @@ def H3_RopeGradOp : H3_Op<"rope_grad"> {
 
 def H3_AttentionGradOp : H3_ReducingOp<"attention_grad", H3_OrderRowUnits> {
   let summary = "attention's dq, dk, dv (P recomputed; dk, dv by row_units over the query rows)";
+  let description = [{
+    With `lse` (the forward attention's row statistics, h3-fuse-grad) the kernel reads L instead of rerunning the
+    forward's key walk for it: the same L, so the same bits.
+  }];
   let arguments = !con((ins H3_ActType:$q, H3_ActType:$k, H3_ActType:$v, H3_ActType:$o, H3_ActType:$do_,
-                            I64Attr:$heads, I64Attr:$head_dim, OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+                            Optional<H3_ActType>:$lse, I64Attr:$heads, I64Attr:$head_dim,
+                            OptionalAttr<H3_OrderAttr>:$order), H3_Common);
   let results = (outs H3_ActType:$dq, H3_ActType:$dk, H3_ActType:$dv);
 }
 

@@ -174,9 +174,14 @@ def H3_QkNormRopeOp : H3_ReducingOp<"qk_norm_rope", H3_OrderLaneTree> {
 // ---- attention and elementwise ----
 def H3_AttentionOp : H3_ReducingOp<"attention", H3_OrderFlash> {
   let summary = "softmax(q k^T / sqrt(d)) v per head per batch item over all rows of the domain (non-causal)";
+  let description = [{
+    `lse` (h3-fuse-grad, for the backward): each row's and head's L = mc + lg2(l) of the flash walk's final running
+    max and sum (docs/contract.md section 14), f32 [rows, heads]: h3.attention_grad reads it instead of rerunning the
+    walk.
+  }];
   let arguments = !con((ins H3_ActType:$q, H3_ActType:$k, H3_ActType:$v, I64Attr:$heads, I64Attr:$head_dim,
                             OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard), H3_Common);
-  let results = (outs H3_ActType:$o);
+  let results = (outs H3_ActType:$o, Optional<H3_ActType>:$lse);
 }
 
 def H3_SwigluOp : H3_Op<"swiglu"> {
