@@ -3,7 +3,9 @@
 // (a + b and b + a round alike), so every gradient keeps its bits; what goes is the grad_add's pass over three F32
 // tensors and the dX's store of its own value (the 33B LoRA step's 521 grad_adds took 132 ms of its backward on an
 // H100, bench/NOTES.md 2026-12-06, 8 in 10 of them after a dX). Then it rounds once the g that several linear
-// gradients each rounded to bf16 (h3.grad_round).
+// gradients each rounded to bf16 (h3.grad_round, or the op computing g storing bf16), and has the forward attention
+// save the row statistics its attention_grad reran (`lse`). Each rewrite keeps every bit; `h3c compile
+// --no-fuse-grad` skips the pass, and the GPU checks compare the two plans byte for byte.
 #include "Common.h"
 #include "h3c/Passes/PlanOp.h"
 #include "h3c/Passes/Passes.h"
@@ -56,9 +58,13 @@ struct FuseGradAdd : OpRewritePattern<GradAddOp> {
 bool roundsG(Operation *op, Value g) {
   auto bf16Weight = [](ArrayAttr w) { return !h3c::h3::isF32Module(cast<StringAttr>(w[0]).str()); };
   if (auto dx = dyn_cast<LinearGradXOp>(op)) return dx.getG() == g && bf16Weight(dx.getWeight());
-  if (auto dw = dyn_cast<LinearGradWOp>(op))
-    return dw.getG() == g && bf16Weight(dw.getWeight()) && dw.getGrads().size() == 1 &&
-           (dw.getBias().empty() || dw.getGrads()[0] != StringAttr::get(op->getContext(), "grad:" + cast<StringAttr>(dw.getBias()[0]).str()));
+  if (auto dw = dyn_cast<LinearGradWOp>(op)) {
+    // One gradient, the weight's (grads lists the weight's, then the bias's, each when trained).
+    const bool weightOnly = dw.getGrads().size() == 1 &&
+                            (dw.getBias().empty() || cast<StringAttr>(dw.getGrads()[0]).getValue() !=
+                                                         "grad:" + cast<StringAttr>(dw.getBias()[0]).str());
+    return dw.getG() == g && bf16Weight(dw.getWeight()) && weightOnly;
+  }
   return false;
 }
 
@@ -117,8 +123,9 @@ int foldRoundings(func::FuncOp f) {
 // them: the forward attention op gets its `lse` result (f32 [rows, heads], named "<o>:lse"), the backward function
 // an argument of that name (a saved value, as h3-backward makes them), and the attention_grad reads it. The forward
 // kernel writes the L its own walk ends with, which is the walk the backward reran (docs/contract.md section 14):
-// the same bits, and phase 0 of the backward loses one of its four products (the 33B LoRA step: ~2-3 ms of an op's
-// ~23). Returns the count of attention_grad ops given an lse.
+// the same bits, and phase 0 of the backward loses one of its four products (the 33B LoRA step on an H100: 3.1 ms of
+// an op's 23.1; writing lse costs the forward ~0.2 ms an op). Returns the count of attention_grad ops given an lse, or
+// -1 when the argument could not be added.
 int saveRowStatistics(ModuleOp m) {
   func::FuncOp bwd, fwd;
   for (auto f : m.getOps<func::FuncOp>()) (f.getName() == "backward" ? bwd : fwd) = f;
