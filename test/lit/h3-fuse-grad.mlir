@@ -2,8 +2,9 @@
 // RUN: h3c-opt %s --h3-fuse-grad -split-input-file | h3c-opt -split-input-file | FileCheck %s
 // h3-fuse-grad (docs/contract.md section 14): an h3.grad_add one of whose parts is an h3.linear_grad_x result read
 // nowhere else, with the other part defined before that op, becomes the op's residual (the op's result is the sum,
-// named as the grad_add's was). The later part (b) is taken first, so a chain fuses link by link; a dX read twice,
-// an other part defined after the dX, a dX that already has a residual and parts that are no dX stay as they are.
+// named as the grad_add's was). Of two dX parts the one with the longer reduction takes it (moved after the other
+// where needed), on a tie the later; so a chain fuses link by link. A dX read twice, one that already has a residual
+// and parts that are no dX stay as they are.
 // Then a gradient that two or more linear gradients round to bf16 is rounded once (h3.grad_round) for them all,
 // by the op that computes it where that op can store bf16 and nothing else reads the F32 value.
 
@@ -39,6 +40,21 @@ func.func @later_a(%g0: !h3.act<B, S, 32, f32>, %g1: !h3.act<B, S, 32, f32>) -> 
 
 // -----
 
+// Both parts dXs, the sum goes into the one with the longer reduction (N: its GEMM hides the residual's load; a LoRA
+// path's dX of N = 64 is bound by memory), which moves after the other.
+// CHECK-LABEL: func.func @longer_reduction
+// CHECK-NEXT: %[[L:.*]] = h3.linear_grad_x %arg1 {{{.*}}weight = ["l.lora_down"]}
+// CHECK-NEXT: %[[W:.*]] = h3.linear_grad_x %arg0, %[[L]] {{{.*}}values = ["grad:x+l"], weight = ["w"]}
+// CHECK-NEXT: return %[[W]]
+func.func @longer_reduction(%g: !h3.act<B, S, 256, f32>, %dt: !h3.act<B, S, 64, f32>) -> !h3.act<B, S, 24, f32> {
+  %w = h3.linear_grad_x %g {K = 24 : i64, N = 256 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 256, f32>) -> !h3.act<B, S, 24, f32>
+  %l = h3.linear_grad_x %dt {K = 24 : i64, N = 64 : i64, weight = ["l.lora_down"], nodes = ["l"], values = ["grad:x~2"]} : (!h3.act<B, S, 64, f32>) -> !h3.act<B, S, 24, f32>
+  %s = h3.grad_add %w, %l {nodes = ["l"], values = ["grad:x+l"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %s : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
 // The dX is read twice (it is returned too), and its sibling is no dX: nothing fuses.
 // CHECK-LABEL: func.func @read_twice
 // CHECK-NEXT: %[[D:.*]] = h3.linear_grad_x %arg0 {
@@ -52,12 +68,12 @@ func.func @read_twice(%g: !h3.act<B, S, 32, f32>, %p: !h3.act<B, S, 24, f32>) ->
 
 // -----
 
-// The other part is computed after the dX (it would not be ready when the dX kernel runs), and it is no dX: the
-// grad_add stays.
+// The other part is computed after the dX: the dX moves to right before the grad_add's place (nothing else reads
+// it) and takes the sum.
 // CHECK-LABEL: func.func @other_later
-// CHECK-NEXT: h3.linear_grad_x %arg0 {
-// CHECK-NEXT: h3.swiglu_grad
-// CHECK-NEXT: h3.grad_add
+// CHECK-NEXT: %[[E:.*]] = h3.swiglu_grad
+// CHECK-NEXT: %[[D:.*]] = h3.linear_grad_x %arg0, %[[E]] {{{.*}}values = ["grad:x+s"]
+// CHECK-NEXT: return %[[D]]
 func.func @other_later(%g: !h3.act<B, S, 32, f32>, %dy: !h3.act<B, S, 12, f32>, %x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32> {
   %d = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %e = h3.swiglu_grad %dy, %x {nodes = ["s"], values = ["grad:x~2"]} : (!h3.act<B, S, 12, f32>, !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32>

@@ -172,7 +172,7 @@ TEST(CheckpointSlots, NoTwoLiveValuesShareASlotOnTheTinyPlans) {
 }
 
 // The full config at S = 8,349 with LoRA r64 adapters trained (docs/contract.md section 14's memory of one H200):
-// its slots hold about the 7.47 GB live peak with the block segments (h3-fuse-grad's bf16 gradients), ~104 GB
+// its slots hold about the 7.56 GB live peak with the block segments (h3-fuse-grad's bf16 gradients), ~104 GB
 // without them.
 TEST(CheckpointSlots, FullConfigLoraSlotsAreTheCheckpointedPeak) {
   const int64_t S = 8349;
@@ -184,7 +184,7 @@ TEST(CheckpointSlots, FullConfigLoraSlotsAreTheCheckpointedPeak) {
   EXPECT_EQ(peak, ck.stats.at("backward_peak_live_bytes_checkpointed"));
   EXPECT_GE(slots, peak);  // the slots hold the peak
   EXPECT_LT(slots, int64_t(12e9));
-  EXPECT_NEAR(double(peak), 7.47e9, 0.05e9);  // section 14's table
+  EXPECT_NEAR(double(peak), 7.56e9, 0.05e9);  // section 14's table
   const plan::Plan whole = compilePlan("full", S, false, true);
   const int64_t wholeSlots = whole.stats.at("slot_bytes");
   EXPECT_GT(wholeSlots, int64_t(100e9));
