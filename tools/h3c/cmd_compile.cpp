@@ -138,6 +138,22 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
     if (p.backward())
       std::printf("backward: %zu gradient ops, %zu gradient outputs\n", p.backward()->ops.size(),
                   p.backward()->outputs.size());
+    if (p.backward() && !a->noFuseGrad) {
+      // What h3-fuse-grad made of the backward, as the plan holds it (docs/contract.md sections 5 and 14).
+      using h3c::plan::OpKind;
+      size_t sums = 0, rounded = 0, byProducer = 0, statistics = 0;
+      for (const h3c::plan::Op &op : p.backward()->ops) {
+        sums += op.kind == OpKind::LinearGradX && op.attrs.epilogue == h3c::plan::Epilogue::Residual;
+        rounded += op.kind == OpKind::GradRound;
+        byProducer += (op.kind == OpKind::SwigluGrad || op.kind == OpKind::RmsNormGrad ||
+                       op.kind == OpKind::GateResidualGrad) &&
+                      p.value(op.out.at(0)).dtype == h3c::DType::BF16;
+        statistics += op.kind == OpKind::AttentionGrad && op.attrs.lse;
+      }
+      std::printf("fused gradients (h3-fuse-grad): %zu sums in a dX's epilogue, %zu gradients rounded to bf16 once "
+                  "(%zu by the op computing them), %zu attention row statistics saved by the forward\n",
+                  sums, rounded + byProducer, byProducer, statistics);
+    }
     std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n", p.slots.size(),
                 (long long)p.stats.at("slot_bytes"), (long long)p.stats.at("peak_live_bytes"), (long long)a->tokens);
     if (p.backward()) {
