@@ -11,7 +11,8 @@
 // Nothing depends on the row count, the batch or the launch: every element's sequence of operations is fixed.
 //
 // Two phases. Phase 0 (GL_ENTRY, grad_linear_round.cuh): bf(g) into the scratch `gb` ([rows][N] bf16, so phase 1
-// streams it with cp.async), and for dW with a bias the bias gradient. Phase 1 (GL_ENTRY_P1): the GEMM,
+// streams it with cp.async), and for dW with a bias the bias gradient (GL_G_BF16: g is a grad_round's bf16 bf(g),
+// h3-fuse-grad; no phase 0, phase 1 reads g). Phase 1 (GL_ENTRY_P1): the GEMM,
 // in tiles of GL_BM x GL_BN (128 x 128 of 8 warps, 64 x 32 each, k-tiles of 32 in a 3-stage cp.async ring; a
 // skinny dX, 64 output columns or fewer (LoRA's dt = bf(g) up), 32 x 64 of 4 warps with k-tiles of 128 in 4 stages, so
 // that its long chain over N runs on M / 32 CTAs with a deep ring). The operands come as

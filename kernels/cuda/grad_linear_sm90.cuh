@@ -7,7 +7,9 @@
 // (2 ceil(N / 32): its k-tiles of 32, zero-filled past N): this kernel's last k-block of 64 issues only the chunks
 // that remain.
 //
-// Phase 0 (GL_ENTRY, grad_linear_round.cuh) rounds g into the scratch gb; phase 1 (GX_ENTRY_P1) is this GEMM, the
+// Phase 0 (GL_ENTRY, grad_linear_round.cuh) rounds g into the scratch gb (where g is a grad_round's bf16 bf(g),
+// h3-fuse-grad, there is no phase 0: the GEMM is the kernel's one entry and gb_map lies over g); phase 1
+// (GX_ENTRY_P1) is this GEMM, the
 // skeleton of the forward's gemm_sm90.cuh: 384 threads, warpgroup 0 the producer (one thread issues the TMA loads of
 // a GX_STAGES-deep ring), warpgroups 1 and 2 each 64 rows of a 128 x GX_BN output tile (m64nGX_BNk16 wgmmas). A is
 // bf(g): gb_map over the scratch, [rows][N] boxes of 128 rows x 64 of N (K-major, 128-byte swizzle, rows past the

@@ -7,7 +7,8 @@
 // kept in registers), the batch's the left fold of the items' sums in batch order (in dw itself: each thread adds to
 // the elements it wrote). wgmma's chunk function is mma.sync's (../shared/HOPPER-KERNELS.md section 1).
 //
-// Phase 0 (GL_ENTRY, grad_linear_round.cuh) rounds g into the scratch gb (and sums dbias); phase 1 (GW_ENTRY_P1) is
+// Phase 0 (GL_ENTRY, grad_linear_round.cuh) rounds g into the scratch gb (and sums dbias; with a grad_round's bf16 g,
+// h3-fuse-grad, no phase 0 and no dbias: the GEMM alone, gb_map over g); phase 1 (GW_ENTRY_P1) is
 // this GEMM over 128 x 128 output tiles (weight rows n x input columns k) of 384 threads: warpgroup 0 the producer (one
 // thread issues the TMA loads of a GW_STAGES-deep ring), warpgroups 1 and 2 each 64 rows n of the tile. Both operands
 // have the reduction (the token rows) as their outer dimension, so both are MN-major for wgmma: A = bf(g)^T through
