@@ -64,6 +64,14 @@ bool dxResidual(Params &p, Builder &b, const plan::OpAttrs &a) {
   return residual;
 }
 
+// Whether the op's g is a grad_round's bf16 bf(g) (h3-fuse-grad): its kernel is the GEMM alone, reading g where it
+// reads the rounding phase's scratch otherwise. Such a g never comes with a bias gradient (dbias sums the F32 g).
+bool roundedG(const OpView &v, int64_t biasAt) {
+  const bool gb = bf(v.in(0));
+  if (gb && biasAt >= 0) fail(v.where, "dbias sums the F32 g: a bf16 g has no bias gradient");
+  return gb;
+}
+
 // The width of the Hopper dX's tile (grad_linear_sm90.cuh) for K output columns: 192 where K is an odd multiple of
 // 256 and of 192 (K = 5,376: 28 column tiles fill whole waves of 132 SMs at 66 row tiles where 21 leave half a wave,
 // as the forward's 192-wide tile), else the widest of 256, 192 and 128 that pads K least.
@@ -98,7 +106,7 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   const bool residual = dxResidual(p, b, a);
   p.out("dx", 0);
   p.scalar("rows", rows);
-  const bool gbIn = bf(v.in(0));  // g is a grad_round's bf(g): the GEMM's map over g, no rounding phase
+  const bool gbIn = roundedG(v, -1);  // the GEMM's map over g, no rounding phase
   if (gbIn) {
     p.tensorMap("gb_map", OperandRole::In, 0, rows, a.N, 64, 128);
   } else {
@@ -150,8 +158,7 @@ plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64
   p.out("dw", dwAt);
   if (biasAt >= 0) p.out("dbias", biasAt);
   itemScalars(p, v, 0);
-  const bool gbIn = bf(v.in(0));  // g is a grad_round's bf(g) (no dbias then): the map over g, no rounding phase
-  if (gbIn && biasAt >= 0) fail(v.where, "dbias sums the F32 g: a bf16 g has no bias gradient");
+  const bool gbIn = roundedG(v, biasAt);  // the map over g, no rounding phase
   if (gbIn) {
     p.itemTensorMap("gb_map", OperandRole::In, 0, itemRows, a.N, 64, 64, &items);
   } else {
@@ -201,9 +208,7 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
     p.out("dx", 0);
     p.scalar("rows", rows);
   }
-  // g a grad_round's bf(g) (no dbias then): phase 1 alone, reading g where it reads the scratch otherwise.
-  const bool gbIn = bf(v.in(0));
-  if (gbIn && biasAt >= 0) fail(v.where, "dbias sums the F32 g: a bf16 g has no bias gradient");
+  const bool gbIn = roundedG(v, biasAt);  // phase 1 alone, reading g
   if (!gbIn) p.scratch("gb", rows.scaled(a.N * 2));
   b.def("GL_G_BF16", gbIn ? 1 : 0);
   b.def("GL_DW", dw ? 1 : 0);

@@ -70,13 +70,8 @@ struct FuseGradAdd : OpRewritePattern<GradAddOp> {
 bool roundsG(Operation *op, Value g) {
   auto bf16Weight = [](ArrayAttr w) { return !h3c::h3::isF32Module(cast<StringAttr>(w[0]).str()); };
   if (auto dx = dyn_cast<LinearGradXOp>(op)) return dx.getG() == g && bf16Weight(dx.getWeight());
-  if (auto dw = dyn_cast<LinearGradWOp>(op)) {
-    // One gradient, the weight's (grads lists the weight's, then the bias's, each when trained).
-    const bool weightOnly = dw.getGrads().size() == 1 &&
-                            (dw.getBias().empty() || cast<StringAttr>(dw.getGrads()[0]).getValue() !=
-                                                         "grad:" + cast<StringAttr>(dw.getBias()[0]).str());
-    return dw.getG() == g && bf16Weight(dw.getWeight()) && weightOnly;
-  }
+  if (auto dw = dyn_cast<LinearGradWOp>(op))
+    return dw.getG() == g && bf16Weight(dw.getWeight()) && !computesBiasGradient(dw);
   return false;
 }
 

@@ -125,9 +125,9 @@ struct Checker {
   // a bf16 weight, and for dW no bias gradient (dbias sums the F32 g).
   void gradOperand(const Op &op) const {
     if (p.value(op.in.at(0)).dtype == DType::F32) return;
-    if (p.value(op.in.at(0)).dtype != DType::BF16 || op.attrs.wDtype != DType::BF16 ||
-        (op.kind == OpKind::LinearGradW && op.grads.size() > 1) ||
-        (op.kind == OpKind::LinearGradW && !op.biases.empty() && op.grads.size() == 1 && op.grads[0] == op.biases[0]))
+    const bool biasGradient = op.kind == OpKind::LinearGradW && !op.biases.empty() &&
+                              std::find(op.grads.begin(), op.grads.end(), op.biases[0]) != op.grads.end();
+    if (p.value(op.in.at(0)).dtype != DType::BF16 || op.attrs.wDtype != DType::BF16 || biasGradient)
       fail(op.where + "/in/0", "'{}' is {}: g is F32, or bf16 (bf(g)) only for a bf16 weight's dX or dW without dbias",
            op.in[0], dtypeName(p.value(op.in[0]).dtype));
   }

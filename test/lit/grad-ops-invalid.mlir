@@ -60,6 +60,15 @@ func.func @bf16_gradient_bias(%g: !h3.act<B, S, 24, bf16>, %x: !h3.act<B, S, 32,
 
 // -----
 
+// The weight frozen, the bias trained: the op's one gradient is dbias, which sums the F32 g.
+func.func @bf16_gradient_bias_only(%g: !h3.act<B, S, 24, bf16>, %x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{a bias gradient sums the F32 g: g must be f32}}
+  h3.linear_grad_w %g, %x {K = 32 : i64, N = 24 : i64, bias = ["b"], grads = ["grad:b"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 32, bf16>) -> ()
+  return
+}
+
+// -----
+
 // grad_round: F32 in, bf16 of the same shape out.
 func.func @grad_round_f32_result(%g: !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32> {
   // expected-error @+1 {{result must be 'bf16', got 'f32'}}

@@ -56,4 +56,7 @@ OrderAttr rowUnitsOrder(mlir::MLIRContext *ctx);
 // The first node id of an h3 op (for messages), "" if none.
 std::string firstNode(mlir::Operation *op);
 
+// Whether a linear_grad_w's `grads` names its bias's gradient (dbias sums the F32 g: such an op cannot read bf(g)).
+bool computesBiasGradient(LinearGradWOp op);
+
 } // namespace h3c::h3ir
