@@ -172,6 +172,7 @@ int main(int argc, char **argv) {
     auto table = randBuf(size_t(T * 3 * 6 * H), true, 0.3);
     auto tempF = randBuf(size_t(T * E), false, 1.0);
     auto cosb = randBuf(size_t(M * 96), false, 1.0), sinb = randBuf(size_t(M * 96), false, 1.0);
+    auto lseBuf = randBuf(size_t(M * 64), false, 1.0);  // attention's row statistics (F32 [M, heads]), written by its lse form
     std::vector<long long> meta(static_cast<size_t>(M));
     auto ts = std::make_unique<hc::DeviceBuffer>(size_t(M) * 8), tags = std::make_unique<hc::DeviceBuffer>(size_t(M) * 8);
     for (long long r = 0; r < M; ++r) meta[size_t(r)] = r % T;
@@ -411,6 +412,13 @@ int main(int argc, char **argv) {
           op(OpKind::Attention, "attention", with(attrs({{"heads", heads}, {"head_dim", d}}), BF, BF, BF), flash());
       const double flops = 4.0 * M * M * d * heads, bytes = 4.0 * M * heads * d * 2;
       bench("attention 56x128 (flash)", at, o, flops, bytes);
+      // With the row statistics the backward reads (h3-fuse-grad's `lse`, F32 [M, heads]): attention_grad's lse form
+      // below reads what this run wrote.
+      {
+        Operands ol = o;
+        ol.out.push_back(lseBuf->get());
+        bench("attention 56x128 (flash) [lse]", attentionForward(heads, d, 128, true), ol, flops, bytes);
+      }
       if ((sweep || energy) && dev.arch() == "sm_90a") {
         // The plan's default runs the persistent grid (at most one CTA per SM walking the 56 x 66 tiles); beside it
         // the one-CTA-per-tile kernel (attn_persistent=0) at the same schedule; with --energy twice, in alternation.
@@ -467,6 +475,19 @@ int main(int argc, char **argv) {
         // Phase 0 alone (L, D and dq over the keys, per query tile): the rest of the time is phase 1's (dk, dv).
         if (!only.empty() && name.find(only) == std::string::npos) continue;
         benchPhase(name + " [phase 0 only]", ag, o, -1, 0.6 * flops, bytes, opt);
+      }
+      // The plan's form since h3-fuse-grad: L read from the forward's lse (no statistics walk in phase 0).
+      {
+        Operands ol = o;
+        ol.in.push_back(lseBuf->get());
+        const EmitOp agl = attentionGrad(heads, d, 128, true, true);
+        for (int form = 0; form < (dev.arch() == "sm_90a" ? 2 : 1); ++form) {
+          const std::string name = form == 0 ? "attention_grad 56x128 [lse]" : "attention_grad 56x128 [lse] [mma.sync]";
+          const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mma;
+          bench(name, agl, ol, flops, bytes, opt);
+          if (!only.empty() && name.find(only) == std::string::npos) continue;
+          benchPhase(name + " [phase 0 only]", agl, ol, -1, 0.6 * flops, bytes, opt);
+        }
       }
     }
     {

@@ -296,22 +296,28 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
         gb_issue_qk<GB_KSUB>(dpn, sdO, 128, wg * 64, sV + b1 * GB_TILE(GB_KSUB));
       }
       // dS = bf(P (dP - D)), 0 for keys past L, packed straight into dq's A fragments: bf2_rn of the F32 product is
-      // pack_bf2 of its rbf for every value arithmetic returns (common.cuh), the mma.sync form's bits.
+      // pack_bf2 of its rbf for every value arithmetic returns (common.cuh), the mma.sync form's bits. Only the last
+      // sub-block can hold keys past L: the others take the walk without the mask's compare and select (a uniform
+      // branch around element steps only; the kernel is bound by the instructions it issues).
       const long long left = L - (long long)kb * GB_KSUB;
-      const int lim = left < GB_KSUB ? (int)left : GB_KSUB;
+      auto dsStep = [&](const bool masked, const int lim) {
 #pragma unroll
-      for (int j = 0; j < GB_KSUB / 8; ++j)
+        for (int j = 0; j < GB_KSUB / 8; ++j)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          float ds[2];
+          for (int hh = 0; hh < 2; ++hh) {
+            float ds[2];
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int i = j * 4 + hh * 2 + e;
-            const float P = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lr[hh]));
-            ds[e] = j * 8 + t4 * 2 + e < lim ? __fmul_rn(P, __fsub_rn(dp[i], Dr[hh])) : 0.0f;
+            for (int e = 0; e < 2; ++e) {
+              const int i = j * 4 + hh * 2 + e;
+              const float P = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lr[hh]));
+              const float v = __fmul_rn(P, __fsub_rn(dp[i], Dr[hh]));
+              ds[e] = !masked || j * 8 + t4 * 2 + e < lim ? v : 0.0f;
+            }
+            pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(ds[0], ds[1]);
           }
-          pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(ds[0], ds[1]);
-        }
+      };
+      if (left >= GB_KSUB) dsStep(false, GB_KSUB);
+      else dsStep(true, (int)left);
       gb_issue_pv(dqa, pa, sK + (kb % GB_STAGES) * GB_TILE(GB_KSUB));
       wgmma_wait<0>();
     };
@@ -367,9 +373,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     ld64.load(sdO + buf * GB_TILE(GB_QSUB), dO, i0, L);
     if (threadIdx.x < GB_QSUB) {  // (L, D) of the row, 8 bytes by cp.async (a plain load would stall the CTA)
       const long long i = i0 + threadIdx.x;
-      const float *src = statsHead + 2 * (i < L ? i : 0) * GB_HEADS;
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(LDs + (buf * GB_QSUB + threadIdx.x) * 2)),
-                   "l"(src), "r"(i < L ? 8 : 0));
+      float *dst = LDs + (buf * GB_QSUB + threadIdx.x) * 2;
+      if (i < L)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(statsHead + 2 * i * GB_HEADS));
+      else  // past the item's end: (+inf, 0), so that P^T and dS^T come out +0 with no mask (below)
+        *(float2 *)dst = make_float2(__int_as_float(0x7f800000), 0.0f);
     }
   };
   // The ring as phase 0's: group n is sub-tile n (K and V ride with sub-tile 0).
@@ -412,11 +420,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
       const int buf = t % GB_STAGES;
       const h3u32 Qb = sQ + buf * GB_TILE(GB_QSUB), dOb = sdO + buf * GB_TILE(GB_QSUB);
       const float *LD = LDs + buf * 2 * GB_QSUB;
-      const long long left = L - (long long)t * GB_QSUB;
-      const int lim = left < GB_QSUB ? (int)left : GB_QSUB;
-      // P^T (0 past the item's end), and on warpgroup 1 dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn ==
-      // pack_bf2 of the rbf of every value arithmetic returns, common.cuh): the one-loop form's values. The
-      // columns' L and D: one 16-byte load of (L, D, L, D) a pair.
+      // P^T, and on warpgroup 1 dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn == pack_bf2 of the rbf of
+      // every value arithmetic returns, common.cuh): the one-loop form's values. The columns' L and D: one 16-byte
+      // load of (L, D, L, D) a pair. No mask: a query row past the item's end has L = +inf and D = 0 (loadSub) and
+      // zeros for q and bf(dO), so S^T = 0 there, P = ex2(fma(0, c, -inf)) = ex2(-inf) = +0 and dS^T = +0 * (0 - 0)
+      // = +0: the masked form's +0 (the mma.sync form's bits), for two fewer instructions an element (the kernel is
+      // bound by the instructions it issues). The step past the last sub-tile (stale buffer) is never folded.
       h3u32 pa[4][4];
 #pragma unroll
       for (int j = 0; j < GB_QSUB / 8; ++j) {
@@ -428,10 +437,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int i = j * 4 + hh * 2 + e;
-            const bool in = j * 8 + t4 * 2 + e < lim;
-            const float ex = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lc[e]));  // unconditional: no branch while S^T flies
-            const float P = in ? ex : 0.0f;
-            if (dkRole) val[e] = in ? __fmul_rn(P, __fsub_rn(dp[i], Dc[e])) : 0.0f;
+            const float P = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lc[e]));
+            if (dkRole) val[e] = __fmul_rn(P, __fsub_rn(dp[i], Dc[e]));
             else val[e] = P;
           }
           pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(val[0], val[1]);
@@ -440,8 +447,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
       gb_issue_pv(acc, pa, dkRole ? Qb : dOb);
       wgmma_wait<0>();
     };
-    // Steps in pairs; an odd count ends with a step past the last sub-tile (lim <= 0: P^T and dS^T zeros, no load,
-    // no fold), so that no wgmma sits behind a branch inside the roles' divergent paths (ptxas would serialize them).
+    // Steps in pairs; an odd count ends with a step past the last sub-tile (on a stale buffer: no load, no fold), so that no wgmma sits behind a branch inside the roles' divergent paths (ptxas would serialize them).
     // A pair of steps is a unit (GR_UNIT rows): its partial starts from zero (nothing in flight here: the last
     // step waited for its products), and is folded after its last sub-tile.
     static_assert(GR_UNIT == 2 * GB_QSUB, "a unit is two sub-tiles");
