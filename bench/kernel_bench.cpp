@@ -488,6 +488,12 @@ int main(int argc, char **argv) {
           if (!only.empty() && name.find(only) == std::string::npos) continue;
           benchPhase(name + " [phase 0 only]", agl, ol, -1, 0.6 * flops, bytes, opt);
         }
+        if (dev.arch() == "sm_90a") {  // the load rings at 4 stages (attn_grad_stages=4)
+          h3c::kernels::EmitOptions st4 = h3c::kernels::EmitOptions::planDefaults();
+          st4.sm90AttnGradStages = 4;
+          bench("attention_grad 56x128 [lse] [st4]", agl, ol, flops, bytes, st4);
+          benchPhase("attention_grad 56x128 [lse] [st4] [phase 0 only]", agl, ol, -1, 0.6 * flops, bytes, st4);
+        }
       }
     }
     {

@@ -112,12 +112,13 @@ __device__ __forceinline__ void gb_issue_pv(float *acc, const h3u32 (*pa)[4], h3
   wgmma_commit();
 }
 
-// Phase 1's fold at a unit's last sub-tile: the unit's partial (acc, this thread's 64 values) into the item's sum in
-// this thread's float4 slots of `fold` (the first unit's as it is, then acc added in F32).
-__device__ __forceinline__ void gb_fold_unit(float4 *fold, const float *acc, bool first) {
+// Phase 1's fold of dk at a unit's last sub-tile: the unit's partial (acc, this thread's 64 values) into the item's
+// sum in this thread's float4 slots of `fold` (the first unit's as it is, then acc added in F32); tid: the thread in
+// its warpgroup.
+__device__ __forceinline__ void gb_fold_unit(float4 *fold, const float *acc, bool first, int tid) {
 #pragma unroll
   for (int i = 0; i < GB_D / 8; ++i) {
-    float4 *f = fold + i * 256 + threadIdx.x;
+    float4 *f = fold + i * 128 + tid;
     const float4 a = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
     if (first) {
       *f = a;
@@ -344,14 +345,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   h3c_grid_dependency_wait();
   extern __shared__ unsigned char gb_raw[];
   const h3u32 base = (smem_u32(gb_raw) + 1023u) & ~1023u;
-  // K, V; a ring of GB_STAGES (Q, bf(dO)) sub-tiles; their rows' (L, D) ([GB_STAGES][GB_QSUB][2], 0 past the item's
-  // end); 16 KiB unused (the removed hand-over form's P^T, left so that the layout stays the one the GPU checks
-  // measured); the folds.
+  // K, V; a ring of GB_STAGES (Q, bf(dO)) sub-tiles; their rows' (L, D) ([GB_STAGES][GB_QSUB][2], (+inf, 0) past the
+  // item's end); warpgroup 1's fold of dk (warpgroup 0 folds dv in registers).
   const h3u32 sK = base, sV = sK + GB_TILE(64), sQ = sV + GB_TILE(64), sdO = sQ + GB_STAGES * GB_TILE(GB_QSUB);
   unsigned char *const rest = gb_raw + (sdO + GB_STAGES * GB_TILE(GB_QSUB) - smem_u32(gb_raw));
   float *LDs = (float *)rest;
-  // [GB_D / 8][256]: each thread's fold of dv or dk, 4 a slot
-  float4 *fold = (float4 *)(LDs + GB_STAGES * 2 * GB_QSUB + (GB_QSUB / 2) * 128);
+  // [GB_D / 8][128]: each thread of warpgroup 1 its fold of dk, 4 a slot
+  float4 *fold = (float4 *)(LDs + GB_STAGES * 2 * GB_QSUB);
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;
   const long long colBase = (long long)blockIdx.y * GB_D;
@@ -387,7 +387,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     if (n < nsub) loadSub(n, (long long)n * GB_QSUB);
     cp_async_commit();
   }
-  float acc[GB_D / 2];  // this warpgroup's dv (0) or dk (1): the unit's partial (its fold: `fold`, shared memory)
+  // This warpgroup's dv (0) or dk (1): the unit's partial, and its fold over the units. Warpgroup 0 folds in
+  // registers (fr; it holds no dP^T, so they are free), warpgroup 1 in shared memory (`fold`): each fold reads and
+  // writes 64 KiB a unit, and phase 1 is bound by shared memory's bandwidth more than by anything else (ncu,
+  // bench/NOTES.md 2026-12-06: L1 65 % busy, the SS products read 96 KiB a sub-tile, the ring writes 32 KiB).
+  float acc[GB_D / 2], fr[GB_D / 2];
   // One loop per warpgroup (the roles are the two branches of one if / else, as the forward kernel's producer and
   // consumers: their wgmmas stay asynchronous): warpgroup 0 S^T = K Q^T, P^T and dv += P^T dO; warpgroup 1 the same
   // S^T beside dP^T = V dO^T, then P^T, dS^T and dk += dS^T Q. No P^T hand-over, so neither waits for the other's
@@ -399,6 +403,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   // the tensor core works while the warpgroup runs them; the two sets of registers alternate by unrolling by two.
   // Ring: at step t, sub-tile t + 1 must have landed (committed one step before: GB_STAGES >= 3) and sub-tile t - 1's
   // buffer, which both warpgroups are done with past the barrier, takes sub-tile t + GB_STAGES - 1.
+  auto foldUnit = [&](const bool dkRole, const bool first) {
+    if (dkRole) {
+      gb_fold_unit(fold, acc, first, tid);
+    } else {
+#pragma unroll
+      for (int i = 0; i < GB_D / 2; ++i) fr[i] = first ? acc[i] : __fadd_rn(fr[i], acc[i]);
+    }
+  };
   auto roleLoop = [&](const bool dkRole) {
     float sA[GB_QSUB / 2], dpA[GB_QSUB / 2], sB[GB_QSUB / 2], dpB[GB_QSUB / 2];
     cp_async_wait<GB_STAGES - 2>();
@@ -455,9 +467,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
 #pragma unroll
       for (int i = 0; i < GB_D / 2; ++i) acc[i] = 0.0f;
       step(t, sA, dpA, sB, dpB);
-      if (t + 1 == nsub) gb_fold_unit(fold, acc, t == 0);
+      if (t + 1 == nsub) foldUnit(dkRole, t == 0);
       step(t + 1, sB, dpB, sA, dpA);
-      if (t + 1 < nsub) gb_fold_unit(fold, acc, t == 0);
+      if (t + 1 < nsub) foldUnit(dkRole, t == 0);
     }
     wgmma_wait<0>();  // (the prologue's S^T when there is no sub-tile)
   };
@@ -473,8 +485,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
 #pragma unroll
     for (int j = 0; j < GB_D / 8; ++j) {
       // acc[j * 4 + hh * 2 + e] is slot (j * 4 + hh * 2) / 4 = j, lanes hh * 2 + e
-      const float4 f = fold[j * 256 + threadIdx.x];
-      const float a = hh ? f.z : f.x, b = hh ? f.w : f.y;
+      float a, b;
+      if (w0) {
+        a = fr[j * 4 + hh * 2], b = fr[j * 4 + hh * 2 + 1];
+      } else {
+        const float4 f = fold[j * 128 + tid];
+        a = hh ? f.z : f.x, b = hh ? f.w : f.y;
+      }
       *(float2 *)(out + j * 8 + t4 * 2) =
           w0 ? make_float2(a, b) : make_float2(__fmul_rn(scale, a), __fmul_rn(scale, b));
     }

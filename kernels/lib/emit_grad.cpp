@@ -257,21 +257,19 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // 64 rows), phase 1 per 64-key tile (dv and dk on one warpgroup each). Shared memory: 1,024 bytes of alignment
     // for the 128-byte swizzle, then phase 0's Q and bf(dO) tiles (32 KiB each), a ring of K blocks / K and V
     // sub-blocks (32 KiB a stage) and D; phase 1's K and V (16 KiB each), a ring of Q and bf(dO) sub-tiles (32 KiB a
-    // stage) with their L and D, 16 KiB unused (the removed hand-over form's P^T: the layout the GPU checks measured)
-    // and the folds of dv and dk (64 KiB).
+    // stage) with their L and D, and the fold of dk (32 KiB; dv's is folded in registers).
     b.def("GB_HEADS", a.heads);
     b.def("GB_LSE", a.lse);
     b.def("GB_KVB", a.kvBlock);
     b.def("GB_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
     b.def("GB_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
     b.def("GB_O_BF", bf(v.in(3)));
-    // The load rings' stages: the software-pipelined walks need the next sub-tile landed one step ahead (>= 3), and
-    // phase 1's 3 x 32 KiB beside its folds fill the CTA's shared memory.
-    const int64_t stages = 3;
+    // The load rings' stages (attn_grad_stages): the software-pipelined walks need the next sub-tile landed one step
+    // ahead (>= 3); a fourth lands it two steps ahead (both phases fit 4 x 32 KiB).
+    const int64_t stages = v.options.sm90AttnGradStages;
     b.def("GB_STAGES", stages);
     const int64_t tile = d * 2, smem0 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 128 * 4;
-    const int64_t smem1 = 1024 + 2 * 64 * tile + stages * 2 * 64 * tile + stages * 64 * 2 * 4 + 32 * 128 * 4 +
-                          64 * 256 * 4;
+    const int64_t smem1 = 1024 + 2 * 64 * tile + stages * 2 * 64 * tile + stages * 64 * 2 * 4 + 64 * 128 * 4;
     const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     const plan::Launch keys = launch(256, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
     std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");
