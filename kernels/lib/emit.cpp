@@ -660,7 +660,11 @@ plan::Kernel emitElementwise(const OpView &v, const std::string &arch) {
     b.def("EW_CHUNK", 0); b.def("EW_NUMCH", 1); b.def("EW_RPT", 1);
   }
   b.def("EW_ACOLS", acols);
-  Extent units = rows.scaled(cols);
+  // 16-byte vectors of 8 bf16 outputs where every row holds whole ones (elementwise.cuh: the same bits).
+  const bool vec = cols % 8 == 0 && (v.op.kind == OpKind::Swiglu || v.op.kind == OpKind::Residual ||
+                                     v.op.kind == OpKind::GateResidual);
+  b.def("EW_VEC", vec ? 8 : 1);
+  Extent units = rows.scaled(vec ? cols / 8 : cols);
   plan::Launch l = launch(256, 0, dim(units, 256));
   return finish(fmt::format("{}_c{}", plan::opKindName(v.op.kind), cols), "EW_ENTRY", b, p, tmpl::elementwise, l, arch, v.options);
 }
