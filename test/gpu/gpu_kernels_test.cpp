@@ -685,6 +685,27 @@ void Kernels::checkQkNormRope(const std::string &cfg, int heads, int d, int R, l
           }
         }
       ok &= bytesEqual(y, ref);
+      // The training plan's unfused pair (h3c compile --backward): qk_norm of one tensor, then rope (or nothing
+      // when R = 0), each its own kernel: the formula's bytes too.
+      const auto a3 = [](plan::OpAttrs a) { return with(a, DType::BF16, DType::BF16, DType::BF16); };
+      Launch ln;
+      ln.in = {l.in[size_t(t)]};
+      ln.out = {outBuf(size_t(M * ld * 2))};
+      ln.w = {l.w[size_t(t)]};
+      ln.e = rowsS(S, B);
+      run(kernel(op(OpKind::QkNorm, "qkn", a3(attrs({{"heads", heads}, {"head_dim", d}, {"eps", 1e-5}})), laneTree(), 1)), ln);
+      auto ys = ln.out[0];
+      if (R) {
+        Launch lr;
+        lr.in = {ln.out[0], l.in[2], l.in[3]};
+        lr.out = {outBuf(size_t(M * ld * 2))};
+        lr.e = rowsS(S, B);
+        run(kernel(op(OpKind::Rope, "rope", a3(attrs({{"heads", heads}, {"head_dim", d}, {"rotary_dim", R}})))), lr);
+        ys = lr.out[0];
+      }
+      const bool split = bytesEqual(down<uint16_t>(*ys, size_t(M * ld)), ref);
+      report(split, name + (t ? ": k" : ": q") + " by qk_norm then rope (two kernels) bitwise vs contract formula");
+      ok &= split;
     }
     report(ok, name + ": bitwise vs contract formula");
   } catch (const std::exception &ex) {
