@@ -5,10 +5,13 @@
 // nodes. Every fused op is created right before the last op it replaces, so the resulting op order does not depend
 // on the order in which the driver visits the ops (the patterns' roots and anchors are disjoint).
 #include "Common.h"
+#include "h3c/Passes/PlanOp.h"
 #include "h3c/Passes/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace h3c::passes {
 #define GEN_PASS_DEF_H3FUSE
@@ -122,7 +125,10 @@ struct FuseQkv : OpRewritePattern<LinearOp> {
 
 // norm_q, norm_k (+ rope_q, rope_k when both norms feed only their rope) -> qk_norm_rope, at the last of them.
 struct FuseQkNormRope : OpRewritePattern<QkNormOp> {
-  FuseQkNormRope(MLIRContext *ctx) : OpRewritePattern(ctx, kQkNormRope) {}
+  // saved: the plan names func @backward reads (a training plan's), whose values must stay; empty otherwise.
+  FuseQkNormRope(MLIRContext *ctx, llvm::StringSet<> saved = {})
+      : OpRewritePattern(ctx, kQkNormRope), saved(std::move(saved)) {}
+  llvm::StringSet<> saved;
 
   LogicalResult matchAndRewrite(QkNormOp nq, PatternRewriter &rewriter) const override {
     if (nq.getShard() || !endsWith(firstNode(nq), ".attn.norm_q")) return failure();
@@ -143,6 +149,9 @@ struct FuseQkNormRope : OpRewritePattern<QkNormOp> {
     Operation *last = rope ? (rq->isBeforeInBlock(rk) ? rk.getOperation() : rq.getOperation()) : nk.getOperation();
     if (rope ? !usersAfter({nq, nk, rq, rk}, last) : !usersAfter({nq, nk}, last))
       return rewriter.notifyMatchFailure(nq, "a use of the norms precedes the fused op's position");
+    if (!saved.empty() && (!rope || saved.contains(h3c::passes::planName(nq.getY())) ||
+                           saved.contains(h3c::passes::planName(nk.getY()))))
+      return rewriter.notifyMatchFailure(nq, "the backward reads a norm's output (or there is no rope to fuse)");
 
     std::vector<Value> tables;
     if (rope) tables = {rq.getCos(), rq.getSin()};
@@ -305,6 +314,25 @@ struct Fuse : h3c::passes::impl::H3FuseBase<Fuse> {
         .enableConstantCSE(false)
         .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
     RewritePatternSet patterns(ctx);
+    if (training) {
+      // A --backward plan's forward: the backward's arguments name the forward values it reads.
+      llvm::StringSet<> saved;
+      getOperation().walk([&](func::FuncOp f) {
+        if (f.getSymName() != "backward") return;
+        for (unsigned i = 0; i < f.getNumArguments(); ++i)
+          if (auto n = f.getArgAttrOfType<StringAttr>(i, "h3.name")) saved.insert(n.getValue());
+      });
+      if (saved.empty()) {
+        getOperation().emitError() << "h3-fuse training=true: the module has no func @backward with named arguments";
+        return signalPassFailure();
+      }
+      patterns.add<FuseQkNormRope>(ctx, std::move(saved));
+      if (failed(applyPatternsGreedily(getOperation(), std::move(patterns), config))) {
+        getOperation().emitError() << "h3-fuse: the fusion patterns did not converge";
+        signalPassFailure();
+      }
+      return;
+    }
     patterns.add<FuseQkv, FuseQkNormRope, FuseEpilogue, FuseTimeMlp>(ctx);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns), config))) {
       getOperation().emitError() << "h3-fuse: the fusion patterns did not converge";

@@ -35,7 +35,14 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
     H3BackwardOptions bwd;
     bwd.trainable.assign(o.trainable.begin(), o.trainable.end());
     pm.addPass(createH3Backward(bwd));
-    if (o.fuseGrad) pm.addPass(createH3FuseGrad());
+    if (o.fuseGrad) {
+      pm.addPass(createH3FuseGrad());
+      // The forward's fusions that keep every value the backward reads (qk_norm + rope): fewer passes over q and k
+      // in the forward and in every checkpoint segment's recompute, the same bits.
+      H3FuseOptions fwd;
+      fwd.training = true;
+      pm.addPass(createH3Fuse(fwd));
+    }
   }
   H3PlanBuffersOptions buffers;
   buffers.tokens = o.tokens;

@@ -238,15 +238,19 @@ struct Checker {
       width(op, false, 1, 2 * a.F);
       width(op, true, 0, 2 * a.F);
       return;
-    case OpKind::RmsNormGrad:
+    case OpKind::RmsNormGrad: {
+      // A qk_norm's forward op may be the qk_norm_rope of its block (h3-fuse training=true: nodes norm_q, norm_k,
+      // rope_q, rope_k; inputs q, k, cos, sin): its x is the fused op's q or k.
+      const size_t xi = f.kind == OpKind::QkNormRope && f.nodes.size() > 1 && f.nodes[1] == n.id ? 1 : 0;
       same(op, "eps", a.eps, fa.eps);
-      same(op, "group", a.group, f.kind == OpKind::QkNorm ? fa.headDim : fa.H);
-      saved(op, 1, f.in[0]);
+      same(op, "group", a.group, f.kind == OpKind::QkNorm || f.kind == OpKind::QkNormRope ? fa.headDim : fa.H);
+      saved(op, 1, f.in[xi]);
       sameRows(op, {0, 1}, {0});
       for (size_t k = 0; k < 2; ++k) width(op, false, k, a.cols);
       width(op, true, 0, a.cols);
-      width(op, false, 1, p.value(f.in[0]).cols);
+      width(op, false, 1, p.value(f.in[xi]).cols);
       return;
+    }
     case OpKind::NormModulateGrad:
     case OpKind::GateResidualGrad: {
       const bool norm = op.kind == OpKind::NormModulateGrad;
@@ -276,8 +280,8 @@ struct Checker {
       same(op, "heads", a.heads, fa.heads);
       same(op, "head_dim", a.headDim, fa.headDim);
       same(op, "rotary_dim", a.rotaryDim, fa.rotaryDim);
-      saved(op, 1, f.in[1]);
-      saved(op, 2, f.in[2]);
+      saved(op, 1, f.in[f.kind == OpKind::QkNormRope ? 2 : 1]);  // cos (a fused qk_norm_rope: [q, k, cos, sin])
+      saved(op, 2, f.in[f.kind == OpKind::QkNormRope ? 3 : 2]);
       sameRows(op, {0}, {0});
       width(op, false, 0, a.heads * a.headDim);
       width(op, true, 0, a.heads * a.headDim);

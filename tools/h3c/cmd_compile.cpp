@@ -61,8 +61,8 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
                "have no GPU kernel yet");
   app.add_flag("--no-fuse-grad", a->noFuseGrad,
                "With --backward: skip h3-fuse-grad, which by default adds a dX's sibling gradient part in the dX "
-               "kernel's epilogue and rounds a g that several linear gradients read once (grad_round); the same "
-               "bits (for comparisons)");
+               "kernel's epilogue and rounds a g that several linear gradients read once (grad_round), and the "
+               "forward's qk_norm + rope fusion (h3-fuse training=true); the same bits (for comparisons)");
   app.add_option("--trainable", a->trainable,
                  "With --backward: the tensors that get gradients, a glob over tensor names ('*' any run, '?' one "
                  "character) or \"lora\" for the adapter slots of --lora-rank; repeatable (the union); the others "
@@ -153,6 +153,9 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
       std::printf("fused gradients (h3-fuse-grad): %zu sums in a dX's epilogue, %zu gradients rounded to bf16 once "
                   "(%zu by the op computing them), %zu attention row statistics saved by the forward\n",
                   sums, rounded + byProducer, byProducer, statistics);
+      size_t qkFused = 0;  // h3-fuse training=true: the forward's qk_norm + rope pairs
+      for (const h3c::plan::Op &op : p.forward().ops) qkFused += op.kind == OpKind::QkNormRope;
+      std::printf("fused forward (h3-fuse training=true): %zu qk_norm + rope of q and k in one qk_norm_rope\n", qkFused);
     }
     std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n", p.slots.size(),
                 (long long)p.stats.at("slot_bytes"), (long long)p.stats.at("peak_live_bytes"), (long long)a->tokens);

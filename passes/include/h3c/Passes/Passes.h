@@ -37,14 +37,16 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                         llvm::cl::desc("run h3-backward after verify-strict (the unfused one-rank forward)"),
                         llvm::cl::init(false)};
   Option<bool> fuseGrad{*this, "fuse-grad",
-                        llvm::cl::desc("run h3-fuse-grad after h3-backward (false keeps every grad_add, for comparisons)"),
+                        llvm::cl::desc("run h3-fuse-grad and h3-fuse training=true after h3-backward (false keeps "
+                                       "every grad_add and the unfused forward, for comparisons)"),
                         llvm::cl::init(true)};
   ListOption<std::string> trainable{*this, "trainable",
                                     llvm::cl::desc("h3-backward: the tensors that get gradients (globs, \"lora\"; "
                                                    "default all)")};
 };
 
-// assign-reduction-order, [fuse], [lora], shard-tp, shard-seq, verify-strict, [backward, [fuse-grad]], plan-buffers
+// assign-reduction-order, [fuse], [lora], shard-tp, shard-seq, verify-strict, [backward, [fuse-grad, fuse
+// training=true]], plan-buffers
 // (in that order).
 void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o);
 // Registers every h3 pass and the h3-pipeline.

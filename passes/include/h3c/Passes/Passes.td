@@ -33,7 +33,10 @@ def H3Fuse : Pass<"h3-fuse", "mlir::ModuleOp"> {
     to_q/to_k/to_v -> h3.qkv_linear; norm_q/norm_k(/rope_q/rope_k) -> h3.qk_norm_rope; to_out/fc2 +
     gate_residual or residual and fc1 + swiglu -> h3.linear with an epilogue; time_embedder linear_1/act/linear_2
     -> h3.time_embed on the time_proj sinusoid (h3.timestep_sinusoid stays a host op). norm_modulate is already
-    one op. A fused op lists every node id it covers, in node order. One rewrite pattern per fusion, applied by
+    one op. With `training` (a `--backward` plan's forward, after h3-backward, which differentiates the unfused
+    forward): norm_q/norm_k + rope_q/rope_k -> h3.qk_norm_rope only, where no norm output is an argument of func
+    @backward (the rope outputs keep their names, which the backward reads); the other fusions would drop values
+    the gradients read. A fused op lists every node id it covers, in node order. One rewrite pattern per fusion, applied by
     the greedy driver; each pattern checks the exact producer/consumer shape it fuses.
     Then, for arch = sm_90a with wgmma and tp = 1 only: a qkv_linear and the qk_norm_rope that normalizes (and
     rotates) its q and k -> one qkv_linear with `epilogue = #h3.epilogue<qk_norm_rope>` (the Hopper GEMM applies
@@ -45,6 +48,9 @@ def H3Fuse : Pass<"h3-fuse", "mlir::ModuleOp"> {
     Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel degree the module will be split over">,
     Option<"qkEpilogue", "qk-epilogue", "bool", /*default=*/"true",
            "sm_90a: fuse qk_norm_rope into the qkv GEMM's epilogue (false keeps the two ops apart, for comparisons)">,
+    Option<"training", "training", "bool", /*default=*/"false",
+           "After h3-backward: only the fusions whose inner values func @backward does not read (qk_norm + rope -> "
+           "qk_norm_rope: rope's gradient reads cos and sin only, the norm's its input), never the qkv epilogue">,
   ];
   let dependentDialects = ["::h3c::h3ir::H3Dialect"];
 }
