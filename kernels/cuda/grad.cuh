@@ -39,6 +39,48 @@ __device__ __forceinline__ void gr_st(void *p, long long i, float v, int bf) {
   else ((float *)p)[i] = v;
 }
 
+// The memory-bound kinds (grad_add, swiglu, rope, norm_modulate's dx, gate_residual's dy) move 16-byte vectors of
+// GR_VEC consecutive elements where the emitter finds the columns a multiple of GR_VEC (GR_VEC 1: the scalar loops),
+// and walk rows where an element needs its row's metadata (a table row, a rope row): measured on an H100 at S = 8,349,
+// H = 5,376 (2026-12-06), their per-element 64-bit divisions and modulos (gate_residual's `r % meta_rows` and two
+// metadata loads per element, rope's `m % item_rows`) and scalar 2- and 4-byte accesses held them at 1/3 of HBM
+// bandwidth (norm_modulate 0.56 ms, gate_residual 0.54, swiglu 0.77, rope 0.32 an op). Each element's value is the
+// same F32 operations as the scalar form's; only which thread computes it and the loads' widths differ. Buffers are
+// 256-byte aligned (the arena, the scratch) and rows are whole vectors, so every vector is 16-byte aligned.
+// 8 consecutive operand elements from element i (a multiple of 8) as F32: bf16 one 16-byte load (widened exactly),
+// F32 two.
+template <int BF>
+__device__ __forceinline__ void gr_ld8(const void *p, long long i, float *v) {
+  if (BF) {
+    const uint4 q = *(const uint4 *)((const h3bf *)p + i);
+    const h3u32 w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      v[2 * k] = bf2_lo(w[k]);
+      v[2 * k + 1] = bf2_hi(w[k]);
+    }
+  } else {
+    const float4 a = *(const float4 *)((const float *)p + i), b = *(const float4 *)((const float *)p + i + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+}
+// 8 gradient elements from element i (a multiple of 8): F32 two 16-byte stores, or bf16 (gr_st's f2bf of each:
+// pack_bf2 gives f2bf's bits for every value, NaN payloads included) one.
+template <int BF>
+__device__ __forceinline__ void gr_st8(void *p, long long i, const float *v) {
+  if (BF) {
+    uint4 q;
+    q.x = pack_bf2(v[0], v[1]);
+    q.y = pack_bf2(v[2], v[3]);
+    q.z = pack_bf2(v[4], v[5]);
+    q.w = pack_bf2(v[6], v[7]);
+    ((uint4 *)p)[i >> 3] = q;  // (indexed as uint4: `*(uint4 *)((h3bf *)p + i)` compiled to 4 scalar stores)
+  } else {
+    ((float4 *)p)[i >> 2] = make_float4(v[0], v[1], v[2], v[3]);
+    ((float4 *)p)[(i >> 2) + 1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
+
 // One 16-wide chunk in the tensor core's model: gr_chunk_add(s, j, a, b) for j ascending, then gr_chunk_value.
 __device__ __forceinline__ void gr_chunk_zero(double *s) { s[0] = s[1] = s[2] = s[3] = 0.0; }
 __device__ __forceinline__ void gr_chunk_add(double *s, int j, float a, float b) {
@@ -60,7 +102,8 @@ template <int BF>
 __device__ __forceinline__ float gr_inv_rms(const void *x, long long base, int n, float eps) {
   const int lane = threadIdx.x & 31;
   float p = 0.f;
-  for (int j = lane; j < n; j += 32) {
+#pragma unroll 4
+  for (int j = lane; j < n; j += 32) {  // (unrolled: 4 loads in flight ahead of the chain)
     const float v = gr_ld(x, base + j, BF);
     p = __fmaf_rn(v, v, p);
   }
@@ -122,25 +165,38 @@ __device__ __forceinline__ long long gr_table_row(const void *ts, const void *ta
 // 2.4 s backward at S = 1,084; one walk per channel over all rows still 99 ms; bench/NOTES.md 2026-12-05.)
 // parts: [unit of the batch][table row][GR_ACC][GR_H], then (norm_modulate's weight) [unit of the batch][GR_H].
 #define GR_WIN 8
-template <class Add, class AddExtra>
+// load(r, t) reads row r's operands for channel c (t its table row), add(v, j, acc) and addExtra(v, extra) add them to
+// the chains. The unit's table rows are found once per block into shared memory (not gr_table_row's 64-bit modulo
+// and two dependent metadata loads per row and thread, which held phase 1 in a serial walk), and every row's
+// operands are loaded whatever its table row in the first window (which adds every row's extra), so the walk's loads
+// do not wait on the window's compares; the chains still take the rows in ascending order. The block's threads past
+// GR_H only help find the table rows.
+template <class Load, class Add, class AddExtra>
 __device__ __forceinline__ void gr_unit_partials(float *parts, long long c, long long tableRows, long long items,
                                                  long long itemRows, const void *ts, const void *tags,
-                                                 long long metaRows, Add add, AddExtra addExtra) {
+                                                 long long metaRows, Load load, Add add, AddExtra addExtra) {
   const long long b = blockIdx.z, u0 = b * itemRows + (long long)blockIdx.y * GR_UNIT;
   if (b >= items || (long long)blockIdx.y * GR_UNIT >= itemRows) return;
   const long long u1 = u0 + GR_UNIT < (b + 1) * itemRows ? u0 + GR_UNIT : (b + 1) * itemRows;
   const long long unit = b * ((itemRows + GR_UNIT - 1) / GR_UNIT) + blockIdx.y;
   const long long units = items * ((itemRows + GR_UNIT - 1) / GR_UNIT);
+  __shared__ long long trow[GR_UNIT];
+  for (long long k = threadIdx.x; k < u1 - u0; k += blockDim.x) trow[k] = gr_table_row(ts, tags, metaRows, u0 + k);
+  __syncthreads();
+  if (c >= GR_H) return;
   for (long long w0 = 0; w0 < tableRows; w0 += GR_WIN) {
     float acc[GR_ACC * GR_WIN], extra = 0.f;
 #pragma unroll
     for (int j = 0; j < GR_ACC * GR_WIN; ++j) acc[j] = 0.f;
+#pragma unroll 4
     for (long long r = u0; r < u1; ++r) {
-      const long long t = gr_table_row(ts, tags, metaRows, r);
-      if (w0 == 0) addExtra(r, t, extra);
+      const long long t = trow[r - u0];
+      if (w0 != 0 && (t < w0 || t >= w0 + GR_WIN)) continue;  // (a later window: only its own rows; t is the block's)
+      const auto v = load(r, t);
+      if (w0 == 0) addExtra(v, extra);
 #pragma unroll
       for (int j = 0; j < GR_WIN; ++j)
-        if (t - w0 == j) add(r, j, acc);
+        if (t - w0 == j) add(v, j, acc);
     }
 #pragma unroll
     for (int j = 0; j < GR_WIN; ++j)
@@ -168,13 +224,23 @@ __device__ __forceinline__ float gr_fold_parts(const float *parts, long long c, 
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
+// GR_MIN_BLOCKS (the emitter's; 1 unless it says otherwise): the blocks of 256 an SM must hold, which caps the
+// registers (8: 32 registers, all 2,048 threads).
+extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PARAMS) {
   h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
 
 #if GR_KIND == GR_ADD
-  // c = a + b (F32).
+  // c = a + b (F32). GR_VEC 4: a float4 of each per step (22.0 ms for 104 ops of 5,376 columns at S = 8,349 with 4-byte
+  // accesses, ~85 % of HBM bandwidth).
+#if GR_VEC == 4
+  for (long long i = GR_TID; i < rows * (GR_COLS / 4); i += GR_STRIDE) {
+    const float4 x = ((const float4 *)a)[i], y = ((const float4 *)b)[i];
+    ((float4 *)c)[i] = make_float4(__fadd_rn(x.x, y.x), __fadd_rn(x.y, y.y), __fadd_rn(x.z, y.z), __fadd_rn(x.w, y.w));
+  }
+#else
   for (long long i = GR_TID; i < rows * GR_COLS; i += GR_STRIDE)
     ((float *)c)[i] = __fadd_rn(((const float *)a)[i], ((const float *)b)[i]);
+#endif
 
 #elif GR_KIND == GR_LINEAR_X
   // dX [rows][K] = g W: bf16 weight: k_chunks over N of bf(g) * w; F32 weight: the fma chain over N.
@@ -237,7 +303,24 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
 #endif
 
 #elif GR_KIND == GR_SWIGLU
-  // x = [v | g] [rows][2F]: dv = dy * bf(silu(g)), dg = (dy * v) * silu'(g).
+  // x = [v | g] [rows][2F]: dv = dy * bf(silu(g)), dg = (dy * v) * silu'(g). GR_VEC 8: 8 consecutive f of a row per
+  // step (16-byte loads of v, g and dy, stores of dv and dg; one division by the constant F / 8 per 8 elements).
+#if GR_VEC == 8
+  for (long long i = GR_TID; i < rows * (GR_F / 8); i += GR_STRIDE) {
+    const long long m = i / (GR_F / 8), f = (i % (GR_F / 8)) * 8;
+    float v[8], gv[8], d[8], dv[8], dg[8];
+    gr_ld8<GR_X_BF>(x, m * 2 * GR_F + f, v);
+    gr_ld8<GR_X_BF>(x, m * 2 * GR_F + GR_F + f, gv);
+    gr_ld8<0>(dy, m * GR_F + f, d);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      dv[e] = __fmul_rn(d[e], rbf(h3c::detmath::silu(gv[e])));
+      dg[e] = __fmul_rn(__fmul_rn(d[e], v[e]), gr_silu_derivative(gv[e]));
+    }
+    gr_st8<GR_OUT_BF>(dx, m * 2 * GR_F + f, dv);
+    gr_st8<GR_OUT_BF>(dx, m * 2 * GR_F + GR_F + f, dg);
+  }
+#else
   for (long long i = GR_TID; i < rows * GR_F; i += GR_STRIDE) {
     const long long m = i / GR_F, f = i % GR_F;
     const float v = gr_ld(x, m * 2 * GR_F + f, GR_X_BF), gv = gr_ld(x, m * 2 * GR_F + GR_F + f, GR_X_BF);
@@ -245,6 +328,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
     gr_st(dx, m * 2 * GR_F + f, __fmul_rn(d, rbf(h3c::detmath::silu(gv))), GR_OUT_BF);
     gr_st(dx, m * 2 * GR_F + GR_F + f, __fmul_rn(__fmul_rn(d, v), gr_silu_derivative(gv)), GR_OUT_BF);
   }
+#endif
 
 #elif GR_KIND == GR_SILU
   for (long long i = GR_TID; i < rows * GR_COLS; i += GR_STRIDE)
@@ -252,7 +336,37 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
 
 #elif GR_KIND == GR_ROPE
   // The first R channels of each head rotate back with the bf16-rounded tables (one row per canonical row, shared by
-  // the batch items); the rest pass through.
+  // the batch items); the rest pass through. GR_VEC 4: a block per row (its table row once, not a 64-bit
+  // `m % item_rows` per element: 31.5 ms for 100 ops at S = 8,349, 56 x 128 channels), a float4 of dy and of dx per
+  // thread and step; each element's value as below (its own dy from the float4, its partner and the tables scalar).
+#if GR_VEC == 4
+  constexpr int HD = GR_HEADS * GR_D, h2 = GR_R / 2;
+  for (long long m = blockIdx.x; m < rows; m += gridDim.x) {
+    const long long t = (m % item_rows) * GR_R;
+    const float *dym = (const float *)dy + m * HD;
+    for (int q = threadIdx.x; q < HD / 4; q += blockDim.x) {
+      const float4 o4 = ((const float4 *)dym)[q];
+      const float own[4] = {o4.x, o4.y, o4.z, o4.w};  // dyr[j] of each element below
+      float out[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = 4 * q + e, j = c % GR_D;
+        const float *dyr = dym + (c - j);
+        if (j >= GR_R) {
+          out[e] = own[e];
+        } else if (j < h2) {
+          const float c0 = rbf(((const float *)cos_t)[t + j]), s1 = rbf(((const float *)sin_t)[t + j + h2]);
+          out[e] = __fadd_rn(__fmul_rn(own[e], c0), __fmul_rn(dyr[j + h2], s1));
+        } else {
+          const int k = j - h2;  // own[e] is dyr[k + h2]
+          const float c1 = rbf(((const float *)cos_t)[t + k + h2]), s0 = rbf(((const float *)sin_t)[t + k]);
+          out[e] = __fsub_rn(__fmul_rn(own[e], c1), __fmul_rn(dyr[k], s0));
+        }
+      }
+      ((float4 *)dx)[m * (HD / 4) + q] = make_float4(out[0], out[1], out[2], out[3]);
+    }
+  }
+#else
   for (long long i = GR_TID; i < rows * (GR_HEADS * GR_D); i += GR_STRIDE) {
     const long long m = i / (GR_HEADS * GR_D), c = i % (GR_HEADS * GR_D);
     const int j = int(c % GR_D), h2 = GR_R / 2;
@@ -271,6 +385,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
     }
     ((float *)dx)[i] = out;
   }
+#endif
 
 #elif GR_KIND == GR_RMS_NORM
   // Groups of GR_G channels (rms_norm: the row; qk_norm: a head). y == 0: a warp per (row, group), dx; y >= 1 (block
@@ -325,30 +440,68 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
       const float inv = gr_inv_rms<GR_X_BF>(x, base, GR_H, GR_EPS);
       if (lane == 0) ((float *)inv_rms)[r] = inv;
       float p = 0.f;
+#pragma unroll 4
       for (int j = lane; j < GR_H; j += 32) {
         float dn = __fmul_rn(((const float *)dy)[base + j], rbf(__fadd_rn(1.0f, gr_ld(table, sc + j, GR_T_BF))));
         if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j));
         p = __fmaf_rn(dn, __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv), p);
       }
       const float mean = __fdiv_rn(h3c_lane_tree(p), (float)GR_H);
+#if GR_VEC == 8
+      // dx is elementwise given inv and mean: 8 channels per lane and step in 16-byte vectors (the norm's weight,
+      // which the weight buffer lays out without alignment, scalar).
+      for (int q = lane; q < GR_H / 8; q += 32) {
+        const int j0 = 8 * q;
+        float d[8], s[8], xv[8], o[8];
+        gr_ld8<0>(dy, base + j0, d);
+        gr_ld8<GR_T_BF>(table, sc + j0, s);
+        gr_ld8<GR_X_BF>(x, base + j0, xv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          float dn = __fmul_rn(d[e], rbf(__fadd_rn(1.0f, s[e])));
+          if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j0 + e));
+          const float xu = __fmul_rn(xv[e], inv);
+          o[e] = __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean)));
+        }
+        gr_st8<GR_OUT_BF>(dx, base + j0, o);
+      }
+#else
       for (int j = lane; j < GR_H; j += 32) {
         float dn = __fmul_rn(((const float *)dy)[base + j], rbf(__fadd_rn(1.0f, gr_ld(table, sc + j, GR_T_BF))));
         if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j));
         const float xu = __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv);
         gr_st(dx, base + j, __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean))), GR_OUT_BF);
       }
+#endif
     }
   }
 
 #elif GR_KIND == GR_GATE_RESIDUAL
   // z = bf(fma(gate, y, x)): dy = dz * gate. Phases 1 and 2 (below): dgate per table row (fma chains of dz * y), zero
-  // in the other chunks.
+  // in the other chunks. GR_VEC 8: a block per row, its table row once (the grid-stride form's 64-bit `i / GR_H`,
+  // `i % GR_H` and gr_table_row, a 64-bit modulo and two metadata loads, per element: 0.54 ms an op with phases 1 and
+  // 2 at S = 8,349, H = 5,376), 8 channels per thread and step in 16-byte vectors.
+#if GR_VEC == 8
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
+    const long long gate = t * (GR_NUMCH * GR_H) + GR_CHUNK * GR_H;
+    for (int q = threadIdx.x; q < GR_H / 8; q += blockDim.x) {
+      float d[8], g[8], o[8];
+      gr_ld8<0>(dz, r * GR_H + 8 * q, d);
+      gr_ld8<GR_T_BF>(table, gate + 8 * q, g);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] = __fmul_rn(d[e], g[e]);
+      gr_st8<GR_OUT_BF>(dy, r * GR_H + 8 * q, o);
+    }
+  }
+#else
   for (long long i = GR_TID; i < rows * GR_H; i += GR_STRIDE) {
     const long long r = i / GR_H, c = i % GR_H;
     const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
     gr_st(dy, i, __fmul_rn(((const float *)dz)[i], gr_ld(table, t * (GR_NUMCH * GR_H) + GR_CHUNK * GR_H + c, GR_T_BF)),
           GR_OUT_BF);
   }
+#endif
 
 #elif GR_KIND == GR_PACK
   // pack's gradient: each item's canonical rows [0, Nt), [Nt, Nt + Nv), [Nt + Nv, S) back to text, video, audio.
@@ -488,32 +641,32 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY(H3C_PARAMS) {
 // of dz * y).
 extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
   h3c_grid_dependency_wait();
-  const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= GR_H) return;
+  const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // (c >= GR_H: gr_unit_partials returns)
 #if GR_KIND == GR_NORM_MODULATE
+  // v: dy, the dscale factor (n, or bf(n * w) with the norm's weight), n, and (GR_DW) the row's scale.
   const float *inv = (const float *)inv_rms;
-  auto nv = [&](long long r) { return rbf(__fmul_rn(gr_ld(x, r * GR_H + c, GR_X_BF), inv[r])); };
   gr_unit_partials(
       (float *)parts, c, table_rows, items, item_rows, ts_index, GR_TAGS, meta_rows,
-      [&](long long r, long long j, float *acc) {
-        const float d = ((const float *)dy)[r * GR_H + c];
-        acc[j] = __fadd_rn(acc[j], d);
-        acc[GR_WIN + j] = __fmaf_rn(d, GR_HAS_W ? rbf(__fmul_rn(nv(r), GR_WV(c))) : nv(r), acc[GR_WIN + j]);
+      [&](long long r, long long t) {
+        const float n = rbf(__fmul_rn(gr_ld(x, r * GR_H + c, GR_X_BF), inv[r]));
+        return make_float4(((const float *)dy)[r * GR_H + c], GR_HAS_W ? rbf(__fmul_rn(n, GR_WV(c))) : n, n,
+                           GR_DW ? gr_ld(table, t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H + c, GR_T_BF) : 0.f);
       },
-      [&](long long r, long long t, float &acc) {
-        if (GR_DW) {
-          const float dn = __fmul_rn(((const float *)dy)[r * GR_H + c],
-                                     rbf(__fadd_rn(1.0f, gr_ld(table, t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H + c, GR_T_BF))));
-          acc = __fmaf_rn(dn, nv(r), acc);
-        }
+      [&](const float4 &v, long long j, float *acc) {
+        acc[j] = __fadd_rn(acc[j], v.x);
+        acc[GR_WIN + j] = __fmaf_rn(v.x, v.y, acc[GR_WIN + j]);
+      },
+      [&](const float4 &v, float &acc) {
+        if (GR_DW) acc = __fmaf_rn(__fmul_rn(v.x, rbf(__fadd_rn(1.0f, v.w))), v.z, acc);
       });
 #else
   gr_unit_partials(
       (float *)parts, c, table_rows, items, item_rows, ts_index, GR_TAGS, meta_rows,
-      [&](long long r, long long j, float *acc) {
-        acc[j] = __fmaf_rn(((const float *)dz)[r * GR_H + c], gr_ld(y, r * GR_H + c, GR_Y_BF), acc[j]);
+      [&](long long r, long long) {
+        return make_float2(((const float *)dz)[r * GR_H + c], gr_ld(y, r * GR_H + c, GR_Y_BF));
       },
-      [](long long, long long, float &) {});
+      [&](const float2 &v, long long j, float *acc) { acc[j] = __fmaf_rn(v.x, v.y, acc[j]); },
+      [](const float2 &, float &) {});
 #endif
 }
 

@@ -27,6 +27,14 @@ void itemScalars(Params &p, const OpView &v, size_t i) {
 
 plan::GridDim blocks(const Extent &units, int64_t perBlock) { return dim(units, perBlock); }
 
+// The threads of a block that walks one row's n vectors (grad.cuh's row forms of rope and gate_residual): the fewest
+// steps of at most 256 threads, then the fewest whole warps that take the row in those steps (5,376 / 8 = 672
+// vectors: 224 threads, 3 steps each, where 256 leave a third of the last step idle).
+int64_t rowThreads(int64_t n) {
+  const int64_t steps = std::max<int64_t>(1, (n + 255) / 256);
+  return std::max<int64_t>(32, ((n + steps - 1) / steps + 31) / 32 * 32);
+}
+
 // A gradient kernel's options for finish(): a programmatic dependent launch only with grad_pdl (EmitOptions::gradPdl).
 EmitOptions gradLaunch(const EmitOptions &o) {
   EmitOptions g = o;
@@ -313,6 +321,9 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   std::vector<PhaseSpec> phases;
   const char *kind = nullptr;
   const bool mma = v.options.gradMma == 1;
+  // GR_VEC (grad.cuh): the vector width of the memory-bound kinds' 16-byte loads and stores where their columns are a
+  // multiple of it (every config's: H 24, 192, 5,376; F 32, 512, 14,336), 1 for the scalar loops.
+  int64_t vec = 1, minBlocks = 1;  // minBlocks: GR_MIN_BLOCKS, phase 0's __launch_bounds__ blocks an SM
   std::string name = plan::opKindName(v.op.kind);
   auto weightBf = [&] { return a.wDtype == DType::BF16 ? 1 : 0; };
   switch (v.op.kind) {
@@ -323,7 +334,8 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     p.out("c", 0);
     p.scalar("rows", rows);
     b.def("GR_COLS", v.out(0).cols);
-    l = launch(256, 0, blocks(rows.scaled(v.out(0).cols), 256));
+    vec = v.out(0).cols % 4 == 0 ? 4 : 1;  // float4
+    l = launch(256, 0, blocks(rows.scaled(v.out(0).cols / vec), 256));
     name += fmt::format("_c{}", v.out(0).cols);
     break;
   case OpKind::GradRound: {
@@ -385,7 +397,8 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     p.scalar("rows", rows);
     b.def("GR_F", a.F);
     b.def("GR_X_BF", bf(v.in(1)));
-    l = launch(256, 0, blocks(rows.scaled(a.F), 256));
+    vec = a.F % 8 == 0 ? 8 : 1;  // 8 f of a row per thread and step
+    l = launch(256, 0, blocks(rows.scaled(a.F / vec), 256));
     name += fmt::format("_f{}", a.F);
     break;
   case OpKind::SiluGrad:
@@ -413,7 +426,9 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     b.def("GR_HEADS", a.heads);
     b.def("GR_D", a.headDim);
     b.def("GR_R", a.rotaryDim);
-    l = launch(256, 0, blocks(rows.scaled(a.heads * a.headDim), 256));
+    vec = a.heads * a.headDim % 4 == 0 ? 4 : 1;  // a block per row, a float4 per thread and step
+    l = vec == 4 ? launch(rowThreads(a.heads * a.headDim / 4), 0, blocks(rows, 1))
+                 : launch(256, 0, blocks(rows.scaled(a.heads * a.headDim), 256));
     name += fmt::format("_h{}_d{}_r{}", a.heads, a.headDim, a.rotaryDim);
     break;
   case OpKind::RmsNormGrad: {
@@ -468,6 +483,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     b.def("GR_NUMCH", a.numChunks);
     b.def("GR_RPT", rpt);
     b.def("GR_T_BF", bf(v.in(2)));
+    vec = a.H % 8 == 0 ? 8 : 1;  // norm_modulate's dx, gate_residual's dy: 8 channels per thread and step
     // The unit partials of the table's (and the weight's) sums, phases 1 and 2 (grad.cuh): [unit][table row][acc][H]
     // then [unit][H]; units <= (B * item_rows + 128 B) / 128, so the bytes are at most ceil(H / 32) x
     // (acc * (B item_rows T + 128 B T) + B item_rows + 128 B).
@@ -492,10 +508,15 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
       b.def("GR_SCALE", a.scaleChunk);
       b.def("GR_SHIFT", a.shiftChunk);
       l = launch(256, 0, blocks(rows, 8));  // a warp per row: dx, inv
+      // On Hopper 8 blocks an SM (32 registers): 8,448 rows at once on 132 SMs, where 40 registers held 6 blocks and
+      // 8,349 rows took 1.3 waves of these long warps (three passes over the row). ptxas spills nothing at 32
+      // registers on sm_90a for H = 24, 192 and 5,376; on sm_100a it spills at H = 24 and 192, so it keeps its own.
+      minBlocks = arch == "sm_90a" ? 8 : 1;
     } else {
       b.def("GR_Y_BF", bf(v.in(1)));
       b.def("GR_CHUNK", a.chunk);
-      l = launch(256, 0, blocks(rows.scaled(a.H), 256));  // dy
+      l = vec == 8 ? launch(rowThreads(a.H / 8), 0, blocks(rows, 1))  // dy: a block per row
+                   : launch(256, 0, blocks(rows.scaled(a.H), 256));
     }
     name += fmt::format("_h{}_t{}", a.H, rpt);
     break;
@@ -587,6 +608,8 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   b.def("GR_OUT_BF", outBf ? 1 : 0);
   if (outBf) name += "_bfout";
   b.def("GR_KIND", kind);
+  b.def("GR_VEC", vec);
+  b.def("GR_MIN_BLOCKS", minBlocks);
   return finish(name, "GR_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad, l, arch, gradLaunch(v.options),
                 std::move(phases));
 }

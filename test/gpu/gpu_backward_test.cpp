@@ -21,12 +21,14 @@
 // arena of exactly the checkpointed plan's slots. Skips without a GPU or the plans ($H3C_PLANS/tiny-backward,
 // tiny-backward-ref, tiny-backward-ckpt, tiny-backward-lora(-ckpt): scripts/gpu-plans.sh).
 #include "../unit/runtime/backward_test_util.h"
+#include "emit_ops.h"
 
 #include "h3c/plan/io.h"
 #include "h3c/runtime/backward.h"
 #include "h3c/runtime/cuda/driver.h"
 #include "h3c/runtime/cuda/kernel_runner.h"
 #include "h3c/runtime/engine.h"
+#include "h3c/runtime/grad_ops.h"
 #include "h3c/runtime/request.h"
 #include "h3c/runtime/weights.h"
 #include "h3c/support/dtype.h"
@@ -42,6 +44,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -336,7 +339,216 @@ void checkKernelsOnCpuInputs(const char *name) {
   EXPECT_GT(checked, 100);
 }
 
+// The memory-bound gradient kernels (grad.cuh's vector and row forms: grad_add, swiglu_grad, rope_grad,
+// norm_modulate_grad, gate_residual_grad) at the full config's widths, emitted for this device, against the CPU
+// reference functions (runtime/grad_ops.h) byte for byte: rows of several 16-byte steps per thread (5,376 channels:
+// 672 vectors of 8 over 224 threads; norm_modulate's 21 per lane), a row count that ends in a part block and a part
+// unit (333 = 2 x 128 + 77), table rows of two timesteps mixed along the rows; each kernel again on a grid of 3
+// blocks of 64 threads (every row-walking and grid-stride loop then takes many steps), byte-equal too.
+class MemoryBoundGrads {
+public:
+  explicit MemoryBoundGrads(int64_t M) : M_(M) {}
+
+  // Bytes of `v` in plan dtype `dt` (bf16: `v` holds bf16 values).
+  static std::vector<unsigned char> bytes(const std::vector<float> &v, DType dt) {
+    HostValue h;
+    h.f = v;
+    return deviceBytes(h, dt);
+  }
+  static std::vector<unsigned char> bytes(const std::vector<int64_t> &v) {
+    HostValue h;
+    h.i = v;
+    return deviceBytes(h, DType::I64);
+  }
+  std::vector<float> random(size_t n, bool bf16, double stdv = 1.0) {
+    std::normal_distribution<float> d(0.f, float(stdv));
+    std::vector<float> v(n);
+    for (float &e : v) e = bf16 ? h3c::roundBf16(d(rng_)) : d(rng_);
+    return v;
+  }
+
+  // Runs the op's kernel (and, with `smallGrid`, its first phase on 3 blocks of 64 threads) on the inputs (host bytes
+  // at the input positions, weights at the weight positions); the outputs' bytes, `outBytes` each.
+  std::vector<std::vector<unsigned char>> run(const h3c::testops::EmitOp &op, const plan::Extents &ext,
+                                              const std::vector<std::vector<unsigned char>> &ins,
+                                              const std::vector<std::vector<unsigned char>> &ws,
+                                              const std::vector<size_t> &outBytes, bool smallGrid) {
+    auto k = h3c::testops::emit(op, hc::device().arch());
+    if (!k) throw std::runtime_error("no kernel for " + op.op.where);
+    if (smallGrid) {
+      k->id += "_grid3x64";  // (the runner keeps kernels by id)
+      k->launch.grid[0].extent = plan::Extent::constant(3);
+      k->launch.grid[0].div = 1;
+      k->launch.grid[0].maxPerSm = 0;
+      k->launch.block = {64, 1, 1};
+    }
+    kernels_.push_back(std::make_unique<plan::Kernel>(*k));
+    std::vector<hc::DeviceBuffer> in, w, out;
+    for (const auto &b : ins) {
+      in.emplace_back(std::max<size_t>(b.size(), 4));
+      if (!b.empty()) in.back().upload(b.data(), b.size());
+    }
+    for (const auto &b : ws) {
+      w.emplace_back(std::max<size_t>(b.size(), 4));
+      w.back().upload(b.data(), b.size());
+    }
+    for (size_t n : outBytes) {
+      out.emplace_back(std::max<size_t>(n, 4));
+      hc::check(hc::driver().cuMemsetD8(out.back().get(), 0xA5, out.back().bytes()), "poison");  // all written
+    }
+    runner_.launch(runner_.load(*kernels_.back()), ext, [&](plan::OperandRole role, int64_t i) -> CUdeviceptr {
+      switch (role) {
+      case plan::OperandRole::In: return in.at(size_t(i)).get();
+      case plan::OperandRole::Out: return out.at(size_t(i)).get();
+      case plan::OperandRole::Weight: return w.at(size_t(i)).get();
+      case plan::OperandRole::Bias: break;
+      }
+      throw std::runtime_error("no bias operand");
+    });
+    hc::check(hc::driver().cuCtxSynchronize(), "running " + k->id);
+    std::vector<std::vector<unsigned char>> got;
+    for (size_t o = 0; o < out.size(); ++o) {
+      got.emplace_back(outBytes[o]);
+      if (outBytes[o]) out[o].download(got.back().data(), outBytes[o]);
+    }
+    return got;
+  }
+
+  // The kernel's outputs (plan grid and small grid) against the CPU's, `want[o]` in the outputs' dtypes.
+  void check(const std::string &what, const h3c::testops::EmitOp &op, const plan::Extents &ext,
+             const std::vector<std::vector<unsigned char>> &ins, const std::vector<std::vector<unsigned char>> &ws,
+             const std::vector<std::vector<unsigned char>> &want) {
+    std::vector<size_t> sizes;
+    for (const auto &b : want) sizes.push_back(b.size());
+    for (bool small : {false, true}) {
+      const auto got = run(op, ext, ins, ws, sizes, small);
+      for (size_t o = 0; o < want.size(); ++o) {
+        size_t at = 0;
+        while (at < want[o].size() && want[o][at] == got[o][at]) ++at;
+        const bool ok = at == want[o].size();
+        std::printf("%s %s%s output %zu: %zu bytes %s\n", ok ? "PASS" : "FAIL", what.c_str(),
+                    small ? " (3 x 64 grid)" : "", o, want[o].size(),
+                    ok ? "byte-equal to the CPU's" : ("differ from the CPU's at byte " + std::to_string(at)).c_str());
+        EXPECT_TRUE(ok) << what << (small ? " small grid" : "") << " output " << o << " byte " << at;
+      }
+    }
+  }
+
+  int64_t M_;
+  std::mt19937 rng_{20261206};
+  hc::KernelRunner runner_;
+  std::vector<std::unique_ptr<plan::Kernel>> kernels_;  // (the runner keeps pointers to them)
+};
+
 } // namespace
+
+TEST(GpuBackward, MemoryBoundKernelsAtFullWidthsEqualTheCpu) {
+  std::string why;
+  if (!hc::driverAvailable(&why)) GTEST_SKIP() << "no GPU: " << why;
+  namespace to = h3c::testops;
+  using grad::ItemRows;
+  using grad::TableRows;
+  const int64_t M = 333, H = 5376, F = 14336, heads = 56, d = 128, R = 96, T = 2, chunks = 6;
+  MemoryBoundGrads g(M);
+  const plan::Extents ext{1, M, 0, 0, 0, T, 0};
+  const ItemRows items{0, M};
+  auto f32 = [](const std::vector<float> &v) { return MemoryBoundGrads::bytes(v, DType::F32); };
+  auto bf = [](const std::vector<float> &v) { return MemoryBoundGrads::bytes(v, DType::BF16); };
+  auto setCols = [](to::EmitOp &op, std::vector<std::pair<int64_t, DType>> in, std::vector<std::pair<int64_t, DType>> out) {
+    for (size_t i = 0; i < in.size(); ++i) op.vals.in[i].cols = in[i].first, op.vals.in[i].dtype = in[i].second;
+    for (size_t i = 0; i < out.size(); ++i) op.vals.out[i].cols = out[i].first, op.vals.out[i].dtype = out[i].second;
+  };
+
+  {  // grad_add: c = a + b
+    to::EmitOp op = to::op(plan::OpKind::GradAdd, "transformer_blocks.0.grad_add", {});
+    setCols(op, {{H, DType::F32}, {H, DType::F32}}, {{H, DType::F32}});
+    const auto a = g.random(size_t(M * H), false), b = g.random(size_t(M * H), false);
+    std::vector<float> c(a.size());
+    for (size_t i = 0; i < c.size(); ++i) c[i] = a[i] + b[i];
+    g.check("grad_add c5376", op, ext, {f32(a), f32(b)}, {}, {f32(c)});
+  }
+  for (DType out : {DType::F32, DType::BF16}) {  // swiglu_grad: x = [v | g] bf16, dx F32 or h3-fuse-grad's bf16
+    to::EmitOp op = to::op(plan::OpKind::SwigluGrad, "transformer_blocks.0.ff.swiglu_grad", to::attrs({{"F", double(F)}}));
+    setCols(op, {{F, DType::F32}, {2 * F, DType::BF16}}, {{2 * F, out}});
+    const auto dy = g.random(size_t(M * F), false), x = g.random(size_t(M * 2 * F), true, 2.0);
+    const std::vector<float> dx = grad::swigluGrad(dy.data(), x.data(), M, F);
+    g.check(std::string("swiglu_grad f14336") + (out == DType::BF16 ? " bfout" : ""), op, ext, {f32(dy), bf(x)}, {},
+            {MemoryBoundGrads::bytes(dx, out)});
+  }
+  {  // rope_grad: cos / sin F32 [S][R] (rounded to bf16 by the op)
+    to::EmitOp op = to::op(plan::OpKind::RopeGrad, "transformer_blocks.0.attn.rope_grad",
+                           to::attrs({{"heads", double(heads)}, {"head_dim", double(d)}, {"rotary_dim", double(R)}}));
+    setCols(op, {{heads * d, DType::F32}, {R, DType::F32}, {R, DType::F32}}, {{heads * d, DType::F32}});
+    const auto dy = g.random(size_t(M * heads * d), false), c = g.random(size_t(M * R), false, 0.7),
+               s = g.random(size_t(M * R), false, 0.7);
+    const std::vector<float> dx = grad::ropeGrad(dy.data(), c.data(), s.data(), M, heads, d, R);
+    g.check("rope_grad h56 d128 r96", op, ext, {f32(dy), f32(c), f32(s)}, {}, {f32(dx)});
+  }
+  // The AdaLN rows: timestep (r / 7) % T, tag r % 3 (table row ts * 3 + tag), the table bf16 [3T][6H].
+  std::vector<int64_t> ts(static_cast<size_t>(M)), tags(static_cast<size_t>(M));
+  TableRows rows;
+  rows.count = 3 * T;
+  for (int64_t r = 0; r < M; ++r) {
+    ts[size_t(r)] = (r / 7) % T;
+    tags[size_t(r)] = r % 3;
+    rows.row.push_back(ts[size_t(r)] * 3 + tags[size_t(r)]);
+  }
+  const auto table = g.random(size_t(3 * T * chunks * H), true, 0.5);
+  auto chunkOf = [&](int64_t k) {
+    std::vector<float> c(size_t(3 * T * H));
+    for (int64_t t = 0; t < 3 * T; ++t)
+      std::copy_n(table.begin() + (t * chunks + k) * H, H, c.begin() + t * H);
+    return c;
+  };
+  // dtable [3T][6H]: the chunks' gradients at their chunks, zero elsewhere.
+  auto dtableOf = [&](std::vector<std::pair<int64_t, const std::vector<float> *>> parts) {
+    std::vector<float> dt(size_t(3 * T * chunks * H), 0.f);
+    for (auto [k, v] : parts)
+      for (int64_t t = 0; t < 3 * T; ++t) std::copy_n(v->begin() + t * H, H, dt.begin() + (t * chunks + k) * H);
+    return dt;
+  };
+  {  // norm_modulate_grad with its bf16 weight trained: dx, dtable (shift chunk 0, scale chunk 1), dw
+    plan::OpAttrs a = to::attrs({{"H", double(H)}, {"num_chunks", double(chunks)}, {"shift_chunk", 0.0},
+                                 {"scale_chunk", 1.0}, {"eps", 1e-6}});
+    a.wDtype = DType::BF16;
+    a.rowIndex = plan::RowIndex::Adaln;
+    plan::Order order;
+    order.kind = plan::OrderKind::RowUnits;
+    to::EmitOp op = to::op(plan::OpKind::NormModulateGrad, "transformer_blocks.0.norm1.norm_modulate_grad", a, order, 1);
+    op.op.grads = op.op.weights;
+    setCols(op, {{H, DType::F32}, {H, DType::BF16}, {chunks * H, DType::BF16}, {1, DType::I64}, {1, DType::I64}},
+            {{H, DType::F32}, {chunks * H, DType::F32}});
+    plan::Value dwv;
+    dwv.name = "grad:" + op.op.weights[0];
+    dwv.rows = plan::Domain::One;
+    dwv.batch = false;
+    dwv.cols = H;
+    dwv.dtype = DType::F32;
+    op.op.out.push_back(dwv.name);
+    op.vals.out.push_back(dwv);
+    const auto dy = g.random(size_t(M * H), false), x = g.random(size_t(M * H), true, 3.0), w = g.random(size_t(H), true);
+    const std::vector<float> scale = chunkOf(1);
+    const grad::NormModulateGrad want = grad::normModulateGrad(dy.data(), x.data(), w.data(), scale.data(), rows, items, H, 1e-6);
+    g.check("norm_modulate_grad h5376 t3", op, ext, {f32(dy), bf(x), bf(table), MemoryBoundGrads::bytes(ts),
+                                                     MemoryBoundGrads::bytes(tags)},
+            {bf(w)}, {f32(want.dx), f32(dtableOf({{0, &want.dshift}, {1, &want.dscale}})), f32(want.dw)});
+  }
+  for (DType out : {DType::F32, DType::BF16}) {  // gate_residual_grad (gate chunk 2): dy, dtable
+    plan::OpAttrs a = to::attrs({{"H", double(H)}, {"num_chunks", double(chunks)}, {"chunk", 2.0}});
+    a.rowIndex = plan::RowIndex::Adaln;
+    plan::Order order;
+    order.kind = plan::OrderKind::RowUnits;
+    to::EmitOp op = to::op(plan::OpKind::GateResidualGrad, "transformer_blocks.0.gate_residual_grad", a, order);
+    setCols(op, {{H, DType::F32}, {H, DType::BF16}, {chunks * H, DType::BF16}, {1, DType::I64}, {1, DType::I64}},
+            {{H, out}, {chunks * H, DType::F32}});
+    const auto dz = g.random(size_t(M * H), false), y = g.random(size_t(M * H), true);
+    const std::vector<float> gate = chunkOf(2);
+    const grad::GateResidualGrad want = grad::gateResidualGrad(dz.data(), y.data(), gate.data(), rows, items, H);
+    g.check(std::string("gate_residual_grad h5376 t3") + (out == DType::BF16 ? " bfout" : ""), op, ext,
+            {f32(dz), bf(y), bf(table), MemoryBoundGrads::bytes(ts), MemoryBoundGrads::bytes(tags)}, {},
+            {MemoryBoundGrads::bytes(want.dy, out), f32(dtableOf({{2, &want.dgate}}))});
+  }
+}
 
 TEST(GpuBackward, EveryOneThreadKernelEqualsTheCpuReferenceOnItsInputs) { checkKernelsOnCpuInputs("tiny-backward-ref"); }
 
