@@ -6,7 +6,7 @@
 #   byte-equal, batch 1 vs item 0 of batch 4 byte-equal, packed-row permutation byte-equal; the pipeline's fl2va and
 #   ref2va layouts GPU vs CPU, and a GPU SDE trajectory recomputed in Python (scripts/h3c_sealed.py); --hash-nodes,
 #   audit mode, the fp64 `reference` and the cuBLASLt `native` bindings (e2e_native; H3C_E2E_ONLY=native runs only
-#   those, on tiny; H3C_E2E_ONLY=tiny the tiny config alone).
+#   those, on tiny; H3C_E2E_ONLY=tiny or small one config alone).
 #   tiny at sp 2 x tp 2 (4 ranks): the one-GPU executor refuses it (exit 2, nothing written); the CPU reference's
 #   rank simulation gives the bytes of the sp = tp = 1 plan.
 #   a plan with a backward (e2e_backward; H3C_E2E_ONLY=backward alone): its forward and its backward on the GPU
@@ -305,6 +305,7 @@ case "${H3C_E2E_ONLY:-}" in
   full_bench) e2e_full ;;
   full_backward) e2e_full_backward ;;
   tiny) e2e_config tiny ;;  # one config's checks alone (audit, reference and native bindings among them)
+  small) e2e_config small ;;
   native) # the native checks alone, on tiny (with the request and the CPU and GPU runs they compare with)
     d=$out/tiny; mkdir -p "$d"
     check "[tiny] request make" "$H3C" request make --config tiny --text 7 --audio 5 --video 2,3,4 --timesteps 2 --seed 3 -o "$d/req.safetensors"
