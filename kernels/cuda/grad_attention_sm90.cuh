@@ -20,6 +20,11 @@
 // unrolled by two), and a step's last product (dq, dv or dk) is waited for within the step (left in flight across
 // the loop, ptxas serializes the wgmmas: C7515). Each walk ends with a wait, so no wgmma is in flight on a path out
 // of it (ptxas would insert one in a divergent path and serialize: C7518).
+// Where it stands (bench/NOTES.md, 2026-12-06 08:00): 17.3 ms reading the forward's lse (phase 0 5.8, phase 1 11.5)
+// against SDPA's 9.8. Fewer element instructions (no masks) gained nothing; phase 1 is latency-bound with two warps
+// a scheduler (ncu: 7.1 cycles a warp between issues, issue slots 28 % busy) beside a busy shared-memory pipe (65 %:
+// its SS products, the ring and the folds), so warpgroup 0 folds dv in registers (-3 %). What is left needs fewer
+// products (FlashAttention-2's 5 against these 7: S and dP twice), which the contract's dq chain fixes today.
 //
 // Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA, each warpgroup 64 query rows: bf(dO)
 // into shared memory and the scratch `dob`, D, the forward's key walk for l and mc (blocks of GB_KVB keys), L and D
