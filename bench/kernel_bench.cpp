@@ -497,6 +497,52 @@ int main(int argc, char **argv) {
       }
     }
     {
+      // norm_modulate_grad (a block's norm1 / norm2 backward, its bf16 weight trained as in an all-parameters plan):
+      // dx, the table's shift / scale gradients and dw, whole and by phase (phase 0: dx and the inverse RMS; 1: the
+      // units' partial sums; 2: their folds), the block-per-row first phase (default) beside the warp-per-row one.
+      // Bytes: what the op must move at least (dy F32 and x bf16 read, dx F32 written, twice dy and x for phase 1).
+      plan::OpAttrs a = attrs({{"H", double(H)}, {"num_chunks", 6.0}, {"shift_chunk", 0.0}, {"scale_chunk", 1.0},
+                               {"eps", 1e-6}});
+      a.wDtype = BF;
+      a.rowIndex = plan::RowIndex::Adaln;
+      plan::Order order;
+      order.kind = plan::OrderKind::RowUnits;
+      EmitOp nm = op(OpKind::NormModulateGrad, "transformer_blocks.0.norm1.norm_modulate_grad", a, order, 1);
+      nm.op.grads = nm.op.weights;
+      const std::pair<int64_t, h3c::DType> ins[] = {{H, h3c::DType::F32}, {H, BF}, {6 * H, BF}, {1, h3c::DType::I64},
+                                                    {1, h3c::DType::I64}};
+      for (size_t i = 0; i < 5; ++i) nm.vals.in[i].cols = ins[i].first, nm.vals.in[i].dtype = ins[i].second;
+      nm.vals.out[0].cols = H, nm.vals.out[0].dtype = h3c::DType::F32;
+      nm.vals.out[1].cols = 6 * H, nm.vals.out[1].dtype = h3c::DType::F32;
+      plan::Value dwv;
+      dwv.name = "grad:" + nm.op.weights[0];
+      dwv.rows = plan::Domain::One;
+      dwv.batch = false;
+      dwv.cols = H;
+      dwv.dtype = h3c::DType::F32;
+      nm.op.out.push_back(dwv.name);
+      nm.vals.out.push_back(dwv);
+      auto dyF = randBuf(size_t(M * H), false, 1.0), dxF = randBuf(size_t(M * H), false, 1.0);
+      auto dtab = randBuf(size_t(T * 3 * 6 * H), false, 1.0), dwF = randBuf(size_t(H), false, 1.0);
+      Operands o;
+      o.in = {dyF->get(), x->get(), table->get(), tsRuns->get(), tagsRuns->get()};
+      o.out = {dxF->get(), dtab->get(), dwF->get()};
+      o.w = {w->get()};
+      const double bytes = double(M) * H * (4 + 2 + 4), p1 = double(M) * H * (4 + 2);
+      h3c::kernels::EmitOptions warp = h3c::kernels::EmitOptions::planDefaults();
+      warp.gradNormBlock = 0;
+      for (int form = 0; form < 2; ++form) {
+        const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : warp;
+        const std::string base = std::string("norm_modulate_grad h5376 t3") + (form == 0 ? "" : " [warp per row]");
+        bench(base, nm, o, 0, bytes + p1, opt);
+        benchPhase(base + " [phase 0 only]", nm, o, -1, 0, bytes, opt);
+        if (form == 0) {
+          benchPhase(base + " [phase 1 only]", nm, o, 0, 0, p1, opt);
+          benchPhase(base + " [phase 2 only]", nm, o, 1, 0, 0, opt);
+        }
+      }
+    }
+    {
       // The bf16 linears' gradients (docs/contract.md section 14) at each shape of the full config's backward:
       // linear_grad_x (dX = bf(g) W) and linear_grad_w (dW = row_units of bf(g)^T x, one item of M rows). For each,
       // the plan's form (on sm_90a the Hopper GEMMs, grad_linear_sm90.cuh / grad_linear_w_sm90.cuh) and the mma.sync

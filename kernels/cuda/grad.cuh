@@ -431,6 +431,76 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
   // y = bf(fma(n, bf(1 + scale), shift)), n the rms_norm of x. A warp per row: dx (the norm's gradient for
   // dn = dy * bf(1 + scale)), and the row's inverse RMS into the scratch `inv_rms` for phase 1 (the weight's and
   // the table's gradients, below).
+#if GR_NM_BLOCK
+  // GR_NM_BLOCK (bf16 x and table, H a multiple of 8, the row in 48 KiB): a block per row. Its threads stage the row's
+  // x, dy and scale chunk in shared memory by 16-byte loads (each read from HBM once: the warp form's three passes
+  // read x three times and dy twice, and with every row in flight at once the second reads miss L2); warp 0 runs the
+  // two sums in the contract's lane order from there (lane l: elements l, l + 32, ... ascending, then the lane tree,
+  // as gr_inv_rms and the warp form), and the block writes dx 8 channels a thread. Each value's F32 operations are
+  // the warp form's.
+  {
+    __shared__ __align__(16) h3bf xs[GR_H];
+    __shared__ __align__(16) h3bf ss[GR_H];
+    __shared__ __align__(16) float dys[GR_H];
+    __shared__ float stat[2];
+    const int lane = threadIdx.x & 31;
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+      const long long base = r * GR_H;
+      const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
+      const long long sc = t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H;
+      __syncthreads();  // the row before is done with the staging
+      for (int q = threadIdx.x; q < GR_H / 8; q += blockDim.x) {
+        ((uint4 *)xs)[q] = ((const uint4 *)((const h3bf *)x + base))[q];
+        ((uint4 *)ss)[q] = ((const uint4 *)((const h3bf *)table + sc))[q];
+        ((float4 *)dys)[2 * q] = ((const float4 *)((const float *)dy + base))[2 * q];
+        ((float4 *)dys)[2 * q + 1] = ((const float4 *)((const float *)dy + base))[2 * q + 1];
+      }
+      __syncthreads();
+      if (threadIdx.x < 32) {
+        float p = 0.f;
+#pragma unroll 8
+        for (int j = lane; j < GR_H; j += 32) {
+          const float v = bf2f(xs[j]);
+          p = __fmaf_rn(v, v, p);
+        }
+        const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(h3c_lane_tree(p), (float)GR_H), GR_EPS)));
+        float p2 = 0.f;
+#pragma unroll 8
+        for (int j = lane; j < GR_H; j += 32) {
+          float dn = __fmul_rn(dys[j], rbf(__fadd_rn(1.0f, bf2f(ss[j]))));
+          if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j));
+          p2 = __fmaf_rn(dn, __fmul_rn(bf2f(xs[j]), inv), p2);
+        }
+        const float mean = __fdiv_rn(h3c_lane_tree(p2), (float)GR_H);
+        if (lane == 0) {
+          stat[0] = inv;
+          stat[1] = mean;
+          ((float *)inv_rms)[r] = inv;
+        }
+      }
+      __syncthreads();
+      const float inv = stat[0], mean = stat[1];
+      for (int q = threadIdx.x; q < GR_H / 8; q += blockDim.x) {
+        const int j0 = 8 * q;
+        const float4 d0 = ((const float4 *)dys)[2 * q], d1 = ((const float4 *)dys)[2 * q + 1];
+        const uint4 xq = ((const uint4 *)xs)[q], sq = ((const uint4 *)ss)[q];
+        const float d[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+        const h3u32 xw[4] = {xq.x, xq.y, xq.z, xq.w}, sw[4] = {sq.x, sq.y, sq.z, sq.w};
+        float o[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float xe = (e & 1) ? bf2_hi(xw[e >> 1]) : bf2_lo(xw[e >> 1]);
+          const float se = (e & 1) ? bf2_hi(sw[e >> 1]) : bf2_lo(sw[e >> 1]);
+          float dn = __fmul_rn(d[e], rbf(__fadd_rn(1.0f, se)));
+          if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j0 + e));
+          const float xu = __fmul_rn(xe, inv);
+          o[e] = __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean)));
+        }
+        gr_st8<GR_OUT_BF>(dx, base + j0, o);
+      }
+    }
+  }
+#else
   {
     const int lane = threadIdx.x & 31;
     for (long long r = GR_WARP; r < rows; r += GR_WARPS) {
@@ -475,6 +545,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
 #endif
     }
   }
+#endif
 
 #elif GR_KIND == GR_GATE_RESIDUAL
   // z = bf(fma(gate, y, x)): dy = dz * gate. Phases 1 and 2 (below): dgate per table row (fma chains of dz * y), zero

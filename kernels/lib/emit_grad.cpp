@@ -507,11 +507,20 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
       b.def("GR_X_BF", bf(v.in(1)));
       b.def("GR_SCALE", a.scaleChunk);
       b.def("GR_SHIFT", a.shiftChunk);
-      l = launch(256, 0, blocks(rows, 8));  // a warp per row: dx, inv
-      // On Hopper 8 blocks an SM (32 registers): 8,448 rows at once on 132 SMs, where 40 registers held 6 blocks and
-      // 8,349 rows took 1.3 waves of these long warps (three passes over the row). ptxas spills nothing at 32
-      // registers on sm_90a for H = 24, 192 and 5,376; on sm_100a it spills at H = 24 and 192, so it keeps its own.
-      minBlocks = arch == "sm_90a" ? 8 : 1;
+      // A block per row (grad_nm_block, default): the row staged in shared memory (bf16 x and table, 8 bytes a
+      // channel: at most 48 KiB of static shared memory); else a warp per row.
+      const bool rowBlock = v.options.gradNormBlock == 1 && vec == 8 && bf(v.in(1)) && bf(v.in(2)) &&
+                            a.H * 8 + 64 <= 48 * 1024;
+      b.def("GR_NM_BLOCK", rowBlock ? 1 : 0);
+      if (rowBlock) {
+        l = launch(256, 0, blocks(rows, 1));
+      } else {
+        l = launch(256, 0, blocks(rows, 8));  // a warp per row: dx, inv
+        // On Hopper 8 blocks an SM (32 registers): 8,448 rows at once on 132 SMs, where 40 registers held 6 blocks and
+        // 8,349 rows took 1.3 waves of these long warps (three passes over the row). ptxas spills nothing at 32
+        // registers on sm_90a for H = 24, 192 and 5,376; on sm_100a it spills at H = 24 and 192, so it keeps its own.
+        minBlocks = arch == "sm_90a" ? 8 : 1;
+      }
     } else {
       b.def("GR_Y_BF", bf(v.in(1)));
       b.def("GR_CHUNK", a.chunk);

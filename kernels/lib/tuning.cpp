@@ -43,6 +43,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"grad_pdl", &EmitOptions::gradPdl, 0, 1},
                           // the backward's linear and attention gradients on the tensor cores (0: grad.cuh's form)
                           {"grad_mma", &EmitOptions::gradMma, 0, 1},
+                          // norm_modulate_grad's first phase: a block per row, staged (0: a warp per row)
+                          {"grad_nm_block", &EmitOptions::gradNormBlock, 0, 1},
                           // attention_grad's Hopper form: its load rings' stages
                           {"attn_grad_stages", &EmitOptions::sm90AttnGradStages, 3, 4},
                           // the Hopper dX of the bf16 linears (grad_linear_sm90.cuh): on/off, ring stages, tile width

@@ -96,6 +96,9 @@ struct EmitOptions {
   // for byte); 0 keeps the mma.sync form. Tuning (timing only): the ring's stages (2-5, refused where they do not fit),
   // the tile width (0: chosen by K; 128, 192 or 256), one k-block kept in flight per consumer (0 or 1) and CTAs per
   // cluster (1, or 2: pairs of row tiles sharing W's boxes through TMA multicast).
+  // norm_modulate_grad's first phase (grad.cuh): 1 a block per row with the row staged in shared memory, 0 a warp per
+  // row reading it from global memory in three passes. Timing only (the same bits).
+  int gradNormBlock = 1;
   // sm_90a: attention_grad's Hopper form (grad_attention_sm90.cuh): its load rings' stages (3 or 4; both phases
   // fit either). Timing only.
   int sm90AttnGradStages = 3;
@@ -130,7 +133,7 @@ struct EmitOptions {
 
   // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
   // gemm_inflight, gemm_cluster, gemm_bn, gemm_bm, gemm_pingpong, gemm_epi_smem, gemm_half_tail, attn_stages, attn_overlap, attn_pingpong,
-  // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl, grad_pdl, grad_mma, attn_grad_stages), for every op, or, as `OP:NAME`, for the ops of one profile name (see
+  // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl, grad_pdl, grad_mma, grad_nm_block, attn_grad_stages), for every op, or, as `OP:NAME`, for the ops of one profile name (see
   // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);
