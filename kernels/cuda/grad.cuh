@@ -98,6 +98,10 @@ __device__ __forceinline__ float gr_silu_derivative(float x) {
 
 // The forward's inverse RMS of n values (cpu::invRms, ordered): the lane tree of x^2, then 1 / sqrt(ss / n + eps).
 // Called by all 32 lanes of a warp; every lane gets the value.
+// 1 / sqrt(ss / n + eps) of the lane tree's sum of squares ss.
+__device__ __forceinline__ float gr_inv_of_sum(float ss, int n, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+}
 template <int BF>
 __device__ __forceinline__ float gr_inv_rms(const void *x, long long base, int n, float eps) {
   const int lane = threadIdx.x & 31;
@@ -107,8 +111,7 @@ __device__ __forceinline__ float gr_inv_rms(const void *x, long long base, int n
     const float v = gr_ld(x, base + j, BF);
     p = __fmaf_rn(v, v, p);
   }
-  const float ss = h3c_lane_tree(p);
-  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+  return gr_inv_of_sum(h3c_lane_tree(p), n, eps);
 }
 
 // The norm weight's element j (1 where the node has no weight, never read then).
@@ -137,6 +140,31 @@ __device__ __forceinline__ void gr_unit_inv(float *inv, const void *x, long long
     if ((threadIdx.x & 31) == 0) inv[u] = v;
   }
   __syncthreads();
+}
+#endif
+
+#if GR_KIND == GR_ROPE
+// rope's gradient at channel j of one head's row (both forms): dyr the head's dy, own = dyr[j], cs / sn the rope
+// tables' row. The first R channels rotate back with the bf16-rounded tables; the rest pass through.
+__device__ __forceinline__ float gr_rope_back(float own, const float *dyr, int j, const float *cs, const float *sn) {
+  constexpr int h2 = GR_R / 2;
+  if (j >= GR_R) return own;
+  if (j < h2) return __fadd_rn(__fmul_rn(own, rbf(cs[j])), __fmul_rn(dyr[j + h2], rbf(sn[j + h2])));
+  const int k = j - h2;  // own is dyr[k + h2]
+  return __fsub_rn(__fmul_rn(own, rbf(cs[k + h2])), __fmul_rn(dyr[k], rbf(sn[k])));
+}
+#endif
+
+#if GR_KIND == GR_NORM_MODULATE
+// norm_modulate's first phase, per channel j of a row (both forms): dn = dy * bf(1 + scale), times the norm's weight
+// where it has one (wj: GR_WV(j), the kernel's weight parameter), and dx = inv * (dn - (x * inv) * mean), mean the
+// row's sum of dn * (x * inv) over H.
+__device__ __forceinline__ float gr_nm_dn(float dy, float scale, float wj) {
+  const float dn = __fmul_rn(dy, rbf(__fadd_rn(1.0f, scale)));
+  return GR_HAS_W ? __fmul_rn(dn, wj) : dn;
+}
+__device__ __forceinline__ float gr_nm_dx(float dn, float xv, float inv, float mean) {
+  return __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(__fmul_rn(xv, inv), mean)));
 }
 #endif
 
@@ -340,10 +368,10 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
   // `m % item_rows` per element: 31.5 ms for 100 ops at S = 8,349, 56 x 128 channels), a float4 of dy and of dx per
   // thread and step; each element's value as below (its own dy from the float4, its partner and the tables scalar).
 #if GR_VEC == 4
-  constexpr int HD = GR_HEADS * GR_D, h2 = GR_R / 2;
+  constexpr int HD = GR_HEADS * GR_D;
   for (long long m = blockIdx.x; m < rows; m += gridDim.x) {
     const long long t = (m % item_rows) * GR_R;
-    const float *dym = (const float *)dy + m * HD;
+    const float *dym = (const float *)dy + m * HD, *cs = (const float *)cos_t + t, *sn = (const float *)sin_t + t;
     for (int q = threadIdx.x; q < HD / 4; q += blockDim.x) {
       const float4 o4 = ((const float4 *)dym)[q];
       const float own[4] = {o4.x, o4.y, o4.z, o4.w};  // dyr[j] of each element below
@@ -351,17 +379,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = 4 * q + e, j = c % GR_D;
-        const float *dyr = dym + (c - j);
-        if (j >= GR_R) {
-          out[e] = own[e];
-        } else if (j < h2) {
-          const float c0 = rbf(((const float *)cos_t)[t + j]), s1 = rbf(((const float *)sin_t)[t + j + h2]);
-          out[e] = __fadd_rn(__fmul_rn(own[e], c0), __fmul_rn(dyr[j + h2], s1));
-        } else {
-          const int k = j - h2;  // own[e] is dyr[k + h2]
-          const float c1 = rbf(((const float *)cos_t)[t + k + h2]), s0 = rbf(((const float *)sin_t)[t + k]);
-          out[e] = __fsub_rn(__fmul_rn(own[e], c1), __fmul_rn(dyr[k], s0));
-        }
+        out[e] = gr_rope_back(own[e], dym + (c - j), j, cs, sn);
       }
       ((float4 *)dx)[m * (HD / 4) + q] = make_float4(out[0], out[1], out[2], out[3]);
     }
@@ -369,21 +387,10 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
 #else
   for (long long i = GR_TID; i < rows * (GR_HEADS * GR_D); i += GR_STRIDE) {
     const long long m = i / (GR_HEADS * GR_D), c = i % (GR_HEADS * GR_D);
-    const int j = int(c % GR_D), h2 = GR_R / 2;
+    const int j = int(c % GR_D);
     const float *dyr = (const float *)dy + m * (GR_HEADS * GR_D) + (c - j);
     const long long t = (m % item_rows) * GR_R;
-    float out;
-    if (j >= GR_R) {
-      out = dyr[j];
-    } else if (j < h2) {
-      const float c0 = rbf(((const float *)cos_t)[t + j]), s1 = rbf(((const float *)sin_t)[t + j + h2]);
-      out = __fadd_rn(__fmul_rn(dyr[j], c0), __fmul_rn(dyr[j + h2], s1));
-    } else {
-      const int k = j - h2;
-      const float c1 = rbf(((const float *)cos_t)[t + k + h2]), s0 = rbf(((const float *)sin_t)[t + k]);
-      out = __fsub_rn(__fmul_rn(dyr[k + h2], c1), __fmul_rn(dyr[k], s0));
-    }
-    ((float *)dx)[i] = out;
+    ((float *)dx)[i] = gr_rope_back(dyr[j], dyr, j, (const float *)cos_t + t, (const float *)sin_t + t);
   }
 #endif
 
@@ -463,14 +470,11 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
           const float v = bf2f(xs[j]);
           p = __fmaf_rn(v, v, p);
         }
-        const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(h3c_lane_tree(p), (float)GR_H), GR_EPS)));
+        const float inv = gr_inv_of_sum(h3c_lane_tree(p), GR_H, GR_EPS);
         float p2 = 0.f;
 #pragma unroll 8
-        for (int j = lane; j < GR_H; j += 32) {
-          float dn = __fmul_rn(dys[j], rbf(__fadd_rn(1.0f, bf2f(ss[j]))));
-          if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j));
-          p2 = __fmaf_rn(dn, __fmul_rn(bf2f(xs[j]), inv), p2);
-        }
+        for (int j = lane; j < GR_H; j += 32)
+          p2 = __fmaf_rn(gr_nm_dn(dys[j], bf2f(ss[j]), GR_WV(j)), __fmul_rn(bf2f(xs[j]), inv), p2);
         const float mean = __fdiv_rn(h3c_lane_tree(p2), (float)GR_H);
         if (lane == 0) {
           stat[0] = inv;
@@ -491,10 +495,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
         for (int e = 0; e < 8; ++e) {
           const float xe = (e & 1) ? bf2_hi(xw[e >> 1]) : bf2_lo(xw[e >> 1]);
           const float se = (e & 1) ? bf2_hi(sw[e >> 1]) : bf2_lo(sw[e >> 1]);
-          float dn = __fmul_rn(d[e], rbf(__fadd_rn(1.0f, se)));
-          if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j0 + e));
-          const float xu = __fmul_rn(xe, inv);
-          o[e] = __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean)));
+          o[e] = gr_nm_dx(gr_nm_dn(d[e], se, GR_WV(j0 + e)), xe, inv, mean);
         }
         gr_st8<GR_OUT_BF>(dx, base + j0, o);
       }
@@ -511,11 +512,9 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
       if (lane == 0) ((float *)inv_rms)[r] = inv;
       float p = 0.f;
 #pragma unroll 4
-      for (int j = lane; j < GR_H; j += 32) {
-        float dn = __fmul_rn(((const float *)dy)[base + j], rbf(__fadd_rn(1.0f, gr_ld(table, sc + j, GR_T_BF))));
-        if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j));
-        p = __fmaf_rn(dn, __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv), p);
-      }
+      for (int j = lane; j < GR_H; j += 32)
+        p = __fmaf_rn(gr_nm_dn(((const float *)dy)[base + j], gr_ld(table, sc + j, GR_T_BF), GR_WV(j)),
+                      __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv), p);
       const float mean = __fdiv_rn(h3c_lane_tree(p), (float)GR_H);
 #if GR_VEC == 8
       // dx is elementwise given inv and mean: 8 channels per lane and step in 16-byte vectors (the norm's weight,
@@ -527,21 +526,15 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
         gr_ld8<GR_T_BF>(table, sc + j0, s);
         gr_ld8<GR_X_BF>(x, base + j0, xv);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          float dn = __fmul_rn(d[e], rbf(__fadd_rn(1.0f, s[e])));
-          if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j0 + e));
-          const float xu = __fmul_rn(xv[e], inv);
-          o[e] = __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean)));
-        }
+        for (int e = 0; e < 8; ++e) o[e] = gr_nm_dx(gr_nm_dn(d[e], s[e], GR_WV(j0 + e)), xv[e], inv, mean);
         gr_st8<GR_OUT_BF>(dx, base + j0, o);
       }
 #else
-      for (int j = lane; j < GR_H; j += 32) {
-        float dn = __fmul_rn(((const float *)dy)[base + j], rbf(__fadd_rn(1.0f, gr_ld(table, sc + j, GR_T_BF))));
-        if (GR_HAS_W) dn = __fmul_rn(dn, GR_WV(j));
-        const float xu = __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv);
-        gr_st(dx, base + j, __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean))), GR_OUT_BF);
-      }
+      for (int j = lane; j < GR_H; j += 32)
+        gr_st(dx, base + j,
+              gr_nm_dx(gr_nm_dn(((const float *)dy)[base + j], gr_ld(table, sc + j, GR_T_BF), GR_WV(j)),
+                       gr_ld(x, base + j, GR_X_BF), inv, mean),
+              GR_OUT_BF);
 #endif
     }
   }

@@ -59,51 +59,32 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
 #endif
 #undef HO_XAT
   __syncwarp();
+  // Channel j's output value (before the bf16 store): rope's rotation of the first HO_R channels, y = bf(x * cos +
+  // rot * sin) with rot = cat(-x2, x1), the rest as they are.
+#if HO_R > 0
+  const long long mrow = row % meta_rows;
+  const float *cs = (const float *)rope_cos + mrow * HO_R;
+  const float *sn = (const float *)rope_sin + mrow * HO_R;
+  auto out = [&](int j) {
+    if (j >= HO_R) return b[j];
+    const float rot = j < HO_R / 2 ? -b[j + HO_R / 2] : b[j - HO_R / 2];
+    return rbf(__fadd_rn(__fmul_rn(b[j], rbf(cs[j])), __fmul_rn(rot, rbf(sn[j]))));
+  };
+#else
+  auto out = [&](int j) { return b[j]; };
+#endif
 #if HO_D % 128 == 0
   // The outputs four channels a lane, one 8-byte store each (2-byte stores, coalesced but an instruction a value, kept
   // the training plan's unfused qk_norm and rope at ~1.3 TB/s: 0.19 and 0.17 ms an op at 8,349 rows x 56 heads on an
-  // H100, bench/NOTES.md 2026-12-06). Each channel's value is the strided form's, by the same operations.
-#if HO_R > 0
-  const long long mrow = row % meta_rows;
-  const float *cs = (const float *)rope_cos + mrow * HO_R;
-  const float *sn = (const float *)rope_sin + mrow * HO_R;
-#endif
+  // H100, bench/NOTES.md 2026-12-06). Each channel's value is the strided form's.
 #pragma unroll
   for (int i = 0; i < HO_D / 128; ++i) {
     const int j0 = 128 * i + 4 * lane;
-    h3u32 o[2];
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      float v2[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int j = j0 + e + h;
-        float v = b[j];
-#if HO_R > 0
-        if (j < HO_R) {
-          float rot = j < HO_R / 2 ? -b[j + HO_R / 2] : b[j - HO_R / 2];
-          v = rbf(__fadd_rn(__fmul_rn(v, rbf(cs[j])), __fmul_rn(rot, rbf(sn[j]))));
-        }
-#endif
-        v2[h] = v;
-      }
-      o[e >> 1] = (h3u32)f2bf(v2[0]) | ((h3u32)f2bf(v2[1]) << 16);
-    }
-    *(uint2 *)(y + base + j0) = make_uint2(o[0], o[1]);
-  }
-#elif HO_R > 0
-  const long long mrow = row % meta_rows;
-  const float *cs = (const float *)rope_cos + mrow * HO_R;
-  const float *sn = (const float *)rope_sin + mrow * HO_R;
-  for (int j = lane; j < HO_D; j += 32) {
-    float v = b[j];
-    if (j < HO_R) {
-      float rot = j < HO_R / 2 ? -b[j + HO_R / 2] : b[j - HO_R / 2];
-      v = rbf(__fadd_rn(__fmul_rn(v, rbf(cs[j])), __fmul_rn(rot, rbf(sn[j]))));
-    }
-    y[base + j] = f2bf(v);
+    const h3u32 lo = (h3u32)f2bf(out(j0)) | ((h3u32)f2bf(out(j0 + 1)) << 16);
+    const h3u32 hi = (h3u32)f2bf(out(j0 + 2)) | ((h3u32)f2bf(out(j0 + 3)) << 16);
+    *(uint2 *)(y + base + j0) = make_uint2(lo, hi);
   }
 #else
-  for (int j = lane; j < HO_D; j += 32) y[base + j] = f2bf(b[j]);
+  for (int j = lane; j < HO_D; j += 32) y[base + j] = f2bf(out(j));
 #endif
 }
