@@ -468,35 +468,33 @@ int main(int argc, char **argv) {
       o.out = {gq.get(), gk.get(), gv.get()};
       const EmitOp ag = attentionGrad(heads, d, 128);
       const double flops = 10.0 * M * M * d * heads, bytes = (4.0 * 2 + 4.0 * 4) * M * heads * d;
+      // Each variant (name tail, options) whole, then its phase 0 alone (L, D and dq over the keys, per query tile: the
+      // rest of the time is phase 1's dk and dv).
+      using Variants = std::vector<std::pair<std::string, h3c::kernels::EmitOptions>>;
+      auto timeForms = [&](const std::string &base, const EmitOp &op, const Operands &ops, const Variants &variants) {
+        for (const auto &[tail, opt] : variants) {
+          const std::string name = base + tail;
+          bench(name, op, ops, flops, bytes, opt);
+          if (!only.empty() && name.find(only) == std::string::npos) continue;
+          benchPhase(name + " [phase 0 only]", op, ops, -1, 0.6 * flops, bytes, opt);
+        }
+      };
+      // The plan's form (on sm_90a the Hopper kernel) and, on sm_90a, the mma.sync form.
       h3c::kernels::EmitOptions mma = h3c::kernels::EmitOptions::planDefaults();
       mma.wgmma = false;
-      for (int form = 0; form < (dev.arch() == "sm_90a" ? 2 : 1); ++form) {
-        const std::string name = form == 0 ? "attention_grad 56x128" : "attention_grad 56x128 [mma.sync]";
-        const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mma;
-        bench(name, ag, o, flops, bytes, opt);
-        // Phase 0 alone (L, D and dq over the keys, per query tile): the rest of the time is phase 1's (dk, dv).
-        if (!only.empty() && name.find(only) == std::string::npos) continue;
-        benchPhase(name + " [phase 0 only]", ag, o, -1, 0.6 * flops, bytes, opt);
+      Variants variants = {{"", h3c::kernels::EmitOptions::planDefaults()}};
+      if (dev.arch() == "sm_90a") variants.emplace_back(" [mma.sync]", mma);
+      timeForms("attention_grad 56x128", ag, o, variants);
+      // The plan's form since h3-fuse-grad: L read from the forward's lse (no statistics walk in phase 0); on sm_90a
+      // also the load rings at 4 stages (attn_grad_stages=4).
+      Operands ol = o;
+      ol.in.push_back(lseBuf->get());
+      if (dev.arch() == "sm_90a") {
+        h3c::kernels::EmitOptions st4 = h3c::kernels::EmitOptions::planDefaults();
+        st4.sm90AttnGradStages = 4;
+        variants.emplace_back(" [st4]", st4);
       }
-      // The plan's form since h3-fuse-grad: L read from the forward's lse (no statistics walk in phase 0).
-      {
-        Operands ol = o;
-        ol.in.push_back(lseBuf->get());
-        const EmitOp agl = attentionGrad(heads, d, 128, true, true);
-        for (int form = 0; form < (dev.arch() == "sm_90a" ? 2 : 1); ++form) {
-          const std::string name = form == 0 ? "attention_grad 56x128 [lse]" : "attention_grad 56x128 [lse] [mma.sync]";
-          const h3c::kernels::EmitOptions &opt = form == 0 ? h3c::kernels::EmitOptions::planDefaults() : mma;
-          bench(name, agl, ol, flops, bytes, opt);
-          if (!only.empty() && name.find(only) == std::string::npos) continue;
-          benchPhase(name + " [phase 0 only]", agl, ol, -1, 0.6 * flops, bytes, opt);
-        }
-        if (dev.arch() == "sm_90a") {  // the load rings at 4 stages (attn_grad_stages=4)
-          h3c::kernels::EmitOptions st4 = h3c::kernels::EmitOptions::planDefaults();
-          st4.sm90AttnGradStages = 4;
-          bench("attention_grad 56x128 [lse] [st4]", agl, ol, flops, bytes, st4);
-          benchPhase("attention_grad 56x128 [lse] [st4] [phase 0 only]", agl, ol, -1, 0.6 * flops, bytes, st4);
-        }
-      }
+      timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
     }
     {
       // norm_modulate_grad (a block's norm1 / norm2 backward, its bf16 weight trained as in an all-parameters plan):
