@@ -58,16 +58,19 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"grad_w_sm90", &EmitOptions::sm90GradW, 0, 1},
                           {"grad_w_stages", &EmitOptions::sm90GradWStages, 2, 6}};
 
+std::string names() {
+  std::string n;
+  for (const Field &f : kFields) n += n.empty() ? f.name : std::string(", ") + f.name;
+  return n;
+}
+
 const Field &field(const std::string &name, int value, const std::string &where) {
-  std::string names;
-  for (const Field &f : kFields) {
+  for (const Field &f : kFields)
     if (name == f.name) {
       if (value < f.lo || value > f.hi) fail(where, "{} must be in [{}, {}], got {}", name, f.lo, f.hi, value);
       return f;
     }
-    names += names.empty() ? f.name : std::string(", ") + f.name;
-  }
-  fail(where, "unknown tuning name '{}' (known: {})", name, names);
+  fail(where, "unknown tuning name '{}' (known: {})", name, names());
 }
 
 // The profile names of the ops with a tunable kernel (the linears, qkv, attention, the norms); a per-op value for any
@@ -104,6 +107,8 @@ void EmitOptions::set(const std::string &name, int value, const std::string &whe
   }
   fail(where, "unknown op '{}' for a per-op tuning value (known: {})", op, known);
 }
+
+std::string EmitOptions::tuningNames() { return names(); }
 
 EmitOptions EmitOptions::planDefaults() {
   EmitOptions o;

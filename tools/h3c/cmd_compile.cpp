@@ -42,9 +42,7 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
   app.add_flag("--no-qk-epilogue", a->noQkEpilogue, "sm_90a: keep qk_norm_rope apart from the qkv GEMM (fused into "
                                                      "its epilogue by default); the same bits (for comparisons)");
   app.add_option("--tune", a->tune,
-                 "Kernel variant NAME=VALUE (gemm_stages, gemm_group_m, gemm_inflight, gemm_cluster, gemm_bn, gemm_bm, gemm_pingpong, "
-                 "gemm_epi_smem, gemm_half_tail, attn_stages, attn_overlap, attn_pingpong, attn_persistent, norm_rows, adaln_stages, "
-                 "adaln_stage_k, adaln_ctas, launch_pdl, grad_pdl, grad_mma, grad_nm_block, attn_grad_stages, grad_x_*, grad_w_*), for every op, or "
+                 "Kernel variant NAME=VALUE (" + h3c::kernels::EmitOptions::tuningNames() + "), for every op, or "
                  "OP:NAME=VALUE for one op kind (qkv_linear, "
                  "qkv_linear+qk_norm_rope, linear+swiglu, "
                  "linear+gate_residual, norm_modulate, ...); changes speed, never a bit")

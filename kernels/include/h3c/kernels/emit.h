@@ -131,12 +131,12 @@ struct EmitOptions {
   // A bare EmitOptions has none, so a kernel test's variant applies to every op as written.
   static EmitOptions planDefaults();
 
-  // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`: gemm_stages, gemm_group_m,
-  // gemm_inflight, gemm_cluster, gemm_bn, gemm_bm, gemm_pingpong, gemm_epi_smem, gemm_half_tail, attn_stages, attn_overlap, attn_pingpong,
-  // attn_persistent, norm_rows, adaln_stages, adaln_stage_k, adaln_ctas, launch_pdl, grad_pdl, grad_mma, grad_nm_block, attn_grad_stages), for every op, or, as `OP:NAME`, for the ops of one profile name (see
-  // perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
+  // Sets one tuning field by its command-line name (`h3c compile --tune NAME=VALUE`, one of tuningNames()), for every
+  // op, or, as `OP:NAME`, for the ops of one profile name (see perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);
+  // The names set() takes, comma-separated in table order (the --tune help and the unknown-name error list them).
+  static std::string tuningNames();
   // These options with the per-op values for `op` (or for the ops of one profile name) applied.
   EmitOptions forOp(const plan::Op &op) const;
   EmitOptions forOp(const std::string &profileName) const;
