@@ -784,7 +784,8 @@ __device__ __forceinline__ void gr_attention_ds(const void *q, const void *k, co
 
 #define GR_DL ((GR_D + 31) / 32)  // channels per lane
 
-// Phase 1: a warp per (query row i, head): dq_i = scale * (k_chunks over the item's keys j of bf(dS_ij) k_j).
+// Phase 1: a warp per (query row i, head): dq_i = scale * s, s the fold from +0 over the item's blocks of GR_DQ_KEYS
+// keys, ascending, of each block's chain (k_chunks from 0) of bf(dS_ij) k_j.
 extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
   h3c_grid_dependency_wait();
   const int lane = threadIdx.x & 31;
@@ -792,9 +793,11 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
     const long long i = w / GR_HEADS, h = w % GR_HEADS;
     const long long item0 = (i / item_rows) * item_rows, n = item_rows;
     const float L = ((const float *)stats)[2 * w], D = ((const float *)stats)[2 * w + 1];
-    float acc[GR_DL];
-    for (int t = 0; t < GR_DL; ++t) acc[t] = 0.f;
+    float acc[GR_DL], sum[GR_DL];
+    for (int t = 0; t < GR_DL; ++t) acc[t] = sum[t] = 0.f;
     for (long long c0 = 0; c0 < n; c0 += 16) {
+      if (c0 % GR_DQ_KEYS == 0 && c0 > 0)  // a block's chain ends: into the fold, the next from 0
+        for (int t = 0; t < GR_DL; ++t) sum[t] = __fadd_rn(sum[t], acc[t]), acc[t] = 0.f;
       float dS = 0.f, Pb = 0.f;
       if (lane < 16 && c0 + lane < n) gr_attention_ds(q, k, v, dout, i, item0 + c0 + lane, h, L, D, dS, Pb);
       for (int t = 0; t < GR_DL; ++t) {
@@ -811,67 +814,51 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
     }
     for (int t = 0; t < GR_DL; ++t) {
       const int e = lane + 32 * t;
-      if (e < GR_D) ((float *)dq)[i * (GR_HEADS * GR_D) + h * GR_D + e] = __fmul_rn(GR_QK_SCALE, acc[t]);
+      if (e < GR_D) ((float *)dq)[i * (GR_HEADS * GR_D) + h * GR_D + e] = __fmul_rn(GR_QK_SCALE, __fadd_rn(sum[t], acc[t]));
     }
   }
 }
 
-// Phase 2: a warp per (key row j, head): dk_j = scale * (row_units over the item's query rows i of bf(dS_ij) q_i),
-// dv_j = row_units of bf(P_ij) bf(dout_i).
+// Phase 2: a warp per (key row j, head): dk_j = scale * (one chain over the item's query rows i, 16-row chunks
+// ascending from 0, of bf(dS_ij) q_i), dv_j = the same chain of bf(P_ij) bf(dout_i).
 extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P2(H3C_PARAMS) {
   h3c_grid_dependency_wait();
   const int lane = threadIdx.x & 31;
   for (long long w = GR_WARP; w < rows * GR_HEADS; w += GR_WARPS) {
     const long long j = w / GR_HEADS, h = w % GR_HEADS;
     const long long item0 = (j / item_rows) * item_rows, n = item_rows;
-    GrFold fk[GR_DL], fv[GR_DL];
-    for (int t = 0; t < GR_DL; ++t) {
-      fk[t].begin();
-      fv[t].begin();
-    }
-    for (long long u = 0; u < n; u += GR_UNIT) {
-      const long long u1 = u + GR_UNIT < n ? u + GR_UNIT : n;
-      float ak[GR_DL], av[GR_DL];
-      for (int t = 0; t < GR_DL; ++t) ak[t] = av[t] = 0.f;
-      for (long long c0 = u; c0 < u1; c0 += 16) {
-        float dS = 0.f, Pb = 0.f;
-        const long long i = item0 + c0 + lane;
-        if (lane < 16 && c0 + lane < u1) {
-          const long long sw = i * GR_HEADS + h;
-          gr_attention_ds(q, k, v, dout, i, j, h, ((const float *)stats)[2 * sw], ((const float *)stats)[2 * sw + 1], dS,
-                          Pb);
-        }
-        for (int t = 0; t < GR_DL; ++t) {
-          const int e = lane + 32 * t;
-          double sk[4], sv[4];
-          gr_chunk_zero(sk);
-          gr_chunk_zero(sv);
-          for (int ii = 0; ii < 16; ++ii) {
-            const float d = __shfl_sync(0xffffffffu, dS, ii), p = __shfl_sync(0xffffffffu, Pb, ii);
-            if (e < GR_D && c0 + ii < u1) {
-              const long long qe = (item0 + c0 + ii) * (GR_HEADS * GR_D) + h * GR_D + e;
-              gr_chunk_add(sk, ii, d, gr_ld(q, qe, GR_Q_BF));
-              gr_chunk_add(sv, ii, p, rbf(((const float *)dout)[qe]));
-            }
-          }
-          ak[t] = __fadd_rn(ak[t], gr_chunk_value(sk));
-          av[t] = __fadd_rn(av[t], gr_chunk_value(sv));
-        }
+    float ak[GR_DL], av[GR_DL];
+    for (int t = 0; t < GR_DL; ++t) ak[t] = av[t] = 0.f;
+    for (long long c0 = 0; c0 < n; c0 += 16) {
+      float dS = 0.f, Pb = 0.f;
+      const long long i = item0 + c0 + lane;
+      if (lane < 16 && c0 + lane < n) {
+        const long long sw = i * GR_HEADS + h;
+        gr_attention_ds(q, k, v, dout, i, j, h, ((const float *)stats)[2 * sw], ((const float *)stats)[2 * sw + 1], dS,
+                        Pb);
       }
       for (int t = 0; t < GR_DL; ++t) {
-        fk[t].unit(ak[t], u == 0);
-        fv[t].unit(av[t], u == 0);
+        const int e = lane + 32 * t;
+        double sk[4], sv[4];
+        gr_chunk_zero(sk);
+        gr_chunk_zero(sv);
+        for (int ii = 0; ii < 16; ++ii) {
+          const float d = __shfl_sync(0xffffffffu, dS, ii), p = __shfl_sync(0xffffffffu, Pb, ii);
+          if (e < GR_D && c0 + ii < n) {
+            const long long qe = (item0 + c0 + ii) * (GR_HEADS * GR_D) + h * GR_D + e;
+            gr_chunk_add(sk, ii, d, gr_ld(q, qe, GR_Q_BF));
+            gr_chunk_add(sv, ii, p, rbf(((const float *)dout)[qe]));
+          }
+        }
+        ak[t] = __fadd_rn(ak[t], gr_chunk_value(sk));
+        av[t] = __fadd_rn(av[t], gr_chunk_value(sv));
       }
     }
     for (int t = 0; t < GR_DL; ++t) {
       const int e = lane + 32 * t;
-      if (n > 0) {
-        fk[t].endItem();
-        fv[t].endItem();
-      }
       if (e < GR_D) {
-        ((float *)dk)[j * (GR_HEADS * GR_D) + h * GR_D + e] = __fmul_rn(GR_QK_SCALE, fk[t].total);
-        ((float *)dv)[j * (GR_HEADS * GR_D) + h * GR_D + e] = fv[t].total;
+        ((float *)dk)[j * (GR_HEADS * GR_D) + h * GR_D + e] = __fmul_rn(GR_QK_SCALE, ak[t]);
+        ((float *)dv)[j * (GR_HEADS * GR_D) + h * GR_D + e] = av[t];
       }
     }
   }

@@ -6,10 +6,10 @@
 //   D_i = the fma chain of dO_ic * o_ic over c ascending;
 //   P_ij = ex2(fma(s_ij, c, -L_i)) (s by k_chunks over d), dP_ij = k_chunks over d of bf(dO_i) . v_j,
 //   dS_ij = bf(P_ij * (dP_ij - D_i));
-//   dq_i = scale * (k_chunks over the item's keys j, ascending, of dS_ij k_j): one chain per element (phase 0);
-//   dk_j = scale * (row_units over the item's query rows i of dS_ij q_i), dv_j = row_units of bf(P_ij) bf(dO_i):
-//     per unit of 128 query rows a partial from 0 chained over its 16-row chunks, the item's sum the left fold of the
-//     partials (phase 1; the fold lives in shared memory, one slot per thread and element).
+//   dq_i = scale * s_i, s_i the fold from +0 (s = 0 + b_0, then s + b_1, ...) over the item's blocks of GR_DQ_KEYS
+//     keys ascending of each block's chain (k_chunks from 0) of dS_ij k_j (phase 0);
+//   dk_j = scale * (one chain over the item's query rows i, 16-row chunks ascending from 0, of dS_ij q_i), dv_j = the
+//     same chain of bf(P_ij) bf(dO_i) (phase 1).
 // A chunk's 16 products are summed by the tensor core (as in the forward): these are the GPU's bits of the contract;
 // the one-thread form of grad.cuh computes the CPU's model, within a bound of these.
 //
@@ -179,9 +179,18 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY(H3C_PARAMS) {
     }
   }
 
-  float dqa[GA_DN][4];
+  // dqa: the chain of the current block of GR_DQ_KEYS keys; dqs: the fold of the blocks before it.
+  static_assert(GR_DQ_KEYS % GA_KSUB == 0, "a dq key block is whole sub-blocks");
+  float dqa[GA_DN][4], dqs[GA_DN][4];
   ga_zero<GA_DN>(dqa);
+  ga_zero<GA_DN>(dqs);
   for (int kb = 0; kb < nsub; ++kb) {
+    if (kb > 0 && kb % (GR_DQ_KEYS / GA_KSUB) == 0) {  // a block's chain ends: into the fold, the next from 0
+#pragma unroll
+      for (int j = 0; j < GA_DN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dqs[j][e] = __fadd_rn(dqs[j][e], dqa[j][e]), dqa[j][e] = 0.0f;
+    }
     if (kb + 1 < nsub) {
       const int nb = (kb + 1) & 1;
       ga_load<GA_KSUB>(Ksub + nb * GA_KSUB * GA_LDS, K, (long long)(kb + 1) * GA_KSUB, L);
@@ -218,7 +227,8 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY(H3C_PARAMS) {
 #pragma unroll
     for (int j = 0; j < GA_DN; ++j)
       *(float2 *)(out + j * 8 + t4 * 2) =
-          make_float2(__fmul_rn(GA_QK_SCALE, dqa[j][hh * 2]), __fmul_rn(GA_QK_SCALE, dqa[j][hh * 2 + 1]));
+          make_float2(__fmul_rn(GA_QK_SCALE, __fadd_rn(dqs[j][hh * 2], dqa[j][hh * 2])),
+                      __fmul_rn(GA_QK_SCALE, __fadd_rn(dqs[j][hh * 2 + 1], dqa[j][hh * 2 + 1])));
   }
 }
 
@@ -231,7 +241,6 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY_P1(H3C_PARAMS) {
   h3bf *Qsub = Vs + 64 * GA_LDS;             // 2 x GA_QSUB rows
   h3bf *dOsub = Qsub + 2 * GA_QSUB * GA_LDS;  // 2 x GA_QSUB rows
   float *LDs = (float *)(dOsub + 2 * GA_QSUB * GA_LDS);  // 2 x GA_QSUB x (L, D)
-  float *fold = LDs + 4 * GA_QSUB;  // [2 * GA_DN * 4][128]: the item's dk then dv fold, element-major
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;
   const long long colBase = (long long)blockIdx.y * GA_D;
@@ -253,7 +262,7 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY_P1(H3C_PARAMS) {
       LDs[buf * 2 * GA_QSUB + GA_QSUB + threadIdx.x] = i < L ? ((const float *)stats)[2 * sw + 1] : 0.0f;
     }
   };
-  // The walk: per unit of 128 query rows, sub-tiles of GA_QSUB (the last unit's fewer).
+  // The walk: the item's query rows in sub-tiles of GA_QSUB, one chain for dk and one for dv.
   const long long nsub = (L + GA_QSUB - 1) / GA_QSUB;
   loadSub(0, 0);
   cp_async_commit();
@@ -291,22 +300,6 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY_P1(H3C_PARAMS) {
       }
     ga_pv<GA_QSUB / 16>(dva, st, dOb, lane);
     ga_pv<GA_QSUB / 16>(dka, dpt, Qb, lane);
-    // The unit's last sub-tile: fold its partials into the item's sums (the first unit's as they are).
-    const long long unitEnd = (i0 / GR_UNIT + 1) * GR_UNIT;
-    if (i0 + GA_QSUB >= unitEnd || i0 + GA_QSUB >= L) {
-      const bool first = i0 < GR_UNIT;
-#pragma unroll
-      for (int j = 0; j < GA_DN; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float *fk = fold + ((j * 4 + e) * 128) + threadIdx.x;
-          float *fv = fold + ((GA_DN * 4 + j * 4 + e) * 128) + threadIdx.x;
-          *fk = first ? dka[j][e] : __fadd_rn(*fk, dka[j][e]);
-          *fv = first ? dva[j][e] : __fadd_rn(*fv, dva[j][e]);
-          dka[j][e] = 0.0f;
-          dva[j][e] = 0.0f;
-        }
-    }
   }
   if (L == 0) return;
 #pragma unroll
@@ -316,10 +309,9 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY_P1(H3C_PARAMS) {
     float *dkr = (float *)dk + (rowBase + r) * GA_LD + colBase, *dvr = (float *)dv + (rowBase + r) * GA_LD + colBase;
 #pragma unroll
     for (int j = 0; j < GA_DN; ++j) {
-      const float *fk = fold + ((j * 4 + hh * 2) * 128) + threadIdx.x;
-      const float *fv = fold + ((GA_DN * 4 + j * 4 + hh * 2) * 128) + threadIdx.x;
-      *(float2 *)(dkr + j * 8 + t4 * 2) = make_float2(__fmul_rn(GA_QK_SCALE, fk[0]), __fmul_rn(GA_QK_SCALE, fk[128]));
-      *(float2 *)(dvr + j * 8 + t4 * 2) = make_float2(fv[0], fv[128]);
+      *(float2 *)(dkr + j * 8 + t4 * 2) =
+          make_float2(__fmul_rn(GA_QK_SCALE, dka[j][hh * 2]), __fmul_rn(GA_QK_SCALE, dka[j][hh * 2 + 1]));
+      *(float2 *)(dvr + j * 8 + t4 * 2) = make_float2(dva[j][hh * 2], dva[j][hh * 2 + 1]);
     }
   }
 }

@@ -1,51 +1,47 @@
-// Attention's backward on Hopper (sm_90a, wgmma), operation for operation grad_attention_mma.cuh's, so both kernels
-// give the same bits (the GPU checks compare them byte for byte; that file states the arithmetic and
+// Attention's backward on Hopper (sm_90a, wgmma): FlashAttention-2's five products, with dq's key blocks added in a
+// fixed order instead of by atomics. Operation for operation the arithmetic of grad_attention_mma.cuh, so both
+// kernels give the same bits (the GPU checks compare them byte for byte; that file states the arithmetic and
 // docs/contract.md section 14 the order). What changes is who multiplies: a warpgroup's wgmma (m64nNk16, 16-wide
 // chunks in the same ascending order, chained on the same accumulators; wgmma's chunk function is mma.sync's,
-// ../shared/HOPPER-KERNELS.md section 1) where there 4 warps issued m16n8k16 one by one, and the accumulator layout
-// per warp is mma.sync's (row 16 * warp + g (+ 8), column 8 * j + 2 * t4 (+ 1)), so every per-element step (masks,
-// ex2, the products with D, the roundings, the fold) runs on the same values in the same order.
+// ../shared/HOPPER-KERNELS.md section 1) where there 4 warps issued m16n8k16 one by one; the accumulator layout per
+// warp is mma.sync's (row 16 * warp + g (+ 8), column 8 * j + 2 * t4 (+ 1)), so every per-element step (ex2, the
+// products with D, the roundings) runs on the same values.
 //
 // Operands live in shared memory as TMA's SWIZZLE_128B writes them (two boxes of 64 columns, 16-byte chunk c of row r
-// at chunk c ^ (r % 8)), filled by cp.async from all threads through rings of GB_STAGES buffers: a [rows, 128] bf16
-// tile is at once wgmma's K-major operand (S = Q K^T: both) and its N-major operand (P V-like products: dq += dS K,
-// dv += P^T dO, dk += dS^T Q).
-// Speed (bench/NOTES.md, 2026-12-06): 21.0 ms at S = 8,349 x 56 heads on an H100 (phase 0 9.1) against the mma.sync
-// form's 62.4 and SDPA's cuDNN backward's 9.7-10.2 in the same run. Both phases were bound by the instructions they
-// issue, not by the tensor core (ncu: two warps a scheduler, IPC 1.5-1.7, the ALU pipe the busiest): every
-// instruction in the per-element steps and the loads counts (halving them took the kernel from 51.4 to 22.8 ms; phase
-// 1 as one loop per warpgroup, no P^T hand-over, to 21.6). What was left is latency: within a step the products
-// waited for the element steps and the reverse. So every walk is software-pipelined (2026-12-06; 21.6 -> 21.0): the
-// next block's S (and dP) is issued before this block's element steps, in a second set of registers (the walks
-// unrolled by two), and a step's last product (dq, dv or dk) is waited for within the step (left in flight across
-// the loop, ptxas serializes the wgmmas: C7515). Each walk ends with a wait, so no wgmma is in flight on a path out
-// of it (ptxas would insert one in a divergent path and serialize: C7518).
-// Where it stands (bench/NOTES.md, 2026-12-06 08:00): 17.3 ms reading the forward's lse (phase 0 5.8, phase 1 11.5)
-// against SDPA's 9.8. Fewer element instructions (no masks) gained nothing; phase 1 is latency-bound with two warps
-// a scheduler (ncu: 7.1 cycles a warp between issues, issue slots 28 % busy) beside a busy shared-memory pipe (65 %:
-// its SS products, the ring and the folds), so warpgroup 0 folds dv in registers (-3 %). What is left needs fewer
-// products (FlashAttention-2's 5 against these 7: S and dP twice), which the contract's dq chain fixes today.
+// at chunk c ^ (r % 8)), filled by cp.async from all threads through a ring of GB_STAGES buffers: a [rows, 128] bf16
+// tile is at once wgmma's K-major operand (S^T = K Q^T: both) and its N-major operand (dv += P^T dO, dk += dS^T Q,
+// dq += dS K).
 //
-// Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA, each warpgroup 64 query rows: bf(dO)
-// into shared memory and the scratch `dob`, D, the forward's key walk for l and mc (blocks of GB_KVB keys), L and D
-// into `stats`, then dq over key sub-blocks of 64 (S and dP by wgmma from shared memory, dS packed in registers as
-// the A operand of dq += dS K).
-// Phase 1 (GB_ENTRY_P1, 256 threads): one (64-key tile, head, item) per CTA; the query rows in sub-tiles of 64. The
-// two warpgroups split the work of the same 64 keys, one loop each: warpgroup 0 computes S^T = K Q^T, P^T and dv;
-// warpgroup 1 its own S^T beside dP^T = V dO^T, then P^T, dS^T and dk. Each holds its partial in registers and its
-// fold in shared memory. (P^T handed over from warpgroup 0 through shared memory instead, the form before
-// 2026-12-06, took 23.3 ms where this one took 21.0: removed.)
-// A sub-tile whose rows end within its first 32 chains two more 16-row chunks than the 32-row sub-tiles there do: all
-// products zero (P^T, dS^T and the rows past the end are zeros), which leave a chain's value as it is (the GPU checks
-// include such lengths).
+// Why this form (bench/NOTES.md, 2026-12-06): the two-walk form before it (dq in a walk over the keys per query tile,
+// dk and dv in a walk over the queries per key tile) computed S and dP twice, 7 GEMM-sized products (8 with phase 1's
+// S^T on both warpgroups) where FlashAttention-2 needs 5, and took 17.3 ms at S = 8,349 x 48 heads on an H100 where
+// SDPA's backward took 9.8. Here one walk over the query rows per 128-key tile computes all three gradients. dq's
+// elements get a part from every key tile; the contract makes each tile's part a partial (a chain over its 128 keys
+// from 0) and dq their fold in key-tile order from +0, so the tiles add their parts in that order: tile x waits until
+// x tiles have added into a query block (a counter per query block, head and half of the channels, zeroed by phase
+// 0), adds (the first tile onto +0, the last scaling the sum into dq), and counts itself in. The sum lives in dq
+// itself (F32, L2: a head's 4.3 MB), no scratch. CTAs are dispatched in blockIdx order, key tiles fastest, so the
+// tile a CTA waits for was dispatched before it: it runs or has finished, and the wait ends.
+//
+// Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA: bf(dO) into the scratch `dob`, D, L (the
+// forward's lse, or its key walk for l and mc), L and D into `stats`, and the tile's dq counters to 0.
+// Phase 1 (GB_ENTRY_P1, 256 threads): one (128-key tile, head, item) per CTA, warpgroup w its 64 keys k0 + 64 w ..;
+// per step of 64 query rows: S^T = K_w Q^T and dP^T = V_w dO^T (SS), P^T and dS^T in registers, dv += P^T dO and
+// dk += dS^T Q (RS), dS^T stored transposed (stmatrix) as the A operand of the step's dq part, and after a barrier
+// with the other warpgroup dq_part = dS K[:, 64 w ..] (SS, all 128 keys, 64 of the channels); the part is added
+// into dq during the next step's S^T and dP^T. Rows past the item's end carry L = +inf and D = 0 (so P^T and dS^T are
+// +0 with no mask); keys past it (the last tile) get dS = 0, so their zero K rows add nothing to dq, not even
+// inf * 0. dv and dk are one chain each over the item's query rows (64-row steps: a step whose rows end within its
+// first 48 chains zero chunks past the end, which leave a chain's value as it is; the GPU checks include such
+// lengths).
 //
 // Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
-// GB_QK_SCALE GB_O_BF GB_STAGES (3) GB_LSE (1: the forward's row statistics are input `lse`, [rows][heads] F32, read
-// instead of the statistics walk); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
+// GB_QK_SCALE GB_O_BF GB_STAGES (3 or 4) GB_LSE (1: the forward's row statistics are input `lse`, [rows][heads] F32,
+// read instead of the statistics walk); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
 #define GB_D 128
 #define GB_LD ((long long)GB_HEADS * GB_D)
-#define GB_KSUB 64  // keys per sub-block of phase 0's dq pass
-#define GB_QSUB 64  // query rows per sub-tile of phase 1
+#define GB_QSUB 64  // query rows per step of phase 1
+#define GB_KT 128   // keys per CTA of phase 1: one block of dq's fold (GR_DQ_KEYS)
 #define GB_TILE(rows) ((rows) * 256)  // bytes of a [rows, 128] bf16 tile
 #if GB_STAGES < 3
 #error "the pipelined walks need GB_STAGES >= 3: the next block landed one step ahead"
@@ -117,71 +113,31 @@ __device__ __forceinline__ void gb_issue_pv(float *acc, const h3u32 (*pa)[4], h3
   wgmma_commit();
 }
 
-// Phase 1's fold of dk at a unit's last sub-tile: the unit's partial (acc, this thread's 64 values) into the item's
-// sum in this thread's float4 slots of `fold` (the first unit's as it is, then acc added in F32); tid: the thread in
-// its warpgroup.
-__device__ __forceinline__ void gb_fold_unit(float4 *fold, const float *acc, bool first, int tid) {
-#pragma unroll
-  for (int i = 0; i < GB_D / 8; ++i) {
-    float4 *f = fold + i * 128 + tid;
-    const float4 a = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-    if (first) {
-      *f = a;
-    } else {
-      const float4 b = *f;
-      *f = make_float4(__fadd_rn(b.x, a.x), __fadd_rn(b.y, a.y), __fadd_rn(b.z, a.z), __fadd_rn(b.w, a.w));
-    }
-  }
-}
 
-// Phase 0: statistics and dq of 128 query rows.
+// Phase 0: bf(dO), D and L of 128 query rows; their dq counters to 0.
 extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
   h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   extern __shared__ unsigned char gb_raw[];
-  const h3u32 base = (smem_u32(gb_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
-  const h3u32 sQ = base, sdO = sQ + GB_TILE(128), sKV = sdO + GB_TILE(128);
-  // sKV: the statistics' ring of GB_STAGES K blocks of GB_KVB keys, then the dq pass's ring of (K, V) sub-blocks of
-  // 64 keys (GB_STAGES x 32 KiB either way at GB_KVB = 128).
-  float *Ds = (float *)(gb_raw + (sKV + GB_STAGES * 2 * GB_TILE(GB_KSUB) - smem_u32(gb_raw)));
+  float *Ds = (float *)gb_raw;  // [128]: D of the tile's rows
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;  // the item's first row
   const long long colBase = (long long)blockIdx.y * GB_D;
-  const h3bf *Q = (const h3bf *)q + rowBase * GB_LD + colBase;
-  const h3bf *K = (const h3bf *)k + rowBase * GB_LD + colBase;
-  const h3bf *V = (const h3bf *)v + rowBase * GB_LD + colBase;
   const long long q0 = (long long)blockIdx.x * 128;
   const int tid = threadIdx.x & 127, wg = threadIdx.x >> 7;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-  const float kNegInf = __int_as_float(0xff800000);
-  GbLoader<128, 256> ld128;
-  GbLoader<GB_KVB, 256> ldKv;
-  GbLoader<64, 256> ld64;
-  ld128.init(threadIdx.x);
-  ldKv.init(threadIdx.x);
-  ld64.init(threadIdx.x);
-
-  // The ring (cp.async groups, one committed per step even when empty, so group n is step n's): steps 0 ..
-  // GB_STAGES - 2 in flight before the walk, step n + GB_STAGES - 1 issued at step n into the buffer step n - 1 read.
-  // With GB_LSE the forward wrote L (its attention op's lse output): no statistics walk, no key blocks for it.
-  const int nkv = GB_LSE ? 0 : (int)((L + GB_KVB - 1) / GB_KVB);
-  ld128.load(sQ, Q, q0, L);
-#pragma unroll
-  for (int n = 0; n < GB_STAGES - 1; ++n) {
-    if (n < nkv) ldKv.load(sKV + n * GB_TILE(GB_KVB), K, (long long)n * GB_KVB, L);
-    cp_async_commit();
-  }
-  // bf(dO) of the tile (zeros past L) into shared memory and the scratch; D by one thread per row.
+  // The counters of this tile's two 64-row query blocks (phase 1 counts the key tiles that added into them), one per
+  // head and half of dq's channels: entries 2 * ((row0 * heads + head)) + half of the scratch `dqsem`.
+  if (threadIdx.x < 4 && q0 + (threadIdx.x >> 1) * 64 < L)
+    ((int *)dqsem)[2 * ((rowBase + q0 + (threadIdx.x >> 1) * 64) * GB_HEADS + blockIdx.y) + (threadIdx.x & 1)] = 0;
+  // bf(dO) of the tile into the scratch (phase 1 streams it); D by one thread per row.
   for (int i = threadIdx.x; i < 128 * 16; i += 256) {
     const int r = i >> 4, c = i & 15;
-    uint4 pk = make_uint4(0u, 0u, 0u, 0u);
     if (q0 + r < L) {
       const float *src = (const float *)dout + (rowBase + q0 + r) * GB_LD + colBase + c * 8;
       const float4 lo = *(const float4 *)src, hi = *(const float4 *)(src + 4);
-      pk = make_uint4(pack_bf2(lo.x, lo.y), pack_bf2(lo.z, lo.w), pack_bf2(hi.x, hi.y), pack_bf2(hi.z, hi.w));
-      *(uint4 *)((h3bf *)dob + (rowBase + q0 + r) * GB_LD + colBase + c * 8) = pk;
+      *(uint4 *)((h3bf *)dob + (rowBase + q0 + r) * GB_LD + colBase + c * 8) =
+          make_uint4(pack_bf2(lo.x, lo.y), pack_bf2(lo.z, lo.w), pack_bf2(hi.x, hi.y), pack_bf2(hi.z, hi.w));
     }
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(sdO + gb_swz(128, r, c)), "r"(pk.x), "r"(pk.y),
-                 "r"(pk.z), "r"(pk.w) : "memory");
   }
   if (threadIdx.x < 128) {  // the fma chain over c ascending; loads four columns at a time, eight groups in flight
     float D = 0.f;
@@ -207,15 +163,39 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
     }
     Ds[threadIdx.x] = D;
   }
-
+#if GB_LSE
+  __syncthreads();
+  // L is the forward's (its attention op's lse output): no statistics walk.
+  if (threadIdx.x < 128 && q0 + threadIdx.x < L) {
+    const long long sw = (rowBase + q0 + threadIdx.x) * GB_HEADS + blockIdx.y;
+    ((float *)stats)[2 * sw] = ((const float *)lse)[sw];
+    ((float *)stats)[2 * sw + 1] = Ds[threadIdx.x];
+  }
+  (void)wg, (void)lane, (void)warp, (void)g, (void)t4;
+#else
   // The statistics pass: the forward's key walk (attention.cuh), without o. Software-pipelined: block kb + 1's S is
-  // issued before block kb's statistics step, so the tensor core works while this warpgroup runs its element steps
-  // (the kernel was latency-bound: a step's products waited for its element steps and the reverse). The two S
-  // registers alternate by unrolling the walk by two (distinct registers, so ptxas keeps the wgmmas asynchronous).
-  // Ring: at step kb, block kb + 1 must have landed (its group was committed one step before: GB_STAGES >= 3) and
-  // block kb - 1's buffer, which every thread is done with past the barrier, takes block kb + GB_STAGES - 1.
+  // issued before block kb's statistics step, so the tensor core works while this warpgroup runs its element steps.
+  // The two S registers alternate by unrolling the walk by two (distinct registers, so ptxas keeps the wgmmas
+  // asynchronous). Ring (cp.async groups, one committed per step even when empty, so group n is step n's): at step
+  // kb, block kb + 1 must have landed (its group was committed one step before: GB_STAGES >= 3) and block kb - 1's
+  // buffer, which every thread is done with past the barrier, takes block kb + GB_STAGES - 1.
+  const h3u32 base = (smem_u32(gb_raw + 512) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
+  const h3u32 sQ = base, sKV = sQ + GB_TILE(128);  // Q, then a ring of GB_STAGES K blocks of GB_KVB keys
+  const h3bf *Q = (const h3bf *)q + rowBase * GB_LD + colBase;
+  const h3bf *K = (const h3bf *)k + rowBase * GB_LD + colBase;
+  GbLoader<128, 256> ld128;
+  GbLoader<GB_KVB, 256> ldKv;
+  ld128.init(threadIdx.x);
+  ldKv.init(threadIdx.x);
+  const int nkv = (int)((L + GB_KVB - 1) / GB_KVB);
+  ld128.load(sQ, Q, q0, L);
+#pragma unroll
+  for (int n = 0; n < GB_STAGES - 1; ++n) {
+    if (n < nkv) ldKv.load(sKV + n * GB_TILE(GB_KVB), K, (long long)n * GB_KVB, L);
+    cp_async_commit();
+  }
+  const float kNegInf = __int_as_float(0xff800000);
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-#if !GB_LSE
   {
     float sA[GB_KVB / 2], sB[GB_KVB / 2];
     cp_async_wait<GB_STAGES - 2>();
@@ -238,140 +218,73 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
     }
     wgmma_wait<0>();  // (the prologue's S when there is no key block)
   }
-#endif
-  // The dq pass's first K and V sub-blocks stream in while the statistics finish (once every thread is past the
-  // statistics' last block: the ring's buffers are reused).
   cp_async_wait<0>();
-  __syncthreads();
-  const int nsub = (int)((L + GB_KSUB - 1) / GB_KSUB);
-  const h3u32 sK = sKV, sV = sKV + GB_STAGES * GB_TILE(GB_KSUB);
-#pragma unroll
-  for (int n = 0; n < GB_STAGES - 1; ++n) {
-    if (n < nsub) {
-      ld64.load(sK + n * GB_TILE(GB_KSUB), K, (long long)n * GB_KSUB, L);
-      ld64.load(sV + n * GB_TILE(GB_KSUB), V, (long long)n * GB_KSUB, L);
-    }
-    cp_async_commit();
-  }
-  float Lr[2], Dr[2];
+  __syncthreads();  // (Ds)
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     float lt = __fadd_rn(l[hh], __shfl_xor_sync(0xffffffffu, l[hh], 1));
     lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
     const int r = wg * 64 + warp * 16 + g + hh * 8;
-#if GB_LSE
-    Lr[hh] = q0 + r < L ? ((const float *)lse)[(rowBase + q0 + r) * GB_HEADS + blockIdx.y] : 0.0f;
-#else
-    Lr[hh] = __fadd_rn(__fmul_rn(m[hh], GB_C), h3c_lg2(lt));
-#endif
-    Dr[hh] = Ds[r];
     if (t4 == 0 && q0 + r < L) {
       const long long sw = (rowBase + q0 + r) * GB_HEADS + blockIdx.y;
-      ((float *)stats)[2 * sw] = Lr[hh];
-      ((float *)stats)[2 * sw + 1] = Dr[hh];
+      ((float *)stats)[2 * sw] = __fadd_rn(__fmul_rn(m[hh], GB_C), h3c_lg2(lt));
+      ((float *)stats)[2 * sw + 1] = Ds[r];
     }
   }
+#endif
+}
 
-  // The dq pass, pipelined as the walk: sub-block kb + 1's S and dP are issued before sub-block kb's dS; dq += dS K
-  // is waited for within the step (in flight into the next, ptxas serializes the wgmmas: C7515).
-  float dqa[GB_D / 2];
+// The stmatrix of a warp's dS^T fragments (pa[kc], the A layout of 16 keys x 16 queries, kc over the step's 64
+// queries) into dS (the step's [64 queries][128 keys] K-major tile at sdS), transposed: matrix m of fragment kc holds
+// keys 16 * warp + 8 (m & 1) .. and queries 16 kc + 8 (m >> 1) ..; lane 8 m + c gives the address of its row c (query
+// 16 kc + 8 (m >> 1) + c), keys from kw0 = 64 * (warpgroup) + 16 * warp + 8 (m & 1): the 16-byte chunk kw0 / 8.
+__device__ __forceinline__ void gb_store_ds(h3u32 sdS, const h3u32 (*pa)[4], int keyChunk0, int lane) {
+  const int m = lane >> 3, c = lane & 7;
 #pragma unroll
-  for (int i = 0; i < GB_D / 2; ++i) dqa[i] = 0.0f;
-  {
-    float sA[GB_KSUB / 2], dpA[GB_KSUB / 2], sB[GB_KSUB / 2], dpB[GB_KSUB / 2];
-    h3u32 pa[4][4];
-    cp_async_wait<GB_STAGES - 2>();
-    __syncthreads();
-    gb_issue_qk<GB_KSUB>(sA, sQ, 128, wg * 64, sK);
-    gb_issue_qk<GB_KSUB>(dpA, sdO, 128, wg * 64, sV);
-    auto dqStep = [&](int kb, float(&s)[GB_KSUB / 2], float(&dp)[GB_KSUB / 2], float(&sn)[GB_KSUB / 2],
-                      float(&dpn)[GB_KSUB / 2]) {
-      wgmma_wait<0>();  // this sub-block's S and dP; the last step's dq product (pa and its buffer free)
-      cp_async_wait<GB_STAGES - 3>();
-      __syncthreads();
-      if (kb + GB_STAGES - 1 < nsub) {
-        const int nb = (kb + GB_STAGES - 1) % GB_STAGES;
-        const long long k0n = (long long)(kb + GB_STAGES - 1) * GB_KSUB;
-        ld64.load(sK + nb * GB_TILE(GB_KSUB), K, k0n, L);
-        ld64.load(sV + nb * GB_TILE(GB_KSUB), V, k0n, L);
-      }
-      cp_async_commit();
-      if (kb + 1 < nsub) {
-        const int b1 = (kb + 1) % GB_STAGES;
-        gb_issue_qk<GB_KSUB>(sn, sQ, 128, wg * 64, sK + b1 * GB_TILE(GB_KSUB));
-        gb_issue_qk<GB_KSUB>(dpn, sdO, 128, wg * 64, sV + b1 * GB_TILE(GB_KSUB));
-      }
-      // dS = bf(P (dP - D)), 0 for keys past L, packed straight into dq's A fragments: bf2_rn of the F32 product is
-      // pack_bf2 of its rbf for every value arithmetic returns (common.cuh), the mma.sync form's bits. Only the last
-      // sub-block can hold keys past L: the others take the walk without the mask's compare and select (a uniform
-      // branch around element steps only; the kernel is bound by the instructions it issues).
-      const long long left = L - (long long)kb * GB_KSUB;
-      auto dsStep = [&](const bool masked, const int lim) {
-#pragma unroll
-        for (int j = 0; j < GB_KSUB / 8; ++j)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            float ds[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int i = j * 4 + hh * 2 + e;
-              const float P = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lr[hh]));
-              const float v = __fmul_rn(P, __fsub_rn(dp[i], Dr[hh]));
-              ds[e] = !masked || j * 8 + t4 * 2 + e < lim ? v : 0.0f;
-            }
-            pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(ds[0], ds[1]);
-          }
-      };
-      if (left >= GB_KSUB) dsStep(false, GB_KSUB);
-      else dsStep(true, (int)left);
-      gb_issue_pv(dqa, pa, sK + (kb % GB_STAGES) * GB_TILE(GB_KSUB));
-      wgmma_wait<0>();
-    };
-    for (int kb = 0; kb < nsub; kb += 2) {
-      dqStep(kb, sA, dpA, sB, dpB);
-      if (kb + 1 < nsub) dqStep(kb + 1, sB, dpB, sA, dpA);
-    }
-    wgmma_wait<0>();
-  }
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const long long r = q0 + wg * 64 + warp * 16 + g + hh * 8;
-    if (r >= L) continue;
-    float *out = (float *)dq + (rowBase + r) * GB_LD + colBase;
-#pragma unroll
-    for (int j = 0; j < GB_D / 8; ++j)
-      *(float2 *)(out + j * 8 + t4 * 2) =
-          make_float2(__fmul_rn(GB_QK_SCALE, dqa[j * 4 + hh * 2]), __fmul_rn(GB_QK_SCALE, dqa[j * 4 + hh * 2 + 1]));
+  for (int kc = 0; kc < 4; ++kc) {
+    const h3u32 addr = sdS + gb_swz(64, kc * 16 + (m >> 1) * 8 + c, keyChunk0 + (m & 1));
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(pa[kc][0]),
+                 "r"(pa[kc][1]), "r"(pa[kc][2]), "r"(pa[kc][3]) : "memory");
   }
 }
 
-// Phase 1: dv (warpgroup 0) and dk (warpgroup 1) of 64 key rows.
+// The counter of a query block: acquire-load by one thread (the adds it counts, released by the tiles before, are
+// visible to it and, past the warpgroup's barrier, to the others: they read with ld.global.cg, from L2).
+__device__ __forceinline__ int gb_ld_acquire(const int *p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void gb_wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory"); }
+
+// Phase 1: dv, dk and the dq parts of 128 key rows.
 extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   h3c_grid_dependency_wait();
   extern __shared__ unsigned char gb_raw[];
   const h3u32 base = (smem_u32(gb_raw) + 1023u) & ~1023u;
-  // K, V; a ring of GB_STAGES (Q, bf(dO)) sub-tiles; their rows' (L, D) ([GB_STAGES][GB_QSUB][2], (+inf, 0) past the
-  // item's end); warpgroup 1's fold of dk (warpgroup 0 folds dv in registers).
-  const h3u32 sK = base, sV = sK + GB_TILE(64), sQ = sV + GB_TILE(64), sdO = sQ + GB_STAGES * GB_TILE(GB_QSUB);
-  unsigned char *const rest = gb_raw + (sdO + GB_STAGES * GB_TILE(GB_QSUB) - smem_u32(gb_raw));
-  float *LDs = (float *)rest;
-  // [GB_D / 8][128]: each thread of warpgroup 1 its fold of dk, 4 a slot
-  float4 *fold = (float4 *)(LDs + GB_STAGES * 2 * GB_QSUB);
+  // K, V (128 keys); a ring of GB_STAGES (Q, bf(dO)) steps of 64 query rows; the step's dS [64 queries][128 keys];
+  // the ring's rows' (L, D) ([GB_STAGES][GB_QSUB][2], (+inf, 0) past the item's end).
+  const h3u32 sK = base, sV = sK + GB_TILE(GB_KT), sQ = sV + GB_TILE(GB_KT), sdO = sQ + GB_STAGES * GB_TILE(GB_QSUB);
+  const h3u32 sdS = sdO + GB_STAGES * GB_TILE(GB_QSUB);
+  float *LDs = (float *)(gb_raw + (sdS + GB_TILE(GB_QSUB) - smem_u32(gb_raw)));
+  static_assert(GB_KT == GR_DQ_KEYS, "a CTA's keys are one block of dq's fold");
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;
   const long long colBase = (long long)blockIdx.y * GB_D;
   const h3bf *Q = (const h3bf *)q + rowBase * GB_LD + colBase;
   const h3bf *dO = (const h3bf *)dob + rowBase * GB_LD + colBase;
-  const long long k0 = (long long)blockIdx.x * 64;
+  const int x = blockIdx.x, ntiles = (int)((L + GB_KT - 1) / GB_KT);
+  const long long k0 = (long long)x * GB_KT;
   const int tid = threadIdx.x & 127, wg = threadIdx.x >> 7;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-  const bool w0 = wg == 0;
-  GbLoader<64, 256> ld64;
+  GbLoader<GB_KT, 256> ldKt;
+  GbLoader<GB_QSUB, 256> ld64;
+  ldKt.init(threadIdx.x);
   ld64.init(threadIdx.x);
 
-  ld64.load(sK, (const h3bf *)k + rowBase * GB_LD + colBase, k0, L);
-  ld64.load(sV, (const h3bf *)v + rowBase * GB_LD + colBase, k0, L);
-  // Sub-tile t's query rows, their L and D (0 past the item's end, where P and dS are set to 0 below).
+  ldKt.load(sK, (const h3bf *)k + rowBase * GB_LD + colBase, k0, L);
+  ldKt.load(sV, (const h3bf *)v + rowBase * GB_LD + colBase, k0, L);
+  // Step t's query rows, their L and D.
   const float *statsHead = (const float *)stats + 2 * (rowBase * GB_HEADS + blockIdx.y);
   auto loadSub = [&](int buf, long long i0) {
     ld64.load(sQ + buf * GB_TILE(GB_QSUB), Q, i0, L);
@@ -385,120 +298,139 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
         *(float2 *)dst = make_float2(__int_as_float(0x7f800000), 0.0f);
     }
   };
-  // The ring as phase 0's: group n is sub-tile n (K and V ride with sub-tile 0).
+  // The ring (cp.async groups, one committed per step even when empty, so group n is step n's; K and V ride with
+  // step 0): at step t, step t's group has landed and step t - 1's buffer, which every thread is done with past the
+  // barrier, takes step t + GB_STAGES - 1.
   const int nsub = (int)((L + GB_QSUB - 1) / GB_QSUB);
 #pragma unroll
   for (int n = 0; n < GB_STAGES - 1; ++n) {
     if (n < nsub) loadSub(n, (long long)n * GB_QSUB);
     cp_async_commit();
   }
-  // This warpgroup's dv (0) or dk (1): the unit's partial, and its fold over the units. Warpgroup 0 folds in
-  // registers (fr; it holds no dP^T, so they are free), warpgroup 1 in shared memory (`fold`): each fold reads and
-  // writes 64 KiB a unit, and phase 1 is bound by shared memory's bandwidth more than by anything else (ncu,
-  // bench/NOTES.md 2026-12-06: L1 65 % busy, the SS products read 96 KiB a sub-tile, the ring writes 32 KiB).
-  float acc[GB_D / 2], fr[GB_D / 2];
-  // One loop per warpgroup (the roles are the two branches of one if / else, as the forward kernel's producer and
-  // consumers: their wgmmas stay asynchronous): warpgroup 0 S^T = K Q^T, P^T and dv += P^T dO; warpgroup 1 the same
-  // S^T beside dP^T = V dO^T, then P^T, dS^T and dk += dS^T Q. No P^T hand-over, so neither waits for the other's
-  // element steps; they meet only at the ring's barrier. The S^T of both is the same chain on the same operands, so
-  // both hold the same P^T.
-  // (A plain lambda, called with a constant at each branch: NVRTC takes no generic lambda in device code, and the
-  // inlined calls specialize as `if constexpr` would; the NVRTC test checks no wgmma is serialized.)
-  // Software-pipelined as phase 0: sub-tile t + 1's S^T (and dP^T) are issued before sub-tile t's element steps, so
-  // the tensor core works while the warpgroup runs them; the two sets of registers alternate by unrolling by two.
-  // Ring: at step t, sub-tile t + 1 must have landed (committed one step before: GB_STAGES >= 3) and sub-tile t - 1's
-  // buffer, which both warpgroups are done with past the barrier, takes sub-tile t + GB_STAGES - 1.
-  auto foldUnit = [&](const bool dkRole, const bool first) {
-    if (dkRole) {
-      gb_fold_unit(fold, acc, first, tid);
-    } else {
-#pragma unroll
-      for (int i = 0; i < GB_D / 2; ++i) fr[i] = first ? acc[i] : __fadd_rn(fr[i], acc[i]);
+  // Keys past the item's end (the last tile only): dS = 0 there.
+  const int keyRow0 = wg * 64 + warp * 16 + g;  // this thread's key rows keyRow0 and keyRow0 + 8 of the tile
+  const bool maskKeys = k0 + GB_KT > L;
+  const bool firstTile = x == 0, lastTile = x + 1 == ntiles;
+  int *const semHead = (int *)dqsem + 2 * (rowBase * GB_HEADS + blockIdx.y) + wg;
+  float *const dqHead = (float *)dq + rowBase * GB_LD + colBase + wg * 64;
+
+  // dq's part of the step at query rows i0 (this warpgroup's 64 channels) into dq, in key-tile order: wait until x
+  // tiles have added (dqWait; the first tile adds onto +0), add, and count this tile in (dqAdd; the last stores
+  // scale * sum, counted by no one). One F32 add an element: the fold of the contract. dqAdd runs while the next
+  // step's S^T and dP^T are in flight, so it has no branch on a thread's own values (ptxas would wait for the
+  // wgmmas in such a divergent path and serialize them: C7518): rows past the item's end are predicated stores, the
+  // count a predicated reduction; the wait, which must spin, comes before the wgmmas are issued.
+  float dqp[32];
+  auto dqWait = [&](long long i0) {
+    if (!firstTile) {
+      if (tid == 0) {
+        // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
+        // ~2^24 polls (seconds), not a hang.
+        unsigned polls = 0;
+        while (gb_ld_acquire(semHead + 2 * i0 * GB_HEADS) != x)
+          if (++polls > (1u << 24)) __trap();
+      }
+      gb_wg_bar(wg);
     }
   };
-  auto roleLoop = [&](const bool dkRole) {
-    float sA[GB_QSUB / 2], dpA[GB_QSUB / 2], sB[GB_QSUB / 2], dpB[GB_QSUB / 2];
-    cp_async_wait<GB_STAGES - 2>();
-    asm volatile("bar.sync 0, 256;\n" ::: "memory");  // sub-tile 0 landed
-    gb_issue_qk<GB_QSUB>(sA, sK, 64, 0, sQ);
-    if (dkRole) gb_issue_qk<GB_QSUB>(dpA, sV, 64, 0, sdO);
-    auto step = [&](int t, float(&s)[GB_QSUB / 2], float(&dp)[GB_QSUB / 2], float(&sn)[GB_QSUB / 2],
-                    float(&dpn)[GB_QSUB / 2]) {
-      wgmma_wait<0>();
-      cp_async_wait<GB_STAGES - 3>();
-      asm volatile("bar.sync 0, 256;\n" ::: "memory");  // both roles pass it once a step: sub-tile t + 1 landed
-      if (t + GB_STAGES - 1 < nsub) loadSub((t + GB_STAGES - 1) % GB_STAGES, (long long)(t + GB_STAGES - 1) * GB_QSUB);
-      cp_async_commit();
-      {  // (past the last sub-tile on a stale buffer: unused, but no branch around a wgmma)
-        const int b1 = (t + 1) % GB_STAGES;
-        gb_issue_qk<GB_QSUB>(sn, sK, 64, 0, sQ + b1 * GB_TILE(GB_QSUB));
-        if (dkRole) gb_issue_qk<GB_QSUB>(dpn, sV, 64, 0, sdO + b1 * GB_TILE(GB_QSUB));
+  auto dqAdd = [&](long long i0) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const long long r = i0 + warp * 16 + g + hh * 8;
+      const bool in = r < L;
+      float *row = dqHead + (in ? r : 0) * GB_LD;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float2 *p = (float2 *)(row + j * 8 + t4 * 2);
+        float2 prev = make_float2(0.0f, 0.0f);
+        if (!firstTile) prev = __ldcg(p);
+        float sx = __fadd_rn(prev.x, dqp[j * 4 + hh * 2]), sy = __fadd_rn(prev.y, dqp[j * 4 + hh * 2 + 1]);
+        if (lastTile) sx = __fmul_rn(GB_QK_SCALE, sx), sy = __fmul_rn(GB_QK_SCALE, sy);
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.global.cg.v2.f32 [%1], {%2, %3};\n}\n" ::"r"((int)in),
+                     "l"(p), "f"(sx), "f"(sy) : "memory");
       }
-      const int buf = t % GB_STAGES;
-      const h3u32 Qb = sQ + buf * GB_TILE(GB_QSUB), dOb = sdO + buf * GB_TILE(GB_QSUB);
-      const float *LD = LDs + buf * 2 * GB_QSUB;
-      // P^T, and on warpgroup 1 dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn == pack_bf2 of the rbf of
-      // every value arithmetic returns, common.cuh): the one-loop form's values. The columns' L and D: one 16-byte
-      // load of (L, D, L, D) a pair. No mask: a query row past the item's end has L = +inf and D = 0 (loadSub) and
-      // zeros for q and bf(dO), so S^T = 0 there, P = ex2(fma(0, c, -inf)) = ex2(-inf) = +0 and dS^T = +0 * (0 - 0)
-      // = +0: the masked form's +0 (the mma.sync form's bits), for two fewer instructions an element (the kernel is
-      // bound by the instructions it issues). The step past the last sub-tile (stale buffer) is never folded.
-      h3u32 pa[4][4];
+    }
+    if (!lastTile) {
+      asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this thread's adds, before the count
+      gb_wg_bar(wg);
+      asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
+                   "l"(semHead + 2 * i0 * GB_HEADS) : "memory");
+    }
+  };
+
+  float dva[GB_D / 2], dka[GB_D / 2];
+#pragma unroll
+  for (int i = 0; i < GB_D / 2; ++i) dva[i] = dka[i] = 0.0f;
+  const unsigned long long dsDesc = wgmma_desc_sw128(sdS);
+  for (int t = 0; t < nsub; ++t) {
+    cp_async_wait<GB_STAGES - 2>();
+    __syncthreads();  // step t landed; both warpgroups are done with step t - 1 (its buffer, dS)
+    if (t + GB_STAGES - 1 < nsub) loadSub((t + GB_STAGES - 1) % GB_STAGES, (long long)(t + GB_STAGES - 1) * GB_QSUB);
+    cp_async_commit();
+    const int buf = t % GB_STAGES;
+    const h3u32 Qb = sQ + buf * GB_TILE(GB_QSUB), dOb = sdO + buf * GB_TILE(GB_QSUB);
+    if (t > 0) dqWait((long long)(t - 1) * GB_QSUB);
+    float s[GB_QSUB / 2], dp[GB_QSUB / 2];
+    gb_issue_qk<GB_QSUB>(s, sK, GB_KT, wg * 64, Qb);    // S^T: this warpgroup's 64 keys x the step's queries
+    gb_issue_qk<GB_QSUB>(dp, sV, GB_KT, wg * 64, dOb);  // dP^T
+    if (t > 0) dqAdd((long long)(t - 1) * GB_QSUB);     // the last step's part, while the tensor core works
+    wgmma_wait<0>();
+    // P^T and dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn == pack_bf2 of the rbf of every value
+    // arithmetic returns, common.cuh). The columns' L and D: one 16-byte load of (L, D, L, D) a pair.
+    const float *LD = LDs + buf * 2 * GB_QSUB;
+    h3u32 pP[4][4], pS[4][4];
+    auto elementSteps = [&](const bool masked) {
 #pragma unroll
       for (int j = 0; j < GB_QSUB / 8; ++j) {
         const float4 ld4 = *(const float4 *)(LD + 2 * (j * 8 + t4 * 2));
         const float Lc[2] = {ld4.x, ld4.z}, Dc[2] = {ld4.y, ld4.w};
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          float val[2];
+          float pv[2], dv[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int i = j * 4 + hh * 2 + e;
-            const float P = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lc[e]));
-            if (dkRole) val[e] = __fmul_rn(P, __fsub_rn(dp[i], Dc[e]));
-            else val[e] = P;
+            pv[e] = h3c_ex2(__fmaf_rn(s[i], GB_C, -Lc[e]));
+            const float ds = __fmul_rn(pv[e], __fsub_rn(dp[i], Dc[e]));
+            dv[e] = !masked || k0 + keyRow0 + hh * 8 < L ? ds : 0.0f;
           }
-          pa[j >> 1][(j & 1) * 2 + hh] = bf2_rn(val[0], val[1]);
+          pP[j >> 1][(j & 1) * 2 + hh] = bf2_rn(pv[0], pv[1]);
+          pS[j >> 1][(j & 1) * 2 + hh] = bf2_rn(dv[0], dv[1]);
         }
       }
-      gb_issue_pv(acc, pa, dkRole ? Qb : dOb);
-      wgmma_wait<0>();
     };
-    // Steps in pairs; an odd count ends with a step past the last sub-tile (on a stale buffer: no load, no fold), so that no wgmma sits behind a branch inside the roles' divergent paths (ptxas would serialize them).
-    // A pair of steps is a unit (GR_UNIT rows): its partial starts from zero (nothing in flight here: the last
-    // step waited for its products), and is folded after its last sub-tile.
-    static_assert(GR_UNIT == 2 * GB_QSUB, "a unit is two sub-tiles");
-    for (int t = 0; t < nsub; t += 2) {
+    if (maskKeys) elementSteps(true);
+    else elementSteps(false);
+    gb_store_ds(sdS, pS, wg * 8 + warp * 2, lane);
+    gb_issue_pv(dva, pP, dOb);  // dv += P^T dO
+    gb_issue_pv(dka, pS, Qb);   // dk += dS^T Q
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // dS's generic stores before wgmma reads them
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");                  // both warpgroups' keys of dS stored
+    // dq's part: dS (64 queries x 128 keys) times K's 128 keys x this warpgroup's 64 channels (box wg, N-major):
+    // eight chunks of 16 keys chained from 0.
+    wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < GB_D / 2; ++i) acc[i] = 0.0f;
-      step(t, sA, dpA, sB, dpB);
-      if (t + 1 == nsub) foldUnit(dkRole, t == 0);
-      step(t + 1, sB, dpB, sA, dpA);
-      if (t + 1 < nsub) foldUnit(dkRole, t == 0);
-    }
-    wgmma_wait<0>();  // (the prologue's S^T when there is no sub-tile)
-  };
-  if (w0) roleLoop(false);
-  else roleLoop(true);
+    for (int kc = 0; kc < 8; ++kc)
+      wgmma_64<1>(dqp, dsDesc + (kc >> 2) * ((64 * 128) >> 4) + 2 * (kc & 3),
+                  wgmma_desc_sw128_nmajor(sK + wg * (GB_TILE(GB_KT) / 2) + kc * 2048, GB_TILE(GB_KT) / 2), kc != 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+  }
+  if (nsub > 0) {
+    dqWait((long long)(nsub - 1) * GB_QSUB);
+    dqAdd((long long)(nsub - 1) * GB_QSUB);
+  }
   if (L == 0) return;
-  const float scale = w0 ? 1.0f : GB_QK_SCALE;  // dv as folded, dk scaled
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const long long r = k0 + warp * 16 + g + hh * 8;
+    const long long r = k0 + keyRow0 + hh * 8;
     if (r >= L) continue;
-    float *out = (float *)(w0 ? dv : dk) + (rowBase + r) * GB_LD + colBase;
+    float *dvr = (float *)dv + (rowBase + r) * GB_LD + colBase, *dkr = (float *)dk + (rowBase + r) * GB_LD + colBase;
 #pragma unroll
     for (int j = 0; j < GB_D / 8; ++j) {
-      // acc[j * 4 + hh * 2 + e] is slot (j * 4 + hh * 2) / 4 = j, lanes hh * 2 + e
-      float a, b;
-      if (w0) {
-        a = fr[j * 4 + hh * 2], b = fr[j * 4 + hh * 2 + 1];
-      } else {
-        const float4 f = fold[j * 128 + tid];
-        a = hh ? f.z : f.x, b = hh ? f.w : f.y;
-      }
-      *(float2 *)(out + j * 8 + t4 * 2) =
-          w0 ? make_float2(a, b) : make_float2(__fmul_rn(scale, a), __fmul_rn(scale, b));
+      *(float2 *)(dvr + j * 8 + t4 * 2) = make_float2(dva[j * 4 + hh * 2], dva[j * 4 + hh * 2 + 1]);
+      *(float2 *)(dkr + j * 8 + t4 * 2) =
+          make_float2(__fmul_rn(GB_QK_SCALE, dka[j * 4 + hh * 2]), __fmul_rn(GB_QK_SCALE, dka[j * 4 + hh * 2 + 1]));
     }
   }
 }

@@ -3,6 +3,7 @@
 // partial, the item's sum the left fold of its partials, the first as it is, the batch's the left fold of the items'
 // sums in batch order) and the hardware's log2 of attention's row statistics.
 #define GR_UNIT 128  // row_units' unit
+#define GR_DQ_KEYS 128  // attention_grad's dq: the keys' blocks, whose chains are folded in block order
 
 // The fold of row_units over `items` items of `itemRows` rows each: fold.unit(partial) for each unit in order.
 struct GrFold {

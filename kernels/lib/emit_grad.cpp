@@ -261,25 +261,27 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   p.scalar("item_rows", itemRows);
   const plan::GridDim items = v.in(0).batch ? dim(Extent::parse("B", v.where)) : dim(Extent::constant(1));
   if (arch == "sm_90a" && v.options.wgmma && d == 128) {
-    // The Hopper form (grad_attention_sm90.cuh, wgmma; the same bits): phase 0 per 128-query tile (two warpgroups of
-    // 64 rows), phase 1 per 64-key tile (dv and dk on one warpgroup each). Shared memory: 1,024 bytes of alignment
-    // for the 128-byte swizzle, then phase 0's Q and bf(dO) tiles (32 KiB each), a ring of K blocks / K and V
-    // sub-blocks (32 KiB a stage) and D; phase 1's K and V (16 KiB each), a ring of Q and bf(dO) sub-tiles (32 KiB a
-    // stage) with their L and D, and the fold of dk (32 KiB; dv's is folded in registers).
+    // The Hopper form (grad_attention_sm90.cuh, wgmma; the same bits): phase 0 per 128-query tile (bf(dO), D, L, the
+    // dq counters), phase 1 per 128-key tile (two warpgroups of 64 keys: dv, dk and dq's ordered parts). Shared
+    // memory: phase 0 D (512 bytes), and without lse 1,024 bytes of alignment for the 128-byte swizzle, Q (32 KiB)
+    // and a ring of K blocks; phase 1 the alignment, K and V (32 KiB each), a ring of (Q, bf(dO)) steps of 64 rows
+    // (32 KiB a stage), dS (16 KiB) and the ring's L and D.
+    p.scratch("dqsem", rows.scaled(a.heads * 8));  // the counters of dq's ordered adds: two ints a (row, head)
     b.def("GB_HEADS", a.heads);
     b.def("GB_LSE", a.lse);
     b.def("GB_KVB", a.kvBlock);
     b.def("GB_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
     b.def("GB_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
     b.def("GB_O_BF", bf(v.in(3)));
-    // The load rings' stages (attn_grad_stages): the software-pipelined walks need the next sub-tile landed one step
-    // ahead (>= 3); a fourth lands it two steps ahead (both phases fit 4 x 32 KiB).
+    // The load ring's stages (attn_grad_stages): a step's rows land while the step before runs (>= 3: two ahead
+    // with 4).
     const int64_t stages = v.options.sm90AttnGradStages;
     b.def("GB_STAGES", stages);
-    const int64_t tile = d * 2, smem0 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 128 * 4;
-    const int64_t smem1 = 1024 + 2 * 64 * tile + stages * 2 * 64 * tile + stages * 64 * 2 * 4 + 64 * 128 * 4;
+    const int64_t tile = d * 2;
+    const int64_t smem0 = a.lse ? 512 : 512 + 1024 + 128 * tile + stages * a.kvBlock * tile;
+    const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile + stages * 64 * 2 * 4;
     const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
-    const plan::Launch keys = launch(256, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
+    const plan::Launch keys = launch(256, smem1, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");
     return finish(name, "GB_ENTRY", b, p, std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_attention_sm90,
                   queries, arch, gradLaunch(v.options), {{"GB_ENTRY_P1", keys}});
@@ -293,7 +295,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   b.def("GA_O_BF", bf(v.in(3)));
   const int64_t lds = d + 8, statRows = std::max<int64_t>(2 * a.kvBlock, 256);
   const int64_t smem0 = (128 + statRows) * lds * 2 + 64 * 4;
-  const int64_t smem1 = (128 + 128) * lds * 2 + 4 * 32 * 4 + 2 * (d / 8) * 4 * 128 * 4;
+  const int64_t smem1 = (128 + 128) * lds * 2 + 4 * 32 * 4;
   const plan::Launch queries = launch(128, smem0, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
   const plan::Launch keys = launch(128, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
   std::string name = fmt::format("attention_grad_mma_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");

@@ -299,34 +299,30 @@ AttentionGrad attentionGrad(const float *q, const float *k, const float *v, cons
           dSb[size_t(i * n + j)] = roundBf16(p * (dP - D));
         }
       }
-      // dq_i: the chain over keys ascending of bf(dS_ij) k_j, then the scale.
+      // dq_i: per block of 128 keys (ascending) the chain over its keys of bf(dS_ij) k_j, the blocks' partials
+      // folded from +0 in block order (s = 0 + b_0, then s + b_1, ...), then the scale.
       std::vector<float> col(static_cast<size_t>(n)), col2(static_cast<size_t>(n));
       for (int64_t e = 0; e < d; ++e) {
         for (int64_t j = 0; j < n; ++j) col[size_t(j)] = at(k, j)[e];
-        for (int64_t i = 0; i < n; ++i)
-          g.dq[size_t((r0 + i) * C + h * d + e)] = scale * cpu::chainDot(&dSb[size_t(i * n)], col.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          float s = 0.f;
+          for (int64_t j0 = 0; j0 < n; j0 += kDqKeyBlock)
+            s = s + cpu::chainDot(&dSb[size_t(i * n + j0)], &col[size_t(j0)], std::min(kDqKeyBlock, n - j0));
+          g.dq[size_t((r0 + i) * C + h * d + e)] = scale * s;
+        }
       }
-      // dk_j and dv_j: row_units over the query rows (one item: its units folded) of w[i] * value(i, e), per channel.
-      const ItemRows one = {0, n};
-      auto rowSums = [&](const std::vector<float> &w, auto value) {
-        return grad_detail::foldUnits(one, size_t(d), [&](int64_t u0, int64_t u1, float *out) {
-          std::vector<float> x(static_cast<size_t>(u1 - u0));
-          for (int64_t e = 0; e < d; ++e) {
-            for (int64_t i = u0; i < u1; ++i) x[size_t(i - u0)] = value(i, e);
-            out[e] = cpu::chainDot(&w[size_t(u0)], x.data(), u1 - u0);
-          }
-        });
-      };
+      // dk_j and dv_j: one chain over the item's query rows (16-row chunks ascending from 0) of w[i] * value(i, e).
+      std::vector<float> x(static_cast<size_t>(n));
       for (int64_t j = 0; j < n; ++j) {
         for (int64_t i = 0; i < n; ++i) {
           col[size_t(i)] = dSb[size_t(i * n + j)];
           col2[size_t(i)] = Pb[size_t(i * n + j)];
         }
-        const std::vector<float> dk = rowSums(col, [&](int64_t i, int64_t e) { return at(q, i)[e]; });
-        const std::vector<float> dv = rowSums(col2, [&](int64_t i, int64_t e) { return roundBf16(at(dO, i)[e]); });
         for (int64_t e = 0; e < d; ++e) {
-          g.dk[size_t((r0 + j) * C + h * d + e)] = scale * dk[size_t(e)];
-          g.dv[size_t((r0 + j) * C + h * d + e)] = dv[size_t(e)];
+          for (int64_t i = 0; i < n; ++i) x[size_t(i)] = at(q, i)[e];
+          g.dk[size_t((r0 + j) * C + h * d + e)] = scale * cpu::chainDot(col.data(), x.data(), n);
+          for (int64_t i = 0; i < n; ++i) x[size_t(i)] = roundBf16(at(dO, i)[e]);
+          g.dv[size_t((r0 + j) * C + h * d + e)] = cpu::chainDot(col2.data(), x.data(), n);
         }
       }
     }

@@ -13,6 +13,8 @@ namespace h3c::rt::grad {
 
 // row_units' unit: 128 canonical rows of one item.
 constexpr int64_t kRowUnit = 128;
+// attention_grad's dq: the keys in blocks of 128, each block's chain a partial, the partials folded in block order.
+constexpr int64_t kDqKeyBlock = 128;
 
 // A batch's token rows in canonical order: item b holds rows [begin[b], begin[b + 1]); begin[0] = 0 and the last
 // entry is the row count. (One item: {0, M}.)
@@ -83,8 +85,9 @@ std::vector<float> ropeGrad(const float *dy, const float *cos, const float *sin,
 // attention (section 4's flash order) over each item's rows of q, k, v [M][heads * d] (bf16 values), o the forward's
 // output, dO its gradient: dq, dk, dv [M][heads * d]. P is recomputed from the forward's row statistics
 // (P = ex2(fma(s, c, -(mc + lg2(l))))), dP = bf(dO) v^T by k_chunks over d, D = the fma chain of dO * o over d,
-// dS = P * (dP - D); dq = scale * (k_chunks over keys of bf(dS) k), dk = scale * (row_units over query rows of
-// bf(dS) q), dv = row_units over query rows of bf(P) bf(dO); scale = fl(d^-0.5).
+// dS = P * (dP - D); dq = scale * (the fold from +0, over blocks of kDqKeyBlock keys ascending, of each block's
+// chain of bf(dS) k), dk = scale * (one chain over the query rows of bf(dS) q), dv = one chain over the query rows
+// of bf(P) bf(dO); scale = fl(d^-0.5).
 struct AttentionGrad {
   std::vector<float> dq, dk, dv;
 };

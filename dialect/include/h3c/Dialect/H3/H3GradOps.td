@@ -91,8 +91,10 @@ def H3_RopeGradOp : H3_Op<"rope_grad"> {
 }
 
 def H3_AttentionGradOp : H3_ReducingOp<"attention_grad", H3_OrderRowUnits> {
-  let summary = "attention's dq, dk, dv (P recomputed; dk, dv by row_units over the query rows)";
+  let summary = "attention's dq, dk, dv (P recomputed; dk, dv one chain over the query rows, dq a fold over key units)";
   let description = [{
+    The order's units are dq's key blocks: dq is the fold from +0, in unit order, of each 128-key unit's chain; dk
+    and dv are one chain each over the item's query rows (docs/contract.md section 14).
     With `lse` (the forward attention's row statistics, h3-fuse-grad) the kernel reads L instead of rerunning the
     forward's key walk for it: the same L, so the same bits.
   }];
