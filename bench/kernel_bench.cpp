@@ -458,8 +458,9 @@ int main(int argc, char **argv) {
     {
       // attention_grad (the backward of one block's attention, docs/contract.md section 14): the plan's form (on
       // sm_90a the Hopper kernel, grad_attention_sm90.cuh) and the mma.sync form. TFLOP/s count FlashAttention-2's
-      // work, 2.5x the forward's (S, dP, dv, dk, dq); h3c's kernels also recompute the forward's key walk for L and S,
-      // dP a second time for dq (no atomics): 8 GEMMs of the size where FA2 runs 5.
+      // work, 2.5x the forward's (S, dP, dv, dk, dq). The Hopper form runs those five products (dq's parts added in
+      // key-tile order); the mma.sync form computes S and dP twice (a walk over the keys for dq, one over the queries
+      // for dk and dv), and without lse phase 0 reruns the forward's key walk for L.
       const size_t n = size_t(M * heads * d);
       auto ob = randBuf(n, true, 1.0), dout = randBuf(n, false, 1.0);
       hc::DeviceBuffer gq(n * 4), gk(n * 4), gv(n * 4);
@@ -468,8 +469,8 @@ int main(int argc, char **argv) {
       o.out = {gq.get(), gk.get(), gv.get()};
       const EmitOp ag = attentionGrad(heads, d, 128);
       const double flops = 10.0 * M * M * d * heads, bytes = (4.0 * 2 + 4.0 * 4) * M * heads * d;
-      // Each variant (name tail, options) whole, then its phase 0 alone (L, D and dq over the keys, per query tile: the
-      // rest of the time is phase 1's dk and dv).
+      // Each variant (name tail, options) whole, then its phase 0 alone (the Hopper form's: bf(dO), D, L and the dq
+      // counters; the mma.sync form's also dq over the keys; the rest of the time is phase 1's).
       using Variants = std::vector<std::pair<std::string, h3c::kernels::EmitOptions>>;
       auto timeForms = [&](const std::string &base, const EmitOp &op, const Operands &ops, const Variants &variants) {
         for (const auto &[tail, opt] : variants) {
@@ -486,13 +487,13 @@ int main(int argc, char **argv) {
       if (dev.arch() == "sm_90a") variants.emplace_back(" [mma.sync]", mma);
       timeForms("attention_grad 56x128", ag, o, variants);
       // The plan's form since h3-fuse-grad: L read from the forward's lse (no statistics walk in phase 0); on sm_90a
-      // also the load rings at 4 stages (attn_grad_stages=4).
+      // also the load ring at 3 stages (attn_grad_stages=3).
       Operands ol = o;
       ol.in.push_back(lseBuf->get());
       if (dev.arch() == "sm_90a") {
-        h3c::kernels::EmitOptions st4 = h3c::kernels::EmitOptions::planDefaults();
-        st4.sm90AttnGradStages = 4;
-        variants.emplace_back(" [st4]", st4);
+        h3c::kernels::EmitOptions st3 = h3c::kernels::EmitOptions::planDefaults();
+        st3.sm90AttnGradStages = 3;
+        variants.emplace_back(" [st3]", st3);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
     }

@@ -36,16 +36,19 @@
 // lengths).
 //
 // Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
-// GB_QK_SCALE GB_O_BF GB_STAGES (3 or 4) GB_LSE (1: the forward's row statistics are input `lse`, [rows][heads] F32,
+// GB_QK_SCALE GB_O_BF GB_STAGES (phase 1's ring: 2 or 3) GB_LSE (1: the forward's row statistics are input `lse`, [rows][heads] F32,
 // read instead of the statistics walk); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
 #define GB_D 128
 #define GB_LD ((long long)GB_HEADS * GB_D)
 #define GB_QSUB 64  // query rows per step of phase 1
 #define GB_KT 128   // keys per CTA of phase 1: one block of dq's fold (GR_DQ_KEYS)
+#define GB_PREV_LD 72  // row stride (floats) of phase 1's copy of dq's sum
 #define GB_TILE(rows) ((rows) * 256)  // bytes of a [rows, 128] bf16 tile
-#if GB_STAGES < 3
-#error "the pipelined walks need GB_STAGES >= 3: the next block landed one step ahead"
+#if GB_STAGES < 2 || GB_STAGES > 3
+#error "phase 1's ring takes 2 or 3 stages"
 #endif
+// Phase 0's statistics walk (without lse) is software-pipelined: the next block landed one step ahead needs 3.
+#define GB_STAT_STAGES 3
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
 #elif GB_KVB == 128
@@ -177,10 +180,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
   // issued before block kb's statistics step, so the tensor core works while this warpgroup runs its element steps.
   // The two S registers alternate by unrolling the walk by two (distinct registers, so ptxas keeps the wgmmas
   // asynchronous). Ring (cp.async groups, one committed per step even when empty, so group n is step n's): at step
-  // kb, block kb + 1 must have landed (its group was committed one step before: GB_STAGES >= 3) and block kb - 1's
-  // buffer, which every thread is done with past the barrier, takes block kb + GB_STAGES - 1.
+  // kb, block kb + 1 must have landed (its group was committed one step before: GB_STAT_STAGES >= 3) and block kb - 1's
+  // buffer, which every thread is done with past the barrier, takes block kb + GB_STAT_STAGES - 1.
   const h3u32 base = (smem_u32(gb_raw + 512) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
-  const h3u32 sQ = base, sKV = sQ + GB_TILE(128);  // Q, then a ring of GB_STAGES K blocks of GB_KVB keys
+  const h3u32 sQ = base, sKV = sQ + GB_TILE(128);  // Q, then a ring of GB_STAT_STAGES K blocks of GB_KVB keys
   const h3bf *Q = (const h3bf *)q + rowBase * GB_LD + colBase;
   const h3bf *K = (const h3bf *)k + rowBase * GB_LD + colBase;
   GbLoader<128, 256> ld128;
@@ -190,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
   const int nkv = (int)((L + GB_KVB - 1) / GB_KVB);
   ld128.load(sQ, Q, q0, L);
 #pragma unroll
-  for (int n = 0; n < GB_STAGES - 1; ++n) {
+  for (int n = 0; n < GB_STAT_STAGES - 1; ++n) {
     if (n < nkv) ldKv.load(sKV + n * GB_TILE(GB_KVB), K, (long long)n * GB_KVB, L);
     cp_async_commit();
   }
@@ -198,18 +201,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   {
     float sA[GB_KVB / 2], sB[GB_KVB / 2];
-    cp_async_wait<GB_STAGES - 2>();
+    cp_async_wait<GB_STAT_STAGES - 2>();
     __syncthreads();
     gb_issue_qk<GB_KVB>(sA, sQ, 128, wg * 64, sKV);
     auto statStep = [&](int kb, float(&sc)[GB_KVB / 2], float(&sn)[GB_KVB / 2]) {
       wgmma_wait<0>();
-      cp_async_wait<GB_STAGES - 3>();
+      cp_async_wait<GB_STAT_STAGES - 3>();
       __syncthreads();
-      if (kb + GB_STAGES - 1 < nkv)
-        ldKv.load(sKV + ((kb + GB_STAGES - 1) % GB_STAGES) * GB_TILE(GB_KVB), K, (long long)(kb + GB_STAGES - 1) * GB_KVB,
+      if (kb + GB_STAT_STAGES - 1 < nkv)
+        ldKv.load(sKV + ((kb + GB_STAT_STAGES - 1) % GB_STAT_STAGES) * GB_TILE(GB_KVB), K, (long long)(kb + GB_STAT_STAGES - 1) * GB_KVB,
                   L);
       cp_async_commit();
-      if (kb + 1 < nkv) gb_issue_qk<GB_KVB>(sn, sQ, 128, wg * 64, sKV + ((kb + 1) % GB_STAGES) * GB_TILE(GB_KVB));
+      if (kb + 1 < nkv) gb_issue_qk<GB_KVB>(sn, sQ, 128, wg * 64, sKV + ((kb + 1) % GB_STAT_STAGES) * GB_TILE(GB_KVB));
       gr_stats_block<GB_KVB / 8>(sc, (long long)kb * GB_KVB, L, t4, GB_C, m, l);
     };
     for (int kb = 0; kb < nkv; kb += 2) {
@@ -266,7 +269,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   // the ring's rows' (L, D) ([GB_STAGES][GB_QSUB][2], (+inf, 0) past the item's end).
   const h3u32 sK = base, sV = sK + GB_TILE(GB_KT), sQ = sV + GB_TILE(GB_KT), sdO = sQ + GB_STAGES * GB_TILE(GB_QSUB);
   const h3u32 sdS = sdO + GB_STAGES * GB_TILE(GB_QSUB);
-  float *LDs = (float *)(gb_raw + (sdS + GB_TILE(GB_QSUB) - smem_u32(gb_raw)));
+  // Each warpgroup's copy of dq's sum so far for its 64 rows x 64 channels (rows GB_PREV_LD floats apart: the
+  // accumulator layout's float2 reads fall into distinct banks), then the ring's (L, D).
+  float *prevAll = (float *)(gb_raw + (sdS + GB_TILE(GB_QSUB) - smem_u32(gb_raw)));
+  float *LDs = prevAll + 2 * 64 * GB_PREV_LD;
   static_assert(GB_KT == GR_DQ_KEYS, "a CTA's keys are one block of dq's fold");
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;
@@ -314,48 +320,64 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   int *const semHead = (int *)dqsem + 2 * (rowBase * GB_HEADS + blockIdx.y) + wg;
   float *const dqHead = (float *)dq + rowBase * GB_LD + colBase + wg * 64;
 
-  // dq's part of the step at query rows i0 (this warpgroup's 64 channels) into dq, in key-tile order: wait until x
-  // tiles have added (dqWait; the first tile adds onto +0), add, and count this tile in (dqAdd; the last stores
-  // scale * sum, counted by no one). One F32 add an element: the fold of the contract. dqAdd runs while the next
-  // step's S^T and dP^T are in flight, so it has no branch on a thread's own values (ptxas would wait for the
-  // wgmmas in such a divergent path and serialize them: C7518): rows past the item's end are predicated stores, the
-  // count a predicated reduction; the wait, which must spin, comes before the wgmmas are issued.
+  // dq's part of step t (query rows i0 = 64 t, this warpgroup's 64 channels) goes into dq in key-tile order: the
+  // first tile adds onto +0, tile x onto the sum of tiles 0 .. x - 1 once they have counted themselves in, the last
+  // stores scale * sum. One F32 add an element: the fold of the contract. None of its latencies may sit in a step's
+  // path (the form that waited, loaded, added, stored and fenced in line took 8 us a step where the products take
+  // ~2), so it is spread over two steps: in step t, beside its S^T and dP^T, dqFetch waits for the count of block t
+  // and copies the sum so far into shared memory (cp.async, landed by the step's end), and after the step's dq
+  // product dqStore adds and stores; in step t + 1, beside its S^T and dP^T, dqRelease fences those stores and
+  // counts the tile in. So tile x + 1 runs about one step behind tile x. No code here branches on a thread's own
+  // values while wgmmas are in flight (ptxas would wait for them in such a divergent path and serialize: C7518)
+  // but the one thread's poll: rows past the item's end are zero-size copies and predicated stores, the count a
+  // predicated reduction.
   float dqp[32];
-  auto dqWait = [&](long long i0) {
-    if (!firstTile) {
-      if (tid == 0) {
-        // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
-        // ~2^24 polls (seconds), not a hang.
-        unsigned polls = 0;
-        while (gb_ld_acquire(semHead + 2 * i0 * GB_HEADS) != x)
-          if (++polls > (1u << 24)) __trap();
+  bool stuck = false;
+  float *const prev = prevAll + wg * 64 * GB_PREV_LD;
+  auto dqFetch = [&](long long i0) {
+    if (firstTile) return;
+    if (tid == 0) {
+      // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
+      // ~2^24 polls (seconds), not a hang: `stuck`, trapped once no wgmma is in flight (a trap beside them in this
+      // divergent path would serialize them).
+      unsigned polls = 0;
+      while (gb_ld_acquire(semHead + 2 * i0 * GB_HEADS) != x && ++polls < (1u << 24)) {
       }
-      gb_wg_bar(wg);
+      stuck = polls >= (1u << 24);
+    }
+    gb_wg_bar(wg);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {  // 64 rows x 16 chunks of 16 bytes, from L2 (.cg: L1 may hold a stale line)
+      const int i = tid + 128 * k, r = i >> 4, c = i & 15;
+      const bool in = i0 + r < L;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(prev + r * GB_PREV_LD + c * 4)),
+                   "l"(dqHead + (in ? i0 + r : 0) * GB_LD + c * 4), "r"(in ? 16 : 0));
     }
   };
-  auto dqAdd = [&](long long i0) {
+  auto dqStore = [&](long long i0) {  // after cp.async's wait for the whole CTA and this warpgroup's barrier
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const long long r = i0 + warp * 16 + g + hh * 8;
+      const int rl = warp * 16 + g + hh * 8;
+      const long long r = i0 + rl;
       const bool in = r < L;
       float *row = dqHead + (in ? r : 0) * GB_LD;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        float2 *p = (float2 *)(row + j * 8 + t4 * 2);
-        float2 prev = make_float2(0.0f, 0.0f);
-        if (!firstTile) prev = __ldcg(p);
-        float sx = __fadd_rn(prev.x, dqp[j * 4 + hh * 2]), sy = __fadd_rn(prev.y, dqp[j * 4 + hh * 2 + 1]);
+        float2 pv = make_float2(0.0f, 0.0f);
+        if (!firstTile) pv = *(const float2 *)(prev + rl * GB_PREV_LD + j * 8 + t4 * 2);
+        float sx = __fadd_rn(pv.x, dqp[j * 4 + hh * 2]), sy = __fadd_rn(pv.y, dqp[j * 4 + hh * 2 + 1]);
         if (lastTile) sx = __fmul_rn(GB_QK_SCALE, sx), sy = __fmul_rn(GB_QK_SCALE, sy);
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.global.cg.v2.f32 [%1], {%2, %3};\n}\n" ::"r"((int)in),
-                     "l"(p), "f"(sx), "f"(sy) : "memory");
+                     "l"(row + j * 8 + t4 * 2), "f"(sx), "f"(sy) : "memory");
       }
     }
-    if (!lastTile) {
-      asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this thread's adds, before the count
-      gb_wg_bar(wg);
-      asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
-                   "l"(semHead + 2 * i0 * GB_HEADS) : "memory");
-    }
+  };
+  auto dqRelease = [&](long long i0) {
+    if (lastTile) return;
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this thread's adds, before the count
+    gb_wg_bar(wg);
+    asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
+                 "l"(semHead + 2 * i0 * GB_HEADS) : "memory");
   };
 
   float dva[GB_D / 2], dka[GB_D / 2];
@@ -363,17 +385,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   for (int i = 0; i < GB_D / 2; ++i) dva[i] = dka[i] = 0.0f;
   const unsigned long long dsDesc = wgmma_desc_sw128(sdS);
   for (int t = 0; t < nsub; ++t) {
-    cp_async_wait<GB_STAGES - 2>();
-    __syncthreads();  // step t landed; both warpgroups are done with step t - 1 (its buffer, dS)
+    cp_async_wait<GB_STAGES - 2>();  // (step 0's; later steps' were waited for at the step before's end)
+    __syncthreads();  // step t landed; both warpgroups are done with step t - 1 (its buffer, dS, the sum so far)
     if (t + GB_STAGES - 1 < nsub) loadSub((t + GB_STAGES - 1) % GB_STAGES, (long long)(t + GB_STAGES - 1) * GB_QSUB);
     cp_async_commit();
     const int buf = t % GB_STAGES;
     const h3u32 Qb = sQ + buf * GB_TILE(GB_QSUB), dOb = sdO + buf * GB_TILE(GB_QSUB);
-    if (t > 0) dqWait((long long)(t - 1) * GB_QSUB);
+    const long long i0 = (long long)t * GB_QSUB;
     float s[GB_QSUB / 2], dp[GB_QSUB / 2];
     gb_issue_qk<GB_QSUB>(s, sK, GB_KT, wg * 64, Qb);    // S^T: this warpgroup's 64 keys x the step's queries
     gb_issue_qk<GB_QSUB>(dp, sV, GB_KT, wg * 64, dOb);  // dP^T
-    if (t > 0) dqAdd((long long)(t - 1) * GB_QSUB);     // the last step's part, while the tensor core works
+    if (t > 0) dqRelease(i0 - GB_QSUB);  // while the tensor core works: the last step's adds counted in
+    dqFetch(i0);                         // and this step's sum so far on its way
+    cp_async_commit();
     wgmma_wait<0>();
     // P^T and dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn == pack_bf2 of the rbf of every value
     // arithmetic returns, common.cuh). The columns' L and D: one 16-byte load of (L, D, L, D) a pair.
@@ -415,11 +439,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
                   wgmma_desc_sw128_nmajor(sK + wg * (GB_TILE(GB_KT) / 2) + kc * 2048, GB_TILE(GB_KT) / 2), kc != 0);
     wgmma_commit();
     wgmma_wait<0>();
+    if (stuck) __trap();
+    cp_async_wait<0>();  // the sum so far (and the ring's next step, issued at the top)
+    gb_wg_bar(wg);
+    dqStore(i0);
   }
-  if (nsub > 0) {
-    dqWait((long long)(nsub - 1) * GB_QSUB);
-    dqAdd((long long)(nsub - 1) * GB_QSUB);
-  }
+  if (nsub > 0) dqRelease((long long)(nsub - 1) * GB_QSUB);
   if (L == 0) return;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {

@@ -99,9 +99,9 @@ struct EmitOptions {
   // norm_modulate_grad's first phase (grad.cuh): 1 a block per row with the row staged in shared memory, 0 a warp per
   // row reading it from global memory in three passes. Timing only (the same bits).
   int gradNormBlock = 1;
-  // sm_90a: attention_grad's Hopper form (grad_attention_sm90.cuh): its load rings' stages (3 or 4; both phases
-  // fit either). Timing only.
-  int sm90AttnGradStages = 3;
+  // sm_90a: attention_grad's Hopper form (grad_attention_sm90.cuh): its load ring's stages (2 or 3: a step's rows
+  // land during the step before, or two before). Timing only.
+  int sm90AttnGradStages = 2;
   int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1, sm90GradXCluster = 1;
   // sm_90a with wgmma: a bf16 linear's dW (linear_grad_w with the weight trained) on the Hopper GEMM
   // (grad_linear_w_sm90.cuh: TMA, wgmma, persistent, 128 x 128 tiles; the mma.sync form's bits, Kernels.LinearGradW
