@@ -496,6 +496,21 @@ int main(int argc, char **argv) {
         variants.emplace_back(" [st3]", st3);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
+      // Where the Hopper form's time goes (GB_DQ_DIAG, wrong dq, timing only): dq's adds in no order (no wait for
+      // the tiles before), and no adds at all (the products alone).
+      if (dev.arch() == "sm_90a")
+        for (int diag : {1, 2}) {
+          const std::string name = fmt::format("attention_grad 56x128 [lse] [diag: {}]",
+                                               diag == 1 ? "dq adds unordered" : "no dq adds");
+          if (!only.empty() && name.find(only) == std::string::npos) continue;
+          plan::Kernel k = *emit(attentionGrad(heads, d, 128, true, true), dev.arch(),
+                                 h3c::kernels::EmitOptions::planDefaults());
+          k.id += fmt::format("_diag{}", diag);
+          k.source = fmt::format("#define GB_DQ_DIAG {}\n", diag) + k.source;
+          const hc::LoadedKernel &lk = runner.load(kernels.emplace(k.id, k).first->second);
+          auto addr = [&](plan::OperandRole role, int64_t i) { return ol.at(role, i); };
+          measure(name, [&] { runner.launch(lk, ext, addr); }, flops, bytes);
+        }
     }
     {
       // norm_modulate_grad (a block's norm1 / norm2 backward, its bf16 weight trained as in an all-parameters plan):

@@ -49,6 +49,11 @@
 #endif
 // Phase 0's statistics walk (without lse) is software-pipelined: the next block landed one step ahead needs 3.
 #define GB_STAT_STAGES 3
+// Timing diagnostics of h3c_kernel_bench only (wrong dq; never emitted into a plan): 1 = dq's adds in no order (no
+// poll), 2 = no adds at all (dq's products computed and dropped).
+#ifndef GB_DQ_DIAG
+#define GB_DQ_DIAG 0
+#endif
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
 #elif GB_KVB == 128
@@ -323,20 +328,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   // dq's part of step t (query rows i0 = 64 t, this warpgroup's 64 channels) goes into dq in key-tile order: the
   // first tile adds onto +0, tile x onto the sum of tiles 0 .. x - 1 once they have counted themselves in, the last
   // stores scale * sum. One F32 add an element: the fold of the contract. None of its latencies may sit in a step's
-  // path (the form that waited, loaded, added, stored and fenced in line took 8 us a step where the products take
-  // ~2), so it is spread over two steps: in step t, beside its S^T and dP^T, dqFetch waits for the count of block t
-  // and copies the sum so far into shared memory (cp.async, landed by the step's end), and after the step's dq
-  // product dqStore adds and stores; in step t + 1, beside its S^T and dP^T, dqRelease fences those stores and
-  // counts the tile in. So tile x + 1 runs about one step behind tile x. No code here branches on a thread's own
-  // values while wgmmas are in flight (ptxas would wait for them in such a divergent path and serialize: C7518)
-  // but the one thread's poll: rows past the item's end are zero-size copies and predicated stores, the count a
+  // path (in line, the wait, loads, adds, stores and fence took 8 us a step where the products take ~2; with the count
+  // and the poll beside S^T and dP^T, one after the other, 4 us: bench/NOTES.md 2026-12-06), so each runs beside
+  // products: in step t, beside S^T and dP^T, dqFetch waits for the count of block t and copies the sum so far into
+  // shared memory (cp.async); beside dv, dk and dq's product, dqRelease fences the stores of block t - 1 (made at the
+  // end of step t - 1, long performed by then) and counts the tile in; after the products dqStore adds and stores
+  // block t. Tile x + 1 thus runs about a step and a half behind tile x. No code here branches on a thread's own
+  // values while wgmmas are in flight (ptxas would wait for them in such a divergent path and serialize: C7518) but
+  // the one thread's poll: rows past the item's end are zero-size copies and predicated stores, the count a
   // predicated reduction.
   float dqp[32];
   bool stuck = false;
   float *const prev = prevAll + wg * 64 * GB_PREV_LD;
   auto dqFetch = [&](long long i0) {
-    if (firstTile) return;
-    if (tid == 0) {
+    if (firstTile || GB_DQ_DIAG == 2) return;
+    if (tid == 0 && GB_DQ_DIAG == 0) {
       // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
       // ~2^24 polls (seconds), not a hang: `stuck`, trapped once no wgmma is in flight (a trap beside them in this
       // divergent path would serialize them).
@@ -355,6 +361,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     }
   };
   auto dqStore = [&](long long i0) {  // after cp.async's wait for the whole CTA and this warpgroup's barrier
+    if (GB_DQ_DIAG == 2) {
+      if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
+      return;
+    }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int rl = warp * 16 + g + hh * 8;
@@ -373,7 +383,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     }
   };
   auto dqRelease = [&](long long i0) {
-    if (lastTile) return;
+    if (lastTile || GB_DQ_DIAG == 2) return;
     asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this thread's adds, before the count
     gb_wg_bar(wg);
     asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
@@ -395,10 +405,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     float s[GB_QSUB / 2], dp[GB_QSUB / 2];
     gb_issue_qk<GB_QSUB>(s, sK, GB_KT, wg * 64, Qb);    // S^T: this warpgroup's 64 keys x the step's queries
     gb_issue_qk<GB_QSUB>(dp, sV, GB_KT, wg * 64, dOb);  // dP^T
-    if (t > 0) dqRelease(i0 - GB_QSUB);  // while the tensor core works: the last step's adds counted in
-    dqFetch(i0);                         // and this step's sum so far on its way
+    dqFetch(i0);  // while the tensor core works: this step's sum so far on its way
     cp_async_commit();
     wgmma_wait<0>();
+    if (stuck) __trap();
     // P^T and dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn == pack_bf2 of the rbf of every value
     // arithmetic returns, common.cuh). The columns' L and D: one 16-byte load of (L, D, L, D) a pair.
     const float *LD = LDs + buf * 2 * GB_QSUB;
@@ -438,8 +448,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
       wgmma_64<1>(dqp, dsDesc + (kc >> 2) * ((64 * 128) >> 4) + 2 * (kc & 3),
                   wgmma_desc_sw128_nmajor(sK + wg * (GB_TILE(GB_KT) / 2) + kc * 2048, GB_TILE(GB_KT) / 2), kc != 0);
     wgmma_commit();
+    if (t > 0) dqRelease(i0 - GB_QSUB);  // while the tensor core works: the last step's adds counted in
     wgmma_wait<0>();
-    if (stuck) __trap();
     cp_async_wait<0>();  // the sum so far (and the ring's next step, issued at the top)
     gb_wg_bar(wg);
     dqStore(i0);
