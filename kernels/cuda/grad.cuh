@@ -784,8 +784,8 @@ __device__ __forceinline__ void gr_attention_ds(const void *q, const void *k, co
 
 #define GR_DL ((GR_D + 31) / 32)  // channels per lane
 
-// Phase 1: a warp per (query row i, head): dq_i = scale * s, s the fold from +0 over the item's blocks of GR_DQ_KEYS
-// keys, ascending, of each block's chain (k_chunks from 0) of bf(dS_ij) k_j.
+// Phase 1: a warp per (query row i, head): dq_i = scale * s, s the fold from +0 (flush-to-zero adds) over the item's
+// blocks of GR_DQ_KEYS keys, ascending, of each block's chain (k_chunks from 0) of bf(dS_ij) k_j.
 extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
   h3c_grid_dependency_wait();
   const int lane = threadIdx.x & 31;
@@ -797,7 +797,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
     for (int t = 0; t < GR_DL; ++t) acc[t] = sum[t] = 0.f;
     for (long long c0 = 0; c0 < n; c0 += 16) {
       if (c0 % GR_DQ_KEYS == 0 && c0 > 0)  // a block's chain ends: into the fold, the next from 0
-        for (int t = 0; t < GR_DL; ++t) sum[t] = __fadd_rn(sum[t], acc[t]), acc[t] = 0.f;
+        for (int t = 0; t < GR_DL; ++t) sum[t] = gr_add_ftz(sum[t], acc[t]), acc[t] = 0.f;
       float dS = 0.f, Pb = 0.f;
       if (lane < 16 && c0 + lane < n) gr_attention_ds(q, k, v, dout, i, item0 + c0 + lane, h, L, D, dS, Pb);
       for (int t = 0; t < GR_DL; ++t) {
@@ -814,7 +814,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P1(H3C_PARAMS) {
     }
     for (int t = 0; t < GR_DL; ++t) {
       const int e = lane + 32 * t;
-      if (e < GR_D) ((float *)dq)[i * (GR_HEADS * GR_D) + h * GR_D + e] = __fmul_rn(GR_QK_SCALE, __fadd_rn(sum[t], acc[t]));
+      if (e < GR_D) ((float *)dq)[i * (GR_HEADS * GR_D) + h * GR_D + e] = __fmul_rn(GR_QK_SCALE, gr_add_ftz(sum[t], acc[t]));
     }
   }
 }

@@ -6,8 +6,8 @@
 //   D_i = the fma chain of dO_ic * o_ic over c ascending;
 //   P_ij = ex2(fma(s_ij, c, -L_i)) (s by k_chunks over d), dP_ij = k_chunks over d of bf(dO_i) . v_j,
 //   dS_ij = bf(P_ij * (dP_ij - D_i));
-//   dq_i = scale * s_i, s_i the fold from +0 (s = 0 + b_0, then s + b_1, ...) over the item's blocks of GR_DQ_KEYS
-//     keys ascending of each block's chain (k_chunks from 0) of dS_ij k_j (phase 0);
+//   dq_i = scale * s_i, s_i the fold from +0 (s = 0 + b_0, then s + b_1, ...; flush-to-zero adds, gr_add_ftz) over
+//     the item's blocks of GR_DQ_KEYS keys ascending of each block's chain (k_chunks from 0) of dS_ij k_j (phase 0);
 //   dk_j = scale * (one chain over the item's query rows i, 16-row chunks ascending from 0, of dS_ij q_i), dv_j = the
 //     same chain of bf(P_ij) bf(dO_i) (phase 1).
 // A chunk's 16 products are summed by the tensor core (as in the forward): these are the GPU's bits of the contract;
@@ -189,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY(H3C_PARAMS) {
 #pragma unroll
       for (int j = 0; j < GA_DN; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dqs[j][e] = __fadd_rn(dqs[j][e], dqa[j][e]), dqa[j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) dqs[j][e] = gr_add_ftz(dqs[j][e], dqa[j][e]), dqa[j][e] = 0.0f;
     }
     if (kb + 1 < nsub) {
       const int nb = (kb + 1) & 1;
@@ -227,8 +227,8 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY(H3C_PARAMS) {
 #pragma unroll
     for (int j = 0; j < GA_DN; ++j)
       *(float2 *)(out + j * 8 + t4 * 2) =
-          make_float2(__fmul_rn(GA_QK_SCALE, __fadd_rn(dqs[j][hh * 2], dqa[j][hh * 2])),
-                      __fmul_rn(GA_QK_SCALE, __fadd_rn(dqs[j][hh * 2 + 1], dqa[j][hh * 2 + 1])));
+          make_float2(__fmul_rn(GA_QK_SCALE, gr_add_ftz(dqs[j][hh * 2], dqa[j][hh * 2])),
+                      __fmul_rn(GA_QK_SCALE, gr_add_ftz(dqs[j][hh * 2 + 1], dqa[j][hh * 2 + 1])));
   }
 }
 

@@ -274,8 +274,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   // the ring's rows' (L, D) ([GB_STAGES][GB_QSUB][2], (+inf, 0) past the item's end).
   const h3u32 sK = base, sV = sK + GB_TILE(GB_KT), sQ = sV + GB_TILE(GB_KT), sdO = sQ + GB_STAGES * GB_TILE(GB_QSUB);
   const h3u32 sdS = sdO + GB_STAGES * GB_TILE(GB_QSUB);
-  // Each warpgroup's copy of dq's sum so far for its 64 rows x 64 channels (rows GB_PREV_LD floats apart: the
-  // accumulator layout's float2 reads fall into distinct banks), then the ring's (L, D).
+  // The last tile's copy of dq's sum so far, each warpgroup its 64 rows x 64 channels (rows GB_PREV_LD floats apart:
+  // the accumulator layout's float2 reads fall into distinct banks), then the ring's (L, D).
   float *prevAll = (float *)(gb_raw + (sdS + GB_TILE(GB_QSUB) - smem_u32(gb_raw)));
   float *LDs = prevAll + 2 * 64 * GB_PREV_LD;
   static_assert(GB_KT == GR_DQ_KEYS, "a CTA's keys are one block of dq's fold");
@@ -326,21 +326,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   float *const dqHead = (float *)dq + rowBase * GB_LD + colBase + wg * 64;
 
   // dq's part of step t (query rows i0 = 64 t, this warpgroup's 64 channels) goes into dq in key-tile order: the
-  // first tile adds onto +0, tile x onto the sum of tiles 0 .. x - 1 once they have counted themselves in, the last
-  // stores scale * sum. One F32 add an element: the fold of the contract. None of its latencies may sit in a step's
-  // path (in line, the wait, loads, adds, stores and fence took 8 us a step where the products take ~2; with the count
-  // and the poll beside S^T and dP^T, one after the other, 4 us: bench/NOTES.md 2026-12-06), so each runs beside
-  // products: in step t, beside S^T and dP^T, dqFetch waits for the count of block t and copies the sum so far into
-  // shared memory (cp.async); beside dv, dk and dq's product, dqRelease fences the stores of block t - 1 (made at the
-  // end of step t - 1, long performed by then) and counts the tile in; after the products dqStore adds and stores
-  // block t. Tile x + 1 thus runs about a step and a half behind tile x. No code here branches on a thread's own
-  // values while wgmmas are in flight (ptxas would wait for them in such a divergent path and serialize: C7518) but
-  // the one thread's poll: rows past the item's end are zero-size copies and predicated stores, the count a
-  // predicated reduction.
+  // first tile stores 0 + part, tile x adds its part once tiles 0 .. x - 1 have counted themselves in, the last
+  // stores scale * (sum + part). Every add is the contract's flush-to-zero F32 add (gr_add_ftz): the middle tiles add
+  // by red.global.add.v2.f32, which adds so on global memory (PTX ISA: subnormal inputs and results flushed), and
+  // whose traffic is the parts alone. (Reading the sum into the SM and storing it back, the form before, moved twice
+  // the bytes through L2 and took 18.5 ms where the products alone take 8.8: bench/NOTES.md 2026-12-06.) None of the
+  // latencies sits in a step's path; each runs beside products: beside dv, dk and dq's product of step t, dqRelease
+  // fences the adds of block t - 1 (issued at the end of step t - 1) and counts the tile in, and dqPoll waits for the
+  // count of block t (the last tile also copies the sum so far into shared memory); after the products dqAdd adds.
+  // Tile x + 1 thus runs about a step behind tile x. No code here branches on a thread's own values while wgmmas are
+  // in flight (ptxas would wait for them in such a divergent path and serialize: C7518) but the one thread's poll:
+  // rows past the item's end are zero-size copies and predicated adds and stores, the count a predicated reduction.
   float dqp[32];
   bool stuck = false;
   float *const prev = prevAll + wg * 64 * GB_PREV_LD;
-  auto dqFetch = [&](long long i0) {
+  auto dqPoll = [&](long long i0) {
     if (firstTile || GB_DQ_DIAG == 2) return;
     if (tid == 0 && GB_DQ_DIAG == 0) {
       // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
@@ -352,6 +352,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
       stuck = polls >= (1u << 24);
     }
     gb_wg_bar(wg);
+    if (!lastTile) return;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {  // 64 rows x 16 chunks of 16 bytes, from L2 (.cg: L1 may hold a stale line)
       const int i = tid + 128 * k, r = i >> 4, c = i & 15;
@@ -360,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
                    "l"(dqHead + (in ? i0 + r : 0) * GB_LD + c * 4), "r"(in ? 16 : 0));
     }
   };
-  auto dqStore = [&](long long i0) {  // after cp.async's wait for the whole CTA and this warpgroup's barrier
+  auto dqAdd = [&](long long i0) {  // the last tile: after cp.async's wait and this warpgroup's barrier
     if (GB_DQ_DIAG == 2) {
       if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
       return;
@@ -369,16 +370,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     for (int hh = 0; hh < 2; ++hh) {
       const int rl = warp * 16 + g + hh * 8;
       const long long r = i0 + rl;
-      const bool in = r < L;
+      const int in = r < L;
       float *row = dqHead + (in ? r : 0) * GB_LD;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        float2 pv = make_float2(0.0f, 0.0f);
-        if (!firstTile) pv = *(const float2 *)(prev + rl * GB_PREV_LD + j * 8 + t4 * 2);
-        float sx = __fadd_rn(pv.x, dqp[j * 4 + hh * 2]), sy = __fadd_rn(pv.y, dqp[j * 4 + hh * 2 + 1]);
-        if (lastTile) sx = __fmul_rn(GB_QK_SCALE, sx), sy = __fmul_rn(GB_QK_SCALE, sy);
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.global.cg.v2.f32 [%1], {%2, %3};\n}\n" ::"r"((int)in),
-                     "l"(row + j * 8 + t4 * 2), "f"(sx), "f"(sy) : "memory");
+        float *at = row + j * 8 + t4 * 2;
+        const float px = dqp[j * 4 + hh * 2], py = dqp[j * 4 + hh * 2 + 1];
+        if (!firstTile && !lastTile) {
+          asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p red.relaxed.gpu.global.add.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(in),
+                       "l"(at), "f"(px), "f"(py) : "memory");
+        } else {
+          float2 sum = make_float2(0.0f, 0.0f);
+          if (!firstTile) sum = *(const float2 *)(prev + rl * GB_PREV_LD + j * 8 + t4 * 2);
+          float sx = gr_add_ftz(sum.x, px), sy = gr_add_ftz(sum.y, py);
+          if (lastTile) sx = __fmul_rn(GB_QK_SCALE, sx), sy = __fmul_rn(GB_QK_SCALE, sy);
+          asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.global.cg.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(in),
+                       "l"(at), "f"(sx), "f"(sy) : "memory");
+        }
       }
     }
   };
@@ -405,10 +413,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     float s[GB_QSUB / 2], dp[GB_QSUB / 2];
     gb_issue_qk<GB_QSUB>(s, sK, GB_KT, wg * 64, Qb);    // S^T: this warpgroup's 64 keys x the step's queries
     gb_issue_qk<GB_QSUB>(dp, sV, GB_KT, wg * 64, dOb);  // dP^T
-    dqFetch(i0);  // while the tensor core works: this step's sum so far on its way
-    cp_async_commit();
     wgmma_wait<0>();
-    if (stuck) __trap();
     // P^T and dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn == pack_bf2 of the rbf of every value
     // arithmetic returns, common.cuh). The columns' L and D: one 16-byte load of (L, D, L, D) a pair.
     const float *LD = LDs + buf * 2 * GB_QSUB;
@@ -449,10 +454,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
                   wgmma_desc_sw128_nmajor(sK + wg * (GB_TILE(GB_KT) / 2) + kc * 2048, GB_TILE(GB_KT) / 2), kc != 0);
     wgmma_commit();
     if (t > 0) dqRelease(i0 - GB_QSUB);  // while the tensor core works: the last step's adds counted in
+    dqPoll(i0);                          // and this step's count awaited (the last tile: its sum so far on the way)
+    cp_async_commit();
     wgmma_wait<0>();
-    cp_async_wait<0>();  // the sum so far (and the ring's next step, issued at the top)
-    gb_wg_bar(wg);
-    dqStore(i0);
+    if (stuck) __trap();
+    cp_async_wait<0>();  // the ring's next step (issued at the top), the last tile's sum so far
+    if (lastTile) gb_wg_bar(wg);
+    dqAdd(i0);
   }
   if (nsub > 0) dqRelease((long long)(nsub - 1) * GB_QSUB);
   if (L == 0) return;

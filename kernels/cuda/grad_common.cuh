@@ -4,6 +4,13 @@
 // sums in batch order) and the hardware's log2 of attention's row statistics.
 #define GR_UNIT 128  // row_units' unit
 #define GR_DQ_KEYS 128  // attention_grad's dq: the keys' blocks, whose chains are folded in block order
+// The addition of dq's fold (docs/contract.md section 14): round to nearest even, subnormal inputs and result flushed
+// to zero of their sign, as the global reduction red.add.f32 that the Hopper form adds with.
+__device__ __forceinline__ float gr_add_ftz(float a, float b) {
+  float r;
+  asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 
 // The fold of row_units over `items` items of `itemRows` rows each: fold.unit(partial) for each unit in order.
 struct GrFold {

@@ -88,6 +88,11 @@ float siluDerivative(float x) {
 
 } // namespace grad_detail
 
+float addFtz(float a, float b) {
+  auto flush = [](float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; };
+  return flush(flush(a) + flush(b));
+}
+
 std::vector<float> linearDx(const float *g, int64_t M, int64_t N, const float *w, int64_t K, int threads) {
   std::vector<float> gb(g, g + M * N);
   for (float &v : gb) v = roundBf16(v);
@@ -300,14 +305,14 @@ AttentionGrad attentionGrad(const float *q, const float *k, const float *v, cons
         }
       }
       // dq_i: per block of 128 keys (ascending) the chain over its keys of bf(dS_ij) k_j, the blocks' partials
-      // folded from +0 in block order (s = 0 + b_0, then s + b_1, ...), then the scale.
+      // folded from +0 in block order by flush-to-zero adds (s = 0 + b_0, then s + b_1, ...), then the scale.
       std::vector<float> col(static_cast<size_t>(n)), col2(static_cast<size_t>(n));
       for (int64_t e = 0; e < d; ++e) {
         for (int64_t j = 0; j < n; ++j) col[size_t(j)] = at(k, j)[e];
         for (int64_t i = 0; i < n; ++i) {
           float s = 0.f;
           for (int64_t j0 = 0; j0 < n; j0 += kDqKeyBlock)
-            s = s + cpu::chainDot(&dSb[size_t(i * n + j0)], &col[size_t(j0)], std::min(kDqKeyBlock, n - j0));
+            s = addFtz(s, cpu::chainDot(&dSb[size_t(i * n + j0)], &col[size_t(j0)], std::min(kDqKeyBlock, n - j0)));
           g.dq[size_t((r0 + i) * C + h * d + e)] = scale * s;
         }
       }

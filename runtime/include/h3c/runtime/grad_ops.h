@@ -15,6 +15,9 @@ namespace h3c::rt::grad {
 constexpr int64_t kRowUnit = 128;
 // attention_grad's dq: the keys in blocks of 128, each block's chain a partial, the partials folded in block order.
 constexpr int64_t kDqKeyBlock = 128;
+// The F32 addition of dq's fold: round to nearest even with subnormal inputs and result flushed to zero of their
+// sign (PTX add.rn.ftz.f32; the GPU's global reductions red.add.f32 add so). docs/contract.md section 14.
+float addFtz(float a, float b);
 
 // A batch's token rows in canonical order: item b holds rows [begin[b], begin[b + 1]); begin[0] = 0 and the last
 // entry is the row count. (One item: {0, M}.)
