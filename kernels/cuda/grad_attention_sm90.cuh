@@ -14,30 +14,31 @@
 //
 // Why this form (bench/NOTES.md, 2026-12-06): the two-walk form before it (dq in a walk over the keys per query tile,
 // dk and dv in a walk over the queries per key tile) computed S and dP twice, 7 GEMM-sized products (8 with phase 1's
-// S^T on both warpgroups) where FlashAttention-2 needs 5, and took 17.3 ms at S = 8,349 x 48 heads on an H100 where
-// SDPA's backward took 9.8. Here one walk over the query rows per 128-key tile computes all three gradients. dq's
-// elements get a part from every key tile; the contract makes each tile's part a partial (a chain over its 128 keys
-// from 0) and dq their fold in key-tile order from +0, so the tiles add their parts in that order: tile x waits until
-// x tiles have added into a query block (a counter per query block, head and half of the channels, zeroed by phase
-// 0), adds (the first tile onto +0, the last scaling the sum into dq), and counts itself in. The sum lives in dq
-// itself (F32, L2: a head's 4.3 MB), no scratch. CTAs are dispatched in blockIdx order, key tiles fastest, so the
-// tile a CTA waits for was dispatched before it: it runs or has finished, and the wait ends.
+// S^T on both warpgroups) where FlashAttention-2 needs 5, and took 17.3 ms at S = 8,349 x 56 heads on an H100 where
+// SDPA's backward took 9.7. Here one walk over the query rows per 128-key tile computes all three gradients (8.8 ms
+// without dq's adds). dq's elements get a part from every key tile; the contract makes each tile's part a partial (a
+// chain over its 128 keys from 0) and dq their fold in key-tile order from +0 by flush-to-zero adds, so the tiles add
+// their parts into dq in that order: tile x waits until x tiles have added into a query block (a counter per query
+// block, head and half of the channels, zeroed by phase 0), adds (the first tile stores 0 + part, the middle ones by
+// red.global.add, the last reads the sum and stores it scaled), and counts itself in. The sum lives in dq itself
+// (F32, in L2 while a head runs: 4.3 MB), no scratch. CTAs are dispatched in blockIdx order, key tiles fastest, so
+// the tile a CTA waits for was dispatched before it: it runs or has finished, and the wait ends.
 //
 // Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA: bf(dO) into the scratch `dob`, D, L (the
 // forward's lse, or its key walk for l and mc), L and D into `stats`, and the tile's dq counters to 0.
 // Phase 1 (GB_ENTRY_P1, 256 threads): one (128-key tile, head, item) per CTA, warpgroup w its 64 keys k0 + 64 w ..;
 // per step of 64 query rows: S^T = K_w Q^T and dP^T = V_w dO^T (SS), P^T and dS^T in registers, dv += P^T dO and
 // dk += dS^T Q (RS), dS^T stored transposed (stmatrix) as the A operand of the step's dq part, and after a barrier
-// with the other warpgroup dq_part = dS K[:, 64 w ..] (SS, all 128 keys, 64 of the channels); the part is added
-// into dq during the next step's S^T and dP^T. Rows past the item's end carry L = +inf and D = 0 (so P^T and dS^T are
-// +0 with no mask); keys past it (the last tile) get dS = 0, so their zero K rows add nothing to dq, not even
-// inf * 0. dv and dk are one chain each over the item's query rows (64-row steps: a step whose rows end within its
-// first 48 chains zero chunks past the end, which leave a chain's value as it is; the GPU checks include such
-// lengths).
+// with the other warpgroup dq_part = dS K[:, 64 w ..] (SS, all 128 keys, 64 of the channels), added into dq at the
+// step's end. Rows past the item's end carry L = +inf and D = 0 (so P^T and dS^T are +0 with no mask); keys past it
+// (the last tile) get dS = 0, so their zero K rows add nothing to dq, not even inf * 0. dv and dk are one chain each
+// over the item's query rows (64-row steps: a step whose rows end within its first 48 chains zero chunks past the
+// end, which leave a chain's value as it is; the GPU checks include such lengths).
 //
 // Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
-// GB_QK_SCALE GB_O_BF GB_STAGES (phase 1's ring: 2 or 3) GB_LSE (1: the forward's row statistics are input `lse`, [rows][heads] F32,
-// read instead of the statistics walk); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o bf16 or F32, dout F32.
+// GB_QK_SCALE GB_O_BF GB_STAGES (phase 1's ring: 2 or 3) GB_LSE (1: the forward's row statistics are input `lse`,
+// [rows][heads] F32, read instead of the statistics walk); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o
+// bf16 or F32, dout F32.
 #define GB_D 128
 #define GB_LD ((long long)GB_HEADS * GB_D)
 #define GB_QSUB 64  // query rows per step of phase 1
@@ -49,11 +50,15 @@
 #endif
 // Phase 0's statistics walk (without lse) is software-pipelined: the next block landed one step ahead needs 3.
 #define GB_STAT_STAGES 3
-// Timing diagnostics of h3c_kernel_bench only (wrong dq; never emitted into a plan): 1 = dq's adds in no order (no
-// poll), 2 = no adds at all (dq's products computed and dropped).
+// Timing diagnostics of h3c_kernel_bench only (never emitted into a plan; all but 6 give a wrong dq): 1 = dq's adds
+// in no order (no poll), 2 = no adds at all (dq's products computed and dropped), 3 = as 1 with the count's fence
+// in one thread only, 4 = as 1 without the count (no fence, barrier or counter), 5 = as 1 without the adds (the
+// count alone), 6 = ordered with the count's fence in one thread only.
 #ifndef GB_DQ_DIAG
 #define GB_DQ_DIAG 0
 #endif
+#define GB_DQ_NOWAIT (GB_DQ_DIAG == 1 || GB_DQ_DIAG == 3 || GB_DQ_DIAG == 4 || GB_DQ_DIAG == 5)
+#define GB_DQ_FENCE_ALL (GB_DQ_DIAG != 3 && GB_DQ_DIAG != 6)
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
 #elif GB_KVB == 128
@@ -342,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   float *const prev = prevAll + wg * 64 * GB_PREV_LD;
   auto dqPoll = [&](long long i0) {
     if (firstTile || GB_DQ_DIAG == 2) return;
-    if (tid == 0 && GB_DQ_DIAG == 0) {
+    if (tid == 0 && !GB_DQ_NOWAIT) {
       // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
       // ~2^24 polls (seconds), not a hang: `stuck`, trapped once no wgmma is in flight (a trap beside them in this
       // divergent path would serialize them).
@@ -362,7 +367,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     }
   };
   auto dqAdd = [&](long long i0) {  // the last tile: after cp.async's wait and this warpgroup's barrier
-    if (GB_DQ_DIAG == 2) {
+    if (GB_DQ_DIAG == 2 || GB_DQ_DIAG == 5) {
       if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
       return;
     }
@@ -391,8 +396,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     }
   };
   auto dqRelease = [&](long long i0) {
-    if (lastTile || GB_DQ_DIAG == 2) return;
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this thread's adds, before the count
+    if (lastTile || GB_DQ_DIAG == 2 || GB_DQ_DIAG == 4) return;
+    if (GB_DQ_FENCE_ALL) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this thread's adds, before the count
     gb_wg_bar(wg);
     asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
                  "l"(semHead + 2 * i0 * GB_HEADS) : "memory");
