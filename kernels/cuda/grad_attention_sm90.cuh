@@ -50,15 +50,13 @@
 #endif
 // Phase 0's statistics walk (without lse) is software-pipelined: the next block landed one step ahead needs 3.
 #define GB_STAT_STAGES 3
-// Timing diagnostics of h3c_kernel_bench only (never emitted into a plan; all but 6 give a wrong dq): 1 = dq's adds
-// in no order (no poll), 2 = no adds at all (dq's products computed and dropped), 3 = as 1 with the count's fence
-// in one thread only, 4 = as 1 without the count (no fence, barrier or counter), 5 = as 1 without the adds (the
-// count alone), 6 = ordered with the count's fence in one thread only.
+// Timing diagnostics of h3c_kernel_bench only (never emitted into a plan; each gives a wrong dq): 1 = dq's adds in
+// no order (no poll), 2 = no adds at all (dq's products computed and dropped), 3 = as 1 without the count (no fence
+// or counter), 4 = as 1 without the adds (the count alone).
 #ifndef GB_DQ_DIAG
 #define GB_DQ_DIAG 0
 #endif
-#define GB_DQ_NOWAIT (GB_DQ_DIAG == 1 || GB_DQ_DIAG == 3 || GB_DQ_DIAG == 4 || GB_DQ_DIAG == 5)
-#define GB_DQ_FENCE_ALL (GB_DQ_DIAG != 3 && GB_DQ_DIAG != 6)
+#define GB_DQ_NOWAIT (GB_DQ_DIAG == 1 || GB_DQ_DIAG == 3 || GB_DQ_DIAG == 4)
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
 #elif GB_KVB == 128
@@ -336,10 +334,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   // by red.global.add.v2.f32, which adds so on global memory (PTX ISA: subnormal inputs and results flushed), and
   // whose traffic is the parts alone. (Reading the sum into the SM and storing it back, the form before, moved twice
   // the bytes through L2 and took 18.5 ms where the products alone take 8.8: bench/NOTES.md 2026-12-06.) None of the
-  // latencies sits in a step's path; each runs beside products: beside dv, dk and dq's product of step t, dqRelease
-  // fences the adds of block t - 1 (issued at the end of step t - 1) and counts the tile in, and dqPoll waits for the
-  // count of block t (the last tile also copies the sum so far into shared memory); after the products dqAdd adds.
-  // Tile x + 1 thus runs about a step behind tile x. No code here branches on a thread's own values while wgmmas are
+  // latencies sits in a step's path; each runs beside products: beside S^T and dP^T of step t, dqRelease fences the
+  // adds of block t - 1 (issued at the end of step t - 1) and counts the tile in; beside dv, dk and dq's product,
+  // dqPoll waits for the count of block t (the last tile also copies the sum so far into shared memory); after the
+  // products dqAdd adds. Tile x + 1 thus runs about half a step behind tile x. No code here branches on a thread's own values while wgmmas are
   // in flight (ptxas would wait for them in such a divergent path and serialize: C7518) but the one thread's poll:
   // rows past the item's end are zero-size copies and predicated adds and stores, the count a predicated reduction.
   float dqp[32];
@@ -367,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     }
   };
   auto dqAdd = [&](long long i0) {  // the last tile: after cp.async's wait and this warpgroup's barrier
-    if (GB_DQ_DIAG == 2 || GB_DQ_DIAG == 5) {
+    if (GB_DQ_DIAG == 2 || GB_DQ_DIAG == 4) {
       if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
       return;
     }
@@ -395,10 +393,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
       }
     }
   };
+  // The count of block i0, by one thread (the CUTLASS semaphore's pattern): after a barrier of the CTA that every
+  // thread passed after issuing its adds of the block (bar.sync orders them before the barrier for its
+  // participants), a fence at GPU scope, cumulative, then the counter's increment. One thread stalls on the fence,
+  // beside S^T and dP^T, where every thread fencing its own adds stalled all (bench/NOTES.md 2026-12-06).
   auto dqRelease = [&](long long i0) {
-    if (lastTile || GB_DQ_DIAG == 2 || GB_DQ_DIAG == 4) return;
-    if (GB_DQ_FENCE_ALL) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this thread's adds, before the count
-    gb_wg_bar(wg);
+    if (lastTile || GB_DQ_DIAG == 2 || GB_DQ_DIAG == 3) return;
     asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
                  "l"(semHead + 2 * i0 * GB_HEADS) : "memory");
   };
@@ -418,6 +418,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     float s[GB_QSUB / 2], dp[GB_QSUB / 2];
     gb_issue_qk<GB_QSUB>(s, sK, GB_KT, wg * 64, Qb);    // S^T: this warpgroup's 64 keys x the step's queries
     gb_issue_qk<GB_QSUB>(dp, sV, GB_KT, wg * 64, dOb);  // dP^T
+    if (t > 0) dqRelease(i0 - GB_QSUB);  // beside them: the last step's adds (issued before the barrier) counted in
     wgmma_wait<0>();
     // P^T and dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn == pack_bf2 of the rbf of every value
     // arithmetic returns, common.cuh). The columns' L and D: one 16-byte load of (L, D, L, D) a pair.
@@ -458,8 +459,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
       wgmma_64<1>(dqp, dsDesc + (kc >> 2) * ((64 * 128) >> 4) + 2 * (kc & 3),
                   wgmma_desc_sw128_nmajor(sK + wg * (GB_TILE(GB_KT) / 2) + kc * 2048, GB_TILE(GB_KT) / 2), kc != 0);
     wgmma_commit();
-    if (t > 0) dqRelease(i0 - GB_QSUB);  // while the tensor core works: the last step's adds counted in
-    dqPoll(i0);                          // and this step's count awaited (the last tile: its sum so far on the way)
+    dqPoll(i0);  // beside dv, dk and dq's products: this step's count awaited (the last tile: its sum on the way)
     cp_async_commit();
     wgmma_wait<0>();
     if (stuck) __trap();
@@ -467,7 +467,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     if (lastTile) gb_wg_bar(wg);
     dqAdd(i0);
   }
-  if (nsub > 0) dqRelease((long long)(nsub - 1) * GB_QSUB);
+  if (nsub > 0) {
+    __syncthreads();  // every thread's adds of the last block issued
+    dqRelease((long long)(nsub - 1) * GB_QSUB);
+  }
   if (L == 0) return;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
