@@ -494,6 +494,9 @@ int main(int argc, char **argv) {
         h3c::kernels::EmitOptions st3 = h3c::kernels::EmitOptions::planDefaults();
         st3.sm90AttnGradStages = 3;
         variants.emplace_back(" [st3]", st3);
+        h3c::kernels::EmitOptions sy = h3c::kernels::EmitOptions::planDefaults();
+        sy.sm90AttnGradSync = 1;
+        variants.emplace_back(" [sync]", sy);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's

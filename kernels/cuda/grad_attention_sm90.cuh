@@ -57,6 +57,15 @@
 #define GB_DQ_DIAG 0
 #endif
 #define GB_DQ_NOWAIT (GB_DQ_DIAG == 1 || GB_DQ_DIAG == 3 || GB_DQ_DIAG == 4)
+// GB_SYNC_WARP (attn_grad_sync): phase 1 takes a third warpgroup whose first warp waits for dq's counts and counts the
+// tile in (the compute warpgroups only meet it at two named barriers a step: no fence or poll in their path).
+#ifndef GB_SYNC_WARP
+#define GB_SYNC_WARP 0
+#endif
+#if GB_SYNC_WARP && GB_DQ_DIAG
+#error "the dq diagnostics time the form without the sync warp"
+#endif
+#define GB_P1_THREADS (GB_SYNC_WARP ? 384 : 256)
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
 #elif GB_KVB == 128
@@ -269,7 +278,7 @@ __device__ __forceinline__ int gb_ld_acquire(const int *p) {
 __device__ __forceinline__ void gb_wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory"); }
 
 // Phase 1: dv, dk and the dq parts of 128 key rows.
-extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
+extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_PARAMS) {
   h3c_grid_dependency_wait();
   extern __shared__ unsigned char gb_raw[];
   const h3u32 base = (smem_u32(gb_raw) + 1023u) & ~1023u;
@@ -291,6 +300,38 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   const long long k0 = (long long)x * GB_KT;
   const int tid = threadIdx.x & 127, wg = threadIdx.x >> 7;
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  const int nsub = (int)((L + GB_QSUB - 1) / GB_QSUB);
+  const bool firstTile = x == 0, lastTile = x + 1 == ntiles;
+#if GB_SYNC_WARP
+  // The sync warpgroup: its first warp, per block t in order, waits for the count of the tiles before (lane 0), lets
+  // the compute warpgroups add (barrier 6), waits until they have issued their adds (barrier 5: bar.sync orders
+  // them before it for its participants) and counts the tile in (lane 0: a fence at GPU scope, cumulative, then the
+  // counter; the CUTLASS semaphore's pattern). One counter a block (its first entry).
+  if (threadIdx.x >= 256) {
+    regs_dealloc<24>();
+    if (threadIdx.x >= 256 + 32) return;
+    int *const sem0 = (int *)dqsem + 2 * (rowBase * GB_HEADS + blockIdx.y);
+    for (int t = 0; t < nsub; ++t) {
+      int *const sem = sem0 + 2 * (long long)t * GB_QSUB * GB_HEADS;
+      if (!firstTile && lane == 0) {
+        // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
+        // ~2^24 polls (seconds), not a hang.
+        unsigned polls = 0;
+        while (gb_ld_acquire(sem) != x)
+          if (++polls > (1u << 24)) __trap();
+      }
+      __syncwarp();
+      asm volatile("bar.arrive 6, 288;\n" ::: "memory");
+      asm volatile("bar.sync 5, 288;\n" ::: "memory");
+      if (!lastTile && lane == 0) {
+        asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+        asm volatile("red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
+      }
+    }
+    return;
+  }
+  regs_alloc<240>();
+#endif
   GbLoader<GB_KT, 256> ldKt;
   GbLoader<GB_QSUB, 256> ld64;
   ldKt.init(threadIdx.x);
@@ -315,7 +356,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   // The ring (cp.async groups, one committed per step even when empty, so group n is step n's; K and V ride with
   // step 0): at step t, step t's group has landed and step t - 1's buffer, which every thread is done with past the
   // barrier, takes step t + GB_STAGES - 1.
-  const int nsub = (int)((L + GB_QSUB - 1) / GB_QSUB);
 #pragma unroll
   for (int n = 0; n < GB_STAGES - 1; ++n) {
     if (n < nsub) loadSub(n, (long long)n * GB_QSUB);
@@ -324,7 +364,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   // Keys past the item's end (the last tile only): dS = 0 there.
   const int keyRow0 = wg * 64 + warp * 16 + g;  // this thread's key rows keyRow0 and keyRow0 + 8 of the tile
   const bool maskKeys = k0 + GB_KT > L;
-  const bool firstTile = x == 0, lastTile = x + 1 == ntiles;
   int *const semHead = (int *)dqsem + 2 * (rowBase * GB_HEADS + blockIdx.y) + wg;
   float *const dqHead = (float *)dq + rowBase * GB_LD + colBase + wg * 64;
 
@@ -345,7 +384,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   float *const prev = prevAll + wg * 64 * GB_PREV_LD;
   auto dqPoll = [&](long long i0) {
     if (firstTile || GB_DQ_DIAG == 2) return;
-    if (tid == 0 && !GB_DQ_NOWAIT) {
+    if (GB_SYNC_WARP) {
+      if (!lastTile) return;  // the others wait at barrier 6 after their products (and the first tile adds onto 0)
+      asm volatile("bar.sync 6, 288;\n" ::: "memory");
+    } else if (tid == 0 && !GB_DQ_NOWAIT) {
       // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
       // ~2^24 polls (seconds), not a hang: `stuck`, trapped once no wgmma is in flight (a trap beside them in this
       // divergent path would serialize them).
@@ -354,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
       }
       stuck = polls >= (1u << 24);
     }
-    gb_wg_bar(wg);
+    if (!GB_SYNC_WARP) gb_wg_bar(wg);
     if (!lastTile) return;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {  // 64 rows x 16 chunks of 16 bytes, from L2 (.cg: L1 may hold a stale line)
@@ -398,7 +440,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   // participants), a fence at GPU scope, cumulative, then the counter's increment. One thread stalls on the fence,
   // beside S^T and dP^T, where every thread fencing its own adds stalled all (bench/NOTES.md 2026-12-06).
   auto dqRelease = [&](long long i0) {
-    if (lastTile || GB_DQ_DIAG == 2 || GB_DQ_DIAG == 3) return;
+    if (lastTile || GB_SYNC_WARP || GB_DQ_DIAG == 2 || GB_DQ_DIAG == 3) return;
     asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
                  "l"(semHead + 2 * i0 * GB_HEADS) : "memory");
   };
@@ -409,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
   const unsigned long long dsDesc = wgmma_desc_sw128(sdS);
   for (int t = 0; t < nsub; ++t) {
     cp_async_wait<GB_STAGES - 2>();  // (step 0's; later steps' were waited for at the step before's end)
-    __syncthreads();  // step t landed; both warpgroups are done with step t - 1 (its buffer, dS, the sum so far)
+    asm volatile("bar.sync 4, 256;\n" ::: "memory");  // step t landed; both warpgroups are done with step t - 1 (its buffer, dS, the sum so far)
     if (t + GB_STAGES - 1 < nsub) loadSub((t + GB_STAGES - 1) % GB_STAGES, (long long)(t + GB_STAGES - 1) * GB_QSUB);
     cp_async_commit();
     const int buf = t % GB_STAGES;
@@ -465,10 +507,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY_P1(H3C_PARAMS) {
     if (stuck) __trap();
     cp_async_wait<0>();  // the ring's next step (issued at the top), the last tile's sum so far
     if (lastTile) gb_wg_bar(wg);
+    // Block t's turn (the last tile waited for it beside the products, before its copy of the sum).
+    if (GB_SYNC_WARP && (!lastTile || firstTile)) asm volatile("bar.sync 6, 288;\n" ::: "memory");
     dqAdd(i0);
+    if (GB_SYNC_WARP) asm volatile("bar.arrive 5, 288;\n" ::: "memory");  // the adds issued: the sync warp counts
   }
-  if (nsub > 0) {
-    __syncthreads();  // every thread's adds of the last block issued
+  if (nsub > 0 && !GB_SYNC_WARP) {
+    asm volatile("bar.sync 4, 256;\n" ::: "memory");  // every thread's adds of the last block issued
     dqRelease((long long)(nsub - 1) * GB_QSUB);
   }
   if (L == 0) return;

@@ -277,12 +277,15 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // before (3).
     const int64_t stages = v.options.sm90AttnGradStages;
     b.def("GB_STAGES", stages);
+    // attn_grad_sync: a third warpgroup whose first warp waits for dq's counts and counts the tile in.
+    const bool syncWarp = v.options.sm90AttnGradSync == 1;
+    b.def("GB_SYNC_WARP", syncWarp ? 1 : 0);
     const int64_t tile = d * 2;
     const int64_t smem0 = a.lse ? 512 : 512 + 1024 + 128 * tile + 3 * a.kvBlock * tile;  // GB_STAT_STAGES
     const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile + 2 * 64 * 72 * 4 +
                           stages * 64 * 2 * 4;
     const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
-    const plan::Launch keys = launch(256, smem1, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
+    const plan::Launch keys = launch(syncWarp ? 384 : 256, smem1, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");
     return finish(name, "GB_ENTRY", b, p, std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_attention_sm90,
                   queries, arch, gradLaunch(v.options), {{"GB_ENTRY_P1", keys}});

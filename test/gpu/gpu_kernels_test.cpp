@@ -1313,7 +1313,16 @@ TEST_F(Kernels, AttentionGrad) {
       const auto h4 = go(kernel(op, st4), c.B);
       bool same = true;
       for (int i = 0; i < 3; ++i) same = same && bytesEqual(h4[size_t(i)], m[size_t(i)]);
-      report(same, name + ": dq, dk, dv of the 4-stage Hopper form == mma.sync byte for byte");
+      report(same, name + ": dq, dk, dv of the 3-stage Hopper form == mma.sync byte for byte");
+    }
+    // dq's counts by a sync warpgroup (attn_grad_sync=1): the same adds in the same order.
+    {
+      hk::EmitOptions sy;
+      sy.sm90AttnGradSync = 1;
+      const auto hs = go(kernel(op, sy), c.B);
+      bool same = true;
+      for (int i = 0; i < 3; ++i) same = same && bytesEqual(hs[size_t(i)], m[size_t(i)]);
+      report(same, name + ": dq, dk, dv of the sync-warpgroup Hopper form == mma.sync byte for byte");
     }
     if (c.B > 1) {
       const auto one = go(hk9, 1);

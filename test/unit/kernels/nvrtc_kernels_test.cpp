@@ -1117,6 +1117,9 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     hk::EmitOptions st3;
     st3.sm90AttnGradStages = 3;
     expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", st3), "sm_90a lse 3 stages");
+    hk::EmitOptions sync;
+    sync.sm90AttnGradSync = 1;
+    expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", sync), "sm_90a lse sync warpgroup");
   }
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
