@@ -494,9 +494,12 @@ int main(int argc, char **argv) {
         h3c::kernels::EmitOptions st3 = h3c::kernels::EmitOptions::planDefaults();
         st3.sm90AttnGradStages = 3;
         variants.emplace_back(" [st3]", st3);
-        h3c::kernels::EmitOptions sy = h3c::kernels::EmitOptions::planDefaults();
-        sy.sm90AttnGradSync = 1;
-        variants.emplace_back(" [sync]", sy);
+        h3c::kernels::EmitOptions ns = h3c::kernels::EmitOptions::planDefaults();
+        ns.sm90AttnGradSync = 0;
+        variants.emplace_back(" [no sync warp]", ns);
+        h3c::kernels::EmitOptions df = h3c::kernels::EmitOptions::planDefaults();
+        df.sm90AttnGradDefer = 1;
+        variants.emplace_back(" [defer]", df);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's
@@ -508,8 +511,9 @@ int main(int argc, char **argv) {
                                       "unordered, count, no adds"};
           const std::string name = fmt::format("attention_grad 56x128 [lse] [diag: {}]", what[diag]);
           if (!only.empty() && name.find(only) == std::string::npos) continue;
-          plan::Kernel k = *emit(attentionGrad(heads, d, 128, true, true), dev.arch(),
-                                 h3c::kernels::EmitOptions::planDefaults());
+          h3c::kernels::EmitOptions computeCounts = h3c::kernels::EmitOptions::planDefaults();
+          computeCounts.sm90AttnGradSync = 0;  // (the diagnostics time that form)
+          plan::Kernel k = *emit(attentionGrad(heads, d, 128, true, true), dev.arch(), computeCounts);
           k.id += fmt::format("_diag{}", diag);
           k.source = fmt::format("#define GB_DQ_DIAG {}\n", diag) + k.source;
           const hc::LoadedKernel &lk = runner.load(kernels.emplace(k.id, k).first->second);

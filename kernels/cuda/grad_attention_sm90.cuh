@@ -66,6 +66,14 @@
 #error "the dq diagnostics time the form without the sync warp"
 #endif
 #define GB_P1_THREADS (GB_SYNC_WARP ? 384 : 256)
+// GB_DQ_DEFER (attn_grad_defer, with the sync warp): a tile other than the last keeps step t's part in shared memory
+// and adds it in step t + 1 beside S^T and dP^T, where the adds' issue waits for nothing.
+#ifndef GB_DQ_DEFER
+#define GB_DQ_DEFER 0
+#endif
+#if GB_DQ_DEFER && !GB_SYNC_WARP
+#error "the deferred adds wait at the sync warp's barrier"
+#endif
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
 #elif GB_KVB == 128
@@ -406,7 +414,8 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
                    "l"(dqHead + (in ? i0 + r : 0) * GB_LD + c * 4), "r"(in ? 16 : 0));
     }
   };
-  auto dqAdd = [&](long long i0) {  // the last tile: after cp.async's wait and this warpgroup's barrier
+  // fromStage: the part from this thread's slots of `prev` (GB_DQ_DEFER: put there by dqStage), else from dqp.
+  auto dqAdd = [&](long long i0, const bool fromStage) {  // the last tile: after cp.async's wait and its barrier
     if (GB_DQ_DIAG == 2 || GB_DQ_DIAG == 4) {
       if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
       return;
@@ -420,7 +429,11 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         float *at = row + j * 8 + t4 * 2;
-        const float px = dqp[j * 4 + hh * 2], py = dqp[j * 4 + hh * 2 + 1];
+        float px = dqp[j * 4 + hh * 2], py = dqp[j * 4 + hh * 2 + 1];
+        if (fromStage) {
+          const float2 v = *(const float2 *)(prev + rl * GB_PREV_LD + j * 8 + t4 * 2);
+          px = v.x, py = v.y;
+        }
         if (!firstTile && !lastTile) {
           asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p red.relaxed.gpu.global.add.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(in),
                        "l"(at), "f"(px), "f"(py) : "memory");
@@ -439,6 +452,21 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   // thread passed after issuing its adds of the block (bar.sync orders them before the barrier for its
   // participants), a fence at GPU scope, cumulative, then the counter's increment. One thread stalls on the fence,
   // beside S^T and dP^T, where every thread fencing its own adds stalled all (bench/NOTES.md 2026-12-06).
+  // GB_DQ_DEFER: step t's part into this thread's slots of `prev` (the last tile's copy of the sum: a tile other
+  // than the last has none), and its adds in step t + 1 beside S^T and dP^T, after the sync warp's go.
+  auto dqStage = [&]() {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        *(float2 *)(prev + (warp * 16 + g + hh * 8) * GB_PREV_LD + j * 8 + t4 * 2) =
+            make_float2(dqp[j * 4 + hh * 2], dqp[j * 4 + hh * 2 + 1]);
+  };
+  auto dqFlush = [&](long long i0) {
+    asm volatile("bar.sync 6, 288;\n" ::: "memory");  // block i0's turn
+    dqAdd(i0, true);
+    asm volatile("bar.arrive 5, 288;\n" ::: "memory");  // the adds issued: the sync warp counts
+  };
   auto dqRelease = [&](long long i0) {
     if (lastTile || GB_SYNC_WARP || GB_DQ_DIAG == 2 || GB_DQ_DIAG == 3) return;
     asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
@@ -461,6 +489,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
     gb_issue_qk<GB_QSUB>(s, sK, GB_KT, wg * 64, Qb);    // S^T: this warpgroup's 64 keys x the step's queries
     gb_issue_qk<GB_QSUB>(dp, sV, GB_KT, wg * 64, dOb);  // dP^T
     if (t > 0) dqRelease(i0 - GB_QSUB);  // beside them: the last step's adds (issued before the barrier) counted in
+    if (GB_DQ_DEFER && t > 0 && !lastTile) dqFlush(i0 - GB_QSUB);  // or the last step's part added
     wgmma_wait<0>();
     // P^T and dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn == pack_bf2 of the rbf of every value
     // arithmetic returns, common.cuh). The columns' L and D: one 16-byte load of (L, D, L, D) a pair.
@@ -507,11 +536,16 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
     if (stuck) __trap();
     cp_async_wait<0>();  // the ring's next step (issued at the top), the last tile's sum so far
     if (lastTile) gb_wg_bar(wg);
-    // Block t's turn (the last tile waited for it beside the products, before its copy of the sum).
-    if (GB_SYNC_WARP && (!lastTile || firstTile)) asm volatile("bar.sync 6, 288;\n" ::: "memory");
-    dqAdd(i0);
-    if (GB_SYNC_WARP) asm volatile("bar.arrive 5, 288;\n" ::: "memory");  // the adds issued: the sync warp counts
+    if (GB_DQ_DEFER && !lastTile) {
+      dqStage();
+    } else {
+      // Block t's turn (the last tile waited for it beside the products, before its copy of the sum).
+      if (GB_SYNC_WARP && (!lastTile || firstTile)) asm volatile("bar.sync 6, 288;\n" ::: "memory");
+      dqAdd(i0, false);
+      if (GB_SYNC_WARP) asm volatile("bar.arrive 5, 288;\n" ::: "memory");  // the adds issued: the sync warp counts
+    }
   }
+  if (GB_DQ_DEFER && nsub > 0 && !lastTile) dqFlush((long long)(nsub - 1) * GB_QSUB);
   if (nsub > 0 && !GB_SYNC_WARP) {
     asm volatile("bar.sync 4, 256;\n" ::: "memory");  // every thread's adds of the last block issued
     dqRelease((long long)(nsub - 1) * GB_QSUB);

@@ -1315,14 +1315,17 @@ TEST_F(Kernels, AttentionGrad) {
       for (int i = 0; i < 3; ++i) same = same && bytesEqual(h4[size_t(i)], m[size_t(i)]);
       report(same, name + ": dq, dk, dv of the 3-stage Hopper form == mma.sync byte for byte");
     }
-    // dq's counts by a sync warpgroup (attn_grad_sync=1): the same adds in the same order.
-    {
-      hk::EmitOptions sy;
-      sy.sm90AttnGradSync = 1;
-      const auto hs = go(kernel(op, sy), c.B);
+    // dq's counts by the compute warpgroups (attn_grad_sync=0), and the sync warpgroup's form with each step's part
+    // added in the next step (attn_grad_defer=1): the same adds in the same order.
+    for (int form = 0; form < 2; ++form) {
+      hk::EmitOptions o;
+      o.sm90AttnGradSync = form;
+      o.sm90AttnGradDefer = form;
+      const auto hs = go(kernel(op, o), c.B);
       bool same = true;
       for (int i = 0; i < 3; ++i) same = same && bytesEqual(hs[size_t(i)], m[size_t(i)]);
-      report(same, name + ": dq, dk, dv of the sync-warpgroup Hopper form == mma.sync byte for byte");
+      report(same, name + ": dq, dk, dv of the Hopper form with " +
+                       (form ? "the deferred adds" : "the compute warpgroups' counts") + " == mma.sync byte for byte");
     }
     if (c.B > 1) {
       const auto one = go(hk9, 1);

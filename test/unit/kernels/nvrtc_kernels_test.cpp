@@ -1117,9 +1117,13 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     hk::EmitOptions st3;
     st3.sm90AttnGradStages = 3;
     expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", st3), "sm_90a lse 3 stages");
-    hk::EmitOptions sync;
-    sync.sm90AttnGradSync = 1;
-    expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", sync), "sm_90a lse sync warpgroup");
+    for (int form = 0; form < 2; ++form) {  // the compute warpgroups' counts; the sync warpgroup's deferred adds
+      hk::EmitOptions o;
+      o.sm90AttnGradSync = form;
+      o.sm90AttnGradDefer = form;
+      expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", o),
+                                  form ? "sm_90a lse deferred adds" : "sm_90a lse compute counts");
+    }
   }
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
