@@ -342,9 +342,25 @@ def run_diffusers(a, cfg, req, record, time_left):
 def h3c_child(spec):
     """One h3c case in this (child) process: prints one `H3C_RESULT {json}` line last, whatever happens."""
     result = {"status": "error"}
+    # H3C_BENCH_PROFILE=FILE: the case under cProfile, its functions by own time into FILE (where a step's host time
+    # goes: the engine's calls are single entries, torch's copies and the autograd node their own).
+    prof_path = os.environ.get("H3C_BENCH_PROFILE")
+    prof = None
+    if prof_path:
+        import cProfile
+        prof = cProfile.Profile()
     try:
         with GpuSampler() as life:  # the most device memory in use over the child's life (weights, arena, ...)
-            _h3c_case(spec, result)
+            if prof:
+                prof.enable()
+            try:
+                _h3c_case(spec, result)
+            finally:
+                if prof:
+                    prof.disable()
+                    import pstats
+                    with open(prof_path, "w") as f:
+                        pstats.Stats(prof, stream=f).sort_stats("tottime").print_stats(30)
         if life.mem_peak_gib is not None:
             result["smi_gib"] = life.mem_peak_gib
     except Exception as e:  # noqa: BLE001 (h3c.Error, a CUDA error, ...: reported, not raised)

@@ -71,6 +71,11 @@
 #ifndef GB_DQ_DEFER
 #define GB_DQ_DEFER 0
 #endif
+// GB_DQ_RED4 (attn_grad_red4): the middle tiles' adds as red.global.add.v4.f32, four columns a thread (a pair from
+// the neighbouring lane by one shuffle), half the reductions of the two-column form.
+#ifndef GB_DQ_RED4
+#define GB_DQ_RED4 0
+#endif
 #if GB_DQ_DEFER && !GB_SYNC_WARP
 #error "the deferred adds wait at the sync warp's barrier"
 #endif
@@ -420,6 +425,29 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
       if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
       return;
     }
+    auto part = [&](int j, int hh) {
+      if (fromStage) return *(const float2 *)(prev + (warp * 16 + g + hh * 8) * GB_PREV_LD + j * 8 + t4 * 2);
+      return make_float2(dqp[j * 4 + hh * 2], dqp[j * 4 + hh * 2 + 1]);
+    };
+    if (GB_DQ_RED4 && !firstTile && !lastTile) {
+      // Lanes t4 and t4 ^ 1 hold columns 8 j + 2 t4 .. of rows g and g + 8: the even lane adds row g's four columns
+      // from 8 j + 2 t4, the odd one row g + 8's from 8 j + 2 t4 - 2, each sending the other the pair it lacks.
+      const bool even = (t4 & 1) == 0;
+      const int rl = warp * 16 + g + (even ? 0 : 8);
+      const long long r = i0 + rl;
+      const int in = r < L;
+      float *row = dqHead + (in ? r : 0) * GB_LD + (even ? t4 * 2 : t4 * 2 - 2);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 a = part(j, 0), b = part(j, 1);
+        const float2 send = even ? b : a;
+        const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
+        const float4 v = even ? make_float4(a.x, a.y, got.x, got.y) : make_float4(got.x, got.y, b.x, b.y);
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p red.relaxed.gpu.global.add.v4.f32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(in),
+                     "l"(row + j * 8), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+      }
+      return;
+    }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int rl = warp * 16 + g + hh * 8;
@@ -429,11 +457,8 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         float *at = row + j * 8 + t4 * 2;
-        float px = dqp[j * 4 + hh * 2], py = dqp[j * 4 + hh * 2 + 1];
-        if (fromStage) {
-          const float2 v = *(const float2 *)(prev + rl * GB_PREV_LD + j * 8 + t4 * 2);
-          px = v.x, py = v.y;
-        }
+        const float2 pp = part(j, hh);
+        const float px = pp.x, py = pp.y;
         if (!firstTile && !lastTile) {
           asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p red.relaxed.gpu.global.add.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(in),
                        "l"(at), "f"(px), "f"(py) : "memory");

@@ -1117,12 +1117,14 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     hk::EmitOptions st3;
     st3.sm90AttnGradStages = 3;
     expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", st3), "sm_90a lse 3 stages");
-    for (int form = 0; form < 2; ++form) {  // the compute warpgroups' counts; the sync warpgroup's deferred adds
+    // The compute warpgroups' counts; the sync warpgroup's deferred adds; four-column reductions with either.
+    for (int form = 0; form < 4; ++form) {
       hk::EmitOptions o;
-      o.sm90AttnGradSync = form;
-      o.sm90AttnGradDefer = form;
+      o.sm90AttnGradSync = form == 0 || form == 3 ? 0 : 1;
+      o.sm90AttnGradDefer = form == 1 ? 1 : 0;
+      o.sm90AttnGradRed4 = form >= 2 ? 1 : 0;
       expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", o),
-                                  form ? "sm_90a lse deferred adds" : "sm_90a lse compute counts");
+                                  "sm_90a lse form " + std::to_string(form));
     }
   }
   // head_dim 64 keeps the mma.sync form on sm_90a.
