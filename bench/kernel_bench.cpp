@@ -497,14 +497,6 @@ int main(int argc, char **argv) {
         h3c::kernels::EmitOptions ns = h3c::kernels::EmitOptions::planDefaults();
         ns.sm90AttnGradSync = 0;
         variants.emplace_back(" [no sync warp]", ns);
-        h3c::kernels::EmitOptions df = h3c::kernels::EmitOptions::planDefaults();
-        df.sm90AttnGradDefer = 1;
-        variants.emplace_back(" [defer]", df);
-        h3c::kernels::EmitOptions r4 = h3c::kernels::EmitOptions::planDefaults();
-        r4.sm90AttnGradRed4 = 1;
-        variants.emplace_back(" [red4]", r4);
-        r4.sm90AttnGradDefer = 1;
-        variants.emplace_back(" [red4 defer]", r4);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's

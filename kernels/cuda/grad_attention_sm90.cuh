@@ -66,19 +66,6 @@
 #error "the dq diagnostics time the form without the sync warp"
 #endif
 #define GB_P1_THREADS (GB_SYNC_WARP ? 384 : 256)
-// GB_DQ_DEFER (attn_grad_defer, with the sync warp): a tile other than the last keeps step t's part in shared memory
-// and adds it in step t + 1 beside S^T and dP^T, where the adds' issue waits for nothing.
-#ifndef GB_DQ_DEFER
-#define GB_DQ_DEFER 0
-#endif
-// GB_DQ_RED4 (attn_grad_red4): the middle tiles' adds as red.global.add.v4.f32, four columns a thread (a pair from
-// the neighbouring lane by one shuffle), half the reductions of the two-column form.
-#ifndef GB_DQ_RED4
-#define GB_DQ_RED4 0
-#endif
-#if GB_DQ_DEFER && !GB_SYNC_WARP
-#error "the deferred adds wait at the sync warp's barrier"
-#endif
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
 #elif GB_KVB == 128
@@ -419,33 +406,9 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
                    "l"(dqHead + (in ? i0 + r : 0) * GB_LD + c * 4), "r"(in ? 16 : 0));
     }
   };
-  // fromStage: the part from this thread's slots of `prev` (GB_DQ_DEFER: put there by dqStage), else from dqp.
-  auto dqAdd = [&](long long i0, const bool fromStage) {  // the last tile: after cp.async's wait and its barrier
+  auto dqAdd = [&](long long i0) {  // the last tile: after cp.async's wait and this warpgroup's barrier
     if (GB_DQ_DIAG == 2 || GB_DQ_DIAG == 4) {
       if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
-      return;
-    }
-    auto part = [&](int j, int hh) {
-      if (fromStage) return *(const float2 *)(prev + (warp * 16 + g + hh * 8) * GB_PREV_LD + j * 8 + t4 * 2);
-      return make_float2(dqp[j * 4 + hh * 2], dqp[j * 4 + hh * 2 + 1]);
-    };
-    if (GB_DQ_RED4 && !firstTile && !lastTile) {
-      // Lanes t4 and t4 ^ 1 hold columns 8 j + 2 t4 .. of rows g and g + 8: the even lane adds row g's four columns
-      // from 8 j + 2 t4, the odd one row g + 8's from 8 j + 2 t4 - 2, each sending the other the pair it lacks.
-      const bool even = (t4 & 1) == 0;
-      const int rl = warp * 16 + g + (even ? 0 : 8);
-      const long long r = i0 + rl;
-      const int in = r < L;
-      float *row = dqHead + (in ? r : 0) * GB_LD + (even ? t4 * 2 : t4 * 2 - 2);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float2 a = part(j, 0), b = part(j, 1);
-        const float2 send = even ? b : a;
-        const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
-        const float4 v = even ? make_float4(a.x, a.y, got.x, got.y) : make_float4(got.x, got.y, b.x, b.y);
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p red.relaxed.gpu.global.add.v4.f32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(in),
-                     "l"(row + j * 8), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
-      }
       return;
     }
 #pragma unroll
@@ -457,8 +420,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         float *at = row + j * 8 + t4 * 2;
-        const float2 pp = part(j, hh);
-        const float px = pp.x, py = pp.y;
+        const float px = dqp[j * 4 + hh * 2], py = dqp[j * 4 + hh * 2 + 1];
         if (!firstTile && !lastTile) {
           asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p red.relaxed.gpu.global.add.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(in),
                        "l"(at), "f"(px), "f"(py) : "memory");
@@ -477,21 +439,6 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   // thread passed after issuing its adds of the block (bar.sync orders them before the barrier for its
   // participants), a fence at GPU scope, cumulative, then the counter's increment. One thread stalls on the fence,
   // beside S^T and dP^T, where every thread fencing its own adds stalled all (bench/NOTES.md 2026-12-06).
-  // GB_DQ_DEFER: step t's part into this thread's slots of `prev` (the last tile's copy of the sum: a tile other
-  // than the last has none), and its adds in step t + 1 beside S^T and dP^T, after the sync warp's go.
-  auto dqStage = [&]() {
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *(float2 *)(prev + (warp * 16 + g + hh * 8) * GB_PREV_LD + j * 8 + t4 * 2) =
-            make_float2(dqp[j * 4 + hh * 2], dqp[j * 4 + hh * 2 + 1]);
-  };
-  auto dqFlush = [&](long long i0) {
-    asm volatile("bar.sync 6, 288;\n" ::: "memory");  // block i0's turn
-    dqAdd(i0, true);
-    asm volatile("bar.arrive 5, 288;\n" ::: "memory");  // the adds issued: the sync warp counts
-  };
   auto dqRelease = [&](long long i0) {
     if (lastTile || GB_SYNC_WARP || GB_DQ_DIAG == 2 || GB_DQ_DIAG == 3) return;
     asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
@@ -514,7 +461,6 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
     gb_issue_qk<GB_QSUB>(s, sK, GB_KT, wg * 64, Qb);    // S^T: this warpgroup's 64 keys x the step's queries
     gb_issue_qk<GB_QSUB>(dp, sV, GB_KT, wg * 64, dOb);  // dP^T
     if (t > 0) dqRelease(i0 - GB_QSUB);  // beside them: the last step's adds (issued before the barrier) counted in
-    if (GB_DQ_DEFER && t > 0 && !lastTile) dqFlush(i0 - GB_QSUB);  // or the last step's part added
     wgmma_wait<0>();
     // P^T and dS^T = P^T (dP^T - D), packed by one cvt a pair (bf2_rn == pack_bf2 of the rbf of every value
     // arithmetic returns, common.cuh). The columns' L and D: one 16-byte load of (L, D, L, D) a pair.
@@ -561,16 +507,11 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
     if (stuck) __trap();
     cp_async_wait<0>();  // the ring's next step (issued at the top), the last tile's sum so far
     if (lastTile) gb_wg_bar(wg);
-    if (GB_DQ_DEFER && !lastTile) {
-      dqStage();
-    } else {
-      // Block t's turn (the last tile waited for it beside the products, before its copy of the sum).
-      if (GB_SYNC_WARP && (!lastTile || firstTile)) asm volatile("bar.sync 6, 288;\n" ::: "memory");
-      dqAdd(i0, false);
-      if (GB_SYNC_WARP) asm volatile("bar.arrive 5, 288;\n" ::: "memory");  // the adds issued: the sync warp counts
-    }
+    // Block t's turn (the last tile waited for it beside the products, before its copy of the sum).
+    if (GB_SYNC_WARP && (!lastTile || firstTile)) asm volatile("bar.sync 6, 288;\n" ::: "memory");
+    dqAdd(i0);
+    if (GB_SYNC_WARP) asm volatile("bar.arrive 5, 288;\n" ::: "memory");  // the adds issued: the sync warp counts
   }
-  if (GB_DQ_DEFER && nsub > 0 && !lastTile) dqFlush((long long)(nsub - 1) * GB_QSUB);
   if (nsub > 0 && !GB_SYNC_WARP) {
     asm volatile("bar.sync 4, 256;\n" ::: "memory");  // every thread's adds of the last block issued
     dqRelease((long long)(nsub - 1) * GB_QSUB);

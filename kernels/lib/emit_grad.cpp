@@ -280,10 +280,6 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // attn_grad_sync: a third warpgroup whose first warp waits for dq's counts and counts the tile in.
     const bool syncWarp = v.options.sm90AttnGradSync == 1;
     b.def("GB_SYNC_WARP", syncWarp ? 1 : 0);
-    // attn_grad_defer (with attn_grad_sync): a step's dq part added in the next step beside its S^T and dP^T.
-    b.def("GB_DQ_DEFER", syncWarp && v.options.sm90AttnGradDefer == 1 ? 1 : 0);
-    // attn_grad_red4: the middle tiles' dq adds four columns a reduction.
-    b.def("GB_DQ_RED4", v.options.sm90AttnGradRed4 == 1 ? 1 : 0);
     const int64_t tile = d * 2;
     const int64_t smem0 = a.lse ? 512 : 512 + 1024 + 128 * tile + 3 * a.kvBlock * tile;  // GB_STAT_STAGES
     const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile + 2 * 64 * 72 * 4 +

@@ -1315,20 +1315,14 @@ TEST_F(Kernels, AttentionGrad) {
       for (int i = 0; i < 3; ++i) same = same && bytesEqual(h4[size_t(i)], m[size_t(i)]);
       report(same, name + ": dq, dk, dv of the 3-stage Hopper form == mma.sync byte for byte");
     }
-    // dq's counts by the compute warpgroups (attn_grad_sync=0), and the sync warpgroup's form with each step's part
-    // added in the next step (attn_grad_defer=1): the same adds in the same order.
-    // Four-column reductions (attn_grad_red4=1), with the sync warpgroup and with the compute warpgroups' counts.
-    for (int form = 0; form < 4; ++form) {
+    // dq's counts by the compute warpgroups (attn_grad_sync=0): the same adds in the same order.
+    {
       hk::EmitOptions o;
-      o.sm90AttnGradSync = form == 0 || form == 3 ? 0 : 1;
-      o.sm90AttnGradDefer = form == 1 ? 1 : 0;
-      o.sm90AttnGradRed4 = form >= 2 ? 1 : 0;
+      o.sm90AttnGradSync = 0;
       const auto hs = go(kernel(op, o), c.B);
       bool same = true;
       for (int i = 0; i < 3; ++i) same = same && bytesEqual(hs[size_t(i)], m[size_t(i)]);
-      const char *const what[] = {"the compute warpgroups' counts", "the deferred adds", "four-column reductions",
-                                  "four-column reductions and the compute warpgroups' counts"};
-      report(same, name + ": dq, dk, dv of the Hopper form with " + what[form] + " == mma.sync byte for byte");
+      report(same, name + ": dq, dk, dv of the Hopper form with the compute warpgroups' counts == mma.sync byte for byte");
     }
     if (c.B > 1) {
       const auto one = go(hk9, 1);

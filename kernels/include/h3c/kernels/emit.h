@@ -105,10 +105,6 @@ struct EmitOptions {
   // sm_90a: attention_grad's Hopper form with a sync warpgroup for dq's ordered adds (1: 12.8 ms at S = 8,349 x 56
   // heads on an H100, bench/NOTES.md 2026-12-06) or the compute warpgroups counting themselves (0: 14.7). Timing only.
   int sm90AttnGradSync = 1;
-  // With it: a step's dq part added in the next step beside S^T and dP^T (1) or at the step's end (0). Timing only.
-  int sm90AttnGradDefer = 0;
-  // attention_grad's Hopper form: the middle tiles' dq adds as red.global.add.v4.f32 (1) or .v2 (0). Timing only.
-  int sm90AttnGradRed4 = 0;
   int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1, sm90GradXCluster = 1;
   // sm_90a with wgmma: a bf16 linear's dW (linear_grad_w with the weight trained) on the Hopper GEMM
   // (grad_linear_w_sm90.cuh: TMA, wgmma, persistent, 128 x 128 tiles; the mma.sync form's bits, Kernels.LinearGradW
