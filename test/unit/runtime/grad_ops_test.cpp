@@ -458,5 +458,29 @@ TEST(GradOps, AdalnTableAndSiluAgainstCentralDifferences) {
   expectNear(dx, snum, 0, "silu dx", 1e-5);
 }
 
+// dq's fold adds (docs/contract.md section 14): round to nearest even, subnormal inputs and results flushed to zero of
+// their sign, as PTX add.rn.ftz.f32 and red.global.add.f32 add. Expected values written out: FLT_MIN = 2^-126 is the
+// smallest normal float.
+TEST(GradOps, DqFoldAddFlushesSubnormals) {
+  const float tiny = std::ldexp(1.0f, -130);  // subnormal
+  const float fmin = std::ldexp(1.0f, -126);
+  EXPECT_EQ(addFtz(1.5f, 2.25f), 3.75f);
+  EXPECT_EQ(addFtz(1.0f, std::ldexp(1.0f, -24)), 1.0f);  // a tie: to even
+  EXPECT_EQ(addFtz(fmin, tiny), fmin);                    // the subnormal input counts as 0 (plain addition: more)
+  EXPECT_NE(fmin + tiny, fmin);
+  const float z = addFtz(tiny, 0.0f);  // +tiny flushed to +0, +0 + +0
+  EXPECT_EQ(z, 0.0f);
+  EXPECT_FALSE(std::signbit(z));
+  const float nz = addFtz(-tiny, -0.0f);  // -tiny flushed to -0, -0 + -0 = -0
+  EXPECT_EQ(nz, 0.0f);
+  EXPECT_TRUE(std::signbit(nz));
+  const float r = addFtz(1.5f * fmin, -fmin);  // the result 2^-127 is subnormal: flushed
+  EXPECT_EQ(r, 0.0f);
+  EXPECT_FALSE(std::signbit(r));
+  EXPECT_EQ(1.5f * fmin - fmin, std::ldexp(1.0f, -127));  // (plain addition keeps it)
+  EXPECT_EQ(addFtz(0.0f, -0.0f), 0.0f);
+  EXPECT_FALSE(std::signbit(addFtz(0.0f, -0.0f)));  // s = 0 + b_0 with b_0 = -0 is +0
+}
+
 } // namespace grad_ops_test
 } // namespace h3c::rt::grad
