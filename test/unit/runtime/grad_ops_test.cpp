@@ -482,5 +482,29 @@ TEST(GradOps, DqFoldAddFlushesSubnormals) {
   EXPECT_FALSE(std::signbit(addFtz(0.0f, -0.0f)));  // s = 0 + b_0 with b_0 = -0 is +0
 }
 
+// dq's fold in the CPU reference flushes a subnormal block partial (docs/contract.md section 14): keys 0-127 are
+// zero, so block 0's chain is 0, and keys 128-199 are 2^-130 in every channel, so block 1's chain of bf(dS) k is
+// subnormal (|dS| < 1, 72 keys). The fold 0 + b_0 + b_1 with flush-to-zero adds is +0, so dq is +0 everywhere; a
+// plain fold would leave scale * b_1, not 0.
+TEST(GradOps, AttentionDqFoldFlushesASubnormalBlock) {
+  const int64_t heads = 1, d = 16, n = 200;
+  const ItemRows items = {0, n};
+  const float tiny = std::ldexp(1.0f, -130);
+  std::vector<float> q = randomBf16(size_t(n * d), 41), v = randomBf16(size_t(n * d), 42),
+                     o = randomBf16(size_t(n * d), 43), dO = randomF32(size_t(n * d), 44);
+  std::vector<float> k(size_t(n * d), 0.0f);
+  for (int64_t j = 128; j < n; ++j)
+    for (int64_t e = 0; e < d; ++e) k[size_t(j * d + e)] = tiny;
+  ASSERT_EQ(roundBf16(tiny), tiny);  // a bf16 value: the kernels' operand as given
+  const AttentionGrad g = attentionGrad(q.data(), k.data(), v.data(), o.data(), dO.data(), items, heads, d, 128);
+  size_t nonzeroDv = 0;
+  for (float x : g.dv) nonzeroDv += x != 0.0f;
+  EXPECT_GT(nonzeroDv, size_t(0));  // the backward ran on real values
+  for (size_t i = 0; i < g.dq.size(); ++i) {
+    ASSERT_EQ(g.dq[i], 0.0f) << "dq element " << i;
+    ASSERT_FALSE(std::signbit(g.dq[i])) << "dq element " << i;
+  }
+}
+
 } // namespace grad_ops_test
 } // namespace h3c::rt::grad
