@@ -1408,6 +1408,53 @@ TEST_F(Kernels, AttentionGrad) {
   }
 }
 
+// dq's fold adds flush subnormals (docs/contract.md section 14): the Hopper form's middle tiles add by
+// red.global.add.v2.f32 (PTX ISA: it flushes subnormal inputs and results on global memory), the mma.sync form by
+// add.rn.ftz.f32 in registers. Keys 0-127 and 384-399 are zero, keys 128-383 2^-128 in every channel, so the parts
+// of tiles 1 and 2 (middle tiles: reductions) are tiny, many subnormal, and two subnormal parts can add up to a
+// normal number: a reduction that kept subnormals would leave such sums where the mma.sync form has 0, so both
+// Hopper forms must equal the mma.sync form byte for byte here too.
+TEST_F(Kernels, AttentionGradDqFoldFlushesSubnormals) {
+  const auto &dev = hc::device();
+  if (dev.arch() != "sm_90a") GTEST_SKIP() << "the Hopper form exists on sm_90a only";
+  const int heads = 2, d = 128;
+  const long long L = 400, ld = (long long)heads * d, n = L * ld;
+  const auto q = randBf(size_t(n)), v = randBf(size_t(n)), ob = randBf(size_t(n));
+  const auto dout = randF(size_t(n));
+  std::vector<uint16_t> k(size_t(n), 0);
+  for (long long r = 128; r < 384; ++r)
+    for (long long c = 0; c < ld; ++c) k[size_t(r * ld + c)] = 0x0020;  // bf16 2^-128 (subnormal)
+  auto bq = up(q), bk = up(k), bv = up(v), bo = up(ob), bd = up(dout);
+  const EmitOp op = attentionGrad(heads, d, 128, true);
+  auto go = [&](const plan::Kernel &kern) {
+    Launch la;
+    la.in = {bq, bk, bv, bo, bd};
+    for (int i = 0; i < 3; ++i) la.out.push_back(outBuf(size_t(n * 4)));
+    la.e = rowsS(L, 1);
+    run(kern, la);
+    std::vector<std::vector<float>> r;
+    for (int i = 0; i < 3; ++i) r.push_back(down<float>(*la.out[size_t(i)], size_t(n)));
+    return r;
+  };
+  hk::EmitOptions mmaOpt, counts;
+  mmaOpt.wgmma = false;
+  counts.sm90AttnGradSync = 0;
+  const auto m = go(kernel(op, mmaOpt));
+  size_t nonzeroDq = 0, nonzeroDv = 0;
+  for (float x : m[0]) nonzeroDq += x != 0.0f;
+  for (float x : m[2]) nonzeroDv += x != 0.0f;
+  report(nonzeroDv > 0, fmt::format("attention_grad dq fold, subnormal parts: mma.sync's dv not all zero ({} nonzero; "
+                                    "dq {} nonzero of {})", nonzeroDv, nonzeroDq, m[0].size()));
+  for (const auto &[what, opt] : {std::pair<const char *, hk::EmitOptions>{"sync warpgroup", {}},
+                                  {"compute counts", counts}}) {
+    const auto h = go(kernel(op, opt));
+    const size_t at = firstDiff(h[0], m[0]);
+    report(at == SIZE_MAX && bytesEqual(h[1], m[1]) && bytesEqual(h[2], m[2]),
+           fmt::format("attention_grad dq fold, subnormal parts: Hopper ({}) == mma.sync byte for byte{}", what,
+                       at == SIZE_MAX ? "" : fmt::format(" (dq differs first at {}: {} vs {})", at, h[0][at], m[0][at])));
+  }
+}
+
 // linear_grad_x of the bf16 linears (docs/contract.md section 14): on sm_90a the Hopper form (grad_linear_sm90.cuh,
 // TMA + wgmma) against the mma.sync form (grad_linear_mma.cuh) byte for byte, at every dX shape of the full config
 // ({N, K}: context_embedder, to_q / to_k / to_v, to_out, fc1, fc2, and x's LoRA part at rank 64, one k-block of N) at
