@@ -374,13 +374,15 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   // stores scale * (sum + part). Every add is the contract's flush-to-zero F32 add (gr_add_ftz): the middle tiles add
   // by red.global.add.v2.f32, which adds so on global memory (PTX ISA: subnormal inputs and results flushed), and
   // whose traffic is the parts alone. (Reading the sum into the SM and storing it back, the form before, moved twice
-  // the bytes through L2 and took 18.5 ms where the products alone take 8.8: bench/NOTES.md 2026-12-06.) None of the
-  // latencies sits in a step's path; each runs beside products: beside S^T and dP^T of step t, dqRelease fences the
-  // adds of block t - 1 (issued at the end of step t - 1) and counts the tile in; beside dv, dk and dq's product,
-  // dqPoll waits for the count of block t (the last tile also copies the sum so far into shared memory); after the
-  // products dqAdd adds. Tile x + 1 thus runs about half a step behind tile x. No code here branches on a thread's own values while wgmmas are
-  // in flight (ptxas would wait for them in such a divergent path and serialize: C7518) but the one thread's poll:
-  // rows past the item's end are zero-size copies and predicated adds and stores, the count a predicated reduction.
+  // the bytes through L2 and took 18.5 ms where the products alone take 8.8: bench/NOTES.md 2026-12-06.) No latency
+  // of the order sits in a step's path. With the sync warpgroup (GB_SYNC_WARP, the default) its warp polls and counts,
+  // and the compute warpgroups meet it at barrier 6 (block t's turn, before their adds at the step's end) and barrier
+  // 5 (their adds issued); the last tile waits for its turn beside dv, dk and dq's products and copies the sum so far
+  // into shared memory (dqPoll). Without it (attn_grad_sync=0) the compute warpgroups do both beside products: beside
+  // S^T and dP^T of step t one thread fences and counts block t - 1 (dqRelease), beside dv, dk and dq's products one
+  // thread polls for block t (dqPoll). No code here branches on a thread's own values while wgmmas are in flight
+  // (ptxas would wait for them in such a divergent path and serialize: C7518) but the one thread's poll: rows past the
+  // item's end are zero-size copies and predicated adds and stores, the count a predicated reduction.
   float dqp[32];
   bool stuck = false;
   float *const prev = prevAll + wg * 64 * GB_PREV_LD;
