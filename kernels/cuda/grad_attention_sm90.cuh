@@ -37,7 +37,8 @@
 // over the item's query rows (64-row steps: a step whose rows end within its first 48 chains zero chunks past the
 // end, which leave a chain's value as it is; the GPU checks include such lengths).
 //
-// Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
+// Defined by the emitter: GB_ENTRY GB_ENTRY_P1 H3C_PARAMS GB_PREV_LD (the row stride, floats, of phase 1's copy of
+// dq's sum) GB_HEADS GB_KVB (the forward's kv_block: 64 or 128) GB_C
 // GB_QK_SCALE GB_O_BF GB_STAGES (phase 1's ring: 2 or 3) GB_LSE (1: the forward's row statistics are input `lse`,
 // [rows][heads] F32, read instead of the statistics walk); head_dim 128. q, k, v are bf16 [B, L, heads * 128], o
 // bf16 or F32, dout F32.
@@ -45,7 +46,6 @@
 #define GB_LD ((long long)GB_HEADS * GB_D)
 #define GB_QSUB 64  // query rows per step of phase 1
 #define GB_KT 128   // keys per CTA of phase 1: one block of dq's fold (GR_DQ_KEYS)
-#define GB_PREV_LD 72  // row stride (floats) of phase 1's copy of dq's sum
 #define GB_TILE(rows) ((rows) * 256)  // bytes of a [rows, 128] bf16 tile
 #if GB_STAGES < 2 || GB_STAGES > 3
 #error "phase 1's ring takes 2 or 3 stages"
@@ -277,6 +277,15 @@ __device__ __forceinline__ int gb_ld_acquire(const int *p) {
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// Polls dq's counter at `sem` until x tiles have counted themselves in; false when it gave up after ~2^24 polls
+// (seconds: a tile that never comes, which the dispatch order rules out). The caller traps then, but only where no
+// wgmma is in flight (a trap beside them in a divergent path would serialize them).
+__device__ __forceinline__ bool gb_await_count(const int *sem, int x) {
+  unsigned polls = 0;
+  while (gb_ld_acquire(sem) != x)
+    if (++polls >= (1u << 24)) return false;
+  return true;
+}
 __device__ __forceinline__ void gb_wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory"); }
 
 // Phase 1: dv, dk and the dq parts of 128 key rows.
@@ -304,6 +313,9 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const int nsub = (int)((L + GB_QSUB - 1) / GB_QSUB);
   const bool firstTile = x == 0, lastTile = x + 1 == ntiles;
+  // dq's counters of this head (`dqsem`, zeroed by phase 0): entry 2 (row0 * heads + head) + half for the query block
+  // at row0 (the sync warp keeps the first entry, the compute warpgroups each their own half).
+  int *const semBase = (int *)dqsem + 2 * (rowBase * GB_HEADS + blockIdx.y);
 #if GB_SYNC_WARP
   // The sync warpgroup: its first warp, per block t in order, waits for the count of the tiles before (lane 0), lets
   // the compute warpgroups add (barrier 6), waits until they have issued their adds (barrier 5: bar.sync orders
@@ -312,16 +324,9 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   if (threadIdx.x >= 256) {
     regs_dealloc<24>();
     if (threadIdx.x >= 256 + 32) return;
-    int *const sem0 = (int *)dqsem + 2 * (rowBase * GB_HEADS + blockIdx.y);
     for (int t = 0; t < nsub; ++t) {
-      int *const sem = sem0 + 2 * (long long)t * GB_QSUB * GB_HEADS;
-      if (!firstTile && lane == 0) {
-        // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
-        // ~2^24 polls (seconds), not a hang.
-        unsigned polls = 0;
-        while (gb_ld_acquire(sem) != x)
-          if (++polls > (1u << 24)) __trap();
-      }
+      int *const sem = semBase + 2 * (long long)t * GB_QSUB * GB_HEADS;
+      if (!firstTile && lane == 0 && !gb_await_count(sem, x)) __trap();  // an error, not a hang
       __syncwarp();
       asm volatile("bar.arrive 6, 288;\n" ::: "memory");
       asm volatile("bar.sync 5, 288;\n" ::: "memory");
@@ -366,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   // Keys past the item's end (the last tile only): dS = 0 there.
   const int keyRow0 = wg * 64 + warp * 16 + g;  // this thread's key rows keyRow0 and keyRow0 + 8 of the tile
   const bool maskKeys = k0 + GB_KT > L;
-  int *const semHead = (int *)dqsem + 2 * (rowBase * GB_HEADS + blockIdx.y) + wg;
+  int *const semHead = semBase + wg;
   float *const dqHead = (float *)dq + rowBase * GB_LD + colBase + wg * 64;
 
   // dq's part of step t (query rows i0 = 64 t, this warpgroup's 64 channels) goes into dq in key-tile order: the
@@ -392,13 +397,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
       if (!lastTile) return;  // the others wait at barrier 6 after their products (and the first tile adds onto 0)
       asm volatile("bar.sync 6, 288;\n" ::: "memory");
     } else if (tid == 0 && !GB_DQ_NOWAIT) {
-      // Bounded: a tile that never comes (it cannot, by the dispatch order) ends the kernel with an error after
-      // ~2^24 polls (seconds), not a hang: `stuck`, trapped once no wgmma is in flight (a trap beside them in this
-      // divergent path would serialize them).
-      unsigned polls = 0;
-      while (gb_ld_acquire(semHead + 2 * i0 * GB_HEADS) != x && ++polls < (1u << 24)) {
-      }
-      stuck = polls >= (1u << 24);
+      stuck = !gb_await_count(semHead + 2 * i0 * GB_HEADS, x);  // trapped after the products (an error, not a hang)
     }
     if (!GB_SYNC_WARP) gb_wg_bar(wg);
     if (!lastTile) return;

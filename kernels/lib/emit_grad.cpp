@@ -265,7 +265,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // dq counters), phase 1 per 128-key tile (two warpgroups of 64 keys: dv, dk and dq's ordered parts). Shared
     // memory: phase 0 D (512 bytes), and without lse 1,024 bytes of alignment for the 128-byte swizzle, Q (32 KiB)
     // and a ring of K blocks; phase 1 the alignment, K and V (32 KiB each), a ring of (Q, bf(dO)) steps of 64 rows
-    // (32 KiB a stage), dS (16 KiB), each warpgroup's copy of dq's sum so far (18 KiB) and the ring's L and D.
+    // (32 KiB a stage), dS (16 KiB), the last tile's copy of dq's sum so far (36 KiB) and the ring's L and D.
     p.scratch("dqsem", rows.scaled(a.heads * 8));  // the counters of dq's ordered adds: two ints a (row, head)
     b.def("GB_HEADS", a.heads);
     b.def("GB_LSE", a.lse);
@@ -281,8 +281,12 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     const bool syncWarp = v.options.sm90AttnGradSync == 1;
     b.def("GB_SYNC_WARP", syncWarp ? 1 : 0);
     const int64_t tile = d * 2;
+    // The last tile's copy of dq's sum: 64 rows of 64 F32 channels a warpgroup, rows 72 floats apart (the accumulator
+    // layout's float2 reads fall into distinct banks).
+    const int64_t prevLd = 72;
+    b.def("GB_PREV_LD", prevLd);
     const int64_t smem0 = a.lse ? 512 : 512 + 1024 + 128 * tile + 3 * a.kvBlock * tile;  // GB_STAT_STAGES
-    const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile + 2 * 64 * 72 * 4 +
+    const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile + 2 * 64 * prevLd * 4 +
                           stages * 64 * 2 * 4;
     const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     const plan::Launch keys = launch(syncWarp ? 384 : 256, smem1, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);

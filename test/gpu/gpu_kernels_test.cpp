@@ -1306,23 +1306,17 @@ TEST_F(Kernels, AttentionGrad) {
                                                                     h1[size_t(i)][at], m[size_t(i)][at])));
       report(bytesEqual(h1[size_t(i)], h2[size_t(i)]), name + ": " + outs[i] + " two runs byte-equal");
     }
-    // The load ring at 3 stages (attn_grad_stages=3): the same chains, the same bytes.
-    hk::EmitOptions st4;
-    st4.sm90AttnGradStages = 3;
-    {
-      const auto h4 = go(kernel(op, st4), c.B);
+    // The load ring at 3 stages (attn_grad_stages=3) and dq's counts by the compute warpgroups (attn_grad_sync=0):
+    // the same chains and adds in the same order, the same bytes.
+    hk::EmitOptions st3, counts;
+    st3.sm90AttnGradStages = 3;
+    counts.sm90AttnGradSync = 0;
+    for (const auto &[what, opt] : {std::pair<const char *, hk::EmitOptions>{"the 3-stage Hopper form", st3},
+                                    {"the Hopper form with the compute warpgroups' counts", counts}}) {
+      const auto h = go(kernel(op, opt), c.B);
       bool same = true;
-      for (int i = 0; i < 3; ++i) same = same && bytesEqual(h4[size_t(i)], m[size_t(i)]);
-      report(same, name + ": dq, dk, dv of the 3-stage Hopper form == mma.sync byte for byte");
-    }
-    // dq's counts by the compute warpgroups (attn_grad_sync=0): the same adds in the same order.
-    {
-      hk::EmitOptions o;
-      o.sm90AttnGradSync = 0;
-      const auto hs = go(kernel(op, o), c.B);
-      bool same = true;
-      for (int i = 0; i < 3; ++i) same = same && bytesEqual(hs[size_t(i)], m[size_t(i)]);
-      report(same, name + ": dq, dk, dv of the Hopper form with the compute warpgroups' counts == mma.sync byte for byte");
+      for (int i = 0; i < 3; ++i) same = same && bytesEqual(h[size_t(i)], m[size_t(i)]);
+      report(same, name + ": dq, dk, dv of " + what + " == mma.sync byte for byte");
     }
     if (c.B > 1) {
       const auto one = go(hk9, 1);
@@ -1356,7 +1350,7 @@ TEST_F(Kernels, AttentionGrad) {
         for (int i = 0; i < 3; ++i) r.push_back(down<float>(*la.out[size_t(i)], size_t(c.B * c.L * ld)));
         return r;
       };
-      const auto hl = goL(kernel(bwdL)), ml = goL(kernel(bwdL, mmaOpt)), hl4 = goL(kernel(bwdL, st4));
+      const auto hl = goL(kernel(bwdL)), ml = goL(kernel(bwdL, mmaOpt)), hl4 = goL(kernel(bwdL, st3));
       bool same = bytesEqual(l9, lm);
       for (int i = 0; i < 3; ++i)
         same = same && bytesEqual(hl[size_t(i)], h1[size_t(i)]) && bytesEqual(ml[size_t(i)], h1[size_t(i)]) &&
