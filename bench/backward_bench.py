@@ -404,6 +404,22 @@ def _h3c_case(spec, result):
         loss_of(sample, audio).backward()
 
     first, ms, g = measure(step, spec["reps"], spec["warmup"], device=dev)
+    # H3C_BENCH_TRACE=FILE: one more step under torch.profiler, its GPU idle time by phase and gap (step_trace.py).
+    trace_path = os.environ.get("H3C_BENCH_TRACE")
+    if trace_path and dev == "cuda":
+        from step_trace import trace_step
+
+        def marked_step(mark):
+            for p in params.values():
+                p.grad = None
+            kw["hidden_states"].grad = None
+            with mark("h3c forward"):
+                sample, audio = tr(**kw, return_dict=False)
+            with mark("loss"):
+                loss = loss_of(sample, audio)
+            with mark("loss.backward"):
+                loss.backward()
+        print(trace_step(marked_step, trace_path), file=sys.stderr, flush=True)
     # The step must have gone through the plan's backward: every registered parameter (or the activation) has a
     # gradient, else the times are those of a forward alone.
     got = [p.grad is not None for p in params.values()] or [kw["hidden_states"].grad is not None]
@@ -436,6 +452,9 @@ def run_h3c_python(a, plan, req, mode, timeout):
         "status": "error", "note": f"child exited {rc} without a result"}
     if res.get("status") != "ok":
         print(f"h3c python {mode}: {res.get('status')} (exit {rc}); stderr tail:\n{err[-2500:]}", flush=True)
+    elif os.environ.get("H3C_PROFILE"):  # the engine's host phases of the last steps (H3C_PROFILE's stderr lines)
+        phases = [ln for ln in err.splitlines() if ln.startswith(("h3c gpu:", "h3c engine:"))]
+        print(f"h3c python {mode}: the engine's host phases, last steps:\n" + "\n".join(phases[-6:]), flush=True)
     return res
 
 

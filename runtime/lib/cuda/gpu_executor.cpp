@@ -675,10 +675,13 @@ public:
                        e.S == extents_.S && e.Nt == extents_.Nt && e.Nv == extents_.Nv && e.Na == extents_.Na &&
                        e.T == extents_.T && e.Sr == extents_.Sr;
     keptTicket_ = 0;
-    const std::vector<plan::ScheduleStep> steps = plan::backwardSchedule(p, true);
+    const HostClock::time_point h0 = HostClock::now();
+    const std::vector<plan::ScheduleStep> &steps = scheduleOf(p);
     const size_t first = reuse ? forwardEnd(steps) : 0;
+    const HostClock::time_point h1 = HostClock::now();
     if (reuse) req_ = &req;  // the same extents: every launch and download reads them
     else prepareBackward(p, weights, req, opt);
+    const HostClock::time_point h2 = HostClock::now();
     const plan::Function &fwd = p.forward();
     // H3C_GPU_PROFILE=1: a CUDA event after each step of the schedule; the forward's table by op kind, the
     // recompute's and the backward's by kernel on stderr (timing only; the same bits).
@@ -696,7 +699,9 @@ public:
       runStep(p, ran[i], &dy);
       if (profile) hc::check(d.cuEventRecord(ev[i + 1], stream_), "cuEventRecord");
     }
+    const HostClock::time_point h3 = HostClock::now();
     hc::check(hc::driver().cuCtxSynchronize(), "running the backward");
+    const HostClock::time_point h4 = HostClock::now();
     if (profile) reportSchedule(p, ran, ev);
     if (ropeDevicePending_) ropeDeviceValid_ = true;
     if (std::getenv("H3C_PROFILE") || std::getenv("H3C_GPU_PROFILE")) {
@@ -739,6 +744,11 @@ public:
       }
     }
     if (into) hc::check(hc::driver().cuStreamSynchronize(intoStream), "copying the gradients");
+    if (hostProfileOn())
+      std::fprintf(stderr, "h3c gpu: backward host phases: schedule %.2f ms, prepare %.2f ms%s, launch %zu steps "
+                   "%.2f ms, wait %.2f ms, outputs + gradients %.2f ms\n", msBetween(h0, h1), msBetween(h1, h2),
+                   reuse ? " (the kept forward's)" : "", ran.size(), msBetween(h2, h3), msBetween(h3, h4),
+                   msBetween(h4, HostClock::now()));
     return r;
   }
 
@@ -748,11 +758,16 @@ public:
                       uint64_t &ticket) override {
     if (!p.backward()) fail("plan.json#/functions/backward", "the plan has no backward");
     keptTicket_ = 0;
-    const std::vector<plan::ScheduleStep> steps = plan::backwardSchedule(p, true);
+    const HostClock::time_point h0 = HostClock::now();
+    const std::vector<plan::ScheduleStep> &steps = scheduleOf(p);
+    const HostClock::time_point h1 = HostClock::now();
     prepareBackward(p, weights, req, opt);
+    const HostClock::time_point h2 = HostClock::now();
     const size_t end = forwardEnd(steps);
     for (size_t i = 0; i < end; ++i) runStep(p, steps[i], nullptr);
+    const HostClock::time_point h3 = HostClock::now();
     hc::check(hc::driver().cuCtxSynchronize(), "running the forward of a backward");
+    const HostClock::time_point h4 = HostClock::now();
     if (ropeDevicePending_) ropeDeviceValid_ = true;
     const plan::Function &fwd = p.forward();
     Outputs out;
@@ -760,10 +775,32 @@ public:
     out.audio_sample = download(fwd.outputs.at("audio_sample"), {req.B, req.Na, p.config.audio_in_channels});
     keptTicket_ = ticket = ++lastTicket_;
     keptPlan_ = &p;
+    if (hostProfileOn())
+      std::fprintf(stderr, "h3c gpu: kept forward host phases: schedule %.2f ms, prepare %.2f ms, launch %zu steps "
+                   "%.2f ms, wait %.2f ms, outputs %.2f ms\n", msBetween(h0, h1), msBetween(h1, h2), end,
+                   msBetween(h2, h3), msBetween(h3, h4), msBetween(h4, HostClock::now()));
     return out;
   }
 
 private:
+  using HostClock = std::chrono::steady_clock;
+  static double msBetween(HostClock::time_point a, HostClock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  }
+  static bool hostProfileOn() { return std::getenv("H3C_PROFILE") || std::getenv("H3C_GPU_PROFILE"); }
+
+  // plan::backwardSchedule(p, true), made once per plan (a few ms of host work at the full config that every kept
+  // forward and every backward would otherwise repeat before their first launch); the plan's sha with its address,
+  // as kernels_, since an address may be reused by another plan.
+  const std::vector<plan::ScheduleStep> &scheduleOf(const plan::Plan &p) {
+    if (scheduleFor_ != &p || scheduleSha_ != p.planSha256) {
+      schedule_ = plan::backwardSchedule(p, true);
+      scheduleFor_ = &p;
+      scheduleSha_ = p.planSha256;
+    }
+    return schedule_;
+  }
+
   // The backward's set-up (both halves): the request's extents, the kernels of both functions, the weights, the
   // arena over the backward's slot timeline, the forward's inputs uploaded.
   void prepareBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt) {
@@ -1040,6 +1077,10 @@ private:
   // and the plan it ran.
   uint64_t keptTicket_ = 0, lastTicket_ = 0;
   const plan::Plan *keptPlan_ = nullptr;
+  // scheduleOf's cache: the schedule, and the plan (address and sha) it was made for.
+  std::vector<plan::ScheduleStep> schedule_;
+  const plan::Plan *scheduleFor_ = nullptr;
+  std::string scheduleSha_;
   std::unique_ptr<hc::NonFiniteScan> outputScan_;  // the output scan's slots (the first forward with a DeviceIO)
   size_t arenaBytes_ = 0;
   const CanonicalRequest *req_ = nullptr;
