@@ -67,12 +67,14 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   keep.maxBytes = o.keepBytes;
   for (const std::string &k : o.keep) {
     plan::OpKind kind;
-    if (!plan::parseOpKind(k, kind)) fail("--keep " + k, "names no op kind of the plan (e.g. \"attention\")");
-    keep.kinds.insert(kind);
+    if (k == "all") keep.all = true;
+    else if (!plan::parseOpKind(k, kind))
+      fail("--keep " + k, "names no op kind of the plan (e.g. \"attention\") nor \"all\"");
+    else keep.kinds.insert(kind);
   }
-  if (!keep.kinds.empty() && !o.checkpoint)
+  if (keep.any() && !o.checkpoint)
     fail("--keep", "keeps values a checkpoint segment would recompute: it needs --checkpoint blocks");
-  if (o.keepBytes >= 0 && keep.kinds.empty()) fail("--keep-bytes", "caps what --keep keeps: it needs --keep");
+  if (o.keepBytes >= 0 && !keep.any()) fail("--keep-bytes", "caps what --keep keeps: it needs --keep");
   if (!o.trainable.empty()) {
     if (!o.backward) fail("--trainable", "selects what the backward trains: it needs --backward");
     plan::checkTrainable(o.trainable, "--trainable");

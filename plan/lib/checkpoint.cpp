@@ -141,7 +141,7 @@ std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep, si
     i = j;
   }
   if (keeping) *keeping = 0;
-  if (keep.kinds.empty()) return out;
+  if (!keep.any()) return out;
   for (OpKind k : keep.kinds)
     if (std::none_of(fwd.ops.begin(), fwd.ops.end(), [&](const Op &op) { return op.kind == k; }))
       fail("--keep " + std::string(opKindName(k)), "the forward has no op of this kind");
@@ -152,7 +152,7 @@ std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep, si
     Checkpoint &c = out[s];
     int64_t bytes = 0;
     for (size_t k : c.recompute)
-      if (keep.kinds.count(fwd.ops[k].kind))
+      if (keep.keeps(fwd.ops[k].kind))
         for (const auto &o : fwd.ops[k].out) {
           const Value &v = p.value(o);
           bytes += reportRows(v.rows, keep.tokens) * v.cols * int64_t(dtypeSize(v.dtype));
@@ -160,12 +160,12 @@ std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep, si
     if (bytes == 0 || (keep.maxBytes >= 0 && used + bytes > keep.maxBytes)) continue;
     Checkpoint k = c;
     // A segment whose recompute would then be empty keeps every value: it is dropped.
-    if (!traceSegment(fwd, u, k, [&](const Op &op) { return keep.kinds.count(op.kind) > 0; })) {
+    if (!traceSegment(fwd, u, k, [&](const Op &op) { return keep.keeps(op.kind); })) {
       out.erase(out.begin() + s);
     } else {
       c = std::move(k);
-      if (keeping) ++*keeping;
     }
+    if (keeping) ++*keeping;
     used += bytes;
   }
   return out;

@@ -74,8 +74,8 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
   app.add_option("--keep", a->keep,
                  "With --checkpoint blocks: an op kind whose outputs the forward keeps for the backward instead of the "
                  "segments rerunning it (selective recompute; \"attention\": a block's costliest op to rerun at long "
-                 "rows, one bf16 [rows, heads * d] tensor to keep); repeatable. The kept values are the forward's "
-                 "own: no bit changes")
+                 "rows, one bf16 [rows, heads * d] tensor to keep), or \"all\": whole blocks kept, not rerun (their "
+                 "segments left out); repeatable. The kept values are the forward's own: no bit changes")
       ->allow_extra_args(false);
   app.add_option("--keep-bytes", a->keepBytes,
                  "With --keep: at most this many bytes of kept outputs at --tokens rows (a number with an optional "
@@ -164,7 +164,8 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
         std::printf("checkpointed: %zu segments, live peak %lld bytes at S = %lld\n", p.backward()->checkpoints.size(),
                     (long long)p.stats.at("backward_peak_live_bytes_checkpointed"), (long long)a->tokens);
       if (!a->keep.empty())
-        std::printf("kept (--keep %s): in %zu of %zu segments, their outputs not rerun\n",
+        std::printf("kept (--keep %s): in %zu of the blocks' segments, their outputs not rerun; %zu segments left "
+                    "(a block with nothing left to rerun has none)\n",
                     fmt::format("{}", fmt::join(a->keep, ",")).c_str(), r.keptSegments,
                     p.backward()->checkpoints.size());
     }

@@ -22,10 +22,15 @@ std::string blockOf(const std::string &node);
 // of a block's recompute time at long rows, and one bf16 [rows, heads * d] tensor of memory). Kept values are the
 // forward's own, so no bit changes. `maxBytes` (>= 0) caps the bytes these outputs add to the live peak at `tokens`
 // rows: segments take the rule from the last block down (their backward runs first) while the sum fits; -1: all.
+// `all` (`--keep all`): every op of a segment, which is then left out: its block's values live from the forward to
+// their backward readers and nothing of it is rerun (whole blocks within the cap: memory traded for recompute time).
 struct KeepRule {
   std::set<OpKind> kinds;
+  bool all = false;
   int64_t maxBytes = -1;
   int64_t tokens = 8192;
+  bool any() const { return all || !kinds.empty(); }
+  bool keeps(OpKind k) const { return all || kinds.count(k) > 0; }
 };
 
 // One segment per block of the plan's forward whose ops are consecutive (an op without nodes, a lora_down, belongs
@@ -33,7 +38,8 @@ struct KeepRule {
 // block's ops are not consecutive or when a value the backward reads would need an op that defines a boundary value
 // (one read after the segment) to be rerun. With `keep`, the ops of its kinds are left out of the recompute of the
 // segments it selects (their outputs then live from the forward to their last backward reader); a kind the forward
-// has no op of is refused, naming it; `keeping` (when given) counts the listed segments the rule applied to.
+// has no op of is refused, naming it; `keeping` (when given) counts the segments the rule applied to (those left
+// out because nothing of them was left to rerun among them).
 std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep = {}, size_t *keeping = nullptr);
 
 // The reader's checks of functions.backward.checkpoints (`root` the plan's JSON pointer prefix): segments ascending
