@@ -497,9 +497,6 @@ int main(int argc, char **argv) {
         h3c::kernels::EmitOptions ns = h3c::kernels::EmitOptions::planDefaults();
         ns.sm90AttnGradSync = 0;
         variants.emplace_back(" [no sync warp]", ns);
-        h3c::kernels::EmitOptions bulk = h3c::kernels::EmitOptions::planDefaults();
-        bulk.sm90AttnGradBulk = 1;
-        variants.emplace_back(" [bulk dq]", bulk);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's

@@ -24,7 +24,10 @@
 // (F32, in L2 while a head runs: 4.3 MB), no scratch. CTAs are dispatched in blockIdx order, key tiles fastest, so
 // the tile a CTA waits for was dispatched before it: it runs or has finished, and the wait ends. Measured (H100,
 // bench/NOTES.md 2026-12-06 10:24): 12.8 ms with the sync warpgroup (GB_SYNC_WARP) where SDPA takes 9.7; the five
-// products alone 8.8 ms, the reductions ~3.8 ms of the difference wherever they are issued.
+// products alone 8.8 ms, the reductions ~3.8 ms of the difference wherever they are issued. Not the TMA's bulk
+// reduction either (measured 2026-12-06 13:46 on an H100, the form reverted): the middle tiles' parts staged in shared
+// memory and added by cp.reduce.async.bulk .add.f32 from the sync warp took 13.29 ms against 12.90, and that add
+// keeps subnormal inputs and results (a 1.77e-39 sum where red.global.add.f32 and the contract's fold give +0).
 //
 // Phase 0 (GB_ENTRY, 256 threads): one (128-query tile, head, item) per CTA: bf(dO) into the scratch `dob`, D, L (the
 // forward's lse, or its key walk for l and mc), L and D into `stats`, and the tile's dq counters to 0.
@@ -66,17 +69,6 @@
 #endif
 #if GB_SYNC_WARP && GB_DQ_DIAG
 #error "the dq diagnostics time the form without the sync warp"
-#endif
-// GB_DQ_BULK (attn_grad_bulk): the middle tiles add their dq parts by the TMA's bulk reduction
-// (cp.reduce.async.bulk .add.f32, one 512-byte row of the head's channels an operation) from a double-buffered
-// staging area in shared memory, issued and waited for by the sync warp, so the compute warpgroups only store their
-// parts into shared memory (GB_DQ_STAGE_LD floats a staging row, set by the emitter). The first and the last tile
-// add as without it.
-#ifndef GB_DQ_BULK
-#define GB_DQ_BULK 0
-#endif
-#if GB_DQ_BULK && (!GB_SYNC_WARP || GB_STAGES != 2 || GB_DQ_DIAG)
-#error "dq's bulk adds take the sync warpgroup and 2 ring stages (shared memory), and no diagnostics"
 #endif
 #define GB_P1_THREADS (GB_SYNC_WARP ? 384 : 256)
 #if GB_KVB == 64
@@ -311,15 +303,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   // The last tile's copy of dq's sum so far, each warpgroup its 64 rows x 64 channels (rows GB_PREV_LD floats apart:
   // the accumulator layout's float2 reads fall into distinct banks), then the ring's (L, D).
   float *prevAll = (float *)(gb_raw + (sdS + GB_TILE(GB_QSUB) - smem_u32(gb_raw)));
-#if GB_DQ_BULK
-  // With the bulk adds the area holds the middle tiles' two staging buffers of [64 rows][GB_DQ_STAGE_LD] floats
-  // (the step's part, both warpgroups' channels; the last tile's copy of the sum, which is smaller, in its place).
-  float *const stageAll = prevAll;
-  float *LDs = prevAll + 2 * 64 * GB_DQ_STAGE_LD;
-  static_assert(GB_DQ_STAGE_LD >= GB_PREV_LD && GB_DQ_STAGE_LD % 4 == 0, "the staging rows hold the sum's and are 16-byte aligned");
-#else
   float *LDs = prevAll + 2 * 64 * GB_PREV_LD;
-#endif
   static_assert(GB_KT == GR_DQ_KEYS, "a CTA's keys are one block of dq's fold");
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;
@@ -332,7 +316,6 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const int nsub = (int)((L + GB_QSUB - 1) / GB_QSUB);
   const bool firstTile = x == 0, lastTile = x + 1 == ntiles;
-  const bool bulkTile = GB_DQ_BULK && !firstTile && !lastTile;  // (the CTA's: no thread's own value)
   // dq's counters of this head (`dqsem`, zeroed by phase 0): entry 2 (row0 * heads + head) + half for the query block
   // at row0 (the sync warp keeps the first entry, the compute warpgroups each their own half).
   int *const semBase = (int *)dqsem + 2 * (rowBase * GB_HEADS + blockIdx.y);
@@ -344,46 +327,6 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   if (threadIdx.x >= 256) {
     regs_dealloc<24>();
     if (threadIdx.x >= 256 + 32) return;
-#if GB_DQ_BULK
-    if (bulkTile) {
-      // The middle tiles' bulk adds, per block t: the compute warpgroups stored the part into staging buffer t % 2
-      // (barrier 5 + 2 b), the count of the tiles before is awaited (lane 0, acquire), each lane issues the bulk
-      // reductions of two rows (the proxy fence orders the acquired adds before the async proxy's), the buffer is
-      // handed back once read (barrier 6 + 2 b, for block t + 2), and once the reductions are complete (written to
-      // global memory) and fenced back to the generic proxy, lane 0 counts the tile in (as above). One barrier pair a
-      // buffer: a warpgroup stores into buffer b again only after the sync warp has taken block t's.
-      float *const dqRows = (float *)dq + rowBase * GB_LD + colBase;
-      for (int t = 0; t < nsub; ++t) {
-        const int b = t & 1;
-        int *const sem = semBase + 2 * (long long)t * GB_QSUB * GB_HEADS;
-        asm volatile("bar.sync %0, 288;\n" ::"r"(5 + 2 * b) : "memory");
-        if (lane == 0 && !gb_await_count(sem, x)) __trap();  // an error, not a hang
-        __syncwarp();
-        asm volatile("fence.proxy.async.global;\n" ::: "memory");
-        const long long i0 = (long long)t * GB_QSUB;
-        const h3u32 src = smem_u32(stageAll + b * 64 * GB_DQ_STAGE_LD);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = lane + 32 * h;
-          if (i0 + r < L)
-            asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 512;\n" ::"l"(
-                             dqRows + (i0 + r) * GB_LD), "r"(src + r * GB_DQ_STAGE_LD * 4) : "memory");
-        }
-        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-        __syncwarp();
-        if (t + 2 < nsub) asm volatile("bar.arrive %0, 288;\n" ::"r"(6 + 2 * b) : "memory");
-        asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-        asm volatile("fence.proxy.async.global;\n" ::: "memory");
-        __syncwarp();
-        if (lane == 0) {
-          asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-          asm volatile("red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
-        }
-      }
-      return;
-    }
-#endif
     for (int t = 0; t < nsub; ++t) {
       int *const sem = semBase + 2 * (long long)t * GB_QSUB * GB_HEADS;
       if (!firstTile && lane == 0 && !gb_await_count(sem, x)) __trap();  // an error, not a hang
@@ -569,22 +512,6 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
     wgmma_wait<0>();
     if (stuck) __trap();
     cp_async_wait<0>();  // the ring's next step (issued at the top), the last tile's sum so far
-#if GB_DQ_BULK
-    if (bulkTile) {  // the part into staging buffer t % 2 (free again once the sync warp has read block t - 2's)
-      const int b = t & 1;
-      if (t >= 2) asm volatile("bar.sync %0, 288;\n" ::"r"(6 + 2 * b) : "memory");
-      float *const st = stageAll + b * 64 * GB_DQ_STAGE_LD + wg * 64;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float *const row = st + (warp * 16 + g + hh * 8) * GB_DQ_STAGE_LD + t4 * 2;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) *(float2 *)(row + j * 8) = make_float2(dqp[j * 4 + hh * 2], dqp[j * 4 + hh * 2 + 1]);
-      }
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the stores before the TMA reads them
-      asm volatile("bar.arrive %0, 288;\n" ::"r"(5 + 2 * b) : "memory");
-      continue;
-    }
-#endif
     if (lastTile) gb_wg_bar(wg);
     // Block t's turn (the last tile waited for it beside the products, before its copy of the sum).
     if (GB_SYNC_WARP && (!lastTile || firstTile)) asm volatile("bar.sync 6, 288;\n" ::: "memory");

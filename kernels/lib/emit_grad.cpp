@@ -285,19 +285,9 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // layout's float2 reads fall into distinct banks).
     const int64_t prevLd = 72;
     b.def("GB_PREV_LD", prevLd);
-    // attn_grad_bulk: the middle tiles' dq parts added by the TMA's bulk reduction from two staging buffers of 64 rows
-    // of the head's 128 F32 channels, rows 136 floats apart (16-byte aligned; the float2 stores of the accumulator
-    // layout two-way at most), in place of the last tile's copy of the sum (which fits in them).
-    const bool bulk = v.options.sm90AttnGradBulk == 1;
-    if (bulk && (!syncWarp || stages != 2))
-      fail(v.where, "attn_grad_bulk=1 takes attn_grad_sync=1 and attn_grad_stages=2 (shared memory), not sync {} and "
-           "{} stages", syncWarp ? 1 : 0, stages);
-    const int64_t stageLd = 136;
-    b.def("GB_DQ_BULK", bulk ? 1 : 0);
-    if (bulk) b.def("GB_DQ_STAGE_LD", stageLd);
     const int64_t smem0 = a.lse ? 512 : 512 + 1024 + 128 * tile + 3 * a.kvBlock * tile;  // GB_STAT_STAGES
-    const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile +
-                          2 * 64 * (bulk ? stageLd : prevLd) * 4 + stages * 64 * 2 * 4;
+    const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile + 2 * 64 * prevLd * 4 +
+                          stages * 64 * 2 * 4;
     const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     const plan::Launch keys = launch(syncWarp ? 384 : 256, smem1, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");

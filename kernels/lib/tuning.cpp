@@ -49,8 +49,6 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"attn_grad_stages", &EmitOptions::sm90AttnGradStages, 2, 3},
                           // attention_grad's Hopper form: dq's counts by a sync warpgroup (0: by the compute ones)
                           {"attn_grad_sync", &EmitOptions::sm90AttnGradSync, 0, 1},
-                          // attention_grad's Hopper form: the middle key tiles add dq by the TMA's bulk reduction
-                          {"attn_grad_bulk", &EmitOptions::sm90AttnGradBulk, 0, 1},
                           // the Hopper dX of the bf16 linears (grad_linear_sm90.cuh): on/off, ring stages, tile width
                           // (0: by K; 128, 192 or 256, checked by the emitter), a k-block in flight
                           {"grad_x_sm90", &EmitOptions::sm90GradX, 0, 1},
@@ -186,11 +184,6 @@ void EmitOptions::check(const std::string &where) const {
   if (sm90GradWSharedBytes(gw.sm90GradWStages) > kMaxCtaSharedBytes)
     fail(where, "linear_grad_w: grad_w_stages={} need {} bytes of shared memory (at most {})", gw.sm90GradWStages,
          sm90GradWSharedBytes(gw.sm90GradWStages), kMaxCtaSharedBytes);
-  const EmitOptions ag = forOp(std::string("attention_grad"));
-  if (ag.sm90AttnGradBulk == 1 && (ag.sm90AttnGradSync != 1 || ag.sm90AttnGradStages != 2))
-    fail(where, "attention_grad: attn_grad_bulk=1 takes attn_grad_sync=1 and attn_grad_stages=2 (its staging buffers "
-                "fill the shared memory of a third stage), got attn_grad_sync={} and attn_grad_stages={}",
-         ag.sm90AttnGradSync, ag.sm90AttnGradStages);
   const EmitOptions a = forOp(std::string("adaln_table"));
   if (a.sm90AdalnStageK % 16 != 0)
     fail(where, "adaln_table: adaln_stage_k={} is not a multiple of 16 (a stage holds whole k chunks)",

@@ -1121,11 +1121,6 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     counts.sm90AttnGradSync = 0;
     expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", counts),
                                 "sm_90a lse compute counts");
-    hk::EmitOptions bulk;  // the middle tiles' dq adds by the TMA's bulk reduction
-    bulk.sm90AttnGradBulk = 1;
-    const plan::Kernel kb = *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", bulk);
-    EXPECT_NE(kb.source.find("#define GB_DQ_BULK 1\n"), std::string::npos) << kb.id;
-    expectCompilesWithoutSpills(jit, kb, "sm_90a lse bulk dq adds");
   }
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);

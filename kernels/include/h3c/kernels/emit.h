@@ -105,10 +105,6 @@ struct EmitOptions {
   // sm_90a: attention_grad's Hopper form with a sync warpgroup for dq's ordered adds (1: 12.8 ms at S = 8,349 x 56
   // heads on an H100, bench/NOTES.md 2026-12-06) or the compute warpgroups counting themselves (0: 14.7). Timing only.
   int sm90AttnGradSync = 1;
-  // sm_90a: attention_grad's Hopper form with the middle key tiles' dq parts staged in shared memory and added by the
-  // TMA's bulk reduction (cp.reduce.async.bulk, issued by the sync warp; 1, with attn_grad_sync=1 and 2 stages) or
-  // by red.global.add from the compute warpgroups' registers (0). Timing only (the same flush-to-zero adds).
-  int sm90AttnGradBulk = 0;
   int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1, sm90GradXCluster = 1;
   // sm_90a with wgmma: a bf16 linear's dW (linear_grad_w with the weight trained) on the Hopper GEMM
   // (grad_linear_w_sm90.cuh: TMA, wgmma, persistent, 128 x 128 tiles; the mma.sync form's bits, Kernels.LinearGradW
