@@ -142,7 +142,11 @@ std::pair<Outputs, uint64_t> Engine::forwardKept(const Request &request) {
     r.first = run(request).outputs;
   } else {
     ensureExecutor();
+    const auto t0 = std::chrono::steady_clock::now();
     const CanonicalRequest req = canonicalize(request, plan_.config, "--inputs");
+    if (std::getenv("H3C_PROFILE") || std::getenv("H3C_GPU_PROFILE"))
+      std::fprintf(stderr, "h3c engine: kept forward: canonicalize %.2f ms\n",
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     r.first = exec_->forwardKept(plan_, *weights_, req, opt_, r.second);
     ++forwards_;
   }

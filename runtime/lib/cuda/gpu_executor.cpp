@@ -805,6 +805,7 @@ private:
   // arena over the backward's slot timeline, the forward's inputs uploaded.
   void prepareBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt) {
     if (p.options.sp * p.options.tp != 1) fail("--device gpu", "the backward runs on one rank");
+    const HostClock::time_point h0 = HostClock::now();
     begin(p, req);
     bound_.clear();
     stream_ = nullptr;
@@ -813,9 +814,15 @@ private:
     std::vector<const plan::Kernel *> all;
     for (const plan::Op &op : p.backward()->ops) all.push_back(&p.kernel(op));
     runner_->loadAll(all);
+    const HostClock::time_point h1 = HostClock::now();
     loadWeights(p, weights, opt.progress);
+    const HostClock::time_point h2 = HostClock::now();
     slotAt_ = allocateArena(p, req, /*withBackward=*/true);
+    const HostClock::time_point h3 = HostClock::now();
     uploadInputs(fwd, req);
+    if (hostProfileOn())
+      std::fprintf(stderr, "h3c gpu: backward set-up: kernels %.2f ms, weights %.2f ms, arena %.2f ms, inputs %.2f ms\n",
+                   msBetween(h0, h1), msBetween(h1, h2), msBetween(h2, h3), msBetween(h3, HostClock::now()));
   }
 
   // The schedule's forward steps end where the first step is a gradient op or a recompute, or defines a gradient of
