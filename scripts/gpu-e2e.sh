@@ -287,16 +287,17 @@ print(len(g), 'gradients,', len(lora), 'adapter slots,', nz, 'not all zero; non-
     check "[full backward --no-fuse-grad] GPU backward" env H3C_PROFILE=1 "$H3C" backward --config full --synthetic 7 --plan "$plans/full-backward-lora64-nofusegrad" --inputs "$d/req.safetensors" --grads "$d/out.safetensors" --lora "$d/adapter.safetensors" -o "$d/grads-nofusegrad.safetensors" --device gpu
     [ -f "$d/grads-nofusegrad.safetensors" ] && check "[full backward --no-fuse-grad] gradients == the default (fused) plan's (byte-equal)" python3 "$cmp_py" equal "$d/grads.safetensors" "$d/grads-nofusegrad.safetensors"
   fi
-  # Selective recompute (--keep attention, and capped): the same request and adapter, every gradient byte-equal to
-  # the checkpointed plan's. The plan keeping all 52 blocks' attention outputs (6.2 GB more) needs a 141 GB H200: on
-  # an 80 GB GPU it is skipped, saying so.
+  # Selective recompute (--keep attention, and capped; --keep all: whole blocks): the same request and adapter, every
+  # gradient byte-equal to the checkpointed plan's. The plans keeping all 52 blocks' attention outputs (6.2 GB more)
+  # or 27 whole blocks (--keep all --keep-bytes 48GiB, ~48 GB more) need a 141 GB H200: on an 80 GB GPU they are
+  # skipped, saying so.
   local mib; mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-  for k in ${H3C_E2E_KEEP_PLANS:-full-backward-lora64-keep1536m full-backward-lora64-keep}; do
+  for k in ${H3C_E2E_KEEP_PLANS:-full-backward-lora64-keep1536m full-backward-lora64-keep full-backward-lora64-keepall48g}; do
     [ -f "$plans/$k/plan.json" ] || continue
-    if [ "$k" = full-backward-lora64-keep ] && [ "${mib:-0}" -lt 120000 ]; then
+    if { [ "$k" = full-backward-lora64-keep ] || [ "$k" = full-backward-lora64-keepall48g ]; } && [ "${mib:-0}" -lt 120000 ]; then
       echo "SKIP [full backward $k] needs a 141 GB GPU (this one has ${mib:-?} MiB)"; continue
     fi
-    check "[full backward $k] GPU backward (attention outputs kept, not rerun)" env H3C_PROFILE=1 "$H3C" backward --config full --synthetic 7 --plan "$plans/$k" --inputs "$d/req.safetensors" --grads "$d/out.safetensors" --lora "$d/adapter.safetensors" -o "$d/grads-$k.safetensors" --device gpu
+    check "[full backward $k] GPU backward (kept values, not rerun)" env H3C_PROFILE=1 "$H3C" backward --config full --synthetic 7 --plan "$plans/$k" --inputs "$d/req.safetensors" --grads "$d/out.safetensors" --lora "$d/adapter.safetensors" -o "$d/grads-$k.safetensors" --device gpu
     [ -f "$d/grads-$k.safetensors" ] && check "[full backward $k] gradients == the checkpointed plan's (byte-equal)" python3 "$cmp_py" equal "$d/grads.safetensors" "$d/grads-$k.safetensors"
   done
 }

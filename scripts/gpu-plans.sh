@@ -59,7 +59,8 @@ rm -rf "$root/carry/plans/tiny-backward-lora-keep"
 # every tensor (<c>-backward-ckpt). --tokens sizes the slots (and the buffer report); gpu-e2e.sh H3C_E2E_ONLY=
 # full_backward runs full-backward-lora64-ckpt, and the same with --keep attention (every block's attention output
 # kept: 6.2 GB more at 8,349 rows, for a 141 GB H200) and with --keep-bytes 1536MiB (13 blocks: what an 80 GB H100
-# has left beside the step), each byte-equal to the first.
+# has left beside the step) and with --keep all --keep-bytes 48GiB (27 whole blocks kept, for a 141 GB H200), each
+# byte-equal to the first.
 if [ "${H3C_PLANS_BACKWARD_FULL:-0}" = 1 ]; then
   for c in small full; do
     s=$([ $c = full ] && echo 8349 || echo 2048)
@@ -76,6 +77,10 @@ if [ "${H3C_PLANS_BACKWARD_FULL:-0}" = 1 ]; then
       "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
         --checkpoint blocks --keep attention --keep-bytes 1536MiB --tokens $s \
         -o "$root/carry/plans/full-backward-lora64-keep1536m" | tail -1
+      rm -rf "$root/carry/plans/full-backward-lora64-keepall48g"
+      "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --lora-rank 64 --trainable lora \
+        --checkpoint blocks --keep all --keep-bytes 48GiB --tokens $s \
+        -o "$root/carry/plans/full-backward-lora64-keepall48g" | tail -1
     fi
     "$H3C" compile "$tmp/$c.json" --arch "${H3C_ARCH:-sm_90a}" --backward --checkpoint blocks --tokens $s \
       -o "$root/carry/plans/$c-backward-ckpt" | tail -1
