@@ -497,6 +497,11 @@ int main(int argc, char **argv) {
         h3c::kernels::EmitOptions ns = h3c::kernels::EmitOptions::planDefaults();
         ns.sm90AttnGradSync = 0;
         variants.emplace_back(" [no sync warp]", ns);
+        h3c::kernels::EmitOptions rows = h3c::kernels::EmitOptions::planDefaults();
+        rows.sm90AttnGradRows = 1;
+        variants.emplace_back(" [dq rows]", rows);
+        rows.sm90AttnGradSync = 0;
+        variants.emplace_back(" [dq rows, no sync warp]", rows);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's

@@ -70,6 +70,14 @@
 #if GB_SYNC_WARP && GB_DQ_DIAG
 #error "the dq diagnostics time the form without the sync warp"
 #endif
+// GB_DQ_ROWS (attn_grad_rows): the middle tiles' red.global.add of dq a row at a time: each warp stores its 16 rows
+// of the part (the accumulator layout: 8 rows of 32 bytes an instruction) into the shared memory the last tile's
+// copy of the sum takes, and adds them back row by row, one 256-byte row of its warpgroup's channels a warp
+// instruction (two whole 128-byte lines where the accumulator layout's instruction touches eight rows' sectors).
+// The same adds of the same values in the same order.
+#ifndef GB_DQ_ROWS
+#define GB_DQ_ROWS 0
+#endif
 #define GB_P1_THREADS (GB_SYNC_WARP ? 384 : 256)
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
@@ -417,6 +425,18 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
       if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
       return;
     }
+    if (GB_DQ_ROWS && !firstTile && !lastTile) {  // the warp's 16 rows, staged by dqStageRows, a row an instruction
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int rl = warp * 16 + k;
+        const long long r = i0 + rl;
+        const int in = r < L;
+        const float2 v = *(const float2 *)(prev + rl * GB_PREV_LD + lane * 2);
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p red.relaxed.gpu.global.add.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(in),
+                     "l"(dqHead + (in ? r : 0) * GB_LD + lane * 2), "f"(v.x), "f"(v.y) : "memory");
+      }
+      return;
+    }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int rl = warp * 16 + g + hh * 8;
@@ -513,6 +533,15 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
     if (stuck) __trap();
     cp_async_wait<0>();  // the ring's next step (issued at the top), the last tile's sum so far
     if (lastTile) gb_wg_bar(wg);
+    if (GB_DQ_ROWS && !firstTile && !lastTile) {  // dqAdd's rows: the warp's own 16, so the warp's barrier suffices
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float *const row = prev + (warp * 16 + g + hh * 8) * GB_PREV_LD + t4 * 2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) *(float2 *)(row + j * 8) = make_float2(dqp[j * 4 + hh * 2], dqp[j * 4 + hh * 2 + 1]);
+      }
+      __syncwarp();
+    }
     // Block t's turn (the last tile waited for it beside the products, before its copy of the sum).
     if (GB_SYNC_WARP && (!lastTile || firstTile)) asm volatile("bar.sync 6, 288;\n" ::: "memory");
     dqAdd(i0);
