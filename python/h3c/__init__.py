@@ -473,15 +473,16 @@ class _H3cFunction:
                     if on_device:
                         dev = next(iter(on_device.values())).device
                         stream = torch.cuda.current_stream(dev).cuda_stream
+                    need = ctx.needs_input_grad[3:6]  # the three activations' (forward's arguments 3-5)
                     _, inputs, weights, kept = t._engine.backward(
                         ctx.host, grad_sample.detach().float().cpu().contiguous(),
                         grad_audio.detach().float().cpu().contiguous(), ctx.ticket,
-                        {n: g.data_ptr() for n, g in on_device.items()}, stream)
+                        {n: g.data_ptr() for n, g in on_device.items()}, stream, input_grads=any(need), outputs=False)
                     t.backwards_from_kept_forward += int(kept)
                     # An activation that does not require grad gets None (no copy to its device: at S = 8,349 the
                     # three F32 gradients' uploads were ~10 ms of a LoRA step the GPU waited for).
-                    acts = tuple(torch.from_dlpack(inputs[n]).to(device=dv, dtype=d) if need else None
-                                 for n, (d, dv), need in zip(_ACTIVATIONS, ctx.places, ctx.needs_input_grad[3:6]))
+                    acts = tuple(torch.from_dlpack(inputs[n]).to(device=dv, dtype=d) if want else None
+                                 for n, (d, dv), want in zip(_ACTIVATIONS, ctx.places, need))
                     return (None, None, None, *acts,
                             *(on_device[n] if n in on_device else torch.from_dlpack(weights[n]) for n in ctx.names))
 

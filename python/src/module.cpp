@@ -346,9 +346,12 @@ public:
   // `resume`: forward_kept's ticket for this request (0: none; see forwardKept below). The result's fourth item says
   // whether the backward started from that kept forward. `grads_into`: {weight name: device address} of F32 CUDA
   // tensors of the weights' shapes (the package's CUDA parameters' gradients) that the GPU backward fills on `stream`
-  // (executor.h's DeviceGrads); those names are absent from the returned weight gradients.
+  // (executor.h's DeviceGrads); those names are absent from the returned weight gradients. `input_grads` /
+  // `outputs` false: the GPU backward returns no activation gradients / outputs (empty dict / None; the CPU
+  // reference returns them anyway).
   py::tuple backward(const py::dict &host, const py::object &gradSample, const py::object &gradAudio,
-                     uint64_t resume, const std::map<std::string, uint64_t> &gradsInto, uint64_t stream) {
+                     uint64_t resume, const std::map<std::string, uint64_t> &gradsInto, uint64_t stream,
+                     bool inputGrads, bool outputs) {
     std::unique_lock<std::mutex> lock = lockEngine();
     const std::vector<std::unique_ptr<Imported>> held =
         importRequest(host, "the backward takes host tensors (CPU reference)");
@@ -357,13 +360,16 @@ public:
     {
       py::gil_scoped_release release;
       for (size_t i = 0; i < held.size(); ++i) held[i]->readInto(staged_.tensors[requestTensorNames()[i]], 0);
-      const DeviceGrads into{gradsInto, stream};
-      r = engine_->backward(staged_, dy, resume, gradsInto.empty() ? nullptr : &into);
+      const DeviceGrads into{gradsInto, stream, inputGrads, outputs};
+      r = engine_->backward(staged_, dy, resume, gradsInto.empty() && inputGrads && outputs ? nullptr : &into);
     }
     py::dict inputs, weights;
     for (auto &[name, t] : r.inputGrads) inputs[name.c_str()] = Array(std::move(t));
     for (auto &[name, t] : r.weightGrads) weights[name.c_str()] = Array(std::move(t));
-    return py::make_tuple(py::make_tuple(Array(std::move(r.outputs.sample)), Array(std::move(r.outputs.audio_sample))),
+    const bool haveOutputs = !r.outputs.sample.shape.empty();
+    return py::make_tuple(haveOutputs ? py::object(py::make_tuple(Array(std::move(r.outputs.sample)),
+                                                                  Array(std::move(r.outputs.audio_sample))))
+                                      : py::object(py::none()),
                           inputs, weights, r.forwardKept);
   }
 
@@ -640,7 +646,8 @@ PYBIND11_MODULE(_h3c, m) {
       .def("unload_loras", &PyEngine::unloadLoras)
       .def("read_weight", &PyEngine::readWeight, py::arg("name"))
       .def("backward", &PyEngine::backward, py::arg("host"), py::arg("grad_sample"), py::arg("grad_audio_sample"),
-           py::arg("resume") = 0, py::arg("grads_into") = std::map<std::string, uint64_t>{}, py::arg("stream") = 0)
+           py::arg("resume") = 0, py::arg("grads_into") = std::map<std::string, uint64_t>{}, py::arg("stream") = 0,
+           py::arg("input_grads") = true, py::arg("outputs") = true)
       .def("forward_kept", &PyEngine::forwardKept, py::arg("host"))
       .def_property_readonly("weight_shapes", &PyEngine::weightShapes)
       .def_property_readonly("weight_dtypes", &PyEngine::weightDtypes)

@@ -126,7 +126,8 @@ BackwardResult runBackward(const plan::Plan &p, WeightSource &weights, const Req
         fail("backward:" + name, "is not a tensor this plan trains: its gradient cannot be left in device memory");
       if (ptr == 0) fail("backward:" + name, "has no device address for its gradient");
     }
-    if (opt.device == "cpu") fail("backward", "gradients into device memory need a GPU backward (this one runs on the CPU)");
+    if (opt.device == "cpu" && !into->weights.empty())
+      fail("backward", "gradients into device memory need a GPU backward (this one runs on the CPU)");
   }
   if (h3::configToJson(weights.config()).dump() != h3::configToJson(p.config).dump())
     fail("--config", "the weights' config differs from the plan's config");

@@ -722,13 +722,16 @@ public:
     BackwardResult r;
     r.arenaBytes = int64_t(arenaBytes_);
     r.forwardKept = reuse;
-    r.outputs.sample = download(fwd.outputs.at("sample"), {req.B, req.Nv, videoCols});
-    r.outputs.audio_sample = download(fwd.outputs.at("audio_sample"), {req.B, req.Na, audioCols});
+    if (!into || into->outputs) {
+      r.outputs.sample = download(fwd.outputs.at("sample"), {req.B, req.Nv, videoCols});
+      r.outputs.audio_sample = download(fwd.outputs.at("audio_sample"), {req.B, req.Na, audioCols});
+    }
     // The weight gradients: into the caller's device memory (DeviceGrads, device to device on its stream), else
     // to the host straight into their tensors (one copy each).
     const CUstream intoStream = into ? reinterpret_cast<CUstream>(into->stream) : nullptr;
     for (const auto &[key, v] : bwd->outputs) {
       if (key.rfind("grad:@", 0) == 0) {
+        if (into && !into->inputGrads) continue;
         const HostValue h = downloadValue(v);
         r.inputGrads[key.substr(6)] = Tensor::fromFloats(DType::F32, {h.batch, h.rows, h.cols}, h.f.data());
         continue;

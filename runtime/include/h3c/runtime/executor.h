@@ -51,9 +51,13 @@ struct DeviceIO {
 // parameters' gradients), by plan weight name (a tensor the plan trains), each F32 of the weight's shape, contiguous.
 // The copies run on `stream` (a CUstream of the primary context; 0: the legacy default stream) after the backward
 // and are done when it returns. A training step then moves no gradient through the host (1.4 GB at LoRA rank 64).
+// `inputGrads` / `outputs` false: the GPU backward leaves the activations' gradients / the forward's outputs out of
+// its result (no download: a trainer whose activations need no gradient, and which has the outputs of its kept
+// forward already, waits for neither); the CPU reference returns them anyway.
 struct DeviceGrads {
   std::map<std::string, uint64_t> weights;
   uint64_t stream = 0;
+  bool inputGrads = true, outputs = true;
 };
 
 struct Outputs {
