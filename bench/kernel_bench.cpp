@@ -498,10 +498,8 @@ int main(int argc, char **argv) {
         ns.sm90AttnGradSync = 0;
         variants.emplace_back(" [no sync warp]", ns);
         h3c::kernels::EmitOptions rows = h3c::kernels::EmitOptions::planDefaults();
-        rows.sm90AttnGradRows = 1;
-        variants.emplace_back(" [dq rows]", rows);
-        rows.sm90AttnGradSync = 0;
-        variants.emplace_back(" [dq rows, no sync warp]", rows);
+        rows.sm90AttnGradRows = 0;
+        variants.emplace_back(" [dq accumulator layout]", rows);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's
@@ -514,7 +512,8 @@ int main(int argc, char **argv) {
           const std::string name = fmt::format("attention_grad 56x128 [lse] [diag: {}]", what[diag]);
           if (!only.empty() && name.find(only) == std::string::npos) continue;
           h3c::kernels::EmitOptions computeCounts = h3c::kernels::EmitOptions::planDefaults();
-          computeCounts.sm90AttnGradSync = 0;  // (the diagnostics time that form)
+          computeCounts.sm90AttnGradSync = 0;  // (the diagnostics time that form, adds in the accumulator layout)
+          computeCounts.sm90AttnGradRows = 0;
           plan::Kernel k = *emit(attentionGrad(heads, d, 128, true, true), dev.arch(), computeCounts);
           k.id += fmt::format("_diag{}", diag);
           k.source = fmt::format("#define GB_DQ_DIAG {}\n", diag) + k.source;

@@ -1311,10 +1311,10 @@ TEST_F(Kernels, AttentionGrad) {
     hk::EmitOptions st3, counts, rows;
     st3.sm90AttnGradStages = 3;
     counts.sm90AttnGradSync = 0;
-    rows.sm90AttnGradRows = 1;
+    rows.sm90AttnGradRows = 0;
     for (const auto &[what, opt] : {std::pair<const char *, hk::EmitOptions>{"the 3-stage Hopper form", st3},
                                     {"the Hopper form with the compute warpgroups' counts", counts},
-                                    {"the Hopper form with dq's adds by rows", rows}}) {
+                                    {"the Hopper form with dq's adds in the accumulator layout", rows}}) {
       const auto h = go(kernel(op, opt), c.B);
       bool same = true;
       for (int i = 0; i < 3; ++i) same = same && bytesEqual(h[size_t(i)], m[size_t(i)]);
@@ -1435,7 +1435,7 @@ TEST_F(Kernels, AttentionGradDqFoldFlushesSubnormals) {
   hk::EmitOptions mmaOpt, counts, rows;
   mmaOpt.wgmma = false;
   counts.sm90AttnGradSync = 0;
-  rows.sm90AttnGradRows = 1;
+  rows.sm90AttnGradRows = 0;
   const auto m = go(kernel(op, mmaOpt));
   size_t nonzeroDq = 0, nonzeroDv = 0;
   for (float x : m[0]) nonzeroDq += x != 0.0f;
@@ -1443,7 +1443,7 @@ TEST_F(Kernels, AttentionGradDqFoldFlushesSubnormals) {
   report(nonzeroDv > 0, fmt::format("attention_grad dq fold, subnormal parts: mma.sync's dv not all zero ({} nonzero; "
                                     "dq {} nonzero of {})", nonzeroDv, nonzeroDq, m[0].size()));
   for (const auto &[what, opt] : {std::pair<const char *, hk::EmitOptions>{"sync warpgroup", {}},
-                                  {"compute counts", counts}, {"adds by rows", rows}}) {
+                                  {"compute counts", counts}, {"accumulator-layout adds", rows}}) {
     const auto h = go(kernel(op, opt));
     const size_t at = firstDiff(h[0], m[0]);
     report(at == SIZE_MAX && bytesEqual(h[1], m[1]) && bytesEqual(h[2], m[2]),

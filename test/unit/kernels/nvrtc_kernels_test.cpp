@@ -1121,14 +1121,13 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     counts.sm90AttnGradSync = 0;
     expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", counts),
                                 "sm_90a lse compute counts");
-    hk::EmitOptions rows;  // the middle tiles' dq adds a row a warp instruction
-    rows.sm90AttnGradRows = 1;
+    hk::EmitOptions rows;  // the default: the middle tiles' dq adds a row a warp instruction; 0 the accumulator layout's
+    EXPECT_NE(emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows)->source.find("#define GB_DQ_ROWS 1\n"),
+              std::string::npos);
+    rows.sm90AttnGradRows = 0;
     const plan::Kernel kr = *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows);
-    EXPECT_NE(kr.source.find("#define GB_DQ_ROWS 1\n"), std::string::npos) << kr.id;
-    expectCompilesWithoutSpills(jit, kr, "sm_90a lse dq adds by rows");
-    rows.sm90AttnGradSync = 0;
-    expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows),
-                                "sm_90a lse dq adds by rows, compute counts");
+    EXPECT_NE(kr.source.find("#define GB_DQ_ROWS 0\n"), std::string::npos) << kr.id;
+    expectCompilesWithoutSpills(jit, kr, "sm_90a lse dq adds in the accumulator layout");
   }
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
