@@ -425,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
       if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
       return;
     }
-    if (GB_DQ_ROWS && !firstTile && !lastTile) {  // the warp's 16 rows, staged by dqStageRows, a row an instruction
+    if (GB_DQ_ROWS && !firstTile && !lastTile) {  // the warp's 16 rows, staged at the step's end, a row an instruction
 #pragma unroll
       for (int k = 0; k < 16; ++k) {
         const int rl = warp * 16 + k;

@@ -16,6 +16,9 @@ namespace h3c::rt {
 
 namespace {
 
+// H3C_GPU_PROFILE or H3C_PROFILE: the engine's host phases on stderr.
+bool profileOn() { return std::getenv("H3C_GPU_PROFILE") || std::getenv("H3C_PROFILE"); }
+
 // The CLI's --threads range, for every caller (the Python package passes its argument through).
 void checkThreads(int threads) {
   if (threads < 0 || threads > 1024)
@@ -60,7 +63,7 @@ RunResult Engine::run(const Request &request, const RunOptions &opt, const Devic
          opt_.tp, opt.device, opt.sp, opt.tp);
   checkThreads(opt.threads);
   // H3C_GPU_PROFILE (or H3C_PROFILE): the host phases of a forward on stderr, beside the executor's device times.
-  static const bool profile = std::getenv("H3C_GPU_PROFILE") || std::getenv("H3C_PROFILE");
+  static const bool profile = profileOn();
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   // Borrowed: the executor reads the activations from `request` itself (which outlives this call).
@@ -144,7 +147,7 @@ std::pair<Outputs, uint64_t> Engine::forwardKept(const Request &request) {
     ensureExecutor();
     const auto t0 = std::chrono::steady_clock::now();
     const CanonicalRequest req = canonicalize(request, plan_.config, "--inputs");
-    if (std::getenv("H3C_PROFILE") || std::getenv("H3C_GPU_PROFILE"))
+    if (profileOn())
       std::fprintf(stderr, "h3c engine: kept forward: canonicalize %.2f ms\n",
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     r.first = exec_->forwardKept(plan_, *weights_, req, opt_, r.second);

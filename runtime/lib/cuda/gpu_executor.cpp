@@ -123,7 +123,7 @@ public:
     // results are the same bits).
     const bool profile = std::getenv("H3C_GPU_PROFILE") != nullptr;
     // H3C_PROFILE (or H3C_GPU_PROFILE): the executor's host phases (no events, nothing synchronized in between).
-    const bool hostProfile = profile || std::getenv("H3C_PROFILE") != nullptr;
+    const bool hostProfile = hostProfileOn();
     auto t0 = std::chrono::steady_clock::now();
     prepareKernels(fn);
     auto t1 = std::chrono::steady_clock::now();
@@ -350,11 +350,14 @@ private:
 
   // The backward's H3C_GPU_PROFILE tables: per schedule step its device time, the forward's first lives by op kind,
   // the recomputes and the gradient ops by kernel (its id without the hash: the op kind, the form and the shape).
-  void reportSchedule(const plan::Plan &p, const std::vector<plan::ScheduleStep> &steps, std::vector<CUevent> &ev) {
+  void reportSchedule(const plan::Plan &p, const std::vector<plan::ScheduleStep> &all, size_t first,
+                      std::vector<CUevent> &ev) {
+    const plan::ScheduleStep *steps = all.data() + first;  // the steps that ran, from `first`
+    const size_t n = all.size() - first;
     const auto &d = hc::driver();
     std::map<std::string, std::pair<double, int>> perKey;
     double forward = 0, recompute = 0, backward = 0;
-    for (size_t i = 0; i < steps.size(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
       float ms = 0;
       hc::check(d.cuEventElapsedTime(&ms, ev[i], ev[i + 1]), "cuEventElapsedTime");
       const plan::Op &op = *steps[i].op;
@@ -376,7 +379,7 @@ private:
                  "h3c gpu: %s, B=%lld S=%lld: forward %.3f ms, recompute %.3f ms, backward %.3f ms (device events, "
                  "%zu steps); arena %.3f GiB, device memory in use %.2f GiB of %.2f\n",
                  hc::device().name.c_str(), (long long)req_->B, (long long)req_->S, forward, recompute, backward,
-                 steps.size(), arenaBytes_ / 1073741824.0, (totalB - freeB) / 1073741824.0, totalB / 1073741824.0);
+                 n, arenaBytes_ / 1073741824.0, (totalB - freeB) / 1073741824.0, totalB / 1073741824.0);
     for (const auto &[k, v] : perKey)
       std::fprintf(stderr, "h3c gpu:   %-50s %4d ops %10.3f ms\n", k.c_str(), v.second, v.first);
   }
@@ -691,20 +694,21 @@ public:
     std::vector<CUevent> &ev = events.ev;
     const int64_t videoCols = p.config.videoPatchDim(), audioCols = p.config.audio_in_channels;
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<plan::ScheduleStep> ran(steps.begin() + long(first), steps.end());
-    if (profile) events.start(ran.size(), stream_);
+    const size_t ranSteps = steps.size() - first;  // (the cached schedule's steps from `first`, not copied)
+    if (profile) events.start(ranSteps, stream_);
     size_t recomputed = 0;
-    for (size_t i = 0; i < ran.size(); ++i) {
-      recomputed += ran[i].recompute ? 1 : 0;
-      runStep(p, ran[i], &dy);
+    for (size_t i = 0; i < ranSteps; ++i) {
+      const plan::ScheduleStep &step = steps[first + i];
+      recomputed += step.recompute ? 1 : 0;
+      runStep(p, step, &dy);
       if (profile) hc::check(d.cuEventRecord(ev[i + 1], stream_), "cuEventRecord");
     }
     const HostClock::time_point h3 = HostClock::now();
     hc::check(hc::driver().cuCtxSynchronize(), "running the backward");
     const HostClock::time_point h4 = HostClock::now();
-    if (profile) reportSchedule(p, ran, ev);
+    if (profile) reportSchedule(p, steps, first, ev);
     if (ropeDevicePending_) ropeDeviceValid_ = true;
-    if (std::getenv("H3C_PROFILE") || std::getenv("H3C_GPU_PROFILE")) {
+    if (hostProfileOn()) {
       // What the memory of a training step is made of (docs/contract.md section 14): the arena (the plan's slots),
       // the weights, and the device's whole use (the CUDA context and kernel scratch included).
       size_t freeB = 0, totalB = 0;
@@ -713,7 +717,7 @@ public:
       for (const auto &kv : weightBuffers_) wbytes += double(kv.second.bytes());
       std::fprintf(stderr, "h3c gpu: backward B=%lld S=%lld: %zu steps%s (%zu recomputed forward ops, %zu checkpoint "
                    "segments) %.1f ms; arena %.3f GB, weights %.3f GB, device memory in use %.3f GB of %.3f "
-                   "(GB = 1e9 bytes)\n", (long long)req.B, (long long)req.S, ran.size(),
+                   "(GB = 1e9 bytes)\n", (long long)req.B, (long long)req.S, ranSteps,
                    reuse ? " after the kept forward" : "", recomputed,
                    bwd->checkpoints.size(),
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
@@ -750,7 +754,7 @@ public:
     if (hostProfileOn())
       std::fprintf(stderr, "h3c gpu: backward host phases: schedule %.2f ms, prepare %.2f ms%s, launch %zu steps "
                    "%.2f ms, wait %.2f ms, outputs + gradients %.2f ms\n", msBetween(h0, h1), msBetween(h1, h2),
-                   reuse ? " (the kept forward's)" : "", ran.size(), msBetween(h2, h3), msBetween(h3, h4),
+                   reuse ? " (the kept forward's)" : "", ranSteps, msBetween(h2, h3), msBetween(h3, h4),
                    msBetween(h4, HostClock::now()));
     return r;
   }
