@@ -42,6 +42,7 @@ check: `--config small --tokens 2048` (the small config's plans). bench/backward
 and runs this with diffusers' carried source.
 """
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -396,30 +397,24 @@ def _h3c_case(spec, result):
         kw["hidden_states"] = kw["hidden_states"].detach().requires_grad_(True)
     result["setup_ms"] = (time.time() - t0) * 1e3
 
-    def step():
+    def step(mark=lambda _name: contextlib.nullcontext()):
+        # `mark(phase)`: a context around each phase (step_trace's record_function; none when timed).
         for p in params.values():
             p.grad = None
         kw["hidden_states"].grad = None
-        sample, audio = tr(**kw, return_dict=False)
-        loss_of(sample, audio).backward()
+        with mark("h3c forward"):
+            sample, audio = tr(**kw, return_dict=False)
+        with mark("loss"):
+            loss = loss_of(sample, audio)
+        with mark("loss.backward"):
+            loss.backward()
 
     first, ms, g = measure(step, spec["reps"], spec["warmup"], device=dev)
     # H3C_BENCH_TRACE=FILE: one more step under torch.profiler, its GPU idle time by phase and gap (step_trace.py).
     trace_path = os.environ.get("H3C_BENCH_TRACE")
     if trace_path and dev == "cuda":
         from step_trace import trace_step
-
-        def marked_step(mark):
-            for p in params.values():
-                p.grad = None
-            kw["hidden_states"].grad = None
-            with mark("h3c forward"):
-                sample, audio = tr(**kw, return_dict=False)
-            with mark("loss"):
-                loss = loss_of(sample, audio)
-            with mark("loss.backward"):
-                loss.backward()
-        print(trace_step(marked_step, trace_path), file=sys.stderr, flush=True)
+        print(trace_step(step, trace_path), file=sys.stderr, flush=True)
     # The step must have gone through the plan's backward: every registered parameter (or the activation) has a
     # gradient, else the times are those of a forward alone.
     got = [p.grad is not None for p in params.values()] or [kw["hidden_states"].grad is not None]
