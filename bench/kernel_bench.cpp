@@ -713,11 +713,16 @@ int main(int argc, char **argv) {
       o.in = {x->get(), x2->get(), cosb->get(), sinb->get()};
       o.out = {y->get(), y2->get()};
       o.w = {w->get(), w->get()};
-      bench("qk_norm_rope 56x128 r96 (q and k)",
-            op(OpKind::QkNormRope, "qk",
-               with(attrs({{"heads", heads}, {"head_dim", d}, {"eps", 1e-5}, {"rotary_dim", 96}}), BF, BF, BF),
-               laneTree(), 2),
-            o, 0, 2 * 4.0 * M * I);
+      const EmitOp qk = op(OpKind::QkNormRope, "qk",
+                           with(attrs({{"heads", heads}, {"head_dim", d}, {"eps", 1e-5}, {"rotary_dim", 96}}), BF, BF, BF),
+                           laneTree(), 2);
+      bench("qk_norm_rope 56x128 r96 (q and k)", qk, o, 0, 2 * 4.0 * M * I);
+      // The (row, head) units a warp (head_units; the default 4) against one (the form before) and 8.
+      for (int units : {1, 2, 8}) {
+        h3c::kernels::EmitOptions opt;
+        opt.headUnits = units;
+        bench(fmt::format("qk_norm_rope 56x128 r96 (q and k) [head_units {}]", units), qk, o, 0, 2 * 4.0 * M * I, opt);
+      }
     }
     if (dev.arch() == "sm_90a") {
       // The Hopper fusion (h3-fuse on sm_90a): qkv with the qk_norm_rope epilogue, to compare against the "qkv

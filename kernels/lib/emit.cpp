@@ -479,6 +479,8 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
   Builder b;
   b.def("HO_HEADS", heads); b.def("HO_D", d); b.def("HO_NORM", norm ? 1 : 0);
   b.def("HO_EPS", norm ? floatLit(a.eps) : std::string("0.0f")); b.def("HO_R", R); b.def("HO_NT", nt);
+  const int units = v.options.headUnits;  // (row, head) units a warp, their loads in flight together
+  b.def("HO_G", units);
   Params p;
   for (int t = 0; t < nt; ++t) p.in("x" + std::to_string(t), t);
   if (R > 0) {
@@ -490,8 +492,7 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
     for (int t = 0; t < nt; ++t) p.weight("w" + std::to_string(t), t);
   p.scalar("rows", v.rowsOfIn(0));
   if (R > 0) p.scalar("meta_rows", v.rowsOfIn(size_t(nt)));
-  Extent units = v.rowsOfIn(0).scaled(heads);
-  plan::Launch l = launch(256, 0, dim(units, 8), dim(Extent::constant(nt)));
+  plan::Launch l = launch(256, 0, dim(v.rowsOfIn(0).scaled(heads), 8 * units), dim(Extent::constant(nt)));
   return finish(fmt::format("{}_h{}_d{}_r{}_t{}", plan::opKindName(v.op.kind), heads, d, R, nt), "HO_ENTRY", b, p,
                 tmpl::headops, l, arch, v.options);
 }

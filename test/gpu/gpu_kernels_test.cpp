@@ -217,7 +217,7 @@ protected:
   void checkAttention(const std::string &cfg, int heads, int d, long long L, int B);
   void checkRankAttention(const std::string &cfg, int heads, int d, long long L, int B, long long q0, long long Lq);
   void checkNorms(const std::string &cfg, int H, long long M, int rowsPerCta = 0);
-  void checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B);
+  void checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B, int units = 4);
   void checkQkvNormRope(const std::string &cfg, long long K, int heads, int R, long long S, int B);
   void checkLoraLinear(const std::string &cfg, const std::string &kind, long long K, long long N, const std::string &epi,
                        bool bias, long long M, long long L);
@@ -643,8 +643,13 @@ void Kernels::checkNorms(const std::string &cfg, int H, long long M, int rowsPer
   }
 }
 
-void Kernels::checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B) {
-  std::string name = fmt::format("[{}] qk_norm_rope heads={} d={} R={} S={} B={}", cfg, heads, d, R, S, B);
+// units: the (row, head) units a warp takes (head_units; the default 4), the last warp's group partial where the
+// unit count is no multiple of it.
+void Kernels::checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B, int units) {
+  std::string name =
+      fmt::format("[{}] qk_norm_rope heads={} d={} R={} S={} B={} head_units={}", cfg, heads, d, R, S, B, units);
+  hk::EmitOptions opt;
+  opt.headUnits = units;
   try {
     long long M = S * B, ld = (long long)heads * d;
     auto q = randBf(size_t(M * ld), 2.0), k = randBf(size_t(M * ld), 2.0);
@@ -654,7 +659,8 @@ void Kernels::checkQkNormRope(const std::string &cfg, int heads, int d, int R, l
         op(OpKind::QkNormRope, "qk",
            with(attrs({{"heads", heads}, {"head_dim", d}, {"eps", 1e-5}, {"rotary_dim", R}}), DType::BF16, DType::BF16,
                 DType::BF16),
-           laneTree(), 2));
+           laneTree(), 2),
+        opt);
     Launch l;
     l.in = {up(q), up(k)};
     if (R) l.in.insert(l.in.end(), {up(cs), up(sn)});
@@ -693,14 +699,17 @@ void Kernels::checkQkNormRope(const std::string &cfg, int heads, int d, int R, l
       ln.out = {outBuf(size_t(M * ld * 2))};
       ln.w = {l.w[size_t(t)]};
       ln.e = rowsS(S, B);
-      run(kernel(op(OpKind::QkNorm, "qkn", a3(attrs({{"heads", heads}, {"head_dim", d}, {"eps", 1e-5}})), laneTree(), 1)), ln);
+      run(kernel(op(OpKind::QkNorm, "qkn", a3(attrs({{"heads", heads}, {"head_dim", d}, {"eps", 1e-5}})), laneTree(), 1),
+                 opt),
+          ln);
       auto ys = ln.out[0];
       if (R) {
         Launch lr;
         lr.in = {ln.out[0], l.in[2], l.in[3]};
         lr.out = {outBuf(size_t(M * ld * 2))};
         lr.e = rowsS(S, B);
-        run(kernel(op(OpKind::Rope, "rope", a3(attrs({{"heads", heads}, {"head_dim", d}, {"rotary_dim", R}})))), lr);
+        run(kernel(op(OpKind::Rope, "rope", a3(attrs({{"heads", heads}, {"head_dim", d}, {"rotary_dim", R}}))), opt),
+            lr);
         ys = lr.out[0];
       }
       const bool split = bytesEqual(down<uint16_t>(*ys, size_t(M * ld)), ref);
@@ -1770,6 +1779,8 @@ TEST_F(Kernels, FullBitwiseKernels) {
   long long M = quick() ? 130 : 333;
   checkNorms("full", 5376, M);
   checkQkNormRope("full", 56, 128, 96, M, 2);
+  checkQkNormRope("full", 56, 128, 96, 37, 1, 1);  // one unit a warp (the form before head_units)
+  checkQkNormRope("full", 56, 128, 96, 37, 1, 3);  // 2,072 units: the last warp's group of 3 partial
   checkElementwise("full", 5376, 14336, 64);
   checkF32("full", 5376, 96, 70, 256, 5376, 2688);
 }

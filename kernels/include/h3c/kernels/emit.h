@@ -69,6 +69,9 @@ struct EmitOptions {
   int sm90AttnStages = 3, sm90AttnOverlap = 1, sm90AttnPingpong = 1, sm90AttnPersistent = 0;
   // rms_norm / norm_modulate: rows per CTA (one warp each, 1-16; norm.cuh); the SM holds 16 rows either way.
   int normRows = 8;
+  // qk_norm, rope, qk_norm_rope (headops.cuh): the (row, head) units a warp takes, their loads issued together (1-8).
+  // Timing only. One unit a warp kept the training plan's qk_norm_rope at ~0.9 TB/s (bench/NOTES.md 2026-12-06).
+  int headUnits = 4;
   // sm_90a with wgmma: the AdaLN table runs on the streaming kernel (adaln_sm90.cuh: bulk copies of the weight into a
   // shared-memory ring, mma.sync with the mma.sync kernel's operand roles; the same bits). Tuning (no bit changes):
   // the most ring stages (0: as many as fit, up to 16; always clamped to what fits), the K columns each stage holds (a
