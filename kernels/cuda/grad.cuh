@@ -193,6 +193,7 @@ __device__ __forceinline__ long long gr_table_row(const void *ts, const void *ta
 // 2.4 s backward at S = 1,084; one walk per channel over all rows still 99 ms; bench/NOTES.md 2026-12-05.)
 // parts: [unit of the batch][table row][GR_ACC][GR_H], then (norm_modulate's weight) [unit of the batch][GR_H].
 #define GR_WIN 8
+#define GR_BATCH 8
 // load(r, t) reads row r's operands for channel c (t its table row), add(v, j, acc) and addExtra(v, extra) add them to
 // the chains. The unit's table rows are found once per block into shared memory (not gr_table_row's 64-bit modulo
 // and two dependent metadata loads per row and thread, which held phase 1 in a serial walk), and every row's
@@ -216,15 +217,29 @@ __device__ __forceinline__ void gr_unit_partials(float *parts, long long c, long
     float acc[GR_ACC * GR_WIN], extra = 0.f;
 #pragma unroll
     for (int j = 0; j < GR_ACC * GR_WIN; ++j) acc[j] = 0.f;
-#pragma unroll 4
-    for (long long r = u0; r < u1; ++r) {
-      const long long t = trow[r - u0];
-      if (w0 != 0 && (t < w0 || t >= w0 + GR_WIN)) continue;  // (a later window: only its own rows; t is the block's)
-      const auto v = load(r, t);
-      if (w0 == 0) addExtra(v, extra);
+    // GR_BATCH rows' operands loaded before any of them is added (the last batch's rows past the unit load the unit's
+    // last row again and add nothing): with the window's compares between the loads, one row's loads were in flight
+    // a thread, and phase 1 ran at ~1.1 TB/s (norm_modulate_grad's 0.242 ms at 8,349 x 5,376 on an H100,
+    // bench/NOTES.md 2026-12-06). The chains take the rows in ascending order as before.
+    for (long long r0 = u0; r0 < u1; r0 += GR_BATCH) {
+      decltype(load(u0, 0)) v[GR_BATCH];
+      long long tb[GR_BATCH];
 #pragma unroll
-      for (int j = 0; j < GR_WIN; ++j)
-        if (t - w0 == j) add(v, j, acc);
+      for (int k = 0; k < GR_BATCH; ++k) {
+        const long long r = r0 + k < u1 ? r0 + k : u1 - 1;
+        tb[k] = trow[r - u0];
+        v[k] = load(r, tb[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < GR_BATCH; ++k) {
+        const long long t = tb[k];
+        if (r0 + k >= u1) continue;
+        if (w0 != 0 && (t < w0 || t >= w0 + GR_WIN)) continue;  // (a later window: only its own rows)
+        if (w0 == 0) addExtra(v[k], extra);
+#pragma unroll
+        for (int j = 0; j < GR_WIN; ++j)
+          if (t - w0 == j) add(v[k], j, acc);
+      }
     }
 #pragma unroll
     for (int j = 0; j < GR_WIN; ++j)
@@ -439,28 +454,58 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
   // dn = dy * bf(1 + scale)), and the row's inverse RMS into the scratch `inv_rms` for phase 1 (the weight's and
   // the table's gradients, below).
 #if GR_NM_BLOCK
-  // GR_NM_BLOCK (bf16 x and table, H a multiple of 8, the row in 48 KiB): a block per row. Its threads stage the row's
-  // x, dy and scale chunk in shared memory by 16-byte loads (each read from HBM once: the warp form's three passes
-  // read x three times and dy twice, and with every row in flight at once the second reads miss L2); warp 0 runs the
-  // two sums in the contract's lane order from there (lane l: elements l, l + 32, ... ascending, then the lane tree,
-  // as gr_inv_rms and the warp form), and the block writes dx 8 channels a thread. Each value's F32 operations are
-  // the warp form's.
+  // GR_NM_BLOCK (bf16 x and table, H a multiple of 8, the row in 48 KiB; 256 threads): a block per row. Its threads
+  // copy the row's x and dy into shared memory by 16-byte cp.async (all in flight at once, no registers held; each
+  // read from HBM once: the warp form's three passes read x three times and dy twice, and with every row in flight at
+  // once the second reads miss L2), load the scale chunk beside them and turn their own pieces of dy into dn = dy *
+  // bf(1 + scale) (times the norm's weight) in place; warp 0 runs the two sums in the contract's lane order from
+  // there (lane l: elements l, l + 32, ... ascending, then the lane tree, as gr_inv_rms and the warp form), and the
+  // block writes dx 8 channels a thread. Staging dn rather than dy and the scale takes the scale's rounding out of
+  // warp 0's serial walk and 11 KiB out of the block's shared memory (7 rows an SM, not 5). Each value's F32
+  // operations are the warp form's.
   {
+    constexpr int QN = (GR_H / 8 + 255) / 256;  // 8-channel pieces a thread stages
     __shared__ __align__(16) h3bf xs[GR_H];
-    __shared__ __align__(16) h3bf ss[GR_H];
-    __shared__ __align__(16) float dys[GR_H];
+    __shared__ __align__(16) float dns[GR_H];
     __shared__ float stat[2];
     const int lane = threadIdx.x & 31;
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
       const long long base = r * GR_H;
+      __syncthreads();  // the row before is done with the staging
+#pragma unroll
+      for (int k = 0; k < QN; ++k) {
+        const int q = threadIdx.x + 256 * k;
+        if (q < GR_H / 8) {
+          cp_async16(xs + 8 * q, (const h3bf *)x + base + 8 * q, 16);
+          cp_async16(dns + 8 * q, (const float *)dy + base + 8 * q, 16);
+          cp_async16(dns + 8 * q + 4, (const float *)dy + base + 8 * q + 4, 16);
+        }
+      }
+      cp_async_commit();
+      // (the row's table row, two dependent metadata loads, while the copies are in flight)
       const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
       const long long sc = t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H;
-      __syncthreads();  // the row before is done with the staging
-      for (int q = threadIdx.x; q < GR_H / 8; q += blockDim.x) {
-        ((uint4 *)xs)[q] = ((const uint4 *)((const h3bf *)x + base))[q];
-        ((uint4 *)ss)[q] = ((const uint4 *)((const h3bf *)table + sc))[q];
-        ((float4 *)dys)[2 * q] = ((const float4 *)((const float *)dy + base))[2 * q];
-        ((float4 *)dys)[2 * q + 1] = ((const float4 *)((const float *)dy + base))[2 * q + 1];
+      uint4 sq[QN];
+#pragma unroll
+      for (int k = 0; k < QN; ++k) {
+        const int q = threadIdx.x + 256 * k;
+        if (q < GR_H / 8) sq[k] = ((const uint4 *)((const h3bf *)table + sc))[q];
+      }
+      cp_async_wait<0>();  // (this thread's copies: the pieces it turns into dn below)
+#pragma unroll
+      for (int k = 0; k < QN; ++k) {
+        const int q = threadIdx.x + 256 * k;
+        if (q < GR_H / 8) {
+          const int j0 = 8 * q;
+          const float4 a0 = ((const float4 *)dns)[2 * q], a1 = ((const float4 *)dns)[2 * q + 1];
+          const float d[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+          const h3u32 sw[4] = {sq[k].x, sq[k].y, sq[k].z, sq[k].w};
+          float dn[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) dn[e] = gr_nm_dn(d[e], (e & 1) ? bf2_hi(sw[e >> 1]) : bf2_lo(sw[e >> 1]), GR_WV(j0 + e));
+          ((float4 *)dns)[2 * q] = make_float4(dn[0], dn[1], dn[2], dn[3]);
+          ((float4 *)dns)[2 * q + 1] = make_float4(dn[4], dn[5], dn[6], dn[7]);
+        }
       }
       __syncthreads();
       if (threadIdx.x < 32) {
@@ -473,8 +518,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
         const float inv = gr_inv_of_sum(h3c_lane_tree(p), GR_H, GR_EPS);
         float p2 = 0.f;
 #pragma unroll 8
-        for (int j = lane; j < GR_H; j += 32)
-          p2 = __fmaf_rn(gr_nm_dn(dys[j], bf2f(ss[j]), GR_WV(j)), __fmul_rn(bf2f(xs[j]), inv), p2);
+        for (int j = lane; j < GR_H; j += 32) p2 = __fmaf_rn(dns[j], __fmul_rn(bf2f(xs[j]), inv), p2);
         const float mean = __fdiv_rn(h3c_lane_tree(p2), (float)GR_H);
         if (lane == 0) {
           stat[0] = inv;
@@ -486,17 +530,13 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
       const float inv = stat[0], mean = stat[1];
       for (int q = threadIdx.x; q < GR_H / 8; q += blockDim.x) {
         const int j0 = 8 * q;
-        const float4 d0 = ((const float4 *)dys)[2 * q], d1 = ((const float4 *)dys)[2 * q + 1];
-        const uint4 xq = ((const uint4 *)xs)[q], sq = ((const uint4 *)ss)[q];
-        const float d[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
-        const h3u32 xw[4] = {xq.x, xq.y, xq.z, xq.w}, sw[4] = {sq.x, sq.y, sq.z, sq.w};
+        const float4 n0 = ((const float4 *)dns)[2 * q], n1 = ((const float4 *)dns)[2 * q + 1];
+        const uint4 xq2 = ((const uint4 *)xs)[q];
+        const float dn[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
+        const h3u32 xw[4] = {xq2.x, xq2.y, xq2.z, xq2.w};
         float o[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float xe = (e & 1) ? bf2_hi(xw[e >> 1]) : bf2_lo(xw[e >> 1]);
-          const float se = (e & 1) ? bf2_hi(sw[e >> 1]) : bf2_lo(sw[e >> 1]);
-          o[e] = gr_nm_dx(gr_nm_dn(d[e], se, GR_WV(j0 + e)), xe, inv, mean);
-        }
+        for (int e = 0; e < 8; ++e) o[e] = gr_nm_dx(dn[e], (e & 1) ? bf2_hi(xw[e >> 1]) : bf2_lo(xw[e >> 1]), inv, mean);
         gr_st8<GR_OUT_BF>(dx, base + j0, o);
       }
     }

@@ -519,13 +519,16 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
       b.def("GR_X_BF", bf(v.in(1)));
       b.def("GR_SCALE", a.scaleChunk);
       b.def("GR_SHIFT", a.shiftChunk);
-      // A block per row (grad_nm_block, default): the row staged in shared memory (bf16 x and table, 8 bytes a
-      // channel: at most 48 KiB of static shared memory); else a warp per row.
+      // A block per row (grad_nm_block, default): the row staged in shared memory (bf16 x and table; x and the F32
+      // dn staged, 6 bytes a channel: at most 48 KiB of static shared memory); else a warp per row.
       const bool rowBlock = v.options.gradNormBlock == 1 && vec == 8 && bf(v.in(1)) && bf(v.in(2)) &&
-                            a.H * 8 + 64 <= 48 * 1024;
+                            a.H * 6 + 64 <= 48 * 1024;
       b.def("GR_NM_BLOCK", rowBlock ? 1 : 0);
       if (rowBlock) {
         l = launch(256, 0, blocks(rows, 1));
+        // 7 rows an SM (their 32 KiB of staging each) need 32 registers a thread: ptxas spills nothing there for H =
+        // 5,376 on sm_90a and sm_100a; with 56 registers 4 rows an SM held the loads in flight.
+        minBlocks = a.H * 6 + 64 <= 32 * 1024 + 64 ? 7 : 1;
       } else {
         l = launch(256, 0, blocks(rows, 8));  // a warp per row: dx, inv
         // On Hopper 8 blocks an SM (32 registers): 8,448 rows at once on 132 SMs, where 40 registers held 6 blocks and
