@@ -334,6 +334,18 @@ int main(int argc, char **argv) {
       addTall(v, l);
       return v;
     };
+    // lora_down of rank 64 (the adapters' t = x down^T) at the blocks' x widths: the plan's kernel, the skinny
+    // mma.sync tiles (lora_down_tile 1: 32 x 64, 2: 16 x 64), cuBLASLt's plain GEMM of the same shape.
+    for (long long K : {H, F}) {
+      const std::string base = fmt::format("lora_down r64 K={}", K);
+      gemm(base, OpKind::LoraDown, K, 64, plan::Epilogue::None);
+      for (int tile : {1, 2}) {
+        h3c::kernels::EmitOptions o = h3c::kernels::EmitOptions::planDefaults();
+        o.loraDownTile = tile;
+        gemm(fmt::format("{} [tile {}]", base, tile), OpKind::LoraDown, K, 64, plan::Epilogue::None, o);
+      }
+      vendorGemm(base + " [cuBLASLt plain]", K, 64);
+    }
     for (const Linear &l : linears) {
       if (energy && dev.arch() == "sm_90a") {
         const long long n = l.kind == OpKind::QkvLinear ? 3 * l.N : l.N;
