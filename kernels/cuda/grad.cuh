@@ -464,7 +464,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
   // warp 0's serial walk and 11 KiB out of the block's shared memory (7 rows an SM, not 5). Each value's F32
   // operations are the warp form's.
   {
-    constexpr int QN = (GR_H / 8 + 255) / 256;  // 8-channel pieces a thread stages
+    constexpr int QN = (GR_H / 8 + 255) / 256;  // 8-channel pieces a thread of 256 converts
     __shared__ __align__(16) h3bf xs[GR_H];
     __shared__ __align__(16) float dns[GR_H];
     __shared__ float stat[2];
@@ -472,39 +472,40 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
       const long long base = r * GR_H;
       __syncthreads();  // the row before is done with the staging
-#pragma unroll
-      for (int k = 0; k < QN; ++k) {
-        const int q = threadIdx.x + 256 * k;
-        if (q < GR_H / 8) {
-          cp_async16(xs + 8 * q, (const h3bf *)x + base + 8 * q, 16);
-          cp_async16(dns + 8 * q, (const float *)dy + base + 8 * q, 16);
-          cp_async16(dns + 8 * q + 4, (const float *)dy + base + 8 * q + 4, 16);
-        }
+      for (int q = threadIdx.x; q < GR_H / 8; q += blockDim.x) {
+        cp_async16(xs + 8 * q, (const h3bf *)x + base + 8 * q, 16);
+        cp_async16(dns + 8 * q, (const float *)dy + base + 8 * q, 16);
+        cp_async16(dns + 8 * q + 4, (const float *)dy + base + 8 * q + 4, 16);
       }
       cp_async_commit();
       // (the row's table row, two dependent metadata loads, while the copies are in flight)
       const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
       const long long sc = t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H;
-      uint4 sq[QN];
+      // Each thread turns the pieces it copied into dn, QN of them at a time with their scale loads in flight (one
+      // round at 256 threads; any block size takes the same pieces, so any grid computes the same values).
+      for (int q0 = threadIdx.x; q0 < GR_H / 8; q0 += QN * blockDim.x) {
+        uint4 sq[QN];
 #pragma unroll
-      for (int k = 0; k < QN; ++k) {
-        const int q = threadIdx.x + 256 * k;
-        if (q < GR_H / 8) sq[k] = ((const uint4 *)((const h3bf *)table + sc))[q];
-      }
-      cp_async_wait<0>();  // (this thread's copies: the pieces it turns into dn below)
+        for (int k = 0; k < QN; ++k) {
+          const int q = q0 + k * blockDim.x;
+          if (q < GR_H / 8) sq[k] = ((const uint4 *)((const h3bf *)table + sc))[q];
+        }
+        cp_async_wait<0>();  // (this thread's copies)
 #pragma unroll
-      for (int k = 0; k < QN; ++k) {
-        const int q = threadIdx.x + 256 * k;
-        if (q < GR_H / 8) {
-          const int j0 = 8 * q;
-          const float4 a0 = ((const float4 *)dns)[2 * q], a1 = ((const float4 *)dns)[2 * q + 1];
-          const float d[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-          const h3u32 sw[4] = {sq[k].x, sq[k].y, sq[k].z, sq[k].w};
-          float dn[8];
+        for (int k = 0; k < QN; ++k) {
+          const int q = q0 + k * blockDim.x;
+          if (q < GR_H / 8) {
+            const int j0 = 8 * q;
+            const float4 a0 = ((const float4 *)dns)[2 * q], a1 = ((const float4 *)dns)[2 * q + 1];
+            const float d[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const h3u32 sw[4] = {sq[k].x, sq[k].y, sq[k].z, sq[k].w};
+            float dn[8];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) dn[e] = gr_nm_dn(d[e], (e & 1) ? bf2_hi(sw[e >> 1]) : bf2_lo(sw[e >> 1]), GR_WV(j0 + e));
-          ((float4 *)dns)[2 * q] = make_float4(dn[0], dn[1], dn[2], dn[3]);
-          ((float4 *)dns)[2 * q + 1] = make_float4(dn[4], dn[5], dn[6], dn[7]);
+            for (int e = 0; e < 8; ++e)
+              dn[e] = gr_nm_dn(d[e], (e & 1) ? bf2_hi(sw[e >> 1]) : bf2_lo(sw[e >> 1]), GR_WV(j0 + e));
+            ((float4 *)dns)[2 * q] = make_float4(dn[0], dn[1], dn[2], dn[3]);
+            ((float4 *)dns)[2 * q + 1] = make_float4(dn[4], dn[5], dn[6], dn[7]);
+          }
         }
       }
       __syncthreads();

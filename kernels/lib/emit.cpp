@@ -270,19 +270,17 @@ struct MmaTile {
   int BM, BN, WM, WN, BK, stages;
   const char *name;
 };
-constexpr MmaTile kTileLarge{128, 128, 2, 4, 32, 3, "bf16"}, kTileFewRows{16, 64, 1, 4, 64, 4, "bf16m16"},
-                  kTileSkinny{32, 64, 2, 2, 64, 4, "bf16m32"};
+constexpr MmaTile kTileLarge{128, 128, 2, 4, 32, 3, "bf16"}, kTileFewRows{16, 64, 1, 4, 64, 4, "bf16m16"};
 
-// hopper: false keeps the mma.sync kernel on sm_90a too (lora_down's skinny tiles, EmitOptions::loraDownTile).
 plan::Kernel emitGemmBf16(const OpView &v, const GemmDesc &d, const std::string &arch,
-                          const MmaTile &tile = kTileLarge, bool hopper = true) {
+                          const MmaTile &tile = kTileLarge) {
   const int64_t K = d.K, N = d.N;
   if (K % 8 != 0) fail(v.where, "bf16 linear needs K % 8 == 0 (16-byte rows), got K = {}", K);
   if (d.loraK % 64 != 0 || d.loraK < 0 || (d.loraK > 0 && d.x != XMode::Bf16))
     fail(v.where, "an unmerged LoRA path needs a bf16 x and lora_k a multiple of 64, got {}", d.loraK);
   if (d.epi == Epilogue::Swiglu && N % 2 != 0)
     fail(v.where, "swiglu epilogue needs an even N (value and gate halves), got {}", N);
-  if (hopper && arch == "sm_90a" && v.options.wgmma && d.x == XMode::Bf16) return emitGemmSm90(v, d, arch);
+  if (arch == "sm_90a" && v.options.wgmma && d.x == XMode::Bf16) return emitGemmSm90(v, d, arch);
   Builder b;
   const int BM = tile.BM, BN = tile.BN, WM = tile.WM, WN = tile.WN, BK = tile.BK, stages = tile.stages;
   static const char *xName[] = {"GM_X_BF16", "GM_X_F32", "GM_X_SILU_F32"};
@@ -349,10 +347,6 @@ plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
     d.numChunks = a.numChunks;
     d.rowsPerTs = plan::rowsPerTimestep(a.rowIndex);
   }
-  // A skinny lora_down (the adapters' rank <= 64): its chain over all of K runs on many small mma.sync tiles where
-  // the Hopper GEMM's 128-row tiles leave half the SMs idle (EmitOptions::loraDownTile).
-  if (v.op.kind == OpKind::LoraDown && a.N <= 64 && v.options.loraDownTile != 0)
-    return emitGemmBf16(v, d, arch, v.options.loraDownTile == 1 ? kTileSkinny : kTileFewRows, /*hopper=*/false);
   return emitGemmBf16(v, d, arch);
 }
 

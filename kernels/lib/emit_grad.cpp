@@ -526,9 +526,11 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
       b.def("GR_NM_BLOCK", rowBlock ? 1 : 0);
       if (rowBlock) {
         l = launch(256, 0, blocks(rows, 1));
-        // 7 rows an SM (their 32 KiB of staging each) need 32 registers a thread: ptxas spills nothing there for H =
-        // 5,376 on sm_90a and sm_100a; with 56 registers 4 rows an SM held the loads in flight.
-        minBlocks = a.H * 6 + 64 <= 32 * 1024 + 64 ? 7 : 1;
+        // 6 rows an SM (their 32 KiB of staging each): 40 registers a thread, where ptxas spills nothing for H =
+        // 5,376 on sm_90a and sm_100a (at 32, 7 rows, it spills; unbounded it takes 56, 4 rows an SM). Timing only:
+        // the phase took 0.208 ms at 7 rows an SM against 0.212 for the form before at 5 (H100, bench/NOTES.md
+        // 2026-12-06, session of 16:01).
+        minBlocks = a.H * 6 + 64 <= 32 * 1024 + 64 ? 6 : 1;
       } else {
         l = launch(256, 0, blocks(rows, 8));  // a warp per row: dx, inv
         // On Hopper 8 blocks an SM (32 registers): 8,448 rows at once on 132 SMs, where 40 registers held 6 blocks and

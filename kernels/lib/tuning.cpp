@@ -34,8 +34,6 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"norm_rows", &EmitOptions::normRows, 1, 16},
                           // qk_norm / rope / qk_norm_rope: (row, head) units a warp, loaded together
                           {"head_units", &EmitOptions::headUnits, 1, 8},
-                          // lora_down of <= 64 outputs: the Hopper GEMM (0) or mma.sync tiles of 32 (1) or 16 (2) rows
-                          {"lora_down_tile", &EmitOptions::loraDownTile, 0, 2},
                           // the AdaLN table's ring: at most this many stages (0: as many as fit), a multiple of 16
                           // columns per stage (checked below), 1 or 2 CTAs per SM
                           {"adaln_stages", &EmitOptions::sm90AdalnStages, 0, 16},

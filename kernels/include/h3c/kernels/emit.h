@@ -72,11 +72,6 @@ struct EmitOptions {
   // qk_norm, rope, qk_norm_rope (headops.cuh): the (row, head) units a warp takes, their loads issued together (1-8).
   // Timing only. One unit a warp kept the training plan's qk_norm_rope at ~0.9 TB/s (bench/NOTES.md 2026-12-06).
   int headUnits = 4;
-  // lora_down of at most 64 outputs (the adapters' t = x down^T, rank <= 64) on sm_90a: 0 the Hopper GEMM (a 128 x
-  // 256 tile: 66 CTAs at 8,349 rows, three quarters of its columns past N); 1 the mma.sync kernel in 32 x 64 tiles of
-  // 4 warps (261 CTAs, k-tiles of 64 in 4 stages); 2 its 16 x 64 tile of 4 warps (522 CTAs). The same bits (one
-  // k_chunks chain per output; wgmma's chunk function is mma.sync's). Timing only.
-  int loraDownTile = 0;
   // sm_90a with wgmma: the AdaLN table runs on the streaming kernel (adaln_sm90.cuh: bulk copies of the weight into a
   // shared-memory ring, mma.sync with the mma.sync kernel's operand roles; the same bits). Tuning (no bit changes):
   // the most ring stages (0: as many as fit, up to 16; always clamped to what fits), the K columns each stage holds (a
