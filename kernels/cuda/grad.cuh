@@ -192,7 +192,7 @@ __device__ __forceinline__ long long gr_table_row(const void *ts, const void *ta
 // order, as gr_fold_units does. (The first form walked every row once per table row and sum on 20 blocks: 1.7 s of a
 // 2.4 s backward at S = 1,084; one walk per channel over all rows still 99 ms; bench/NOTES.md 2026-12-05.)
 // parts: [unit of the batch][table row][GR_ACC][GR_H], then (norm_modulate's weight) [unit of the batch][GR_H].
-#define GR_WIN 8
+#define GR_WIN 8  // (gr_unit_partials' switch has a case for each of the window's table rows)
 #define GR_BATCH 8
 // load(r, t) reads row r's operands for channel c (t its table row), add(v, j, acc) and addExtra(v, extra) add them to
 // the chains. The unit's table rows are found once per block into shared memory (not gr_table_row's 64-bit modulo
@@ -229,6 +229,29 @@ __device__ __forceinline__ void gr_unit_partials(float *parts, long long c, long
         const long long r = r0 + k < u1 ? r0 + k : u1 - 1;
         tb[k] = trow[r - u0];
         v[k] = load(r, tb[k]);
+      }
+      // A whole batch of one table row (the common case: a unit's rows change table row only where the modality or
+      // the item does; the same for every thread of the block) adds its rows to that row's chains in a switch with
+      // the chain fixed per case, not through GR_WIN predicated adds and compares a row. Each chain (acc[j], extra)
+      // still takes the rows in ascending order.
+      bool one = r0 + GR_BATCH <= u1;
+#pragma unroll
+      for (int k = 1; k < GR_BATCH; ++k) one = one && tb[k] == tb[0];
+      if (one) {
+        if (w0 == 0)
+#pragma unroll
+          for (int k = 0; k < GR_BATCH; ++k) addExtra(v[k], extra);
+        switch (tb[0] - w0) {
+#define GR_BATCH_CASE(J)                                                                                             \
+  case J:                                                                                                            \
+    _Pragma("unroll") for (int k = 0; k < GR_BATCH; ++k) add(v[k], J, acc);                                          \
+    break;
+          GR_BATCH_CASE(0) GR_BATCH_CASE(1) GR_BATCH_CASE(2) GR_BATCH_CASE(3)
+          GR_BATCH_CASE(4) GR_BATCH_CASE(5) GR_BATCH_CASE(6) GR_BATCH_CASE(7)
+#undef GR_BATCH_CASE
+          default: break;  // (a row of another window)
+        }
+        continue;
       }
 #pragma unroll
       for (int k = 0; k < GR_BATCH; ++k) {
