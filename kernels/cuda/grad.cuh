@@ -218,9 +218,10 @@ __device__ __forceinline__ void gr_unit_partials(float *parts, long long c, long
 #pragma unroll
     for (int j = 0; j < GR_ACC * GR_WIN; ++j) acc[j] = 0.f;
     // GR_BATCH rows' operands loaded before any of them is added (the last batch's rows past the unit load the unit's
-    // last row again and add nothing): with the window's compares between the loads, one row's loads were in flight
-    // a thread, and phase 1 ran at ~1.1 TB/s (norm_modulate_grad's 0.242 ms at 8,349 x 5,376 on an H100,
-    // bench/NOTES.md 2026-12-06). The chains take the rows in ascending order as before.
+    // last row again and add nothing), and a batch of one table row added through the switch below: with a row's
+    // loads, GR_WIN compares and predicated adds in turn, phase 1 ran at ~1.1 TB/s (norm_modulate_grad's 0.242 ms at
+    // 8,349 x 5,376 on an H100; batched 0.225, with the switch 0.162: bench/NOTES.md 2026-12-06, session of 16:01).
+    // The chains take the rows in ascending order as before.
     for (long long r0 = u0; r0 < u1; r0 += GR_BATCH) {
       decltype(load(u0, 0)) v[GR_BATCH];
       long long tb[GR_BATCH];

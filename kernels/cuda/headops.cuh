@@ -1,15 +1,16 @@
 // qk_norm, rope and the fused qk_norm_rope (docs/contract.md section 3), bitwise equal to the CPU reference: a warp
-// per HO_G consecutive (row, head) units of one tensor (grid.y picks q or k). The per-head RMS norm uses the lane_tree over head_dim
-// channels; rope rotates the first HO_R channels (rotate-half: rot = cat(-x2, x1)) with cos/sin rounded to bf16,
-// y = bf(x * cos + rot * sin) (two products, one add, no fma), channels HO_R..d copied.
+// per HO_G consecutive (row, head) units of one tensor (grid.y picks q or k). The per-head RMS norm uses the
+// lane_tree over head_dim channels; rope rotates the first HO_R channels (rotate-half: rot = cat(-x2, x1)) with
+// cos/sin rounded to bf16, y = bf(x * cos + rot * sin) (two products, one add, no fma), channels HO_R..d copied.
 //
 // Defined by the emitter: HO_ENTRY H3C_PARAMS HO_HEADS HO_D HO_NORM HO_EPS HO_R (0 = no rope) HO_NT (tensors: 1 or 2)
-// HO_G (units a warp).
-// Parameters: x0 (x1 when HO_NT == 2); rope_cos, rope_sin (HO_R > 0); y0 (y1); w0 (w1) when HO_NORM; rows; meta_rows (rope).
-// HO_G (the emitter's, 1-8): the (row, head) units a warp takes, consecutive units (a row's consecutive heads).
-// One 256-byte head a warp held the training plan's unfused qk_norm_rope at ~0.9 TB/s (0.49 ms an op at 8,349 rows x
-// 56 heads on an H100, bench/NOTES.md 2026-12-06): each unit paid a 64-bit division and modulo, its norm weights' and
-// rope tables' scalar loads and their roundings. Each unit's values are the one-unit form's.
+// HO_G (units a warp, 1-8: consecutive units, a row's consecutive heads).
+// Parameters: x0 (x1 when HO_NT == 2); rope_cos, rope_sin (HO_R > 0); y0 (y1); w0 (w1) when HO_NORM; rows;
+// meta_rows (rope).
+// Why several units a warp, with the norm weights and a row's rope tables taken once: one 256-byte head a warp, each
+// paying a 64-bit division and modulo and its weights' and tables' scalar loads and roundings, held the training
+// plan's unfused qk_norm_rope at 0.48 ms an op (~1.0 TB/s) at 8,349 rows x 56 heads on an H100; 4 units a warp take
+// 0.31 ms (bench/NOTES.md 2026-12-06, session of 16:01). Each unit's values are the one-unit form's.
 extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
   h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   __shared__ float buf[8][HO_D];

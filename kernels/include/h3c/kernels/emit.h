@@ -70,7 +70,8 @@ struct EmitOptions {
   // rms_norm / norm_modulate: rows per CTA (one warp each, 1-16; norm.cuh); the SM holds 16 rows either way.
   int normRows = 8;
   // qk_norm, rope, qk_norm_rope (headops.cuh): the (row, head) units a warp takes, their loads issued together (1-8).
-  // Timing only. One unit a warp kept the training plan's qk_norm_rope at ~0.9 TB/s (bench/NOTES.md 2026-12-06).
+  // Timing only: the training plan's qk_norm_rope at 8,349 rows x 56 heads on an H100 0.40 ms with 1, 0.35 with 2,
+  // 0.31 with 4 and 8 (bench/NOTES.md 2026-12-06, session of 16:01).
   int headUnits = 4;
   // sm_90a with wgmma: the AdaLN table runs on the streaming kernel (adaln_sm90.cuh: bulk copies of the weight into a
   // shared-memory ring, mma.sync with the mma.sync kernel's operand roles; the same bits). Tuning (no bit changes):
