@@ -341,6 +341,13 @@ int main(int argc, char **argv) {
     for (long long K : {H, F}) {
       const std::string base = fmt::format("lora_down r64 K={}", K);
       gemm(base, OpKind::LoraDown, K, 64, plan::Epilogue::None);
+      if (dev.arch() == "sm_90a")
+        for (int st : {4, 6, 8}) {  // the Hopper kernel's 64-wide tile (lora_down:gemm_bn=64) and its ring
+          h3c::kernels::EmitOptions n = h3c::kernels::EmitOptions::planDefaults();
+          n.set("lora_down:gemm_bn", 64, "bench");
+          n.set("lora_down:gemm_stages", st, "bench");
+          gemm(fmt::format("{} [sm90 bn64 st{}]", base, st), OpKind::LoraDown, K, 64, plan::Epilogue::None, n);
+        }
       vendorGemm(base + " [cuBLASLt plain]", K, 64);
     }
     for (const Linear &l : linears) {

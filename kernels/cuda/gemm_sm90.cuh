@@ -7,7 +7,8 @@
 // Shape: 384 threads. Warpgroup 0 is the producer (one thread issues the TMA loads of a G9_STAGES-deep ring of 128 x 64
 // A and G9_BN x 64 B tiles); warpgroups 1 and 2 each own 64 rows of the 128 x G9_BN tile and issue m64nG9_BNk16 wgmmas.
 // G9_BN is 256, or 192 for the linears whose N is an odd multiple of 256 (to_out and fc2, N = 5,376 = 21 x 256: 66 x 21
-// tiles of 128 x 256 take 10.5 waves of 132 SMs, 66 x 28 tiles of 128 x 192 exactly 14). The 192-wide tile serves the
+// tiles of 128 x 256 take 10.5 waves of 132 SMs, 66 x 28 tiles of 128 x 192 exactly 14), or 64 for a lora_down of rank
+// <= 64 (epilogue none): on the 256-wide tile three quarters of its wgmma work and B's stage are zeros past N. The 192-wide tile serves the
 // epilogues none, residual and gate_residual only (swiglu pairs value and gate rows by 128, qk_norm_rope needs whole
 // 128-channel heads). The grid is persistent (at most one CTA per SM) and walks the tiles in groups of G9_GROUP_M row
 // tiles, so the CTAs running at once share their A and B tiles in L2. swiglu tiles hold 128 value rows and the 128
@@ -159,6 +160,8 @@ __device__ __forceinline__ void g9_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
     } else if constexpr (N == 192) {
       if (FIRST && kk == 0) wgmma_192_first(acc, da, db);
       else wgmma_192(acc, da + 2 * kk, db + 2 * kk, 1);
+    } else if constexpr (N == 64) {
+      wgmma_64(acc, da + 2 * kk, db + 2 * kk, FIRST && kk == 0 ? 0 : 1);  // (scale_d 0 starts the chain)
     } else {
       if (FIRST && kk == 0) wgmma_128_first(acc, da, db);
       else wgmma_128(acc, da + 2 * kk, db + 2 * kk, 1);

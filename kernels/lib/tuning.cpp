@@ -21,7 +21,7 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_group_m", &EmitOptions::sm90GroupM, 1, 64},
                           {"gemm_inflight", &EmitOptions::sm90Inflight, 0, 1},
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
-                          {"gemm_bn", &EmitOptions::sm90Bn, 128, 256},  // 192 or 256; 128-192 with gemm_bm=256
+                          {"gemm_bn", &EmitOptions::sm90Bn, 64, 256},  // 192 or 256; 128-192 with gemm_bm=256; 64: lora_down
                           {"gemm_bm", &EmitOptions::sm90Bm, 128, 256},  // 128 or 256
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
                           {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 2},
@@ -85,7 +85,7 @@ const char *const kTunedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rop
                                  "linear+residual",      "linear+gate_residual",    "linear+swiglu",
                                  "attention",            "rms_norm",                "norm_modulate",
                                  "adaln_table",          "linear_grad_x",           "linear_grad_w",
-                                 "attention_grad"};
+                                 "attention_grad",       "lora_down"};
 
 // The profile names whose kernel the staged epilogue applies to (every linear with a bf16 output: all of these).
 const char *const kStagedOps[] = {"qkv_linear",           "qkv_linear+qk_norm_rope", "linear", "linear+residual",
@@ -158,8 +158,12 @@ void EmitOptions::check(const std::string &where) const {
                     "memory (at most {})", k, o.sm90Stages, o.sm90Bn, o.sm90EpiSmem, bytes, kMaxCtaSharedBytes);
       continue;
     }
-    if (o.sm90Bn != 192 && o.sm90Bn != 256) fail(where, "{}: gemm_bn must be 192 or 256, got {}", k, o.sm90Bn);
-    if (o.sm90Pingpong == 0 && o.sm90Stages > (o.sm90Bn == 192 ? 5 : 4))
+    // (lora_down of rank <= 64 also on the 64-wide tile: gemm_sm90.cuh; the emitter refuses it for a wider rank)
+    const bool narrow = std::string(k) == "lora_down" && o.sm90Bn == 64;
+    if (o.sm90Bn != 192 && o.sm90Bn != 256 && !narrow)
+      fail(where, "{}: gemm_bn must be 192 or 256{}, got {}", k, std::string(k) == "lora_down" ? " (or 64)" : "",
+           o.sm90Bn);
+    if (o.sm90Pingpong == 0 && o.sm90Stages > (narrow ? 8 : o.sm90Bn == 192 ? 5 : 4))
       fail(where, "{}: gemm_stages={} needs gemm_pingpong=1 (the cooperative kernel's stages fit 2-4 at 48 KiB, 2-5 "
                   "at 40 KiB with gemm_bn=192)", k, o.sm90Stages);
     if (o.sm90Pingpong == 1 && o.sm90Bn != 256)

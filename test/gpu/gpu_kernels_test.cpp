@@ -1164,6 +1164,15 @@ void Kernels::checkLoraDown(const std::string &cfg, long long K, long long L, lo
       mma.wgmma = false;
       at = firstDiff(y, runWith(kernel(dop, mma)));
       report(at == SIZE_MAX, name + ": Hopper kernel == mma.sync kernel byte for byte" + diffText(at));
+      if (L <= 64) {
+        // The Hopper kernel's 64-wide tile (lora_down:gemm_bn=64, 6 stages) == the plan's kernel byte for byte.
+        hk::EmitOptions n = hk::EmitOptions::planDefaults();
+        n.set("lora_down:gemm_bn", 64, "test");
+        n.set("lora_down:gemm_stages", 6, "test");
+        const plan::Kernel &kn = kernel(dop, n);
+        at = firstDiff(y, runWith(kn));
+        report(at == SIZE_MAX, name + ": " + kn.id + " (gemm_bn=64) == " + k.id + " byte for byte" + diffText(at));
+      }
     }
 
     std::vector<float> got(y.size());
