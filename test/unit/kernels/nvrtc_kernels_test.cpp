@@ -1724,6 +1724,34 @@ TEST(NvrtcCompile, UnmergedLoraFormsNeitherSerializeNorSpill) {
   }
 }
 
+// lora_down's 64-wide Hopper tile (lora_down:gemm_bn=64): emitted for a rank <= 64 with its ring's stages, refused for
+// a wider rank, and gemm_bn=64 refused for every other linear (tuning check) and for a wider GEMM (emitter).
+TEST(KernelEmit, LoraDownNarrowTile) {
+  hk::EmitOptions n = hk::EmitOptions::planDefaults();
+  n.set("lora_down:gemm_bn", 64, "test");
+  n.set("lora_down:gemm_stages", 6, "test");
+  EXPECT_NO_THROW(n.check("test"));
+  const plan::OpAttrs a = with(attrs({{"K", 200}, {"N", 64}}), DType::BF16, DType::BF16, DType::BF16);
+  const auto k = emit(op(OpKind::LoraDown, "down", a, kchunks(1), 1), "sm_90a", n);
+  ASSERT_TRUE(k);
+  EXPECT_NE(k->id.find("_sm90n64_"), std::string::npos) << k->id;
+  EXPECT_NE(k->source.find("#define G9_BN 64"), std::string::npos);
+  EXPECT_NE(k->source.find("#define G9_STAGES 6"), std::string::npos);
+  const auto plain = emit(op(OpKind::LoraDown, "down", a, kchunks(1), 1), "sm_90a");
+  ASSERT_TRUE(plain);
+  EXPECT_NE(plain->source.find("#define G9_BN 256"), std::string::npos);  // not the default
+  const plan::OpAttrs wide = with(attrs({{"K", 200}, {"N", 192}}), DType::BF16, DType::BF16, DType::BF16);
+  try {
+    emit(op(OpKind::LoraDown, "down192", wide, kchunks(1), 1), "sm_90a", n);
+    ADD_FAILURE() << "a rank-192 lora_down on the 64-wide tile was not refused";
+  } catch (const h3c::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("the 64-wide Hopper tile"), std::string::npos) << e.what();
+  }
+  hk::EmitOptions all = hk::EmitOptions::planDefaults();
+  all.set("gemm_bn", 64, "test");
+  EXPECT_THROW(all.check("test"), h3c::Error);  // (the block linears: 192 or 256)
+}
+
 // The emitter refuses LoRA forms it cannot serve, naming why: an up slot or a lora_t missing (the kernel would read
 // another operand in their place), a width that is no multiple of 64, an F32 linear, a lora_down with a bias, an
 // epilogue or a LoRA path of its own. Under ping-pong options a LoRA op gets the cooperative kernel (the ping-pong
