@@ -206,17 +206,17 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   if (o.sm90Pingpong == 1 && !pingpongLora) return emitGemmSm90Pingpong(v, d, arch);
   const int bn = o.sm90Bn, groupM = o.sm90GroupM;
   // The 64-wide tile (gemm_bn=64): a GEMM of at most 64 outputs without epilogue or LoRA path of its own (lora_down of
-  // rank <= 64), its stages of 24 KiB up to 8.
+  // rank <= 64), its stages of 24 KiB up to 6 (gemm_stages' range).
   const bool narrow = bn == 64;
   if (narrow && (d.N > 64 || d.epi != Epilogue::None || d.loraK != 0 || d.nout != 1))
     fail(v.where, "the 64-wide Hopper tile (gemm_bn=64) serves GEMMs of at most 64 outputs without epilogue or LoRA "
                   "path (lora_down), got N = {}, epilogue {}", d.N, plan::epilogueName(d.epi));
-  const int maxStages = narrow ? 8 : bn == 192 ? 5 : 4;
+  const int maxStages = narrow ? 6 : bn == 192 ? 5 : 4;
   int stages = pingpongLora ? std::min(o.sm90Stages, maxStages) : o.sm90Stages;
   if ((bn != 256 && bn != 192 && !narrow) || stages < 2 || stages > maxStages || groupM < 1 || groupM > 64 ||
       (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
       o.sm90EpiSmem < 0 || o.sm90EpiSmem > 2 || (o.sm90HalfTail != 0 && o.sm90HalfTail != 1))
-    fail(v.where, "Hopper linear tuning out of range (tile width 64/192/256, stages 2-4 (2-5 at width 192, 2-8 at "
+    fail(v.where, "Hopper linear tuning out of range (tile width 64/192/256, stages 2-4 (2-5 at width 192, 2-6 at "
                   "64), group 1-64, in flight 0/1, cluster 1/2, staged epilogue 0-2, half tail 0/1)");
   if (bn != 256 && (d.epi == Epilogue::Swiglu || d.epi == Epilogue::QkNormRope))
     fail(v.where, "the {} epilogue needs the 256-wide Hopper tile (gemm_bn=256), got {}",

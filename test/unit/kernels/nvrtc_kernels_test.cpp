@@ -1369,6 +1369,23 @@ TEST(NvrtcCompile, LinearGradWOnHopperNeitherSerializesNorSpills) {
   }
 }
 
+// lora_down's 64-wide Hopper tile (lora_down:gemm_bn=64) at the full config's rank-64 widths and its rings of 3, 4
+// and 6 stages: no spill, no serialized wgmma (the GPU's JIT would refuse the kernel).
+TEST(NvrtcCompile, LoraDownNarrowTileNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  for (int64_t K : {5376, 14336})
+    for (int stages : {3, 4, 6}) {
+      hk::EmitOptions n = hk::EmitOptions::planDefaults();
+      n.set("lora_down:gemm_bn", 64, "test");
+      n.set("lora_down:gemm_stages", stages, "test");
+      const plan::OpAttrs a = with(attrs({{"K", double(K)}, {"N", 64}}), DType::BF16, DType::BF16, DType::BF16);
+      const auto k = emit(op(OpKind::LoraDown, "down", a, kchunks(1), 1), "sm_90a", n);
+      ASSERT_TRUE(k);
+      expectCompilesWithoutSpills(jit, *k, fmt::format("lora_down K={} gemm_bn=64 stages={}", K, stages));
+    }
+}
+
 TEST(NvrtcCompile, FullConfigAndPlanSm90a) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   compileAll("full", "sm_90a", /*plan=*/true);
