@@ -520,15 +520,13 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
           const int q = q0 + k * blockDim.x;
           if (q < GR_H / 8) {
             const int j0 = 8 * q;
-            const float4 a0 = ((const float4 *)dns)[2 * q], a1 = ((const float4 *)dns)[2 * q + 1];
-            const float d[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             const h3u32 sw[4] = {sq[k].x, sq[k].y, sq[k].z, sq[k].w};
-            float dn[8];
+            float d[8];
+            gr_ld8<0>(dns, j0, d);
 #pragma unroll
             for (int e = 0; e < 8; ++e)
-              dn[e] = gr_nm_dn(d[e], (e & 1) ? bf2_hi(sw[e >> 1]) : bf2_lo(sw[e >> 1]), GR_WV(j0 + e));
-            ((float4 *)dns)[2 * q] = make_float4(dn[0], dn[1], dn[2], dn[3]);
-            ((float4 *)dns)[2 * q + 1] = make_float4(dn[4], dn[5], dn[6], dn[7]);
+              d[e] = gr_nm_dn(d[e], (e & 1) ? bf2_hi(sw[e >> 1]) : bf2_lo(sw[e >> 1]), GR_WV(j0 + e));
+            gr_st8<0>(dns, j0, d);
           }
         }
       }
@@ -555,13 +553,11 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
       const float inv = stat[0], mean = stat[1];
       for (int q = threadIdx.x; q < GR_H / 8; q += blockDim.x) {
         const int j0 = 8 * q;
-        const float4 n0 = ((const float4 *)dns)[2 * q], n1 = ((const float4 *)dns)[2 * q + 1];
-        const uint4 xq2 = ((const uint4 *)xs)[q];
-        const float dn[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
-        const h3u32 xw[4] = {xq2.x, xq2.y, xq2.z, xq2.w};
-        float o[8];
+        float dn[8], xv[8], o[8];
+        gr_ld8<0>(dns, j0, dn);
+        gr_ld8<1>(xs, j0, xv);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) o[e] = gr_nm_dx(dn[e], (e & 1) ? bf2_hi(xw[e >> 1]) : bf2_lo(xw[e >> 1]), inv, mean);
+        for (int e = 0; e < 8; ++e) o[e] = gr_nm_dx(dn[e], xv[e], inv, mean);
         gr_st8<GR_OUT_BF>(dx, base + j0, o);
       }
     }

@@ -11,6 +11,20 @@
 // paying a 64-bit division and modulo and its weights' and tables' scalar loads and roundings, held the training
 // plan's unfused qk_norm_rope at 0.48 ms an op (~1.0 TB/s) at 8,349 rows x 56 heads on an H100; 4 units a warp take
 // 0.31 ms (bench/NOTES.md 2026-12-06, session of 16:01). Each unit's values are the one-unit form's.
+// The contract's per-head operations, one definition for both paths below: the norm's inverse RMS from the lane
+// tree's sum of squares, a channel normed and weighted (bf(bf(x * inv) * w)), and channel j < HO_R (its value bj)
+// rotated with the head's normed channels b and the bf16-rounded tables' c and s (bj * c + rot * s, rounded at the store).
+__device__ __forceinline__ float ho_inv_rms(float ss) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)HO_D), HO_EPS)));
+}
+__device__ __forceinline__ float ho_normed(float xv, float inv, float wj) {
+  return rbf(__fmul_rn(rbf(__fmul_rn(xv, inv)), wj));
+}
+__device__ __forceinline__ float ho_rope(const float *b, int j, float bj, float c, float s) {
+  const float rot = j < HO_R / 2 ? -b[j + HO_R / 2] : b[j - HO_R / 2];
+  return __fadd_rn(__fmul_rn(bj, c), __fmul_rn(rot, s));
+}
+
 extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
   h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   __shared__ float buf[8][HO_D];
@@ -100,11 +114,9 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
       const float xv = bf2f(xstage[wib][lane + 32 * i]);
       p = __fmaf_rn(xv, xv, p);
     }
-    const float ss = h3c_lane_tree(p);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)HO_D), HO_EPS)));
+    const float inv = ho_inv_rms(h3c_lane_tree(p));
 #pragma unroll
-    for (int i = 0; i < HO_D / 32; ++i)
-      b[lane + 32 * i] = rbf(__fmul_rn(rbf(__fmul_rn(bf2f(xstage[wib][lane + 32 * i]), inv)), wv[i]));
+    for (int i = 0; i < HO_D / 32; ++i) b[lane + 32 * i] = ho_normed(bf2f(xstage[wib][lane + 32 * i]), inv, wv[i]);
 #else
 #pragma unroll
     for (int i = 0; i < HO_D / 32; ++i) b[lane + 32 * i] = bf2f(xstage[wib][lane + 32 * i]);
@@ -122,10 +134,7 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
         const int j = j0 + e;
         o[e] = b[j];
 #if HO_R > 0
-        if (j < HO_R) {
-          const float rot = j < HO_R / 2 ? -b[j + HO_R / 2] : b[j - HO_R / 2];
-          o[e] = __fadd_rn(__fmul_rn(b[j], c4[i][e]), __fmul_rn(rot, s4[i][e]));
-        }
+        if (j < HO_R) o[e] = ho_rope(b, j, o[e], c4[i][e], s4[i][e]);
 #endif
       }
       *(uint2 *)(y + base + j0) = make_uint2(pack_bf2(o[0], o[1]), pack_bf2(o[2], o[3]));
@@ -145,9 +154,8 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
       const float xv = bf2f(x[base + j]);
       p = __fmaf_rn(xv, xv, p);
     }
-    const float ss = h3c_lane_tree(p);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)HO_D), HO_EPS)));
-    for (int j = lane; j < HO_D; j += 32) b[j] = rbf(__fmul_rn(rbf(__fmul_rn(bf2f(x[base + j]), inv)), bf2f(w[j])));
+    const float inv = ho_inv_rms(h3c_lane_tree(p));
+    for (int j = lane; j < HO_D; j += 32) b[j] = ho_normed(bf2f(x[base + j]), inv, bf2f(w[j]));
 #else
     for (int j = lane; j < HO_D; j += 32) b[j] = bf2f(x[base + j]);
 #endif
@@ -158,10 +166,7 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
     const float *sn = (const float *)rope_sin + mrow * HO_R;
     for (int j = lane; j < HO_D; j += 32) {
       float o = b[j];
-      if (j < HO_R) {
-        const float rot = j < HO_R / 2 ? -b[j + HO_R / 2] : b[j - HO_R / 2];
-        o = __fadd_rn(__fmul_rn(b[j], rbf(cs[j])), __fmul_rn(rot, rbf(sn[j])));
-      }
+      if (j < HO_R) o = ho_rope(b, j, o, rbf(cs[j]), rbf(sn[j]));
       y[base + j] = f2bf(o);
     }
 #else

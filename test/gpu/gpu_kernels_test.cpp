@@ -1174,7 +1174,6 @@ void Kernels::checkLoraDown(const std::string &cfg, long long K, long long L, lo
         report(at == SIZE_MAX, name + ": " + kn.id + " (gemm_bn=64) == " + k.id + " byte for byte" + diffText(at));
       }
     }
-
     std::vector<float> got(y.size());
     std::vector<double> ref(y.size());
     for (long long r = 0; r < M; ++r)
