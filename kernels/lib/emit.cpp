@@ -204,15 +204,20 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   // leave a tuned plan's LoRA op without a kernel).
   const bool pingpongLora = o.sm90Pingpong == 1 && d.loraK > 0;
   if (o.sm90Pingpong == 1 && !pingpongLora) return emitGemmSm90Pingpong(v, d, arch);
-  const int bn = o.sm90Bn, groupM = o.sm90GroupM;
-  // The 64-wide tile (gemm_bn=64): a GEMM of at most 64 outputs without epilogue or LoRA path of its own (lora_down of
-  // rank <= 64), its stages of 24 KiB up to 6 (gemm_stages' range).
+  // The 64-wide tile (gemm_bn=64, lora_down's plan default): a GEMM of at most 64 outputs without epilogue or LoRA
+  // path of its own (lora_down of rank <= 64), its stages of 24 KiB up to 6 (gemm_stages' range). On the 256-wide
+  // tile three quarters of such a GEMM's wgmma work and B's stages are zeros past N (1.7-1.9x cuBLASLt's time; the
+  // 64-wide tile at 6 stages 0.91-0.97x, bench/NOTES.md 2026-12-06 18:18). A lora_down of a wider rank (the inference
+  // plans' 192) takes the 256-wide tile instead, with as many of the stages as it holds beside its epilogue: the
+  // option names the narrow tile for the ranks it serves.
+  const bool wideLoraDown = o.sm90Bn == 64 && v.op.kind == OpKind::LoraDown && d.N > 64;
+  const int bn = wideLoraDown ? 256 : o.sm90Bn, groupM = o.sm90GroupM;
   const bool narrow = bn == 64;
   if (narrow && (d.N > 64 || d.epi != Epilogue::None || d.loraK != 0 || d.nout != 1))
     fail(v.where, "the 64-wide Hopper tile (gemm_bn=64) serves GEMMs of at most 64 outputs without epilogue or LoRA "
                   "path (lora_down), got N = {}, epilogue {}", d.N, plan::epilogueName(d.epi));
   const int maxStages = narrow ? 6 : bn == 192 ? 5 : 4;
-  int stages = pingpongLora ? std::min(o.sm90Stages, maxStages) : o.sm90Stages;
+  int stages = pingpongLora || wideLoraDown ? std::min(o.sm90Stages, maxStages) : o.sm90Stages;
   if ((bn != 256 && bn != 192 && !narrow) || stages < 2 || stages > maxStages || groupM < 1 || groupM > 64 ||
       (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
       o.sm90EpiSmem < 0 || o.sm90EpiSmem > 2 || (o.sm90HalfTail != 0 && o.sm90HalfTail != 1))
@@ -229,7 +234,7 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   const bool staged = o.sm90EpiSmem >= 1 && !d.outF32 && outN % 8 == 0;
   const bool epiWarps = staged && o.sm90EpiSmem == 2;
   const bool gateTable = d.epi == Epilogue::GateResidual;
-  while (pingpongLora && stages > 2 &&
+  while ((pingpongLora || wideLoraDown) && stages > 2 &&
          sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, gateTable) > kMaxCtaSharedBytes)
     --stages;
   const int64_t smem = sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, gateTable);

@@ -125,7 +125,10 @@ EmitOptions EmitOptions::planDefaults() {
              {"linear+gate_residual", "gemm_inflight", 1},
              {"qkv_linear+qk_norm_rope", "gemm_cluster", 2},
              {"qkv_linear+qk_norm_rope", "gemm_inflight", 1},
-             {"attention", "attn_persistent", 1}};
+             {"attention", "attn_persistent", 1},
+             // rank <= 64 on the 64-wide tile with a 6-stage ring (a wider rank: the 256-wide tile, emitGemmSm90)
+             {"lora_down", "gemm_bn", 64},
+             {"lora_down", "gemm_stages", 6}};
   return o;
 }
 

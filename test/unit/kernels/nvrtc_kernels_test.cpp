@@ -1741,12 +1741,11 @@ TEST(NvrtcCompile, UnmergedLoraFormsNeitherSerializeNorSpill) {
   }
 }
 
-// lora_down's 64-wide Hopper tile (lora_down:gemm_bn=64): emitted for a rank <= 64 with its ring's stages, refused for
-// a wider rank, and gemm_bn=64 refused for every other linear (tuning check) and for a wider GEMM (emitter).
+// lora_down's 64-wide Hopper tile (lora_down:gemm_bn=64, the plan default with 6 stages): emitted for a rank <= 64
+// with its ring's stages; a wider rank gets the 256-wide tile with the stages it holds; gemm_bn=64 refused for
+// every other linear (tuning check) and for a wider GEMM of another kind (emitter).
 TEST(KernelEmit, LoraDownNarrowTile) {
   hk::EmitOptions n = hk::EmitOptions::planDefaults();
-  n.set("lora_down:gemm_bn", 64, "test");
-  n.set("lora_down:gemm_stages", 6, "test");
   EXPECT_NO_THROW(n.check("test"));
   const plan::OpAttrs a = with(attrs({{"K", 200}, {"N", 64}}), DType::BF16, DType::BF16, DType::BF16);
   const auto k = emit(op(OpKind::LoraDown, "down", a, kchunks(1), 1), "sm_90a", n);
@@ -1754,13 +1753,20 @@ TEST(KernelEmit, LoraDownNarrowTile) {
   EXPECT_NE(k->id.find("_sm90n64_"), std::string::npos) << k->id;
   EXPECT_NE(k->source.find("#define G9_BN 64"), std::string::npos);
   EXPECT_NE(k->source.find("#define G9_STAGES 6"), std::string::npos);
-  const auto plain = emit(op(OpKind::LoraDown, "down", a, kchunks(1), 1), "sm_90a");
+  const auto plain = emit(op(OpKind::LoraDown, "down", a, kchunks(1), 1), "sm_90a");  // EmitOptions' own fields
   ASSERT_TRUE(plain);
-  EXPECT_NE(plain->source.find("#define G9_BN 256"), std::string::npos);  // not the default
+  EXPECT_NE(plain->source.find("#define G9_BN 256"), std::string::npos);
   const plan::OpAttrs wide = with(attrs({{"K", 200}, {"N", 192}}), DType::BF16, DType::BF16, DType::BF16);
+  const auto k192 = emit(op(OpKind::LoraDown, "down192", wide, kchunks(1), 1), "sm_90a", n);
+  ASSERT_TRUE(k192);
+  EXPECT_NE(k192->source.find("#define G9_BN 256"), std::string::npos);
+  EXPECT_EQ(k192->source.find("#define G9_STAGES 6"), std::string::npos);
+  const plan::OpAttrs wideLinear = with(attrs({{"K", 200}, {"N", 192}}), DType::BF16, DType::BF16, DType::BF16);
+  hk::EmitOptions every;
+  every.sm90Bn = 64;  // (past the tuning check, which refuses it for a linear)
   try {
-    emit(op(OpKind::LoraDown, "down192", wide, kchunks(1), 1), "sm_90a", n);
-    ADD_FAILURE() << "a rank-192 lora_down on the 64-wide tile was not refused";
+    emit(op(OpKind::Linear, "linear192", wideLinear, kchunks(1), 1), "sm_90a", every);
+    ADD_FAILURE() << "a 192-wide linear on the 64-wide tile was not refused";
   } catch (const h3c::Error &e) {
     EXPECT_NE(std::string(e.what()).find("the 64-wide Hopper tile"), std::string::npos) << e.what();
   }
