@@ -516,6 +516,9 @@ int main(int argc, char **argv) {
         h3c::kernels::EmitOptions rows = h3c::kernels::EmitOptions::planDefaults();
         rows.sm90AttnGradRows = 0;
         variants.emplace_back(" [dq accumulator layout]", rows);
+        h3c::kernels::EmitOptions red = h3c::kernels::EmitOptions::planDefaults();
+        red.sm90AttnGradReducer = 1;
+        variants.emplace_back(" [dq adds by the sync warpgroup]", red);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's
@@ -595,7 +598,8 @@ int main(int argc, char **argv) {
         long long N, K;
       };
       const Shape xShapes[] = {{"context_embedder", H, 5120}, {"to_q/k/v", I, H}, {"to_out", H, I},
-                               {"fc1", 2 * F, H},           {"fc2", H, F},      {"lora down x-part r64", 64, H}};
+                               {"fc1", 2 * F, H},           {"fc2", H, F},      {"lora down x-part r64", 64, H},
+                               {"lora up dt r64", 2 * F, 64}, {"lora up dt r64", I, 64}};
       const Shape wShapes[] = {{"context_embedder", H, 5120}, {"to_q/k/v", I, H},          {"to_out", H, I},
                                {"fc1", 2 * F, H},           {"fc2", H, F},               {"lora up r64", 2 * F, 64},
                                {"lora down r64", 64, H}};
@@ -657,6 +661,13 @@ int main(int argc, char **argv) {
         o.w = {w->get()};
         const double flops = 2.0 * M * s.N * s.K, gemmBytes = 2.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K;
         forms(base, linearGradX(s.N, s.K), o, mmaX, flops, gemmBytes + 2.0 * M * s.N, gemmBytes);
+        if (s.K == 64 && dev.arch() == "sm_90a") {  // LoRA's dt on the Hopper dX's 64-wide tile (grad_x_narrow=1)
+          h3c::kernels::EmitOptions narrow = h3c::kernels::EmitOptions::planDefaults();
+          narrow.sm90GradXNarrow = 1;
+          if (wanted(base + " [narrow]")) bench(base + " [narrow]", linearGradX(s.N, s.K), o, flops, gemmBytes + 2.0 * M * s.N, narrow);
+          if (wanted(base + " [narrow] [GEMM only]"))
+            benchPhase(base + " [narrow] [GEMM only]", linearGradX(s.N, s.K), o, 0, flops, gemmBytes, narrow);
+        }
         if (sweep && dev.arch() == "sm_90a")  // the Hopper dX's tunings (timing only): tile width, stages, in flight
           for (int bn : {128, 192, 256})
             for (int stages : {3, 4})

@@ -26,7 +26,7 @@
 // tile reads zeros and stores nothing (as the forward's 2-CTA linears). Timing only: the chains are the same.
 //
 // Defined by the emitter: GL_ENTRY GX_ENTRY_P1 H3C_PARAMS GL_DW (0) GR_N GR_K GR_BIAS (0) GX_BN (128, 192 or 256)
-// GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing its stage; 1: keep one in
+// (64: K = 64, LoRA's dt) GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing its stage; 1: keep one in
 // flight) GX_CLUSTER (1 or 2) GR_RESIDUAL (1: the epilogue stores residual + dX, h3-fuse-grad's grad_add). Parameters
 // (H3C_PARAMS, in this order): g (F32 [rows][N], phase 0's), residual (GR_RESIDUAL: F32 [rows][K]), dx (F32
 // [rows][K]), rows, gb (scratch, bf16 [rows][N]), gb_map (the tensor map over gb: boxes of 64 x 128 rows), w_map (W's:
@@ -45,8 +45,8 @@
 // setmaxnreg's split of 168 x 384 registers (the forward's): 40 x 128 + 232 x 256.
 #define GX_REGS_PRODUCER 40
 #define GX_REGS_CONSUMER 232
-#if GX_BN != 256 && GX_BN != 192 && GX_BN != 128
-#error "GX_BN is 128, 192 or 256"
+#if GX_BN != 256 && GX_BN != 192 && GX_BN != 128 && !(GX_BN == 64 && GR_K == 64)
+#error "GX_BN is 128, 192 or 256 (64: a dX of 64 columns, LoRA's dt)"
 #endif
 #if GL_DW || GR_BIAS
 #error "grad_linear_sm90.cuh computes dX only"
@@ -65,9 +65,11 @@ __device__ __forceinline__ void gx_wgmma(float *acc, unsigned long long da, unsi
 #elif GX_BN == 192
   if (FIRST) wgmma_192_first<1>(acc, da, db);
   else wgmma_192<1>(acc, da, db, 1);
-#else
+#elif GX_BN == 128
   if (FIRST) wgmma_128_first<1>(acc, da, db);
   else wgmma_128<1>(acc, da, db, 1);
+#else
+  wgmma_64<1>(acc, da, db, FIRST ? 0 : 1);
 #endif
 }
 

@@ -97,9 +97,13 @@ int64_t gradXTileWidth(int64_t K) {
 plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
   const EmitOptions &o = v.options;
-  const int64_t bn = o.sm90GradXBn == 0 ? gradXTileWidth(a.K) : o.sm90GradXBn, stages = o.sm90GradXStages;
+  // LoRA's dt (K = 64 output columns, grad_x_narrow): the 64-wide tile, whose 24 KiB stages take a 6-deep ring (as
+  // lora_down's forward tile, which measured fastest at 6: bench/NOTES.md 2026-12-06 18:18).
+  const bool narrow = a.K == 64;
+  const int64_t bn = narrow ? 64 : o.sm90GradXBn == 0 ? gradXTileWidth(a.K) : o.sm90GradXBn;
+  const int64_t stages = narrow ? 6 : o.sm90GradXStages;
   const int64_t cluster = o.sm90GradXCluster;
-  if ((bn != 128 && bn != 192 && bn != 256) || stages < 2 || stages > 5 ||
+  if ((bn != 128 && bn != 192 && bn != 256 && !narrow) || stages < 2 || stages > (narrow ? 6 : 5) ||
       (o.sm90GradXInflight != 0 && o.sm90GradXInflight != 1) || (cluster != 1 && cluster != 2))
     fail(v.where, "Hopper dX tuning out of range (grad_x_bn 0/128/192/256, grad_x_stages 2-5, grad_x_inflight 0/1, "
                   "grad_x_cluster 1/2)");
@@ -198,7 +202,8 @@ plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64
 // (LoRA's dt) stays here.
 plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw, int64_t dwAt, int64_t biasAt) {
   const plan::OpAttrs &a = v.a();
-  if (!dw && arch == "sm_90a" && v.options.wgmma && v.options.sm90GradX == 1 && a.K > 64)
+  if (!dw && arch == "sm_90a" && v.options.wgmma && v.options.sm90GradX == 1 &&
+      (a.K > 64 || (a.K == 64 && v.options.sm90GradXNarrow == 1)))
     return emitLinearGradXSm90(v, arch);
   if (dw && arch == "sm_90a" && v.options.wgmma && v.options.sm90GradW == 1) return emitLinearGradWSm90(v, arch, dwAt, biasAt);
   Builder b;
@@ -287,9 +292,15 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     b.def("GB_PREV_LD", prevLd);
     // attn_grad_rows: the middle tiles' dq adds a whole row a warp instruction (staged in that copy's memory).
     b.def("GB_DQ_ROWS", v.options.sm90AttnGradRows == 1 ? 1 : 0);
+    // attn_grad_reducer: dq's adds by the sync warpgroup from two buffers of the parts (the second after the ring's
+    // L and D, the size of the sum's copy).
+    const bool reducer = v.options.sm90AttnGradReducer == 1;
+    if (reducer && (!syncWarp || stages != 2))
+      fail(v.where, "attn_grad_reducer=1 takes attn_grad_sync=1 and attn_grad_stages=2 (shared memory)");
+    b.def("GB_DQ_WG", reducer ? 1 : 0);
     const int64_t smem0 = a.lse ? 512 : 512 + 1024 + 128 * tile + 3 * a.kvBlock * tile;  // GB_STAT_STAGES
     const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile + 2 * 64 * prevLd * 4 +
-                          stages * 64 * 2 * 4;
+                          stages * 64 * 2 * 4 + (reducer ? 2 * 64 * prevLd * 4 : 0);
     const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     const plan::Launch keys = launch(syncWarp ? 384 : 256, smem1, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");

@@ -53,6 +53,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"attn_grad_sync", &EmitOptions::sm90AttnGradSync, 0, 1},
                           // attention_grad's Hopper form: the middle key tiles' dq adds a row a warp instruction
                           {"attn_grad_rows", &EmitOptions::sm90AttnGradRows, 0, 1},
+                          // attention_grad's Hopper form: dq's adds by the sync warpgroup from staged parts
+                          {"attn_grad_reducer", &EmitOptions::sm90AttnGradReducer, 0, 1},
                           // the Hopper dX of the bf16 linears (grad_linear_sm90.cuh): on/off, ring stages, tile width
                           // (0: by K; 128, 192 or 256, checked by the emitter), a k-block in flight
                           {"grad_x_sm90", &EmitOptions::sm90GradX, 0, 1},
@@ -60,6 +62,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"grad_x_bn", &EmitOptions::sm90GradXBn, 0, 256},
                           {"grad_x_inflight", &EmitOptions::sm90GradXInflight, 0, 1},
                           {"grad_x_cluster", &EmitOptions::sm90GradXCluster, 1, 2},
+                          // LoRA's dt (a dX of 64 columns) on the Hopper dX's 64-wide tile (0: mma.sync's 32 x 64)
+                          {"grad_x_narrow", &EmitOptions::sm90GradXNarrow, 0, 1},
                           // the Hopper dW of the bf16 linears (grad_linear_w_sm90.cuh): on/off, ring stages
                           {"grad_w_sm90", &EmitOptions::sm90GradW, 0, 1},
                           {"grad_w_stages", &EmitOptions::sm90GradWStages, 2, 6}};

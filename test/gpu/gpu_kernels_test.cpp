@@ -1326,13 +1326,15 @@ TEST_F(Kernels, AttentionGrad) {
     }
     // The load ring at 3 stages (attn_grad_stages=3) and dq's counts by the compute warpgroups (attn_grad_sync=0):
     // the same chains and adds in the same order, the same bytes.
-    hk::EmitOptions st3, counts, rows;
+    hk::EmitOptions st3, counts, rows, red;
     st3.sm90AttnGradStages = 3;
     counts.sm90AttnGradSync = 0;
     rows.sm90AttnGradRows = 0;
+    red.sm90AttnGradReducer = 1;
     for (const auto &[what, opt] : {std::pair<const char *, hk::EmitOptions>{"the 3-stage Hopper form", st3},
                                     {"the Hopper form with the compute warpgroups' counts", counts},
-                                    {"the Hopper form with dq's adds in the accumulator layout", rows}}) {
+                                    {"the Hopper form with dq's adds in the accumulator layout", rows},
+                                    {"the Hopper form with dq's adds by the sync warpgroup", red}}) {
       const auto h = go(kernel(op, opt), c.B);
       bool same = true;
       for (int i = 0; i < 3; ++i) same = same && bytesEqual(h[size_t(i)], m[size_t(i)]);
@@ -1450,10 +1452,11 @@ TEST_F(Kernels, AttentionGradDqFoldFlushesSubnormals) {
     for (int i = 0; i < 3; ++i) r.push_back(down<float>(*la.out[size_t(i)], size_t(n)));
     return r;
   };
-  hk::EmitOptions mmaOpt, counts, rows;
+  hk::EmitOptions mmaOpt, counts, rows, red;
   mmaOpt.wgmma = false;
   counts.sm90AttnGradSync = 0;
   rows.sm90AttnGradRows = 0;
+  red.sm90AttnGradReducer = 1;
   const auto m = go(kernel(op, mmaOpt));
   size_t nonzeroDq = 0, nonzeroDv = 0;
   for (float x : m[0]) nonzeroDq += x != 0.0f;
@@ -1461,7 +1464,8 @@ TEST_F(Kernels, AttentionGradDqFoldFlushesSubnormals) {
   report(nonzeroDv > 0, fmt::format("attention_grad dq fold, subnormal parts: mma.sync's dv not all zero ({} nonzero; "
                                     "dq {} nonzero of {})", nonzeroDv, nonzeroDq, m[0].size()));
   for (const auto &[what, opt] : {std::pair<const char *, hk::EmitOptions>{"sync warpgroup", {}},
-                                  {"compute counts", counts}, {"accumulator-layout adds", rows}}) {
+                                  {"compute counts", counts}, {"accumulator-layout adds", rows},
+                                  {"adds by the sync warpgroup", red}}) {
     const auto h = go(kernel(op, opt));
     const size_t at = firstDiff(h[0], m[0]);
     report(at == SIZE_MAX && bytesEqual(h[1], m[1]) && bytesEqual(h[2], m[2]),
@@ -1491,8 +1495,11 @@ TEST_F(Kernels, LinearGradX) {
   std::vector<Case> cases = {{"context_embedder", 5376, 5120, big}, {"to_q/k/v", 7168, 5376, big},
                              {"to_out", 5376, 7168, big},           {"fc1", 28672, 5376, big},
                              {"fc2", 5376, 14336, big},             {"lora down (x's part)", 64, 5376, big},
-                             {"lora down (x's part)", 64, 7168, big}, {"lora down (x's part)", 64, 14336, big}};
+                             {"lora down (x's part)", 64, 7168, big}, {"lora down (x's part)", 64, 14336, big},
+                             {"lora up (dt)", 28672, 64, big},        {"lora up (dt)", 7168, 64, big},
+                             {"lora up (dt)", 5376, 64, big}};
   for (long long M : {5LL, 70LL, 130LL, 925LL}) {
+    cases.push_back({"lora up (dt)", 7168, 64, M});
     cases.push_back({"to_q/k/v", 7168, 5376, M});
     cases.push_back({"to_out", 5376, 7168, M});
     cases.push_back({"N 200 K 128", 200, 128, M});
@@ -1504,6 +1511,8 @@ TEST_F(Kernels, LinearGradX) {
   hk::EmitOptions mmaOpt, pairOpt;
   mmaOpt.sm90GradX = 0;
   pairOpt.sm90GradXCluster = 2;  // `--tune grad_x_cluster=2`: pairs of row tiles sharing W through TMA multicast
+  // LoRA's dt (K = 64) on the Hopper dX's 64-wide tile (`--tune grad_x_narrow=1`; without it the mma.sync form)
+  pairOpt.sm90GradXNarrow = 1;
   bool fp64Done = false;
   for (const Case &c : cases) {
     const std::string name = fmt::format("linear_grad_x {} N {} K {} M {}", c.what, c.N, c.K, c.M);
@@ -1512,7 +1521,9 @@ TEST_F(Kernels, LinearGradX) {
     std::vector<uint16_t> w(size_t(c.N * c.K));
     for (uint16_t &e : w) e = floatToBf16(value() / 64.0f);
     const EmitOp op = linearGradX(c.N, c.K);
-    const plan::Kernel &k9 = kernel(op), &km = kernel(op, mmaOpt);
+    hk::EmitOptions hopperOpt;
+    hopperOpt.sm90GradXNarrow = 1;
+    const plan::Kernel &k9 = kernel(op, hopperOpt), &km = kernel(op, mmaOpt);
     report(k9.id.find("linear_grad_x_mma_sm90_") == 0 && km.id.find("linear_grad_x_mma_n") == 0,
            name + ": the Hopper form (" + k9.id + ") beside the mma.sync form (" + km.id + ")");
     Buf wb = up(w);
@@ -1546,7 +1557,7 @@ TEST_F(Kernels, LinearGradX) {
       run(kern, la);
       return down<float>(*la.out[0], size_t(c.M * c.K));
     };
-    const plan::Kernel &kr9 = kernel(opr), &krm = kernel(opr, mmaOpt);
+    const plan::Kernel &kr9 = kernel(opr, hopperOpt), &krm = kernel(opr, mmaOpt);
     report(bytesEqual(goRes(kr9), sum) && bytesEqual(goRes(krm), sum),
            name + ": residual epilogue (" + kr9.id + ", " + krm.id + ") == residual + dX byte for byte");
     // g as a grad_round's bf16 bf(g) (rounded here on the host), read by the GEMM alone, with and without the
@@ -1564,7 +1575,7 @@ TEST_F(Kernels, LinearGradX) {
       return down<float>(*la.out[0], size_t(c.M * c.K));
     };
     const EmitOp opg = linearGradX(c.N, c.K, false, true), opgr = linearGradX(c.N, c.K, true, true);
-    const plan::Kernel &kg9 = kernel(opg), &kgm = kernel(opg, mmaOpt), &kgr9 = kernel(opgr);
+    const plan::Kernel &kg9 = kernel(opg, hopperOpt), &kgm = kernel(opg, mmaOpt), &kgr9 = kernel(opgr, hopperOpt);
     report(kg9.phases.empty() && bytesEqual(goBf(kg9, false), h1) && bytesEqual(goBf(kgm, false), h1) &&
                bytesEqual(goBf(kgr9, true), sum),
            name + ": bf16 g (" + kg9.id + ", " + kgm.id + ", " + kgr9.id + ") == the F32 g's dX byte for byte");

@@ -1128,6 +1128,13 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     const plan::Kernel kr = *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows);
     EXPECT_NE(kr.source.find("#define GB_DQ_ROWS 0\n"), std::string::npos) << kr.id;
     expectCompilesWithoutSpills(jit, kr, "sm_90a lse dq adds in the accumulator layout");
+    hk::EmitOptions red;  // dq's adds by the sync warpgroup from staged parts
+    red.sm90AttnGradReducer = 1;
+    const plan::Kernel kw = *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", red);
+    EXPECT_NE(kw.source.find("#define GB_DQ_WG 1\n"), std::string::npos) << kw.id;
+    expectCompilesWithoutSpills(jit, kw, "sm_90a lse dq adds by the sync warpgroup");
+    red.sm90AttnGradStages = 3;  // its second buffer leaves no room for a third stage
+    EXPECT_THROW(emit(attentionGrad(48, 128, 128, true, true), "sm_90a", red), h3c::Error);
   }
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
@@ -1236,6 +1243,19 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
     EXPECT_NE(kp.source.find("#define GX_CLUSTER 2\n"), std::string::npos) << kp.id;
     if (seen.insert(kp.id).second && (nvrtcVariants() || seen.insert("cluster 2").second))
       expectQualifiedWgmma(jit, kp, fmt::format("dX N {} K {} cluster 2", N, K));
+  }
+  // LoRA's dt (K = 64, grad_x_narrow=1): the 64-wide tile with a 6-stage ring, over bf16 g as h3-fuse-grad leaves it,
+  // at the full config's three N (Kernels.LinearGradX compares it with the mma.sync form byte for byte).
+  {
+    hk::EmitOptions narrow;
+    narrow.sm90GradXNarrow = 1;
+    for (int64_t N : {5376, 7168, 28672}) {
+      const plan::Kernel k = *emit(linearGradX(N, 64, false, true), "sm_90a", narrow);
+      EXPECT_EQ(k.id.find(fmt::format("linear_grad_x_mma_sm90_n{}_k64_gb_", N)), 0u) << k.id;
+      EXPECT_NE(k.source.find("#define GX_BN 64\n"), std::string::npos) << k.id;
+      EXPECT_NE(k.source.find("#define GX_STAGES 6\n"), std::string::npos) << k.id;
+      if (N == 28672) expectQualifiedWgmma(jit, k, fmt::format("dX N {} K 64 (LoRA's dt), bf16 g", N));
+    }
   }
   // h3-fuse-grad's residual epilogue (dx = residual + dX, one F32 load and add per output) at both tile widths the
   // fused ops take (q / k: 192; the LoRA path's dX into to_out's and fc2's inputs: 256), qualified as above (the
