@@ -516,9 +516,6 @@ int main(int argc, char **argv) {
         h3c::kernels::EmitOptions rows = h3c::kernels::EmitOptions::planDefaults();
         rows.sm90AttnGradRows = 0;
         variants.emplace_back(" [dq accumulator layout]", rows);
-        h3c::kernels::EmitOptions red = h3c::kernels::EmitOptions::planDefaults();
-        red.sm90AttnGradReducer = 1;
-        variants.emplace_back(" [dq adds by the sync warpgroup]", red);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's

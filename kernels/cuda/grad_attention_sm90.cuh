@@ -78,21 +78,6 @@
 #ifndef GB_DQ_ROWS
 #define GB_DQ_ROWS 0
 #endif
-// GB_DQ_WG (attn_grad_reducer): the sync warpgroup's four warps also make dq's adds of the first and middle key tiles.
-// The compute warpgroups store a step's part into one of two shared-memory buffers (the accumulator layout, rows
-// GB_PREV_LD floats apart), announce it (named barrier 7 + buffer) and go on with the next step; the sync warpgroup
-// waits for the block's turn (its first warp polls), adds the part into dq a whole 256-byte row a warp instruction
-// (the first tile stores 0 + part), hands the buffer back (barrier 9 + buffer) and counts the tile in. The same adds in
-// the same order; what moves is who issues them: the compute warps stalled on their 16 reductions a step (~3.7 ms of
-// 12.3 at S = 8,349 x 56 heads on an H100, however many bytes: half of them, a pair form's, measured no faster,
-// bench/NOTES.md 2026-12-06 18:18). The last tile keeps the form above (it reads the sum, adds and scales). Needs the
-// sync warpgroup and a 2-stage ring (shared memory: the second buffer).
-#ifndef GB_DQ_WG
-#define GB_DQ_WG 0
-#endif
-#if GB_DQ_WG && (!GB_SYNC_WARP || GB_STAGES != 2 || GB_DQ_DIAG)
-#error "the reducing warpgroup takes the sync warpgroup and a 2-stage ring, without diagnostics"
-#endif
 #define GB_P1_THREADS (GB_SYNC_WARP ? 384 : 256)
 #if GB_KVB == 64
 #define gb_wgmma_stat wgmma_64
@@ -327,8 +312,6 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   // the accumulator layout's float2 reads fall into distinct banks), then the ring's (L, D).
   float *prevAll = (float *)(gb_raw + (sdS + GB_TILE(GB_QSUB) - smem_u32(gb_raw)));
   float *LDs = prevAll + 2 * 64 * GB_PREV_LD;
-  // GB_DQ_WG: the second buffer of the parts (the first is prevAll), after the ring's (L, D).
-  float *const part1 = LDs + GB_STAGES * GB_QSUB * 2;
   static_assert(GB_KT == GR_DQ_KEYS, "a CTA's keys are one block of dq's fold");
   const long long L = item_rows;
   const long long rowBase = (long long)blockIdx.z * L;
@@ -341,7 +324,6 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const int nsub = (int)((L + GB_QSUB - 1) / GB_QSUB);
   const bool firstTile = x == 0, lastTile = x + 1 == ntiles;
-  const bool reducers = GB_DQ_WG && !lastTile;  // the sync warpgroup adds this tile's parts (GB_DQ_WG)
   // dq's counters of this head (`dqsem`, zeroed by phase 0): entry 2 (row0 * heads + head) + half for the query block
   // at row0 (the sync warp keeps the first entry, the compute warpgroups each their own half).
   int *const semBase = (int *)dqsem + 2 * (rowBase * GB_HEADS + blockIdx.y);
@@ -352,42 +334,6 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   // counter; the CUTLASS semaphore's pattern). One counter a block (its first entry).
   if (threadIdx.x >= 256) {
     regs_dealloc<24>();
-#if GB_DQ_WG
-    if (reducers) {  // per block: the turn (warp 0), the part staged, its rows added, the buffer handed back, the count
-      const int rw = (threadIdx.x - 256) >> 5;
-      float *const dq0 = (float *)dq + rowBase * GB_LD + colBase + lane * 2;
-      for (int t = 0; t < nsub; ++t) {
-        const long long i0 = (long long)t * GB_QSUB;
-        int *const sem = semBase + 2 * i0 * GB_HEADS;
-        if (!firstTile && rw == 0 && lane == 0 && !gb_await_count(sem, x)) __trap();  // an error, not a hang
-        const int b = t & 1;
-        asm volatile("bar.sync %0, 384;\n" ::"r"(7 + b) : "memory");  // the part staged
-        asm volatile("bar.sync 11, 128;\n" ::: "memory");             // the turn
-        const float *const buf = (b ? part1 : prevAll) + lane * 2;
-#pragma unroll 1
-        for (int k = 0; k < 32; ++k) {  // rows (warpgroup w, row) of the 2 x 64: 32 a warp, one an instruction (not
-                                        // unrolled: in the 24 registers a thread of this warpgroup keeps, two spill)
-          const int idx = rw * 32 + k, w = idx >> 6, row = idx & 63;
-          const int in = i0 + row < L;
-          const float2 v = *(const float2 *)(buf + (w * 64 + row) * GB_PREV_LD);
-          float *const at = dq0 + w * 64 + (in ? i0 + row : 0) * GB_LD;
-          if (firstTile)
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p st.global.cg.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(in),
-                         "l"(at), "f"(gr_add_ftz(0.0f, v.x)), "f"(gr_add_ftz(0.0f, v.y)) : "memory");
-          else
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p red.relaxed.gpu.global.add.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(in),
-                         "l"(at), "f"(v.x), "f"(v.y) : "memory");
-        }
-        if (t + 2 < nsub) asm volatile("bar.arrive %0, 384;\n" ::"r"(9 + b) : "memory");  // the buffer read
-        asm volatile("bar.sync 11, 128;\n" ::: "memory");  // every reducer's adds of the block issued
-        if (rw == 0 && lane == 0) {
-          asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-          asm volatile("red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
-        }
-      }
-      return;
-    }
-#endif
     if (threadIdx.x >= 256 + 32) return;
     for (int t = 0; t < nsub; ++t) {
       int *const sem = semBase + 2 * (long long)t * GB_QSUB * GB_HEADS;
@@ -457,7 +403,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   bool stuck = false;
   float *const prev = prevAll + wg * 64 * GB_PREV_LD;
   auto dqPoll = [&](long long i0) {
-    if (firstTile || reducers || GB_DQ_DIAG == 2) return;
+    if (firstTile || GB_DQ_DIAG == 2) return;
     if (GB_SYNC_WARP) {
       if (!lastTile) return;  // the others wait at barrier 6 after their products (and the first tile adds onto 0)
       asm volatile("bar.sync 6, 288;\n" ::: "memory");
@@ -587,19 +533,6 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
     if (stuck) __trap();
     cp_async_wait<0>();  // the ring's next step (issued at the top), the last tile's sum so far
     if (lastTile) gb_wg_bar(wg);
-    if (reducers) {  // the part into buffer t % 2 (once the sync warpgroup read step t - 2's from it), announced
-      const int b = t & 1;
-      if (t >= 2) asm volatile("bar.sync %0, 384;\n" ::"r"(9 + b) : "memory");
-      float *const stage = (b ? part1 : prevAll) + wg * 64 * GB_PREV_LD;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float *const row = stage + (warp * 16 + g + hh * 8) * GB_PREV_LD + t4 * 2;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) *(float2 *)(row + j * 8) = make_float2(dqp[j * 4 + hh * 2], dqp[j * 4 + hh * 2 + 1]);
-      }
-      asm volatile("bar.arrive %0, 384;\n" ::"r"(7 + b) : "memory");
-      continue;
-    }
     if (GB_DQ_ROWS && !firstTile && !lastTile) {  // dqAdd's rows: the warp's own 16, so the warp's barrier suffices
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {

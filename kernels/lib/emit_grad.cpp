@@ -202,8 +202,11 @@ plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64
 // (LoRA's dt) stays here.
 plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw, int64_t dwAt, int64_t biasAt) {
   const plan::OpAttrs &a = v.a();
+  // LoRA's dt (K = 64) takes the Hopper form's 64-wide tile where N is a multiple of 128: there its chain's chunk
+  // count, 2 ceil(N / 32), is the skinny form's, 8 ceil(N / 128) (its k-tiles of 128, zero-filled past N), so the
+  // two give the same bits even where a chain's value is -0 (a zero chunk would make it +0).
   if (!dw && arch == "sm_90a" && v.options.wgmma && v.options.sm90GradX == 1 &&
-      (a.K > 64 || (a.K == 64 && v.options.sm90GradXNarrow == 1)))
+      (a.K > 64 || (a.K == 64 && a.N % 128 == 0 && v.options.sm90GradXNarrow == 1)))
     return emitLinearGradXSm90(v, arch);
   if (dw && arch == "sm_90a" && v.options.wgmma && v.options.sm90GradW == 1) return emitLinearGradWSm90(v, arch, dwAt, biasAt);
   Builder b;
@@ -292,15 +295,9 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     b.def("GB_PREV_LD", prevLd);
     // attn_grad_rows: the middle tiles' dq adds a whole row a warp instruction (staged in that copy's memory).
     b.def("GB_DQ_ROWS", v.options.sm90AttnGradRows == 1 ? 1 : 0);
-    // attn_grad_reducer: dq's adds by the sync warpgroup from two buffers of the parts (the second after the ring's
-    // L and D, the size of the sum's copy).
-    const bool reducer = v.options.sm90AttnGradReducer == 1;
-    if (reducer && (!syncWarp || stages != 2))
-      fail(v.where, "attn_grad_reducer=1 takes attn_grad_sync=1 and attn_grad_stages=2 (shared memory)");
-    b.def("GB_DQ_WG", reducer ? 1 : 0);
     const int64_t smem0 = a.lse ? 512 : 512 + 1024 + 128 * tile + 3 * a.kvBlock * tile;  // GB_STAT_STAGES
     const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile + 2 * 64 * prevLd * 4 +
-                          stages * 64 * 2 * 4 + (reducer ? 2 * 64 * prevLd * 4 : 0);
+                          stages * 64 * 2 * 4;
     const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     const plan::Launch keys = launch(syncWarp ? 384 : 256, smem1, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");

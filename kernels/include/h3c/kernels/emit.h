@@ -114,16 +114,12 @@ struct EmitOptions {
   // pieces an instruction (0). Timing only (the same adds in the same order): 12.245 against 12.872 ms at S = 8,349 x
   // 56 heads on an H100 (bench/NOTES.md 2026-12-06 13:02), byte-equal to the mma.sync form on the GPU.
   int sm90AttnGradRows = 1;
-  // sm_90a: attention_grad's Hopper form with dq's adds of the first and middle key tiles made by the sync
-  // warpgroup's four warps from two shared-memory buffers of the parts (grad_attention_sm90.cuh GB_DQ_WG: the compute
-  // warpgroups store a step's part and go on). The same adds in the same order. Needs attn_grad_sync = 1 and
-  // attn_grad_stages = 2. Timing only.
-  int sm90AttnGradReducer = 0;
   int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1, sm90GradXCluster = 1;
   // sm_90a: a dX of exactly 64 output columns (LoRA's dt = bf(g) up, the chain over all N) on the Hopper dX's 64-wide
-  // tile with a 6-stage ring (grad_linear_sm90.cuh GX_BN 64) instead of the mma.sync form's 32 x 64 tiles; the same
-  // chains. Timing only.
-  int sm90GradXNarrow = 0;
+  // tile with a 6-stage ring (grad_linear_sm90.cuh GX_BN 64; 0: the mma.sync form's 32 x 64 tiles); the same chains.
+  // Timing only: at S = 8,349 on an H100 0.173 / 0.052 ms at N = 28,672 / 7,168 against mma.sync's 0.309 / 0.088
+  // and cuBLASLt's 0.180 / 0.055 (bench/NOTES.md 2026-12-06 18:18).
+  int sm90GradXNarrow = 1;
   // sm_90a with wgmma: a bf16 linear's dW (linear_grad_w with the weight trained) on the Hopper GEMM
   // (grad_linear_w_sm90.cuh: TMA, wgmma, persistent, 128 x 128 tiles; the mma.sync form's bits, Kernels.LinearGradW
   // compares them byte for byte); 0 keeps the mma.sync form. Its ring's stages (2-6; timing only).
