@@ -25,12 +25,12 @@
 // stage is refilled only when the consumers of both CTAs released it; the second tile of a pair past the last row
 // tile reads zeros and stores nothing (as the forward's 2-CTA linears). Timing only: the chains are the same.
 //
-// Defined by the emitter: GL_ENTRY GX_ENTRY_P1 H3C_PARAMS GL_DW (0) GR_N GR_K GR_BIAS (0) GX_BN (128, 192 or 256)
-// (64: K = 64, LoRA's dt) GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing its stage; 1: keep one in
-// flight) GX_CLUSTER (1 or 2) GR_RESIDUAL (1: the epilogue stores residual + dX, h3-fuse-grad's grad_add). Parameters
-// (H3C_PARAMS, in this order): g (F32 [rows][N], phase 0's), residual (GR_RESIDUAL: F32 [rows][K]), dx (F32
-// [rows][K]), rows, gb (scratch, bf16 [rows][N]), gb_map (the tensor map over gb: boxes of 64 x 128 rows), w_map (W's:
-// boxes of 64 x 64).
+// Defined by the emitter: GL_ENTRY GX_ENTRY_P1 H3C_PARAMS GL_DW (0) GR_N GR_K GR_BIAS (0) GX_BN (128, 192 or 256;
+// 64 for a K of 64, LoRA's dt) GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing
+// its stage; 1: keep one in flight) GX_CLUSTER (1 or 2) GR_RESIDUAL (1: the epilogue stores residual + dX,
+// h3-fuse-grad's grad_add). Parameters (H3C_PARAMS, in this order): g (F32 [rows][N], phase 0's), residual
+// (GR_RESIDUAL: F32 [rows][K]), dx (F32 [rows][K]), rows, gb (scratch, bf16 [rows][N]), gb_map (the tensor map over
+// gb: boxes of 64 x 128 rows), w_map (W's: boxes of 64 x 64).
 #define GX_BM 128
 #define GX_BK 64
 #define GX_THREADS 384

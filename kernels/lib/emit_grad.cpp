@@ -198,8 +198,8 @@ plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64
 // The tensor-core forms of a bf16 linear's gradients (grad_linear_mma.cuh): phase 0 rounds g to bf16 into the
 // scratch (and sums dbias), phase 1 is the GEMM in 128 x 128 tiles. dW: `dwAt` / `biasAt` the outputs of the weight's
 // and bias's gradients (the bias's -1 when it is frozen or absent). On sm_90a with wgmma a dX of more than 64 output
-// columns and every dW take the Hopper forms (emitLinearGradXSm90, emitLinearGradWSm90; the same bits); the skinny dX
-// (LoRA's dt) stays here.
+// columns, LoRA's dt (64 columns, N a multiple of 128) and every dW take the Hopper forms (emitLinearGradXSm90,
+// emitLinearGradWSm90; the same bits); any other skinny dX stays here.
 plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw, int64_t dwAt, int64_t biasAt) {
   const plan::OpAttrs &a = v.a();
   // LoRA's dt (K = 64) takes the Hopper form's 64-wide tile where N is a multiple of 128: there its chain's chunk
