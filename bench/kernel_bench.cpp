@@ -522,9 +522,9 @@ int main(int argc, char **argv) {
       // adds in no order (no wait for the tiles before), no adds at all (the products alone), and the parts of the
       // adds' count.
       if (dev.arch() == "sm_90a")
-        for (int diag : {1, 2, 3, 4}) {
+        for (int diag : {1, 2, 3, 4, 5}) {
           const char *const what[] = {"", "dq adds unordered", "no dq adds", "unordered, no count",
-                                      "unordered, count, no adds"};
+                                      "unordered, count, no adds", "unordered, no count, half the rows"};
           const std::string name = fmt::format("attention_grad 56x128 [lse] [diag: {}]", what[diag]);
           if (!only.empty() && name.find(only) == std::string::npos) continue;
           h3c::kernels::EmitOptions computeCounts = h3c::kernels::EmitOptions::planDefaults();

@@ -57,11 +57,12 @@
 #define GB_STAT_STAGES 3
 // Timing diagnostics of h3c_kernel_bench only (never emitted into a plan; each gives a wrong dq): 1 = dq's adds in
 // no order (no poll), 2 = no adds at all (dq's products computed and dropped), 3 = as 1 without the count (no fence
-// or counter), 4 = as 1 without the adds (the count alone).
+// or counter), 4 = as 1 without the adds (the count alone), 5 = as 3 with the middle tiles adding half of each step's
+// rows (warps 0 and 1's: whether dq's reduction bytes or their instructions in the compute warps cost the time).
 #ifndef GB_DQ_DIAG
 #define GB_DQ_DIAG 0
 #endif
-#define GB_DQ_NOWAIT (GB_DQ_DIAG == 1 || GB_DQ_DIAG == 3 || GB_DQ_DIAG == 4)
+#define GB_DQ_NOWAIT (GB_DQ_DIAG == 1 || GB_DQ_DIAG == 3 || GB_DQ_DIAG == 4 || GB_DQ_DIAG == 5)
 // GB_SYNC_WARP (attn_grad_sync): phase 1 takes a third warpgroup whose first warp waits for dq's counts and counts the
 // tile in (the compute warpgroups only meet it at two named barriers a step: no fence or poll in their path).
 #ifndef GB_SYNC_WARP
@@ -441,7 +442,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
     for (int hh = 0; hh < 2; ++hh) {
       const int rl = warp * 16 + g + hh * 8;
       const long long r = i0 + rl;
-      const int in = r < L;
+      const int in = r < L && (GB_DQ_DIAG != 5 || firstTile || lastTile || warp < 2);
       float *row = dqHead + (in ? r : 0) * GB_LD;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -466,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   // participants), a fence at GPU scope, cumulative, then the counter's increment. One thread stalls on the fence,
   // beside S^T and dP^T, where every thread fencing its own adds stalled all (bench/NOTES.md 2026-12-06).
   auto dqRelease = [&](long long i0) {
-    if (lastTile || GB_SYNC_WARP || GB_DQ_DIAG == 2 || GB_DQ_DIAG == 3) return;
+    if (lastTile || GB_SYNC_WARP || GB_DQ_DIAG == 2 || GB_DQ_DIAG == 3 || GB_DQ_DIAG == 5) return;
     asm volatile("{\n.reg .pred p;\nsetp.eq.b32 p, %0, 0;\n@p fence.acq_rel.gpu;\n@p red.relaxed.gpu.global.add.s32 [%1], 1;\n}\n" ::"r"(tid),
                  "l"(semHead + 2 * i0 * GB_HEADS) : "memory");
   };
