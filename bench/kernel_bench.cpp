@@ -335,19 +335,23 @@ int main(int argc, char **argv) {
       return v;
     };
     // lora_down of rank 64 (the adapters' t = x down^T) at the blocks' x widths beside cuBLASLt's plain GEMM of the
-    // same shape: 0.081 / 0.158 ms against 0.046 / 0.095 at K = 5,376 / 14,336 on an H100 (bench/NOTES.md
-    // 2026-12-06, session of 16:01; mma.sync tiles of 32 x 64 and 16 x 64 rows measured no faster than the Hopper
-    // GEMM's 66 CTAs).
+    // same shape: the plan's form (on sm_90a the Hopper GEMM's 64-wide tile, 6 stages: 0.039 / 0.089 ms against
+    // cuBLASLt's 0.043 / 0.092 at K = 5,376 / 14,336 on an H100, bench/NOTES.md 2026-12-06 18:18), its ring at 3 and
+    // 4 stages, and the 256-wide tile it replaced (0.082 / 0.157).
     for (long long K : {H, F}) {
       const std::string base = fmt::format("lora_down r64 K={}", K);
       gemm(base, OpKind::LoraDown, K, 64, plan::Epilogue::None);
-      if (dev.arch() == "sm_90a")
-        for (int st : {3, 4, 6}) {  // the Hopper kernel's 64-wide tile (lora_down:gemm_bn=64) and its ring
+      if (dev.arch() == "sm_90a") {
+        for (int st : {3, 4}) {
           h3c::kernels::EmitOptions n = h3c::kernels::EmitOptions::planDefaults();
-          n.set("lora_down:gemm_bn", 64, "bench");
           n.set("lora_down:gemm_stages", st, "bench");
           gemm(fmt::format("{} [sm90 bn64 st{}]", base, st), OpKind::LoraDown, K, 64, plan::Epilogue::None, n);
         }
+        h3c::kernels::EmitOptions wide = h3c::kernels::EmitOptions::planDefaults();
+        wide.set("lora_down:gemm_bn", 256, "bench");
+        wide.set("lora_down:gemm_stages", h3c::kernels::EmitOptions{}.sm90Stages, "bench");
+        gemm(base + " [sm90 bn256]", OpKind::LoraDown, K, 64, plan::Epilogue::None, wide);
+      }
       vendorGemm(base + " [cuBLASLt plain]", K, 64);
     }
     for (const Linear &l : linears) {
@@ -657,14 +661,9 @@ int main(int argc, char **argv) {
         o.out = {out->get()};
         o.w = {w->get()};
         const double flops = 2.0 * M * s.N * s.K, gemmBytes = 2.0 * M * s.N + 2.0 * s.N * s.K + 4.0 * M * s.K;
+        // (LoRA's dt, K = 64: the plan's form is the Hopper dX's 64-wide tile, grad_x_narrow; [mma.sync] the skinny
+        // 32 x 64 tiles it replaced)
         forms(base, linearGradX(s.N, s.K), o, mmaX, flops, gemmBytes + 2.0 * M * s.N, gemmBytes);
-        if (s.K == 64 && dev.arch() == "sm_90a") {  // LoRA's dt on the Hopper dX's 64-wide tile (grad_x_narrow=1)
-          h3c::kernels::EmitOptions narrow = h3c::kernels::EmitOptions::planDefaults();
-          narrow.sm90GradXNarrow = 1;
-          if (wanted(base + " [narrow]")) bench(base + " [narrow]", linearGradX(s.N, s.K), o, flops, gemmBytes + 2.0 * M * s.N, narrow);
-          if (wanted(base + " [narrow] [GEMM only]"))
-            benchPhase(base + " [narrow] [GEMM only]", linearGradX(s.N, s.K), o, 0, flops, gemmBytes, narrow);
-        }
         if (sweep && dev.arch() == "sm_90a")  // the Hopper dX's tunings (timing only): tile width, stages, in flight
           for (int bn : {128, 192, 256})
             for (int stages : {3, 4})

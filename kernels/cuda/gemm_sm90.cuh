@@ -8,11 +8,12 @@
 // A and G9_BN x 64 B tiles); warpgroups 1 and 2 each own 64 rows of the 128 x G9_BN tile and issue m64nG9_BNk16 wgmmas.
 // G9_BN is 256, or 192 for the linears whose N is an odd multiple of 256 (to_out and fc2, N = 5,376 = 21 x 256: 66 x 21
 // tiles of 128 x 256 take 10.5 waves of 132 SMs, 66 x 28 tiles of 128 x 192 exactly 14), or 64 for a lora_down of rank
-// <= 64 (epilogue none): on the 256-wide tile three quarters of its wgmma work and B's stage are zeros past N. The 192-wide tile serves the
-// epilogues none, residual and gate_residual only (swiglu pairs value and gate rows by 128, qk_norm_rope needs whole
-// 128-channel heads). The grid is persistent (at most one CTA per SM) and walks the tiles in groups of G9_GROUP_M row
-// tiles, so the CTAs running at once share their A and B tiles in L2. swiglu tiles hold 128 value rows and the 128
-// matching gate rows of W, so each thread finishes value and gate of the same output column in registers.
+// <= 64 (epilogue none): on the 256-wide tile three quarters of its wgmma work and B's stage are zeros past N. The
+// 192-wide tile serves the epilogues none, residual and gate_residual only (swiglu pairs value and gate rows by 128,
+// qk_norm_rope needs whole 128-channel heads). The grid is persistent (at most one CTA per SM) and walks the tiles in
+// groups of G9_GROUP_M row tiles, so the CTAs running at once share their A and B tiles in L2. swiglu tiles hold 128
+// value rows and the 128 matching gate rows of W, so each thread finishes value and gate of the same output column in
+// registers.
 //
 // G9_CLUSTER = 2 launches pairs of CTAs (a 2 x 1 cluster) on row tiles 2p and 2p + 1 of the same column tile: each
 // CTA loads its own A and one of the two 128-row halves of B, multicast into both CTAs, so the pair reads B from L2
