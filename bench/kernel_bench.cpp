@@ -520,6 +520,9 @@ int main(int argc, char **argv) {
         h3c::kernels::EmitOptions rows = h3c::kernels::EmitOptions::planDefaults();
         rows.sm90AttnGradRows = 0;
         variants.emplace_back(" [dq accumulator layout]", rows);
+        h3c::kernels::EmitOptions rows2 = h3c::kernels::EmitOptions::planDefaults();
+        rows2.sm90AttnGradRows = 2;
+        variants.emplace_back(" [dq rows v4]", rows2);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's

@@ -75,7 +75,8 @@
 // of the part (the accumulator layout: 8 rows of 32 bytes an instruction) into the shared memory the last tile's
 // copy of the sum takes, and adds them back row by row, one 256-byte row of its warpgroup's channels a warp
 // instruction (two whole 128-byte lines where the accumulator layout's instruction touches eight rows' sectors).
-// The same adds of the same values in the same order.
+// The same adds of the same values in the same order. GB_DQ_ROWS 2: red.global.add.v4.f32, two rows a warp instruction
+// (half the instructions; the same flush-to-zero add per element, PTX ISA).
 #ifndef GB_DQ_ROWS
 #define GB_DQ_ROWS 0
 #endif
@@ -424,6 +425,18 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   auto dqAdd = [&](long long i0) {  // the last tile: after cp.async's wait and this warpgroup's barrier
     if (GB_DQ_DIAG == 2 || GB_DQ_DIAG == 4) {
       if (dqp[0] == 1.2345f) dqHead[0] = dqp[1];  // (kept alive, never true in the bench's data)
+      return;
+    }
+    if (GB_DQ_ROWS == 2 && !firstTile && !lastTile) {  // the warp's 16 rows, two rows an instruction of 16 bytes a lane
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int rl = warp * 16 + 2 * k + (lane >> 4), c = (lane & 15) * 4;
+        const long long r = i0 + rl;
+        const int in = r < L;
+        const float4 v = *(const float4 *)(prev + rl * GB_PREV_LD + c);
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p red.relaxed.gpu.global.add.v4.f32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(in),
+                     "l"(dqHead + (in ? r : 0) * GB_LD + c), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+      }
       return;
     }
     if (GB_DQ_ROWS && !firstTile && !lastTile) {  // the warp's 16 rows, staged at the step's end, a row an instruction

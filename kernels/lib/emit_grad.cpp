@@ -293,8 +293,9 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     // layout's float2 reads fall into distinct banks).
     const int64_t prevLd = 72;
     b.def("GB_PREV_LD", prevLd);
-    // attn_grad_rows: the middle tiles' dq adds a whole row a warp instruction (staged in that copy's memory).
-    b.def("GB_DQ_ROWS", v.options.sm90AttnGradRows == 1 ? 1 : 0);
+    // attn_grad_rows: the middle tiles' dq adds a whole row a warp instruction (staged in that copy's memory; 2: two
+    // rows, 16 bytes a lane).
+    b.def("GB_DQ_ROWS", std::clamp(v.options.sm90AttnGradRows, 0, 2));
     const int64_t smem0 = a.lse ? 512 : 512 + 1024 + 128 * tile + 3 * a.kvBlock * tile;  // GB_STAT_STAGES
     const int64_t smem1 = 1024 + 2 * 128 * tile + stages * 2 * 64 * tile + 64 * tile + 2 * 64 * prevLd * 4 +
                           stages * 64 * 2 * 4;

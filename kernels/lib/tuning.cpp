@@ -51,8 +51,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"attn_grad_stages", &EmitOptions::sm90AttnGradStages, 2, 3},
                           // attention_grad's Hopper form: dq's counts by a sync warpgroup (0: by the compute ones)
                           {"attn_grad_sync", &EmitOptions::sm90AttnGradSync, 0, 1},
-                          // attention_grad's Hopper form: the middle key tiles' dq adds a row a warp instruction
-                          {"attn_grad_rows", &EmitOptions::sm90AttnGradRows, 0, 1},
+                          // attention_grad's Hopper form: the middle key tiles' dq adds a row a warp instruction (2: two rows)
+                          {"attn_grad_rows", &EmitOptions::sm90AttnGradRows, 0, 2},
                           // the Hopper dX of the bf16 linears (grad_linear_sm90.cuh): on/off, ring stages, tile width
                           // (0: by K; 128, 192 or 256, checked by the emitter), a k-block in flight
                           {"grad_x_sm90", &EmitOptions::sm90GradX, 0, 1},

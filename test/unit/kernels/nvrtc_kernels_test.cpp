@@ -1128,6 +1128,10 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     const plan::Kernel kr = *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows);
     EXPECT_NE(kr.source.find("#define GB_DQ_ROWS 0\n"), std::string::npos) << kr.id;
     expectCompilesWithoutSpills(jit, kr, "sm_90a lse dq adds in the accumulator layout");
+    rows.sm90AttnGradRows = 2;
+    const plan::Kernel kr2 = *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows);
+    EXPECT_NE(kr2.source.find("#define GB_DQ_ROWS 2\n"), std::string::npos) << kr2.id;
+    expectCompilesWithoutSpills(jit, kr2, "sm_90a lse dq adds two rows a v4 reduction");
   }
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);

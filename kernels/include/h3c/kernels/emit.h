@@ -112,7 +112,8 @@ struct EmitOptions {
   // sm_90a: attention_grad's Hopper form with the middle key tiles' red.global.add of dq issued a whole 256-byte row
   // a warp instruction from a shared-memory copy of the part (1) or from the accumulator layout, eight rows' 32-byte
   // pieces an instruction (0). Timing only (the same adds in the same order): 12.245 against 12.872 ms at S = 8,349 x
-  // 56 heads on an H100 (bench/NOTES.md 2026-12-06 13:02), byte-equal to the mma.sync form on the GPU.
+  // 56 heads on an H100 (bench/NOTES.md 2026-12-06 13:02), byte-equal to the mma.sync form on the GPU. 2: two rows a
+  // warp instruction (red.global.add.v4.f32, half the instructions).
   int sm90AttnGradRows = 1;
   int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1, sm90GradXCluster = 1;
   // sm_90a: a dX of exactly 64 output columns (LoRA's dt = bf(g) up, the chain over all N) on the Hopper dX's 64-wide
