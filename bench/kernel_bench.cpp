@@ -606,7 +606,8 @@ int main(int argc, char **argv) {
                                {"lora up dt r64", 2 * F, 64}, {"lora up dt r64", I, 64}};
       const Shape wShapes[] = {{"context_embedder", H, 5120}, {"to_q/k/v", I, H},          {"to_out", H, I},
                                {"fc1", 2 * F, H},           {"fc2", H, F},               {"lora up r64", 2 * F, 64},
-                               {"lora down r64", 64, H}};
+                               {"lora up r64", I, 64},      {"lora up r64", H, 64},      {"lora down r64", 64, H},
+                               {"lora down r64", 64, I},    {"lora down r64", 64, F}};
       auto wanted = [&](const std::string &name) { return only.empty() || name.find(only) != std::string::npos; };
       auto anyWanted = [&](const std::string &base) {
         for (const char *tail : {"", " [mma.sync]", " [no PDL]", " [phase 0 only]", " [GEMM only]", " [mma.sync] [GEMM only]",
@@ -693,6 +694,12 @@ int main(int argc, char **argv) {
         o.out = {out->get()};
         const double flops = 2.0 * M * s.N * s.K, gemmBytes = 2.0 * M * s.N + 2.0 * M * s.K + 4.0 * s.N * s.K;
         forms(base, linearGradW(s.N, s.K, false), o, mmaW, flops, gemmBytes + 2.0 * M * s.N, gemmBytes);
+        if ((s.N <= 64 || s.K <= 64) && dev.arch() == "sm_90a") {  // the 128 x 128 tile grad_w_narrow replaced
+          h3c::kernels::EmitOptions wide = h3c::kernels::EmitOptions::planDefaults();
+          wide.sm90GradWNarrow = 0;
+          if (wanted(base + " [128 x 128 tile] [GEMM only]"))
+            benchPhase(base + " [128 x 128 tile] [GEMM only]", linearGradW(s.N, s.K, false), o, 0, flops, gemmBytes, wide);
+        }
         if (sweep && dev.arch() == "sm_90a")  // the Hopper dW's ring stages (timing only)
           for (int stages : {3, 4, 6}) {
             h3c::kernels::EmitOptions v = h3c::kernels::EmitOptions::planDefaults();

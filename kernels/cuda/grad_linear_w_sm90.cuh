@@ -19,16 +19,29 @@
 // item's sum (64 F32 per thread beside the 64 accumulators). The last unit of an item has the mma.sync form's chunk
 // count (2 ceil(L / 32) for its L rows), by one of four unit forms chosen per unit.
 //
-// Defined by the emitter: GL_ENTRY GW_ENTRY_P1 H3C_PARAMS GL_DW (1) GR_N GR_K GR_BIAS GW_STAGES GW_GROUP_M.
+// GW_NARROW (grad_w_narrow, where N or K is at most 64: LoRA's dA = dt^T x and dB = g^T t at rank 64): 64 x 64 tiles
+// (one box of each operand a stage), both consumer warpgroups on the tile's 64 rows n, taking the units in turn
+// (unit v of the CTA's walk is consumer v % 2's), so the wgmmas of two units run at once and the fold stays the left
+// fold in unit order: each unit's owner adds its partial to the sum so far, which the other consumer handed over
+// through shared memory (thread i to thread i: the same accumulator positions), and hands the new sum on. Why: the
+// 128 x 128 tile computed half its wgmma work past N = 64 (or K = 64) and gave the LoRA shapes only 42-56 CTAs on 132
+// SMs (N or K / 128); 64 x 64 tiles give twice the CTAs and no dead work.
+//
+// Defined by the emitter: GL_ENTRY GW_ENTRY_P1 H3C_PARAMS GL_DW (1) GR_N GR_K GR_BIAS GW_STAGES GW_GROUP_M GW_NARROW.
 // Parameters (H3C_PARAMS): g (F32 [rows][N], phase 0's), dw (F32 [N][K]), dbias (with GR_BIAS, phase 0's), items,
 // item_rows, gb (scratch, bf16 [rows][N]), gb_map (over gb), x_map (over x, bf16 [rows][K]).
-#define GW_BM 128  // weight rows n of a tile
-#define GW_BN 128  // input columns k of a tile
-#define GW_BK 64   // token rows of a k-block
+#ifndef GW_NARROW
+#define GW_NARROW 0
+#endif
+#define GW_BM (GW_NARROW ? 64 : 128)  // weight rows n of a tile
+#define GW_BN (GW_NARROW ? 64 : 128)  // input columns k of a tile
+#define GW_BK 64                      // token rows of a k-block
 #define GW_THREADS 384
 #define GW_BOX_BYTES (64 * GW_BK * 2)  // one box: 64 n (or k) x 64 rows
-#define GW_A_BYTES (2 * GW_BOX_BYTES)
-#define GW_B_BYTES (2 * GW_BOX_BYTES)
+#define GW_A_BYTES (GW_BM / 64 * GW_BOX_BYTES)
+#define GW_B_BYTES (GW_BN / 64 * GW_BOX_BYTES)
+// The warps that release a stage: both consumers' (each its own 64 rows n), or with GW_NARROW the unit's owner's.
+#define GW_RELEASE_WARPS (GW_NARROW ? 4 : 8)
 #define GW_TILES_M ((GR_N + GW_BM - 1) / GW_BM)
 #define GW_TILES_N ((GR_K + GW_BN - 1) / GW_BN)
 // setmaxnreg's split of 168 x 384 registers: 40 x 128 + 232 x 256.
@@ -54,13 +67,17 @@ __device__ __forceinline__ void gw_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
                                           int &s, h3u32 &ph) {
   mbar_wait(full + 8 * s, ph);
   wgmma_fence();
-  const h3u32 a = sA + s * GW_A_BYTES + cw * GW_BOX_BYTES, b = sB + s * GW_B_BYTES;
+  const h3u32 a = sA + s * GW_A_BYTES + (GW_NARROW ? 0 : cw * GW_BOX_BYTES), b = sB + s * GW_B_BYTES;
 #pragma unroll
   for (int kk = 0; kk < CH; ++kk) {
     const unsigned long long da = wgmma_desc_sw128_nmajor(a + kk * 2048, GW_BOX_BYTES);
     const unsigned long long db = wgmma_desc_sw128_nmajor(b + kk * 2048, GW_BOX_BYTES);
+#if GW_NARROW
+    wgmma_64<1, 1>(acc, da, db, FIRST && kk == 0 ? 0 : 1);  // (scale_d 0 starts the chain)
+#else
     if (FIRST && kk == 0) wgmma_128_first<1, 1>(acc, da, db);
     else wgmma_128<1, 1>(acc, da, db, 1);
+#endif
   }
   wgmma_commit();
   if constexpr (LAST) {
@@ -76,18 +93,48 @@ __device__ __forceinline__ void gw_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
   }
 }
 
-// One unit of CH0 + CH1 chunks (its k-blocks' chunk counts; CH1 = 0: one k-block) into a partial of its own, folded
-// into the item's sum `run` (the item's first unit: the partial as it is). The partial lives inside this call only:
-// a chunk count chosen at run time must not merge the accumulators of different wgmma sequences (ptxas then injects
-// warpgroup.arrive).
-template <int CH0, int CH1>
-__device__ __forceinline__ void gw_unit(float *run, bool first, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw,
+// One unit of CH0 + CH1 chunks (its k-blocks' chunk counts; CH1 = 0: one k-block) into a partial of its own, given
+// to `fold` (into the item's sum). The partial lives inside this call only: a chunk count chosen at run time must not
+// merge the accumulators of different wgmma sequences (ptxas then injects warpgroup.arrive).
+template <int CH0, int CH1, class Fold>
+__device__ __forceinline__ void gw_unit(const Fold &fold, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw,
                                         int lane, int &s, h3u32 &ph) {
   float acc[GW_BN / 2];  // never zeroed: scale-d 0 starts the chain
   gw_kblock<CH0, true, CH1 == 0, false>(acc, sA, sB, full, empty, cw, lane, s, ph);
   if constexpr (CH1 > 0) gw_kblock<CH1, false, true, true>(acc, sA, sB, full, empty, cw, lane, s, ph);
+  fold(acc);
+}
+
+// A unit of L rows by the unit form of its chunk count (2 ceil(L / 32)).
+template <class Fold>
+__device__ __forceinline__ void gw_unit_of(int L, const Fold &fold, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty,
+                                           int cw, int lane, int &s, h3u32 &ph) {
+  if (L > 96) gw_unit<4, 4>(fold, sA, sB, full, empty, cw, lane, s, ph);
+  else if (L > 64) gw_unit<4, 2>(fold, sA, sB, full, empty, cw, lane, s, ph);
+  else if (L > 32) gw_unit<4, 0>(fold, sA, sB, full, empty, cw, lane, s, ph);
+  else gw_unit<2, 0>(fold, sA, sB, full, empty, cw, lane, s, ph);
+}
+
+// The item's sum (this thread's accumulator positions) into dw: item 0's as it is, then + each next item's.
+__device__ __forceinline__ void gw_store_item(float *out, const float *run, long long b, long long n0, long long k0) {
 #pragma unroll
-  for (int i = 0; i < GW_BN / 2; ++i) run[i] = first ? acc[i] : __fadd_rn(run[i], acc[i]);
+  for (int h = 0; h < 2; ++h) {
+    const long long n = n0 + 8 * h;
+    if (n >= GR_N) continue;
+#pragma unroll
+    for (int j = 0; j < GW_BN / 8; ++j) {
+      const long long k = k0 + 8 * j;
+      if (k >= GR_K) continue;  // GR_K is a multiple of 8: k + 1 is inside too
+      float2 *p = (float2 *)(out + n * GR_K + k);
+      float2 v = make_float2(run[4 * j + 2 * h], run[4 * j + 2 * h + 1]);
+      if (b > 0) {
+        const float2 o = *p;
+        v.x = __fadd_rn(o.x, v.x);
+        v.y = __fadd_rn(o.y, v.y);
+      }
+      *p = v;
+    }
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARAMS) {
@@ -96,13 +143,20 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
   const h3u32 base = (smem_u32(gw_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
   const h3u32 sA = base, sB = base + GW_STAGES * GW_A_BYTES;
   const h3u32 full = sB + GW_STAGES * GW_B_BYTES, empty = full + 8 * GW_STAGES;
+  // GW_NARROW: the hand-over of the sum so far between the consumers (two barriers, even and odd hand-overs: a
+  // barrier's phase then never runs two ahead of a waiting thread), and its buffer, [GW_BN / 2][128] F32.
+  const h3u32 hand = empty + 8 * GW_STAGES, hbufAt = hand + 16;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int tiles = GW_TILES_M * GW_TILES_N;
   const long long units = (item_rows + GR_UNIT - 1) / GR_UNIT;  // per item
   if (threadIdx.x == 0) {
     for (int s = 0; s < GW_STAGES; ++s) {
       mbar_init(full + 8 * s, 1);   // the producer's expect_tx; the TMA bytes complete the phase
-      mbar_init(empty + 8 * s, 8);  // one arrival per consumer warp
+      mbar_init(empty + 8 * s, GW_RELEASE_WARPS);  // one arrival per releasing consumer warp
+    }
+    if (GW_NARROW) {
+      mbar_init(hand, 128);  // every thread of the handing consumer
+      mbar_init(hand + 8, 128);
     }
     mbar_init_fence();
   }
@@ -144,42 +198,69 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
     regs_alloc<GW_REGS_CONSUMER>();
     const int cw = wg - 1;  // this consumer's 64 rows n of the tile
     const int lane = tid % 32, warp = tid / 32, gq = lane >> 2, t4 = lane & 3;
-    float run[GW_BN / 2];  // the item's sum of its unit partials
     int s = 0;
     h3u32 ph = 0;
     float *const out = (float *)dw;
+#if GW_NARROW
+    float *const hbuf = (float *)(gw_raw + (hbufAt - smem_u32(gw_raw)));
+    long long v = 0;   // the units of this CTA's walk so far: unit v is consumer v % 2's
+    long long hk = 0;  // the hand-overs so far
+#endif
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       int tm, tn;
       grouped_tile(t, GW_TILES_M, GW_TILES_N, GW_GROUP_M, tm, tn);
-      // Accumulator 4 j + 2 h + e: row n 16 warp + gq + 8 h, column k 8 j + 2 t4 + e of the warpgroup's 64 x 128.
-      const long long n0 = (long long)tm * GW_BM + cw * 64 + warp * 16 + gq, k0 = (long long)tn * GW_BN + 2 * t4;
+      // Accumulator 4 j + 2 h + e: row n 16 warp + gq + 8 h, column k 8 j + 2 t4 + e of the warpgroup's 64 x GW_BN.
+      const long long n0 = (long long)tm * GW_BM + (GW_NARROW ? 0 : cw * 64) + warp * 16 + gq,
+                      k0 = (long long)tn * GW_BN + 2 * t4;
       for (long long b = 0; b < items && item_rows > 0; ++b) {
-        for (long long u = 0; u < units; ++u) {
+#if GW_NARROW
+        for (long long u = 0; u < units; ++u, ++v) {
           const int L = gw_unit_rows(item_rows, u);
-          if (L > 96) gw_unit<4, 4>(run, u == 0, sA, sB, full, empty, cw, lane, s, ph);
-          else if (L > 64) gw_unit<4, 2>(run, u == 0, sA, sB, full, empty, cw, lane, s, ph);
-          else if (L > 32) gw_unit<4, 0>(run, u == 0, sA, sB, full, empty, cw, lane, s, ph);
-          else gw_unit<2, 0>(run, u == 0, sA, sB, full, empty, cw, lane, s, ph);
-        }
-        // The item's sum into dw: item 0's as it is, then + each next item's (the elements this thread wrote).
+          const bool last = u + 1 == units;
+          if ((v & 1) == cw) {
+            // The unit's partial onto the sum of the units before (handed over by the other consumer), then the new
+            // sum handed on, or with the item's last unit stored.
+            auto fold = [&](const float *acc) {
+              float run[GW_BN / 2];
+              if (u == 0) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const long long n = n0 + 8 * h;
-          if (n >= GR_N) continue;
+                for (int i = 0; i < GW_BN / 2; ++i) run[i] = acc[i];
+              } else {
+                mbar_wait(hand + 8 * ((hk - 1) & 1), (h3u32)(((hk - 1) >> 1) & 1));
 #pragma unroll
-          for (int j = 0; j < GW_BN / 8; ++j) {
-            const long long k = k0 + 8 * j;
-            if (k >= GR_K) continue;  // GR_K is a multiple of 8: k + 1 is inside too
-            float2 *p = (float2 *)(out + n * GR_K + k);
-            float2 v = make_float2(run[4 * j + 2 * h], run[4 * j + 2 * h + 1]);
-            if (b > 0) {
-              const float2 o = *p;
-              v.x = __fadd_rn(o.x, v.x);
-              v.y = __fadd_rn(o.y, v.y);
-            }
-            *p = v;
+                for (int i = 0; i < GW_BN / 2; ++i) run[i] = __fadd_rn(hbuf[i * 128 + tid], acc[i]);
+              }
+              if (!last) {
+#pragma unroll
+                for (int i = 0; i < GW_BN / 2; ++i) hbuf[i * 128 + tid] = run[i];
+                mbar_arrive(hand + 8 * (hk & 1));
+              } else {
+                gw_store_item(out, run, b, n0, k0);
+              }
+            };
+            gw_unit_of(L, fold, sA, sB, full, empty, cw, lane, s, ph);
+          } else {
+            for (int kb = 0; kb * GW_BK < L; ++kb)  // the other consumer's stages
+              if (++s == GW_STAGES) {
+                s = 0;
+                ph ^= 1;
+              }
           }
+          if (!last) ++hk;
         }
+        // The next item's sum adds onto this one's in dw, which either consumer stored.
+        if (items > 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+#else
+        float run[GW_BN / 2];  // the item's sum of its unit partials
+        for (long long u = 0; u < units; ++u) {
+          auto fold = [&](const float *acc) {
+#pragma unroll
+            for (int i = 0; i < GW_BN / 2; ++i) run[i] = u == 0 ? acc[i] : __fadd_rn(run[i], acc[i]);
+          };
+          gw_unit_of(gw_unit_rows(item_rows, u), fold, sA, sB, full, empty, cw, lane, s, ph);
+        }
+        gw_store_item(out, run, b, n0, k0);
+#endif
       }
       if (items <= 0 || item_rows <= 0) {  // no rows: the sum of nothing
 #pragma unroll

@@ -146,13 +146,13 @@ __device__ __forceinline__ unsigned long long wgmma_desc_sw128_nmajor(h3u32 addr
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(atom_bytes >> 4) << 16) | (64ull << 32) |
          (1ull << 62);
 }
-// D (64 x 64 F32) = A (64 x 16, shared) * B (64 x 16, shared, K-major)^T + scale_d * D (TB = 1: B N-major, as
-// wgmma_256's).
-template <int TB = 0> __device__ __forceinline__ void wgmma_64(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+// D (64 x 64 F32) = A (64 x 16, shared) * B (64 x 16, shared, K-major)^T + scale_d * D (TB = 1: B N-major, TA = 1:
+// A M-major, as wgmma_256's).
+template <int TB = 0, int TA = 0> __device__ __forceinline__ void wgmma_64(float *d, unsigned long long da, unsigned long long db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-               : "l"(da), "l"(db), "r"(scale_d), "n"(TB));
+               : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 // D (64 x 128 F32) = A (64 x 16, shared) * B (128 x 16, shared, K-major)^T + scale_d * D.
 template <int TB = 0, int TA = 0> __device__ __forceinline__ void wgmma_128(float *d, unsigned long long da, unsigned long long db, int scale_d) {

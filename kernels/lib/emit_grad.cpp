@@ -11,7 +11,11 @@ namespace h3c::kernels {
 
 // 1,024 bytes of alignment for the 128-byte swizzle, the ring, its full and empty mbarriers.
 int64_t sm90GradXSharedBytes(int stages, int bn) { return 1024 + int64_t(stages) * (128 * 64 * 2 + bn * 64 * 2 + 16); }
-int64_t sm90GradWSharedBytes(int stages) { return 1024 + int64_t(stages) * (2 * 128 * 64 * 2 + 16); }
+int64_t sm90GradWSharedBytes(int stages, bool narrow) {
+  if (narrow)  // twice the stages of one 64 x 64 box each operand, the two hand-over mbarriers and their buffer
+    return 1024 + 2 * int64_t(stages) * (2 * 64 * 64 * 2 + 16) + 16 + 32 * 128 * 4;
+  return 1024 + int64_t(stages) * (2 * 128 * 64 * 2 + 16);
+}
 
 namespace emit_detail {
 
@@ -157,7 +161,11 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
 plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64_t dwAt, int64_t biasAt) {
   const plan::OpAttrs &a = v.a();
   const int64_t stages = v.options.sm90GradWStages;
-  const int64_t smem = sm90GradWSharedBytes(int(stages));
+  // grad_w_narrow: where N or K is at most 64 (LoRA's dA and dB), 64 x 64 tiles whose consumers take the units in
+  // turn, with twice the stages of half the bytes (the same ring bytes).
+  const bool narrow = v.options.sm90GradWNarrow == 1 && (a.N <= 64 || a.K <= 64);
+  const int64_t tile = narrow ? 64 : 128;
+  const int64_t smem = sm90GradWSharedBytes(int(stages), narrow);
   if (stages < 2 || stages > 6 || smem > kMaxCtaSharedBytes)
     fail(v.where, "the Hopper dW's ring takes 2-6 stages, got {}", stages);
   Builder b;
@@ -182,13 +190,15 @@ plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64
   b.def("GR_N", a.N);
   b.def("GR_K", a.K);
   b.def("GR_BIAS", biasAt >= 0 ? 1 : 0);
-  b.def("GW_STAGES", stages);
+  b.def("GW_STAGES", narrow ? 2 * stages : stages);
   b.def("GW_GROUP_M", 8);
+  b.def("GW_NARROW", narrow ? 1 : 0);
   const plan::Launch convert = launch(256, 0, roundingWave(rows, a.N), dim(Extent::constant(biasAt >= 0 ? 2 : 1)));
-  plan::GridDim g = dim(Extent::constant(((a.N + 127) / 128) * ((a.K + 127) / 128)));  // the tiles, capped at the SMs
+  plan::GridDim g = dim(Extent::constant(((a.N + tile - 1) / tile) * ((a.K + tile - 1) / tile)));  // the tiles, capped at the SMs
   g.maxPerSm = 1;
   const plan::Launch gemm = launch(384, smem, g);
-  const std::string name = fmt::format("linear_grad_w_mma_sm90_n{}_k{}{}", a.N, a.K, gbIn ? "_gb" : "");
+  const std::string name =
+      fmt::format("linear_grad_w_mma_sm90_n{}_k{}{}{}", a.N, a.K, gbIn ? "_gb" : "", narrow ? "_t64" : "");
   const std::string body = std::string(tmpl::hopper) + "\n" + tmpl::grad_common;
   if (gbIn) return finish(name, "GW_ENTRY_P1", b, p, body + tmpl::grad_linear_w_sm90, gemm, arch, gradLaunch(v.options));
   return finish(name, "GL_ENTRY", b, p, body + tmpl::grad_linear_round + tmpl::grad_linear_w_sm90, convert, arch,

@@ -1629,8 +1629,9 @@ TEST_F(Kernels, LinearGradX) {
 // sm_90a the Hopper form (grad_linear_w_sm90.cuh) against the mma.sync form byte for byte (dw, and dbias where the
 // bias trains), at every dW shape of the full config ({N, K}: context_embedder, to_q / to_k / to_v, to_out, fc1, fc2,
 // LoRA's up and down slots at rank 64) at M = 8,349 (H3C_GPU_QUICK: 333) rows of one item, and at two items of awkward
-// lengths whose last unit ends in each of the four 32-row quarters (5, 70, 100, 130, 173, 925 rows); two runs
-// byte-equal; a batch's dw the F32 sum of its items' own runs (item 0's + item 1's), byte for byte; and one shape
+// lengths whose last unit ends in each of the four 32-row quarters (5, 70, 100, 130, 173, 925 rows; the shapes with N
+// or K at most 64, grad_w_narrow's tiles, with two and three items); two runs
+// byte-equal; a batch's dw the F32 left fold of its items' own runs, byte for byte; and one shape
 // against fp64 of the unrounded g (within 2^-8 of sum |g x| per element, as LinearGradX).
 TEST_F(Kernels, LinearGradW) {
   if (hc::device().arch() != "sm_90a") GTEST_SKIP() << "the Hopper form exists on sm_90a only";
@@ -1650,6 +1651,11 @@ TEST_F(Kernels, LinearGradW) {
   for (long long L : {5LL, 70LL, 100LL, 130LL, 173LL, 925LL}) {
     cases.push_back({"to_out", 5376, 7168, L, 2, true});
     cases.push_back({"N 200 K 136", 200, 136, L, 2, false});
+    // N or K at most 64 (grad_w_narrow's 64 x 64 tiles, the consumers taking the units in turn): an item's units
+    // odd and even in number, and items that start on either consumer.
+    cases.push_back({"lora down", 64, 5376, L, 3, false});
+    cases.push_back({"lora up", 5376, 64, L, 2, false});
+    cases.push_back({"N 40 K 136", 40, 136, L, 3, false});
   }
   SpreadRng rng{0x5851F42D4C957F2Dull};
   auto value = [&] { return rng.value(); };
@@ -1710,14 +1716,15 @@ TEST_F(Kernels, LinearGradW) {
       report(kg9.phases.empty() && bytesEqual(goBf(kg9), h1) && bytesEqual(goBf(kgm), h1),
              name + ": bf16 g (" + kg9.id + ", " + kgm.id + ") == the F32 g's dw byte for byte");
     }
-    if (c.B == 2) {  // the batch's fold: item 0's own sum + item 1's own sum, element by element (F32)
-      const auto i0 = go(k9, 0, 1), i1 = go(k9, 1, 1);
-      bool same = true;
-      for (size_t i = 0; i < nw && same; ++i) {
-        const float f = i0[i] + i1[i];
-        same = std::memcmp(&f, &h1[i], 4) == 0;
+    if (c.B > 1) {  // the batch's fold: ((item 0's own sum + item 1's) + item 2's) ..., element by element (F32)
+      std::vector<float> fold = go(k9, 0, 1);
+      for (int b = 1; b < c.B; ++b) {
+        const auto ib = go(k9, b, 1);
+        for (size_t i = 0; i < nw; ++i) fold[i] = fold[i] + ib[i];
       }
-      report(same, name + ": dw of the batch == item 0's own dw + item 1's, byte for byte");
+      bool same = true;
+      for (size_t i = 0; i < nw && same; ++i) same = std::memcmp(&fold[i], &h1[i], 4) == 0;
+      report(same, name + ": dw of the batch == the left fold of the items' own dw, byte for byte");
     }
     if (fp64Done || c.N != 5376 || c.K != 7168 || c.itemRows != 173) continue;
     fp64Done = true;

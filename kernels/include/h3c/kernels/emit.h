@@ -125,6 +125,10 @@ struct EmitOptions {
   // (grad_linear_w_sm90.cuh: TMA, wgmma, persistent, 128 x 128 tiles; the mma.sync form's bits, Kernels.LinearGradW
   // compares them byte for byte); 0 keeps the mma.sync form. Its ring's stages (2-6; timing only).
   int sm90GradW = 1, sm90GradWStages = 5;
+  // sm_90a: the Hopper dW of a weight with N or K at most 64 (LoRA's dA = dt^T x and dB = g^T t) on 64 x 64 tiles
+  // whose two consumer warpgroups take the units in turn (grad_linear_w_sm90.cuh GW_NARROW); 0: the 128 x 128 tile.
+  // The same chains and folds (timing only).
+  int sm90GradWNarrow = 1;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
@@ -176,9 +180,9 @@ int64_t sm90LinearSharedBytes(int stages, int bn, int epiSmem, bool gateResidual
 int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResidual);
 // Dynamic shared memory of the Hopper dX (grad_linear_sm90.cuh): the alignment slack, `stages` ring stages of
 // 128 x 64 bf16 of bf(g) and 64 x bn of W, the ring's mbarriers; and of the Hopper dW (grad_linear_w_sm90.cuh), whose
-// stages hold 128 x 64 of each operand.
+// stages hold 128 x 64 of each operand (narrow: twice the stages of 64 x 64, and the consumers' hand-over buffer).
 int64_t sm90GradXSharedBytes(int stages, int bn);
-int64_t sm90GradWSharedBytes(int stages);
+int64_t sm90GradWSharedBytes(int stages, bool narrow = false);
 
 // The name an op is tuned and profiled under: its kind, and "+epilogue" for a linear with a fused epilogue.
 std::string opProfileName(const plan::Op &op);
