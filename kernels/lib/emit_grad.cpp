@@ -161,7 +161,7 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
 plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64_t dwAt, int64_t biasAt) {
   const plan::OpAttrs &a = v.a();
   const int64_t stages = v.options.sm90GradWStages;
-  // grad_w_narrow: where N or K is at most 64 (LoRA's dA and dB), 64 x 64 tiles whose consumers take the units in
+  // grad_w_narrow=1: where N or K is at most 64 (LoRA's dA and dB), 64 x 64 tiles whose consumers take the units in
   // turn, with twice the stages of half the bytes (the same ring bytes).
   const bool narrow = v.options.sm90GradWNarrow == 1 && (a.N <= 64 || a.K <= 64);
   const int64_t tile = narrow ? 64 : 128;

@@ -1671,7 +1671,11 @@ TEST_F(Kernels, LinearGradW) {
     std::vector<uint16_t> x(size_t(M * c.K));
     for (uint16_t &e : x) e = floatToBf16(value());
     const EmitOp op = linearGradW(c.N, c.K, c.bias);
-    const plan::Kernel &k9 = kernel(op), &km = kernel(op, mmaOpt);
+    // N or K at most 64: the 64 x 64 tiles (grad_w_narrow=1) here, the 128 x 128 tile compared below.
+    hk::EmitOptions narrowOpt;
+    narrowOpt.sm90GradWNarrow = 1;
+    const bool narrow = c.N <= 64 || c.K <= 64;
+    const plan::Kernel &k9 = kernel(op, narrowOpt), &km = kernel(op, mmaOpt);
     report(k9.id.find("linear_grad_w_mma_sm90_") == 0 && km.id.find("linear_grad_w_mma_n") == 0,
            name + ": the Hopper form (" + k9.id + ") beside the mma.sync form (" + km.id + ")");
     const size_t nw = size_t(c.N * c.K);
@@ -1698,11 +1702,18 @@ TEST_F(Kernels, LinearGradW) {
                                (at == SIZE_MAX ? "" : fmt::format(" (first difference at {}{}: {} vs {})", at,
                                                                   at >= nw ? " (dbias)" : "", h1[at], m[at])));
     report(bytesEqual(h1, h2), name + ": two runs byte-equal");
+    if (narrow) {
+      hk::EmitOptions wideOpt;
+      wideOpt.sm90GradWNarrow = 0;
+      const plan::Kernel &kw = kernel(op, wideOpt);
+      report(kw.id != k9.id && bytesEqual(go(kw, 0, c.B), m),
+             name + ": the 128 x 128 tile (" + kw.id + ") == mma.sync byte for byte");
+    }
     if (!c.bias) {
       // h3-fuse-grad: g as a grad_round's bf16 bf(g) (rounded here on the host), read by the GEMM alone: dw
       // byte-equal to the rounding forms', Hopper and mma.sync.
       const EmitOp opg = linearGradW(c.N, c.K, false, true);
-      const plan::Kernel &kg9 = kernel(opg), &kgm = kernel(opg, mmaOpt);
+      const plan::Kernel &kg9 = kernel(opg, narrowOpt), &kgm = kernel(opg, mmaOpt);
       std::vector<uint16_t> gb(g.size());
       for (size_t i = 0; i < g.size(); ++i) gb[i] = floatToBf16(g[i]);
       auto goBf = [&](const plan::Kernel &kern) {

@@ -1378,21 +1378,24 @@ TEST(NvrtcCompile, LinearGradWOnHopperNeitherSerializesNorSpills) {
   hk::EmitOptions deep;
   deep.sm90GradWStages = 7;
   EXPECT_THROW(emit(linearGradW(5376, 7168, false), "sm_90a", deep), h3c::Error);
-  // N or K at most 64 (LoRA's dA and dB): the 64 x 64 tiles whose consumers take the units in turn, twice the
-  // stages; grad_w_narrow=0 keeps the 128 x 128 tile (qualified above for the LoRA shapes when it was the only form).
+  // grad_w_narrow=1 with N or K at most 64 (LoRA's dA and dB): the 64 x 64 tiles whose consumers take the units in
+  // turn, twice the stages; the default (0) and any wider weight keep the 128 x 128 tile (qualified above).
   {
-    const plan::Kernel dA = *emit(linearGradW(64, 5376, false), "sm_90a");
+    hk::EmitOptions narrow;
+    narrow.sm90GradWNarrow = 1;
+    const plan::Kernel dA = *emit(linearGradW(64, 5376, false), "sm_90a", narrow);
     EXPECT_NE(dA.source.find("#define GW_NARROW 1\n"), std::string::npos) << dA.id;
     EXPECT_NE(dA.source.find("#define GW_STAGES 10\n"), std::string::npos) << dA.id;
     EXPECT_NE(dA.id.find("_t64_"), std::string::npos) << dA.id;
-    const plan::Kernel base = *emit(linearGradW(5376, 5376, false), "sm_90a");
+    expectQualifiedWgmma(jit, dA, "dW N 64 K 5376, the 64 x 64 tiles");
+    const plan::Kernel dB = *emit(linearGradW(28672, 64, false, true), "sm_90a", narrow);
+    EXPECT_NE(dB.source.find("#define GW_NARROW 1\n"), std::string::npos) << dB.id;
+    expectQualifiedWgmma(jit, dB, "dW N 28672 K 64, bf16 g, the 64 x 64 tiles");
+    const plan::Kernel base = *emit(linearGradW(5376, 5376, false), "sm_90a", narrow);
     EXPECT_NE(base.source.find("#define GW_NARROW 0\n"), std::string::npos) << base.id;
-    hk::EmitOptions wide;
-    wide.sm90GradWNarrow = 0;
-    const plan::Kernel dB = *emit(linearGradW(28672, 64, false, true), "sm_90a", wide);
-    EXPECT_NE(dB.source.find("#define GW_NARROW 0\n"), std::string::npos) << dB.id;
-    EXPECT_EQ(dB.id.find("_t64"), std::string::npos) << dB.id;
-    expectQualifiedWgmma(jit, dB, "dW N 28672 K 64, bf16 g, the 128 x 128 tile");
+    const plan::Kernel plain = *emit(linearGradW(64, 5376, false), "sm_90a");
+    EXPECT_NE(plain.source.find("#define GW_NARROW 0\n"), std::string::npos) << plain.id;
+    EXPECT_EQ(plain.id.find("_t64"), std::string::npos) << plain.id;
   }
   if (!nvrtcVariants()) return;
   for (int stages : {2, 3, 4, 6}) {

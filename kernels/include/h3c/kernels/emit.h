@@ -127,8 +127,8 @@ struct EmitOptions {
   int sm90GradW = 1, sm90GradWStages = 5;
   // sm_90a: the Hopper dW of a weight with N or K at most 64 (LoRA's dA = dt^T x and dB = g^T t) on 64 x 64 tiles
   // whose two consumer warpgroups take the units in turn (grad_linear_w_sm90.cuh GW_NARROW); 0: the 128 x 128 tile.
-  // The same chains and folds (timing only).
-  int sm90GradWNarrow = 1;
+  // The same chains and folds (timing only). Opt-in until the GPU checks have run it (compiled here only).
+  int sm90GradWNarrow = 0;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
