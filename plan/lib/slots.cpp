@@ -71,7 +71,6 @@ void placeOnCheckpointedSchedule(Plan &p, int64_t tokens) {
     v.slot = -1;
     v.recomputeSlot = -1;
   }
-  SlotAllocator alloc;
   const std::vector<ScheduleStep> steps = backwardSchedule(p, true);
   const size_t forwardSteps = p.forward().ops.size();  // the schedule's first steps: the forward's ops
   // Each life's last step, in the order of the definitions (a pinned output's: SIZE_MAX).
@@ -87,43 +86,93 @@ void placeOnCheckpointedSchedule(Plan &p, int64_t tokens) {
       for (const auto &n : steps[t].freeAfter) lifeEnd[open.at(n)] = t;
     }
   }
-  size_t lifeNo = 0, step = 0;
-  std::map<std::string, int64_t> held;  // the slot of each value's current life
-  int64_t live = 0, peak = 0;
-  auto bytesPerRow = [](const Value &v) { return v.cols * int64_t(dtypeSize(v.dtype)); };
-  auto define = [&](const std::string &name) {
-    const size_t end = lifeEnd.at(lifeNo++);
-    if (gradSet.count(name)) return;
-    auto vit = p.values.find(name);
-    if (vit == p.values.end()) fail("plan.json#/values", "internal error: no value '{}'", name);
-    Value &v = vit->second;
-    // Every token domain is bounded by S (S = Nt + Nv + Na): a token-domain value takes an S slot, so the refiner's
-    // text values reuse the transformer's slots. A value the forward keeps for the backward (a block boundary, a
-    // kept or saved value) takes a free slot of exactly its size or a new one: in a larger or grown slot the extra
-    // bytes would stay out of use for its whole life.
-    const bool token = v.rows == Domain::Nt || v.rows == Domain::Nv || v.rows == Domain::Na;
-    const bool keptAcross = step < forwardSteps && end >= forwardSteps;
-    const int64_t id = alloc.allocate(domainName(token ? Domain::S : v.rows), bytesPerRow(v), keptAcross);
-    if (v.slot < 0) v.slot = id;
-    else if (v.recomputeSlot < 0) v.recomputeSlot = id;
-    else fail("plan.json#/values/" + name, "internal error: a third life in the checkpointed schedule");
-    held[name] = id;
-    live += bytesPerRow(v) * reportRows(v.rows, tokens);
-    peak = std::max(peak, live);
+  // The lives in definition order: value, first step, last step (inclusive: the step after which it is freed;
+  // SIZE_MAX: never), and whether the forward keeps it into the backward.
+  struct Life {
+    Value *v;
+    std::string name;
+    size_t from, to;
+    bool keptAcross;
   };
-  for (const ScheduleStep &s : steps) {
-    for (const auto &n : s.defineBefore) define(n);
-    for (const auto &n : s.op->out) define(n);
-    ++step;
-    for (const auto &n : s.freeAfter) {
-      auto it = held.find(n);
-      if (it == held.end()) continue;  // a weight gradient (never freed: an output)
-      alloc.release(it->second);
-      const Value &v = p.values.at(n);
-      live -= bytesPerRow(v) * reportRows(v.rows, tokens);
-      held.erase(it);
+  std::vector<Life> lives;
+  auto bytesPerRow = [](const Value &v) { return v.cols * int64_t(dtypeSize(v.dtype)); };
+  {
+    size_t lifeNo = 0, step = 0;
+    auto define = [&](const std::string &name, bool before) {
+      const size_t end = lifeEnd.at(lifeNo++);
+      if (gradSet.count(name)) return;
+      auto vit = p.values.find(name);
+      if (vit == p.values.end()) fail("plan.json#/values", "internal error: no value '{}'", name);
+      // Times: step t's op at 2t, the values defined before it at 2t - 1 (2t + 1 - 2), freed after step t: 2t.
+      lives.push_back({&vit->second, name, before ? 2 * step : 2 * step + 1,
+                       end == SIZE_MAX ? SIZE_MAX : 2 * end + 1, step < forwardSteps && end >= forwardSteps});
+    };
+    for (const ScheduleStep &s : steps) {
+      for (const auto &n : s.defineBefore) define(n, true);
+      for (const auto &n : s.op->out) define(n, false);
+      ++step;
     }
   }
+  // The live peak over the timeline (the lower bound of any placement).
+  int64_t peak = 0;
+  {
+    std::map<size_t, int64_t> delta;
+    for (const Life &l : lives) {
+      const int64_t b = bytesPerRow(*l.v) * reportRows(l.v->rows, tokens);
+      delta[l.from] += b;
+      if (l.to != SIZE_MAX) delta[l.to + 1] -= b;
+    }
+    int64_t live = 0;
+    for (const auto &[t, d] : delta) peak = std::max(peak, live += d);
+  }
+  // The placement, knowing every life (not value by value as they come): the lives by size, largest first, each into
+  // the smallest slot of its domain that is free over its whole life, else a new slot of its size. A slot's size is
+  // then its first life's, and no life leaves more of its slot unused than the sizes force. A life the forward keeps
+  // into the backward takes a slot of exactly its size (in a larger one the extra bytes would stay out of use for its
+  // whole life). Ties keep definition order, so the placement is a function of the plan.
+  std::vector<size_t> order(lives.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bytesPerRow(*lives[a].v) > bytesPerRow(*lives[b].v); });
+  struct Bin {
+    std::string domain;
+    int64_t bytesPerRow;
+    std::map<size_t, size_t> busy;  // from -> to of the lives it holds
+  };
+  std::vector<Bin> bins;
+  auto freeOver = [](const Bin &b, size_t from, size_t to) {
+    auto it = b.busy.upper_bound(to);  // the first life starting after `to`
+    if (it == b.busy.begin()) return true;
+    return std::prev(it)->second < from;  // the last life starting at or before `to` ends before `from`
+  };
+  std::vector<int64_t> slotOf(lives.size(), -1);
+  for (size_t i : order) {
+    const Life &l = lives[i];
+    const bool token = l.v->rows == Domain::Nt || l.v->rows == Domain::Nv || l.v->rows == Domain::Na;
+    const std::string domain = domainName(token ? Domain::S : l.v->rows);
+    const int64_t size = bytesPerRow(*l.v);
+    int64_t best = -1;
+    for (size_t b = 0; b < bins.size(); ++b) {
+      const Bin &bin = bins[b];
+      if (bin.domain != domain || bin.bytesPerRow < size || (l.keptAcross && bin.bytesPerRow != size)) continue;
+      if (best >= 0 && bins[size_t(best)].bytesPerRow <= bin.bytesPerRow) continue;
+      if (freeOver(bin, l.from, l.to)) best = int64_t(b);
+    }
+    if (best < 0) {
+      bins.push_back({domain, size, {}});
+      best = int64_t(bins.size()) - 1;
+    }
+    bins[size_t(best)].busy[l.from] = l.to;
+    slotOf[i] = best;
+  }
+  for (size_t i = 0; i < lives.size(); ++i) {
+    Value &v = *lives[i].v;
+    if (v.slot < 0) v.slot = slotOf[i];
+    else if (v.recomputeSlot < 0) v.recomputeSlot = slotOf[i];
+    else fail("plan.json#/values/" + lives[i].name, "internal error: a third life in the checkpointed schedule");
+  }
+  SlotAllocator alloc;
+  for (const Bin &b : bins) alloc.allocate(b.domain, b.bytesPerRow);  // (a new slot each: none is free)
   p.slots.clear();
   int64_t total = 0;
   for (const SlotAllocator::Slot &s : alloc.slots()) {
