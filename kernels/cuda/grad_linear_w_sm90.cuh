@@ -173,7 +173,8 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
         int tm, tn;
         grouped_tile(t, GW_TILES_M, GW_TILES_N, GW_GROUP_M, tm, tn);
         // The boxes inside N and K (boxes past the end stay unloaded: their rows n / columns k are never stored).
-        const int boxesA = min(2, (GR_N - tm * GW_BM + 63) / 64), boxesB = min(2, (GR_K - tn * GW_BN + 63) / 64);
+        const int boxesA = min(GW_BM / 64, (GR_N - tm * GW_BM + 63) / 64),
+                  boxesB = min(GW_BN / 64, (GR_K - tn * GW_BN + 63) / 64);
         for (long long b = 0; b < items; ++b)
           for (long long u = 0; u < units; ++u) {
             const int L = gw_unit_rows(item_rows, u);
