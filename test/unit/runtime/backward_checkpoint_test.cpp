@@ -33,7 +33,7 @@ struct Plans {
   h3::Config c = h3::namedConfig("tiny");
   std::unique_ptr<WeightSource> base = makeSyntheticWeights(c, 7);
   std::unique_ptr<OverlayWeights> w;
-  plan::Plan all, allCk, lora, loraCk, allKeep, loraKeepLast, loraKeepNone;
+  plan::Plan all, allCk, lora, loraCk, allKeep, loraKeepLast, loraKeepNone, loraKeepTables;
   Loss loss{size_t(8 * c.videoPatchDim()), size_t(3 * c.audio_in_channels), 9};
   bool ok = false;
   Plans() {
@@ -52,7 +52,13 @@ struct Plans {
         !compile(" --trainable lora --checkpoint blocks --keep attention --keep-bytes " +
                      std::to_string(int64_t(8192) * c.num_attention_heads * (c.attention_head_dim * 2 + 4)),
                  "lora_keep_last") ||
-        !compile(" --trainable lora --checkpoint blocks --keep attention --keep-bytes 1", "lora_keep_none")) {
+        !compile(" --trainable lora --checkpoint blocks --keep attention --keep-bytes 1", "lora_keep_none") ||
+        // one and a half such outputs with the adaLN tables too: the last block's attention output, and every
+        // block's tables (3 rows of 6 x hidden F32 each, far less than half an attention output at 8,192 rows), which
+        // still fit where a second attention output does not
+        !compile(" --trainable lora --checkpoint blocks --keep attention --keep adaln_table --keep-bytes " +
+                     std::to_string(int64_t(8192) * c.num_attention_heads * (c.attention_head_dim * 2 + 4) * 3 / 2),
+                 "lora_keep_tables")) {
       ADD_FAILURE() << out;
       return;
     }
@@ -63,6 +69,7 @@ struct Plans {
     allKeep = plan::loadPlan(t / "all_keep");
     loraKeepLast = plan::loadPlan(t / "lora_keep_last");
     loraKeepNone = plan::loadPlan(t / "lora_keep_none");
+    loraKeepTables = plan::loadPlan(t / "lora_keep_tables");
     w = backward_test::randomAdapters(*base, all, 5);
     ok = true;
   }
@@ -143,12 +150,12 @@ TEST(BackwardCheckpoint, GradientsByteEqualToTheUncheckpointedPlanWithLessLiveMe
   }
 }
 
-// The segments' attention ops that the recompute reruns, by segment name.
-std::map<std::string, int> rerunAttention(const plan::Plan &p) {
+// The segments' ops of a kind (attention by default) that the recompute reruns, by segment name.
+std::map<std::string, int> rerunAttention(const plan::Plan &p, plan::OpKind kind = plan::OpKind::Attention) {
   std::map<std::string, int> n;
   for (const plan::Checkpoint &c : p.backward()->checkpoints) {
     n[c.segment] = 0;
-    for (size_t k : c.recompute) n[c.segment] += p.forward().ops[k].kind == plan::OpKind::Attention;
+    for (size_t k : c.recompute) n[c.segment] += p.forward().ops[k].kind == kind;
   }
   return n;
 }
@@ -177,6 +184,14 @@ TEST(BackwardCheckpoint, KeepAttentionLeavesItOutOfTheRecomputeWithinTheCap) {
   const std::string last = "transformer_blocks." + std::to_string(m.c.num_layers - 1);
   for (const auto &[seg, n] : rerunAttention(m.loraKeepLast)) EXPECT_EQ(n, seg == last ? 0 : 1) << seg;
   for (const auto &[seg, n] : rerunAttention(m.loraKeepNone)) EXPECT_EQ(n, 1) << seg;
+  // The cap applies op by op: with the adaLN tables, the last block keeps its attention output and every transformer
+  // block its tables (the checkpointed plan reruns one a block).
+  for (const auto &[seg, n] : rerunAttention(m.loraKeepTables)) EXPECT_EQ(n, seg == last ? 0 : 1) << seg;
+  int tablesRerun = 0, tablesCk = 0;
+  for (const auto &[seg, n] : rerunAttention(m.loraKeepTables, plan::OpKind::AdalnTable)) tablesRerun += n;
+  for (const auto &[seg, n] : rerunAttention(m.loraCk, plan::OpKind::AdalnTable)) tablesCk += n;
+  EXPECT_EQ(tablesRerun, 0);
+  EXPECT_EQ(tablesCk, int(m.c.num_layers));
   // The report: more live bytes than the checkpointed plan's, fewer than without segments.
   const auto &s = m.allKeep.stats, &ck = m.allCk.stats;
   EXPECT_GT(s.at("backward_peak_live_bytes_checkpointed"), ck.at("backward_peak_live_bytes_checkpointed"));
@@ -196,6 +211,7 @@ TEST(BackwardCheckpoint, KeepAttentionGradientsByteEqualToTheUncheckpointedPlan)
   EXPECT_LT(akeep.peakActivationBytes, a.peakActivationBytes);
   const BackwardResult l = m.run(m.lora, r);
   expectSameBits(m.run(m.loraKeepLast, r), l);
+  expectSameBits(m.run(m.loraKeepTables, r), l);
 }
 
 } // namespace backward_checkpoint_test

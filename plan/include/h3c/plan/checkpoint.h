@@ -21,7 +21,8 @@ std::string blockOf(const std::string &node);
 // of these kinds for the backward instead of the recompute rerunning them (attention: its output is the larger part
 // of a block's recompute time at long rows, and one bf16 [rows, heads * d] tensor of memory). Kept values are the
 // forward's own, so no bit changes. `maxBytes` (>= 0) caps the bytes these outputs add to the live peak at `tokens`
-// rows: segments take the rule from the last block down (their backward runs first) while the sum fits; -1: all.
+// rows: segments take the rule from the last block down (their backward runs first), op by op, while the sum fits (a
+// small output, e.g. a block's adaLN table, still fits where a large one no longer does); -1: all.
 // `all` (`--keep all`): every op of a segment, which is then left out: its block's values live from the forward to
 // their backward readers and nothing of it is rerun (whole blocks within the cap: memory traded for recompute time).
 struct KeepRule {
