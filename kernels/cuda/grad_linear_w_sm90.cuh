@@ -25,7 +25,8 @@
 // fold in unit order: each unit's owner adds its partial to the sum so far, which the other consumer handed over
 // through shared memory (thread i to thread i: the same accumulator positions), and hands the new sum on. Why: the
 // 128 x 128 tile computed half its wgmma work past N = 64 (or K = 64) and gave the LoRA shapes only 42-56 CTAs on 132
-// SMs (N or K / 128); 64 x 64 tiles give twice the CTAs and no dead work.
+// SMs (N or K / 128); 64 x 64 tiles give twice the CTAs and no dead work. Not yet measured: the first GPU run's
+// producer loaded two boxes of each operand into stages of one (bench/NOTES.md, 2026-12-06 20:35), so opt-in.
 //
 // Defined by the emitter: GL_ENTRY GW_ENTRY_P1 H3C_PARAMS GL_DW (1) GR_N GR_K GR_BIAS GW_STAGES GW_GROUP_M GW_NARROW.
 // Parameters (H3C_PARAMS): g (F32 [rows][N], phase 0's), dw (F32 [N][K]), dbias (with GR_BIAS, phase 0's), items,
