@@ -12,11 +12,11 @@
 
 namespace h3c::plan {
 
-int64_t SlotAllocator::allocate(const std::string &domain, int64_t bytesPerRow, bool exact) {
+int64_t SlotAllocator::allocate(const std::string &domain, int64_t bytesPerRow) {
   int best = -1;
   for (int i = 0; i < int(slots_.size()); ++i) {
     const Slot &s = slots_[i];
-    if (!s.free || s.domain != domain || (exact && s.bytesPerRow != bytesPerRow)) continue;
+    if (!s.free || s.domain != domain) continue;
     if (best < 0) {
       best = i;
       continue;
@@ -103,7 +103,9 @@ void placeOnCheckpointedSchedule(Plan &p, int64_t tokens) {
       if (gradSet.count(name)) return;
       auto vit = p.values.find(name);
       if (vit == p.values.end()) fail("plan.json#/values", "internal error: no value '{}'", name);
-      // Times: step t's op at 2t, the values defined before it at 2t - 1 (2t + 1 - 2), freed after step t: 2t.
+      // Times: the values defined before step t at 2t, step t's outputs at 2t + 1, a life freed after step t ends at
+      // 2t + 1 (so an output of the step that frees another value never shares its slot; a value defined before
+      // the next step may).
       lives.push_back({&vit->second, name, before ? 2 * step : 2 * step + 1,
                        end == SIZE_MAX ? SIZE_MAX : 2 * end + 1, step < forwardSteps && end >= forwardSteps});
     };
@@ -135,7 +137,7 @@ void placeOnCheckpointedSchedule(Plan &p, int64_t tokens) {
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return bytesPerRow(*lives[a].v) > bytesPerRow(*lives[b].v); });
   struct Bin {
-    std::string domain;
+    Domain domain;
     int64_t bytesPerRow;
     std::map<size_t, size_t> busy;  // from -> to of the lives it holds
   };
@@ -148,8 +150,10 @@ void placeOnCheckpointedSchedule(Plan &p, int64_t tokens) {
   std::vector<int64_t> slotOf(lives.size(), -1);
   for (size_t i : order) {
     const Life &l = lives[i];
+    // Every token domain is bounded by S (S = Nt + Nv + Na): a token-domain value takes an S slot, so the refiner's
+    // text values reuse the transformer's slots.
     const bool token = l.v->rows == Domain::Nt || l.v->rows == Domain::Nv || l.v->rows == Domain::Na;
-    const std::string domain = domainName(token ? Domain::S : l.v->rows);
+    const Domain domain = token ? Domain::S : l.v->rows;
     const int64_t size = bytesPerRow(*l.v);
     int64_t best = -1;
     for (size_t b = 0; b < bins.size(); ++b) {
@@ -171,15 +175,11 @@ void placeOnCheckpointedSchedule(Plan &p, int64_t tokens) {
     else if (v.recomputeSlot < 0) v.recomputeSlot = slotOf[i];
     else fail("plan.json#/values/" + lives[i].name, "internal error: a third life in the checkpointed schedule");
   }
-  SlotAllocator alloc;
-  for (const Bin &b : bins) alloc.allocate(b.domain, b.bytesPerRow);  // (a new slot each: none is free)
   p.slots.clear();
   int64_t total = 0;
-  for (const SlotAllocator::Slot &s : alloc.slots()) {
-    Domain d;
-    if (!parseDomain(s.domain, d)) fail("--checkpoint", "internal error: slot of domain '{}'", s.domain);
-    p.slots.push_back({int64_t(p.slots.size()), {{d, s.bytesPerRow}}, 0});
-    total += s.bytesPerRow * reportRows(d, tokens);
+  for (const Bin &b : bins) {
+    p.slots.push_back({int64_t(p.slots.size()), {{b.domain, b.bytesPerRow}}, 0});
+    total += b.bytesPerRow * reportRows(b.domain, tokens);
   }
   // Each weight gradient in a slot of its own after the activations' (as the plan emitter places them).
   for (const auto &g : grads) {

@@ -23,8 +23,8 @@ public:
     int64_t bytesPerRow = 0;
     bool free = false;
   };
-  // The slot's id (its index). `exact`: only a free slot of exactly `bytesPerRow`, else a new one.
-  int64_t allocate(const std::string &domain, int64_t bytesPerRow, bool exact = false);
+  // The slot's id (its index).
+  int64_t allocate(const std::string &domain, int64_t bytesPerRow);
   void release(int64_t id);
   const std::vector<Slot> &slots() const { return slots_; }
 
