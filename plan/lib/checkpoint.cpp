@@ -152,8 +152,10 @@ std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep, si
   int64_t used = 0;
   for (size_t s = out.size(); s-- > 0;) {
     Checkpoint &c = out[s];
+    // (`--keep all` keeps whole blocks: a segment whose ops do not all fit keeps none.)
     std::set<const Op *> kept;
     int64_t bytes = 0;
+    bool whole = true;
     for (size_t k : c.recompute) {
       if (!keep.keeps(fwd.ops[k].kind)) continue;
       int64_t opBytes = 0;
@@ -161,11 +163,15 @@ std::vector<Checkpoint> blockCheckpoints(const Plan &p, const KeepRule &keep, si
         const Value &v = p.value(o);
         opBytes += reportRows(v.rows, keep.tokens) * v.cols * int64_t(dtypeSize(v.dtype));
       }
-      if (opBytes == 0 || (keep.maxBytes >= 0 && used + bytes + opBytes > keep.maxBytes)) continue;
+      if (opBytes == 0) continue;
+      if (keep.maxBytes >= 0 && used + bytes + opBytes > keep.maxBytes) {
+        whole = false;
+        continue;
+      }
       kept.insert(&fwd.ops[k]);
       bytes += opBytes;
     }
-    if (kept.empty()) continue;
+    if (kept.empty() || (keep.all && !whole)) continue;
     Checkpoint k = c;
     // A segment whose recompute would then be empty keeps every value: it is dropped.
     if (!traceSegment(fwd, u, k, [&](const Op &op) { return kept.count(&op) > 0; })) {

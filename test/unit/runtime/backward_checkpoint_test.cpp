@@ -33,7 +33,7 @@ struct Plans {
   h3::Config c = h3::namedConfig("tiny");
   std::unique_ptr<WeightSource> base = makeSyntheticWeights(c, 7);
   std::unique_ptr<OverlayWeights> w;
-  plan::Plan all, allCk, lora, loraCk, allKeep, loraKeepLast, loraKeepNone, loraKeepTables;
+  plan::Plan all, allCk, lora, loraCk, allKeep, loraKeepLast, loraKeepNone, loraKeepTables, loraKeepAllCap;
   Loss loss{size_t(8 * c.videoPatchDim()), size_t(3 * c.audio_in_channels), 9};
   bool ok = false;
   Plans() {
@@ -58,7 +58,11 @@ struct Plans {
         // still fit where a second attention output does not
         !compile(" --trainable lora --checkpoint blocks --keep attention --keep adaln_table --keep-bytes " +
                      std::to_string(int64_t(8192) * c.num_attention_heads * (c.attention_head_dim * 2 + 4) * 3 / 2),
-                 "lora_keep_tables")) {
+                 "lora_keep_tables") ||
+        // `--keep all` under the same cap: whole blocks only (less than one block's values fit, so none)
+        !compile(" --trainable lora --checkpoint blocks --keep all --keep-bytes " +
+                     std::to_string(int64_t(8192) * c.num_attention_heads * (c.attention_head_dim * 2 + 4) * 3 / 2),
+                 "lora_keep_all_cap")) {
       ADD_FAILURE() << out;
       return;
     }
@@ -70,6 +74,7 @@ struct Plans {
     loraKeepLast = plan::loadPlan(t / "lora_keep_last");
     loraKeepNone = plan::loadPlan(t / "lora_keep_none");
     loraKeepTables = plan::loadPlan(t / "lora_keep_tables");
+    loraKeepAllCap = plan::loadPlan(t / "lora_keep_all_cap");
     w = backward_test::randomAdapters(*base, all, 5);
     ok = true;
   }
@@ -192,6 +197,10 @@ TEST(BackwardCheckpoint, KeepAttentionLeavesItOutOfTheRecomputeWithinTheCap) {
   for (const auto &[seg, n] : rerunAttention(m.loraCk, plan::OpKind::AdalnTable)) tablesCk += n;
   EXPECT_EQ(tablesRerun, 0);
   EXPECT_EQ(tablesCk, int(m.c.num_layers));
+  // `--keep all` keeps whole blocks: a cap below one block's values leaves every segment as --checkpoint made it.
+  const auto &capped = m.loraKeepAllCap.backward()->checkpoints, &ckSegs = m.loraCk.backward()->checkpoints;
+  ASSERT_EQ(capped.size(), ckSegs.size());
+  for (size_t s = 0; s < capped.size(); ++s) EXPECT_EQ(capped[s].recompute, ckSegs[s].recompute) << capped[s].segment;
   // The report: more live bytes than the checkpointed plan's, fewer than without segments.
   const auto &s = m.allKeep.stats, &ck = m.allCk.stats;
   EXPECT_GT(s.at("backward_peak_live_bytes_checkpointed"), ck.at("backward_peak_live_bytes_checkpointed"));
