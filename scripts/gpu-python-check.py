@@ -19,7 +19,7 @@ MiniMaxH3LoopSchedulerStep) with pipe.transformer = h3c.Transformer, on a reques
 (scripts/diffusers_request.py make): the velocity equals `h3c run --device gpu`'s bits and lies near diffusers' own
 float32 transformer in the same block (relative Frobenius error printed, < 2e-2).
 4. (tiny-backward-lora in --plans) a LoRA training step with CUDA masters (parameters(..., device="cuda"): the
-   gradients copied device to device) against host masters: every .grad byte-equal, each on its masters' device.
+   gradient kernels write into their .grad) against host masters: every .grad byte-equal, each on its masters' device.
 """
 import argparse
 import os
@@ -352,7 +352,7 @@ def check_pipeline_step(a):
 
 
 def check_device_grads(a):
-    """The LoRA training step with CUDA masters (parameters(..., device="cuda"): gradients copied device to device)
+    """The LoRA training step with CUDA masters (parameters(..., device="cuda"): the gradient kernels write into .grad)
     against host masters (gradients through the host): the same adapter values, the same loss, every .grad byte-equal,
     and the CUDA ones on the device."""
     plan = f"{a.plans}/tiny-backward-lora"
@@ -379,7 +379,7 @@ def check_device_grads(a):
         on = {q.grad.device.type for q in params.values()}
         result(on == {where}, f"[tiny-backward-lora] {where} masters: their .grad on {sorted(on)}")
     same = [n for n in grads["cpu"] if torch.equal(grads["cpu"][n], grads["cuda"][n].cpu())]
-    result(len(same) == len(grads["cpu"]) > 0, "[tiny-backward-lora] gradients into CUDA masters (device to device) "
+    result(len(same) == len(grads["cpu"]) > 0, "[tiny-backward-lora] gradients written into CUDA masters' memory "
            "== through the host, byte for byte", f"{len(same)} of {len(grads['cpu'])} tensors equal")
 
 

@@ -465,8 +465,9 @@ class _H3cFunction:
                         _, ca = t._channels
                         ahs = ctx.host["audio_hidden_states"]
                         grad_audio = torch.zeros((hs.shape[0], ahs.shape[1], ca), dtype=torch.float32)
-                    # CUDA parameters get their gradients straight from the engine's device memory (filled on the
-                    # current stream before backward returns); host ones as host tensors.
+                    # CUDA parameters get their gradients written by the engine's gradient kernels straight into
+                    # these tensors (after the current stream's queued work, done before backward returns: no copy,
+                    # and no second copy in the engine's memory); host ones as host tensors.
                     on_device = {n: torch.empty(shape, dtype=torch.float32, device=dv)
                                  for n, (shape, dv) in zip(ctx.names, ctx.param_places) if dv.type == "cuda"}
                     stream = 0

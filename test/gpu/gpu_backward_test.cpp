@@ -644,6 +644,71 @@ TEST(GpuBackward, AKeptForwardsBackwardIsTheBackward) {
   EXPECT_TRUE(staleEqual);
 }
 
+// Weight gradients left in the caller's device memory (DeviceGrads: the Python package's CUDA masters' .grad): the
+// gradient kernels write them there (their slots are no part of the arena), on a stream of the caller's that has work
+// queued before the call; those named come back as the bytes of the backward that downloads them, the others are
+// downloaded as before, and a backward without DeviceGrads after it places them in its own region again.
+TEST(GpuBackward, WeightGradientsWrittenIntoTheCallersMemoryAreTheDownloadedOnes) {
+  std::string why;
+  if (!hc::driverAvailable(&why)) GTEST_SKIP() << "no GPU: " << why;
+  if (!std::filesystem::exists(planDir() / "plan.json")) GTEST_SKIP() << "no plan at " << planDir();
+  const plan::Plan p = plan::loadPlan(planDir());
+  auto weights = makeSyntheticWeights(p.config, 7);
+  const Request r = tinyRequest(p.config, {6, 5, 2, 3, 4}, 2, 9);
+  const OutputGrads dy = lossGrads(canonicalize(r, p.config), p.config);
+  RunOptions o;
+  o.device = "gpu";
+  Engine e(p, *weights, o);
+  const BackwardResult host = e.backward(r, dy);
+  ASSERT_GT(host.weightGrads.size(), 2u);
+  const auto &d = hc::driver();
+  CUstream stream = nullptr;
+  hc::check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  std::vector<hc::DeviceBuffer> bufs;
+  DeviceGrads into;
+  into.stream = uint64_t(reinterpret_cast<uintptr_t>(stream));
+  size_t i = 0;
+  for (const auto &[name, t] : host.weightGrads) {
+    if (i++ % 2) continue;  // every other one: the rest stays the executor's
+    bufs.emplace_back(t.bytes.size());
+    into.weights[name] = uint64_t(bufs.back().get());
+  }
+  // Work on the caller's stream that the backward must wait for: 0xff bytes (a NaN pattern) that its kernels
+  // overwrite; run after them, they would leave the gradients NaN.
+  std::vector<uint8_t> ff(1 << 20, 0xff);
+  for (auto &b : bufs)
+    for (size_t off = 0; off < b.bytes(); off += ff.size())
+      hc::check(d.cuMemcpyHtoDAsync(b.get() + off, ff.data(), std::min(ff.size(), b.bytes() - off), stream),
+                "fill");
+  const auto [out, ticket] = e.forwardKept(r);
+  const BackwardResult dev = e.backward(r, dy, ticket, &into);
+  bool named = true, rest = true;
+  size_t k = 0;
+  for (const auto &[name, t] : host.weightGrads) {
+    if (into.weights.count(name)) {
+      std::vector<uint8_t> got(t.bytes.size());
+      hc::check(d.cuMemcpyDtoH(got.data(), CUdeviceptr(into.weights.at(name)), got.size()), "download");
+      named &= !dev.weightGrads.count(name) && got == t.bytes;
+      ++k;
+    } else {
+      rest &= dev.weightGrads.count(name) && dev.weightGrads.at(name).bytes == t.bytes;
+    }
+  }
+  const BackwardResult again = e.backward(r, dy);
+  bool againEqual = again.weightGrads.size() == host.weightGrads.size();
+  for (const auto &[name, t] : host.weightGrads)
+    againEqual &= again.weightGrads.count(name) && again.weightGrads.at(name).bytes == t.bytes;
+  hc::check(d.cuStreamDestroy(stream), "cuStreamDestroy");
+  std::printf("%s %zu weight gradients written into the caller's memory == the downloaded ones (after the caller's "
+              "stream's work)\n", named ? "PASS" : "FAIL", k);
+  std::printf("%s the other %zu downloaded as before; %s\n", rest ? "PASS" : "FAIL", host.weightGrads.size() - k,
+              againEqual ? "a later backward without DeviceGrads the same bytes" : "a later backward DIFFERENT");
+  EXPECT_TRUE(dev.forwardKept);
+  EXPECT_TRUE(named);
+  EXPECT_TRUE(rest);
+  EXPECT_TRUE(againEqual);
+}
+
 // The contract's invariances on the GPU (section 14), with the tensor-core kernels: a batch item's input gradients
 // equal its own run's, the token-row weight gradients of a batch are the F32 fold of its items' in batch order (the
 // AdaLN tables' and the time embedder's are functions of the summed table gradients: left out, as on the CPU), and a

@@ -57,6 +57,7 @@ Loaded &loaded() {
               dlSymbol(lib, a.cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters", w) &&
               dlSymbol(lib, a.cuMemHostAlloc, "cuMemHostAlloc", w) && dlSymbol(lib, a.cuMemFreeHost, "cuMemFreeHost", w) &&
               dlSymbol(lib, a.cuStreamCreate, "cuStreamCreate", w) && dlSymbol(lib, a.cuStreamDestroy, "cuStreamDestroy_v2", w) &&
+              dlSymbol(lib, a.cuStreamWaitEvent, "cuStreamWaitEvent", w) &&
               dlSymbol(lib, a.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", w);
     if (!ok) {
       L.why = "libcuda.so.1 lacks " + w;

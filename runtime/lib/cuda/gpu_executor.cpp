@@ -430,6 +430,26 @@ private:
       forwardSlots.insert(v.slot);
       if (withBackward && v.recomputeSlot >= 0) forwardSlots.insert(v.recomputeSlot);
     }
+    // The slots that hold nothing but weight gradients (the backward's `grad:<tensor>` outputs: each lives from its
+    // gradient op to the end, in a slot of its own) are no part of the arena: the backward places them
+    // (placeWeightGrads), in the caller's memory where a DeviceGrads names them (the Python package's CUDA masters'
+    // .grad: 1.38 GB at LoRA rank 64 that the arena would otherwise hold beside them), else in gradRegion_.
+    gradSlots_.clear();
+    if (withBackward) {
+      std::set<std::string> weightGrads;
+      for (const auto &[key, v] : p.backward()->outputs)
+        if (key.rfind("grad:@", 0) != 0) weightGrads.insert(v);
+      std::map<int64_t, bool> onlyGrads;
+      for (const auto &name : forwardValues) {
+        const plan::Value &v = p.value(name);
+        const bool grad = weightGrads.count(name) > 0;
+        auto [it, fresh] = onlyGrads.emplace(v.slot, grad);
+        if (!fresh) it->second = it->second && grad;
+        if (v.recomputeSlot >= 0) onlyGrads[v.recomputeSlot] = false;
+      }
+      for (const auto &[id, only] : onlyGrads)
+        if (only) gradSlots_[id] = 0;
+    }
     std::map<int64_t, size_t> slotBytes;
     for (const auto &s : p.slots) {
       if (!forwardSlots.count(s.id)) continue;
@@ -446,6 +466,10 @@ private:
     size_t total = 0;
     std::map<int64_t, size_t> slotOffset;
     for (const auto &[id, b] : slotBytes) {
+      if (gradSlots_.count(id)) {
+        gradSlots_[id] = b;
+        continue;
+      }
       slotOffset[id] = total;
       total += alignUp(std::max<size_t>(b, 1));
     }
@@ -459,7 +483,7 @@ private:
       DevValue d;
       d.bytes = valueBytes(v);
       d.rows = totalRows(v);
-      d.ptr = arena_->get() + slotOffset.at(v.slot);
+      d.ptr = gradSlots_.count(v.slot) ? 0 : arena_->get() + slotOffset.at(v.slot);  // (0: placeWeightGrads)
       values_[name] = d;
     }
     std::map<int64_t, CUdeviceptr> at;
@@ -684,6 +708,7 @@ public:
     const HostClock::time_point h1 = HostClock::now();
     if (reuse) req_ = &req;  // the same extents: every launch and download reads them
     else prepareBackward(p, weights, req, opt);
+    const std::set<std::string> boundGrads = placeWeightGrads(p, into);
     const HostClock::time_point h2 = HostClock::now();
     const plan::Function &fwd = p.forward();
     // H3C_GPU_PROFILE=1: a CUDA event after each step of the schedule; the forward's table by op kind, the
@@ -716,12 +741,13 @@ public:
       double wbytes = 0;
       for (const auto &kv : weightBuffers_) wbytes += double(kv.second.bytes());
       std::fprintf(stderr, "h3c gpu: backward B=%lld S=%lld: %zu steps%s (%zu recomputed forward ops, %zu checkpoint "
-                   "segments) %.1f ms; arena %.3f GB, weights %.3f GB, device memory in use %.3f GB of %.3f "
-                   "(GB = 1e9 bytes)\n", (long long)req.B, (long long)req.S, ranSteps,
-                   reuse ? " after the kept forward" : "", recomputed,
+                   "segments) %.1f ms; arena %.3f GB, weight gradients %.3f GB (%.3f GB of them in the caller's "
+                   "memory), weights %.3f GB, device memory in use %.3f GB of %.3f (GB = 1e9 bytes)\n",
+                   (long long)req.B, (long long)req.S, ranSteps, reuse ? " after the kept forward" : "", recomputed,
                    bwd->checkpoints.size(),
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-                   arenaBytes_ / 1e9, wbytes / 1e9, (totalB - freeB) / 1e9, totalB / 1e9);
+                   arenaBytes_ / 1e9, (gradRegionBytes_ + boundGradBytes_) / 1e9, boundGradBytes_ / 1e9,
+                   wbytes / 1e9, (totalB - freeB) / 1e9, totalB / 1e9);
     }
     BackwardResult r;
     r.arenaBytes = int64_t(arenaBytes_);
@@ -730,9 +756,8 @@ public:
       r.outputs.sample = download(fwd.outputs.at("sample"), {req.B, req.Nv, videoCols});
       r.outputs.audio_sample = download(fwd.outputs.at("audio_sample"), {req.B, req.Na, audioCols});
     }
-    // The weight gradients: into the caller's device memory (DeviceGrads, device to device on its stream), else
-    // to the host straight into their tensors (one copy each).
-    const CUstream intoStream = into ? reinterpret_cast<CUstream>(into->stream) : nullptr;
+    // The weight gradients the caller's device memory does not hold already (placeWeightGrads): into it where
+    // named, else to the host straight into their tensors (one copy each).
     for (const auto &[key, v] : bwd->outputs) {
       if (key.rfind("grad:@", 0) == 0) {
         if (into && !into->inputGrads) continue;
@@ -741,16 +766,16 @@ public:
         continue;
       }
       const std::string tensor = key.substr(5);
+      if (boundGrads.count(v)) continue;
       const auto dst = into ? into->weights.find(tensor) : std::map<std::string, uint64_t>::const_iterator{};
-      if (into && dst != into->weights.end()) {
+      if (into && dst != into->weights.end()) {  // (its slot is shared: a plan's placement may do that)
         const DevValue &dv = values_.at(v);
-        hc::check(hc::driver().cuMemcpyDtoDAsync(CUdeviceptr(dst->second), dv.ptr, dv.bytes, intoStream),
+        hc::check(hc::driver().cuMemcpyDtoD(CUdeviceptr(dst->second), dv.ptr, dv.bytes),
                   "copying the gradient of " + tensor);
       } else {
         r.weightGrads[tensor] = download(v, p.weightTensor(tensor).shape);
       }
     }
-    if (into) hc::check(hc::driver().cuStreamSynchronize(intoStream), "copying the gradients");
     if (hostProfileOn())
       std::fprintf(stderr, "h3c gpu: backward host phases: schedule %.2f ms, prepare %.2f ms%s, launch %zu steps "
                    "%.2f ms, wait %.2f ms, outputs + gradients %.2f ms\n", msBetween(h0, h1), msBetween(h1, h2),
@@ -810,6 +835,60 @@ private:
 
   // The backward's set-up (both halves): the request's extents, the kernels of both functions, the weights, the
   // arena over the backward's slot timeline, the forward's inputs uploaded.
+  // Where the backward writes each weight gradient (the values of gradSlots_, outside the arena): the caller's
+  // device memory where `into` names the tensor (its gradient kernels write there: no copy, no second 1.38 GB at
+  // LoRA rank 64), else gradRegion_ (made at the first backward that needs it, then kept). Returns the values placed
+  // in the caller's memory. The caller's memory is the caller's stream's (the Python package's torch.empty on
+  // torch's current stream): the backward's stream waits for that stream's work before any kernel writes it.
+  std::set<std::string> placeWeightGrads(const plan::Plan &p, const DeviceGrads *into) {
+    std::set<std::string> bound;
+    std::map<int64_t, size_t> own;  // the slots of the gradients left to gradRegion_
+    for (const auto &[key, v] : p.backward()->outputs) {
+      if (key.rfind("grad:@", 0) == 0) continue;
+      const int64_t slot = p.value(v).slot;
+      DevValue &dv = values_.at(v);
+      const auto dst = into ? into->weights.find(key.substr(5)) : std::map<std::string, uint64_t>::const_iterator{};
+      if (!gradSlots_.count(slot)) continue;  // a slot shared with other values: in the arena, copied after
+      if (into && dst != into->weights.end()) {
+        if (dst->second == 0 && dv.bytes > 0) fail("gradients into device memory", "null address for '{}'",
+                                                   key.substr(5));
+        dv.ptr = CUdeviceptr(dst->second);
+        bound.insert(v);
+      } else {
+        own[slot] = gradSlots_.at(slot);
+      }
+    }
+    size_t total = 0;
+    for (const auto &[id, b] : own) total += alignUp(std::max<size_t>(b, 1));
+    if (total && (!gradRegion_ || gradRegion_->bytes() < total)) {
+      gradRegion_.reset();
+      gradRegion_ = std::make_unique<hc::DeviceBuffer>(total);
+    }
+    gradRegionBytes_ = total;
+    std::map<int64_t, CUdeviceptr> at;
+    size_t off = 0;
+    for (const auto &[id, b] : own) {
+      at[id] = gradRegion_->get() + off;
+      off += alignUp(std::max<size_t>(b, 1));
+    }
+    for (const auto &[key, v] : p.backward()->outputs) {
+      if (key.rfind("grad:@", 0) == 0 || bound.count(v)) continue;
+      const auto it = at.find(p.value(v).slot);
+      if (it != at.end()) values_.at(v).ptr = it->second;
+    }
+    boundGradBytes_ = 0;
+    for (const auto &v : bound) boundGradBytes_ += values_.at(v).bytes;
+    if (!bound.empty()) {  // the caller's memory may still be in use by work queued on its stream
+      const auto &d = hc::driver();
+      CUevent ready = nullptr;
+      hc::check(d.cuEventCreate(&ready, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+      hc::check(d.cuEventRecord(ready, reinterpret_cast<CUstream>(into->stream)), "cuEventRecord");
+      hc::check(d.cuStreamWaitEvent(stream_, ready, 0), "cuStreamWaitEvent");
+      hc::check(d.cuEventDestroy(ready), "cuEventDestroy");
+    }
+    return bound;
+  }
+
   void prepareBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt) {
     if (p.options.sp * p.options.tp != 1) fail("--device gpu", "the backward runs on one rank");
     const HostClock::time_point h0 = HostClock::now();
@@ -1087,6 +1166,11 @@ private:
   std::unique_ptr<hc::NativeOps> native_;
   std::unique_ptr<hc::DeviceBuffer> arena_;
   std::map<int64_t, CUdeviceptr> slotAt_;  // the backward's slots (prepareBackward)
+  // The slots that hold weight gradients only (allocateArena: not in the arena), with their bytes; the region that
+  // holds those the caller's memory does not (placeWeightGrads), its bytes in use and the bytes the caller's hold.
+  std::map<int64_t, size_t> gradSlots_;
+  std::unique_ptr<hc::DeviceBuffer> gradRegion_;
+  size_t gradRegionBytes_ = 0, boundGradBytes_ = 0;
   // forwardKept's ticket while its values are in the arena (0: none; anything else run on this executor clears it)
   // and the plan it ran.
   uint64_t keptTicket_ = 0, lastTicket_ = 0;

@@ -49,8 +49,10 @@ struct DeviceIO {
 
 // Where a GPU backward leaves weight gradients instead of host tensors: caller device memory (the package's CUDA
 // parameters' gradients), by plan weight name (a tensor the plan trains), each F32 of the weight's shape, contiguous.
-// The copies run on `stream` (a CUstream of the primary context; 0: the legacy default stream) after the backward
-// and are done when it returns. A training step then moves no gradient through the host (1.4 GB at LoRA rank 64).
+// The gradient kernels write them there themselves (a weight gradient's slot is its own and no part of the arena),
+// after the work queued on `stream` (a CUstream of the primary context; 0: the legacy default stream) before the
+// call, and are done when it returns. A training step then moves no gradient through the host and holds no second
+// copy of them on the device (1.38 GB at LoRA rank 64).
 // `inputGrads` / `outputs` false: the GPU backward leaves the activations' gradients / the forward's outputs out of
 // its result (no download: a trainer whose activations need no gradient, and which has the outputs of its kept
 // forward already, waits for neither); the CPU reference returns them anyway.

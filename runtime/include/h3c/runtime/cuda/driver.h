@@ -53,6 +53,7 @@ struct DriverApi {
   CUresult (*cuMemFreeHost)(void *);
   CUresult (*cuStreamCreate)(CUstream *, unsigned int);
   CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);  // a backward writing into the caller's memory
   CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                      const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                      CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
