@@ -520,9 +520,9 @@ int main(int argc, char **argv) {
         h3c::kernels::EmitOptions rows = h3c::kernels::EmitOptions::planDefaults();
         rows.sm90AttnGradRows = 0;
         variants.emplace_back(" [dq accumulator layout]", rows);
-        h3c::kernels::EmitOptions rows2 = h3c::kernels::EmitOptions::planDefaults();
-        rows2.sm90AttnGradRows = 2;
-        variants.emplace_back(" [dq rows v4]", rows2);
+        h3c::kernels::EmitOptions rows1 = h3c::kernels::EmitOptions::planDefaults();
+        rows1.sm90AttnGradRows = 1;
+        variants.emplace_back(" [dq rows v2]", rows1);
       }
       timeForms("attention_grad 56x128 [lse]", attentionGrad(heads, d, 128, true, true), ol, variants);
       // Where the Hopper form's time goes (GB_DQ_DIAG, grad_attention_sm90.cuh: timing only, dq wrong): dq's
@@ -696,7 +696,7 @@ int main(int argc, char **argv) {
         forms(base, linearGradW(s.N, s.K, false), o, mmaW, flops, gemmBytes + 2.0 * M * s.N, gemmBytes);
         if ((s.N <= 64 || s.K <= 64) && dev.arch() == "sm_90a") {  // the Hopper tile that is not the plan's form
           h3c::kernels::EmitOptions t = h3c::kernels::EmitOptions::planDefaults();
-          t.sm90GradWNarrow = 1 - t.sm90GradWNarrow;
+          t.sm90GradWNarrow = h3c::kernels::sm90GradWNarrowTiles(t, s.N, s.K) ? 0 : 1;
           const std::string name =
               base + (t.sm90GradWNarrow ? " [64 x 64 tiles] [GEMM only]" : " [128 x 128 tile] [GEMM only]");
           if (wanted(name)) benchPhase(name, linearGradW(s.N, s.K, false), o, 0, flops, gemmBytes, t);

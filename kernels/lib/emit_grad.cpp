@@ -17,6 +17,12 @@ int64_t sm90GradWSharedBytes(int stages, bool narrow) {
   return 1024 + int64_t(stages) * (2 * 128 * 64 * 2 + 16);
 }
 
+bool sm90GradWNarrowTiles(const EmitOptions &o, int64_t N, int64_t K) {
+  const int64_t shortDim = std::min(N, K), longDim = std::max(N, K);
+  if (shortDim > 64) return false;
+  return o.sm90GradWNarrow == 1 || (o.sm90GradWNarrow == 2 && longDim <= 8192);
+}
+
 namespace emit_detail {
 
 namespace {
@@ -161,9 +167,9 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
 plan::Kernel emitLinearGradWSm90(const OpView &v, const std::string &arch, int64_t dwAt, int64_t biasAt) {
   const plan::OpAttrs &a = v.a();
   const int64_t stages = v.options.sm90GradWStages;
-  // grad_w_narrow=1: where N or K is at most 64 (LoRA's dA and dB), 64 x 64 tiles whose consumers take the units in
+  // grad_w_narrow: where N or K is at most 64 (LoRA's dA and dB), 64 x 64 tiles whose consumers take the units in
   // turn, with twice the stages of half the bytes (the same ring bytes).
-  const bool narrow = v.options.sm90GradWNarrow == 1 && (a.N <= 64 || a.K <= 64);
+  const bool narrow = sm90GradWNarrowTiles(v.options, a.N, a.K);
   const int64_t tile = narrow ? 64 : 128;
   const int64_t smem = sm90GradWSharedBytes(int(stages), narrow);
   if (stages < 2 || stages > 6 || smem > kMaxCtaSharedBytes)

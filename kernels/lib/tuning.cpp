@@ -65,8 +65,9 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           // the Hopper dW of the bf16 linears (grad_linear_w_sm90.cuh): on/off, ring stages
                           {"grad_w_sm90", &EmitOptions::sm90GradW, 0, 1},
                           {"grad_w_stages", &EmitOptions::sm90GradWStages, 2, 6},
-                          // ... with N or K at most 64 on 64 x 64 tiles (0: the 128 x 128 tile)
-                          {"grad_w_narrow", &EmitOptions::sm90GradWNarrow, 0, 1}};
+                          // ... with N or K at most 64 on 64 x 64 tiles (1: all, 2: where the other dimension is
+                          // at most 8,192; 0: the 128 x 128 tile)
+                          {"grad_w_narrow", &EmitOptions::sm90GradWNarrow, 0, 2}};
 
 std::string names() {
   std::string n;

@@ -1326,15 +1326,15 @@ TEST_F(Kernels, AttentionGrad) {
     }
     // The load ring at 3 stages (attn_grad_stages=3) and dq's counts by the compute warpgroups (attn_grad_sync=0):
     // the same chains and adds in the same order, the same bytes.
-    hk::EmitOptions st3, counts, rows, rows2;
+    hk::EmitOptions st3, counts, rows, rows1;
     st3.sm90AttnGradStages = 3;
     counts.sm90AttnGradSync = 0;
     rows.sm90AttnGradRows = 0;
-    rows2.sm90AttnGradRows = 2;
+    rows1.sm90AttnGradRows = 1;
     for (const auto &[what, opt] : {std::pair<const char *, hk::EmitOptions>{"the 3-stage Hopper form", st3},
                                     {"the Hopper form with the compute warpgroups' counts", counts},
                                     {"the Hopper form with dq's adds in the accumulator layout", rows},
-                                    {"the Hopper form with dq's adds two rows a v4 reduction", rows2}}) {
+                                    {"the Hopper form with dq's adds a row a v2 reduction", rows1}}) {
       const auto h = go(kernel(op, opt), c.B);
       bool same = true;
       for (int i = 0; i < 3; ++i) same = same && bytesEqual(h[size_t(i)], m[size_t(i)]);
@@ -1452,11 +1452,11 @@ TEST_F(Kernels, AttentionGradDqFoldFlushesSubnormals) {
     for (int i = 0; i < 3; ++i) r.push_back(down<float>(*la.out[size_t(i)], size_t(n)));
     return r;
   };
-  hk::EmitOptions mmaOpt, counts, rows, rows2;
+  hk::EmitOptions mmaOpt, counts, rows, rows1;
   mmaOpt.wgmma = false;
   counts.sm90AttnGradSync = 0;
   rows.sm90AttnGradRows = 0;
-  rows2.sm90AttnGradRows = 2;
+  rows1.sm90AttnGradRows = 1;
   const auto m = go(kernel(op, mmaOpt));
   size_t nonzeroDq = 0, nonzeroDv = 0;
   for (float x : m[0]) nonzeroDq += x != 0.0f;
@@ -1465,7 +1465,7 @@ TEST_F(Kernels, AttentionGradDqFoldFlushesSubnormals) {
                                     "dq {} nonzero of {})", nonzeroDv, nonzeroDq, m[0].size()));
   for (const auto &[what, opt] : {std::pair<const char *, hk::EmitOptions>{"sync warpgroup", {}},
                                   {"compute counts", counts}, {"accumulator-layout adds", rows},
-                                  {"v4 row adds", rows2}}) {
+                                  {"v2 row adds", rows1}}) {
     const auto h = go(kernel(op, opt));
     const size_t at = firstDiff(h[0], m[0]);
     report(at == SIZE_MAX && bytesEqual(h[1], m[1]) && bytesEqual(h[2], m[2]),

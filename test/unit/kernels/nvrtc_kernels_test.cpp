@@ -1121,17 +1121,17 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     counts.sm90AttnGradSync = 0;
     expectCompilesWithoutSpills(jit, *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", counts),
                                 "sm_90a lse compute counts");
-    hk::EmitOptions rows;  // the default: the middle tiles' dq adds a row a warp instruction; 0 the accumulator layout's
-    EXPECT_NE(emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows)->source.find("#define GB_DQ_ROWS 1\n"),
-              std::string::npos);
+    hk::EmitOptions rows;  // the default: the middle tiles' dq adds two rows a warp instruction; 0 the accumulator
+    EXPECT_NE(emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows)->source.find("#define GB_DQ_ROWS 2\n"),
+              std::string::npos);  // layout's, 1 a row an instruction
     rows.sm90AttnGradRows = 0;
     const plan::Kernel kr = *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows);
     EXPECT_NE(kr.source.find("#define GB_DQ_ROWS 0\n"), std::string::npos) << kr.id;
     expectCompilesWithoutSpills(jit, kr, "sm_90a lse dq adds in the accumulator layout");
-    rows.sm90AttnGradRows = 2;
-    const plan::Kernel kr2 = *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows);
-    EXPECT_NE(kr2.source.find("#define GB_DQ_ROWS 2\n"), std::string::npos) << kr2.id;
-    expectCompilesWithoutSpills(jit, kr2, "sm_90a lse dq adds two rows a v4 reduction");
+    rows.sm90AttnGradRows = 1;
+    const plan::Kernel kr1 = *emit(attentionGrad(48, 128, 128, true, true), "sm_90a", rows);
+    EXPECT_NE(kr1.source.find("#define GB_DQ_ROWS 1\n"), std::string::npos) << kr1.id;
+    expectCompilesWithoutSpills(jit, kr1, "sm_90a lse dq adds a row a v2 reduction");
   }
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
@@ -1379,7 +1379,8 @@ TEST(NvrtcCompile, LinearGradWOnHopperNeitherSerializesNorSpills) {
   deep.sm90GradWStages = 7;
   EXPECT_THROW(emit(linearGradW(5376, 7168, false), "sm_90a", deep), h3c::Error);
   // grad_w_narrow=1 with N or K at most 64 (LoRA's dA and dB): the 64 x 64 tiles whose consumers take the units in
-  // turn, twice the stages; the default (0) and any wider weight keep the 128 x 128 tile (qualified above).
+  // turn, twice the stages; any wider weight keeps the 128 x 128 tile (qualified above), as do 0 and the default (2)
+  // where the other dimension is over 8,192.
   {
     hk::EmitOptions narrow;
     narrow.sm90GradWNarrow = 1;
@@ -1393,7 +1394,16 @@ TEST(NvrtcCompile, LinearGradWOnHopperNeitherSerializesNorSpills) {
     expectQualifiedWgmma(jit, dB, "dW N 28672 K 64, bf16 g, the 64 x 64 tiles");
     const plan::Kernel base = *emit(linearGradW(5376, 5376, false), "sm_90a", narrow);
     EXPECT_NE(base.source.find("#define GW_NARROW 0\n"), std::string::npos) << base.id;
-    const plan::Kernel plain = *emit(linearGradW(64, 5376, false), "sm_90a");
+    const plan::Kernel byShape = *emit(linearGradW(64, 8192, false), "sm_90a");
+    EXPECT_NE(byShape.source.find("#define GW_NARROW 1\n"), std::string::npos) << byShape.id;
+    const plan::Kernel longK = *emit(linearGradW(64, 8256, false), "sm_90a");
+    EXPECT_NE(longK.source.find("#define GW_NARROW 0\n"), std::string::npos) << longK.id;
+    EXPECT_EQ(longK.id.find("_t64"), std::string::npos) << longK.id;
+    const plan::Kernel longN = *emit(linearGradW(28672, 64, false, true), "sm_90a");
+    EXPECT_NE(longN.source.find("#define GW_NARROW 0\n"), std::string::npos) << longN.id;
+    hk::EmitOptions never;
+    never.sm90GradWNarrow = 0;
+    const plan::Kernel plain = *emit(linearGradW(64, 5376, false), "sm_90a", never);
     EXPECT_NE(plain.source.find("#define GW_NARROW 0\n"), std::string::npos) << plain.id;
     EXPECT_EQ(plain.id.find("_t64"), std::string::npos) << plain.id;
   }

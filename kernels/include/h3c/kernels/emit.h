@@ -109,12 +109,12 @@ struct EmitOptions {
   // sm_90a: attention_grad's Hopper form with a sync warpgroup for dq's ordered adds (1: 12.8 ms at S = 8,349 x 56
   // heads on an H100, bench/NOTES.md 2026-12-06) or the compute warpgroups counting themselves (0: 14.7). Timing only.
   int sm90AttnGradSync = 1;
-  // sm_90a: attention_grad's Hopper form with the middle key tiles' red.global.add of dq issued a whole 256-byte row
-  // a warp instruction from a shared-memory copy of the part (1) or from the accumulator layout, eight rows' 32-byte
-  // pieces an instruction (0). Timing only (the same adds in the same order): 12.245 against 12.872 ms at S = 8,349 x
-  // 56 heads on an H100 (bench/NOTES.md 2026-12-06 13:02), byte-equal to the mma.sync form on the GPU. 2: two rows a
-  // warp instruction (red.global.add.v4.f32, half the instructions).
-  int sm90AttnGradRows = 1;
+  // sm_90a: attention_grad's Hopper form with the middle key tiles' red.global.add of dq issued from a shared-memory
+  // copy of the part, two 256-byte rows a warp instruction (2: red.global.add.v4.f32), a row an instruction (1:
+  // .v2), or from the accumulator layout, eight rows' 32-byte pieces an instruction (0). Timing only (the same adds in
+  // the same order, byte-equal to the mma.sync form on the GPU): at S = 8,349 x 56 heads on an H100 12.088 / 12.240 /
+  // 12.859 ms (bench/NOTES.md 2026-12-06 20:35).
+  int sm90AttnGradRows = 2;
   int sm90GradX = 1, sm90GradXStages = 4, sm90GradXBn = 0, sm90GradXInflight = 1, sm90GradXCluster = 1;
   // sm_90a: a dX of exactly 64 output columns (LoRA's dt = bf(g) up, the chain over all N) on the Hopper dX's 64-wide
   // tile with a 6-stage ring (grad_linear_sm90.cuh GX_BN 64; 0: the mma.sync form's 32 x 64 tiles); the same chains.
@@ -126,9 +126,13 @@ struct EmitOptions {
   // compares them byte for byte); 0 keeps the mma.sync form. Its ring's stages (2-6; timing only).
   int sm90GradW = 1, sm90GradWStages = 5;
   // sm_90a: the Hopper dW of a weight with N or K at most 64 (LoRA's dA = dt^T x and dB = g^T t) on 64 x 64 tiles
-  // whose two consumer warpgroups take the units in turn (grad_linear_w_sm90.cuh GW_NARROW); 0: the 128 x 128 tile.
-  // The same chains and folds (timing only). Opt-in until the GPU checks have run it (compiled here only).
-  int sm90GradWNarrow = 0;
+  // whose two consumer warpgroups take the units in turn (grad_linear_w_sm90.cuh GW_NARROW): 1 for every such
+  // weight, 2 where its other dimension is at most 8,192 (gradWNarrow), 0 never (the 128 x 128 tile). The same chains
+  // and folds (timing only; byte-equal to the mma.sync form on the GPU). At S = 8,349 on an H200 (bench/NOTES.md
+  // 2026-12-06 23:20), 64 x 64 / 128 x 128 / cuBLASLt: 0.038 / 0.065 / 0.035 ms at 5,376, 0.039 / 0.065 / 0.039 at
+  // 7,168, but 0.073 / 0.070 / 0.067 at 14,336 and 0.143 / 0.140 / 0.124 at 28,672 (there the wide tile's 128 output
+  // columns of the long dimension share each load of the short operand).
+  int sm90GradWNarrow = 2;
 
   // Values for the ops of one profile name only (the op kind, and "+epilogue" for a linear or qkv_linear with one:
   // qkv_linear, qkv_linear+qk_norm_rope, linear+swiglu, linear+gate_residual, ...; the names `h3c run` profiles under), applied over the fields above by
@@ -183,6 +187,8 @@ int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResi
 // stages hold 128 x 64 of each operand (narrow: twice the stages of 64 x 64, and the consumers' hand-over buffer).
 int64_t sm90GradXSharedBytes(int stages, int bn);
 int64_t sm90GradWSharedBytes(int stages, bool narrow = false);
+// Whether the Hopper dW of an N x K weight takes the 64 x 64 tiles under these options (sm90GradWNarrow).
+bool sm90GradWNarrowTiles(const EmitOptions &o, int64_t N, int64_t K);
 
 // The name an op is tuned and profiled under: its kind, and "+epilogue" for a linear with a fused epilogue.
 std::string opProfileName(const plan::Op &op);
