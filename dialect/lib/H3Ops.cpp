@@ -644,7 +644,13 @@ LogicalResult RmsNormGradOp::verify() {
     return err(op) << "group " << getGroup() << " must divide the " << x.getCols() << " columns";
   if (failed(weightCount(op, getWeight(), 0, 1, "weight")) || failed(gradNames(op, getGrads(), getWeight(), ArrayAttr::get(getContext(), {}))))
     return failure();
-  return failure(failed(gradOf(op, getDy(), x, "dy")) || failed(gradOf(op, getDx(), x, "dx", /*mayRound=*/true)));
+  if (failed(gradOf(op, getDy(), x, "dy")) || failed(gradOf(op, getDx(), x, "dx", /*mayRound=*/true))) return failure();
+  // A rope_grad folded in (h3-fuse-grad): its tables and width, over a qk_norm's heads.
+  if (getRopeTables().empty() != !getRotaryDim())
+    return err(op) << "rope_tables and rotary_dim come together (the rope_grad folded in) or not at all";
+  if (getRopeTables().empty()) return success();
+  if (getRopeTables().size() != 2) return err(op) << "rope_tables are the rope's cos and sin";
+  return verifyRopeTables(op, act(getDy()), getRopeTables()[0], getRopeTables()[1], getGroup(), *getRotaryDim());
 }
 
 LogicalResult NormModulateGradOp::verify() {

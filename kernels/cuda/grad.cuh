@@ -143,7 +143,10 @@ __device__ __forceinline__ void gr_unit_inv(float *inv, const void *x, long long
 }
 #endif
 
-#if GR_KIND == GR_ROPE
+#ifndef GR_ROPE_IN
+#define GR_ROPE_IN 0
+#endif
+#if GR_KIND == GR_ROPE || (GR_KIND == GR_RMS_NORM && GR_ROPE_IN)
 // rope's gradient at channel j of one head's row (both forms): dyr the head's dy, own = dyr[j], cs / sn the rope
 // tables' row. The first R channels rotate back with the bf16-rounded tables; the rest pass through.
 __device__ __forceinline__ float gr_rope_back(float own, const float *dyr, int j, const float *cs, const float *sn) {
@@ -437,19 +440,32 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
   // Groups of GR_G channels (rms_norm: the row; qk_norm: a head). y == 0: a warp per (row, group), dx; y >= 1 (block
   // x 0): the weight's gradient for channels 256 (y - 1) .., row_units over (row, group) pairs.
   constexpr int G = GR_COLS / GR_G;
+  // Element j of the group at `base` (row m) of dy. GR_ROPE_IN (a qk_norm's, with the rope_grad before it folded
+  // in): dy is the rope's output gradient, each element rotated back where it is read, by rope_grad's own operations
+  // (gr_rope_back with the row's tables): the values rope_grad stored.
+  auto dyAt = [&](long long base, int j, long long m) -> float {
+#if GR_ROPE_IN
+    const long long t = (m % item_rows) * GR_R;
+    const float *dyr = (const float *)dy + base;
+    return gr_rope_back(dyr[j], dyr, j, (const float *)cos_t + t, (const float *)sin_t + t);
+#else
+    (void)m;
+    return ((const float *)dy)[base + j];
+#endif
+  };
   if (blockIdx.y == 0) {
     const int lane = threadIdx.x & 31;
     for (long long u = GR_WARP; u < rows * G; u += GR_WARPS) {
-      const long long base = u * GR_G;
+      const long long base = u * GR_G, m = u / G;
       const float inv = gr_inv_rms<GR_X_BF>(x, base, GR_G, GR_EPS);
       float p = 0.f;
       for (int j = lane; j < GR_G; j += 32) {
-        const float dn = GR_HAS_W ? __fmul_rn(((const float *)dy)[base + j], GR_WV(j)) : ((const float *)dy)[base + j];
+        const float dn = GR_HAS_W ? __fmul_rn(dyAt(base, j, m), GR_WV(j)) : dyAt(base, j, m);
         p = __fmaf_rn(dn, __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv), p);
       }
       const float mean = __fdiv_rn(h3c_lane_tree(p), (float)GR_G);
       for (int j = lane; j < GR_G; j += 32) {
-        const float dn = GR_HAS_W ? __fmul_rn(((const float *)dy)[base + j], GR_WV(j)) : ((const float *)dy)[base + j];
+        const float dn = GR_HAS_W ? __fmul_rn(dyAt(base, j, m), GR_WV(j)) : dyAt(base, j, m);
         const float xu = __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv);
         gr_st(dx, base + j, __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean))), GR_OUT_BF);
       }
@@ -465,7 +481,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
       if (j < GR_G)
         for (long long q = 0; q < (u1 - u) * G; ++q) {
           const long long e = (u * G + q) * GR_G + j;
-          acc = __fmaf_rn(((const float *)dy)[e], rbf(__fmul_rn(gr_ld(x, e, GR_X_BF), gr_inv[q])), acc);
+          acc = __fmaf_rn(dyAt(e - j, j, (u * G + q) / G), rbf(__fmul_rn(gr_ld(x, e, GR_X_BF), gr_inv[q])), acc);
         }
       return acc;
     });

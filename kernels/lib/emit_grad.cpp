@@ -474,14 +474,25 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     const int64_t dwAt = gradAt(v.op.weights);
     if (a.group <= 0 || a.cols % a.group) fail(v.where, "{} columns are no whole number of {}-channel groups", a.cols, a.group);
     const int64_t groups = a.cols / a.group;
+    // rotary_dim (h3-fuse-grad): a qk_norm's, dy the rope's output gradient, rotated back as it is read.
+    const bool rope = a.rotaryDim > 0;
+    if (rope && (a.rotaryDim % 2 || a.rotaryDim > a.group || v.in(2).cols != a.rotaryDim || v.in(3).cols != a.rotaryDim))
+      fail(v.where, "the folded rope's tables must have the rotary width {} (even, at most the group) as columns",
+           a.rotaryDim);
     p.in("dy", 0);
     p.in("x", 1);
+    if (rope) {
+      p.in("cos_t", 2);
+      p.in("sin_t", 3);
+    }
     if (w) p.weight("w", 0);
     p.out("dx", 0);
     if (dwAt >= 0) p.out("dw", dwAt);
     p.scalar("rows", rows);
     itemScalars(p, v, 1);
     b.def("GR_DW", dwAt >= 0 ? 1 : 0);
+    b.def("GR_ROPE_IN", rope ? 1 : 0);
+    if (rope) b.def("GR_R", a.rotaryDim);
     b.def("GR_COLS", a.cols);
     b.def("GR_G", a.group);
     b.def("GR_EPS", floatLit(a.eps));
@@ -492,7 +503,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     if (smem > 48 * 1024) fail(v.where, "{} groups per row need {} bytes of shared memory (at most 49152)", groups, smem);
     l = launch(256, smem, blocks(rows.scaled(groups), 8),
                dim(Extent::constant(dwAt >= 0 ? 1 + (a.group + 255) / 256 : 1)));
-    name += fmt::format("_c{}_g{}", a.cols, a.group);
+    name += fmt::format("_c{}_g{}{}", a.cols, a.group, rope ? fmt::format("_r{}", a.rotaryDim) : "");
     break;
   }
   case OpKind::NormModulateGrad:

@@ -194,9 +194,9 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
     };
     // rms_norm (group = the row) and qk_norm (group = head_dim): one gradient op.
     auto normGrad = [&](Value x, Value y, IntegerAttr group, FloatAttr eps, ArrayAttr weight) {
-      auto d = ordered(RmsNormGradOp::create(b, loc, bb.gradType(x), bb.grad(y), bb.saved(x), group, eps, weight,
-                                             bb.gradNames(weight, b.getArrayAttr({})), OrderAttr(), nodes,
-                                             names({x})));
+      auto d = ordered(RmsNormGradOp::create(b, loc, bb.gradType(x), bb.grad(y), bb.saved(x), ValueRange{}, group,
+                                             eps, weight, bb.gradNames(weight, b.getArrayAttr({})), IntegerAttr(),
+                                             OrderAttr(), nodes, names({x})));
       bb.accumulate(x, d.getDx(), node);
       return success();
     };

@@ -2,7 +2,8 @@
 // so the dX kernel's epilogue adds it (docs/contract.md section 14). The sum is the grad_add's own F32 addition
 // (a + b and b + a round alike), so every gradient keeps its bits; what goes is the grad_add's pass over three F32
 // tensors and the dX's store of its own value (the 33B LoRA step's 521 grad_adds took 132 ms of its backward on an
-// H100, bench/NOTES.md 2026-12-06, 8 in 10 of them after a dX). Then it rounds once the g that several linear
+// H100, bench/NOTES.md 2026-12-06, 8 in 10 of them after a dX). A qk_norm's norm gradient takes in the rope_grad
+// before it (its dy rotated back as it is read). Then it rounds once the g that several linear
 // gradients each rounded to bf16 (h3.grad_round, or the op computing g storing bf16), and has the forward attention
 // save the row statistics its attention_grad reran (`lse`). Each rewrite keeps every bit; `h3c compile
 // --no-fuse-grad` skips the pass, and the GPU checks compare the two plans byte for byte.
@@ -126,6 +127,35 @@ int foldRoundings(func::FuncOp f) {
   return folded;
 }
 
+// A qk_norm's h3.rms_norm_grad reading an h3.rope_grad's dx that nothing else reads takes the rope_grad in: it reads
+// rope's output gradient and tables and rotates each element back with rope_grad's own operations before its norm
+// gradient, so every value keeps its bits, and the F32 [rows, heads x head_dim] tensor between them is neither
+// written nor read (the 33B LoRA step: 100 rope_grads, 19.8 ms on an H200, and the norm gradients' read of their
+// output). The op names both nodes (the norm's first). Returns the count folded.
+int foldRopeGrads(func::FuncOp f) {
+  std::vector<RmsNormGradOp> norms;
+  f.walk([&](RmsNormGradOp n) { norms.push_back(n); });
+  int folded = 0;
+  for (RmsNormGradOp n : norms) {
+    auto r = n.getDy().getDefiningOp<RopeGradOp>();
+    if (!r || !r.getDx().hasOneUse() || !n.getRopeTables().empty() || r.getHeadDim() != n.getGroup() ||
+        int64_t(r.getHeads() * r.getHeadDim()) != cast<ActType>(n.getX().getType()).getCols())
+      continue;
+    OpBuilder b(n);
+    SmallVector<Attribute> nodes(n.getNodes().begin(), n.getNodes().end());
+    nodes.append(r.getNodes().begin(), r.getNodes().end());
+    auto fused = RmsNormGradOp::create(b, n.getLoc(), n.getDx().getType(), r.getDy(), n.getX(),
+                                       ValueRange{r.getCos(), r.getSin()}, n.getGroupAttr(), n.getEpsAttr(),
+                                       n.getWeight(), n.getGrads(), r.getRotaryDimAttr(), n.getOrderAttr(),
+                                       b.getArrayAttr(nodes), n.getValuesAttr());
+    n.getDx().replaceAllUsesWith(fused.getDx());
+    n.erase();
+    r.erase();
+    ++folded;
+  }
+  return folded;
+}
+
 // Every h3.attention_grad reruns its forward attention's key walk for the row statistics L unless the forward saves
 // them: the forward attention op gets its `lse` result (f32 [rows, heads], named "<o>:lse"), the backward function
 // an argument of that name (a saved value, as h3-backward makes them), and the attention_grad reads it. The forward
@@ -187,6 +217,7 @@ struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
       return signalPassFailure();
     }
     getOperation().walk([](func::FuncOp f) {
+      foldRopeGrads(f);
       shareRoundings(f);
       foldRoundings(f);
     });

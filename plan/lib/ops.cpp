@@ -192,8 +192,10 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
     if (a.epilogue == Epilogue::Residual) return {"g", "residual"};  // dx = residual + dX (h3-fuse-grad)
     return {"g"};
   case OpKind::LinearGradW: return {"g", "x"};
-  case OpKind::SwigluGrad:
   case OpKind::RmsNormGrad:
+    if (a.rotaryDim > 0) return {"dy", "x", "cos", "sin"};  // a qk_norm's, with the rope_grad before it folded in
+    return {"dy", "x"};
+  case OpKind::SwigluGrad:
   case OpKind::SiluGrad: return {"dy", "x"};
   case OpKind::NormModulateGrad:
     if (a.rowIndex == RowIndex::Adaln) return {"dy", "x", "table", "ts_index", "tags"};
@@ -261,7 +263,7 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
       swiglu = {"F", "cols"}, colsDtype = {"cols", "dtype"}, gateRes = {"H", "chunk", "num_chunks", "row_index"},
       pack = {"H"}, unpack = {"video_cols", "audio_cols"}, layoutRows = {"axis", "parts", "cols", "dtype"},
       layoutCols = {"axis", "parts", "cols", "dtype", "segments"}, loraDown = {"K", "N"}, cols = {"cols"},
-      kn = {"K", "N"}, F = {"F"}, rmsGrad = {"cols", "group", "eps"},
+      kn = {"K", "N"}, F = {"F"}, rmsGrad = {"cols", "group", "eps"}, rmsGradRope = {"cols", "group", "eps", "rotary_dim"},
       gateResGrad = {"H", "chunk", "num_chunks", "row_index"}, attentionGrad = {"heads", "head_dim", "kv_block"},
       attentionGradLse = {"heads", "head_dim", "kv_block", "lse"},
       adalnGrad = {"K", "N", "rows_per_timestep"}, H = {"H"};
@@ -293,7 +295,7 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::LinearGradX: return a.epilogue == Epilogue::Residual ? linear : kn;
   case OpKind::LinearGradW: return kn;
   case OpKind::SwigluGrad: return F;
-  case OpKind::RmsNormGrad: return rmsGrad;
+  case OpKind::RmsNormGrad: return a.rotaryDim > 0 ? rmsGradRope : rmsGrad;
   case OpKind::NormModulateGrad: return normMod;
   case OpKind::GateResidualGrad: return gateResGrad;
   case OpKind::RopeGrad: return rope;

@@ -140,6 +140,9 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     if (!j["lse"].is_number_integer() || j["lse"].get<int64_t>() != 1) fail(where + "/lse", "expected 1 (or no key)");
     a.lse = 1;
   }
+  // rotary_dim on a qk_norm's rms_norm_grad (h3-fuse-grad: the rope_grad before it folded in) adds the inputs cos, sin.
+  if (kind == OpKind::RmsNormGrad && j.contains("rotary_dim"))
+    a.rotaryDim = positive(j["rotary_dim"], where + "/rotary_dim", 1024);
   // lora_k (an unmerged LoRA path) adds an attr, an input and a weight (ops.h).
   if (takesLora(kind) && j.contains("lora_k")) a.loraK = positive(j["lora_k"], where + "/lora_k", 1 << 16);
   if (isLayoutOp(kind) && j.contains("axis")) {
@@ -229,6 +232,8 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
   }
   if (kind == OpKind::RmsNormGrad && a.cols % a.group)
     fail(w("group"), "a norm group of {} channels does not divide the {} columns", a.group, a.cols);
+  if (kind == OpKind::RmsNormGrad && a.rotaryDim > 0 && (a.rotaryDim > a.group || a.rotaryDim % 2))
+    fail(w("rotary_dim"), "expected an even width <= the group (a head: {}), got {}", a.group, a.rotaryDim);
   if ((kind == OpKind::NormModulate || kind == OpKind::NormModulateGrad) && (a.shiftChunk >= a.numChunks || a.scaleChunk >= a.numChunks))
     fail(where, "shift_chunk {} / scale_chunk {} out of [0, num_chunks = {})", a.shiftChunk, a.scaleChunk,
          a.numChunks);

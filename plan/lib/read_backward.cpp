@@ -132,12 +132,40 @@ struct Checker {
            op.in[0], dtypeName(p.value(op.in[0]).dtype));
   }
 
+  // The rope a qk_norm's norm gradient folded in (nodes[1]): a rope node whose forward op rotates the output of the
+  // norm's (`norm`: a rope reading it, or the same fused qk_norm_rope) with the norm's heads, and has the rotary_dim
+  // and the tables the op reads (in 2, 3).
+  void checkFoldedRope(const Op &op, const Op &norm) const {
+    const OpAttrs &a = op.attrs;
+    auto nit = nodes.find(op.nodes[1]);
+    if (nit == nodes.end() || nit->second->kind != "rope")
+      fail(op.where + "/nodes/1", "'{}' is no rope node of this config", op.nodes[1]);
+    auto fit = forwardOf.find(op.nodes[1]);
+    if (fit == forwardOf.end()) fail(op.where + "/nodes/1", "no forward op implements '{}'", op.nodes[1]);
+    const Op &r = *fit->second;
+    const bool fused = r.kind == OpKind::QkNormRope;
+    if (!fused && r.kind != OpKind::Rope) fail(op.where + "/nodes/1", "'{}' is implemented by no rope", op.nodes[1]);
+    if (fused ? &r != &norm : std::find(norm.out.begin(), norm.out.end(), r.in.at(0)) == norm.out.end())
+      fail(op.where + "/nodes", "the rope '{}' does not rotate the output of the norm '{}'", op.nodes[1], op.nodes[0]);
+    same(op, "rotary_dim", a.rotaryDim, r.attrs.rotaryDim);
+    same(op, "group", a.group, r.attrs.headDim);
+    same(op, "cols", a.cols, r.attrs.heads * r.attrs.headDim);
+    saved(op, 2, r.in[fused ? 2 : 1]);  // cos (qk_norm_rope: [q, k, cos, sin])
+    saved(op, 3, r.in[fused ? 3 : 2]);
+    width(op, false, 2, a.rotaryDim);
+    width(op, false, 3, a.rotaryDim);
+  }
+
   void check(const Op &op) const {
     const OpAttrs &a = op.attrs;
     if (op.kind == OpKind::LinearGradX || op.kind == OpKind::LinearGradW) gradOperand(op);
     if (op.kernel && !p.kernels.count(*op.kernel)) fail(op.where + "/kernel", "unknown kernel");
     if (a.shard.kind != ShardKind::Replicated) fail(op.where + "/attrs/shard", "a gradient op is not sharded");
-    if (op.nodes.size() != 1) fail(op.where + "/nodes", "a gradient op names the one forward node it differentiates");
+    // (A qk_norm's rms_norm_grad with the rope_grad before it folded in names the rope's node second.)
+    const size_t nodeCount = op.kind == OpKind::RmsNormGrad && a.rotaryDim > 0 ? 2 : 1;
+    if (op.nodes.size() != nodeCount)
+      fail(op.where + "/nodes", nodeCount == 1 ? "a gradient op names the one forward node it differentiates"
+                                               : "a qk_norm's norm gradient with the rope's folded in names both nodes");
     auto nit = nodes.find(op.nodes[0]);
     if (nit == nodes.end()) fail(op.where + "/nodes/0", "'{}' is not a node of this config", op.nodes[0]);
     const h3::Node &n = *nit->second;
@@ -249,6 +277,7 @@ struct Checker {
       for (size_t k = 0; k < 2; ++k) width(op, false, k, a.cols);
       width(op, true, 0, a.cols);
       width(op, false, 1, p.value(f.in[xi]).cols);
+      if (a.rotaryDim > 0) checkFoldedRope(op, f);
       return;
     }
     case OpKind::NormModulateGrad:

@@ -154,14 +154,33 @@ void linearGradW(GradCtx &cx) {
   for (const std::string &b : cx.op.biases) cx.weightGrad(b, [&] { return grad::biasGrad(g.f.data(), items, a.N); });
 }
 
+// rope's dx of dy (cx.in(0)) with the tables at inputs `tables`, `tables` + 1 (rope_grad's, and a qk_norm's
+// rms_norm_grad with it folded in).
+std::vector<float> ropeBack(GradCtx &cx, size_t tables, int64_t heads, int64_t headDim, int64_t R) {
+  const HostValue &dy = cx.in(0), &cosv = cx.in(tables), &sinv = cx.in(tables + 1);
+  // The tables are per canonical row, shared by the batch items: repeat them for each item.
+  if (cosv.batch != 1 || cosv.rows != dy.rows || sinv.batch != 1 || sinv.rows != dy.rows) cx.error("the rope tables must hold one row per packed row");
+  const int64_t M = dy.batch * dy.rows;
+  std::vector<float> c(size_t(M * R)), s(size_t(M * R));
+  for (int64_t b = 0; b < dy.batch; ++b) {
+    std::copy(cosv.f.begin(), cosv.f.end(), c.begin() + b * dy.rows * R);
+    std::copy(sinv.f.begin(), sinv.f.end(), s.begin() + b * dy.rows * R);
+  }
+  return grad::ropeGrad(dy.f.data(), c.data(), s.data(), M, heads, headDim, R);
+}
+
 void rmsNormGrad(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
   const HostValue &dy = cx.in(0), &x = cx.in(1);
   sameRows(cx, {&dy, &x});
   std::vector<float> w;
   if (!cx.op.weights.empty()) w = cx.weight(cx.op.weights[0], a.group);
-  grad::NormGrad d = grad::rmsNormGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(), itemsOf(x), a.cols,
-                                       a.group, a.eps, !cx.op.grads.empty());
+  // With the rope_grad before it folded in (rotary_dim): dy rotated back first, as that op computed it.
+  std::vector<float> rotated;
+  if (a.rotaryDim > 0) rotated = ropeBack(cx, 2, a.cols / a.group, a.group, a.rotaryDim);
+  grad::NormGrad d = grad::rmsNormGrad(a.rotaryDim > 0 ? rotated.data() : dy.f.data(), x.f.data(),
+                                       w.empty() ? nullptr : w.data(), itemsOf(x), a.cols, a.group, a.eps,
+                                       !cx.op.grads.empty());
   cx.out(0, std::move(d.dx));
   if (!w.empty()) cx.weightGrad(cx.op.weights[0], [&] { return std::move(d.dw); });
 }
@@ -196,16 +215,7 @@ void gateResidualGrad(GradCtx &cx) {
 
 void ropeGrad(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
-  const HostValue &dy = cx.in(0), &cosv = cx.in(1), &sinv = cx.in(2);
-  // The tables are per canonical row, shared by the batch items: repeat them for each item.
-  if (cosv.batch != 1 || cosv.rows != dy.rows || sinv.batch != 1 || sinv.rows != dy.rows) cx.error("the rope tables must hold one row per packed row");
-  const int64_t M = dy.batch * dy.rows, R = a.rotaryDim;
-  std::vector<float> c(size_t(M * R)), s(size_t(M * R));
-  for (int64_t b = 0; b < dy.batch; ++b) {
-    std::copy(cosv.f.begin(), cosv.f.end(), c.begin() + b * dy.rows * R);
-    std::copy(sinv.f.begin(), sinv.f.end(), s.begin() + b * dy.rows * R);
-  }
-  cx.out(0, grad::ropeGrad(dy.f.data(), c.data(), s.data(), M, a.heads, a.headDim, R));
+  cx.out(0, ropeBack(cx, 1, a.heads, a.headDim, a.rotaryDim));
 }
 
 void attentionGrad(GradCtx &cx) {

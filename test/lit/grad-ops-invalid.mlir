@@ -139,3 +139,27 @@ func.func @grad_x_residual_type(%g: !h3.act<B, S, 24, f32>, %r: !h3.act<B, S, 16
   %dx = h3.linear_grad_x %g, %r {K = 32 : i64, N = 24 : i64, weight = ["w"], nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 16, f32>) -> !h3.act<B, S, 32, f32>
   return
 }
+
+// -----
+
+func.func @norm_rope_without_width(%dy: !h3.act<B, S, 32, f32>, %x: !h3.act<B, S, 32, bf16>, %cos: !h3.act<S, 12, f32>, %sin: !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32> {
+  // expected-error @+1 {{rope_tables and rotary_dim come together (the rope_grad folded in) or not at all}}
+  %dx = h3.rms_norm_grad %dy, %x, %cos, %sin {eps = 1.0e-05 : f64, group = 16 : i64, weight = [], grads = [], nodes = ["n", "r"], values = ["dx"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, bf16>, !h3.act<S, 12, f32>, !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32>
+  return %dx : !h3.act<B, S, 32, f32>
+}
+
+// -----
+
+func.func @norm_rope_one_table(%dy: !h3.act<B, S, 32, f32>, %x: !h3.act<B, S, 32, bf16>, %cos: !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32> {
+  // expected-error @+1 {{rope_tables are the rope's cos and sin}}
+  %dx = h3.rms_norm_grad %dy, %x, %cos {eps = 1.0e-05 : f64, group = 16 : i64, rotary_dim = 12 : i64, weight = [], grads = [], nodes = ["n", "r"], values = ["dx"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, bf16>, !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32>
+  return %dx : !h3.act<B, S, 32, f32>
+}
+
+// -----
+
+func.func @norm_rope_wider_than_group(%dy: !h3.act<B, S, 32, f32>, %x: !h3.act<B, S, 32, bf16>, %cos: !h3.act<S, 20, f32>, %sin: !h3.act<S, 20, f32>) -> !h3.act<B, S, 32, f32> {
+  // expected-error @+1 {{rotary_dim must be even and in (0, head_dim = 16], got 20}}
+  %dx = h3.rms_norm_grad %dy, %x, %cos, %sin {eps = 1.0e-05 : f64, group = 16 : i64, rotary_dim = 20 : i64, weight = [], grads = [], nodes = ["n", "r"], values = ["dx"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, bf16>, !h3.act<S, 20, f32>, !h3.act<S, 20, f32>) -> !h3.act<B, S, 32, f32>
+  return %dx : !h3.act<B, S, 32, f32>
+}

@@ -5,8 +5,10 @@
 // named as the grad_add's was). Of two dX parts the one with the longer reduction takes it (moved after the other
 // where needed), on a tie the later; so a chain fuses link by link. A dX read twice, one that already has a residual
 // and parts that are no dX stay as they are.
-// Then a gradient that two or more linear gradients round to bf16 is rounded once (h3.grad_round) for them all,
-// by the op that computes it where that op can store bf16 and nothing else reads the F32 value.
+// Then a qk_norm's h3.rms_norm_grad (group = head_dim) whose dy is an h3.rope_grad's dx read nowhere else takes the
+// rope_grad in: it reads the rope's output gradient and tables, with rotary_dim, and names both nodes. And a gradient
+// that two or more linear gradients round to bf16 is rounded once (h3.grad_round) for them all, by the op that
+// computes it where that op can store bf16 and nothing else reads the F32 value.
 
 // A chain of three dX parts of one value (to_v's, to_k's, to_q's): each later dX adds the sum so far.
 // CHECK-LABEL: func.func @chain
@@ -160,4 +162,37 @@ func.func @producer_read_in_f32(%dy: !h3.act<B, S, 16, f32>, %h: !h3.act<B, S, 3
   %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %s = h3.grad_add %g, %p {nodes = ["s"], values = ["grad:h+s"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, f32>) -> !h3.act<B, S, 32, f32>
   return %dx, %s : !h3.act<B, S, 24, f32>, !h3.act<B, S, 32, f32>
+}
+
+// -----
+
+// A qk_norm's norm gradient takes in the rope_grad before it: dy the rope's output gradient, the tables after x.
+// CHECK-LABEL: func.func @rope_into_norm
+// CHECK-NEXT: %[[N:.*]] = h3.rms_norm_grad %arg0, %arg1, %arg2, %arg3 {eps = 1.000000e-05 : f64, grads = [], group = 16 : i64, nodes = ["n", "r"], rotary_dim = 12 : i64, values = ["grad:q"], weight = []} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, bf16>, !h3.act<S, 12, f32>, !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32>
+// CHECK-NOT: h3.rope_grad
+// CHECK-NEXT: return %[[N]]
+func.func @rope_into_norm(%dr: !h3.act<B, S, 32, f32>, %q: !h3.act<B, S, 32, bf16>, %cos: !h3.act<S, 12, f32>, %sin: !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32> {
+  %dn = h3.rope_grad %dr, %cos, %sin {head_dim = 16 : i64, heads = 2 : i64, rotary_dim = 12 : i64, nodes = ["r"], values = ["grad:n"]} : (!h3.act<B, S, 32, f32>, !h3.act<S, 12, f32>, !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32>
+  %dq = h3.rms_norm_grad %dn, %q {eps = 1.0e-05 : f64, group = 16 : i64, weight = [], grads = [], nodes = ["n"], values = ["grad:q"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, f32>
+  return %dq : !h3.act<B, S, 32, f32>
+}
+
+// -----
+
+// The rope_grad's dx is read twice (returned too), or the norm's group is not the rope's head: nothing folds.
+// CHECK-LABEL: func.func @rope_read_twice
+// CHECK-NEXT: h3.rope_grad
+// CHECK-NEXT: h3.rms_norm_grad %{{.*}}, %arg1 {
+// CHECK-LABEL: func.func @rope_other_group
+// CHECK-NEXT: h3.rope_grad
+// CHECK-NEXT: h3.rms_norm_grad %{{.*}}, %arg1 {
+func.func @rope_read_twice(%dr: !h3.act<B, S, 32, f32>, %q: !h3.act<B, S, 32, bf16>, %cos: !h3.act<S, 12, f32>, %sin: !h3.act<S, 12, f32>) -> (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, f32>) {
+  %dn = h3.rope_grad %dr, %cos, %sin {head_dim = 16 : i64, heads = 2 : i64, rotary_dim = 12 : i64, nodes = ["r"], values = ["grad:n"]} : (!h3.act<B, S, 32, f32>, !h3.act<S, 12, f32>, !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32>
+  %dq = h3.rms_norm_grad %dn, %q {eps = 1.0e-05 : f64, group = 16 : i64, weight = [], grads = [], nodes = ["n"], values = ["grad:q"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, f32>
+  return %dq, %dn : !h3.act<B, S, 32, f32>, !h3.act<B, S, 32, f32>
+}
+func.func @rope_other_group(%dr: !h3.act<B, S, 32, f32>, %q: !h3.act<B, S, 32, bf16>, %cos: !h3.act<S, 12, f32>, %sin: !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32> {
+  %dn = h3.rope_grad %dr, %cos, %sin {head_dim = 16 : i64, heads = 2 : i64, rotary_dim = 12 : i64, nodes = ["r"], values = ["grad:n"]} : (!h3.act<B, S, 32, f32>, !h3.act<S, 12, f32>, !h3.act<S, 12, f32>) -> !h3.act<B, S, 32, f32>
+  %dq = h3.rms_norm_grad %dn, %q {eps = 1.0e-05 : f64, group = 32 : i64, weight = [], grads = [], nodes = ["n"], values = ["grad:q"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, f32>
+  return %dq : !h3.act<B, S, 32, f32>
 }

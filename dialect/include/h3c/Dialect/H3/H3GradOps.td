@@ -58,10 +58,13 @@ def H3_RmsNormGradOp : H3_ReducingOp<"rms_norm_grad", H3_OrderRowUnits> {
   let summary = "rms_norm's (group = the row) or qk_norm's (group = head_dim) dx, and dw by row_units";
   let description = [{
     The row's dot of dn and x * inv follows lane_tree (section 4's tree); dw (when `weight` is given, named in
-    `grads`) sums over the (row, group) pairs by row_units.
+    `grads`) sums over the (row, group) pairs by row_units. With `rope_tables` (cos, sin) and `rotary_dim`
+    (h3-fuse-grad: the h3.rope_grad whose dx only this op read, a qk_norm's group = head_dim), dy is the gradient of
+    the rope's output, rotated back first by rope_grad's own operations: the same values, no F32 tensor between.
   }];
-  let arguments = !con((ins H3_ActType:$dy, H3_ActType:$x, I64Attr:$group, F64Attr:$eps, StrArrayAttr:$weight,
-                            StrArrayAttr:$grads, OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let arguments = !con((ins H3_ActType:$dy, H3_ActType:$x, Variadic<H3_ActType>:$rope_tables, I64Attr:$group,
+                            F64Attr:$eps, StrArrayAttr:$weight, StrArrayAttr:$grads,
+                            OptionalAttr<I64Attr>:$rotary_dim, OptionalAttr<H3_OrderAttr>:$order), H3_Common);
   let results = (outs H3_ActType:$dx);
 }
 
