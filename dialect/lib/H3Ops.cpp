@@ -668,6 +668,12 @@ LogicalResult NormModulateGradOp::verify() {
   if (failed(expect(op, act(getDy()), "dy", x.getCols(), Float32Type::get(getContext()))) ||
       failed(sameRows(op, act(getDy()), x, "dy")))
     return failure();
+  // h3-fuse-grad's residual: the other part of dx's sum, a gradient of x's shape (F32), as dx is.
+  if (Value r = getResidual()) {
+    if (failed(gradOf(op, r, x, "residual"))) return failure();
+    if (act(getDx()).getElementType() != act(r).getElementType())
+      return err(op) << "the residual and dx (their sum) have one dtype";
+  }
   return gradOf(op, getDtable(), table, "dtable");
 }
 

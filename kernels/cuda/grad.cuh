@@ -169,6 +169,25 @@ __device__ __forceinline__ float gr_nm_dn(float dy, float scale, float wj) {
 __device__ __forceinline__ float gr_nm_dx(float dn, float xv, float inv, float mean) {
   return __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(__fmul_rn(xv, inv), mean)));
 }
+#ifndef GR_RESIDUAL
+#define GR_RESIDUAL 0
+#endif
+// GR_RESIDUAL (h3-fuse-grad): dx = residual + dx, element for element, as it is stored (grad_add's F32 sum; an
+// addition's operands commute, so the bits are those of the grad_add it replaces). N elements from `at`.
+#if GR_RESIDUAL
+#define GR_RESIDUAL_PARAM residual
+#else
+#define GR_RESIDUAL_PARAM nullptr
+#endif
+template <int N = 8>
+__device__ __forceinline__ void gr_nm_add_residual_at(const void *res, long long at, float *o) {
+  if (!GR_RESIDUAL) return;
+  float r[N];
+  if constexpr (N == 8) gr_ld8<0>(res, at, r);
+  else r[0] = ((const float *)res)[at];
+#pragma unroll
+  for (int e = 0; e < N; ++e) o[e] = __fadd_rn(r[e], o[e]);
+}
 #endif
 
 #if GR_KIND == GR_NORM_MODULATE || GR_KIND == GR_GATE_RESIDUAL
@@ -574,6 +593,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
         gr_ld8<1>(xs, j0, xv);
 #pragma unroll
         for (int e = 0; e < 8; ++e) o[e] = gr_nm_dx(dn[e], xv[e], inv, mean);
+        gr_nm_add_residual_at<8>(GR_RESIDUAL_PARAM, base + j0, o);
         gr_st8<GR_OUT_BF>(dx, base + j0, o);
       }
     }
@@ -604,14 +624,16 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
         gr_ld8<GR_X_BF>(x, base + j0, xv);
 #pragma unroll
         for (int e = 0; e < 8; ++e) o[e] = gr_nm_dx(gr_nm_dn(d[e], s[e], GR_WV(j0 + e)), xv[e], inv, mean);
+        gr_nm_add_residual_at<8>(GR_RESIDUAL_PARAM, base + j0, o);
         gr_st8<GR_OUT_BF>(dx, base + j0, o);
       }
 #else
-      for (int j = lane; j < GR_H; j += 32)
-        gr_st(dx, base + j,
-              gr_nm_dx(gr_nm_dn(((const float *)dy)[base + j], gr_ld(table, sc + j, GR_T_BF), GR_WV(j)),
-                       gr_ld(x, base + j, GR_X_BF), inv, mean),
-              GR_OUT_BF);
+      for (int j = lane; j < GR_H; j += 32) {
+        float o[1] = {gr_nm_dx(gr_nm_dn(((const float *)dy)[base + j], gr_ld(table, sc + j, GR_T_BF), GR_WV(j)),
+                               gr_ld(x, base + j, GR_X_BF), inv, mean)};
+        gr_nm_add_residual_at<1>(GR_RESIDUAL_PARAM, base + j, o);
+        gr_st(dx, base + j, o[0], GR_OUT_BF);
+      }
 #endif
     }
   }

@@ -518,9 +518,14 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     p.in("table", 2);
     p.in("ts_index", 3);
     if (rpt == 3) p.in("tags", 4);
+    // h3-fuse-grad's residual (norm_modulate_grad): dx = residual + dx as it is stored, grad_add's sum.
+    const bool residual = modulate && a.epilogue == plan::Epilogue::Residual;
+    if (residual) p.in("residual", rpt == 3 ? 5 : 4);
     if (w) p.weight("w", 0);
     p.out(modulate ? "dx" : "dy", 0);
     p.out("dtable", 1);
+    b.def("GR_RESIDUAL", residual ? 1 : 0);
+    if (residual) name += "_res";
     if (dwAt >= 0) p.out("dw", dwAt);
     p.scalar("rows", rows);
     itemScalars(p, v, 1);

@@ -283,7 +283,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
         .Case<NormModulateOp>([&](NormModulateOp n) {
           auto d = ordered(NormModulateGradOp::create(
               b, loc, bb.gradType(n.getX()), bb.gradType(n.getTable()), bb.grad(n.getY()), bb.saved(n.getX()),
-              bb.saved(n.getTable()), bb.saved(n.getRowMeta()), n.getEpsAttr(), n.getWeight(),
+              bb.saved(n.getTable()), bb.saved(n.getRowMeta()), Value(), n.getEpsAttr(), n.getWeight(),
               bb.gradNames(n.getWeight(), b.getArrayAttr({})), n.getShiftChunkAttr(),
               n.getScaleChunkAttr(), n.getNumChunksAttr(), n.getRowIndexAttr(), OrderAttr(), nodes,
               names({n.getX(), n.getTable()})));

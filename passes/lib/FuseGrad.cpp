@@ -2,8 +2,9 @@
 // so the dX kernel's epilogue adds it (docs/contract.md section 14). The sum is the grad_add's own F32 addition
 // (a + b and b + a round alike), so every gradient keeps its bits; what goes is the grad_add's pass over three F32
 // tensors and the dX's store of its own value (the 33B LoRA step's 521 grad_adds took 132 ms of its backward on an
-// H100, bench/NOTES.md 2026-12-06, 8 in 10 of them after a dX). A qk_norm's norm gradient takes in the rope_grad
-// before it (its dy rotated back as it is read). Then it rounds once the g that several linear
+// H100, bench/NOTES.md 2026-12-06, 8 in 10 of them after a dX); the residual stream's sums with a norm_modulate's
+// dx go into that norm gradient's store likewise. A qk_norm's norm gradient takes in the rope_grad before it (its dy
+// rotated back as it is read). Then it rounds once the g that several linear
 // gradients each rounded to bf16 (h3.grad_round, or the op computing g storing bf16), and has the forward attention
 // save the row statistics its attention_grad reran (`lse`). Each rewrite keeps every bit; `h3c compile
 // --no-fuse-grad` skips the pass, and the GPU checks compare the two plans byte for byte.
@@ -62,6 +63,35 @@ struct FuseGradAdd : OpRewritePattern<GradAddOp> {
       dx.setValuesAttr(add.getValuesAttr());  // the result is the sum: the grad_add's name
     });
     rewriter.replaceOp(add, dx.getDx());
+    return success();
+  }
+};
+
+// grad_add(a, b) -> norm_modulate_grad(..., residual = the other part) where neither part is a dX that FuseGradAdd
+// takes and one is a norm_modulate_grad's dx read only here, the other ready before that op: the residual stream's
+// gradient plus a block's norm gradient (the 33B step's 104 grad_adds after FuseGradAdd, 12.8 ms on an H200, each a
+// pass over three F32 [rows, 5,376] tensors; in the epilogue the dx is neither stored alone nor read back).
+struct FuseGradAddIntoNorm : OpRewritePattern<GradAddOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(GradAddOp add, PatternRewriter &rewriter) const override {
+    if (fusableDx(add.getA()) || fusableDx(add.getB()))
+      return rewriter.notifyMatchFailure(add, "a part is a dX (FuseGradAdd's)");
+    auto normDx = [](Value part) {
+      auto n = part.getDefiningOp<NormModulateGradOp>();
+      return n && part == n.getDx() && !n.getResidual() && part.hasOneUse() ? n : NormModulateGradOp();
+    };
+    NormModulateGradOp na = normDx(add.getA()), nb = normDx(add.getB());
+    NormModulateGradOp n = na && readyBefore(add.getB(), na) ? na : nb && readyBefore(add.getA(), nb) ? nb : nullptr;
+    if (!n) return rewriter.notifyMatchFailure(add, "no part is a norm_modulate_grad's dx with the other before it");
+    Value other = n == na ? add.getB() : add.getA();
+    rewriter.modifyOpInPlace(n, [&] {
+      n.getResidualMutable().assign(other);
+      SmallVector<Attribute> values(n.getValues().begin(), n.getValues().end());
+      values[0] = add.getValues()[0];  // dx is the sum: the grad_add's name
+      n.setValuesAttr(rewriter.getArrayAttr(values));
+    });
+    rewriter.replaceOp(add, n.getDx());
     return success();
   }
 };
@@ -211,7 +241,7 @@ struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
         .enableConstantCSE(false)
         .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
     RewritePatternSet patterns(&getContext());
-    patterns.add<FuseGradAdd>(&getContext());
+    patterns.add<FuseGradAdd, FuseGradAddIntoNorm>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns), config))) {
       getOperation().emitError() << "h3-fuse-grad: the pattern did not converge";
       return signalPassFailure();

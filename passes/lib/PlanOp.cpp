@@ -133,7 +133,9 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
     for (NamedAttribute na : props) {
       const std::string k = na.getName().getValue().str();
       Attribute v = na.getValue();
-      if (k == "nodes" || k == "values") continue;
+      // (operandSegmentSizes: how an op with an optional operand beside a variadic splits its operands, which the
+      // plan's input roles say by the attrs: norm_modulate_grad's residual.)
+      if (k == "nodes" || k == "values" || k == "operandSegmentSizes") continue;
       if (k == "weight") { r.weights = names(cast<ArrayAttr>(v)); continue; }
       if (k == "bias") { r.biases = names(cast<ArrayAttr>(v)); continue; }
       if (k == "grads") { weightGrads = names(cast<ArrayAttr>(v)); continue; }
@@ -217,6 +219,9 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
     a.audioCols = act(u.getAudioSample()).getCols();
   } else if (auto gx = dyn_cast<LinearGradXOp>(op); gx && gx.getResidual()) {
     a.epilogue = plan::Epilogue::Residual;  // h3-fuse-grad's sum: the plan op reads "residual" after g
+  } else if (auto nm = dyn_cast<NormModulateGradOp>(op)) {
+    a.H = act(op->getOperand(0)).getCols();
+    if (nm.getResidual()) a.epilogue = plan::Epilogue::Residual;  // h3-fuse-grad's sum: "residual" after the row meta
   } else if (isa<GradAddOp, GradRoundOp, SiluGradOp>(op)) {
     a.cols = y.getCols();
   } else if (isa<SwigluGradOp>(op)) {

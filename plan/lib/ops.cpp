@@ -197,9 +197,12 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
     return {"dy", "x"};
   case OpKind::SwigluGrad:
   case OpKind::SiluGrad: return {"dy", "x"};
-  case OpKind::NormModulateGrad:
-    if (a.rowIndex == RowIndex::Adaln) return {"dy", "x", "table", "ts_index", "tags"};
-    return {"dy", "x", "table", "ts_index"};
+  case OpKind::NormModulateGrad: {  // with the residual epilogue (h3-fuse-grad: dx = residual + dx) "residual" last
+    std::vector<std::string> r = {"dy", "x", "table", "ts_index"};
+    if (a.rowIndex == RowIndex::Adaln) r.push_back("tags");
+    if (a.epilogue == Epilogue::Residual) r.push_back("residual");
+    return r;
+  }
   case OpKind::GateResidualGrad:
     if (a.rowIndex == RowIndex::Adaln) return {"dz", "y", "table", "ts_index", "tags"};
     return {"dz", "y", "table", "ts_index"};
@@ -257,6 +260,7 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
       qkvNormRope = {"K", "N", "heads", "head_dim", "epilogue", "eps", "rotary_dim"},
       timeEmbed = {"K", "N", "freq_dim", "hidden", "out_dim"}, rms = {"H", "eps"},
       normMod = {"H", "eps", "shift_chunk", "scale_chunk", "num_chunks", "row_index"},
+      normModRes = {"H", "eps", "shift_chunk", "scale_chunk", "num_chunks", "row_index", "epilogue"},
       qkNorm = {"heads", "head_dim", "eps"}, rope = {"heads", "head_dim", "rotary_dim"},
       qkNormRope = {"heads", "head_dim", "eps", "rotary_dim"}, attention = {"heads", "head_dim", "domain", "scale"},
       attentionLse = {"heads", "head_dim", "domain", "scale", "lse"},
@@ -296,7 +300,7 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::LinearGradW: return kn;
   case OpKind::SwigluGrad: return F;
   case OpKind::RmsNormGrad: return a.rotaryDim > 0 ? rmsGradRope : rmsGrad;
-  case OpKind::NormModulateGrad: return normMod;
+  case OpKind::NormModulateGrad: return a.epilogue == Epilogue::Residual ? normModRes : normMod;
   case OpKind::GateResidualGrad: return gateResGrad;
   case OpKind::RopeGrad: return rope;
   case OpKind::AttentionGrad: return a.lse ? attentionGradLse : attentionGrad;

@@ -132,9 +132,12 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     if (!parseEpilogue(e, a.epilogue))
       fail(where + "/epilogue", "expected none, residual, gate_residual, swiglu or qk_norm_rope, got \"{}\"", e);
   }
-  // A linear_grad_x's one epilogue is residual (h3-fuse-grad: dx = residual + dX), which adds the input "residual".
-  if (kind == OpKind::LinearGradX && j.contains("epilogue") && a.epilogue != Epilogue::Residual)
-    fail(where + "/epilogue", "a linear_grad_x's epilogue is \"residual\" or absent, got \"{}\"", epilogueName(a.epilogue));
+  // A linear_grad_x's and a norm_modulate_grad's one epilogue is residual (h3-fuse-grad: dx = residual + dx), which
+  // adds the input "residual".
+  if ((kind == OpKind::LinearGradX || kind == OpKind::NormModulateGrad) && j.contains("epilogue") &&
+      a.epilogue != Epilogue::Residual)
+    fail(where + "/epilogue", "a {}'s epilogue is \"residual\" or absent, got \"{}\"", opKindName(kind),
+         epilogueName(a.epilogue));
   // lse (attention's row statistics saved for the backward) adds an output to attention, an input to attention_grad.
   if ((kind == OpKind::Attention || kind == OpKind::AttentionGrad) && j.contains("lse")) {
     if (!j["lse"].is_number_integer() || j["lse"].get<int64_t>() != 1) fail(where + "/lse", "expected 1 (or no key)");
@@ -227,7 +230,7 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     if (j.contains("epilogue") && a.epilogue != Epilogue::QkNormRope)
       fail(w("epilogue"), "a qkv_linear's epilogue is \"qk_norm_rope\" or absent, got \"{}\"",
            epilogueName(a.epilogue));
-  } else if (j.contains("epilogue") && kind != OpKind::LinearGradX) {  // (linear_grad_x's: checked above)
+  } else if (j.contains("epilogue") && kind != OpKind::LinearGradX && kind != OpKind::NormModulateGrad) {  // (checked above)
     fail(w("epilogue"), "unknown field");
   }
   if (kind == OpKind::RmsNormGrad && a.cols % a.group)

@@ -294,9 +294,14 @@ struct Checker {
         same(op, "chunk", a.chunk, fa.chunk);
       }
       // Forward in: norm_modulate [x, table, meta...], gate_residual [x, y, table, meta...]; the gradient op reads
-      // [dy, x | y, table, meta...].
-      const size_t skip = norm ? 0 : 1;
-      for (size_t k = 1; k < op.in.size(); ++k) saved(op, k, f.in.at(k - 1 + skip));
+      // [dy, x | y, table, meta...], a norm_modulate_grad with the residual epilogue the residual last (dx's width
+      // and rows: the other part of dx's sum).
+      const size_t skip = norm ? 0 : 1, residual = norm && a.epilogue == Epilogue::Residual ? 1 : 0;
+      for (size_t k = 1; k + residual < op.in.size(); ++k) saved(op, k, f.in.at(k - 1 + skip));
+      if (residual) {
+        width(op, false, op.in.size() - 1, a.H);
+        sameRows(op, {0, op.in.size() - 1}, {});
+      }
       sameRows(op, {0, 1}, {0});
       sameRows(op, {2}, {1});
       for (size_t k = 0; k < 2; ++k) width(op, false, k, a.H);

@@ -196,6 +196,12 @@ void normModulateGrad(GradCtx &cx) {
   const std::vector<float> scale = chunkOf(table, a.scaleChunk, H);
   grad::NormModulateGrad d = grad::normModulateGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(),
                                                     scale.data(), rows, itemsOf(x), H, a.eps, !cx.op.grads.empty());
+  if (a.epilogue == plan::Epilogue::Residual) {  // h3-fuse-grad: grad_add's sum, residual + dx (one F32 addition)
+    const HostValue &res = cx.in(cx.op.in.size() - 1);
+    sameRows(cx, {&dy, &res});
+    if (res.f.size() != d.dx.size()) cx.error("the residual and dx differ in size");
+    for (size_t i = 0; i < d.dx.size(); ++i) d.dx[i] = res.f[i] + d.dx[i];
+  }
   cx.out(0, std::move(d.dx));
   cx.out(1, fullTable(table.rows, a.numChunks, H, {{a.shiftChunk, &d.dshift}, {a.scaleChunk, &d.dscale}}));
   if (!w.empty()) cx.weightGrad(cx.op.weights[0], [&] { return std::move(d.dw); });

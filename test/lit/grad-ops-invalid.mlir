@@ -163,3 +163,11 @@ func.func @norm_rope_wider_than_group(%dy: !h3.act<B, S, 32, f32>, %x: !h3.act<B
   %dx = h3.rms_norm_grad %dy, %x, %cos, %sin {eps = 1.0e-05 : f64, group = 16 : i64, rotary_dim = 20 : i64, weight = [], grads = [], nodes = ["n", "r"], values = ["dx"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, bf16>, !h3.act<S, 20, f32>, !h3.act<S, 20, f32>) -> !h3.act<B, S, 32, f32>
   return %dx : !h3.act<B, S, 32, f32>
 }
+
+// -----
+
+func.func @norm_residual_width(%dy: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>, %r: !h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32> {
+  // expected-error @+1 {{residual}}
+  %dx, %dt = h3.norm_modulate_grad %dy, %x, %t, %ts, %tags, %r {eps = 1.0e-05 : f64, grads = [], nodes = ["n"], num_chunks = 6 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 2, 1>, row_index = #h3.row_index<adaln>, scale_chunk = 4 : i64, shift_chunk = 3 : i64, values = ["grad:n", "grad:t"], weight = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>, !h3.act<B, S, 32, f32>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 144, f32>)
+  return %dx : !h3.act<B, S, 24, f32>
+}

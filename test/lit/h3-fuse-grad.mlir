@@ -196,3 +196,33 @@ func.func @rope_other_group(%dr: !h3.act<B, S, 32, f32>, %q: !h3.act<B, S, 32, b
   %dq = h3.rms_norm_grad %dn, %q {eps = 1.0e-05 : f64, group = 32 : i64, weight = [], grads = [], nodes = ["n"], values = ["grad:q"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, f32>
   return %dq : !h3.act<B, S, 32, f32>
 }
+
+// -----
+
+// The residual stream's gradient plus a norm_modulate_grad's dx (read only by the sum, the other part before it):
+// the norm gradient adds it as it stores dx (its residual, after the row meta), named as the sum.
+// CHECK-LABEL: func.func @sum_into_norm
+// (Where that part is a dX read only here, FuseGradAdd puts the sum in the dX instead: @chain.)
+// CHECK-NEXT: %[[R:.*]] = h3.rms_norm_grad %arg0, %arg2 {
+// CHECK-NEXT: %[[DX:.*]], %{{.*}} = h3.norm_modulate_grad %arg1, %arg2, %arg3, %arg4, %arg5, %[[R]] {{{.*}}operandSegmentSizes = array<i32: 1, 1, 1, 2, 1>{{.*}}values = ["grad:r+n", "grad:t"]
+// CHECK-NOT: h3.grad_add
+// CHECK: return %[[DX]]
+func.func @sum_into_norm(%g: !h3.act<B, S, 24, f32>, %dy: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 144, f32>) {
+  %r = h3.rms_norm_grad %g, %x {eps = 1.0e-05 : f64, group = 24 : i64, weight = [], grads = [], nodes = ["m"], values = ["grad:r"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32>
+  %dx, %dt = h3.norm_modulate_grad %dy, %x, %t, %ts, %tags {eps = 1.0e-05 : f64, grads = [], nodes = ["n"], num_chunks = 6 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 2, 0>, row_index = #h3.row_index<adaln>, scale_chunk = 4 : i64, shift_chunk = 3 : i64, values = ["grad:n", "grad:t"], weight = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 144, f32>)
+  %s = h3.grad_add %r, %dx {nodes = ["n"], values = ["grad:r+n"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %s, %dt : !h3.act<B, S, 24, f32>, !h3.act<T3, 144, f32>
+}
+
+// -----
+
+// The other part comes after the norm gradient: nothing fuses (the op does not move).
+// CHECK-LABEL: func.func @sum_after_norm
+// CHECK: h3.norm_modulate_grad {{.*}}operandSegmentSizes = array<i32: 1, 1, 1, 2, 0>
+// CHECK: h3.grad_add
+func.func @sum_after_norm(%g: !h3.act<B, S, 24, f32>, %dy: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 144, f32>) {
+  %dx, %dt = h3.norm_modulate_grad %dy, %x, %t, %ts, %tags {eps = 1.0e-05 : f64, grads = [], nodes = ["n"], num_chunks = 6 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 2, 0>, row_index = #h3.row_index<adaln>, scale_chunk = 4 : i64, shift_chunk = 3 : i64, values = ["grad:n", "grad:t"], weight = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 144, f32>)
+  %r = h3.rms_norm_grad %g, %x {eps = 1.0e-05 : f64, group = 24 : i64, weight = [], grads = [], nodes = ["m"], values = ["grad:r"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32>
+  %s = h3.grad_add %r, %dx {nodes = ["n"], values = ["grad:r+n"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  return %s, %dt : !h3.act<B, S, 24, f32>, !h3.act<T3, 144, f32>
+}

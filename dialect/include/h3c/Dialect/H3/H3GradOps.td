@@ -68,9 +68,14 @@ def H3_RmsNormGradOp : H3_ReducingOp<"rms_norm_grad", H3_OrderRowUnits> {
   let results = (outs H3_ActType:$dx);
 }
 
-def H3_NormModulateGradOp : H3_ReducingOp<"norm_modulate_grad", H3_OrderRowUnits> {
+def H3_NormModulateGradOp : H3_ReducingOp<"norm_modulate_grad", H3_OrderRowUnits, [AttrSizedOperandSegments]> {
   let summary = "norm_modulate's dx, its norm weight's gradient and its table's (shift and scale chunks, zero elsewhere)";
+  let description = [{
+    With `residual` (h3-fuse-grad: the h3.grad_add of this dx and a part of the same gradient computed before it,
+    the residual stream's), dx is residual + dx, one F32 addition per element after dx's own value: grad_add's sum.
+  }];
   let arguments = !con((ins H3_ActType:$dy, H3_ActType:$x, H3_ActType:$table, Variadic<H3_ActType>:$row_meta,
+                            Optional<H3_ActType>:$residual,
                             F64Attr:$eps, StrArrayAttr:$weight, StrArrayAttr:$grads, I64Attr:$shift_chunk,
                             I64Attr:$scale_chunk, I64Attr:$num_chunks, H3_RowIndexAttr:$row_index,
                             OptionalAttr<H3_OrderAttr>:$order), H3_Common);

@@ -22,8 +22,8 @@ class H3_Op<string mnemonic, list<Trait> traits = []> : Op<H3_Dialect, mnemonic,
 
 // An op that reduces under an order of kind `orderKind` (docs/contract.md section 4): it implements
 // OrderedReduction; getReducedExtents() is written per op in H3Ops.cpp.
-class H3_ReducingOp<string mnemonic, I32EnumAttrCase orderKind>
-    : H3_Op<mnemonic, [H3_OrderedReductionOpInterface]> {
+class H3_ReducingOp<string mnemonic, I32EnumAttrCase orderKind, list<Trait> traits = []>
+    : H3_Op<mnemonic, !listconcat([H3_OrderedReductionOpInterface], traits)> {
   let extraClassDeclaration = [{
     static ::h3c::h3ir::OrderKind getRequiredOrderKind() { return ::h3c::h3ir::OrderKind::}] # orderKind.symbol # [{; }
     ::llvm::SmallVector<int64_t> getReducedExtents();
