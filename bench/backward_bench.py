@@ -16,10 +16,10 @@ Regional compile with checkpointing comes in two arrangements (--compile-ckpt): 
 give (enable_gradient_checkpointing() + compile_repeated_blocks(fullgraph=True): eager non-reentrant checkpoints
 around the compiled blocks; table "diffusers compile"), and "inner", each block wrapped in the checkpoint and the
 wrapper compiled (torchtitan's order; "diffusers compile/in"); by default inner runs only for a mode outer fails in.
-h3c's step is what its package does today: the autograd node's forward runs the engine's forward, and its backward
-runs `engine.backward`, which runs the forward again (keeping what the backward reads) and then the plan's gradient
-kernels, and copies every gradient back to the host (the GPU executor keeps every value of both functions in its
-arena: it does not follow the plan's checkpoint segments yet).
+h3c's step is what its package does: the autograd node's forward runs the engine's training forward (Engine::
+forwardKept: the plan's forward, keeping in the arena what the backward reads, as the plan's checkpoint segments and
+--keep say), and its backward runs `engine.backward` from there: each segment's recompute, then the plan's gradient
+kernels, which write the CUDA masters' gradients straight into the .grad tensors it hands them (no copy).
 
 The loss is the same for every case: mean(sample^2) + mean(audio_sample^2) (both outputs are F32). A step is
 forward, loss, backward (the gradients left in .grad; no optimizer). Times are CUDA-synchronized wall times of whole
