@@ -1025,19 +1025,22 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
   const bool full = std::getenv("H3C_NVRTC_VARIANTS") != nullptr;
   struct Case {
     const char *cfg, *arch;
-    bool mma;
+    bool mma, fuse = true;  // fuse: h3-fuse-grad (default), else --no-fuse-grad (rope_grad and every grad_add apart)
   };
   std::set<std::string> ids;
   for (const Case &c : {Case{"tiny", "sm_90a", true}, Case{"tiny", "sm_100a", true}, Case{"tiny", "sm_90a", false},
-                        Case{"full", "sm_90a", true}}) {
+                        Case{"tiny", "sm_90a", true, false}, Case{"full", "sm_90a", true}}) {
     if (std::string(c.cfg) == "full" && !full) continue;
-    const std::string what = std::string(c.cfg) + " " + c.arch + (c.mma ? "" : " grad_mma=0");
-    auto dir = tempDir(std::string("h3c-backward-plan-") + c.cfg + c.arch + (c.mma ? "" : "-ref"));
+    const std::string what =
+        std::string(c.cfg) + " " + c.arch + (c.mma ? "" : " grad_mma=0") + (c.fuse ? "" : " --no-fuse-grad");
+    auto dir = tempDir(std::string("h3c-backward-plan-") + c.cfg + c.arch + (c.mma ? "" : "-ref") + (c.fuse ? "" : "-nf"));
     std::filesystem::create_directories(dir);
     std::string out;
     ASSERT_EQ(h3c::testtool::runTool(std::string("fingerprint derive --config ") + c.cfg + " -o " + (dir / "fp.json").string(), &out), 0) << out;
     ASSERT_EQ(h3c::testtool::runTool("compile " + (dir / "fp.json").string() + " --backward --arch " + c.arch +
-                                         (c.mma ? "" : " --tune grad_mma=0") + " -o " + (dir / "plan").string(), &out),
+                                         (c.mma ? "" : " --tune grad_mma=0") + (c.fuse ? "" : " --no-fuse-grad") +
+                                         " -o " + (dir / "plan").string(),
+                                     &out),
               0)
         << out;
     const plan::Plan p = plan::loadPlan(dir / "plan");
@@ -1046,6 +1049,10 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
     for (const plan::Op &op : p.backward()->ops) {
       ASSERT_TRUE(op.kernel) << op.where << " has no kernel";
       kinds.insert(plan::opKindName(op.kind));
+      // h3-fuse-grad's forms: a qk_norm's norm gradient with the rope's folded in, a norm_modulate_grad's residual.
+      if (op.kind == plan::OpKind::RmsNormGrad && op.attrs.rotaryDim > 0) kinds.insert("rms_norm_grad+rope");
+      if (op.kind == plan::OpKind::NormModulateGrad && op.attrs.epilogue == plan::Epilogue::Residual)
+        kinds.insert("norm_modulate_grad+residual");
       const plan::Kernel &k = p.kernel(op);
       const bool isMma = k.id.find("_mma_") != std::string::npos;
       const bool scratch = std::any_of(k.params.begin(), k.params.end(), [](const plan::KernelParam &q) {
@@ -1083,10 +1090,13 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
     } else {
       EXPECT_EQ(tensorCore, 0) << what;
     }
-    for (const char *k : {"grad_add", "grad_round", "linear_grad_x", "linear_grad_w", "swiglu_grad", "rms_norm_grad",
-                          "norm_modulate_grad", "gate_residual_grad", "rope_grad", "attention_grad", "silu_grad",
+    for (const char *k : {"grad_add", "linear_grad_x", "linear_grad_w", "swiglu_grad", "rms_norm_grad",
+                          "norm_modulate_grad", "gate_residual_grad", "attention_grad", "silu_grad",
                           "adaln_table_grad", "pack_grad", "unpack_grad"})
       EXPECT_TRUE(kinds.count(k)) << what << ": no '" << k << "' op";
+    for (const char *k : {"grad_round", "rms_norm_grad+rope", "norm_modulate_grad+residual"})
+      EXPECT_EQ(kinds.count(k), c.fuse ? 1u : 0u) << what << ": '" << k << "' only where h3-fuse-grad runs";
+    EXPECT_EQ(kinds.count("rope_grad"), c.fuse ? 0u : 1u) << what << ": rope_grad only under --no-fuse-grad";
     std::filesystem::remove_all(dir);
   }
 }
