@@ -484,6 +484,40 @@ TEST(GpuBackward, MemoryBoundKernelsAtFullWidthsEqualTheCpu) {
     const std::vector<float> dx = grad::ropeGrad(dy.data(), c.data(), s.data(), M, heads, d, R);
     g.check("rope_grad h56 d128 r96", op, ext, {f32(dy), f32(c), f32(s)}, {}, {f32(dx)});
   }
+  for (const bool trained : {false, true}) {
+    // A qk_norm's rms_norm_grad with the rope_grad before it folded in (h3-fuse-grad): dy the rope's output
+    // gradient, rotated back as it is read; == rope_grad then rms_norm_grad on the CPU. Frozen norm weight (the LoRA
+    // plans: dx stored bf16) and trained (dx F32 and dw, whose sum reads the rotated dy too).
+    plan::OpAttrs a = to::attrs({{"cols", double(heads * d)}, {"eps", 1e-6}, {"rotary_dim", double(R)}});
+    a.group = d;
+    a.wDtype = DType::BF16;
+    plan::Order order;
+    order.kind = plan::OrderKind::RowUnits;
+    to::EmitOp op = to::op(plan::OpKind::RmsNormGrad, "transformer_blocks.0.attn.norm_q", a, order, 1);
+    const DType out = trained ? DType::F32 : DType::BF16;
+    setCols(op, {{heads * d, DType::F32}, {heads * d, DType::BF16}, {R, DType::F32}, {R, DType::F32}},
+            {{heads * d, out}});
+    if (trained) {
+      op.op.grads = op.op.weights;
+      plan::Value dwv;
+      dwv.name = "grad:" + op.op.weights[0];
+      dwv.rows = plan::Domain::One;
+      dwv.batch = false;
+      dwv.cols = d;
+      dwv.dtype = DType::F32;
+      op.op.out.push_back(dwv.name);
+      op.vals.out.push_back(dwv);
+    }
+    const auto dy = g.random(size_t(M * heads * d), false), x = g.random(size_t(M * heads * d), true, 2.0),
+               c = g.random(size_t(M * R), false, 0.7), s = g.random(size_t(M * R), false, 0.7),
+               w = g.random(size_t(d), true);
+    const std::vector<float> rotated = grad::ropeGrad(dy.data(), c.data(), s.data(), M, heads, d, R);
+    const grad::NormGrad want = grad::rmsNormGrad(rotated.data(), x.data(), w.data(), items, heads * d, d, 1e-6, trained);
+    std::vector<std::vector<uint8_t>> outs = {MemoryBoundGrads::bytes(want.dx, out)};
+    if (trained) outs.push_back(f32(want.dw));
+    g.check(std::string("rms_norm_grad c7168 g128 with rope r96") + (trained ? " (weight trained)" : " bfout"), op, ext,
+            {f32(dy), bf(x), f32(c), f32(s)}, {bf(w)}, outs);
+  }
   // The AdaLN rows: timestep (r / 7) % T, tag r % 3 (table row ts * 3 + tag), the table bf16 [3T][6H].
   std::vector<int64_t> ts(static_cast<size_t>(M)), tags(static_cast<size_t>(M));
   TableRows rows;
@@ -532,6 +566,19 @@ TEST(GpuBackward, MemoryBoundKernelsAtFullWidthsEqualTheCpu) {
     g.check("norm_modulate_grad h5376 t3", op, ext, {f32(dy), bf(x), bf(table), MemoryBoundGrads::bytes(ts),
                                                      MemoryBoundGrads::bytes(tags)},
             {bf(w)}, {f32(want.dx), f32(dtableOf({{0, &want.dshift}, {1, &want.dscale}})), f32(want.dw)});
+    // With h3-fuse-grad's residual (input after the row meta): dx = residual + dx, the rest the same.
+    to::EmitOp rop = op;
+    rop.op.attrs.epilogue = plan::Epilogue::Residual;
+    plan::Value rv = rop.vals.in[0];
+    rv.name = "grad:residual";
+    rop.op.in.push_back(rv.name);
+    rop.vals.in.push_back(rv);
+    const auto res = g.random(size_t(M * H), false);
+    std::vector<float> sum(want.dx.size());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = res[i] + want.dx[i];
+    g.check("norm_modulate_grad h5376 t3 + residual", rop, ext,
+            {f32(dy), bf(x), bf(table), MemoryBoundGrads::bytes(ts), MemoryBoundGrads::bytes(tags), f32(res)}, {bf(w)},
+            {f32(sum), f32(dtableOf({{0, &want.dshift}, {1, &want.dscale}})), f32(want.dw)});
   }
   for (DType out : {DType::F32, DType::BF16}) {  // gate_residual_grad (gate chunk 2): dy, dtable
     plan::OpAttrs a = to::attrs({{"H", double(H)}, {"num_chunks", double(chunks)}, {"chunk", 2.0}});
