@@ -100,19 +100,22 @@ def H3Backward : Pass<"h3-backward", "mlir::ModuleOp"> {
 }
 
 def H3FuseGrad : Pass<"h3-fuse-grad", "mlir::ModuleOp"> {
-  let summary = "Fuse a grad_add into its dX; round a g once for its readers; save attention's row statistics";
+  let summary = "Fuse gradient sums into their dX / norm gradient, rope_grad into the qk-norm's; round g once; save lse";
   let description = [{
     An h3.grad_add(a, b) one of whose parts is an h3.linear_grad_x result read by nothing else, whose other part is
-    defined before that op (so it is ready when the op runs), becomes that op's `residual`: the op's result is
-    the sum, named as the grad_add's was. The sum is the same F32 addition (docs/contract.md section 14), in the
-    dX kernel's epilogue, so the gradients keep their bits and the backward saves the grad_add's pass over three
-    F32 tensors and dX's own store. The later part is taken first (b: the consumer visited last), so a chain of
-    parts fuses link by link. Then an F32 gradient that two or more linear gradients multiply as bf(g) (a bf16
-    weight's dX, a dW without a bias gradient) gets one h3.grad_round before the first of them, which they all read:
-    g rounded once, the same bits (folded into the op computing g where that op can store bf16 and nothing else reads
-    the F32 g). Last, each forward h3.attention that an h3.attention_grad differentiates gets its `lse` result (the row
-    statistics of its walk), func @backward an argument of that value, and the attention_grad reads it instead of
-    rerunning the walk. Runs after h3-backward; nothing else changes.
+    defined before that op (so it is ready when the op runs), becomes that op's `residual`: the op's result is the
+    sum, named as the grad_add's was. The sum is the same F32 addition (docs/contract.md section 14), in the dX
+    kernel's epilogue, so the gradients keep their bits and the backward saves the grad_add's pass over three F32
+    tensors and dX's own store. The later part is taken first (b: the consumer visited last), so a chain of parts
+    fuses link by link; a sum whose parts are no such dX but one is an h3.norm_modulate_grad's dx read only there,
+    the other defined before it, becomes that op's `residual` likewise. A qk_norm's h3.rms_norm_grad whose dy is an
+    h3.rope_grad's dx read nowhere else takes the rope_grad in (its tables as `rope_tables`, `rotary_dim`; dy
+    rotated back as it is read: the same values). Then an F32 gradient that two or more linear gradients multiply as
+    bf(g) (a bf16 weight's dX, a dW without a bias gradient) gets one h3.grad_round before the first of them, which
+    they all read: g rounded once, the same bits (folded into the op computing g where that op can store bf16 and
+    nothing else reads the F32 g). Last, each forward h3.attention that an h3.attention_grad differentiates gets its
+    `lse` result (the row statistics of its walk), func @backward an argument of that value, and the attention_grad
+    reads it instead of rerunning the walk. Runs after h3-backward; nothing else changes.
   }];
   let dependentDialects = ["::h3c::h3ir::H3Dialect", "::mlir::func::FuncDialect"];
 }
