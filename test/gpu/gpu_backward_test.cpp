@@ -644,17 +644,38 @@ TEST(GpuBackward, TheExecutorsBackwardRepeatsAndFollowsTheCpu) {
 // it gives the bytes of one that runs its own forward (outputs and every gradient) and says so; the kept forward's
 // outputs are a plain forward's; a forward run on the engine in between (a rollout) makes the backward run its own
 // forward again, with the same bytes.
+namespace {
+
+// The tiny plan on a resident GPU engine, with the two-item request and loss gradients of the engine tests below.
+struct TinyGpuEngine {
+  plan::Plan p = plan::loadPlan(planDir());
+  std::unique_ptr<WeightSource> weights = makeSyntheticWeights(p.config, 7);
+  Request r = tinyRequest(p.config, {6, 5, 2, 3, 4}, 2, 9);
+  OutputGrads dy = lossGrads(canonicalize(r, p.config), p.config);
+  Engine e{p, *weights, [] {
+             RunOptions o;
+             o.device = "gpu";
+             return o;
+           }()};
+};
+
+// Byte-equal tensors under the same names.
+bool sameTensors(const std::map<std::string, Tensor> &a, const std::map<std::string, Tensor> &b) {
+  bool eq = a.size() == b.size();
+  for (const auto &[n, t] : a) eq &= b.count(n) && b.at(n).bytes == t.bytes;
+  return eq;
+}
+
+} // namespace
+
 TEST(GpuBackward, AKeptForwardsBackwardIsTheBackward) {
   std::string why;
   if (!hc::driverAvailable(&why)) GTEST_SKIP() << "no GPU: " << why;
   if (!std::filesystem::exists(planDir() / "plan.json")) GTEST_SKIP() << "no plan at " << planDir();
-  const plan::Plan p = plan::loadPlan(planDir());
-  auto weights = makeSyntheticWeights(p.config, 7);
-  const Request r = tinyRequest(p.config, {6, 5, 2, 3, 4}, 2, 9);
-  const OutputGrads dy = lossGrads(canonicalize(r, p.config), p.config);
-  RunOptions o;
-  o.device = "gpu";
-  Engine e(p, *weights, o);
+  TinyGpuEngine t;
+  Engine &e = t.e;
+  const Request &r = t.r;
+  const OutputGrads &dy = t.dy;
   const BackwardResult full = e.backward(r, dy);
   const auto [out, ticket] = e.forwardKept(r);
   const BackwardResult kept = e.backward(r, dy, ticket);
@@ -663,10 +684,7 @@ TEST(GpuBackward, AKeptForwardsBackwardIsTheBackward) {
   e.run(r);  // a rollout between the training forward and its backward
   const BackwardResult stale = e.backward(r, dy, ticket2);
   auto gradsEqual = [](const BackwardResult &a, const BackwardResult &b) {
-    bool eq = a.inputGrads.size() == b.inputGrads.size() && a.weightGrads.size() == b.weightGrads.size();
-    for (const auto &[n, t] : a.inputGrads) eq &= b.inputGrads.count(n) && b.inputGrads.at(n).bytes == t.bytes;
-    for (const auto &[n, t] : a.weightGrads) eq &= b.weightGrads.count(n) && b.weightGrads.at(n).bytes == t.bytes;
-    return eq;
+    return sameTensors(a.inputGrads, b.inputGrads) && sameTensors(a.weightGrads, b.weightGrads);
   };
   const bool outsEqual = out.sample.bytes == full.outputs.sample.bytes &&
                          out.audio_sample.bytes == full.outputs.audio_sample.bytes &&
@@ -699,13 +717,10 @@ TEST(GpuBackward, WeightGradientsWrittenIntoTheCallersMemoryAreTheDownloadedOnes
   std::string why;
   if (!hc::driverAvailable(&why)) GTEST_SKIP() << "no GPU: " << why;
   if (!std::filesystem::exists(planDir() / "plan.json")) GTEST_SKIP() << "no plan at " << planDir();
-  const plan::Plan p = plan::loadPlan(planDir());
-  auto weights = makeSyntheticWeights(p.config, 7);
-  const Request r = tinyRequest(p.config, {6, 5, 2, 3, 4}, 2, 9);
-  const OutputGrads dy = lossGrads(canonicalize(r, p.config), p.config);
-  RunOptions o;
-  o.device = "gpu";
-  Engine e(p, *weights, o);
+  TinyGpuEngine te;
+  Engine &e = te.e;
+  const Request &r = te.r;
+  const OutputGrads &dy = te.dy;
   const BackwardResult host = e.backward(r, dy);
   ASSERT_GT(host.weightGrads.size(), 2u);
   const auto &d = hc::driver();
@@ -741,10 +756,7 @@ TEST(GpuBackward, WeightGradientsWrittenIntoTheCallersMemoryAreTheDownloadedOnes
       rest &= dev.weightGrads.count(name) && dev.weightGrads.at(name).bytes == t.bytes;
     }
   }
-  const BackwardResult again = e.backward(r, dy);
-  bool againEqual = again.weightGrads.size() == host.weightGrads.size();
-  for (const auto &[name, t] : host.weightGrads)
-    againEqual &= again.weightGrads.count(name) && again.weightGrads.at(name).bytes == t.bytes;
+  const bool againEqual = sameTensors(e.backward(r, dy).weightGrads, host.weightGrads);
   hc::check(d.cuStreamDestroy(stream), "cuStreamDestroy");
   std::printf("%s %zu weight gradients written into the caller's memory == the downloaded ones (after the caller's "
               "stream's work)\n", named ? "PASS" : "FAIL", k);

@@ -833,8 +833,6 @@ private:
     return schedule_;
   }
 
-  // The backward's set-up (both halves): the request's extents, the kernels of both functions, the weights, the
-  // arena over the backward's slot timeline, the forward's inputs uploaded.
   // Where the backward writes each weight gradient (the values of gradSlots_, outside the arena): the caller's
   // device memory where `into` names the tensor (its gradient kernels write there: no copy, no second 1.38 GB at
   // LoRA rank 64), else gradRegion_ (made at the first backward that needs it, then kept). Returns the values placed
@@ -842,13 +840,13 @@ private:
   // torch's current stream): the backward's stream waits for that stream's work before any kernel writes it.
   std::set<std::string> placeWeightGrads(const plan::Plan &p, const DeviceGrads *into) {
     std::set<std::string> bound;
-    std::map<int64_t, size_t> own;  // the slots of the gradients left to gradRegion_
+    std::map<int64_t, size_t> own;  // the slots of the gradients left to gradRegion_: bytes, then offsets
     for (const auto &[key, v] : p.backward()->outputs) {
       if (key.rfind("grad:@", 0) == 0) continue;
       const int64_t slot = p.value(v).slot;
+      if (!gradSlots_.count(slot)) continue;  // a slot shared with other values: in the arena, copied after
       DevValue &dv = values_.at(v);
       const auto dst = into ? into->weights.find(key.substr(5)) : std::map<std::string, uint64_t>::const_iterator{};
-      if (!gradSlots_.count(slot)) continue;  // a slot shared with other values: in the arena, copied after
       if (into && dst != into->weights.end()) {
         if (dst->second == 0 && dv.bytes > 0) fail("gradients into device memory", "null address for '{}'",
                                                    key.substr(5));
@@ -858,23 +856,21 @@ private:
         own[slot] = gradSlots_.at(slot);
       }
     }
-    size_t total = 0;
-    for (const auto &[id, b] : own) total += alignUp(std::max<size_t>(b, 1));
+    size_t total = 0;  // the slots back to back, as in the arena
+    for (auto &[id, b] : own) {
+      const size_t bytes = alignUp(std::max<size_t>(b, 1));
+      b = total;
+      total += bytes;
+    }
     if (total && (!gradRegion_ || gradRegion_->bytes() < total)) {
       gradRegion_.reset();
       gradRegion_ = std::make_unique<hc::DeviceBuffer>(total);
     }
     gradRegionBytes_ = total;
-    std::map<int64_t, CUdeviceptr> at;
-    size_t off = 0;
-    for (const auto &[id, b] : own) {
-      at[id] = gradRegion_->get() + off;
-      off += alignUp(std::max<size_t>(b, 1));
-    }
     for (const auto &[key, v] : p.backward()->outputs) {
       if (key.rfind("grad:@", 0) == 0 || bound.count(v)) continue;
-      const auto it = at.find(p.value(v).slot);
-      if (it != at.end()) values_.at(v).ptr = it->second;
+      const auto it = own.find(p.value(v).slot);  // (now its offset)
+      if (it != own.end()) values_.at(v).ptr = gradRegion_->get() + it->second;
     }
     boundGradBytes_ = 0;
     for (const auto &v : bound) boundGradBytes_ += values_.at(v).bytes;
@@ -889,6 +885,8 @@ private:
     return bound;
   }
 
+  // The backward's set-up (both halves): the request's extents, the kernels of both functions, the weights, the
+  // arena over the backward's slot timeline, the forward's inputs uploaded.
   void prepareBackward(const plan::Plan &p, WeightSource &weights, const CanonicalRequest &req, const RunOptions &opt) {
     if (p.options.sp * p.options.tp != 1) fail("--device gpu", "the backward runs on one rank");
     const HostClock::time_point h0 = HostClock::now();
