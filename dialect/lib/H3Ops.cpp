@@ -594,12 +594,22 @@ static LogicalResult gradOperand(Operation *op, ActType g, int64_t N) {
 
 LogicalResult LinearGradXOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyCommon(op)) || failed(weightCount(op, getWeight(), 1, 1, "weight"))) return failure();
+  const size_t lora = getLoraT() ? 1 : 0;
+  if (failed(verifyCommon(op)) || failed(weightCount(op, getWeight(), 1 + lora, 1 + lora, "weight"))) return failure();
   ActType g = act(getG()), dx = act(getDx());
   if (failed(gradOperand(op, g, int64_t(getN())))) return failure();
   if (failed(sameRows(op, g, dx, "dx"))) return failure();
   if (Value r = getResidual(); r && r.getType() != getDx().getType())
     return err(op) << "residual must have dx's type (the part of the gradient dX is added to)";
+  // The fused LoRA down path's dX (h3-fuse-grad): lora_t is bf(dt) [rows, lora_k], one k-block of the GEMM.
+  if (bool(getLoraK()) != bool(lora)) return err(op) << "lora_t and lora_k come together";
+  if (lora) {
+    const int64_t L = int64_t(*getLoraK());
+    if (L <= 0 || L > 64 || L % 16) return err(op) << "lora_k must be 16, 32, 48 or 64 (one k-block), got " << L;
+    if (failed(expect(op, act(getLoraT()), "lora_t", L, BFloat16Type::get(getContext()))) ||
+        failed(sameRows(op, g, act(getLoraT()), "lora_t")))
+      return failure();
+  }
   return expect(op, dx, "dx", int64_t(getK()), Float32Type::get(getContext()));
 }
 

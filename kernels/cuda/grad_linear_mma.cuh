@@ -19,10 +19,15 @@
 // stored: dX's A is bf(g) row-major (ldmatrix), its B is W [N][K] with the reduction along rows (ldmatrix.trans); dW's
 // A is bf(g)^T and its B is x, both with the reduction along rows (ldmatrix.trans).
 //
+// GL_LORA_K > 0 (dX, h3-fuse-grad: a LoRA down path's dX taken in): after its own chain the block computes the path's,
+// bf(dt) [rows][GL_LORA_K] times the down slot [GL_LORA_K][K] from 0 over the same k-tiles of 32 (the path's own op's
+// chunks), and stores (residual + path) + dX: the two ops' additions in their order.
+//
 // Defined by the emitter: GL_ENTRY GL_ENTRY_P1 H3C_PARAMS GL_DW (0: dX, 1: dW) GR_N GR_K GR_BIAS (dW: the bias's
-// gradient too). N and K are multiples of 8 (16-byte rows for cp.async).
-// Parameters: g (F32 [rows][N]); dX: w (bf16 [N][K]), residual (GR_RESIDUAL: F32 [rows][K], added to dX's value as
-// grad_add adds it), dx, rows; dW: x (bf16 [rows][K]), dw and / or dbias, items,
+// gradient too) GL_LORA_K (dX: 0 or the path's width). N and K are multiples of 8 (16-byte rows for cp.async).
+// Parameters: g (F32 [rows][N]); dX: w (bf16 [N][K]), down (GL_LORA_K: the down slot), residual (GR_RESIDUAL: F32
+// [rows][K], added to dX's value as grad_add adds it), lora_t (GL_LORA_K), dx, rows; dW: x (bf16 [rows][K]), dw and /
+// or dbias, items,
 // item_rows; gb (scratch). The weight's gradient is always an output here (a bias-only gradient keeps grad.cuh).
 // The tile (emitter: GL_BM x GL_BN outputs, k-tiles of GL_BK, GL_STAGES stages, GL_WM x GL_WN warps); none changes a
 // bit: every element's chain is the same sequence of chunks whatever the tile.
@@ -205,6 +210,22 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS) GL_ENTRY_P1(H3C_PARAMS)
     }
   }
 #else
+#if GL_LORA_K
+  // The LoRA down path's chain (the ring is idle: every cp.async group has landed): its k-tiles of 32, one at a time.
+  gl_acc_t path;
+  gl_zero(path);
+  const h3bf *T = (const h3bf *)lora_t, *D = (const h3bf *)down;
+  for (int kt = 0; kt < (GL_LORA_K + GL_BK - 1) / GL_BK; ++kt) {
+    __syncthreads();  // every warp is done with the stage the tile is loaded into
+    gl_load<GL_BM, GL_BK, GL_LDA>(As, T + (long long)kt * GL_BK, m0, rows, 0, GL_LORA_K - (long long)kt * GL_BK,
+                                  GL_LORA_K);
+    gl_load<GL_BK, GL_BN, GL_LDB>(Bs, D, (long long)kt * GL_BK, GL_LORA_K, n0, GR_K, GR_K);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    gl_compute(As, Bs, path, wm, wn, lane);
+  }
+#endif
   const int gq = lane >> 2, t4 = lane & 3;
 #pragma unroll
   for (int i = 0; i < GL_MF; ++i)
@@ -217,7 +238,14 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS) GL_ENTRY_P1(H3C_PARAMS)
         const long long c = n0 + wn * GL_WTN + j * 8 + t4 * 2;
         if (c < GR_K) {
           float2 v = make_float2(acc[i][j][h * 2], acc[i][j][h * 2 + 1]);
-#if GR_RESIDUAL  // h3-fuse-grad: residual + dX, grad_add's sum
+#if GL_LORA_K  // the part dX is added to: the path's dX, after the residual the path's op added
+          float2 part = make_float2(path[i][j][h * 2], path[i][j][h * 2 + 1]);
+#if GR_RESIDUAL
+          const float2 o = *(const float2 *)((const float *)residual + r * GR_K + c);
+          part = make_float2(__fadd_rn(o.x, part.x), __fadd_rn(o.y, part.y));
+#endif
+          v = make_float2(__fadd_rn(part.x, v.x), __fadd_rn(part.y, v.y));
+#elif GR_RESIDUAL  // h3-fuse-grad: residual + dX, grad_add's sum
           const float2 o = *(const float2 *)((const float *)residual + r * GR_K + c);
           v = make_float2(__fadd_rn(o.x, v.x), __fadd_rn(o.y, v.y));
 #endif

@@ -25,12 +25,19 @@
 // stage is refilled only when the consumers of both CTAs released it; the second tile of a pair past the last row
 // tile reads zeros and stores nothing (as the forward's 2-CTA linears). Timing only: the chains are the same.
 //
+// GX_LORA_K > 0 (h3-fuse-grad: a LoRA down path's dX taken in, docs/contract.md section 14): after a tile's own
+// k-blocks the producer loads one more stage, the tile's rows of bf(dt) (t_map, lora_t [rows][GX_LORA_K]) and its
+// columns of the down slot (d_map, [GX_LORA_K][K], boxes as W's), and each consumer computes the path's chain on it,
+// 64 columns at a time into 32 more accumulators (m64n64k16 from 0 over GX_LORA_CHUNKS chunks: the path's own op's
+// chain), then stores (residual + path) + dX for those columns: the two ops' additions in their order.
+//
 // Defined by the emitter: GL_ENTRY GX_ENTRY_P1 H3C_PARAMS GL_DW (0) GR_N GR_K GR_BIAS (0) GX_BN (128, 192 or 256;
 // 64 for a K of 64, LoRA's dt) GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing
 // its stage; 1: keep one in flight) GX_CLUSTER (1 or 2) GR_RESIDUAL (1: the epilogue stores residual + dX,
-// h3-fuse-grad's grad_add). Parameters (H3C_PARAMS, in this order): g (F32 [rows][N], phase 0's), residual
-// (GR_RESIDUAL: F32 [rows][K]), dx (F32 [rows][K]), rows, gb (scratch, bf16 [rows][N]), gb_map (the tensor map over
-// gb: boxes of 64 x 128 rows), w_map (W's: boxes of 64 x 64).
+// h3-fuse-grad's grad_add) GX_LORA_K (0, or the path's width, 16 to 64). Parameters (H3C_PARAMS, in this order): g
+// (F32 [rows][N], phase 0's), residual (GR_RESIDUAL: F32 [rows][K]), lora_t (GX_LORA_K), dx (F32 [rows][K]), rows,
+// gb (scratch, bf16 [rows][N]), gb_map (the tensor map over gb: boxes of 64 x 128 rows), w_map (W's: boxes of 64 x
+// 64), t_map and d_map (GX_LORA_K: lora_t's, boxes of 64 x 128 rows, and the down slot's, as W's).
 #define GX_BM 128
 #define GX_BK 64
 #define GX_THREADS 384
@@ -45,6 +52,11 @@
 // setmaxnreg's split of 168 x 384 registers (the forward's): 40 x 128 + 232 x 256.
 #define GX_REGS_PRODUCER 40
 #define GX_REGS_CONSUMER 232
+// The LoRA down path's chain (GX_LORA_K): the chunks of its own op, 2 ceil(GX_LORA_K / 32), in one k-block of 64.
+#define GX_LORA_CHUNKS (2 * ((GX_LORA_K + 31) / 32))
+#if GX_LORA_K < 0 || GX_LORA_K > 64 || GX_LORA_K % 16 || (GX_LORA_K && GX_BN == 64)
+#error "GX_LORA_K is 0 or 16 to 64 in steps of 16, on a dX tile of 128 columns or more"
+#endif
 #if GX_BN != 256 && GX_BN != 192 && GX_BN != 128 && !(GX_BN == 64 && GR_K == 64)
 #error "GX_BN is 128, 192 or 256 (64: a dX of 64 columns, LoRA's dt)"
 #endif
@@ -120,6 +132,54 @@ __device__ __forceinline__ void gx_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u3
 #endif
 }
 
+#if GX_LORA_K
+// The fused LoRA down path (stage s: bf(dt) rows and the down slot's boxes of this tile): per 64 columns of the tile,
+// the path's chain into pa, then (residual + path) + dX stored for those columns (acc holds dX). Releases the stage.
+__device__ __forceinline__ void gx_lora_epilogue(const float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty,
+                                                 h3u32 peer, int cw, int lane, int &s, h3u32 &ph,
+                                                 long long r0, long long c0, long long M, float *out,
+                                                 const float *res) {
+  mbar_wait(full + 8 * s, ph);
+  const unsigned long long da = wgmma_desc_sw128(sA + s * GX_A_BYTES + cw * 64 * 128);
+#pragma unroll  // (acc's indices must be constants: a runtime index would put acc in local memory)
+  for (int jb = 0; jb < GX_BOXES; ++jb) {
+    float pa[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < GX_LORA_CHUNKS; ++kk)
+      wgmma_64<1>(pa, da + 2 * kk, wgmma_desc_sw128_nmajor(sB + s * GX_B_BYTES + jb * GX_BOX_BYTES + kk * 2048,
+                                                           GX_BOX_BYTES),
+                  kk == 0 ? 0 : 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    // pa 4 j + 2 h + e: row 16 warp + gq + 8 h, column 64 jb + 8 j + 2 t4 + e; acc's index of it 32 jb + 4 j + 2 h + e.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long r = r0 + 8 * h;
+      if (r >= M) continue;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const long long c = c0 + 64 * jb + 8 * j;
+        if (c < GR_K) {
+          float2 p = make_float2(pa[4 * j + 2 * h], pa[4 * j + 2 * h + 1]);
+#if GR_RESIDUAL  // the path's op added its residual: residual + path
+          const float2 o = *(const float2 *)(res + r * GR_K + c);
+          p = make_float2(__fadd_rn(o.x, p.x), __fadd_rn(o.y, p.y));
+#endif
+          const int i = 32 * jb + 4 * j + 2 * h;
+          *(float2 *)(out + r * GR_K + c) = make_float2(__fadd_rn(p.x, acc[i]), __fadd_rn(p.y, acc[i + 1]));
+        }
+      }
+    }
+  }
+  if (lane == 0) gx_release(empty + 8 * s, peer);
+  if (++s == GX_STAGES) {
+    s = 0;
+    ph ^= 1;
+  }
+}
+#endif
+
 // Tile (pair) t of the persistent walk: row tiles vary fastest inside a group of GX_GROUP_M (pairs of) row tiles; with
 // GX_CLUSTER = 2, tm is this CTA's row tile of the pair (cluster rank `rank`).
 __device__ __forceinline__ void gx_tile(int t, int walkM, h3u32 rank, int &tm, int &tn) {
@@ -164,6 +224,10 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
     if (tid == 0) {
       tma_prefetch_map(&gb_map);
       tma_prefetch_map(&w_map);
+#if GX_LORA_K
+      tma_prefetch_map(&t_map);
+      tma_prefetch_map(&d_map);
+#endif
       int s = 0;
       h3u32 ph = 0;
       for (int t = first; t < tiles; t += stride) {
@@ -191,6 +255,26 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
             ph ^= 1;
           }
         }
+#if GX_LORA_K
+        // The LoRA down path's stage: the tile's rows of bf(dt) (zero past lora_k and past the rows) and the down
+        // slot's rows for the tile's columns, boxes as W's.
+        mbar_wait(empty + 8 * s, ph ^ 1);
+        mbar_expect_tx(full + 8 * s, GX_A_BYTES + boxes * GX_BOX_BYTES);
+        tma_load_2d(sA + s * GX_A_BYTES, &t_map, 0, tm * GX_BM, full + 8 * s);
+        for (int j = 0; j < boxes; ++j) {
+#if GX_CLUSTER == 2
+          if ((h3u32)(j & 1) == rank)
+            tma_load_2d_multicast(sB + s * GX_B_BYTES + j * GX_BOX_BYTES, &d_map, c0 + 64 * j, 0, full + 8 * s,
+                                  (unsigned short)3);
+#else
+          tma_load_2d(sB + s * GX_B_BYTES + j * GX_BOX_BYTES, &d_map, c0 + 64 * j, 0, full + 8 * s);
+#endif
+        }
+        if (++s == GX_STAGES) {
+          s = 0;
+          ph ^= 1;
+        }
+#endif
       }
     }
   } else {
@@ -209,6 +293,14 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
       // Accumulator 4 j + 2 h + e: row 16 warp + gq + 8 h, column 8 j + 2 t4 + e of the warpgroup's 64 x GX_BN block.
       const long long r0 = (long long)tm * GX_BM + cw * 64 + warp * 16 + gq;
       const long long c0 = (long long)tn * GX_BN + 2 * t4;
+#if GX_LORA_K
+#if GR_RESIDUAL
+      const float *res = (const float *)residual;
+#else
+      const float *res = nullptr;
+#endif
+      gx_lora_epilogue(acc, sA, sB, full, empty, peer, cw, lane, s, ph, r0, c0, M, out, res);
+#else
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const long long r = r0 + 8 * h;
@@ -226,6 +318,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
           }
         }
       }
+#endif
     }
   }
 #if GX_CLUSTER == 2

@@ -82,6 +82,20 @@ bool dxResidual(Params &p, Builder &b, const plan::OpAttrs &a) {
   return residual;
 }
 
+// A LoRA down path's dX taken in (h3-fuse-grad, lora_k): the input lora_t (the op's last, bf(dt)), defining `macro` as
+// the path's width (0 without one). Returns lora_t's input index, or -1.
+int64_t loraInput(Params &p, Builder &b, const OpView &v, const char *macro) {
+  const plan::OpAttrs &a = v.a();
+  b.def(macro, a.loraK);
+  if (a.loraK == 0) return -1;
+  if (a.loraK > 64 || a.loraK % 16 || v.op.weights.size() != 2)
+    fail(v.where, "a dX's LoRA down path is 16 to 64 wide (got {}) over a second weight, the down slot", a.loraK);
+  const int64_t t = int64_t(v.op.in.size()) - 1;
+  if (!bf(v.in(size_t(t)))) fail(v.where, "a dX's LoRA down path reads bf(dt): lora_t must be bf16");
+  p.in("lora_t", t);
+  return t;
+}
+
 // Whether the op's g is a grad_round's bf16 bf(g) (h3-fuse-grad): its kernel is the GEMM alone, reading g where it
 // reads the rounding phase's scratch otherwise. Such a g never comes with a bias gradient (dbias sums the F32 g).
 bool roundedG(const OpView &v, int64_t biasAt) {
@@ -121,11 +135,13 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "the Hopper dX with {} stages of the {}-wide tile needs {} bytes of shared memory (at most {})", stages,
          bn, smem, kMaxCtaSharedBytes);
+  if (a.loraK > 0 && narrow) fail(v.where, "a dX of 64 columns takes in no LoRA down path");
   Builder b;
   Params p;
   const Extent rows = v.rowsOfIn(0);
   p.in("g", 0);
   const bool residual = dxResidual(p, b, a);
+  const int64_t loraT = loraInput(p, b, v, "GX_LORA_K");
   p.out("dx", 0);
   p.scalar("rows", rows);
   const bool gbIn = roundedG(v, -1);  // the GEMM's map over g, no rounding phase
@@ -136,6 +152,10 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
     p.scratchTensorMap("gb_map", "gb", rows, a.N, 64, 128);
   }
   p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(a.N), a.K, 64, 64);
+  if (loraT >= 0) {  // bf(dt) in boxes as gb's, the down slot's as W's
+    p.tensorMap("t_map", OperandRole::In, loraT, rows, a.loraK, 64, 128);
+    p.tensorMap("d_map", OperandRole::Weight, 1, Extent::constant(a.loraK), a.K, 64, 64);
+  }
   b.def("GL_DW", 0);
   b.def("GR_N", a.N);
   b.def("GR_K", a.K);
@@ -152,8 +172,8 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   g.maxPerSm = 1;
   plan::Launch gemm = launch(384, smem, g);
   gemm.cluster = {cluster, 1, 1};
-  const std::string name =
-      fmt::format("linear_grad_x_mma_sm90_n{}_k{}{}{}", a.N, a.K, residual ? "_res" : "", gbIn ? "_gb" : "");
+  const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}{}{}{}", a.N, a.K, residual ? "_res" : "",
+                                       gbIn ? "_gb" : "", a.loraK > 0 ? fmt::format("_lora{}", a.loraK) : "");
   const std::string body = std::string(tmpl::hopper) + "\n" + tmpl::grad_common;
   if (gbIn) return finish(name, "GX_ENTRY_P1", b, p, body + tmpl::grad_linear_sm90, gemm, arch, gradLaunch(o));
   return finish(name, "GL_ENTRY", b, p, body + tmpl::grad_linear_round + tmpl::grad_linear_sm90, convert, arch,
@@ -236,10 +256,13 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
     itemScalars(p, v, 0);
   } else {
     p.weight("w", 0);
+    if (a.loraK > 0) p.weight("down", 1);
     dxResidual(p, b, a);
+    loraInput(p, b, v, "GL_LORA_K");
     p.out("dx", 0);
     p.scalar("rows", rows);
   }
+  if (dw) b.def("GL_LORA_K", 0);
   const bool gbIn = roundedG(v, biasAt);  // phase 1 alone, reading g
   if (!gbIn) p.scratch("gb", rows.scaled(a.N * 2));
   b.def("GL_G_BF16", gbIn ? 1 : 0);
@@ -252,6 +275,8 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
   const bool skinny = !dw && a.K <= 64;
   const int64_t bm = skinny ? 32 : 128, bn = skinny ? 64 : 128, bk = skinny ? 128 : 32, stages = skinny ? 4 : 3;
   const int64_t wm = 2, wn = skinny ? 2 : 4;
+  // A LoRA down path's chain walks k-tiles of 32 (its own op's chunks): not the skinny tile's 128.
+  if (!dw && a.loraK > 0 && skinny) fail(v.where, "a dX of 64 columns or fewer takes in no LoRA down path");
   b.def("GL_BM", bm);
   b.def("GL_BN", bn);
   b.def("GL_BK", bk);
@@ -265,6 +290,7 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
                                    dim(Extent::constant(a.K), bn));
   std::string name = fmt::format("{}_mma_n{}_k{}{}{}", plan::opKindName(v.op.kind), a.N, a.K,
                                  !dw && a.epilogue == plan::Epilogue::Residual ? "_res" : "", gbIn ? "_gb" : "");
+  if (!dw && a.loraK > 0) name += fmt::format("_lora{}", a.loraK);
   if (gbIn)
     return finish(name, "GL_ENTRY_P1", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_mma, gemm, arch,
                   gradLaunch(v.options));

@@ -186,6 +186,43 @@ int foldRopeGrads(func::FuncOp f) {
   return folded;
 }
 
+// A bf16 linear's dX whose residual is the dX of a LoRA down path (the adapter's down slot `<module>.lora_down`, N =
+// the rank) that nothing else reads takes that dX in: the op reads the path's bf(dt) as lora_t and the down slot as
+// its second weight, and its kernel computes the path's chain (one k-block of at most 64) beside its own, adding the
+// path's residual, then its own dX, in the two ops' order: the same bits. What goes is the path's GEMM, bound by its
+// F32 store (the 33B LoRA step: 260 of them, ~28 ms on an H200), and this op's read of that F32 tensor. The path may
+// be another node's that differentiates the same x (q, k and v share theirs). Runs after the roundings: the path's g
+// must be bf16 (a grad_round's) by then. Returns the count folded.
+int foldLoraDx(func::FuncOp f) {
+  auto bf16Weight = [](ArrayAttr w) { return !h3c::h3::isF32Module(cast<StringAttr>(w[0]).str()); };
+  std::vector<LinearGradXOp> bases;
+  f.walk([&](LinearGradXOp dx) { bases.push_back(dx); });
+  int folded = 0;
+  for (LinearGradXOp base : bases) {
+    Value r = base.getResidual();
+    auto l = r ? r.getDefiningOp<LinearGradXOp>() : LinearGradXOp();
+    // The dX kernels take a path on their tiles of 128 columns or more: K > 64 (a skinny dX walks k-tiles of 128, not
+    // the path's chunks). base's N > 64: a path's dX is never a base, so no op of `bases` is erased before its turn.
+    if (!l || base.getLoraT() || l.getLoraT() || !r.hasOneUse() || !bf16Weight(base.getWeight()) ||
+        base.getN() <= 64 || base.getK() <= 64 || l.getWeight().size() != 1 ||
+        !cast<StringAttr>(l.getWeight()[0]).getValue().ends_with(".lora_down") || l.getK() != base.getK() ||
+        l.getN() > 64 || l.getN() % 16 || !cast<ActType>(l.getG().getType()).getElementType().isBF16())
+      continue;
+    OpBuilder b(base);
+    SmallVector<Attribute> weights(base.getWeight().begin(), base.getWeight().end());
+    weights.push_back(l.getWeight()[0]);
+    auto fused = LinearGradXOp::create(b, base.getLoc(), base.getDx().getType(), base.getG(), l.getResidual(), l.getG(),
+                                       base.getKAttr(), base.getNAttr(), b.getArrayAttr(weights), base.getOrderAttr(),
+                                       b.getI64IntegerAttr(int64_t(l.getN())), base.getNodesAttr(),
+                                       base.getValuesAttr());
+    base.getDx().replaceAllUsesWith(fused.getDx());
+    base.erase();
+    l.erase();
+    ++folded;
+  }
+  return folded;
+}
+
 // Every h3.attention_grad reruns its forward attention's key walk for the row statistics L unless the forward saves
 // them: the forward attention op gets its `lse` result (f32 [rows, heads], named "<o>:lse"), the backward function
 // an argument of that name (a saved value, as h3-backward makes them), and the attention_grad reads it. The forward
@@ -250,6 +287,7 @@ struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
       foldRopeGrads(f);
       shareRoundings(f);
       foldRoundings(f);
+      foldLoraDx(f);
     });
     if (saveRowStatistics(getOperation()) < 0) {
       getOperation().emitError() << "h3-fuse-grad: could not add the saved row statistics to func @backward";

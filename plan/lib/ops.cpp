@@ -188,9 +188,12 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
   case OpKind::Split: return {"full"};
   case OpKind::LoraDown: return {"x"};
   case OpKind::GradAdd: return {"a", "b"};
-  case OpKind::LinearGradX:
-    if (a.epilogue == Epilogue::Residual) return {"g", "residual"};  // dx = residual + dX (h3-fuse-grad)
-    return {"g"};
+  case OpKind::LinearGradX: {  // dx = residual + dX (h3-fuse-grad); lora_t: a LoRA down path's dX taken in
+    std::vector<std::string> v = {"g"};
+    if (a.epilogue == Epilogue::Residual) v.push_back("residual");
+    if (a.loraK > 0) v.push_back("lora_t");
+    return v;
+  }
   case OpKind::LinearGradW: return {"g", "x"};
   case OpKind::RmsNormGrad:
     if (a.rotaryDim > 0) return {"dy", "x", "cos", "sin"};  // a qk_norm's, with the rope_grad before it folded in
@@ -296,7 +299,11 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::GradAdd:
   case OpKind::GradRound:
   case OpKind::SiluGrad: return cols;
-  case OpKind::LinearGradX: return a.epilogue == Epilogue::Residual ? linear : kn;
+  case OpKind::LinearGradX: {
+    std::vector<std::string> v = a.epilogue == Epilogue::Residual ? linear : kn;
+    if (a.loraK > 0) v.push_back("lora_k");  // (h3-fuse-grad: a LoRA down path's dX taken in)
+    return v;
+  }
   case OpKind::LinearGradW: return kn;
   case OpKind::SwigluGrad: return F;
   case OpKind::RmsNormGrad: return a.rotaryDim > 0 ? rmsGradRope : rmsGrad;

@@ -147,7 +147,8 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
   if (kind == OpKind::RmsNormGrad && j.contains("rotary_dim"))
     a.rotaryDim = positive(j["rotary_dim"], where + "/rotary_dim", 1024);
   // lora_k (an unmerged LoRA path) adds an attr, an input and a weight (ops.h).
-  if (takesLora(kind) && j.contains("lora_k")) a.loraK = positive(j["lora_k"], where + "/lora_k", 1 << 16);
+  if ((takesLora(kind) || kind == OpKind::LinearGradX) && j.contains("lora_k"))
+    a.loraK = positive(j["lora_k"], where + "/lora_k", 1 << 16);
   if (isLayoutOp(kind) && j.contains("axis")) {
     std::string ax = str(j["axis"], where + "/axis");
     if (!parseAxis(ax, a.axis)) fail(where + "/axis", "expected rows or cols, got \"{}\"", ax);
@@ -207,8 +208,13 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     } else if (k == "lse") {
       // (read above)
     } else if (k == "lora_k") {
-      // Whole 64-column k-blocks of the Hopper GEMM, so lora_t's chunks start a block of their own (section 13).
-      if (a.loraK % 64) fail(w("lora_k"), "expected a multiple of 64, got {}", a.loraK);
+      // Whole 64-column k-blocks of the Hopper GEMM, so lora_t's chunks start a block of their own (section 13); a
+      // dX's LoRA down path (h3-fuse-grad) is one k-block of whole 16-wide chunks (section 14).
+      if (kind == OpKind::LinearGradX) {
+        if (a.loraK > 64 || a.loraK % 16) fail(w("lora_k"), "expected 16, 32, 48 or 64, got {}", a.loraK);
+      } else if (a.loraK % 64) {
+        fail(w("lora_k"), "expected a multiple of 64, got {}", a.loraK);
+      }
     }
   }
   if (isLayoutOp(kind)) {

@@ -6,7 +6,8 @@
 //   - every operand has the width its attrs imply, every gradient is F32, and every weight gradient is an F32
 //     value of the tensor's element count (rows "1");
 //   - a linear_grad_x / _w over an adapter slot differentiates the unmerged LoRA path of its node's forward linear
-//     (section 13): the up slot against that linear's lora_t, the down slot against the lora_down's x;
+//     (section 13): the up slot against that linear's lora_t, the down slot against the lora_down's x; one with a
+//     LoRA down path's dX taken in (lora_k) reads a down slot over its linear's x and that path's bf16 dt;
 //   - every op emits the gradients of exactly its trained tensors (the function's `trainable`, plan/trainable.h);
 //   - the inputs are the gradients of the forward's outputs, the outputs exactly the gradients of the three
 //     activation inputs and of every trained weight tensor, each tensor's gradient emitted by exactly one op.
@@ -121,6 +122,29 @@ struct Checker {
     sameRows(op, {0, 1}, {0});
   }
 
+  // A linear_grad_x with a LoRA down path's dX taken in (h3-fuse-grad, lora_k): its last weight is the down slot of a
+  // lora_down over the same x as its node's forward linear f (q, k and v share theirs), of lora_k rows and K
+  // columns, and its last input (lora_t) that path's bf16 gradient of t, g's rows and lora_k columns.
+  void checkFusedLora(const Op &op, const Op &f) const {
+    const OpAttrs &a = op.attrs;
+    const std::string &slot = op.weights.back();
+    const Op *down = nullptr;
+    for (const auto &[t, d] : loraDownOf)
+      if (d->weights.at(0) == slot) down = d;
+    if (!down) fail(op.where + "/weights", "'{}' is no lora_down's slot, but lora_k names a LoRA down path", slot);
+    if (f.in.empty() || down->in.at(0) != f.in[0])
+      fail(op.where + "/weights", "the LoRA down path of '{}' reads '{}', not {}'s x '{}'", slot, down->in.at(0),
+           op.firstNode(), f.in.empty() ? "" : f.in[0]);
+    if (down->attrs.N != a.loraK || down->attrs.K != a.K)
+      fail(op.where + "/attrs", "lora_k {} and K {} are not the down slot's {} and {}", a.loraK, a.K, down->attrs.N,
+           down->attrs.K);
+    const size_t t = op.in.size() - 1;
+    width(op, false, t, a.loraK);
+    sameRows(op, {0, t}, {});
+    if (p.value(op.in[t]).dtype != DType::BF16 || !roundedGrads.count(op.in[t]))
+      fail(op.where + "/in/" + std::to_string(t), "'{}' must be a bf16 gradient (a grad_round's bf(dt))", op.in[t]);
+  }
+
   // A linear gradient's g is F32, or bf16 (a grad_round's bf(g)) where the op multiplies bf(g) on the tensor cores:
   // a bf16 weight, and for dW no bias gradient (dbias sums the F32 g).
   void gradOperand(const Op &op) const {
@@ -177,11 +201,13 @@ struct Checker {
     // or one adapter slot of the node's LoRA path (checked with the path below).
     const bool lora = (op.kind == OpKind::LinearGradX || op.kind == OpKind::LinearGradW) && op.weights.size() == 1 &&
                       p.weightTensor(op.weights[0]).adapter;
+    const bool fusedLora = op.kind == OpKind::LinearGradX && a.loraK > 0;  // its last weight: checkFusedLora
     std::vector<std::string> w, b;
     if (!lora) {
       for (const auto &t : n.tensors) (isBias(t) ? b : w).push_back(t);
       if (op.kind == OpKind::LinearGradX) b.clear();
       if (op.kind != OpKind::LinearGradX && !emitsWeightGrads(op.kind)) w.clear(), b.clear();
+      if (fusedLora && !op.weights.empty()) w.push_back(op.weights.back());
     } else {
       w = op.weights;
     }
@@ -213,7 +239,8 @@ struct Checker {
     // these ops' first output with the rounding fused; only a linear gradient's g may read one (gradOperand).
     for (size_t k = 0; k < op.in.size(); ++k)
       if (p.value(op.in[k]).dtype == DType::BF16 && isGradOp(op.kind) && roundedGrads.count(op.in[k]) &&
-          !((op.kind == OpKind::LinearGradX || op.kind == OpKind::LinearGradW) && k == 0))
+          !((op.kind == OpKind::LinearGradX || op.kind == OpKind::LinearGradW) && k == 0) &&
+          !(fusedLora && k + 1 == op.in.size()))
         fail(op.where + "/in/" + std::to_string(k), "'{}' is a bf16 gradient: only a linear gradient's g reads one",
              op.in[k]);
     const bool roundsOut = op.kind == OpKind::SwigluGrad || op.kind == OpKind::RmsNormGrad ||
@@ -243,7 +270,10 @@ struct Checker {
     if (fit == forwardOf.end()) fail(op.where + "/nodes/0", "no forward op implements '{}'", n.id);
     const Op &f = *fit->second;
     const OpAttrs &fa = f.attrs;
-    if (lora) return checkLora(op, f);
+    if (lora) {
+      if (fusedLora) fail(op.where + "/attrs/lora_k", "a LoRA path's own dX takes in no other path");
+      return checkLora(op, f);
+    }
     switch (op.kind) {
     case OpKind::LinearGradX:
     case OpKind::LinearGradW:
@@ -252,6 +282,7 @@ struct Checker {
       width(op, false, 0, a.N);
       if (op.kind == OpKind::LinearGradX) {
         dxOperands(op, a.K);
+        if (fusedLora) checkFusedLora(op, f);
       } else {
         saved(op, 1, f.in[0]);
         width(op, false, 1, a.K);

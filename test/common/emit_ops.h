@@ -137,16 +137,23 @@ inline EmitOp qkvNormRope(const std::string &node, int64_t K, int64_t heads, int
 // linear_grad_x of a bf16 linear (docs/contract.md section 14) as a `--backward` plan has it: g F32 [S, N] (the
 // output's gradient, batched) -> dx F32 [S, K], the weight bf16 [N, K]; k_chunks over N.
 // With `gBf16`, g is a grad_round's bf(g) (bf16, h3-fuse-grad): the forms without their rounding phase.
-inline EmitOp linearGradX(int64_t N, int64_t K, bool residual = false, bool gBf16 = false) {
+// With `loraK` (h3-fuse-grad: a LoRA down path's dX taken in) the op reads lora_t bf16 [S, loraK] last and the down
+// slot [loraK, K] as its second weight.
+inline EmitOp linearGradX(int64_t N, int64_t K, bool residual = false, bool gBf16 = false, int64_t loraK = 0) {
   plan::OpAttrs a = attrs({{"K", double(K)}, {"N", double(N)}});
   a.wDtype = h3c::DType::BF16;
   if (residual) a.epilogue = plan::Epilogue::Residual;  // h3-fuse-grad: dx = residual + dX, residual F32 [S, K]
-  EmitOp e = op(OpKind::LinearGradX, "transformer_blocks.0.linear_grad_x", a, kchunks(1), 1);
+  a.loraK = loraK;
+  EmitOp e = op(OpKind::LinearGradX, "transformer_blocks.0.linear_grad_x", a, kchunks(1), loraK > 0 ? 2 : 1);
   e.vals.in[0].cols = N;
   e.vals.in[0].dtype = gBf16 ? h3c::DType::BF16 : h3c::DType::F32;
   if (residual) {
     e.vals.in[1].cols = K;
     e.vals.in[1].dtype = h3c::DType::F32;
+  }
+  if (loraK > 0) {
+    e.vals.in.back().cols = loraK;
+    e.vals.in.back().dtype = h3c::DType::BF16;
   }
   e.vals.out[0].cols = K;
   e.vals.out[0].dtype = h3c::DType::F32;

@@ -1582,6 +1582,50 @@ TEST_F(Kernels, LinearGradX) {
     const plan::Kernel &kp = kernel(op, pairOpt);
     report(kp.phases.at(0).launch.cluster[0] == 2 && bytesEqual(go(kp, g), m),
            name + ": the 2-CTA cluster form (" + kp.id + ") == mma.sync byte for byte");
+    // h3-fuse-grad's LoRA down path taken in (lora_k 64, a dX of more than 64 columns over N > 64): the fused op over
+    // bf(g), bf(dt) [M, 64] and the down slot [64, K], with and without a residual, in the Hopper form, the 2-CTA
+    // form and the mma.sync form, == the two ops it replaces run one after the other (the path's dX with the
+    // residual, then this dX with the path's result as its residual) byte for byte; and the path changes dx.
+    if (c.N > 64 && c.K > 64) {
+      std::vector<uint16_t> t(size_t(c.M * 64)), dn(size_t(64 * c.K));
+      for (uint16_t &e : t) e = floatToBf16(value());
+      for (uint16_t &e : dn) e = floatToBf16(value() / 8.0f);
+      Buf tb = up(t), db = up(dn), gbb = up(gb), resb = up(res);
+      auto launch = [&](const plan::Kernel &kern, std::vector<Buf> in, std::vector<Buf> wts) {
+        Launch la;
+        la.in = std::move(in);
+        la.w = std::move(wts);
+        la.out = {outBuf(size_t(c.M * c.K * 4))};
+        la.e = rowsS(c.M);
+        run(kern, la);
+        return down<float>(*la.out[0], size_t(c.M * c.K));
+      };
+      for (bool withRes : {false, true}) {
+        const std::string what = name + (withRes ? ": LoRA down path with a residual" : ": LoRA down path");
+        const EmitOp path = linearGradX(64, c.K, withRes, true);
+        std::vector<Buf> pathIn = {tb};
+        if (withRes) pathIn.push_back(resb);
+        const auto part = launch(kernel(path, hopperOpt), pathIn, {db});
+        const auto want = launch(kgr9, {gbb, up(part)}, {wb});
+        report(!bytesEqual(want, withRes ? sum : h1), what + ": the path changes dx");
+        const EmitOp fused = linearGradX(c.N, c.K, withRes, true, 64);
+        std::vector<Buf> in = {gbb};
+        if (withRes) in.push_back(resb);
+        in.push_back(tb);
+        for (const auto &[label, opts] : {std::pair<const char *, hk::EmitOptions>{"Hopper", hopperOpt},
+                                          {"2-CTA", pairOpt}, {"mma.sync", mmaOpt}}) {
+          const plan::Kernel &kf = kernel(fused, opts);
+          const auto got = launch(kf, in, {wb, db});
+          const size_t fat = firstDiff(got, want);
+          report(kf.id.find("_lora64_") != std::string::npos && fat == SIZE_MAX,
+                 what + fmt::format(": {} ({}) == the path's op then this op byte for byte{}", label, kf.id,
+                                    fat == SIZE_MAX ? std::string()
+                                                    : fmt::format(" (first difference at row {} column {}: {} vs {})",
+                                                                  fat / size_t(c.K), fat % size_t(c.K), got[fat],
+                                                                  want[fat])));
+        }
+      }
+    }
     // Rows permuted: row i of the permuted g is row perm[i]; dx's row i must be the first run's row perm[i].
     std::vector<long long> perm(size_t(c.M));
     for (long long i = 0; i < c.M; ++i) perm[size_t(i)] = i;

@@ -45,7 +45,7 @@ func.func @grad_w_bias_only(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf
 // A gradient is f32; a linear gradient may read bf(g) (bf16: an h3.grad_round's result, h3-fuse-grad), nothing else.
 func.func @int_gradient(%g: !h3.act<B, S, 24, i64>) -> !h3.act<B, S, 32, f32> {
   // expected-error @+1 {{g must be f32 (or bf16: an h3.grad_round result)}}
-  %dx = h3.linear_grad_x %g {K = 32 : i64, N = 24 : i64, weight = ["w"], nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, i64>) -> !h3.act<B, S, 32, f32>
+  %dx = h3.linear_grad_x %g {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, i64>) -> !h3.act<B, S, 32, f32>
   return %dx : !h3.act<B, S, 32, f32>
 }
 
@@ -136,7 +136,42 @@ func.func @row_units_params() attributes {o = #h3.order<row_units, k_step = 16, 
 // h3-fuse-grad's residual is the part of dx's gradient it is added to: dx's type.
 func.func @grad_x_residual_type(%g: !h3.act<B, S, 24, f32>, %r: !h3.act<B, S, 16, f32>) {
   // expected-error @+1 {{residual must have dx's type (the part of the gradient dX is added to)}}
-  %dx = h3.linear_grad_x %g, %r {K = 32 : i64, N = 24 : i64, weight = ["w"], nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 16, f32>) -> !h3.act<B, S, 32, f32>
+  %dx = h3.linear_grad_x %g, %r {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 16, f32>) -> !h3.act<B, S, 32, f32>
+  return
+}
+
+// -----
+
+// h3-fuse-grad's LoRA down path taken in: lora_t comes with lora_k and the down slot as a second weight.
+func.func @grad_x_lora_without_width(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S, 64, bf16>) {
+  // expected-error @+1 {{lora_t and lora_k come together}}
+  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, weight = ["w", "l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 1>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 32, f32>
+  return
+}
+
+// -----
+
+func.func @grad_x_lora_one_weight(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S, 64, bf16>) {
+  // expected-error @+1 {{'weight' must list 2 tensor names, got 1}}
+  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, lora_k = 64 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 1>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 32, f32>
+  return
+}
+
+// -----
+
+// One k-block: at most 64 wide.
+func.func @grad_x_lora_too_wide(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S, 128, bf16>) {
+  // expected-error @+1 {{lora_k must be 16, 32, 48 or 64 (one k-block), got 128}}
+  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, lora_k = 128 : i64, weight = ["w", "l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 1>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 32, f32>
+  return
+}
+
+// -----
+
+// lora_t is bf(dt): bf16.
+func.func @grad_x_lora_f32(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S, 64, f32>) {
+  // expected-error @+1 {{lora_t must be 'bf16', got 'f32'}}
+  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, lora_k = 64 : i64, weight = ["w", "l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 1>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, f32>) -> !h3.act<B, S, 32, f32>
   return
 }
 

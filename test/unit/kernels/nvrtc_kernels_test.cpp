@@ -1282,6 +1282,43 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
     })) << k.id;
     expectQualifiedWgmma(jit, k, fmt::format("dX N {} K {} residual, bf16 g", N, K));
   }
+  // h3-fuse-grad's LoRA down path taken in (lora_k 64: its bf(dt) and down slot, one more stage of the ring and 32
+  // more accumulators per 64 columns) at the three tile widths (fc1: 192, q / k / v and fc2: 256, with and without the
+  // residual; 128 by tuning) and in 2-CTA clusters, qualified as above; the mma.sync form (sm_100a) compiles without
+  // spilling. Kernels.LinearGradX compares them with the two ops they replace, byte for byte.
+  {
+    struct Fused {
+      int64_t N, K;
+      bool residual;
+      int bn, cluster;
+    };
+    for (const Fused &f : {Fused{28672, 5376, false, 0, 1}, Fused{7168, 5376, true, 0, 1}, Fused{5376, 14336, false, 0, 1},
+                           Fused{5376, 7168, true, 128, 1}, Fused{5376, 7168, false, 0, 2}}) {
+      hk::EmitOptions o;
+      o.sm90GradXBn = f.bn;
+      o.sm90GradXCluster = f.cluster;
+      const plan::Kernel k = *emit(linearGradX(f.N, f.K, f.residual, true, 64), "sm_90a", o);
+      EXPECT_EQ(k.id.find(fmt::format("linear_grad_x_mma_sm90_n{}_k{}{}_gb_lora64_", f.N, f.K, f.residual ? "_res" : "")),
+                0u)
+          << k.id;
+      EXPECT_NE(k.source.find("#define GX_LORA_K 64\n"), std::string::npos) << k.id;
+      for (const char *name : {"lora_t", "t_map", "d_map"})
+        EXPECT_TRUE(std::any_of(k.params.begin(), k.params.end(), [&](const plan::KernelParam &q) {
+          return q.name == name;
+        })) << k.id << " " << name;
+      if (f.residual || f.bn == 0 || nvrtcVariants())
+        expectQualifiedWgmma(jit, k, fmt::format("dX N {} K {} with a LoRA down path, bn {} cluster {}", f.N, f.K,
+                                                 f.bn, f.cluster));
+    }
+    const plan::Kernel m = *emit(linearGradX(7168, 5376, true, true, 64), "sm_100a");
+    EXPECT_EQ(m.id.find("linear_grad_x_mma_n7168_k5376_res_gb_lora64_"), 0u) << m.id;
+    EXPECT_NE(m.source.find("#define GL_LORA_K 64\n"), std::string::npos) << m.id;
+    expectCompilesWithoutSpills(jit, m, "sm_100a dX with a LoRA down path");
+    // A path wider than one k-block, or taken into LoRA's own dt (64 columns), is refused with the op's place.
+    EXPECT_THROW(emit(linearGradX(7168, 5376, false, true, 128), "sm_90a"), h3c::Error);
+    EXPECT_THROW(emit(linearGradX(5376, 64, false, true, 64), "sm_90a"), h3c::Error);
+    EXPECT_THROW(emit(linearGradX(5376, 64, false, true, 64), "sm_100a"), h3c::Error);
+  }
   // sm_100a and wgmma off: the mma.sync form.
   hk::EmitOptions off;
   off.wgmma = false;

@@ -100,7 +100,7 @@ def H3Backward : Pass<"h3-backward", "mlir::ModuleOp"> {
 }
 
 def H3FuseGrad : Pass<"h3-fuse-grad", "mlir::ModuleOp"> {
-  let summary = "Fuse gradient sums into their dX / norm gradient, rope_grad into the qk-norm's; round g once; save lse";
+  let summary = "Fuse gradient sums into their dX / norm gradient, rope_grad into the qk-norm's, LoRA dX into the base dX; round g once; save lse";
   let description = [{
     An h3.grad_add(a, b) one of whose parts is an h3.linear_grad_x result read by nothing else, whose other part is
     defined before that op (so it is ready when the op runs), becomes that op's `residual`: the op's result is the
@@ -113,7 +113,10 @@ def H3FuseGrad : Pass<"h3-fuse-grad", "mlir::ModuleOp"> {
     rotated back as it is read: the same values). Then an F32 gradient that two or more linear gradients multiply as
     bf(g) (a bf16 weight's dX, a dW without a bias gradient) gets one h3.grad_round before the first of them, which
     they all read: g rounded once, the same bits (folded into the op computing g where that op can store bf16 and
-    nothing else reads the F32 g). Last, each forward h3.attention that an h3.attention_grad differentiates gets its
+    nothing else reads the F32 g). A bf16 linear's dX whose residual is a LoRA down path's dX (the down slot
+    `<module>.lora_down`, N = the rank, at most 64, its g bf16) read nowhere else takes that dX in (`lora_t` = the
+    path's g, `lora_k` = its N, the down slot its second weight): the path's residual, then the path's dX, then its
+    own dX are added as the two ops added them. Last, each forward h3.attention that an h3.attention_grad differentiates gets its
     `lse` result (the row statistics of its walk), func @backward an argument of that value, and the attention_grad
     reads it instead of rerunning the walk. Runs after h3-backward; nothing else changes.
   }];

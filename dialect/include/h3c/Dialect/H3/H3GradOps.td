@@ -25,15 +25,20 @@ def H3_GradRoundOp : H3_Op<"grad_round"> {
   let results = (outs H3_ActType:$gb);
 }
 
-def H3_LinearGradXOp : H3_ReducingOp<"linear_grad_x", H3_OrderKChunks> {
+def H3_LinearGradXOp : H3_ReducingOp<"linear_grad_x", H3_OrderKChunks, [AttrSizedOperandSegments]> {
   let summary = "dX = bf(g) W for a bf16 weight (k_chunks over N), the fma chain over N for an F32 one";
   let description = [{
     With `residual` (h3-fuse-grad: the h3.grad_add of this dX and a part of the same gradient computed before it),
     the result is residual + dX, one F32 addition per element after dX's own value: grad_add's sum, in the kernel's
     epilogue. g is F32, or bf16 when it is an h3.grad_round's result (bf(g) already: a bf16 weight's dX only).
+    With `lora_t` and `lora_k` (h3-fuse-grad: the LoRA down path's dX that only this op read, as its residual), the
+    second `weight` is the down slot [lora_k, K] and lora_t the bf16 gradient of the path's t [rows, lora_k]: the
+    path's dX, lora_t down (its own k_chunks chain over lora_k from 0, residual + it where there is a residual), is
+    the part this op's dX is added to. The same operations as the two ops, so the same bits.
   }];
-  let arguments = !con((ins H3_ActType:$g, Optional<H3_ActType>:$residual, I64Attr:$K, I64Attr:$N, StrArrayAttr:$weight,
-                            OptionalAttr<H3_OrderAttr>:$order), H3_Common);
+  let arguments = !con((ins H3_ActType:$g, Optional<H3_ActType>:$residual, Optional<H3_ActType>:$lora_t, I64Attr:$K,
+                            I64Attr:$N, StrArrayAttr:$weight, OptionalAttr<H3_OrderAttr>:$order,
+                            OptionalAttr<I64Attr>:$lora_k), H3_Common);
   let results = (outs H3_ActType:$dx);
 }
 
