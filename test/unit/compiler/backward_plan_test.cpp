@@ -409,4 +409,98 @@ TEST(BackwardPlan, HopperLinearGradientsOfTheSmallConfig) {
   }
 }
 
+// h3-fuse-grad's LoRA down paths taken into the base dX (the small config: dX of more than 64 columns): 5 of a block's
+// 6 (k's path into q's dX, whose residual it was), each reading its bf16 bf(dt) last and the down slot second, its
+// kernel the Hopper dX with the path's maps on sm_90a and the mma.sync dX with the path on sm_100a; the reader refuses
+// a lora_t that is not a rounded gradient, a down slot over another x, a lora_k that is not the slot's.
+TEST(BackwardPlan, LoraDownPathsTakenIntoTheBaseDx) {
+  const h3::Fingerprint fp = h3::deriveFingerprint(h3::namedConfig("small"), "small");
+  for (const char *arch : {"sm_90a", "sm_100a"}) {
+    codegen::CompileOptions o = backwardOptions();
+    o.arch = arch;
+    o.loraRank = 64;
+    o.trainable = {"lora"};
+    const fs::path dir = fs::temp_directory_path() / fmt::format("h3c_backward_lora_fused_{}_{}", ::getpid(), arch);
+    fs::remove_all(dir);
+    plan::writePlanFolder(codegen::compile(fp, "0000", o).plan.plan, dir);
+    const plan::Plan p = plan::loadPlan(dir);
+    const bool hopper = std::string(arch) == "sm_90a";
+    size_t fused = 0, paths = 0, q = 0;
+    for (const plan::Op &op : p.backward()->ops) {
+      if (op.kind != plan::OpKind::LinearGradX) continue;
+      const bool path = op.weights.size() == 1 && p.weightTensor(op.weights[0]).adapter &&
+                        op.weights[0].size() > 10 && op.weights[0].substr(op.weights[0].size() - 10) == ".lora_down";
+      paths += path;
+      if (op.attrs.loraK == 0) continue;
+      ++fused;
+      ASSERT_EQ(op.weights.size(), 2u) << op.where;
+      EXPECT_EQ(op.attrs.loraK, 64) << op.where;
+      EXPECT_EQ(op.weights[1].substr(op.weights[1].size() - 10), ".lora_down") << op.where;
+      EXPECT_EQ(p.value(op.in.back()).dtype, DType::BF16) << op.where;
+      EXPECT_EQ(p.value(op.in.back()).cols, 64) << op.where;
+      // q's dX takes k's path in (the sum over norm1's consumers), the others their own node's.
+      if (op.nodes[0].find(".attn.to_q") != std::string::npos) {
+        ++q;
+        EXPECT_NE(op.weights[1].find(".attn.to_k.lora_down"), std::string::npos) << op.where;
+      } else {
+        EXPECT_EQ(op.weights[1].rfind(op.nodes[0] + ".lora_down", 0), 0u) << op.where << " " << op.weights[1];
+      }
+      const plan::Kernel &k = p.kernel(op);
+      EXPECT_NE(k.id.find("_lora64_"), std::string::npos) << k.id;
+      EXPECT_EQ(k.id.rfind(hopper ? "linear_grad_x_mma_sm90_" : "linear_grad_x_mma_n", 0), 0u) << k.id;
+      for (const char *name : {"lora_t", hopper ? "d_map" : "down"})
+        EXPECT_TRUE(std::any_of(k.params.begin(), k.params.end(), [&](const plan::KernelParam &kp) {
+          return kp.name == name;
+        })) << k.id << " " << name;
+    }
+    EXPECT_EQ(fused, 5u * 52) << arch;  // 50 blocks and 2 refiner blocks
+    EXPECT_EQ(paths, 52u) << arch;      // q's own path: the last part of norm1's sum
+    EXPECT_EQ(q, 52u) << arch;
+    if (!hopper) {
+      fs::remove_all(dir);
+      continue;
+    }
+    const json good = plan::planToJson(p);
+    auto refuses = [&](const json &bad, const std::string &needle) {
+      try {
+        plan::planFromJson(rehash(bad), dir, "plan.json");
+        ADD_FAILURE() << "accepted a bad fused dX (expected: " << needle << ")";
+      } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      }
+    };
+    // (The edited op's kernel left out: its tensor maps would be refused first, by the kernel's own checks.)
+    const json &ops = good["functions"]["backward"]["ops"];
+    size_t f = 0, out = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i]["op"] != "linear_grad_x" || !ops[i]["attrs"].contains("lora_k")) continue;
+      if (ops[i]["nodes"][0] == "transformer_blocks.3.ff.net.2") f = i;
+      if (ops[i]["nodes"][0] == "transformer_blocks.3.attn.to_out.0") out = i;
+    }
+    ASSERT_GT(f, 0u);
+    ASSERT_GT(out, 0u);
+    {  // the path's F32 dt instead of its rounding
+      json b = good;
+      b["functions"]["backward"]["ops"][f]["kernel"] = nullptr;
+      std::string t = b["functions"]["backward"]["ops"][f]["in"].back();
+      ASSERT_EQ(t.substr(t.size() - 5), "~bf16");
+      b["functions"]["backward"]["ops"][f]["in"].back() = t.substr(0, t.size() - 5);
+      refuses(b, "must be a bf16 gradient");
+    }
+    {  // to_out's down slot (over the attention output) in fc2's dX (over the swiglu output)
+      json b = good;
+      b["functions"]["backward"]["ops"][f]["kernel"] = nullptr;
+      b["functions"]["backward"]["ops"][f]["weights"]["weight"][1] = ops[out]["weights"]["weight"][1];
+      refuses(b, "reads 'transformer_blocks.3.attn.attention'");
+    }
+    {  // a lora_k that is not the slot's rows
+      json b = good;
+      b["functions"]["backward"]["ops"][f]["kernel"] = nullptr;
+      b["functions"]["backward"]["ops"][f]["attrs"]["lora_k"] = 32;
+      refuses(b, "are not the down slot's");
+    }
+    fs::remove_all(dir);
+  }
+}
+
 } // namespace backward_plan_test
