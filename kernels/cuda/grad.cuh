@@ -493,18 +493,23 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
 #if GR_DW
   if (blockIdx.y >= 1 && blockIdx.x == 0) {
     extern __shared__ float gr_inv[];  // GR_UNIT * G
-    const int j = int(blockIdx.y - 1) * 256 + threadIdx.x;
-    const float total = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
-      gr_unit_inv<GR_X_BF>(gr_inv, x, u, u1, G, GR_G, GR_EPS);
-      float acc = 0.f;
-      if (j < GR_G)
-        for (long long q = 0; q < (u1 - u) * G; ++q) {
-          const long long e = (u * G + q) * GR_G + j;
-          acc = __fmaf_rn(dyAt(e - j, j, (u * G + q) / G), rbf(__fmul_rn(gr_ld(x, e, GR_X_BF), gr_inv[q])), acc);
-        }
-      return acc;
-    });
-    if (j < GR_G) ((float *)dw)[j] = total;
+    // Channel j0 + threadIdx.x (the plan's launch: 256 threads, blocks y = 1 .. ceil(GR_G / 256), one pass); a
+    // smaller launch walks the channels in passes the whole block takes (gr_unit_inv synchronizes it).
+    const int jStride = int(gridDim.y - 1) * int(blockDim.x);
+    for (int j0 = int(blockIdx.y - 1) * int(blockDim.x); j0 < GR_G; j0 += jStride) {
+      const int j = j0 + int(threadIdx.x);
+      const float total = gr_fold_units(items, item_rows, [&](long long u, long long u1) {
+        gr_unit_inv<GR_X_BF>(gr_inv, x, u, u1, G, GR_G, GR_EPS);
+        float acc = 0.f;
+        if (j < GR_G)
+          for (long long q = 0; q < (u1 - u) * G; ++q) {
+            const long long e = (u * G + q) * GR_G + j;
+            acc = __fmaf_rn(dyAt(e - j, j, (u * G + q) / G), rbf(__fmul_rn(gr_ld(x, e, GR_X_BF), gr_inv[q])), acc);
+          }
+        return acc;
+      });
+      if (j < GR_G) ((float *)dw)[j] = total;
+    }
   }
 #endif
 
