@@ -474,6 +474,35 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
   };
   if (blockIdx.y == 0) {
     const int lane = threadIdx.x & 31;
+#if GR_G % 32 == 0 && GR_G <= 256
+    // The group in registers (a qk_norm's head of 128: 4 channels a lane): x and dn (dy rotated back, times the
+    // weight) read once each, where the loop form below reads x three times and dy (with the rope, its pair and the
+    // tables too) twice. The same operations in the same order: lane l's channels l, l + 32, ... ascending, then the
+    // lane trees.
+    constexpr int NPL = GR_G / 32;
+    for (long long u = GR_WARP; u < rows * G; u += GR_WARPS) {
+      const long long base = u * GR_G, m = u / G;
+      float xv[NPL], dn[NPL];
+#pragma unroll
+      for (int i = 0; i < NPL; ++i) {
+        const int j = lane + 32 * i;
+        xv[i] = gr_ld(x, base + j, GR_X_BF);
+        dn[i] = GR_HAS_W ? __fmul_rn(dyAt(base, j, m), GR_WV(j)) : dyAt(base, j, m);
+      }
+      float ss = 0.f;
+#pragma unroll
+      for (int i = 0; i < NPL; ++i) ss = __fmaf_rn(xv[i], xv[i], ss);
+      const float inv = gr_inv_of_sum(h3c_lane_tree(ss), GR_G, GR_EPS);
+      float p = 0.f;
+#pragma unroll
+      for (int i = 0; i < NPL; ++i) p = __fmaf_rn(dn[i], __fmul_rn(xv[i], inv), p);
+      const float mean = __fdiv_rn(h3c_lane_tree(p), (float)GR_G);
+#pragma unroll
+      for (int i = 0; i < NPL; ++i)
+        gr_st(dx, base + lane + 32 * i, __fmul_rn(inv, __fsub_rn(dn[i], __fmul_rn(__fmul_rn(xv[i], inv), mean))),
+              GR_OUT_BF);
+    }
+#else
     for (long long u = GR_WARP; u < rows * G; u += GR_WARPS) {
       const long long base = u * GR_G, m = u / G;
       const float inv = gr_inv_rms<GR_X_BF>(x, base, GR_G, GR_EPS);
@@ -489,6 +518,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
         gr_st(dx, base + j, __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean))), GR_OUT_BF);
       }
     }
+#endif
   }
 #if GR_DW
   if (blockIdx.y >= 1 && blockIdx.x == 0) {

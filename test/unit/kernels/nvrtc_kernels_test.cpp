@@ -1101,6 +1101,50 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
   }
 }
 
+// A qk_norm's rms_norm_grad at the full config's width (56 heads of 128: the group in registers, 4 channels a lane),
+// with and without the rope_grad folded in (h3-fuse-grad), its weight frozen (dx bf16) and trained (dx F32 and dw):
+// compiles for sm_90a and sm_100a without spilling (GpuBackward.MemoryBound* compares the kernels with the CPU).
+TEST(NvrtcCompile, QkNormGradientAtFullWidthKeepsTheGroupInRegisters) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  const int64_t heads = 56, d = 128, R = 96;
+  for (const bool rope : {false, true})
+    for (const bool trained : {false, true}) {
+      plan::OpAttrs a = attrs({{"cols", double(heads * d)}, {"eps", 1e-6}});
+      if (rope) a.rotaryDim = R;
+      a.group = d;
+      a.wDtype = DType::BF16;
+      plan::Order order;
+      order.kind = plan::OrderKind::RowUnits;
+      EmitOp e = op(OpKind::RmsNormGrad, "transformer_blocks.0.attn.norm_q", a, order, 1);
+      e.vals.in[0].cols = heads * d;
+      e.vals.in[0].dtype = DType::F32;
+      e.vals.in[1].cols = heads * d;
+      e.vals.in[1].dtype = DType::BF16;
+      if (rope)
+        for (size_t i : {2, 3}) e.vals.in[i].cols = R, e.vals.in[i].dtype = DType::F32;
+      e.vals.out[0].cols = heads * d;
+      e.vals.out[0].dtype = trained ? DType::F32 : DType::BF16;
+      if (trained) {
+        e.op.grads = e.op.weights;
+        plan::Value dw;
+        dw.name = "grad:" + e.op.weights[0];
+        dw.rows = plan::Domain::One;
+        dw.batch = false;
+        dw.cols = d;
+        dw.dtype = DType::F32;
+        e.op.out.push_back(dw.name);
+        e.vals.out.push_back(dw);
+      }
+      for (const char *arch : {"sm_90a", "sm_100a"}) {
+        const plan::Kernel k = *emit(e, arch);
+        EXPECT_NE(k.source.find("#define GR_G 128\n"), std::string::npos) << k.id;
+        expectCompilesWithoutSpills(jit, k, fmt::format("qk-norm gradient{}{} {}", rope ? " with the rope" : "",
+                                                        trained ? ", weight trained" : "", arch));
+      }
+    }
+}
+
 // attention_grad at head_dim 128 (the full and small configs): on sm_90a the Hopper form (grad_attention_sm90.cuh,
 // wgmma) at both kv_block values, its wgmmas asynchronous and nothing spilled; on sm_100a and with wgmma off the
 // mma.sync form, which the GPU checks compare it with byte for byte. Without H3C_NVRTC_VARIANTS=1 (CI time: the
