@@ -557,20 +557,12 @@ int main(int argc, char **argv) {
       plan::Order order;
       order.kind = plan::OrderKind::RowUnits;
       EmitOp nm = op(OpKind::NormModulateGrad, "transformer_blocks.0.norm1.norm_modulate_grad", a, order, 1);
-      nm.op.grads = nm.op.weights;
       const std::pair<int64_t, h3c::DType> ins[] = {{H, h3c::DType::F32}, {H, BF}, {6 * H, BF}, {1, h3c::DType::I64},
                                                     {1, h3c::DType::I64}};
       for (size_t i = 0; i < 5; ++i) nm.vals.in[i].cols = ins[i].first, nm.vals.in[i].dtype = ins[i].second;
       nm.vals.out[0].cols = H, nm.vals.out[0].dtype = h3c::DType::F32;
       nm.vals.out[1].cols = 6 * H, nm.vals.out[1].dtype = h3c::DType::F32;
-      plan::Value dwv;
-      dwv.name = "grad:" + nm.op.weights[0];
-      dwv.rows = plan::Domain::One;
-      dwv.batch = false;
-      dwv.cols = H;
-      dwv.dtype = h3c::DType::F32;
-      nm.op.out.push_back(dwv.name);
-      nm.vals.out.push_back(dwv);
+      trainWeight(nm, H);
       auto dyF = randBuf(size_t(M * H), false, 1.0), dxF = randBuf(size_t(M * H), false, 1.0);
       auto dtab = randBuf(size_t(T * 3 * 6 * H), false, 1.0), dwF = randBuf(size_t(H), false, 1.0);
       Operands o;

@@ -160,6 +160,42 @@ inline EmitOp linearGradX(int64_t N, int64_t K, bool residual = false, bool gBf1
   return e;
 }
 
+// The op trains its (first) weight: grads names it, and its gradient, an F32 value of `numel` columns and rows "1",
+// is the op's next output (after the activation gradients, as a `--backward` plan lists them).
+inline void trainWeight(EmitOp &e, int64_t numel) {
+  e.op.grads = {e.op.weights.at(0)};
+  plan::Value dw;
+  dw.name = "grad:" + e.op.weights[0];
+  dw.rows = plan::Domain::One;
+  dw.batch = false;
+  dw.cols = numel;
+  dw.dtype = h3c::DType::F32;
+  e.op.out.push_back(dw.name);
+  e.vals.out.push_back(dw);
+}
+
+// A qk_norm's rms_norm_grad over `heads` groups of d channels (a bf16 norm weight), as a `--backward` plan has it:
+// dy F32 and x bf16 [S, heads * d]; with R > 0 the rope_grad before it folded in (h3-fuse-grad: cos, sin F32 [S, R]
+// follow); frozen weight: dx bf16 (the LoRA plans' rounding), trained: dx F32 and dw F32 [d] (output 1).
+inline EmitOp qkNormGrad(int64_t heads, int64_t d, int64_t R, bool trained) {
+  plan::OpAttrs a = attrs({{"cols", double(heads * d)}, {"eps", 1e-6}});
+  a.rotaryDim = R;
+  a.group = d;
+  a.wDtype = h3c::DType::BF16;
+  plan::Order order;
+  order.kind = plan::OrderKind::RowUnits;
+  EmitOp e = op(OpKind::RmsNormGrad, "transformer_blocks.0.attn.norm_q", a, order, 1);
+  e.vals.in[0].cols = heads * d;
+  e.vals.in[0].dtype = h3c::DType::F32;
+  e.vals.in[1].cols = heads * d;
+  e.vals.in[1].dtype = h3c::DType::BF16;
+  for (size_t i = 2; i < e.vals.in.size(); ++i) e.vals.in[i].cols = R, e.vals.in[i].dtype = h3c::DType::F32;
+  e.vals.out[0].cols = heads * d;
+  e.vals.out[0].dtype = trained ? h3c::DType::F32 : h3c::DType::BF16;
+  if (trained) trainWeight(e, d);
+  return e;
+}
+
 // linear_grad_w of a bf16 linear with its weight trained (and its bias, with `bias`), as a `--backward` plan has it:
 // g F32 [S, N] and x bf16 [S, K] (batched) -> dW F32 [N, K] (and dbias F32 [N]), the gradients at output positions 0
 // (and 1); row_units. With `gBf16` (no bias then) g is a grad_round's bf(g), bf16.

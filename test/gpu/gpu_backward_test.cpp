@@ -488,26 +488,8 @@ TEST(GpuBackward, MemoryBoundKernelsAtFullWidthsEqualTheCpu) {
     // A qk_norm's rms_norm_grad with the rope_grad before it folded in (h3-fuse-grad): dy the rope's output
     // gradient, rotated back as it is read; == rope_grad then rms_norm_grad on the CPU. Frozen norm weight (the LoRA
     // plans: dx stored bf16) and trained (dx F32 and dw, whose sum reads the rotated dy too).
-    plan::OpAttrs a = to::attrs({{"cols", double(heads * d)}, {"eps", 1e-6}, {"rotary_dim", double(R)}});
-    a.group = d;
-    a.wDtype = DType::BF16;
-    plan::Order order;
-    order.kind = plan::OrderKind::RowUnits;
-    to::EmitOp op = to::op(plan::OpKind::RmsNormGrad, "transformer_blocks.0.attn.norm_q", a, order, 1);
+    const to::EmitOp op = to::qkNormGrad(heads, d, R, trained);
     const DType out = trained ? DType::F32 : DType::BF16;
-    setCols(op, {{heads * d, DType::F32}, {heads * d, DType::BF16}, {R, DType::F32}, {R, DType::F32}},
-            {{heads * d, out}});
-    if (trained) {
-      op.op.grads = op.op.weights;
-      plan::Value dwv;
-      dwv.name = "grad:" + op.op.weights[0];
-      dwv.rows = plan::Domain::One;
-      dwv.batch = false;
-      dwv.cols = d;
-      dwv.dtype = DType::F32;
-      op.op.out.push_back(dwv.name);
-      op.vals.out.push_back(dwv);
-    }
     const auto dy = g.random(size_t(M * heads * d), false), x = g.random(size_t(M * heads * d), true, 2.0),
                c = g.random(size_t(M * R), false, 0.7), s = g.random(size_t(M * R), false, 0.7),
                w = g.random(size_t(d), true);
@@ -549,17 +531,9 @@ TEST(GpuBackward, MemoryBoundKernelsAtFullWidthsEqualTheCpu) {
     plan::Order order;
     order.kind = plan::OrderKind::RowUnits;
     to::EmitOp op = to::op(plan::OpKind::NormModulateGrad, "transformer_blocks.0.norm1.norm_modulate_grad", a, order, 1);
-    op.op.grads = op.op.weights;
     setCols(op, {{H, DType::F32}, {H, DType::BF16}, {chunks * H, DType::BF16}, {1, DType::I64}, {1, DType::I64}},
             {{H, DType::F32}, {chunks * H, DType::F32}});
-    plan::Value dwv;
-    dwv.name = "grad:" + op.op.weights[0];
-    dwv.rows = plan::Domain::One;
-    dwv.batch = false;
-    dwv.cols = H;
-    dwv.dtype = DType::F32;
-    op.op.out.push_back(dwv.name);
-    op.vals.out.push_back(dwv);
+    to::trainWeight(op, H);
     const auto dy = g.random(size_t(M * H), false), x = g.random(size_t(M * H), true, 3.0), w = g.random(size_t(H), true);
     const std::vector<float> scale = chunkOf(1);
     const grad::NormModulateGrad want = grad::normModulateGrad(dy.data(), x.data(), w.data(), scale.data(), rows, items, H, 1e-6);

@@ -1110,32 +1110,7 @@ TEST(NvrtcCompile, QkNormGradientAtFullWidthKeepsTheGroupInRegisters) {
   const int64_t heads = 56, d = 128, R = 96;
   for (const bool rope : {false, true})
     for (const bool trained : {false, true}) {
-      plan::OpAttrs a = attrs({{"cols", double(heads * d)}, {"eps", 1e-6}});
-      if (rope) a.rotaryDim = R;
-      a.group = d;
-      a.wDtype = DType::BF16;
-      plan::Order order;
-      order.kind = plan::OrderKind::RowUnits;
-      EmitOp e = op(OpKind::RmsNormGrad, "transformer_blocks.0.attn.norm_q", a, order, 1);
-      e.vals.in[0].cols = heads * d;
-      e.vals.in[0].dtype = DType::F32;
-      e.vals.in[1].cols = heads * d;
-      e.vals.in[1].dtype = DType::BF16;
-      if (rope)
-        for (size_t i : {2, 3}) e.vals.in[i].cols = R, e.vals.in[i].dtype = DType::F32;
-      e.vals.out[0].cols = heads * d;
-      e.vals.out[0].dtype = trained ? DType::F32 : DType::BF16;
-      if (trained) {
-        e.op.grads = e.op.weights;
-        plan::Value dw;
-        dw.name = "grad:" + e.op.weights[0];
-        dw.rows = plan::Domain::One;
-        dw.batch = false;
-        dw.cols = d;
-        dw.dtype = DType::F32;
-        e.op.out.push_back(dw.name);
-        e.vals.out.push_back(dw);
-      }
+      const EmitOp e = qkNormGrad(heads, d, rope ? R : 0, trained);
       for (const char *arch : {"sm_90a", "sm_100a"}) {
         const plan::Kernel k = *emit(e, arch);
         EXPECT_NE(k.source.find("#define GR_G 128\n"), std::string::npos) << k.id;
