@@ -158,16 +158,20 @@ __device__ __forceinline__ float gr_rope_back(float own, const float *dyr, int j
 }
 #endif
 
+#if GR_KIND == GR_NORM_MODULATE || GR_KIND == GR_RMS_NORM
+// An rms norm's dx at one channel (rms_norm_grad, norm_modulate_grad: every form): dx = inv * (dn - (x * inv) * mean),
+// dn the gradient at the norm's output (times its weight), mean the group's sum of dn * (x * inv) over its channels.
+__device__ __forceinline__ float gr_norm_dx(float dn, float xv, float inv, float mean) {
+  return __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(__fmul_rn(xv, inv), mean)));
+}
+#endif
+
 #if GR_KIND == GR_NORM_MODULATE
 // norm_modulate's first phase, per channel j of a row (both forms): dn = dy * bf(1 + scale), times the norm's weight
-// where it has one (wj: GR_WV(j), the kernel's weight parameter), and dx = inv * (dn - (x * inv) * mean), mean the
-// row's sum of dn * (x * inv) over H.
+// where it has one (wj: GR_WV(j), the kernel's weight parameter); dx then gr_norm_dx over the row (H channels).
 __device__ __forceinline__ float gr_nm_dn(float dy, float scale, float wj) {
   const float dn = __fmul_rn(dy, rbf(__fadd_rn(1.0f, scale)));
   return GR_HAS_W ? __fmul_rn(dn, wj) : dn;
-}
-__device__ __forceinline__ float gr_nm_dx(float dn, float xv, float inv, float mean) {
-  return __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(__fmul_rn(xv, inv), mean)));
 }
 #ifndef GR_RESIDUAL
 #define GR_RESIDUAL 0
@@ -498,9 +502,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
       for (int i = 0; i < NPL; ++i) p = __fmaf_rn(dn[i], __fmul_rn(xv[i], inv), p);
       const float mean = __fdiv_rn(h3c_lane_tree(p), (float)GR_G);
 #pragma unroll
-      for (int i = 0; i < NPL; ++i)
-        gr_st(dx, base + lane + 32 * i, __fmul_rn(inv, __fsub_rn(dn[i], __fmul_rn(__fmul_rn(xv[i], inv), mean))),
-              GR_OUT_BF);
+      for (int i = 0; i < NPL; ++i) gr_st(dx, base + lane + 32 * i, gr_norm_dx(dn[i], xv[i], inv, mean), GR_OUT_BF);
     }
 #else
     for (long long u = GR_WARP; u < rows * G; u += GR_WARPS) {
@@ -514,8 +516,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
       const float mean = __fdiv_rn(h3c_lane_tree(p), (float)GR_G);
       for (int j = lane; j < GR_G; j += 32) {
         const float dn = GR_HAS_W ? __fmul_rn(dyAt(base, j, m), GR_WV(j)) : dyAt(base, j, m);
-        const float xu = __fmul_rn(gr_ld(x, base + j, GR_X_BF), inv);
-        gr_st(dx, base + j, __fmul_rn(inv, __fsub_rn(dn, __fmul_rn(xu, mean))), GR_OUT_BF);
+        gr_st(dx, base + j, gr_norm_dx(dn, gr_ld(x, base + j, GR_X_BF), inv, mean), GR_OUT_BF);
       }
     }
 #endif
@@ -627,7 +628,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
         gr_ld8<0>(dns, j0, dn);
         gr_ld8<1>(xs, j0, xv);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) o[e] = gr_nm_dx(dn[e], xv[e], inv, mean);
+        for (int e = 0; e < 8; ++e) o[e] = gr_norm_dx(dn[e], xv[e], inv, mean);
         gr_nm_add_residual_at<8>(GR_RESIDUAL_PARAM, base + j0, o);
         gr_st8<GR_OUT_BF>(dx, base + j0, o);
       }
@@ -658,13 +659,13 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
         gr_ld8<GR_T_BF>(table, sc + j0, s);
         gr_ld8<GR_X_BF>(x, base + j0, xv);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) o[e] = gr_nm_dx(gr_nm_dn(d[e], s[e], GR_WV(j0 + e)), xv[e], inv, mean);
+        for (int e = 0; e < 8; ++e) o[e] = gr_norm_dx(gr_nm_dn(d[e], s[e], GR_WV(j0 + e)), xv[e], inv, mean);
         gr_nm_add_residual_at<8>(GR_RESIDUAL_PARAM, base + j0, o);
         gr_st8<GR_OUT_BF>(dx, base + j0, o);
       }
 #else
       for (int j = lane; j < GR_H; j += 32) {
-        float o[1] = {gr_nm_dx(gr_nm_dn(((const float *)dy)[base + j], gr_ld(table, sc + j, GR_T_BF), GR_WV(j)),
+        float o[1] = {gr_norm_dx(gr_nm_dn(((const float *)dy)[base + j], gr_ld(table, sc + j, GR_T_BF), GR_WV(j)),
                                gr_ld(x, base + j, GR_X_BF), inv, mean)};
         gr_nm_add_residual_at<1>(GR_RESIDUAL_PARAM, base + j, o);
         gr_st(dx, base + j, o[0], GR_OUT_BF);

@@ -68,6 +68,22 @@
 // half of W into this CTA's stage.
 __device__ __forceinline__ void gx_release(h3u32 bar, h3u32 peer) { ring_release<GX_CLUSTER == 2>(bar, peer); }
 
+// The producer's B operand of one stage (W's boxes, or the LoRA down slot's): `boxes` boxes of 64 rows of the
+// reduction (from `row`) x 64 output columns (from c0) into `dst`, GX_BOX_BYTES apart, completing barrier `bar`. With
+// GX_CLUSTER = 2 box j by CTA j % 2 of the pair, multicast into both (each CTA's barrier expects every box's bytes).
+__device__ __forceinline__ void gx_load_boxes(h3u32 dst, const H3cTensorMap *map, int c0, int row, int boxes,
+                                              h3u32 bar, h3u32 rank) {
+  for (int j = 0; j < boxes; ++j) {
+#if GX_CLUSTER == 2
+    if ((h3u32)(j & 1) == rank)
+      tma_load_2d_multicast(dst + j * GX_BOX_BYTES, map, c0 + 64 * j, row, bar, (unsigned short)3);
+#else
+    (void)rank;
+    tma_load_2d(dst + j * GX_BOX_BYTES, map, c0 + 64 * j, row, bar);
+#endif
+  }
+}
+
 // One 16-wide chunk of the chain on this warpgroup's GX_BN / 2 accumulators (FIRST: the chain's first, scale-d 0).
 template <bool FIRST>
 __device__ __forceinline__ void gx_wgmma(float *acc, unsigned long long da, unsigned long long db) {
@@ -240,16 +256,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
           mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
           mbar_expect_tx(full + 8 * s, GX_A_BYTES + boxes * GX_BOX_BYTES);
           tma_load_2d(sA + s * GX_A_BYTES, &gb_map, kb * GX_BK, tm * GX_BM, full + 8 * s);
-          for (int j = 0; j < boxes; ++j) {
-#if GX_CLUSTER == 2
-            // Box j by CTA j % 2 of the pair, into both (each CTA's barrier expects every box's bytes).
-            if ((h3u32)(j & 1) == rank)
-              tma_load_2d_multicast(sB + s * GX_B_BYTES + j * GX_BOX_BYTES, &w_map, c0 + 64 * j, kb * GX_BK,
-                                    full + 8 * s, (unsigned short)3);
-#else
-            tma_load_2d(sB + s * GX_B_BYTES + j * GX_BOX_BYTES, &w_map, c0 + 64 * j, kb * GX_BK, full + 8 * s);
-#endif
-          }
+          gx_load_boxes(sB + s * GX_B_BYTES, &w_map, c0, kb * GX_BK, boxes, full + 8 * s, rank);
           if (++s == GX_STAGES) {
             s = 0;
             ph ^= 1;
@@ -261,15 +268,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
         mbar_wait(empty + 8 * s, ph ^ 1);
         mbar_expect_tx(full + 8 * s, GX_A_BYTES + boxes * GX_BOX_BYTES);
         tma_load_2d(sA + s * GX_A_BYTES, &t_map, 0, tm * GX_BM, full + 8 * s);
-        for (int j = 0; j < boxes; ++j) {
-#if GX_CLUSTER == 2
-          if ((h3u32)(j & 1) == rank)
-            tma_load_2d_multicast(sB + s * GX_B_BYTES + j * GX_BOX_BYTES, &d_map, c0 + 64 * j, 0, full + 8 * s,
-                                  (unsigned short)3);
-#else
-          tma_load_2d(sB + s * GX_B_BYTES + j * GX_BOX_BYTES, &d_map, c0 + 64 * j, 0, full + 8 * s);
-#endif
-        }
+        gx_load_boxes(sB + s * GX_B_BYTES, &d_map, c0, 0, boxes, full + 8 * s, rank);
         if (++s == GX_STAGES) {
           s = 0;
           ph ^= 1;

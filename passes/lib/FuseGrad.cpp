@@ -96,10 +96,12 @@ struct FuseGradAddIntoNorm : OpRewritePattern<GradAddOp> {
   }
 };
 
+// Whether a linear gradient's (first) weight is bf16: its products run on the tensor cores over bf(g).
+bool bf16Weight(ArrayAttr w) { return !h3c::h3::isF32Module(cast<StringAttr>(w[0]).str()); }
+
 // Whether `op` multiplies bf(g) of its operand g on the tensor cores, so that it may read a grad_round's bf16 g
 // instead: a linear gradient of a bf16 weight that computes no bias gradient (dbias sums the F32 g).
 bool roundsG(Operation *op, Value g) {
-  auto bf16Weight = [](ArrayAttr w) { return !h3c::h3::isF32Module(cast<StringAttr>(w[0]).str()); };
   if (auto dx = dyn_cast<LinearGradXOp>(op)) return dx.getG() == g && bf16Weight(dx.getWeight());
   if (auto dw = dyn_cast<LinearGradWOp>(op))
     return dw.getG() == g && bf16Weight(dw.getWeight()) && !computesBiasGradient(dw);
@@ -194,7 +196,6 @@ int foldRopeGrads(func::FuncOp f) {
 // be another node's that differentiates the same x (q, k and v share theirs). Runs after the roundings: the path's g
 // must be bf16 (a grad_round's) by then. Returns the count folded.
 int foldLoraDx(func::FuncOp f) {
-  auto bf16Weight = [](ArrayAttr w) { return !h3c::h3::isF32Module(cast<StringAttr>(w[0]).str()); };
   std::vector<LinearGradXOp> bases;
   f.walk([&](LinearGradXOp dx) { bases.push_back(dx); });
   int folded = 0;

@@ -134,24 +134,25 @@ void linearGradX(GradCtx &cx) {
                                          : grad::linearDx(g.f.data(), M, a.N, W.data(), a.K, cx.env.threads);
   // The part dX is added to: the residual, or with a LoRA down path taken in (h3-fuse-grad, lora_k) that path's dX
   // (bf(dt) down, its own chain) after the residual, as the path's op computed it before this one read it.
-  std::vector<float> part;
+  const std::vector<float> *part = nullptr;
   if (a.epilogue == plan::Epilogue::Residual) {
     const HostValue &r = cx.in(1);
     sameRows(cx, {&g, &r});
     if (r.f.size() != d.size()) cx.error("the residual and dx differ in size");
-    part = r.f;
+    part = &r.f;
   }
+  std::vector<float> path;
   if (a.loraK > 0) {
     const HostValue &t = cx.in(cx.op.in.size() - 1);
     sameRows(cx, {&g, &t});
     const std::vector<float> down = cx.weight(cx.op.weights.at(1), a.loraK * a.K);
-    std::vector<float> l = grad::linearDx(t.f.data(), M, a.loraK, down.data(), a.K, cx.env.threads);
-    if (!part.empty())
-      for (size_t i = 0; i < l.size(); ++i) l[i] = part[i] + l[i];
-    part = std::move(l);
+    path = grad::linearDx(t.f.data(), M, a.loraK, down.data(), a.K, cx.env.threads);
+    if (part)
+      for (size_t i = 0; i < path.size(); ++i) path[i] = (*part)[i] + path[i];
+    part = &path;
   }
-  if (!part.empty())  // grad_add's sum, part + dX (the same F32 addition)
-    for (size_t i = 0; i < d.size(); ++i) d[i] = part[i] + d[i];
+  if (part)  // grad_add's sum, part + dX (the same F32 addition)
+    for (size_t i = 0; i < d.size(); ++i) d[i] = (*part)[i] + d[i];
   cx.out(0, std::move(d));
 }
 
