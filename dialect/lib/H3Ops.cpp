@@ -610,6 +610,14 @@ LogicalResult LinearGradXOp::verify() {
         failed(sameRows(op, g, act(getLoraT()), "lora_t")))
       return failure();
   }
+  // swiglu_grad taken in (h3-fuse-grad): dx is its dx over x = [v | g] [rows, 2K], F32 or bf16 (its fused rounding).
+  if (Value sx = getSwigluX()) {
+    if (getResidual()) return err(op) << "swiglu_x and residual do not come together (swiglu_grad's dy is the dX alone)";
+    if (failed(expect(op, act(sx), "swiglu_x", 2 * int64_t(getK()), BFloat16Type::get(getContext()))) ||
+        failed(sameRows(op, g, act(sx), "swiglu_x")))
+      return failure();
+    return gradOf(op, getDx(), act(sx), "dx", /*mayRound=*/true);
+  }
   return expect(op, dx, "dx", int64_t(getK()), Float32Type::get(getContext()));
 }
 

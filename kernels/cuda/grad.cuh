@@ -90,12 +90,6 @@ __device__ __forceinline__ float gr_chunk_value(const double *s) {
   return __double2float_rn(__dadd_rn(__dadd_rn(s[0], s[1]), __dadd_rn(s[2], s[3])));
 }
 
-// silu'(x) = s * (1 + x * (1 - s)), s = 1 / (1 + expf(-x)) (the forward's expf), innermost first.
-__device__ __forceinline__ float gr_silu_derivative(float x) {
-  const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, h3c::detmath::expf(-x)));
-  return __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(x, __fsub_rn(1.0f, s))));
-}
-
 // The forward's inverse RMS of n values (cpu::invRms, ordered): the lane tree of x^2, then 1 / sqrt(ss / n + eps).
 // Called by all 32 lanes of a warp; every lane gets the value.
 // 1 / sqrt(ss / n + eps) of the lane tree's sum of squares ss.
@@ -396,7 +390,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
 #endif
 
 #elif GR_KIND == GR_SWIGLU
-  // x = [v | g] [rows][2F]: dv = dy * bf(silu(g)), dg = (dy * v) * silu'(g). GR_VEC 8: 8 consecutive f of a row per
+  // x = [v | g] [rows][2F]: dv = dy * bf(silu(g)), dg = (dy * v) * silu'(g) (gr_swiglu_dx). GR_VEC 8: 8 consecutive f of a row per
   // step (16-byte loads of v, g and dy, stores of dv and dg; one division by the constant F / 8 per 8 elements).
 #if GR_VEC == 8
   for (long long i = GR_TID; i < rows * (GR_F / 8); i += GR_STRIDE) {
@@ -406,10 +400,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
     gr_ld8<GR_X_BF>(x, m * 2 * GR_F + GR_F + f, gv);
     gr_ld8<0>(dy, m * GR_F + f, d);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      dv[e] = __fmul_rn(d[e], rbf(h3c::detmath::silu(gv[e])));
-      dg[e] = __fmul_rn(__fmul_rn(d[e], v[e]), gr_silu_derivative(gv[e]));
-    }
+    for (int e = 0; e < 8; ++e) gr_swiglu_dx(d[e], v[e], gv[e], dv[e], dg[e]);
     gr_st8<GR_OUT_BF>(dx, m * 2 * GR_F + f, dv);
     gr_st8<GR_OUT_BF>(dx, m * 2 * GR_F + GR_F + f, dg);
   }
@@ -417,9 +408,10 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
   for (long long i = GR_TID; i < rows * GR_F; i += GR_STRIDE) {
     const long long m = i / GR_F, f = i % GR_F;
     const float v = gr_ld(x, m * 2 * GR_F + f, GR_X_BF), gv = gr_ld(x, m * 2 * GR_F + GR_F + f, GR_X_BF);
-    const float d = ((const float *)dy)[i];
-    gr_st(dx, m * 2 * GR_F + f, __fmul_rn(d, rbf(h3c::detmath::silu(gv))), GR_OUT_BF);
-    gr_st(dx, m * 2 * GR_F + GR_F + f, __fmul_rn(__fmul_rn(d, v), gr_silu_derivative(gv)), GR_OUT_BF);
+    float dv, dg;
+    gr_swiglu_dx(((const float *)dy)[i], v, gv, dv, dg);
+    gr_st(dx, m * 2 * GR_F + f, dv, GR_OUT_BF);
+    gr_st(dx, m * 2 * GR_F + GR_F + f, dg, GR_OUT_BF);
   }
 #endif
 

@@ -1,4 +1,5 @@
-// What the gradient kernels share (grad.cuh, grad_linear_mma.cuh, grad_attention_mma.cuh; emitted before the body):
+// What the gradient kernels share (grad.cuh, grad_linear_mma.cuh, grad_linear_sm90.cuh, grad_attention_mma.cuh;
+// emitted before the body): swiglu's gradient of an element and the dX kernels' store with it,
 // row_units' fold (docs/contract.md section 14: each batch item's canonical rows in units of GR_UNIT, a unit's
 // partial, the item's sum the left fold of its partials, the first as it is, the batch's the left fold of the items'
 // sums in batch order) and the hardware's log2 of attention's row statistics.
@@ -10,6 +11,44 @@ __device__ __forceinline__ float gr_add_ftz(float a, float b) {
   float r;
   asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
+}
+
+// silu'(x) = s * (1 + x * (1 - s)), s = 1 / (1 + expf(-x)) (the forward's expf), innermost first.
+__device__ __forceinline__ float gr_silu_derivative(float x) {
+  const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, h3c::detmath::expf(-x)));
+  return __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(x, __fsub_rn(1.0f, s))));
+}
+
+// swiglu_grad of one element of x = [v | g] (swiglu_grad's kernel, and the dX kernels that took it in):
+// dv = dy * bf(silu(g)), dg = (dy * v) * silu'(g).
+__device__ __forceinline__ void gr_swiglu_dx(float dy, float v, float g, float &dv, float &dg) {
+  dv = __fmul_rn(dy, rbf(h3c::detmath::silu(g)));
+  dg = __fmul_rn(__fmul_rn(dy, v), gr_silu_derivative(g));
+}
+
+// A dX kernel's store of dX's columns c, c + 1 (c even) of row r, dX [rows][K] F32: as they are (SW 0), or with the
+// swiglu_grad of that dX taken in (SW 1, h3-fuse-grad) that op's dx at columns c, c + 1 (dv) and K + c, K + c + 1
+// (dg) of [rows][2K], F32 or (BF 1, its fused rounding) bf16 as gr_st stores it, from x = [v | g] (sx, bf16 [rows][2K]).
+template <int SW, int BF>
+__device__ __forceinline__ void gr_dx_store2(void *dx, const void *sx, long long r, long long c, long long K, float2 d) {
+  if (!SW) {
+    *(float2 *)((float *)dx + r * K + c) = d;
+    return;
+  }
+  const h3bf *x = (const h3bf *)sx + r * 2 * K + c;
+  const h3u32 xv = *(const h3u32 *)x, xg = *(const h3u32 *)(x + K);
+  float dv0, dg0, dv1, dg1;
+  gr_swiglu_dx(d.x, bf2_lo(xv), bf2_lo(xg), dv0, dg0);
+  gr_swiglu_dx(d.y, bf2_hi(xv), bf2_hi(xg), dv1, dg1);
+  if (BF) {  // pack_bf2: f2bf of each half
+    h3bf *o = (h3bf *)dx + r * 2 * K + c;
+    *(h3u32 *)o = pack_bf2(dv0, dv1);
+    *(h3u32 *)(o + K) = pack_bf2(dg0, dg1);
+  } else {
+    float *o = (float *)dx + r * 2 * K + c;
+    *(float2 *)o = make_float2(dv0, dv1);
+    *(float2 *)(o + K) = make_float2(dg0, dg1);
+  }
 }
 
 // The fold of row_units over `items` items of `itemRows` rows each: fold.unit(partial) for each unit in order.

@@ -21,12 +21,14 @@
 //
 // GL_LORA_K > 0 (dX, h3-fuse-grad: a LoRA down path's dX taken in): after its own chain the block computes the path's,
 // bf(dt) [rows][GL_LORA_K] times the down slot [GL_LORA_K][K] from 0 over the same k-tiles of 32 (the path's own op's
-// chunks), and stores (residual + path) + dX: the two ops' additions in their order.
+// chunks), and stores (residual + path) + dX: the two ops' additions in their order. GR_DX_SWIGLU (dX, h3-fuse-grad:
+// the swiglu_grad whose dy this dX was taken in) stores that op's dx instead, [rows][2K] (gr_dx_store2).
 //
 // Defined by the emitter: GL_ENTRY GL_ENTRY_P1 H3C_PARAMS GL_DW (0: dX, 1: dW) GR_N GR_K GR_BIAS (dW: the bias's
 // gradient too) GL_LORA_K (dX: 0 or the path's width). N and K are multiples of 8 (16-byte rows for cp.async).
 // Parameters: g (F32 [rows][N]); dX: w (bf16 [N][K]), down (GL_LORA_K: the down slot), residual (GR_RESIDUAL: F32
-// [rows][K], added to dX's value as grad_add adds it), lora_t (GL_LORA_K), dx, rows; dW: x (bf16 [rows][K]), dw and /
+// [rows][K], added to dX's value as grad_add adds it), lora_t (GL_LORA_K), swiglu_x (GR_DX_SWIGLU: bf16 [rows][2K]),
+// dx, rows; dW: x (bf16 [rows][K]), dw and /
 // or dbias, items,
 // item_rows; gb (scratch). The weight's gradient is always an output here (a bias-only gradient keeps grad.cuh).
 // The tile (emitter: GL_BM x GL_BN outputs, k-tiles of GL_BK, GL_STAGES stages, GL_WM x GL_WN warps); none changes a
@@ -249,7 +251,11 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS) GL_ENTRY_P1(H3C_PARAMS)
           const float2 o = *(const float2 *)((const float *)residual + r * GR_K + c);
           v = make_float2(__fadd_rn(o.x, v.x), __fadd_rn(o.y, v.y));
 #endif
+#if GR_DX_SWIGLU  // the swiglu_grad of this dX taken in (h3-fuse-grad): its dx of the pair
+          gr_dx_store2<1, GR_DX_BF>(dx, swiglu_x, r, c, GR_K, v);
+#else
           *(float2 *)((float *)dx + r * GR_K + c) = v;
+#endif
         }
       }
     }

@@ -31,11 +31,16 @@
 // 64 columns at a time into 32 more accumulators (m64n64k16 from 0 over GX_LORA_CHUNKS chunks: the path's own op's
 // chain), then stores (residual + path) + dX for those columns: the two ops' additions in their order.
 //
+// GR_DX_SWIGLU = 1 (h3-fuse-grad: the swiglu_grad whose dy this dX was taken in, no residual): each pair of dX values
+// (with the path's) goes through swiglu_grad's operations with the pair's v and g of swiglu_x = [v | g] as it is
+// stored (gr_dx_store2, grad_common.cuh): dx is that op's [rows][2 GR_K], F32 or (GR_DX_BF) bf16.
+//
 // Defined by the emitter: GL_ENTRY GX_ENTRY_P1 H3C_PARAMS GL_DW (0) GR_N GR_K GR_BIAS (0) GX_BN (128, 192 or 256;
 // 64 for a K of 64, LoRA's dt) GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing
 // its stage; 1: keep one in flight) GX_CLUSTER (1 or 2) GR_RESIDUAL (1: the epilogue stores residual + dX,
-// h3-fuse-grad's grad_add) GX_LORA_K (0, or the path's width, 16 to 64). Parameters (H3C_PARAMS, in this order): g
-// (F32 [rows][N], phase 0's), residual (GR_RESIDUAL: F32 [rows][K]), lora_t (GX_LORA_K), dx (F32 [rows][K]), rows,
+// h3-fuse-grad's grad_add) GX_LORA_K (0, or the path's width, 16 to 64) GR_DX_SWIGLU GR_DX_BF. Parameters (H3C_PARAMS,
+// in this order): g (F32 [rows][N], phase 0's), residual (GR_RESIDUAL: F32 [rows][K]), lora_t (GX_LORA_K), swiglu_x
+// (GR_DX_SWIGLU: bf16 [rows][2K]), dx (F32 [rows][K]; with GR_DX_SWIGLU [rows][2K], bf16 with GR_DX_BF), rows,
 // gb (scratch, bf16 [rows][N]), gb_map (the tensor map over gb: boxes of 64 x 128 rows), w_map (W's: boxes of 64 x
 // 64), t_map and d_map (GX_LORA_K: lora_t's, boxes of 64 x 128 rows, and the down slot's, as W's).
 #define GX_BM 128
@@ -153,8 +158,8 @@ __device__ __forceinline__ void gx_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u3
 // the path's chain into pa, then (residual + path) + dX stored for those columns (acc holds dX). Releases the stage.
 __device__ __forceinline__ void gx_lora_epilogue(const float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty,
                                                  h3u32 peer, int cw, int lane, int &s, h3u32 &ph,
-                                                 long long r0, long long c0, long long M, float *out,
-                                                 const float *res) {
+                                                 long long r0, long long c0, long long M, void *out,
+                                                 const float *res, const void *sx) {
   mbar_wait(full + 8 * s, ph);
   const unsigned long long da = wgmma_desc_sw128(sA + s * GX_A_BYTES + cw * 64 * 128);
 #pragma unroll  // (acc's indices must be constants: a runtime index would put acc in local memory)
@@ -183,7 +188,8 @@ __device__ __forceinline__ void gx_lora_epilogue(const float *acc, h3u32 sA, h3u
           p = make_float2(__fadd_rn(o.x, p.x), __fadd_rn(o.y, p.y));
 #endif
           const int i = 32 * jb + 4 * j + 2 * h;
-          *(float2 *)(out + r * GR_K + c) = make_float2(__fadd_rn(p.x, acc[i]), __fadd_rn(p.y, acc[i + 1]));
+          gr_dx_store2<GR_DX_SWIGLU, GR_DX_BF>(out, sx, r, c, GR_K,
+                                            make_float2(__fadd_rn(p.x, acc[i]), __fadd_rn(p.y, acc[i + 1])));
         }
       }
     }
@@ -284,7 +290,12 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
     float acc[GX_BN / 2];  // never zeroed: each tile's first wgmma writes them without reading
     int s = 0;
     h3u32 ph = 0;
-    float *const out = (float *)dx;
+    void *const out = dx;
+#if GR_DX_SWIGLU
+    const void *const sx = swiglu_x;
+#else
+    const void *const sx = nullptr;
+#endif
     for (int t = first; t < tiles; t += stride) {
       int tm, tn;
       gx_tile(t, walkM, rank, tm, tn);
@@ -298,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
 #else
       const float *res = nullptr;
 #endif
-      gx_lora_epilogue(acc, sA, sB, full, empty, peer, cw, lane, s, ph, r0, c0, M, out, res);
+      gx_lora_epilogue(acc, sA, sB, full, empty, peer, cw, lane, s, ph, r0, c0, M, out, res, sx);
 #else
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -313,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
             const float2 o = *(const float2 *)((const float *)residual + r * GR_K + c);
             v = make_float2(__fadd_rn(o.x, v.x), __fadd_rn(o.y, v.y));
 #endif
-            *(float2 *)(out + r * GR_K + c) = v;
+            gr_dx_store2<GR_DX_SWIGLU, GR_DX_BF>(out, sx, r, c, GR_K, v);
           }
         }
       }

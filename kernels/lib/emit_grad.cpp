@@ -82,18 +82,33 @@ bool dxResidual(Params &p, Builder &b, const plan::OpAttrs &a) {
   return residual;
 }
 
-// A LoRA down path's dX taken in (h3-fuse-grad, lora_k): the input lora_t (the op's last, bf(dt)), defining `macro` as
-// the path's width (0 without one). Returns lora_t's input index, or -1.
+// A LoRA down path's dX taken in (h3-fuse-grad, lora_k): the input lora_t (bf(dt), after g and the residual), defining
+// `macro` as the path's width (0 without one). Returns lora_t's input index, or -1.
 int64_t loraInput(Params &p, Builder &b, const OpView &v, const char *macro) {
   const plan::OpAttrs &a = v.a();
   b.def(macro, a.loraK);
   if (a.loraK == 0) return -1;
   if (a.loraK > 64 || a.loraK % 16 || v.op.weights.size() != 2)
     fail(v.where, "a dX's LoRA down path is 16 to 64 wide (got {}) over a second weight, the down slot", a.loraK);
-  const int64_t t = int64_t(v.op.in.size()) - 1;
+  const int64_t t = a.epilogue == plan::Epilogue::Residual ? 2 : 1;
   if (!bf(v.in(size_t(t)))) fail(v.where, "a dX's LoRA down path reads bf(dt): lora_t must be bf16");
   p.in("lora_t", t);
   return t;
+}
+
+// The swiglu_grad of a dX taken in (h3-fuse-grad, epilogue swiglu): the input swiglu_x (x = [v | g], bf16, the op's
+// last), GR_DX_SWIGLU and GR_DX_BF (dx stored as bf16: the swiglu_grad's fused rounding). Returns the name's suffix.
+std::string swigluInput(Params &p, Builder &b, const OpView &v) {
+  const bool sw = v.a().epilogue == plan::Epilogue::Swiglu;
+  const bool outBf = sw && bf(v.out(0));
+  b.def("GR_DX_SWIGLU", sw ? 1 : 0);
+  b.def("GR_DX_BF", outBf ? 1 : 0);
+  if (!sw) return "";
+  const size_t x = v.op.in.size() - 1;
+  if (!bf(v.in(x)) || v.in(x).cols != 2 * v.a().K || v.a().K % 8)
+    fail(v.where, "a dX's swiglu_grad reads x = [v | g] as bf16 [rows, 2K] (K a multiple of 8)");
+  p.in("swiglu_x", int64_t(x));
+  return outBf ? "_swiglu_bfout" : "_swiglu";
 }
 
 // Whether the op's g is a grad_round's bf16 bf(g) (h3-fuse-grad): its kernel is the GEMM alone, reading g where it
@@ -142,6 +157,7 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   p.in("g", 0);
   const bool residual = dxResidual(p, b, a);
   const int64_t loraT = loraInput(p, b, v, "GX_LORA_K");
+  const std::string swiglu = swigluInput(p, b, v);
   p.out("dx", 0);
   p.scalar("rows", rows);
   const bool gbIn = roundedG(v, -1);  // the GEMM's map over g, no rounding phase
@@ -172,8 +188,8 @@ plan::Kernel emitLinearGradXSm90(const OpView &v, const std::string &arch) {
   g.maxPerSm = 1;
   plan::Launch gemm = launch(384, smem, g);
   gemm.cluster = {cluster, 1, 1};
-  const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}{}{}{}", a.N, a.K, residual ? "_res" : "",
-                                       gbIn ? "_gb" : "", a.loraK > 0 ? fmt::format("_lora{}", a.loraK) : "");
+  const std::string name = fmt::format("linear_grad_x_mma_sm90_n{}_k{}{}{}{}{}", a.N, a.K, residual ? "_res" : "",
+                                       gbIn ? "_gb" : "", a.loraK > 0 ? fmt::format("_lora{}", a.loraK) : "", swiglu);
   const std::string body = std::string(tmpl::hopper) + "\n" + tmpl::grad_common;
   if (gbIn) return finish(name, "GX_ENTRY_P1", b, p, body + tmpl::grad_linear_sm90, gemm, arch, gradLaunch(o));
   return finish(name, "GL_ENTRY", b, p, body + tmpl::grad_linear_round + tmpl::grad_linear_sm90, convert, arch,
@@ -247,6 +263,7 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
   if (dw && arch == "sm_90a" && v.options.wgmma && v.options.sm90GradW == 1) return emitLinearGradWSm90(v, arch, dwAt, biasAt);
   Builder b;
   Params p;
+  std::string swiglu;  // (dX: swigluInput's suffix)
   const Extent rows = v.rowsOfIn(0);
   p.in("g", 0);
   if (dw) {
@@ -259,10 +276,15 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
     if (a.loraK > 0) p.weight("down", 1);
     dxResidual(p, b, a);
     loraInput(p, b, v, "GL_LORA_K");
+    swiglu = swigluInput(p, b, v);
     p.out("dx", 0);
     p.scalar("rows", rows);
   }
-  if (dw) b.def("GL_LORA_K", 0);
+  if (dw) {
+    b.def("GL_LORA_K", 0);
+    b.def("GR_DX_SWIGLU", 0);
+    b.def("GR_DX_BF", 0);
+  }
   const bool gbIn = roundedG(v, biasAt);  // phase 1 alone, reading g
   if (!gbIn) p.scratch("gb", rows.scaled(a.N * 2));
   b.def("GL_G_BF16", gbIn ? 1 : 0);
@@ -291,6 +313,7 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
   std::string name = fmt::format("{}_mma_n{}_k{}{}{}", plan::opKindName(v.op.kind), a.N, a.K,
                                  !dw && a.epilogue == plan::Epilogue::Residual ? "_res" : "", gbIn ? "_gb" : "");
   if (!dw && a.loraK > 0) name += fmt::format("_lora{}", a.loraK);
+  name += swiglu;
   if (gbIn)
     return finish(name, "GL_ENTRY_P1", b, p, std::string(tmpl::grad_common) + tmpl::grad_linear_mma, gemm, arch,
                   gradLaunch(v.options));
@@ -417,6 +440,10 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   }
   case OpKind::LinearGradX: {
     if (mma && a.wDtype == DType::BF16 && a.N % 8 == 0 && a.K % 8 == 0) return emitLinearGradMma(v, arch, false, -1, -1);
+    // (h3-fuse-grad takes a LoRA path's dX or a swiglu_grad into bf16 dXs only; this one-thread form has neither)
+    if (a.loraK > 0 || a.epilogue == plan::Epilogue::Swiglu)
+      fail(v.where, "a dX that took in a LoRA down path or a swiglu_grad runs on the tensor cores only (bf16 weight, N "
+                    "and K multiples of 8, grad_mma=1)");
     kind = "GR_LINEAR_X";
     p.in("g", 0);
     p.weight("w", 0);

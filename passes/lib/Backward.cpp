@@ -223,12 +223,12 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
             if (ArrayAttr grads = bb.gradNames(up, b.getArrayAttr({})); !grads.empty())
               ordered(LinearGradWOp::create(b, loc, g, bb.saved(t), L, l.getNAttr(), up, b.getArrayAttr({}), grads,
                                             OrderAttr(), nodes, b.getArrayAttr({})));
-            auto dt = ordered(LinearGradXOp::create(b, loc, bb.gradType(t), g, Value(), Value(), L, l.getNAttr(), up,
+            auto dt = ordered(LinearGradXOp::create(b, loc, bb.gradType(t), g, Value(), Value(), Value(), L, l.getNAttr(), up,
                                                     OrderAttr(), IntegerAttr(), nodes, names({t})));
             bb.accumulate(t, dt.getDx(), node);
           }
           if (!differentiable(x)) return success();  // the time embedder's sinusoid: no dx
-          auto dx = ordered(LinearGradXOp::create(b, loc, bb.gradType(x), g, Value(), Value(), l.getKAttr(),
+          auto dx = ordered(LinearGradXOp::create(b, loc, bb.gradType(x), g, Value(), Value(), Value(), l.getKAttr(),
                                                   l.getNAttr(), weight, OrderAttr(), IntegerAttr(), nodes, names({x})));
           bb.accumulate(x, dx.getDx(), node);
           return success();
@@ -245,7 +245,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
           if (ArrayAttr grads = bb.gradNames(d.getWeight(), b.getArrayAttr({})); !grads.empty())
             ordered(LinearGradWOp::create(b, loc, g, bb.saved(x), d.getKAttr(), d.getNAttr(), d.getWeight(),
                                           b.getArrayAttr({}), grads, OrderAttr(), base, b.getArrayAttr({})));
-          auto dx = ordered(LinearGradXOp::create(b, loc, bb.gradType(x), g, Value(), Value(), d.getKAttr(),
+          auto dx = ordered(LinearGradXOp::create(b, loc, bb.gradType(x), g, Value(), Value(), Value(), d.getKAttr(),
                                                   d.getNAttr(), d.getWeight(), OrderAttr(), IntegerAttr(), base, names({x})));
           bb.accumulate(x, dx.getDx(), baseNode);
           return success();

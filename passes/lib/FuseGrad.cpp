@@ -6,7 +6,8 @@
 // dx go into that norm gradient's store likewise. A qk_norm's norm gradient takes in the rope_grad before it (its dy
 // rotated back as it is read). Then it rounds once the g that several linear
 // gradients each rounded to bf16 (h3.grad_round, or the op computing g storing bf16), and has the forward attention
-// save the row statistics its attention_grad reran (`lse`). Each rewrite keeps every bit; `h3c compile
+// save the row statistics its attention_grad reran (`lse`); a LoRA down path's dX goes into the base dX it was the
+// residual of, and a swiglu_grad into the dX that is its dy. Each rewrite keeps every bit; `h3c compile
 // --no-fuse-grad` skips the pass, and the GPU checks compare the two plans byte for byte.
 #include "Common.h"
 #include "h3c/Passes/PlanOp.h"
@@ -212,13 +213,48 @@ int foldLoraDx(func::FuncOp f) {
     OpBuilder b(base);
     SmallVector<Attribute> weights(base.getWeight().begin(), base.getWeight().end());
     weights.push_back(l.getWeight()[0]);
-    auto fused = LinearGradXOp::create(b, base.getLoc(), base.getDx().getType(), base.getG(), l.getResidual(), l.getG(),
+    auto fused = LinearGradXOp::create(b, base.getLoc(), base.getDx().getType(), base.getG(), l.getResidual(), l.getG(), Value(),
                                        base.getKAttr(), base.getNAttr(), b.getArrayAttr(weights), base.getOrderAttr(),
                                        b.getI64IntegerAttr(int64_t(l.getN())), base.getNodesAttr(),
                                        base.getValuesAttr());
     base.getDx().replaceAllUsesWith(fused.getDx());
     base.erase();
     l.erase();
+    ++folded;
+  }
+  return folded;
+}
+
+// An h3.swiglu_grad whose dy is a bf16 linear's dX (with or without a LoRA down path taken in, no residual) that
+// nothing else reads goes into that dX: the op reads the swiglu's input x = [v | g] as swiglu_x and its result is the
+// swiglu_grad's dx (F32, or bf16 where the rounding was folded in), each dX element put through swiglu_grad's own
+// operations as the kernel stores it: the same bits. What goes is the F32 [rows, F] dX's store and the swiglu_grad's
+// read of it, and that op's pass (the 33B LoRA step: fc2's dX, 0.48 GB each way, and 52 swiglu_grads, 27.8 ms on
+// an H100, bench/NOTES.md 2026-12-06). Runs after foldLoraDx (fc2's dX has taken its path in by then) and the
+// roundings (the swiglu_grad's result type is final). Returns the count folded.
+int foldSwigluGrads(func::FuncOp f) {
+  std::vector<SwigluGradOp> grads;
+  f.walk([&](SwigluGradOp s) { grads.push_back(s); });
+  int folded = 0;
+  for (SwigluGradOp s : grads) {
+    auto dx = s.getDy().getDefiningOp<LinearGradXOp>();
+    // A bf16 x; tiles of 128 columns or more (K > 64), K a multiple of 8 (a thread's pair of columns, value and gate
+    // alike); not a LoRA slot's own dX.
+    if (!dx || !s.getDy().hasOneUse() || dx.getResidual() || dx.getSwigluX() || !bf16Weight(dx.getWeight()) ||
+        !cast<ActType>(s.getX().getType()).getElementType().isBF16() ||
+        dx.getK() <= 64 || dx.getK() % 8 || dx.getN() % 8 ||
+        cast<StringAttr>(dx.getWeight()[0]).getValue().ends_with(".lora_down") ||
+        cast<StringAttr>(dx.getWeight()[0]).getValue().ends_with(".lora_up"))
+      continue;
+    OpBuilder b(s);
+    SmallVector<Attribute> nodes(dx.getNodes().begin(), dx.getNodes().end());
+    nodes.append(s.getNodes().begin(), s.getNodes().end());
+    auto fused = LinearGradXOp::create(b, dx.getLoc(), s.getDx().getType(), dx.getG(), Value(), dx.getLoraT(), s.getX(),
+                                       dx.getKAttr(), dx.getNAttr(), dx.getWeight(), dx.getOrderAttr(),
+                                       dx.getLoraKAttr(), b.getArrayAttr(nodes), s.getValuesAttr());
+    s.getDx().replaceAllUsesWith(fused.getDx());
+    s.erase();
+    dx.erase();
     ++folded;
   }
   return folded;
@@ -289,6 +325,7 @@ struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
       shareRoundings(f);
       foldRoundings(f);
       foldLoraDx(f);
+      foldSwigluGrads(f);
     });
     if (saveRowStatistics(getOperation()) < 0) {
       getOperation().emitError() << "h3-fuse-grad: could not add the saved row statistics to func @backward";

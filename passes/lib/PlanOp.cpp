@@ -219,6 +219,8 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
     a.audioCols = act(u.getAudioSample()).getCols();
   } else if (auto gx = dyn_cast<LinearGradXOp>(op); gx && gx.getResidual()) {
     a.epilogue = plan::Epilogue::Residual;  // h3-fuse-grad's sum: the plan op reads "residual" after g
+  } else if (auto gx = dyn_cast<LinearGradXOp>(op); gx && gx.getSwigluX()) {
+    a.epilogue = plan::Epilogue::Swiglu;  // h3-fuse-grad's swiglu_grad taken in: "swiglu_x" its last input
   } else if (auto nm = dyn_cast<NormModulateGradOp>(op)) {
     a.H = act(op->getOperand(0)).getCols();
     if (nm.getResidual()) a.epilogue = plan::Epilogue::Residual;  // h3-fuse-grad's sum: "residual" after the row meta

@@ -192,6 +192,7 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
     std::vector<std::string> v = {"g"};
     if (a.epilogue == Epilogue::Residual) v.push_back("residual");
     if (a.loraK > 0) v.push_back("lora_t");
+    if (a.epilogue == Epilogue::Swiglu) v.push_back("swiglu_x");  // swiglu_grad taken in: its x = [v | g]
     return v;
   }
   case OpKind::LinearGradW: return {"g", "x"};
@@ -300,7 +301,7 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::GradRound:
   case OpKind::SiluGrad: return cols;
   case OpKind::LinearGradX: {
-    std::vector<std::string> v = a.epilogue == Epilogue::Residual ? linear : kn;
+    std::vector<std::string> v = a.epilogue != Epilogue::None ? linear : kn;  // (residual, or swiglu_grad's)
     if (a.loraK > 0) v.push_back("lora_k");  // (h3-fuse-grad: a LoRA down path's dX taken in)
     return v;
   }

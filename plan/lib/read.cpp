@@ -132,12 +132,13 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     if (!parseEpilogue(e, a.epilogue))
       fail(where + "/epilogue", "expected none, residual, gate_residual, swiglu or qk_norm_rope, got \"{}\"", e);
   }
-  // A linear_grad_x's and a norm_modulate_grad's one epilogue is residual (h3-fuse-grad: dx = residual + dx), which
-  // adds the input "residual".
+  // A linear_grad_x's and a norm_modulate_grad's epilogue is residual (h3-fuse-grad: dx = residual + dx), which
+  // adds the input "residual"; a linear_grad_x's may be swiglu (h3-fuse-grad: the swiglu_grad of its dX taken in),
+  // which adds the input "swiglu_x" and makes dx that swiglu_grad's.
   if ((kind == OpKind::LinearGradX || kind == OpKind::NormModulateGrad) && j.contains("epilogue") &&
-      a.epilogue != Epilogue::Residual)
-    fail(where + "/epilogue", "a {}'s epilogue is \"residual\" or absent, got \"{}\"", opKindName(kind),
-         epilogueName(a.epilogue));
+      a.epilogue != Epilogue::Residual && !(kind == OpKind::LinearGradX && a.epilogue == Epilogue::Swiglu))
+    fail(where + "/epilogue", "a {}'s epilogue is \"residual\"{} or absent, got \"{}\"", opKindName(kind),
+         kind == OpKind::LinearGradX ? ", \"swiglu\"" : "", epilogueName(a.epilogue));
   // lse (attention's row statistics saved for the backward) adds an output to attention, an input to attention_grad.
   if ((kind == OpKind::Attention || kind == OpKind::AttentionGrad) && j.contains("lse")) {
     if (!j["lse"].is_number_integer() || j["lse"].get<int64_t>() != 1) fail(where + "/lse", "expected 1 (or no key)");

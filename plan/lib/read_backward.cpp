@@ -113,10 +113,10 @@ struct Checker {
     }
   }
 
-  // A linear_grad_x's dx (K columns, g's rows) and, with the residual epilogue, the residual it is added to (dx's
-  // width and rows).
+  // A linear_grad_x's dx (K columns, g's rows; 2K with swiglu_grad taken in: checkFusedSwiglu) and, with the
+  // residual epilogue, the residual it is added to (dx's width and rows).
   void dxOperands(const Op &op, int64_t K) const {
-    width(op, true, 0, K);
+    width(op, true, 0, op.attrs.epilogue == Epilogue::Swiglu ? 2 * K : K);
     if (op.attrs.epilogue != Epilogue::Residual) return sameRows(op, {0}, {0});
     width(op, false, 1, K);
     sameRows(op, {0, 1}, {0});
@@ -138,11 +138,34 @@ struct Checker {
     if (down->attrs.N != a.loraK || down->attrs.K != a.K)
       fail(op.where + "/attrs", "lora_k {} and K {} are not the down slot's {} and {}", a.loraK, a.K, down->attrs.N,
            down->attrs.K);
-    const size_t t = op.in.size() - 1;
+    const size_t t = loraInput(op);
     width(op, false, t, a.loraK);
     sameRows(op, {0, t}, {});
     if (p.value(op.in[t]).dtype != DType::BF16 || !roundedGrads.count(op.in[t]))
       fail(op.where + "/in/" + std::to_string(t), "'{}' must be a bf16 gradient (a grad_round's bf(dt))", op.in[t]);
+  }
+
+  // Where a linear_grad_x with lora_k reads lora_t: after g and the residual (inputRoles).
+  static size_t loraInput(const Op &op) { return op.attrs.epilogue == Epilogue::Residual ? 2 : 1; }
+
+  // A linear_grad_x with swiglu_grad taken in (h3-fuse-grad, epilogue swiglu): its second node is the swiglu whose
+  // output the linear's forward op f reads as x, its last input that swiglu's x = [v | g] (a saved forward value of
+  // 2K columns), its dx the swiglu_grad's (2K columns, F32 or bf16).
+  void checkFusedSwiglu(const Op &op, const Op &f) const {
+    auto nit = nodes.find(op.nodes[1]);
+    if (nit == nodes.end() || nit->second->kind != "swiglu")
+      fail(op.where + "/nodes/1", "'{}' is no swiglu node of this config", op.nodes[1]);
+    auto fit = forwardOf.find(op.nodes[1]);
+    if (fit == forwardOf.end() || fit->second->kind != OpKind::Swiglu)
+      fail(op.where + "/nodes/1", "'{}' is implemented by no swiglu op", op.nodes[1]);
+    const Op &s = *fit->second;
+    if (f.in.empty() || s.out.at(0) != f.in[0])
+      fail(op.where + "/nodes", "the linear '{}' does not read the output of the swiglu '{}'", op.nodes[0], op.nodes[1]);
+    same(op, "K", op.attrs.K, s.attrs.F);
+    const size_t x = op.in.size() - 1;
+    saved(op, x, s.in.at(0));
+    width(op, false, x, 2 * op.attrs.K);
+    sameRows(op, {0, x}, {0});
   }
 
   // A linear gradient's g is F32, or bf16 (a grad_round's bf(g)) where the op multiplies bf(g) on the tensor cores:
@@ -186,10 +209,13 @@ struct Checker {
     if (op.kernel && !p.kernels.count(*op.kernel)) fail(op.where + "/kernel", "unknown kernel");
     if (a.shard.kind != ShardKind::Replicated) fail(op.where + "/attrs/shard", "a gradient op is not sharded");
     // (A qk_norm's rms_norm_grad with the rope_grad before it folded in names the rope's node second.)
-    const size_t nodeCount = op.kind == OpKind::RmsNormGrad && a.rotaryDim > 0 ? 2 : 1;
+    // (A linear_grad_x with the swiglu_grad of its dX taken in names the swiglu's node second.)
+    const bool fusedSwiglu = op.kind == OpKind::LinearGradX && a.epilogue == Epilogue::Swiglu;
+    const size_t nodeCount = (op.kind == OpKind::RmsNormGrad && a.rotaryDim > 0) || fusedSwiglu ? 2 : 1;
     if (op.nodes.size() != nodeCount)
       fail(op.where + "/nodes", nodeCount == 1 ? "a gradient op names the one forward node it differentiates"
-                                               : "a qk_norm's norm gradient with the rope's folded in names both nodes");
+                                : fusedSwiglu ? "a dX with the swiglu_grad taken in names the linear and the swiglu"
+                                              : "a qk_norm's norm gradient with the rope's folded in names both nodes");
     auto nit = nodes.find(op.nodes[0]);
     if (nit == nodes.end()) fail(op.where + "/nodes/0", "'{}' is not a node of this config", op.nodes[0]);
     const h3::Node &n = *nit->second;
@@ -240,11 +266,11 @@ struct Checker {
     for (size_t k = 0; k < op.in.size(); ++k)
       if (p.value(op.in[k]).dtype == DType::BF16 && isGradOp(op.kind) && roundedGrads.count(op.in[k]) &&
           !((op.kind == OpKind::LinearGradX || op.kind == OpKind::LinearGradW) && k == 0) &&
-          !(fusedLora && k + 1 == op.in.size()))
+          !(fusedLora && k == loraInput(op)))
         fail(op.where + "/in/" + std::to_string(k), "'{}' is a bf16 gradient: only a linear gradient's g reads one",
              op.in[k]);
     const bool roundsOut = op.kind == OpKind::SwigluGrad || op.kind == OpKind::RmsNormGrad ||
-                           op.kind == OpKind::GateResidualGrad;
+                           op.kind == OpKind::GateResidualGrad || fusedSwiglu;
     for (size_t k = 0; k < op.out.size(); ++k)
       if (p.value(op.out[k]).dtype != DType::F32 && !(roundsOut && k == 0 && p.value(op.out[k]).dtype == DType::BF16))
         fail(op.where + "/out/" + std::to_string(k), "a gradient is F32, '{}' is {}", op.out[k],
@@ -272,6 +298,7 @@ struct Checker {
     const OpAttrs &fa = f.attrs;
     if (lora) {
       if (fusedLora) fail(op.where + "/attrs/lora_k", "a LoRA path's own dX takes in no other path");
+      if (fusedSwiglu) fail(op.where + "/attrs/epilogue", "a LoRA path's own dX takes in no swiglu_grad");
       return checkLora(op, f);
     }
     switch (op.kind) {
@@ -283,6 +310,7 @@ struct Checker {
       if (op.kind == OpKind::LinearGradX) {
         dxOperands(op, a.K);
         if (fusedLora) checkFusedLora(op, f);
+        if (fusedSwiglu) checkFusedSwiglu(op, f);
       } else {
         saved(op, 1, f.in[0]);
         width(op, false, 1, a.K);

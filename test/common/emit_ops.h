@@ -139,10 +139,14 @@ inline EmitOp qkvNormRope(const std::string &node, int64_t K, int64_t heads, int
 // With `gBf16`, g is a grad_round's bf(g) (bf16, h3-fuse-grad): the forms without their rounding phase.
 // With `loraK` (h3-fuse-grad: a LoRA down path's dX taken in) the op reads lora_t bf16 [S, loraK] last and the down
 // slot [loraK, K] as its second weight.
-inline EmitOp linearGradX(int64_t N, int64_t K, bool residual = false, bool gBf16 = false, int64_t loraK = 0) {
+// swiglu (h3-fuse-grad's swiglu_grad taken in, epilogue swiglu; no residual): 1 dx F32, 2 dx bf16; swiglu_x is
+// bf16 [S, 2K] (the op's last input) and dx [S, 2K].
+inline EmitOp linearGradX(int64_t N, int64_t K, bool residual = false, bool gBf16 = false, int64_t loraK = 0,
+                          int swiglu = 0) {
   plan::OpAttrs a = attrs({{"K", double(K)}, {"N", double(N)}});
   a.wDtype = h3c::DType::BF16;
   if (residual) a.epilogue = plan::Epilogue::Residual;  // h3-fuse-grad: dx = residual + dX, residual F32 [S, K]
+  if (swiglu) a.epilogue = plan::Epilogue::Swiglu;
   a.loraK = loraK;
   EmitOp e = op(OpKind::LinearGradX, "transformer_blocks.0.linear_grad_x", a, kchunks(1), loraK > 0 ? 2 : 1);
   e.vals.in[0].cols = N;
@@ -151,12 +155,28 @@ inline EmitOp linearGradX(int64_t N, int64_t K, bool residual = false, bool gBf1
     e.vals.in[1].cols = K;
     e.vals.in[1].dtype = h3c::DType::F32;
   }
-  if (loraK > 0) {
-    e.vals.in.back().cols = loraK;
+  if (loraK > 0) {  // lora_t, after g and the residual
+    e.vals.in[residual ? 2 : 1].cols = loraK;
+    e.vals.in[residual ? 2 : 1].dtype = h3c::DType::BF16;
+  }
+  if (swiglu) {
+    e.vals.in.back().cols = 2 * K;
     e.vals.in.back().dtype = h3c::DType::BF16;
   }
-  e.vals.out[0].cols = K;
-  e.vals.out[0].dtype = h3c::DType::F32;
+  e.vals.out[0].cols = swiglu ? 2 * K : K;
+  e.vals.out[0].dtype = swiglu == 2 ? h3c::DType::BF16 : h3c::DType::F32;
+  return e;
+}
+
+// swiglu_grad over x = [v | g] bf16 [S, 2F], dy F32 [S, F]: dx [S, 2F], F32 or (outBf, h3-fuse-grad's rounding) bf16.
+inline EmitOp swigluGrad(int64_t F, bool outBf = false) {
+  EmitOp e = op(OpKind::SwigluGrad, "transformer_blocks.0.ff.swiglu_grad", attrs({{"F", double(F)}}));
+  e.vals.in[0].cols = F;
+  e.vals.in[0].dtype = h3c::DType::F32;
+  e.vals.in[1].cols = 2 * F;
+  e.vals.in[1].dtype = h3c::DType::BF16;
+  e.vals.out[0].cols = 2 * F;
+  e.vals.out[0].dtype = outBf ? h3c::DType::BF16 : h3c::DType::F32;
   return e;
 }
 

@@ -1626,6 +1626,55 @@ TEST_F(Kernels, LinearGradX) {
         }
       }
     }
+    // h3-fuse-grad's swiglu_grad taken in (epilogue swiglu, a dX of more than 64 columns): the fused op over bf(g) and
+    // x = [v | g] bf16 [M, 2K], dx F32 and bf16, with and without a LoRA down path taken in too, in the Hopper, 2-CTA
+    // and mma.sync forms, == this dX (the path's dX its residual) then swiglu_grad's own kernel, byte for byte.
+    if (c.N > 64 && c.K > 64 && c.K % 8 == 0) {
+      std::vector<uint16_t> x(size_t(c.M * 2 * c.K)), t(size_t(c.M * 64)), dn(size_t(64 * c.K));
+      for (uint16_t &e : x) e = floatToBf16(2.0f * value());
+      for (uint16_t &e : t) e = floatToBf16(value());
+      for (uint16_t &e : dn) e = floatToBf16(value() / 8.0f);
+      Buf xb = up(x), tb = up(t), db = up(dn), gbb = up(gb);
+      auto launchBytes = [&](const plan::Kernel &kern, std::vector<Buf> in, std::vector<Buf> wts, size_t bytes) {
+        Launch la;
+        la.in = std::move(in);
+        la.w = std::move(wts);
+        la.out = {outBuf(bytes)};
+        la.e = rowsS(c.M);
+        run(kern, la);
+        return down<uint8_t>(*la.out[0], bytes);
+      };
+      const size_t dxBytes = size_t(c.M * c.K * 4);
+      for (int64_t lora : {int64_t(0), int64_t(64)}) {
+        // The dX swiglu_grad reads: this op's over bf(g), with the path's dX as its residual where the path is in.
+        std::vector<uint8_t> dxv = launchBytes(kg9, {gbb}, {wb}, dxBytes);
+        if (lora) {
+          const auto part = launchBytes(kernel(linearGradX(64, c.K, false, true), hopperOpt), {tb}, {db}, dxBytes);
+          dxv = launchBytes(kgr9, {gbb, up(part)}, {wb}, dxBytes);
+        }
+        for (int sw : {1, 2}) {
+          const size_t outBytes = size_t(c.M * 2 * c.K) * (sw == 2 ? 2 : 4);
+          const auto want = launchBytes(kernel(swigluGrad(c.K, sw == 2), hopperOpt), {up(dxv), xb}, {}, outBytes);
+          const std::string what = name + fmt::format(": swiglu_grad taken in{}{}", lora ? " after the LoRA path" : "",
+                                                      sw == 2 ? ", bf16 dx" : "");
+          const EmitOp fused = linearGradX(c.N, c.K, false, true, lora, sw);
+          std::vector<Buf> in = {gbb};
+          if (lora) in.push_back(tb);
+          in.push_back(xb);
+          std::vector<Buf> wts = {wb};
+          if (lora) wts.push_back(db);
+          for (const auto &[label, opts] : {std::pair<const char *, hk::EmitOptions>{"Hopper", hopperOpt},
+                                            {"2-CTA", pairOpt}, {"mma.sync", mmaOpt}}) {
+            const plan::Kernel &kf = kernel(fused, opts);
+            const auto got = launchBytes(kf, in, wts, outBytes);
+            const size_t fat = firstDiff(got, want);
+            report(kf.id.find("_swiglu") != std::string::npos && fat == SIZE_MAX,
+                   what + fmt::format(": {} ({}) == this dX then swiglu_grad byte for byte{}", label, kf.id,
+                                      fat == SIZE_MAX ? std::string() : fmt::format(" (first difference at byte {})", fat)));
+          }
+        }
+      }
+    }
     // Rows permuted: row i of the permuted g is row perm[i]; dx's row i must be the first run's row perm[i].
     std::vector<long long> perm(size_t(c.M));
     for (long long i = 0; i < c.M; ++i) perm[size_t(i)] = i;

@@ -45,7 +45,7 @@ func.func @grad_w_bias_only(%g: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 32, bf
 // A gradient is f32; a linear gradient may read bf(g) (bf16: an h3.grad_round's result, h3-fuse-grad), nothing else.
 func.func @int_gradient(%g: !h3.act<B, S, 24, i64>) -> !h3.act<B, S, 32, f32> {
   // expected-error @+1 {{g must be f32 (or bf16: an h3.grad_round result)}}
-  %dx = h3.linear_grad_x %g {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, i64>) -> !h3.act<B, S, 32, f32>
+  %dx = h3.linear_grad_x %g {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, i64>) -> !h3.act<B, S, 32, f32>
   return %dx : !h3.act<B, S, 32, f32>
 }
 
@@ -136,7 +136,7 @@ func.func @row_units_params() attributes {o = #h3.order<row_units, k_step = 16, 
 // h3-fuse-grad's residual is the part of dx's gradient it is added to: dx's type.
 func.func @grad_x_residual_type(%g: !h3.act<B, S, 24, f32>, %r: !h3.act<B, S, 16, f32>) {
   // expected-error @+1 {{residual must have dx's type (the part of the gradient dX is added to)}}
-  %dx = h3.linear_grad_x %g, %r {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 16, f32>) -> !h3.act<B, S, 32, f32>
+  %dx = h3.linear_grad_x %g, %r {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 16, f32>) -> !h3.act<B, S, 32, f32>
   return
 }
 
@@ -145,7 +145,7 @@ func.func @grad_x_residual_type(%g: !h3.act<B, S, 24, f32>, %r: !h3.act<B, S, 16
 // h3-fuse-grad's LoRA down path taken in: lora_t comes with lora_k and the down slot as a second weight.
 func.func @grad_x_lora_without_width(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S, 64, bf16>) {
   // expected-error @+1 {{lora_t and lora_k come together}}
-  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, weight = ["w", "l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 1>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 32, f32>
+  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, weight = ["w", "l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 1, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 32, f32>
   return
 }
 
@@ -153,7 +153,7 @@ func.func @grad_x_lora_without_width(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B,
 
 func.func @grad_x_lora_one_weight(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S, 64, bf16>) {
   // expected-error @+1 {{'weight' must list 2 tensor names, got 1}}
-  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, lora_k = 64 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 1>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 32, f32>
+  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, lora_k = 64 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 1, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 32, f32>
   return
 }
 
@@ -162,7 +162,7 @@ func.func @grad_x_lora_one_weight(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S,
 // One k-block: at most 64 wide.
 func.func @grad_x_lora_too_wide(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S, 128, bf16>) {
   // expected-error @+1 {{lora_k must be 16, 32, 48 or 64 (one k-block), got 128}}
-  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, lora_k = 128 : i64, weight = ["w", "l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 1>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 32, f32>
+  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, lora_k = 128 : i64, weight = ["w", "l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 1, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 32, f32>
   return
 }
 
@@ -171,7 +171,7 @@ func.func @grad_x_lora_too_wide(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S, 1
 // lora_t is bf(dt): bf16.
 func.func @grad_x_lora_f32(%g: !h3.act<B, S, 24, bf16>, %t: !h3.act<B, S, 64, f32>) {
   // expected-error @+1 {{lora_t must be 'bf16', got 'f32'}}
-  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, lora_k = 64 : i64, weight = ["w", "l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 1>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, f32>) -> !h3.act<B, S, 32, f32>
+  %dx = h3.linear_grad_x %g, %t {K = 32 : i64, N = 24 : i64, lora_k = 64 : i64, weight = ["w", "l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 1, 0>, nodes = ["l"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, f32>) -> !h3.act<B, S, 32, f32>
   return
 }
 
@@ -205,4 +205,38 @@ func.func @norm_residual_width(%dy: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 24
   // expected-error @+1 {{residual}}
   %dx, %dt = h3.norm_modulate_grad %dy, %x, %t, %ts, %tags, %r {eps = 1.0e-05 : f64, grads = [], nodes = ["n"], num_chunks = 6 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 2, 1>, row_index = #h3.row_index<adaln>, scale_chunk = 4 : i64, shift_chunk = 3 : i64, values = ["grad:n", "grad:t"], weight = []} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>, !h3.act<B, S, 32, f32>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 144, f32>)
   return %dx : !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// h3-fuse-grad's swiglu_grad taken in: swiglu_x = [v | g] is bf16 [rows, 2K], and dx is the swiglu_grad's [rows, 2K].
+func.func @grad_x_swiglu_x_width(%g: !h3.act<B, S, 24, bf16>, %x: !h3.act<B, S, 32, bf16>) {
+  // expected-error @+1 {{swiglu_x must have 64 columns, got 32}}
+  %dx = h3.linear_grad_x %g, %x {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 1>, nodes = ["l", "s"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 64, f32>
+  return
+}
+
+// -----
+
+func.func @grad_x_swiglu_x_f32(%g: !h3.act<B, S, 24, bf16>, %x: !h3.act<B, S, 64, f32>) {
+  // expected-error @+1 {{swiglu_x must be 'bf16', got 'f32'}}
+  %dx = h3.linear_grad_x %g, %x {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 1>, nodes = ["l", "s"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, f32>) -> !h3.act<B, S, 64, f32>
+  return
+}
+
+// -----
+
+func.func @grad_x_swiglu_dx_width(%g: !h3.act<B, S, 24, bf16>, %x: !h3.act<B, S, 64, bf16>) {
+  // expected-error @+1 {{dx must have 64 columns, got 32}}
+  %dx = h3.linear_grad_x %g, %x {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 1>, nodes = ["l", "s"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 32, f32>
+  return
+}
+
+// -----
+
+// swiglu_grad's dy is the dX alone: no residual with it.
+func.func @grad_x_swiglu_with_residual(%g: !h3.act<B, S, 24, bf16>, %r: !h3.act<B, S, 64, f32>, %x: !h3.act<B, S, 64, bf16>) {
+  // expected-error @+1 {{swiglu_x and residual do not come together (swiglu_grad's dy is the dX alone)}}
+  %dx = h3.linear_grad_x %g, %r, %x {K = 32 : i64, N = 24 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 1, 0, 1>, nodes = ["l", "s"], values = ["dx"]} : (!h3.act<B, S, 24, bf16>, !h3.act<B, S, 64, f32>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 64, f32>
+  return
 }

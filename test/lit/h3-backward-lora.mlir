@@ -16,7 +16,7 @@
 // CHECK: h3.linear_grad_w %[[GK:[^,]*]], %[[X:[^ ]*]] {K = 24 : i64, N = 32 : i64, bias = ["bk"], grads = ["grad:wk", "grad:bk"]{{.*}}weight = ["wk"]}
 // CHECK-NEXT: h3.linear_grad_w %[[GK]], %[[TK:[^ ]*]] {K = 64 : i64, N = 32 : i64, bias = [], grads = ["grad:b.attn.to_k.lora_up"], nodes = ["b.attn.to_k"]{{.*}}weight = ["b.attn.to_k.lora_up"]}
 // CHECK-SAME: (!h3.act<B, S, 32, f32>, !h3.act<B, S, 64, bf16>) -> ()
-// CHECK-NEXT: %[[DTK:.*]] = h3.linear_grad_x %[[GK]] {K = 64 : i64, N = 32 : i64, nodes = ["b.attn.to_k"], operandSegmentSizes = array<i32: 1, 0, 0>, order = #h3.order<k_chunks{{.*}}values = ["grad:b.attn.to_k:lora_t"], weight = ["b.attn.to_k.lora_up"]}
+// CHECK-NEXT: %[[DTK:.*]] = h3.linear_grad_x %[[GK]] {K = 64 : i64, N = 32 : i64, nodes = ["b.attn.to_k"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, order = #h3.order<k_chunks{{.*}}values = ["grad:b.attn.to_k:lora_t"], weight = ["b.attn.to_k.lora_up"]}
 // CHECK-NEXT: %[[XK:.*]] = h3.linear_grad_x %[[GK]] {K = 24 : i64, N = 32 : i64{{.*}}weight = ["wk"]}
 // to_k's lora_down: the down slot's gradient against x, x's LoRA part.
 // CHECK-NEXT: h3.linear_grad_w %[[DTK]], %[[X]] {K = 24 : i64, N = 64 : i64, bias = [], grads = ["grad:b.attn.to_k.lora_down"], nodes = ["b.attn.to_k"]{{.*}}weight = ["b.attn.to_k.lora_down"]}

@@ -18,10 +18,10 @@
 // CHECK-NOT: h3.grad_add
 // CHECK-NEXT: return %[[Q]]
 func.func @chain(%gv: !h3.act<B, S, 32, f32>, %gk: !h3.act<B, S, 32, f32>, %gq: !h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32> {
-  %xv = h3.linear_grad_x %gv {K = 24 : i64, N = 32 : i64, weight = ["wv"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["v"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
-  %xk = h3.linear_grad_x %gk {K = 24 : i64, N = 32 : i64, weight = ["wk"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["k"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %xv = h3.linear_grad_x %gv {K = 24 : i64, N = 32 : i64, weight = ["wv"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["v"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %xk = h3.linear_grad_x %gk {K = 24 : i64, N = 32 : i64, weight = ["wk"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["k"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %s1 = h3.grad_add %xv, %xk {nodes = ["k"], values = ["grad:x+k"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
-  %xq = h3.linear_grad_x %gq {K = 24 : i64, N = 32 : i64, weight = ["wq"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["q"], values = ["grad:x~3"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %xq = h3.linear_grad_x %gq {K = 24 : i64, N = 32 : i64, weight = ["wq"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["q"], values = ["grad:x~3"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %s2 = h3.grad_add %s1, %xq {nodes = ["q"], values = ["grad:x+q"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
   return %s2 : !h3.act<B, S, 24, f32>
 }
@@ -34,8 +34,8 @@ func.func @chain(%gv: !h3.act<B, S, 32, f32>, %gk: !h3.act<B, S, 32, f32>, %gq: 
 // CHECK-NEXT: %[[A:.*]] = h3.linear_grad_x %arg1, %[[B]] {{{.*}}values = ["grad:x+a"]
 // CHECK-NEXT: return %[[A]]
 func.func @later_a(%g0: !h3.act<B, S, 32, f32>, %g1: !h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32> {
-  %b = h3.linear_grad_x %g0 {K = 24 : i64, N = 32 : i64, weight = ["w0"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["b"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
-  %a = h3.linear_grad_x %g1 {K = 24 : i64, N = 32 : i64, weight = ["w1"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["a"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %b = h3.linear_grad_x %g0 {K = 24 : i64, N = 32 : i64, weight = ["w0"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["b"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %a = h3.linear_grad_x %g1 {K = 24 : i64, N = 32 : i64, weight = ["w1"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["a"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %s = h3.grad_add %a, %b {nodes = ["a"], values = ["grad:x+a"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
   return %s : !h3.act<B, S, 24, f32>
 }
@@ -49,8 +49,8 @@ func.func @later_a(%g0: !h3.act<B, S, 32, f32>, %g1: !h3.act<B, S, 32, f32>) -> 
 // CHECK-NEXT: %[[W:.*]] = h3.linear_grad_x %arg0, %[[L]] {{{.*}}values = ["grad:x+l"], weight = ["w"]}
 // CHECK-NEXT: return %[[W]]
 func.func @longer_reduction(%g: !h3.act<B, S, 256, f32>, %dt: !h3.act<B, S, 64, f32>) -> !h3.act<B, S, 24, f32> {
-  %w = h3.linear_grad_x %g {K = 24 : i64, N = 256 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 256, f32>) -> !h3.act<B, S, 24, f32>
-  %l = h3.linear_grad_x %dt {K = 24 : i64, N = 64 : i64, weight = ["l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x~2"]} : (!h3.act<B, S, 64, f32>) -> !h3.act<B, S, 24, f32>
+  %w = h3.linear_grad_x %g {K = 24 : i64, N = 256 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 256, f32>) -> !h3.act<B, S, 24, f32>
+  %l = h3.linear_grad_x %dt {K = 24 : i64, N = 64 : i64, weight = ["l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x~2"]} : (!h3.act<B, S, 64, f32>) -> !h3.act<B, S, 24, f32>
   %s = h3.grad_add %w, %l {nodes = ["l"], values = ["grad:x+l"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
   return %s : !h3.act<B, S, 24, f32>
 }
@@ -63,7 +63,7 @@ func.func @longer_reduction(%g: !h3.act<B, S, 256, f32>, %dt: !h3.act<B, S, 64, 
 // CHECK-NEXT: %[[S:.*]] = h3.grad_add %arg1, %[[D]]
 // CHECK-NEXT: return %[[S]], %[[D]]
 func.func @read_twice(%g: !h3.act<B, S, 32, f32>, %p: !h3.act<B, S, 24, f32>) -> (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) {
-  %d = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %d = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %s = h3.grad_add %p, %d {nodes = ["l"], values = ["grad:x+l"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
   return %s, %d : !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>
 }
@@ -77,7 +77,7 @@ func.func @read_twice(%g: !h3.act<B, S, 32, f32>, %p: !h3.act<B, S, 24, f32>) ->
 // CHECK-NEXT: %[[D:.*]] = h3.linear_grad_x %arg0, %[[E]] {{{.*}}values = ["grad:x+s"]
 // CHECK-NEXT: return %[[D]]
 func.func @other_later(%g: !h3.act<B, S, 32, f32>, %dy: !h3.act<B, S, 12, f32>, %x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32> {
-  %d = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %d = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %e = h3.swiglu_grad %dy, %x {nodes = ["s"], values = ["grad:x~2"]} : (!h3.act<B, S, 12, f32>, !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32>
   %s = h3.grad_add %d, %e {nodes = ["s"], values = ["grad:x+s"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
   return %s : !h3.act<B, S, 24, f32>
@@ -91,8 +91,8 @@ func.func @other_later(%g: !h3.act<B, S, 32, f32>, %dy: !h3.act<B, S, 12, f32>, 
 // CHECK-NEXT: %[[L:.*]] = h3.linear_grad_x %arg1, %[[R]] {
 // CHECK-NEXT: return %[[L]]
 func.func @has_residual(%g0: !h3.act<B, S, 32, f32>, %g1: !h3.act<B, S, 32, f32>, %p: !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32> {
-  %r = h3.linear_grad_x %g0, %p {K = 24 : i64, N = 32 : i64, weight = ["w0"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["a"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
-  %l = h3.linear_grad_x %g1 {K = 24 : i64, N = 32 : i64, weight = ["w1"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["b"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %r = h3.linear_grad_x %g0, %p {K = 24 : i64, N = 32 : i64, weight = ["w0"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["a"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  %l = h3.linear_grad_x %g1 {K = 24 : i64, N = 32 : i64, weight = ["w1"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["b"], values = ["grad:x~2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %s = h3.grad_add %r, %l {nodes = ["b"], values = ["grad:x+b"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
   return %s : !h3.act<B, S, 24, f32>
 }
@@ -112,9 +112,9 @@ func.func @has_residual(%g0: !h3.act<B, S, 32, f32>, %g1: !h3.act<B, S, 32, f32>
 func.func @shared_rounding(%g: !h3.act<B, S, 32, f32> {h3.name = "@grad:y"}, %t: !h3.act<B, S, 64, bf16>, %x: !h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 64, f32>, !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) {
   h3.linear_grad_w %g, %t {K = 64 : i64, N = 32 : i64, bias = [], grads = ["grad:l.lora_up"], weight = ["l.lora_up"], nodes = ["l"], values = []} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 64, bf16>) -> ()
   h3.linear_grad_w %g, %x {K = 24 : i64, N = 32 : i64, bias = ["b"], grads = ["grad:w", "grad:b"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, bf16>) -> ()
-  %dt = h3.linear_grad_x %g {K = 64 : i64, N = 32 : i64, weight = ["l.lora_up"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:t"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 64, f32>
-  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
-  %df = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["proj_out.weight"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["proj_out"], values = ["grad:x2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %dt = h3.linear_grad_x %g {K = 64 : i64, N = 32 : i64, weight = ["l.lora_up"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:t"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 64, f32>
+  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %df = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["proj_out.weight"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["proj_out"], values = ["grad:x2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   return %dt, %dx, %df : !h3.act<B, S, 64, f32>, !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>
 }
 
@@ -125,8 +125,8 @@ func.func @shared_rounding(%g: !h3.act<B, S, 32, f32> {h3.name = "@grad:y"}, %t:
 // CHECK-NOT: h3.grad_round
 // CHECK: return
 func.func @one_reader(%g: !h3.act<B, S, 32, f32>) -> (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) {
-  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
-  %df = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["proj_out.weight"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["proj_out"], values = ["grad:x2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %df = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["proj_out.weight"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["proj_out"], values = ["grad:x2"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   return %dx, %df : !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>
 }
 
@@ -144,7 +144,7 @@ func.func @one_reader(%g: !h3.act<B, S, 32, f32>) -> (!h3.act<B, S, 24, f32>, !h
 func.func @fold_into_producer(%dy: !h3.act<B, S, 16, f32>, %h: !h3.act<B, S, 32, bf16>, %x: !h3.act<B, S, 24, bf16>) -> !h3.act<B, S, 24, f32> {
   %g = h3.swiglu_grad %dy, %h {nodes = ["s"], values = ["grad:h"]} : (!h3.act<B, S, 16, f32>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, f32>
   h3.linear_grad_w %g, %x {K = 24 : i64, N = 32 : i64, bias = [], grads = ["grad:w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, bf16>) -> ()
-  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   return %dx : !h3.act<B, S, 24, f32>
 }
 
@@ -159,7 +159,7 @@ func.func @fold_into_producer(%dy: !h3.act<B, S, 16, f32>, %h: !h3.act<B, S, 32,
 func.func @producer_read_in_f32(%dy: !h3.act<B, S, 16, f32>, %h: !h3.act<B, S, 32, bf16>, %x: !h3.act<B, S, 24, bf16>, %p: !h3.act<B, S, 32, f32>) -> (!h3.act<B, S, 24, f32>, !h3.act<B, S, 32, f32>) {
   %g = h3.swiglu_grad %dy, %h {nodes = ["s"], values = ["grad:h"]} : (!h3.act<B, S, 16, f32>, !h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 32, f32>
   h3.linear_grad_w %g, %x {K = 24 : i64, N = 32 : i64, bias = [], grads = ["grad:w"], weight = ["w"], nodes = ["l"], values = []} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 24, bf16>) -> ()
-  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
+  %dx = h3.linear_grad_x %g {K = 24 : i64, N = 32 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 24, f32>
   %s = h3.grad_add %g, %p {nodes = ["s"], values = ["grad:h+s"]} : (!h3.act<B, S, 32, f32>, !h3.act<B, S, 32, f32>) -> !h3.act<B, S, 32, f32>
   return %dx, %s : !h3.act<B, S, 24, f32>, !h3.act<B, S, 32, f32>
 }
@@ -233,11 +233,11 @@ func.func @sum_after_norm(%g: !h3.act<B, S, 24, f32>, %dy: !h3.act<B, S, 24, f32
 // takes the path in: lora_t = the path's g, lora_k = its N, the down slot its second weight, the path's residual its
 // residual. The path may be another node's over the same x (k's into q's): the op keeps its own node.
 // CHECK-LABEL: func.func @lora_path_taken_in
-// CHECK-NEXT: %[[W:.*]] = h3.linear_grad_x %arg0, %arg2, %arg1 {K = 128 : i64, N = 256 : i64, lora_k = 64 : i64, nodes = ["q"], operandSegmentSizes = array<i32: 1, 1, 1>, {{.*}}values = ["grad:x+q"], weight = ["wq", "k.lora_down"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32>
+// CHECK-NEXT: %[[W:.*]] = h3.linear_grad_x %arg0, %arg2, %arg1 {K = 128 : i64, N = 256 : i64, lora_k = 64 : i64, nodes = ["q"], operandSegmentSizes = array<i32: 1, 1, 1, 0>, {{.*}}values = ["grad:x+q"], weight = ["wq", "k.lora_down"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32>
 // CHECK-NEXT: return %[[W]]
 func.func @lora_path_taken_in(%gb: !h3.act<B, S, 256, bf16>, %dt: !h3.act<B, S, 64, bf16>, %r: !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32> {
-  %l = h3.linear_grad_x %dt, %r {K = 128 : i64, N = 64 : i64, weight = ["k.lora_down"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["k"], values = ["grad:x+k"]} : (!h3.act<B, S, 64, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
-  %w = h3.linear_grad_x %gb, %l {K = 128 : i64, N = 256 : i64, weight = ["wq"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["q"], values = ["grad:x+q"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
+  %l = h3.linear_grad_x %dt, %r {K = 128 : i64, N = 64 : i64, weight = ["k.lora_down"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["k"], values = ["grad:x+k"]} : (!h3.act<B, S, 64, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
+  %w = h3.linear_grad_x %gb, %l {K = 128 : i64, N = 256 : i64, weight = ["wq"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["q"], values = ["grad:x+q"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
   return %w : !h3.act<B, S, 128, f32>
 }
 
@@ -245,11 +245,11 @@ func.func @lora_path_taken_in(%gb: !h3.act<B, S, 256, bf16>, %dt: !h3.act<B, S, 
 
 // From the sum: grad_add(dX, the path's dX) becomes dX's residual, then the path is taken in (no residual left).
 // CHECK-LABEL: func.func @lora_path_from_the_sum
-// CHECK-NEXT: %[[W:.*]] = h3.linear_grad_x %arg0, %arg1 {K = 128 : i64, N = 256 : i64, lora_k = 64 : i64, nodes = ["l"], operandSegmentSizes = array<i32: 1, 0, 1>, {{.*}}values = ["grad:x+l"], weight = ["w", "l.lora_down"]}
+// CHECK-NEXT: %[[W:.*]] = h3.linear_grad_x %arg0, %arg1 {K = 128 : i64, N = 256 : i64, lora_k = 64 : i64, nodes = ["l"], operandSegmentSizes = array<i32: 1, 0, 1, 0>, {{.*}}values = ["grad:x+l"], weight = ["w", "l.lora_down"]}
 // CHECK-NEXT: return %[[W]]
 func.func @lora_path_from_the_sum(%gb: !h3.act<B, S, 256, bf16>, %dt: !h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32> {
-  %w = h3.linear_grad_x %gb {K = 128 : i64, N = 256 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 128, f32>
-  %l = h3.linear_grad_x %dt {K = 128 : i64, N = 64 : i64, weight = ["l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["l"], values = ["grad:x~2"]} : (!h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32>
+  %w = h3.linear_grad_x %gb {K = 128 : i64, N = 256 : i64, weight = ["w"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 128, f32>
+  %l = h3.linear_grad_x %dt {K = 128 : i64, N = 64 : i64, weight = ["l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x~2"]} : (!h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32>
   %s = h3.grad_add %w, %l {nodes = ["l"], values = ["grad:x+l"]} : (!h3.act<B, S, 128, f32>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
   return %s : !h3.act<B, S, 128, f32>
 }
@@ -262,15 +262,60 @@ func.func @lora_path_from_the_sum(%gb: !h3.act<B, S, 256, bf16>, %dt: !h3.act<B,
 // CHECK-COUNT-10: h3.linear_grad_x
 // CHECK-NOT: lora_k
 func.func @lora_path_kept(%gb: !h3.act<B, S, 256, bf16>, %dtf: !h3.act<B, S, 64, f32>, %dt: !h3.act<B, S, 64, bf16>, %dt2: !h3.act<B, S, 128, bf16>) -> (!h3.act<B, S, 128, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 24, f32>) {
-  %l1 = h3.linear_grad_x %dtf {K = 128 : i64, N = 64 : i64, weight = ["a.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["a"], values = ["p1"]} : (!h3.act<B, S, 64, f32>) -> !h3.act<B, S, 128, f32>
-  %w1 = h3.linear_grad_x %gb, %l1 {K = 128 : i64, N = 256 : i64, weight = ["wa"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["a"], values = ["s1"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
-  %l2 = h3.linear_grad_x %dt {K = 128 : i64, N = 64 : i64, weight = ["b.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["b"], values = ["p2"]} : (!h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32>
-  %w2 = h3.linear_grad_x %gb, %l2 {K = 128 : i64, N = 256 : i64, weight = ["wb"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["b"], values = ["s2"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
-  %l3 = h3.linear_grad_x %dt {K = 128 : i64, N = 64 : i64, weight = ["c.weight"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["c"], values = ["p3"]} : (!h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32>
-  %w3 = h3.linear_grad_x %gb, %l3 {K = 128 : i64, N = 256 : i64, weight = ["wc"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["c"], values = ["s3"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
-  %l4 = h3.linear_grad_x %dt2 {K = 128 : i64, N = 128 : i64, weight = ["d.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["d"], values = ["p4"]} : (!h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 128, f32>
-  %w4 = h3.linear_grad_x %gb, %l4 {K = 128 : i64, N = 256 : i64, weight = ["wd"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["d"], values = ["s4"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
-  %l5 = h3.linear_grad_x %dt {K = 24 : i64, N = 64 : i64, weight = ["e.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0>, nodes = ["e"], values = ["p5"]} : (!h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 24, f32>
-  %w5 = h3.linear_grad_x %gb, %l5 {K = 24 : i64, N = 256 : i64, weight = ["we"], operandSegmentSizes = array<i32: 1, 1, 0>, nodes = ["e"], values = ["s5"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
+  %l1 = h3.linear_grad_x %dtf {K = 128 : i64, N = 64 : i64, weight = ["a.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["a"], values = ["p1"]} : (!h3.act<B, S, 64, f32>) -> !h3.act<B, S, 128, f32>
+  %w1 = h3.linear_grad_x %gb, %l1 {K = 128 : i64, N = 256 : i64, weight = ["wa"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["a"], values = ["s1"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
+  %l2 = h3.linear_grad_x %dt {K = 128 : i64, N = 64 : i64, weight = ["b.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["b"], values = ["p2"]} : (!h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32>
+  %w2 = h3.linear_grad_x %gb, %l2 {K = 128 : i64, N = 256 : i64, weight = ["wb"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["b"], values = ["s2"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
+  %l3 = h3.linear_grad_x %dt {K = 128 : i64, N = 64 : i64, weight = ["c.weight"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["c"], values = ["p3"]} : (!h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32>
+  %w3 = h3.linear_grad_x %gb, %l3 {K = 128 : i64, N = 256 : i64, weight = ["wc"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["c"], values = ["s3"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
+  %l4 = h3.linear_grad_x %dt2 {K = 128 : i64, N = 128 : i64, weight = ["d.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["d"], values = ["p4"]} : (!h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 128, f32>
+  %w4 = h3.linear_grad_x %gb, %l4 {K = 128 : i64, N = 256 : i64, weight = ["wd"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["d"], values = ["s4"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
+  %l5 = h3.linear_grad_x %dt {K = 24 : i64, N = 64 : i64, weight = ["e.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["e"], values = ["p5"]} : (!h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 24, f32>
+  %w5 = h3.linear_grad_x %gb, %l5 {K = 24 : i64, N = 256 : i64, weight = ["we"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["e"], values = ["s5"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 24, f32>) -> !h3.act<B, S, 24, f32>
   return %w1, %w2, %l2, %w3, %w4, %w5 : !h3.act<B, S, 128, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 24, f32>
+}
+
+// -----
+
+// A swiglu_grad whose dy is a bf16 linear's dX read nowhere else goes into that dX: the op reads the swiglu's x as
+// swiglu_x, its result is the swiglu_grad's (named as it was), and it names the linear's node then the swiglu's.
+// CHECK-LABEL: func.func @swiglu_grad_taken_in
+// CHECK-NEXT: %[[D:.*]] = h3.linear_grad_x %arg0, %arg1 {K = 128 : i64, N = 256 : i64, nodes = ["fc2", "sw"], operandSegmentSizes = array<i32: 1, 0, 0, 1>, {{.*}}values = ["grad:h"], weight = ["w2"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 256, f32>
+// CHECK-NEXT: return %[[D]]
+func.func @swiglu_grad_taken_in(%gb: !h3.act<B, S, 256, bf16>, %x: !h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 256, f32> {
+  %d = h3.linear_grad_x %gb {K = 128 : i64, N = 256 : i64, weight = ["w2"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["fc2"], values = ["grad:y"]} : (!h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 128, f32>
+  %s = h3.swiglu_grad %d, %x {nodes = ["sw"], values = ["grad:h"]} : (!h3.act<B, S, 128, f32>, !h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 256, f32>
+  return %s : !h3.act<B, S, 256, f32>
+}
+
+// -----
+
+// With the dX's LoRA down path taken in first (its residual), then the swiglu_grad: lora_t and swiglu_x both read.
+// CHECK-LABEL: func.func @swiglu_grad_after_the_lora_path
+// CHECK-NEXT: %[[D:.*]] = h3.linear_grad_x %arg0, %arg1, %arg2 {K = 128 : i64, N = 256 : i64, lora_k = 64 : i64, nodes = ["fc2", "sw"], operandSegmentSizes = array<i32: 1, 0, 1, 1>, {{.*}}values = ["grad:h"], weight = ["w2", "fc2.lora_down"]}
+// CHECK-NEXT: return %[[D]]
+func.func @swiglu_grad_after_the_lora_path(%gb: !h3.act<B, S, 256, bf16>, %dt: !h3.act<B, S, 64, bf16>, %x: !h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 256, f32> {
+  %l = h3.linear_grad_x %dt {K = 128 : i64, N = 64 : i64, weight = ["fc2.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["fc2"], values = ["grad:y~2"]} : (!h3.act<B, S, 64, bf16>) -> !h3.act<B, S, 128, f32>
+  %d = h3.linear_grad_x %gb, %l {K = 128 : i64, N = 256 : i64, weight = ["w2"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["fc2"], values = ["grad:y"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
+  %s = h3.swiglu_grad %d, %x {nodes = ["sw"], values = ["grad:h"]} : (!h3.act<B, S, 128, f32>, !h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 256, f32>
+  return %s : !h3.act<B, S, 256, f32>
+}
+
+// -----
+
+// Not taken in: the dX is read twice, the dX has a residual that is no LoRA path (grad_add's sum), the dX has 64
+// columns or fewer, x is f32 (the kernels read x = [v | g] as bf16).
+// CHECK-LABEL: func.func @swiglu_grad_kept
+// CHECK-COUNT-4: h3.swiglu_grad
+// CHECK-NOT: operandSegmentSizes = array<i32: 1, {{[01]}}, {{[01]}}, 1>
+func.func @swiglu_grad_kept(%gb: !h3.act<B, S, 256, bf16>, %x: !h3.act<B, S, 256, bf16>, %r: !h3.act<B, S, 128, f32>, %x2: !h3.act<B, S, 128, bf16>, %xf: !h3.act<B, S, 256, f32>) -> (!h3.act<B, S, 256, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 256, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 256, f32>) {
+  %d1 = h3.linear_grad_x %gb {K = 128 : i64, N = 256 : i64, weight = ["w1"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["a"], values = ["d1"]} : (!h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 128, f32>
+  %s1 = h3.swiglu_grad %d1, %x {nodes = ["sa"], values = ["s1"]} : (!h3.act<B, S, 128, f32>, !h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 256, f32>
+  %d2 = h3.linear_grad_x %gb, %r {K = 128 : i64, N = 256 : i64, weight = ["w2"], operandSegmentSizes = array<i32: 1, 1, 0, 0>, nodes = ["b"], values = ["d2"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 128, f32>) -> !h3.act<B, S, 128, f32>
+  %s2 = h3.swiglu_grad %d2, %x {nodes = ["sb"], values = ["s2"]} : (!h3.act<B, S, 128, f32>, !h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 256, f32>
+  %d3 = h3.linear_grad_x %gb {K = 64 : i64, N = 256 : i64, weight = ["w3"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["c"], values = ["d3"]} : (!h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 64, f32>
+  %s3 = h3.swiglu_grad %d3, %x2 {nodes = ["sc"], values = ["s3"]} : (!h3.act<B, S, 64, f32>, !h3.act<B, S, 128, bf16>) -> !h3.act<B, S, 128, f32>
+  %d4 = h3.linear_grad_x %gb {K = 128 : i64, N = 256 : i64, weight = ["w4"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["d"], values = ["d4"]} : (!h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 128, f32>
+  %s4 = h3.swiglu_grad %d4, %xf {nodes = ["sd"], values = ["s4"]} : (!h3.act<B, S, 128, f32>, !h3.act<B, S, 256, f32>) -> !h3.act<B, S, 256, f32>
+  return %s1, %d1, %s2, %s3, %s4 : !h3.act<B, S, 256, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 256, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 256, f32>
 }

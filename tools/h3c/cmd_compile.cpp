@@ -139,23 +139,26 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
     if (p.backward() && !a->noFuseGrad) {
       // What h3-fuse-grad made of the backward, as the plan holds it (docs/contract.md sections 5 and 14).
       using h3c::plan::OpKind;
-      size_t sums = 0, normSums = 0, rounded = 0, byProducer = 0, statistics = 0, ropes = 0, loraPaths = 0;
+      size_t sums = 0, normSums = 0, rounded = 0, byProducer = 0, statistics = 0, ropes = 0, loraPaths = 0,
+             swiglus = 0;
       for (const h3c::plan::Op &op : p.backward()->ops) {
         normSums += op.kind == OpKind::NormModulateGrad && op.attrs.epilogue == h3c::plan::Epilogue::Residual;
         ropes += op.kind == OpKind::RmsNormGrad && op.attrs.rotaryDim > 0;
         sums += op.kind == OpKind::LinearGradX && op.attrs.epilogue == h3c::plan::Epilogue::Residual;
         loraPaths += op.kind == OpKind::LinearGradX && op.attrs.loraK > 0;
+        const bool swiglu = op.kind == OpKind::LinearGradX && op.attrs.epilogue == h3c::plan::Epilogue::Swiglu;
+        swiglus += swiglu;
         rounded += op.kind == OpKind::GradRound;
         byProducer += (op.kind == OpKind::SwigluGrad || op.kind == OpKind::RmsNormGrad ||
-                       op.kind == OpKind::GateResidualGrad) &&
+                       op.kind == OpKind::GateResidualGrad || swiglu) &&
                       p.value(op.out.at(0)).dtype == h3c::DType::BF16;
         statistics += op.kind == OpKind::AttentionGrad && op.attrs.lse;
       }
       std::printf("fused gradients (h3-fuse-grad): %zu sums in a dX's epilogue and %zu in a norm_modulate_grad's, "
                   "%zu gradients rounded to bf16 once (%zu by the op computing them), %zu attention row statistics "
                   "saved by the forward, %zu rope gradients rotated back in their qk_norm's norm gradient, %zu LoRA "
-                  "down paths' dX taken into their base dX\n",
-                  sums, normSums, rounded + byProducer, byProducer, statistics, ropes, loraPaths);
+                  "down paths' dX taken into their base dX, %zu swiglu gradients taken into the dX that is their dy\n",
+                  sums, normSums, rounded + byProducer, byProducer, statistics, ropes, loraPaths, swiglus);
       size_t qkFused = 0;  // h3-fuse training=true: the forward's qk_norm + rope pairs
       for (const h3c::plan::Op &op : p.forward().ops) qkFused += op.kind == OpKind::QkNormRope;
       std::printf("fused forward (h3-fuse training=true): %zu qk_norm + rope of q and k in one qk_norm_rope\n", qkFused);

@@ -425,9 +425,23 @@ TEST(BackwardPlan, LoraDownPathsTakenIntoTheBaseDx) {
     plan::writePlanFolder(codegen::compile(fp, "0000", o).plan.plan, dir);
     const plan::Plan p = plan::loadPlan(dir);
     const bool hopper = std::string(arch) == "sm_90a";
-    size_t fused = 0, paths = 0, q = 0;
+    size_t fused = 0, paths = 0, q = 0, swiglus = 0;
     for (const plan::Op &op : p.backward()->ops) {
+      EXPECT_NE(op.kind, plan::OpKind::SwigluGrad) << op.where << ": every swiglu_grad goes into fc2's dX";
       if (op.kind != plan::OpKind::LinearGradX) continue;
+      // fc2's dX takes in the swiglu_grad its dX was the dy of (h3-fuse-grad): swiglu_x = the saved x = [v | g] of
+      // 2K columns, dx bf16 [rows, 2K] (the rounding folded in as the swiglu_grad had it), the two nodes.
+      if (op.attrs.epilogue == plan::Epilogue::Swiglu) {
+        ++swiglus;
+        EXPECT_EQ(op.nodes.size(), 2u) << op.where;
+        EXPECT_NE(op.nodes[0].find(".ff.net.2"), std::string::npos) << op.where;
+        EXPECT_NE(op.nodes.back().find(".ff.swiglu"), std::string::npos) << op.where;
+        EXPECT_EQ(op.in.back().substr(op.in.back().size() - 14), ".ff.net.0.proj") << op.where;
+        EXPECT_EQ(p.value(op.in.back()).cols, 2 * op.attrs.K) << op.where;
+        EXPECT_EQ(p.value(op.out[0]).cols, 2 * op.attrs.K) << op.where;
+        EXPECT_EQ(p.value(op.out[0]).dtype, DType::BF16) << op.where;
+        EXPECT_NE(p.kernel(op).id.find("_swiglu_bfout"), std::string::npos) << p.kernel(op).id;
+      }
       const bool path = op.weights.size() == 1 && p.weightTensor(op.weights[0]).adapter &&
                         op.weights[0].size() > 10 && op.weights[0].substr(op.weights[0].size() - 10) == ".lora_down";
       paths += path;
@@ -436,8 +450,9 @@ TEST(BackwardPlan, LoraDownPathsTakenIntoTheBaseDx) {
       ASSERT_EQ(op.weights.size(), 2u) << op.where;
       EXPECT_EQ(op.attrs.loraK, 64) << op.where;
       EXPECT_EQ(op.weights[1].substr(op.weights[1].size() - 10), ".lora_down") << op.where;
-      EXPECT_EQ(p.value(op.in.back()).dtype, DType::BF16) << op.where;
-      EXPECT_EQ(p.value(op.in.back()).cols, 64) << op.where;
+      const std::string &t = op.in.at(op.attrs.epilogue == plan::Epilogue::Residual ? 2 : 1);  // lora_t
+      EXPECT_EQ(p.value(t).dtype, DType::BF16) << op.where;
+      EXPECT_EQ(p.value(t).cols, 64) << op.where;
       // q's dX takes k's path in (the sum over norm1's consumers), the others their own node's.
       if (op.nodes[0].find(".attn.to_q") != std::string::npos) {
         ++q;
@@ -456,6 +471,7 @@ TEST(BackwardPlan, LoraDownPathsTakenIntoTheBaseDx) {
     EXPECT_EQ(fused, 5u * 52) << arch;  // 50 blocks and 2 refiner blocks
     EXPECT_EQ(paths, 52u) << arch;      // q's own path: the last part of norm1's sum
     EXPECT_EQ(q, 52u) << arch;
+    EXPECT_EQ(swiglus, 52u) << arch;
     if (!hopper) {
       fs::remove_all(dir);
       continue;
@@ -482,10 +498,30 @@ TEST(BackwardPlan, LoraDownPathsTakenIntoTheBaseDx) {
     {  // the path's F32 dt instead of its rounding
       json b = good;
       b["functions"]["backward"]["ops"][f]["kernel"] = nullptr;
-      std::string t = b["functions"]["backward"]["ops"][f]["in"].back();
+      std::string t = b["functions"]["backward"]["ops"][f]["in"][1];  // lora_t (then swiglu_x)
       ASSERT_EQ(t.substr(t.size() - 5), "~bf16");
-      b["functions"]["backward"]["ops"][f]["in"].back() = t.substr(0, t.size() - 5);
+      b["functions"]["backward"]["ops"][f]["in"][1] = t.substr(0, t.size() - 5);
       refuses(b, "must be a bf16 gradient");
+    }
+    // The swiglu_grad taken in: its x must be the swiglu's saved input, its second node the swiglu that the linear
+    // reads, and the op names both nodes.
+    {  // fc2's input (the swiglu's output) as swiglu_x
+      json b = good;
+      b["functions"]["backward"]["ops"][f]["kernel"] = nullptr;
+      b["functions"]["backward"]["ops"][f]["in"].back() = "transformer_blocks.3.ff.swiglu";
+      refuses(b, "but the forward op of transformer_blocks.3.ff.net.2 has 'transformer_blocks.3.ff.net.0.proj' there");
+    }
+    {  // another block's swiglu
+      json b = good;
+      b["functions"]["backward"]["ops"][f]["kernel"] = nullptr;
+      b["functions"]["backward"]["ops"][f]["nodes"][1] = "transformer_blocks.4.ff.swiglu";
+      refuses(b, "does not read the output of the swiglu 'transformer_blocks.4.ff.swiglu'");
+    }
+    {  // the swiglu's node left out
+      json b = good;
+      b["functions"]["backward"]["ops"][f]["kernel"] = nullptr;
+      b["functions"]["backward"]["ops"][f]["nodes"].erase(1);
+      refuses(b, "names the linear and the swiglu");
     }
     {  // to_out's down slot (over the attention output) in fc2's dX (over the swiglu output)
       json b = good;

@@ -1338,6 +1338,34 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
     EXPECT_THROW(emit(linearGradX(5376, 64, false, true, 64), "sm_90a"), h3c::Error);
     EXPECT_THROW(emit(linearGradX(5376, 64, false, true, 64), "sm_100a"), h3c::Error);
   }
+  // h3-fuse-grad's swiglu_grad taken in (fc2's dX, K = 14,336: its dy): the store of each pair of dX values through
+  // swiglu_grad's operations with the pair's v and g of swiglu_x, dx bf16 or F32 [rows, 2K], with and without the
+  // LoRA path, Hopper (1-CTA and 2-CTA) qualified as above, mma.sync (sm_100a) without spills. Kernels.LinearGradX
+  // compares them with the dX then swiglu_grad's kernel, byte for byte. The one-thread form refuses it.
+  {
+    for (int sw : {2, 1})
+      for (int64_t lora : {int64_t(64), int64_t(0)})
+        for (int cluster : {1, 2}) {
+          if (!nvrtcVariants() && (sw == 1 || lora == 0) && cluster == 2) continue;
+          hk::EmitOptions o;
+          o.sm90GradXCluster = cluster;
+          const plan::Kernel k = *emit(linearGradX(5376, 14336, false, true, lora, sw), "sm_90a", o);
+          EXPECT_NE(k.id.find(sw == 2 ? "_swiglu_bfout_" : "_swiglu_"), std::string::npos) << k.id;
+          EXPECT_NE(k.source.find("#define GR_DX_SWIGLU 1\n"), std::string::npos) << k.id;
+          EXPECT_NE(k.source.find(fmt::format("#define GR_DX_BF {}\n", sw == 2 ? 1 : 0)), std::string::npos) << k.id;
+          EXPECT_TRUE(std::any_of(k.params.begin(), k.params.end(), [](const plan::KernelParam &q) {
+            return q.name == "swiglu_x";
+          })) << k.id;
+          expectQualifiedWgmma(jit, k, fmt::format("fc2's dX with swiglu_grad taken in, dx {}, lora_k {}, cluster {}",
+                                                   sw == 2 ? "bf16" : "F32", lora, cluster));
+        }
+    const plan::Kernel m = *emit(linearGradX(5376, 14336, false, true, 64, 2), "sm_100a");
+    EXPECT_EQ(m.id.find("linear_grad_x_mma_n5376_k14336_gb_lora64_swiglu_bfout_"), 0u) << m.id;
+    expectCompilesWithoutSpills(jit, m, "sm_100a dX with swiglu_grad taken in");
+    hk::EmitOptions oneThread;
+    oneThread.gradMma = 0;
+    EXPECT_THROW(emit(linearGradX(5376, 14336, false, true, 0, 2), "sm_90a", oneThread), h3c::Error);
+  }
   // sm_100a and wgmma off: the mma.sync form.
   hk::EmitOptions off;
   off.wgmma = false;

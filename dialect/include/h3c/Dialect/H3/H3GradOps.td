@@ -35,10 +35,14 @@ def H3_LinearGradXOp : H3_ReducingOp<"linear_grad_x", H3_OrderKChunks, [AttrSize
     second `weight` is the down slot [lora_k, K] and lora_t the bf16 gradient of the path's t [rows, lora_k]: the
     path's dX, lora_t down (its own k_chunks chain over lora_k from 0, residual + it where there is a residual), is
     the part this op's dX is added to. The same operations as the two ops, so the same bits.
+    With `swiglu_x` (h3-fuse-grad: the h3.swiglu_grad that alone read this dX as its dy), x = [v | g] is that
+    swiglu's input [rows, 2K] and the result is the swiglu_grad's dx [rows, 2K]: each element of dX (with its LoRA
+    path, no residual) goes through swiglu_grad's own operations as the kernel stores it, so the same bits, and the
+    F32 dX is neither written nor read.
   }];
-  let arguments = !con((ins H3_ActType:$g, Optional<H3_ActType>:$residual, Optional<H3_ActType>:$lora_t, I64Attr:$K,
-                            I64Attr:$N, StrArrayAttr:$weight, OptionalAttr<H3_OrderAttr>:$order,
-                            OptionalAttr<I64Attr>:$lora_k), H3_Common);
+  let arguments = !con((ins H3_ActType:$g, Optional<H3_ActType>:$residual, Optional<H3_ActType>:$lora_t,
+                            Optional<H3_ActType>:$swiglu_x, I64Attr:$K, I64Attr:$N, StrArrayAttr:$weight,
+                            OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<I64Attr>:$lora_k), H3_Common);
   let results = (outs H3_ActType:$dx);
 }
 
