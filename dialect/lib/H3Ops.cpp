@@ -618,7 +618,10 @@ LogicalResult LinearGradXOp::verify() {
       return failure();
     return gradOf(op, getDx(), act(sx), "dx", /*mayRound=*/true);
   }
-  return expect(op, dx, "dx", int64_t(getK()), Float32Type::get(getContext()));
+  // dx f32, or bf16 (h3-fuse-grad: the rounding of the grad_round that alone read it, folded in).
+  if (!dx.getElementType().isF32() && !dx.getElementType().isBF16())
+    return err(op) << "dx must be f32 (or bf16: its rounding fused by h3-fuse-grad), got " << dx.getElementType();
+  return expect(op, dx, "dx", int64_t(getK()));
 }
 
 bool h3c::h3ir::computesBiasGradient(LinearGradWOp op) {
@@ -725,7 +728,7 @@ LogicalResult AttentionGradOp::verify() {
     if (failed(verifyHeads(op, act(v), getHeads(), getHeadDim(), "q/k/v/o")) || failed(sameRows(op, q, act(v), "q/k/v/o")))
       return failure();
   if (failed(gradOf(op, getDo_(), q, "do")) || failed(gradOf(op, getDq(), q, "dq")) ||
-      failed(gradOf(op, getDk(), q, "dk")) || failed(gradOf(op, getDv(), q, "dv")))
+      failed(gradOf(op, getDk(), q, "dk")) || failed(gradOf(op, getDv(), q, "dv", /*mayRound=*/true)))
     return failure();
   if (Value lse = getLse()) return rowStatistics(op, act(lse), q, getHeads(), "lse");
   return success();

@@ -349,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
 #if GR_RESIDUAL
     acc = __fadd_rn(((const float *)residual)[i], acc);  // h3-fuse-grad: grad_add's sum
 #endif
-    ((float *)dx)[i] = acc;
+    gr_st(dx, i, acc, GR_OUT_BF);  // (bf16: the rounding of the grad_round that read it, h3-fuse-grad)
   }
 
 #elif GR_KIND == GR_LINEAR_W
@@ -985,7 +985,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P2(H3C_PARAMS) {
       const int e = lane + 32 * t;
       if (e < GR_D) {
         ((float *)dk)[j * (GR_HEADS * GR_D) + h * GR_D + e] = __fmul_rn(GR_QK_SCALE, ak[t]);
-        ((float *)dv)[j * (GR_HEADS * GR_D) + h * GR_D + e] = av[t];
+        gr_st(dv, j * (GR_HEADS * GR_D) + h * GR_D + e, av[t], GR_DV_BF);
       }
     }
   }

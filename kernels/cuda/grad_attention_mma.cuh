@@ -306,12 +306,13 @@ extern "C" __global__ void __launch_bounds__(128) GA_ENTRY_P1(H3C_PARAMS) {
   for (int hh = 0; hh < 2; ++hh) {
     const long long r = k0 + warp * 16 + g + hh * 8;
     if (r >= L) continue;
-    float *dkr = (float *)dk + (rowBase + r) * GA_LD + colBase, *dvr = (float *)dv + (rowBase + r) * GA_LD + colBase;
+    float *dkr = (float *)dk + (rowBase + r) * GA_LD + colBase;
+    const long long dvr = (rowBase + r) * GA_LD + colBase;  // (dv F32, or bf16 with GR_DV_BF: gr_st2)
 #pragma unroll
     for (int j = 0; j < GA_DN; ++j) {
       *(float2 *)(dkr + j * 8 + t4 * 2) =
           make_float2(__fmul_rn(GA_QK_SCALE, dka[j][hh * 2]), __fmul_rn(GA_QK_SCALE, dka[j][hh * 2 + 1]));
-      *(float2 *)(dvr + j * 8 + t4 * 2) = make_float2(dva[j][hh * 2], dva[j][hh * 2 + 1]);
+      gr_st2<GR_DV_BF>(dv, dvr + j * 8 + t4 * 2, dva[j][hh * 2], dva[j][hh * 2 + 1]);
     }
   }
 }

@@ -570,10 +570,11 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   for (int hh = 0; hh < 2; ++hh) {
     const long long r = k0 + keyRow0 + hh * 8;
     if (r >= L) continue;
-    float *dvr = (float *)dv + (rowBase + r) * GB_LD + colBase, *dkr = (float *)dk + (rowBase + r) * GB_LD + colBase;
+    const long long dvr = (rowBase + r) * GB_LD + colBase;  // (dv F32, or bf16 with GR_DV_BF: gr_st2)
+    float *dkr = (float *)dk + (rowBase + r) * GB_LD + colBase;
 #pragma unroll
     for (int j = 0; j < GB_D / 8; ++j) {
-      *(float2 *)(dvr + j * 8 + t4 * 2) = make_float2(dva[j * 4 + hh * 2], dva[j * 4 + hh * 2 + 1]);
+      gr_st2<GR_DV_BF>(dv, dvr + j * 8 + t4 * 2, dva[j * 4 + hh * 2], dva[j * 4 + hh * 2 + 1]);
       *(float2 *)(dkr + j * 8 + t4 * 2) =
           make_float2(__fmul_rn(GB_QK_SCALE, dka[j * 4 + hh * 2]), __fmul_rn(GB_QK_SCALE, dka[j * 4 + hh * 2 + 1]));
     }

@@ -26,13 +26,22 @@ __device__ __forceinline__ void gr_swiglu_dx(float dy, float v, float g, float &
   dg = __fmul_rn(__fmul_rn(dy, v), gr_silu_derivative(g));
 }
 
-// A dX kernel's store of dX's columns c, c + 1 (c even) of row r, dX [rows][K] F32: as they are (SW 0), or with the
+// A pair of gradient elements i, i + 1 (i even): F32, or (BF 1, h3-fuse-grad's fused rounding) bf16, each rounded to
+// nearest even as gr_st stores it (pack_bf2: f2bf of each half).
+template <int BF>
+__device__ __forceinline__ void gr_st2(void *p, long long i, float a, float b) {
+  if (BF) *(h3u32 *)((h3bf *)p + i) = pack_bf2(a, b);
+  else *(float2 *)((float *)p + i) = make_float2(a, b);
+}
+
+// A dX kernel's store of dX's columns c, c + 1 (c even) of row r, dX [rows][K]: as they are (SW 0), or with the
 // swiglu_grad of that dX taken in (SW 1, h3-fuse-grad) that op's dx at columns c, c + 1 (dv) and K + c, K + c + 1
-// (dg) of [rows][2K], F32 or (BF 1, its fused rounding) bf16 as gr_st stores it, from x = [v | g] (sx, bf16 [rows][2K]).
+// (dg) of [rows][2K], from x = [v | g] (sx, bf16 [rows][2K]); F32, or bf16 (BF 1: the rounding of a grad_round, or
+// of the swiglu_grad, folded in).
 template <int SW, int BF>
 __device__ __forceinline__ void gr_dx_store2(void *dx, const void *sx, long long r, long long c, long long K, float2 d) {
   if (!SW) {
-    *(float2 *)((float *)dx + r * K + c) = d;
+    gr_st2<BF>(dx, r * K + c, d.x, d.y);
     return;
   }
   const h3bf *x = (const h3bf *)sx + r * 2 * K + c;
@@ -40,15 +49,8 @@ __device__ __forceinline__ void gr_dx_store2(void *dx, const void *sx, long long
   float dv0, dg0, dv1, dg1;
   gr_swiglu_dx(d.x, bf2_lo(xv), bf2_lo(xg), dv0, dg0);
   gr_swiglu_dx(d.y, bf2_hi(xv), bf2_hi(xg), dv1, dg1);
-  if (BF) {  // pack_bf2: f2bf of each half
-    h3bf *o = (h3bf *)dx + r * 2 * K + c;
-    *(h3u32 *)o = pack_bf2(dv0, dv1);
-    *(h3u32 *)(o + K) = pack_bf2(dg0, dg1);
-  } else {
-    float *o = (float *)dx + r * 2 * K + c;
-    *(float2 *)o = make_float2(dv0, dv1);
-    *(float2 *)(o + K) = make_float2(dg0, dg1);
-  }
+  gr_st2<BF>(dx, r * 2 * K + c, dv0, dv1);
+  gr_st2<BF>(dx, r * 2 * K + K + c, dg0, dg1);
 }
 
 // The fold of row_units over `items` items of `itemRows` rows each: fold.unit(partial) for each unit in order.

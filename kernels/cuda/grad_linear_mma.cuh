@@ -22,7 +22,8 @@
 // GL_LORA_K > 0 (dX, h3-fuse-grad: a LoRA down path's dX taken in): after its own chain the block computes the path's,
 // bf(dt) [rows][GL_LORA_K] times the down slot [GL_LORA_K][K] from 0 over the same k-tiles of 32 (the path's own op's
 // chunks), and stores (residual + path) + dX: the two ops' additions in their order. GR_DX_SWIGLU (dX, h3-fuse-grad:
-// the swiglu_grad whose dy this dX was taken in) stores that op's dx instead, [rows][2K] (gr_dx_store2).
+// the swiglu_grad whose dy this dX was taken in) stores that op's dx instead, [rows][2K] (gr_dx_store2); GR_DX_BF
+// stores dx as bf16 (h3-fuse-grad: the rounding of the grad_round or swiglu_grad after it folded in).
 //
 // Defined by the emitter: GL_ENTRY GL_ENTRY_P1 H3C_PARAMS GL_DW (0: dX, 1: dW) GR_N GR_K GR_BIAS (dW: the bias's
 // gradient too) GL_LORA_K (dX: 0 or the path's width). N and K are multiples of 8 (16-byte rows for cp.async).
@@ -254,7 +255,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS) GL_ENTRY_P1(H3C_PARAMS)
 #if GR_DX_SWIGLU  // the swiglu_grad of this dX taken in (h3-fuse-grad): its dx of the pair
           gr_dx_store2<1, GR_DX_BF>(dx, swiglu_x, r, c, GR_K, v);
 #else
-          *(float2 *)((float *)dx + r * GR_K + c) = v;
+          gr_dx_store2<0, GR_DX_BF>(dx, nullptr, r, c, GR_K, v);
 #endif
         }
       }

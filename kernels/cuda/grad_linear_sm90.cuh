@@ -33,7 +33,8 @@
 //
 // GR_DX_SWIGLU = 1 (h3-fuse-grad: the swiglu_grad whose dy this dX was taken in, no residual): each pair of dX values
 // (with the path's) goes through swiglu_grad's operations with the pair's v and g of swiglu_x = [v | g] as it is
-// stored (gr_dx_store2, grad_common.cuh): dx is that op's [rows][2 GR_K], F32 or (GR_DX_BF) bf16.
+// stored (gr_dx_store2, grad_common.cuh): dx is that op's [rows][2 GR_K]. GR_DX_BF: dx stored as bf16 (the rounding
+// of the grad_round, or of that swiglu_grad, that read it: h3-fuse-grad), each element as gr_st rounds it.
 //
 // Defined by the emitter: GL_ENTRY GX_ENTRY_P1 H3C_PARAMS GL_DW (0) GR_N GR_K GR_BIAS (0) GX_BN (128, 192 or 256;
 // 64 for a K of 64, LoRA's dt) GX_STAGES GX_GROUP_M GX_INFLIGHT (0: wait for each k-block's wgmmas before releasing

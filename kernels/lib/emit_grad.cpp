@@ -97,13 +97,14 @@ int64_t loraInput(Params &p, Builder &b, const OpView &v, const char *macro) {
 }
 
 // The swiglu_grad of a dX taken in (h3-fuse-grad, epilogue swiglu): the input swiglu_x (x = [v | g], bf16, the op's
-// last), GR_DX_SWIGLU and GR_DX_BF (dx stored as bf16: the swiglu_grad's fused rounding). Returns the name's suffix.
+// last), GR_DX_SWIGLU; and GR_DX_BF (dx stored as bf16: the rounding of the grad_round that read it, or of the
+// swiglu_grad taken in, folded in). Returns the name's suffix.
 std::string swigluInput(Params &p, Builder &b, const OpView &v) {
   const bool sw = v.a().epilogue == plan::Epilogue::Swiglu;
-  const bool outBf = sw && bf(v.out(0));
+  const bool outBf = bf(v.out(0));
   b.def("GR_DX_SWIGLU", sw ? 1 : 0);
   b.def("GR_DX_BF", outBf ? 1 : 0);
-  if (!sw) return "";
+  if (!sw) return outBf ? "_bfout" : "";
   const size_t x = v.op.in.size() - 1;
   if (!bf(v.in(x)) || v.in(x).cols != 2 * v.a().K || v.a().K % 8)
     fail(v.where, "a dX's swiglu_grad reads x = [v | g] as bf16 [rows, 2K] (K a multiple of 8)");
@@ -346,6 +347,7 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
     b.def("GB_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
     b.def("GB_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
     b.def("GB_O_BF", bf(v.in(3)));
+    b.def("GR_DV_BF", bf(v.out(2)));  // dv stored bf16: the grad_round that read it folded in (h3-fuse-grad)
     // The load ring's stages (attn_grad_stages): a step's rows land while the step before runs (2), or the two
     // before (3).
     const int64_t stages = v.options.sm90AttnGradStages;
@@ -366,7 +368,8 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
                           stages * 64 * 2 * 4;
     const plan::Launch queries = launch(256, smem0, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
     const plan::Launch keys = launch(syncWarp ? 384 : 256, smem1, dim(itemRows, 128), dim(Extent::constant(a.heads)), items);
-    std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");
+    std::string name = fmt::format("attention_grad_mma_sm90_h{}_d{}_kv{}{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "",
+                                   bf(v.out(2)) ? "_dvbf" : "");
     return finish(name, "GB_ENTRY", b, p, std::string(tmpl::hopper) + "\n" + tmpl::grad_common + tmpl::grad_attention_sm90,
                   queries, arch, gradLaunch(v.options), {{"GB_ENTRY_P1", keys}});
   }
@@ -377,12 +380,14 @@ plan::Kernel emitAttentionGradMma(const OpView &v, const std::string &arch) {
   b.def("GA_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
   b.def("GA_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
   b.def("GA_O_BF", bf(v.in(3)));
+  b.def("GR_DV_BF", bf(v.out(2)));
   const int64_t lds = d + 8, statRows = std::max<int64_t>(2 * a.kvBlock, 256);
   const int64_t smem0 = (128 + statRows) * lds * 2 + 64 * 4;
   const int64_t smem1 = (128 + 128) * lds * 2 + 4 * 32 * 4;
   const plan::Launch queries = launch(128, smem0, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
   const plan::Launch keys = launch(128, smem1, dim(itemRows, 64), dim(Extent::constant(a.heads)), items);
-  std::string name = fmt::format("attention_grad_mma_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");
+  std::string name = fmt::format("attention_grad_mma_h{}_d{}_kv{}{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "",
+                                 bf(v.out(2)) ? "_dvbf" : "");
   return finish(name, "GA_ENTRY", b, p, std::string(tmpl::grad_common) + tmpl::grad_attention_mma, queries, arch,
                 gradLaunch(v.options), {{"GA_ENTRY_P1", keys}});
 }
@@ -658,13 +663,14 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     b.def("GR_C", floatLit(1.0 / std::sqrt(double(d)) * 1.4426950408889634074));
     b.def("GR_QK_SCALE", floatLit(1.0 / std::sqrt(double(d))));
     b.def("GR_Q_BF", bf(v.in(0)));
+    b.def("GR_DV_BF", bf(v.out(2)));
     b.def("GR_K_BF", bf(v.in(1)));
     b.def("GR_V_BF", bf(v.in(2)));
     b.def("GR_O_BF", bf(v.in(3)));
     b.def("GR_LSE", a.lse);
     l = launch(256, 0, blocks(rows.scaled(a.heads), 8));
     phases = {{"GR_ENTRY_P1", l}, {"GR_ENTRY_P2", l}};
-    name += fmt::format("_h{}_d{}_kv{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "");
+    name += fmt::format("_h{}_d{}_kv{}{}{}", a.heads, d, a.kvBlock, a.lse ? "_lse" : "", bf(v.out(2)) ? "_dvbf" : "");
     break;
   }
   case OpKind::PackGrad:
@@ -723,7 +729,8 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
   // h3-fuse-grad's fused rounding: swiglu_grad's and rms_norm_grad's dx, gate_residual_grad's dy stored as bf16
   // (gr_st); no other kind has a bf16 output (the plan's backward check).
   const bool outBf = !v.op.out.empty() && bf(v.out(0));
-  if (outBf && v.op.kind != OpKind::SwigluGrad && v.op.kind != OpKind::RmsNormGrad && v.op.kind != OpKind::GateResidualGrad)
+  if (outBf && v.op.kind != OpKind::SwigluGrad && v.op.kind != OpKind::RmsNormGrad &&
+      v.op.kind != OpKind::GateResidualGrad && v.op.kind != OpKind::LinearGradX)
     fail(v.where, "a {}'s first output is F32 (bf16 only where h3-fuse-grad fused the rounding)", plan::opKindName(v.op.kind));
   b.def("GR_OUT_BF", outBf ? 1 : 0);
   if (outBf) name += "_bfout";

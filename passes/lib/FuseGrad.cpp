@@ -137,10 +137,11 @@ int shareRoundings(func::FuncOp f) {
   return made;
 }
 
-// A grad_round whose g nothing else reads, computed by an elementwise gradient op that can store bf16 (swiglu_grad's
-// dx, rms_norm_grad's dx, gate_residual_grad's dy): that op's result becomes bf16, bf(g) rounded as it is stored, and
-// the grad_round goes (the 33B step's fc1 g, 0.96 GB of F32, is then neither written nor read again as F32). Returns
-// the count folded.
+// A grad_round whose g nothing else reads, computed by an op that can store bf16 (swiglu_grad's dx, rms_norm_grad's
+// dx, gate_residual_grad's dy; a bf16 linear's dX on the tensor cores, N and K multiples of 8: LoRA's dt; attention_grad's
+// dv): that op's result becomes bf16, bf(g) rounded as it is stored, and the grad_round goes (the 33B step's fc1 g,
+// 0.96 GB of F32, is then neither written nor read again as F32; its 312 dt and 52 dv roundings, 7.9 ms on an H100,
+// bench/NOTES.md 2026-12-07). Returns the count folded.
 int foldRoundings(func::FuncOp f) {
   std::vector<GradRoundOp> rounds;
   f.walk([&](GradRoundOp r) { rounds.push_back(r); });
@@ -149,8 +150,11 @@ int foldRoundings(func::FuncOp f) {
     Value g = r.getG();
     Operation *def = g.getDefiningOp();
     if (!g.hasOneUse() || !def) continue;
+    auto dx = dyn_cast<LinearGradXOp>(def);
     const bool storesBf16 = (isa<SwigluGradOp, RmsNormGradOp>(def) && g == def->getResult(0)) ||
-                            (isa<GateResidualGradOp>(def) && g == cast<GateResidualGradOp>(def).getDy());
+                            (isa<GateResidualGradOp>(def) && g == cast<GateResidualGradOp>(def).getDy()) ||
+                            (isa<AttentionGradOp>(def) && g == cast<AttentionGradOp>(def).getDv()) ||
+                            (dx && bf16Weight(dx.getWeight()) && dx.getN() % 8 == 0 && dx.getK() % 8 == 0);
     if (!storesBf16) continue;
     g.setType(r.getGb().getType());
     r.getGb().replaceAllUsesWith(g);

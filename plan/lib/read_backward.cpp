@@ -142,7 +142,8 @@ struct Checker {
     width(op, false, t, a.loraK);
     sameRows(op, {0, t}, {});
     if (p.value(op.in[t]).dtype != DType::BF16 || !roundedGrads.count(op.in[t]))
-      fail(op.where + "/in/" + std::to_string(t), "'{}' must be a bf16 gradient (a grad_round's bf(dt))", op.in[t]);
+      fail(op.where + "/in/" + std::to_string(t), "'{}' must be a bf16 gradient (bf(dt), rounded by a grad_round or as its dX stored it)",
+           op.in[t]);
   }
 
   // Where a linear_grad_x with lora_k reads lora_t: after g and the residual (inputRoles).
@@ -269,10 +270,16 @@ struct Checker {
           !(fusedLora && k == loraInput(op)))
         fail(op.where + "/in/" + std::to_string(k), "'{}' is a bf16 gradient: only a linear gradient's g reads one",
              op.in[k]);
+    // The outputs that may store bf(g) (h3-fuse-grad's fused rounding): the first of these kinds, a bf16 weight's dX
+    // (its rounding on the tensor cores' store), attention_grad's dv.
     const bool roundsOut = op.kind == OpKind::SwigluGrad || op.kind == OpKind::RmsNormGrad ||
-                           op.kind == OpKind::GateResidualGrad || fusedSwiglu;
+                           op.kind == OpKind::GateResidualGrad ||
+                           (op.kind == OpKind::LinearGradX && a.wDtype == DType::BF16);
+    const size_t roundedOut = op.kind == OpKind::AttentionGrad ? 2 : 0;
     for (size_t k = 0; k < op.out.size(); ++k)
-      if (p.value(op.out[k]).dtype != DType::F32 && !(roundsOut && k == 0 && p.value(op.out[k]).dtype == DType::BF16))
+      if (p.value(op.out[k]).dtype != DType::F32 &&
+          !((roundsOut || op.kind == OpKind::AttentionGrad) && k == roundedOut &&
+            p.value(op.out[k]).dtype == DType::BF16))
         fail(op.where + "/out/" + std::to_string(k), "a gradient is F32, '{}' is {}", op.out[k],
              dtypeName(p.value(op.out[k]).dtype));
     // The weight gradients after the activation outputs: F32 values of each tensor's element count.

@@ -1346,6 +1346,28 @@ TEST_F(Kernels, AttentionGrad) {
         report(bytesEqual(one[size_t(i)], h1[size_t(i)], size_t(c.L * ld)),
                name + ": " + outs[i] + " item 0 of the batch == its own run");
     }
+    // h3-fuse-grad's rounding of dv folded in (the grad_round that alone read it): dv stored as bf16 == the host's
+    // round-to-nearest-even of the F32 dv, dq and dk unchanged, in the Hopper and mma.sync forms.
+    {
+      EmitOp opb = op;
+      opb.vals.out[2].dtype = h3c::DType::BF16;
+      std::vector<uint16_t> want(h1[2].size());
+      for (size_t i = 0; i < want.size(); ++i) want[i] = floatToBf16(h1[2][i]);
+      for (const auto &[label, opt] : {std::pair<const char *, hk::EmitOptions>{"Hopper", hk::EmitOptions{}},
+                                       {"mma.sync", mmaOpt}}) {
+        const plan::Kernel &kb = kernel(opb, opt);
+        Launch la;
+        la.in = {dq, dk, dv, dobuf, ddo};
+        la.out = {outBuf(size_t(n * 4)), outBuf(size_t(n * 4)), outBuf(size_t(n * 2))};
+        la.e = rowsS(c.L, c.B);
+        run(kb, la);
+        const bool same = bytesEqual(down<float>(*la.out[0], size_t(n)), h1[0]) &&
+                          bytesEqual(down<float>(*la.out[1], size_t(n)), h1[1]) &&
+                          bytesEqual(down<uint16_t>(*la.out[2], size_t(n)), want);
+        report(kb.id.find("_dvbf") != std::string::npos && same,
+               name + ": " + label + " (" + kb.id + ") with dv stored bf16 == bf(dv), dq and dk the same bytes");
+      }
+    }
     // h3-fuse-grad's saved row statistics: the forward attention (Hopper and mma.sync forms) writes lse = mc +
     // lg2(l) of its walk, both forms the same bytes; the backward reading it instead of rerunning the walk gives
     // the walk's dq, dk, dv byte for byte (the forward's L is the backward's).
@@ -1582,6 +1604,28 @@ TEST_F(Kernels, LinearGradX) {
     const plan::Kernel &kp = kernel(op, pairOpt);
     report(kp.phases.at(0).launch.cluster[0] == 2 && bytesEqual(go(kp, g), m),
            name + ": the 2-CTA cluster form (" + kp.id + ") == mma.sync byte for byte");
+    // h3-fuse-grad's rounding folded into the dX (LoRA's dt and the like: the grad_round that alone read it): dx stored
+    // as bf16 == the host's round-to-nearest-even of the F32 dX, in the Hopper, 2-CTA and mma.sync forms.
+    {
+      EmitOp ob = opg;
+      ob.vals.out[0].dtype = h3c::DType::BF16;
+      std::vector<uint16_t> want(h1.size());
+      for (size_t i = 0; i < h1.size(); ++i) want[i] = floatToBf16(h1[i]);
+      Buf gbb = up(gb);
+      for (const auto &[label, opts] : {std::pair<const char *, hk::EmitOptions>{"Hopper", hopperOpt},
+                                        {"2-CTA", pairOpt}, {"mma.sync", mmaOpt}}) {
+        const plan::Kernel &kb = kernel(ob, opts);
+        Launch la;
+        la.in = {gbb};
+        la.w = {wb};
+        la.out = {outBuf(size_t(c.M * c.K * 2))};
+        la.e = rowsS(c.M);
+        run(kb, la);
+        report(kb.id.find("_bfout") != std::string::npos &&
+                   bytesEqual(down<uint16_t>(*la.out[0], size_t(c.M * c.K)), want),
+               name + ": " + label + " (" + kb.id + ") with dx stored bf16 == bf(dX) byte for byte");
+      }
+    }
     // h3-fuse-grad's LoRA down path taken in (lora_k 64, a dX of more than 64 columns over N > 64): the fused op over
     // bf(g), bf(dt) [M, 64] and the down slot [64, K], with and without a residual, in the Hopper form, the 2-CTA
     // form and the mma.sync form, == the two ops it replaces run one after the other (the path's dX with the

@@ -319,3 +319,24 @@ func.func @swiglu_grad_kept(%gb: !h3.act<B, S, 256, bf16>, %x: !h3.act<B, S, 256
   %s4 = h3.swiglu_grad %d4, %xf {nodes = ["sd"], values = ["s4"]} : (!h3.act<B, S, 128, f32>, !h3.act<B, S, 256, f32>) -> !h3.act<B, S, 256, f32>
   return %s1, %d1, %s2, %s3, %s4 : !h3.act<B, S, 256, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 256, f32>, !h3.act<B, S, 128, f32>, !h3.act<B, S, 256, f32>
 }
+
+// -----
+
+// g computed by a bf16 linear's dX (N and K multiples of 8: LoRA's dt) and read only by the linear gradients that
+// round it: the dX stores bf(g) itself (its result bf16), no grad_round remains. An F32 weight's dX (the fma chain,
+// no tensor cores) keeps its F32 result and the grad_round.
+// CHECK-LABEL: func.func @dx_stores_its_rounding
+// CHECK-NEXT: %[[T:.*]] = h3.linear_grad_x %arg0 {{{.*}}values = ["grad:t"], weight = ["l.lora_up"]} : (!h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 16, bf16>
+// CHECK-NEXT: h3.linear_grad_w %[[T]], %arg1
+// CHECK-NEXT: h3.linear_grad_x %[[T]] {
+// CHECK-NEXT: %[[F:.*]] = h3.linear_grad_x %arg2 {{{.*}}weight = ["proj_in.weight"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 16, f32>
+// CHECK-NEXT: h3.grad_round %[[F]]
+func.func @dx_stores_its_rounding(%gb: !h3.act<B, S, 32, bf16>, %x: !h3.act<B, S, 24, bf16>, %gf: !h3.act<B, S, 32, f32>) -> (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>) {
+  %t = h3.linear_grad_x %gb {K = 16 : i64, N = 32 : i64, weight = ["l.lora_up"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:t"]} : (!h3.act<B, S, 32, bf16>) -> !h3.act<B, S, 16, f32>
+  h3.linear_grad_w %t, %x {K = 24 : i64, N = 16 : i64, bias = [], grads = ["grad:l.lora_down"], weight = ["l.lora_down"], nodes = ["l"], values = []} : (!h3.act<B, S, 16, f32>, !h3.act<B, S, 24, bf16>) -> ()
+  %dx = h3.linear_grad_x %t {K = 24 : i64, N = 16 : i64, weight = ["l.lora_down"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["l"], values = ["grad:x"]} : (!h3.act<B, S, 16, f32>) -> !h3.act<B, S, 24, f32>
+  %f = h3.linear_grad_x %gf {K = 16 : i64, N = 32 : i64, weight = ["proj_in.weight"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["e"], values = ["grad:f"]} : (!h3.act<B, S, 32, f32>) -> !h3.act<B, S, 16, f32>
+  h3.linear_grad_w %f, %x {K = 24 : i64, N = 16 : i64, bias = [], grads = ["grad:m"], weight = ["m"], nodes = ["m"], values = []} : (!h3.act<B, S, 16, f32>, !h3.act<B, S, 24, bf16>) -> ()
+  %dxf = h3.linear_grad_x %f {K = 24 : i64, N = 16 : i64, weight = ["m"], operandSegmentSizes = array<i32: 1, 0, 0, 0>, nodes = ["m"], values = ["grad:x~2"]} : (!h3.act<B, S, 16, f32>) -> !h3.act<B, S, 24, f32>
+  return %dx, %dxf : !h3.act<B, S, 24, f32>, !h3.act<B, S, 24, f32>
+}

@@ -146,12 +146,12 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
         ropes += op.kind == OpKind::RmsNormGrad && op.attrs.rotaryDim > 0;
         sums += op.kind == OpKind::LinearGradX && op.attrs.epilogue == h3c::plan::Epilogue::Residual;
         loraPaths += op.kind == OpKind::LinearGradX && op.attrs.loraK > 0;
-        const bool swiglu = op.kind == OpKind::LinearGradX && op.attrs.epilogue == h3c::plan::Epilogue::Swiglu;
-        swiglus += swiglu;
+        swiglus += op.kind == OpKind::LinearGradX && op.attrs.epilogue == h3c::plan::Epilogue::Swiglu;
         rounded += op.kind == OpKind::GradRound;
         byProducer += (op.kind == OpKind::SwigluGrad || op.kind == OpKind::RmsNormGrad ||
-                       op.kind == OpKind::GateResidualGrad || swiglu) &&
+                       op.kind == OpKind::GateResidualGrad || op.kind == OpKind::LinearGradX) &&
                       p.value(op.out.at(0)).dtype == h3c::DType::BF16;
+        byProducer += op.kind == OpKind::AttentionGrad && p.value(op.out.at(2)).dtype == h3c::DType::BF16;  // dv
         statistics += op.kind == OpKind::AttentionGrad && op.attrs.lse;
       }
       std::printf("fused gradients (h3-fuse-grad): %zu sums in a dX's epilogue and %zu in a norm_modulate_grad's, "

@@ -495,12 +495,13 @@ TEST(BackwardPlan, LoraDownPathsTakenIntoTheBaseDx) {
     }
     ASSERT_GT(f, 0u);
     ASSERT_GT(out, 0u);
-    {  // the path's F32 dt instead of its rounding
+    {  // the forward's t (bf16, but no gradient) instead of the path's bf(dt), which its own dX stores rounded
       json b = good;
       b["functions"]["backward"]["ops"][f]["kernel"] = nullptr;
       std::string t = b["functions"]["backward"]["ops"][f]["in"][1];  // lora_t (then swiglu_x)
-      ASSERT_EQ(t.substr(t.size() - 5), "~bf16");
-      b["functions"]["backward"]["ops"][f]["in"][1] = t.substr(0, t.size() - 5);
+      ASSERT_EQ(t, "grad:transformer_blocks.3.ff.net.2:lora_t");
+      ASSERT_EQ(p.value(t).dtype, DType::BF16);
+      b["functions"]["backward"]["ops"][f]["in"][1] = t.substr(5);
       refuses(b, "must be a bf16 gradient");
     }
     // The swiglu_grad taken in: its x must be the swiglu's saved input, its second node the swiglu that the linear

@@ -1162,6 +1162,15 @@ TEST(NvrtcCompile, AttentionGradOnHopperNeitherSerializesNorSpills) {
     EXPECT_NE(kr1.source.find("#define GB_DQ_ROWS 1\n"), std::string::npos) << kr1.id;
     expectCompilesWithoutSpills(jit, kr1, "sm_90a lse dq adds a row a v2 reduction");
   }
+  // dv stored bf16 (h3-fuse-grad: the grad_round that alone read it folded in), the plans' lse form.
+  {
+    EmitOp dvbf = attentionGrad(48, 128, 128, true, true);
+    dvbf.vals.out[2].dtype = h3c::DType::BF16;
+    const plan::Kernel k = *emit(dvbf, "sm_90a");
+    EXPECT_NE(k.id.find("_lse_dvbf"), std::string::npos) << k.id;
+    EXPECT_NE(k.source.find("#define GR_DV_BF 1\n"), std::string::npos) << k.id;
+    expectCompilesWithoutSpills(jit, k, "sm_90a lse, dv stored bf16");
+  }
   // head_dim 64 keeps the mma.sync form on sm_90a.
   EXPECT_EQ(emit(attentionGrad(2, 64, 128), "sm_90a")->id.find("attention_grad_mma_h2_d64"), 0u);
 }
