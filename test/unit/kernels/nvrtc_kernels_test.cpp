@@ -1375,6 +1375,20 @@ TEST(NvrtcCompile, LinearGradXOnHopperNeitherSerializesNorSpills) {
     oneThread.gradMma = 0;
     EXPECT_THROW(emit(linearGradX(5376, 14336, false, true, 0, 2), "sm_90a", oneThread), h3c::Error);
   }
+  // A dX storing bf(g) itself (h3-fuse-grad: the grad_round that alone read it folded in): LoRA's dt on the Hopper
+  // 64-wide tile and the mma.sync skinny form (sm_100a), without spills.
+  {
+    EmitOp dt = linearGradX(28672, 64, false, true);
+    dt.vals.out[0].dtype = h3c::DType::BF16;
+    hk::EmitOptions narrow;
+    narrow.sm90GradXNarrow = 1;
+    for (const char *arch : {"sm_90a", "sm_100a"}) {
+      const plan::Kernel k = *emit(dt, arch, narrow);
+      EXPECT_NE(k.id.find("_bfout"), std::string::npos) << k.id;
+      EXPECT_NE(k.source.find("#define GR_DX_BF 1\n"), std::string::npos) << k.id;
+      expectCompilesWithoutSpills(jit, k, std::string(arch) + " LoRA's dt stored bf16");
+    }
+  }
   // sm_100a and wgmma off: the mma.sync form.
   hk::EmitOptions off;
   off.wgmma = false;
