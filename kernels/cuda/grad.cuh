@@ -390,8 +390,9 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
 #endif
 
 #elif GR_KIND == GR_SWIGLU
-  // x = [v | g] [rows][2F]: dv = dy * bf(silu(g)), dg = (dy * v) * silu'(g) (gr_swiglu_dx). GR_VEC 8: 8 consecutive f of a row per
-  // step (16-byte loads of v, g and dy, stores of dv and dg; one division by the constant F / 8 per 8 elements).
+  // x = [v | g] [rows][2F]: dv = dy * bf(silu(g)), dg = (dy * v) * silu'(g) (gr_swiglu_dx). GR_VEC 8: 8
+  // consecutive f of a row per step (16-byte loads of v, g and dy, stores of dv and dg; one division by the constant
+  // F / 8 per 8 elements).
 #if GR_VEC == 8
   for (long long i = GR_TID; i < rows * (GR_F / 8); i += GR_STRIDE) {
     const long long m = i / (GR_F / 8), f = (i % (GR_F / 8)) * 8;

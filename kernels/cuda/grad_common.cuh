@@ -39,7 +39,8 @@ __device__ __forceinline__ void gr_st2(void *p, long long i, float a, float b) {
 // (dg) of [rows][2K], from x = [v | g] (sx, bf16 [rows][2K]); F32, or bf16 (BF 1: the rounding of a grad_round, or
 // of the swiglu_grad, folded in).
 template <int SW, int BF>
-__device__ __forceinline__ void gr_dx_store2(void *dx, const void *sx, long long r, long long c, long long K, float2 d) {
+__device__ __forceinline__ void gr_dx_store2(void *dx, const void *sx, long long r, long long c, long long K,
+                                             float2 d) {
   if (!SW) {
     gr_st2<BF>(dx, r * K + c, d.x, d.y);
     return;

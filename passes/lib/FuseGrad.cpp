@@ -138,10 +138,10 @@ int shareRoundings(func::FuncOp f) {
 }
 
 // A grad_round whose g nothing else reads, computed by an op that can store bf16 (swiglu_grad's dx, rms_norm_grad's
-// dx, gate_residual_grad's dy; a bf16 linear's dX on the tensor cores, N and K multiples of 8: LoRA's dt; attention_grad's
-// dv): that op's result becomes bf16, bf(g) rounded as it is stored, and the grad_round goes (the 33B step's fc1 g,
-// 0.96 GB of F32, is then neither written nor read again as F32; its 312 dt and 52 dv roundings, 7.9 ms on an H100,
-// bench/NOTES.md 2026-12-07). Returns the count folded.
+// dx, gate_residual_grad's dy; a bf16 linear's dX on the tensor cores, N and K multiples of 8: LoRA's dt;
+// attention_grad's dv): that op's result becomes bf16, bf(g) rounded as it is stored, and the grad_round goes (the
+// 33B step's fc1 g, 0.96 GB of F32, is then neither written nor read again as F32; its 312 dt and 52 dv roundings,
+// 7.9 ms on an H100, bench/NOTES.md 2026-12-07). Returns the count folded.
 int foldRoundings(func::FuncOp f) {
   std::vector<GradRoundOp> rounds;
   f.walk([&](GradRoundOp r) { rounds.push_back(r); });
@@ -217,7 +217,8 @@ int foldLoraDx(func::FuncOp f) {
     OpBuilder b(base);
     SmallVector<Attribute> weights(base.getWeight().begin(), base.getWeight().end());
     weights.push_back(l.getWeight()[0]);
-    auto fused = LinearGradXOp::create(b, base.getLoc(), base.getDx().getType(), base.getG(), l.getResidual(), l.getG(), Value(),
+    auto fused = LinearGradXOp::create(b, base.getLoc(), base.getDx().getType(), base.getG(), l.getResidual(), l.getG(),
+                                       /*swiglu_x=*/Value(),
                                        base.getKAttr(), base.getNAttr(), b.getArrayAttr(weights), base.getOrderAttr(),
                                        b.getI64IntegerAttr(int64_t(l.getN())), base.getNodesAttr(),
                                        base.getValuesAttr());

@@ -142,8 +142,8 @@ struct Checker {
     width(op, false, t, a.loraK);
     sameRows(op, {0, t}, {});
     if (p.value(op.in[t]).dtype != DType::BF16 || !roundedGrads.count(op.in[t]))
-      fail(op.where + "/in/" + std::to_string(t), "'{}' must be a bf16 gradient (bf(dt), rounded by a grad_round or as its dX stored it)",
-           op.in[t]);
+      fail(op.where + "/in/" + std::to_string(t),
+           "'{}' must be a bf16 gradient (bf(dt), rounded by a grad_round or as its dX stored it)", op.in[t]);
   }
 
   // Where a linear_grad_x with lora_k reads lora_t: after g and the residual (inputRoles).
@@ -161,7 +161,8 @@ struct Checker {
       fail(op.where + "/nodes/1", "'{}' is implemented by no swiglu op", op.nodes[1]);
     const Op &s = *fit->second;
     if (f.in.empty() || s.out.at(0) != f.in[0])
-      fail(op.where + "/nodes", "the linear '{}' does not read the output of the swiglu '{}'", op.nodes[0], op.nodes[1]);
+      fail(op.where + "/nodes", "the linear '{}' does not read the output of the swiglu '{}'", op.nodes[0],
+           op.nodes[1]);
     same(op, "K", op.attrs.K, s.attrs.F);
     const size_t x = op.in.size() - 1;
     saved(op, x, s.in.at(0));
