@@ -90,7 +90,7 @@ int64_t loraInput(Params &p, Builder &b, const OpView &v, const char *macro) {
   if (a.loraK == 0) return -1;
   if (a.loraK > 64 || a.loraK % 16 || v.op.weights.size() != 2)
     fail(v.where, "a dX's LoRA down path is 16 to 64 wide (got {}) over a second weight, the down slot", a.loraK);
-  const int64_t t = a.epilogue == plan::Epilogue::Residual ? 2 : 1;
+  const int64_t t = plan::inputIndex(v.op.kind, a, "lora_t");
   if (!bf(v.in(size_t(t)))) fail(v.where, "a dX's LoRA down path reads bf(dt): lora_t must be bf16");
   p.in("lora_t", t);
   return t;
@@ -105,10 +105,10 @@ std::string swigluInput(Params &p, Builder &b, const OpView &v) {
   b.def("GR_DX_SWIGLU", sw ? 1 : 0);
   b.def("GR_DX_BF", outBf ? 1 : 0);
   if (!sw) return outBf ? "_bfout" : "";
-  const size_t x = v.op.in.size() - 1;
-  if (!bf(v.in(x)) || v.in(x).cols != 2 * v.a().K || v.a().K % 8)
+  const int64_t x = plan::inputIndex(v.op.kind, v.a(), "swiglu_x");
+  if (!bf(v.in(size_t(x))) || v.in(size_t(x)).cols != 2 * v.a().K || v.a().K % 8)
     fail(v.where, "a dX's swiglu_grad reads x = [v | g] as bf16 [rows, 2K] (K a multiple of 8)");
-  p.in("swiglu_x", int64_t(x));
+  p.in("swiglu_x", x);
   return outBf ? "_swiglu_bfout" : "_swiglu";
 }
 
@@ -272,6 +272,9 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
     p.out("dw", dwAt);
     if (biasAt >= 0) p.out("dbias", biasAt);
     itemScalars(p, v, 0);
+    b.def("GL_LORA_K", 0);
+    b.def("GR_DX_SWIGLU", 0);
+    b.def("GR_DX_BF", 0);
   } else {
     p.weight("w", 0);
     if (a.loraK > 0) p.weight("down", 1);
@@ -280,11 +283,6 @@ plan::Kernel emitLinearGradMma(const OpView &v, const std::string &arch, bool dw
     swiglu = swigluInput(p, b, v);
     p.out("dx", 0);
     p.scalar("rows", rows);
-  }
-  if (dw) {
-    b.def("GL_LORA_K", 0);
-    b.def("GR_DX_SWIGLU", 0);
-    b.def("GR_DX_BF", 0);
   }
   const bool gbIn = roundedG(v, biasAt);  // phase 1 alone, reading g
   if (!gbIn) p.scratch("gb", rows.scaled(a.N * 2));

@@ -3,6 +3,7 @@
 
 #include "h3c/plan/plan.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace h3c::plan {
@@ -150,6 +151,12 @@ std::vector<std::string> withLora(OpKind k, const OpAttrs &a, List list, const c
 }
 
 } // namespace
+
+int64_t inputIndex(OpKind k, const OpAttrs &a, const std::string &role) {
+  const std::vector<std::string> roles = inputRoles(k, a);
+  const auto it = std::find(roles.begin(), roles.end(), role);
+  return it == roles.end() ? -1 : int64_t(it - roles.begin());
+}
 
 std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
   if (takesLora(k) && a.loraK > 0) return withLora(k, a, inputRoles, "lora_t");

@@ -146,8 +146,8 @@ struct Checker {
            "'{}' must be a bf16 gradient (bf(dt), rounded by a grad_round or as its dX stored it)", op.in[t]);
   }
 
-  // Where a linear_grad_x with lora_k reads lora_t: after g and the residual (inputRoles).
-  static size_t loraInput(const Op &op) { return op.attrs.epilogue == Epilogue::Residual ? 2 : 1; }
+  // Where a linear_grad_x with lora_k reads lora_t (inputRoles: after g and the residual).
+  static size_t loraInput(const Op &op) { return size_t(inputIndex(op.kind, op.attrs, "lora_t")); }
 
   // A linear_grad_x with swiglu_grad taken in (h3-fuse-grad, epilogue swiglu): its second node is the swiglu whose
   // output the linear's forward op f reads as x, its last input that swiglu's x = [v | g] (a saved forward value of
@@ -164,7 +164,7 @@ struct Checker {
       fail(op.where + "/nodes", "the linear '{}' does not read the output of the swiglu '{}'", op.nodes[0],
            op.nodes[1]);
     same(op, "K", op.attrs.K, s.attrs.F);
-    const size_t x = op.in.size() - 1;
+    const size_t x = size_t(inputIndex(op.kind, op.attrs, "swiglu_x"));
     saved(op, x, s.in.at(0));
     width(op, false, x, 2 * op.attrs.K);
     sameRows(op, {0, x}, {0});
@@ -273,14 +273,13 @@ struct Checker {
              op.in[k]);
     // The outputs that may store bf(g) (h3-fuse-grad's fused rounding): the first of these kinds, a bf16 weight's dX
     // (its rounding on the tensor cores' store), attention_grad's dv.
-    const bool roundsOut = op.kind == OpKind::SwigluGrad || op.kind == OpKind::RmsNormGrad ||
-                           op.kind == OpKind::GateResidualGrad ||
-                           (op.kind == OpKind::LinearGradX && a.wDtype == DType::BF16);
-    const size_t roundedOut = op.kind == OpKind::AttentionGrad ? 2 : 0;
+    const bool roundsFirst = op.kind == OpKind::SwigluGrad || op.kind == OpKind::RmsNormGrad ||
+                             op.kind == OpKind::GateResidualGrad ||
+                             (op.kind == OpKind::LinearGradX && a.wDtype == DType::BF16);
+    const int64_t roundedOut = op.kind == OpKind::AttentionGrad ? 2 : roundsFirst ? 0 : -1;
     for (size_t k = 0; k < op.out.size(); ++k)
       if (p.value(op.out[k]).dtype != DType::F32 &&
-          !((roundsOut || op.kind == OpKind::AttentionGrad) && k == roundedOut &&
-            p.value(op.out[k]).dtype == DType::BF16))
+          !(int64_t(k) == roundedOut && p.value(op.out[k]).dtype == DType::BF16))
         fail(op.where + "/out/" + std::to_string(k), "a gradient is F32, '{}' is {}", op.out[k],
              dtypeName(p.value(op.out[k]).dtype));
     // The weight gradients after the activation outputs: F32 values of each tensor's element count.

@@ -143,7 +143,7 @@ void linearGradX(GradCtx &cx) {
   }
   std::vector<float> path;
   if (a.loraK > 0) {
-    const HostValue &t = cx.in(a.epilogue == plan::Epilogue::Residual ? 2 : 1);
+    const HostValue &t = cx.in(size_t(plan::inputIndex(cx.op.kind, a, "lora_t")));
     sameRows(cx, {&g, &t});
     const std::vector<float> down = cx.weight(cx.op.weights.at(1), a.loraK * a.K);
     path = grad::linearDx(t.f.data(), M, a.loraK, down.data(), a.K, cx.env.threads);
@@ -154,7 +154,7 @@ void linearGradX(GradCtx &cx) {
   if (part)  // grad_add's sum, part + dX (the same F32 addition)
     for (size_t i = 0; i < d.size(); ++i) d[i] = (*part)[i] + d[i];
   if (a.epilogue == plan::Epilogue::Swiglu) {  // swiglu_grad taken in (h3-fuse-grad): its dx over x = [v | g]
-    const HostValue &x = cx.in(cx.op.in.size() - 1);
+    const HostValue &x = cx.in(size_t(plan::inputIndex(cx.op.kind, a, "swiglu_x")));
     sameRows(cx, {&g, &x});
     if (x.f.size() != 2 * d.size()) cx.error("swiglu_x is not [rows, 2K]");
     d = grad::swigluGrad(d.data(), x.f.data(), M, a.K);

@@ -417,11 +417,9 @@ private:
     // The layout depends on the plan, the request's extents and whether the backward's values are in; every step of
     // a sampling loop or a training loop asks for the same one (~8 ms of string sets and maps at the 33B plan's
     // ~9,000 values), so the last one is kept while the arena it points into stays.
-    const plan::Extents e = extents_;
     ArenaLayout &c = arenaLayout_;
-    if (c.plan == &p && c.planSha == p.planSha256 && c.withBackward == withBackward && c.B == req.B &&
-        c.ext.B == e.B && c.ext.S == e.S && c.ext.Nt == e.Nt && c.ext.Nv == e.Nv && c.ext.Na == e.Na &&
-        c.ext.T == e.T && c.ext.Sr == e.Sr && arena_ && arena_->get() == c.base) {
+    if (c.plan == &p && c.planSha == p.planSha256 && c.withBackward == withBackward && c.ext == extents_ && arena_ &&
+        arena_->get() == c.base) {
       gradSlots_ = c.gradSlots;
       arenaBytes_ = c.total;
       values_ = c.values;
@@ -432,8 +430,7 @@ private:
     c.plan = &p;
     c.planSha = p.planSha256;
     c.withBackward = withBackward;
-    c.B = req.B;
-    c.ext = e;
+    c.ext = extents_;  // (B among them: begin() took them from the request)
     c.base = arena_->get();
     c.total = arenaBytes_;
     c.gradSlots = gradSlots_;
@@ -727,9 +724,7 @@ public:
     const plan::Function *bwd = p.backward();
     if (!bwd) fail("plan.json#/functions/backward", "the plan has no backward");
     const plan::Extents e = req.extents();
-    const bool reuse = resume != 0 && resume == keptTicket_ && keptPlan_ == &p && e.B == extents_.B &&
-                       e.S == extents_.S && e.Nt == extents_.Nt && e.Nv == extents_.Nv && e.Na == extents_.Na &&
-                       e.T == extents_.T && e.Sr == extents_.Sr;
+    const bool reuse = resume != 0 && resume == keptTicket_ && keptPlan_ == &p && e == extents_;
     keptTicket_ = 0;
     const HostClock::time_point h0 = HostClock::now();
     const std::vector<plan::ScheduleStep> &steps = scheduleOf(p);
@@ -1199,7 +1194,6 @@ private:
     const plan::Plan *plan = nullptr;
     std::string planSha;
     bool withBackward = false;
-    int64_t B = 0;
     plan::Extents ext;
     CUdeviceptr base = 0;
     size_t total = 0;

@@ -24,6 +24,9 @@ bool isTokenDomain(Domain d);
 struct Extents {
   int64_t B = 1, S = 0, Nt = 0, Nv = 0, Na = 0, T = 0, Sr = 0;
   int64_t rows(Domain d) const;  // rows of one batch item in domain d
+  bool operator==(const Extents &o) const {
+    return B == o.B && S == o.S && Nt == o.Nt && Nv == o.Nv && Na == o.Na && T == o.T && Sr == o.Sr;
+  }
 };
 
 class Extent {

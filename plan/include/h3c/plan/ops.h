@@ -81,6 +81,9 @@ std::vector<size_t> hostOutputs(OpKind k);
 // width decide which optional operands exist). The names are the roles ("x", "residual", "table", "ts_index",
 // "tags", "cos", ...) that kernels name their parameters after; the plan's `in`/`out` list value names in this order.
 std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a);
+// The position of input `role` among inputRoles(k, a) (e.g. a linear_grad_x's "lora_t", after g and the residual),
+// or -1 when the op has no such input.
+int64_t inputIndex(OpKind k, const OpAttrs &a, const std::string &role);
 // For a gradient op that emitsWeightGrads, the activation outputs only (its weight gradients follow them).
 std::vector<std::string> outputRoles(OpKind k, const OpAttrs &a);
 
