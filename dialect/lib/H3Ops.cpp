@@ -695,18 +695,21 @@ LogicalResult NormModulateGradOp::verify() {
     if (act(getDx()).getElementType() != act(r).getElementType())
       return err(op) << "the residual and dx (their sum) have one dtype";
   }
-  return gradOf(op, getDtable(), table, "dtable");
+  return getDtable() ? gradOf(op, getDtable(), table, "dtable") : success();
 }
 
 LogicalResult GateResidualGradOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyCommon(op))) return failure();
-  ActType y = act(getY()), table = act(getTable());
+  // y serves the table's gradient only (dgate = the sums of dz * y): the two come together or not at all.
+  if (!getY() != !getDtable()) return err(op) << "y and dtable come together (the table's gradient) or not at all";
+  // The shape of the forward's y: y's own, or dz's (its gradient) where the op reads no y.
+  ActType y = act(getY() ? getY() : getDz()), table = act(getTable());
   if (failed(verifyTableGather(op, table, y.getCols(), getNumChunks(), {int64_t(getChunk())}, getRowIndex())) ||
       failed(verifyRowMeta(op, getRowIndex(), getRowMeta(), y)) || failed(gradOf(op, getDz(), y, "dz")) ||
       failed(gradOf(op, getDy(), y, "dy", /*mayRound=*/true)))
     return failure();
-  return gradOf(op, getDtable(), table, "dtable");
+  return getDtable() ? gradOf(op, getDtable(), table, "dtable") : success();
 }
 
 LogicalResult RopeGradOp::verify() {

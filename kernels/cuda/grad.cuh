@@ -28,6 +28,16 @@
 #define GR_UNPACK 12
 #define GR_ADALN_TABLE 13
 
+// norm_modulate / gate_residual: GR_TABLE_GRAD 0 when nothing reads the AdaLN table's gradient (no dtable, and for
+// gate_residual no y); GR_SUMS 0 when no sum over the rows remains (neither the table's nor the norm weight's): then
+// phases 1 and 2 do not exist and phase 0 keeps no inverse RMS for them.
+#ifndef GR_TABLE_GRAD
+#define GR_TABLE_GRAD 1
+#endif
+#ifndef GR_SUMS
+#define GR_SUMS 1
+#endif
+
 // An operand element as F32: a bf16 value widened exactly, or an F32 value.
 __device__ __forceinline__ float gr_ld(const void *p, long long i, int bf) {
   return bf ? bf2f(((const h3bf *)p)[i]) : ((const float *)p)[i];
@@ -610,7 +620,9 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
         if (lane == 0) {
           stat[0] = inv;
           stat[1] = mean;
+#if GR_SUMS
           ((float *)inv_rms)[r] = inv;
+#endif
         }
       }
       __syncthreads();
@@ -635,7 +647,9 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
       const long long t = gr_table_row(ts_index, GR_TAGS, meta_rows, r);
       const long long sc = t * (GR_NUMCH * GR_H) + GR_SCALE * GR_H;
       const float inv = gr_inv_rms<GR_X_BF>(x, base, GR_H, GR_EPS);
+#if GR_SUMS
       if (lane == 0) ((float *)inv_rms)[r] = inv;
+#endif
       float p = 0.f;
 #pragma unroll 4
       for (int j = lane; j < GR_H; j += 32)
@@ -826,7 +840,7 @@ extern "C" __global__ void __launch_bounds__(256, GR_MIN_BLOCKS) GR_ENTRY(H3C_PA
 #endif
 }
 
-#if GR_KIND == GR_NORM_MODULATE || GR_KIND == GR_GATE_RESIDUAL
+#if (GR_KIND == GR_NORM_MODULATE || GR_KIND == GR_GATE_RESIDUAL) && GR_SUMS
 // Phase 1: a thread per (channel c = 64 x + thread, unit y of item z): the unit's partials. norm_modulate: dshift (add
 // chain of dy), dscale (fma chain of dy * n, n = bf(x * inv) times the norm's weight where it has one; inv from phase
 // 0) and the weight's (fma chain of dn * n over every row, dn = dy * bf(1 + scale)); gate_residual: dgate (fma chain
@@ -875,6 +889,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P2(H3C_PARAMS) {
 #endif
     return;
   }
+#if GR_TABLE_GRAD
   float *row = (float *)dtable + t * (GR_NUMCH * GR_H);
   for (int k = 0; k < GR_NUMCH; ++k) row[k * GR_H + c] = 0.f;
 #if GR_KIND == GR_NORM_MODULATE
@@ -882,6 +897,7 @@ extern "C" __global__ void __launch_bounds__(256) GR_ENTRY_P2(H3C_PARAMS) {
   row[GR_SCALE * GR_H + c] = gr_fold_parts(P, c, t, 1, table_rows, items, item_rows);
 #else
   row[GR_CHUNK * GR_H + c] = gr_fold_parts(P, c, t, 0, table_rows, items, item_rows);
+#endif
 #endif
 }
 #endif

@@ -569,46 +569,58 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
     const int64_t dwAt = modulate ? gradAt(v.op.weights) : -1;
     const int rpt = plan::rowsPerTimestep(a.rowIndex);
     kind = modulate ? "GR_NORM_MODULATE" : "GR_GATE_RESIDUAL";
-    p.in(modulate ? "dy" : "dz", 0);
-    p.in(modulate ? "x" : "y", 1);
-    p.in("table", 2);
-    p.in("ts_index", 3);
-    if (rpt == 3) p.in("tags", 4);
+    // table_grad 0 (h3-backward: nothing reads the table's gradient): no output dtable, and gate_residual_grad reads
+    // no y (dy = dz * gate needs none); phases 1 and 2 run only for the sums that remain (the norm's weight's).
+    const bool tableGrad = a.tableGrad != 0, sums = tableGrad || dwAt >= 0;
+    size_t at = 0;
+    p.in(modulate ? "dy" : "dz", at++);
+    if (modulate || tableGrad) p.in(modulate ? "x" : "y", at++);
+    const size_t tableAt = at;
+    p.in("table", at++);
+    p.in("ts_index", at++);
+    if (rpt == 3) p.in("tags", at++);
     // h3-fuse-grad's residual (norm_modulate_grad): dx = residual + dx as it is stored, grad_add's sum.
     const bool residual = modulate && a.epilogue == plan::Epilogue::Residual;
-    if (residual) p.in("residual", rpt == 3 ? 5 : 4);
+    if (residual) p.in("residual", at);
     if (w) p.weight("w", 0);
     p.out(modulate ? "dx" : "dy", 0);
-    p.out("dtable", 1);
+    if (tableGrad) p.out("dtable", 1);
     b.def("GR_RESIDUAL", residual ? 1 : 0);
+    b.def("GR_TABLE_GRAD", tableGrad ? 1 : 0);
+    b.def("GR_SUMS", sums ? 1 : 0);
     if (residual) name += "_res";
+    if (!tableGrad) name += "_notab";
     if (dwAt >= 0) p.out("dw", dwAt);
     p.scalar("rows", rows);
-    itemScalars(p, v, 1);
-    p.scalar("meta_rows", v.rowsOfIn(3));
-    p.scalar("table_rows", v.rowsOfIn(2));
-    if (v.in(2).cols != a.numChunks * a.H) fail(v.where, "the table must have {} x {} columns", a.numChunks, a.H);
+    itemScalars(p, v, 0);  // (dy / dz: the rows of x / y)
+    p.scalar("meta_rows", v.rowsOfIn(tableAt + 1));
+    p.scalar("table_rows", v.rowsOfIn(tableAt));
+    if (v.in(tableAt).cols != a.numChunks * a.H) fail(v.where, "the table must have {} x {} columns", a.numChunks, a.H);
     b.def("GR_H", a.H);
     b.def("GR_NUMCH", a.numChunks);
     b.def("GR_RPT", rpt);
-    b.def("GR_T_BF", bf(v.in(2)));
+    b.def("GR_T_BF", bf(v.in(tableAt)));
     vec = a.H % 8 == 0 ? 8 : 1;  // norm_modulate's dx, gate_residual's dy: 8 channels per thread and step
     // The unit partials of the table's (and the weight's) sums, phases 1 and 2 (grad.cuh): [unit][table row][acc][H]
     // then [unit][H]; units <= (B * item_rows + 128 B) / 128, so the bytes are at most ceil(H / 32) x
     // (acc * (B item_rows T + 128 B T) + B item_rows + 128 B).
     const int acc = modulate ? 2 : 1;
-    const int64_t h32 = (a.H + 31) / 32;
-    const std::string B = v.in(1).batch ? "B*" : "", R = plan::domainName(v.in(1).rows), T = plan::domainName(v.in(2).rows);
-    p.scratch("parts", Extent::parse(fmt::format("{}*{}{}*{} + {}*{}{} + {}*{}{} + {}{}", h32 * acc, B, R, T, 128 * h32 * acc,
-                                                 B, T, h32, B, R, 128 * h32, v.in(1).batch ? "*B" : ""),
-                                     v.where));
     b.def("GR_ACC", acc);
-    const Extent itemRows = Extent::rowsOf(v.in(1).rows, false);
-    const plan::GridDim itemsDim = v.in(1).batch ? dim(Extent::parse("B", v.where)) : dim(Extent::constant(1));
-    phases = {{"GR_ENTRY_P1", launch(64, 0, dim(Extent::constant(a.H), 64), dim(itemRows, 128), itemsDim)},
-              {"GR_ENTRY_P2", launch(256, 0, dim(Extent::constant(a.H), 256), dim(v.rowsOfIn(2).plus(1)))}};
+    if (sums) {
+      const int64_t h32 = (a.H + 31) / 32;
+      const std::string B = v.in(1).batch ? "B*" : "", R = plan::domainName(v.in(1).rows),
+                        T = plan::domainName(v.in(tableAt).rows);
+      p.scratch("parts", Extent::parse(fmt::format("{}*{}{}*{} + {}*{}{} + {}*{}{} + {}{}", h32 * acc, B, R, T,
+                                                   128 * h32 * acc, B, T, h32, B, R, 128 * h32,
+                                                   v.in(1).batch ? "*B" : ""),
+                                       v.where));
+      const Extent itemRows = Extent::rowsOf(v.in(1).rows, false);
+      const plan::GridDim itemsDim = v.in(1).batch ? dim(Extent::parse("B", v.where)) : dim(Extent::constant(1));
+      phases = {{"GR_ENTRY_P1", launch(64, 0, dim(Extent::constant(a.H), 64), dim(itemRows, 128), itemsDim)},
+                {"GR_ENTRY_P2", launch(256, 0, dim(Extent::constant(a.H), 256), dim(v.rowsOfIn(tableAt).plus(1)))}};
+    }
     if (modulate) {
-      p.scratch("inv_rms", rows.scaled(4));  // each row's inverse RMS, for phase 1
+      if (sums) p.scratch("inv_rms", rows.scaled(4));  // each row's inverse RMS, for phase 1
       b.def("GR_EPS", floatLit(a.eps));
       b.def("GR_HAS_W", w ? 1 : 0);
       b.def("GR_DW", dwAt >= 0 ? 1 : 0);
@@ -636,7 +648,7 @@ plan::Kernel emitGradKernel(const OpView &v, const std::string &arch) {
         minBlocks = arch == "sm_90a" ? 8 : 1;
       }
     } else {
-      b.def("GR_Y_BF", bf(v.in(1)));
+      b.def("GR_Y_BF", tableGrad ? bf(v.in(1)) : 0);
       b.def("GR_CHUNK", a.chunk);
       l = vec == 8 ? launch(rowThreads(a.H / 8), 0, blocks(rows, 1))  // dy: a block per row
                    : launch(256, 0, blocks(rows.scaled(a.H), 256));

@@ -348,8 +348,34 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
         });
   }
 
+  // A norm_modulate_grad or gate_residual_grad whose table gradient nothing reads (the AdaLN tables and what feeds
+  // them frozen: LoRA training) is rebuilt without it: the table's sums over the rows are not computed, and
+  // gate_residual_grad reads no y, so the forward keeps no linear output for it (nor for the fusion of that linear
+  // and its gate_residual, h3-fuse training=true). dx / dy are the same operations on the same inputs.
+  static void dropDeadTableGradient(Operation *op) {
+    auto dropSecond = [](ArrayAttr values) { return ArrayAttr::get(values.getContext(), {values[0]}); };
+    if (auto g = dyn_cast<GateResidualGradOp>(op); g && g.getDtable() && g.getDtable().use_empty()) {
+      OpBuilder b(g);
+      auto d = GateResidualGradOp::create(b, g.getLoc(), g.getDy().getType(), Type(), g.getDz(), Value(),
+                                          g.getTable(), g.getRowMeta(), g.getChunkAttr(), g.getNumChunksAttr(),
+                                          g.getRowIndexAttr(), g.getOrderAttr(), g.getNodes(), dropSecond(g.getValues()));
+      g.getDy().replaceAllUsesWith(d.getDy());
+      g.erase();
+    } else if (auto n = dyn_cast<NormModulateGradOp>(op); n && n.getDtable() && n.getDtable().use_empty()) {
+      OpBuilder b(n);
+      auto d = NormModulateGradOp::create(b, n.getLoc(), n.getDx().getType(), Type(), n.getDy(), n.getX(),
+                                          n.getTable(), n.getRowMeta(), n.getResidual(), n.getEpsAttr(),
+                                          n.getWeight(), n.getGrads(), n.getShiftChunkAttr(), n.getScaleChunkAttr(),
+                                          n.getNumChunksAttr(), n.getRowIndexAttr(), n.getOrderAttr(), n.getNodes(),
+                                          dropSecond(n.getValues()));
+      n.getDx().replaceAllUsesWith(d.getDx());
+      n.erase();
+    }
+  }
+
   // Gradient ops whose results nothing reads and that compute no weight gradient (a frozen part's chain: the
-  // time embedder's when it and the AdaLN tables are frozen), then the saved values only they read.
+  // time embedder's when it and the AdaLN tables are frozen), the table gradients nothing reads, then the saved
+  // values only they read.
   static void removeDead(func::FuncOp bwd) {
     Block &body = bwd.getBody().front();
     SmallVector<Operation *> ops;
@@ -357,6 +383,7 @@ struct Backward : h3c::passes::impl::H3BackwardBase<Backward> {
     for (Operation *op : llvm::reverse(ops)) {  // readers before what they read
       auto grads = op->getAttrOfType<ArrayAttr>("grads");
       if (op->getNumResults() && op->use_empty() && (!grads || grads.empty())) op->erase();
+      else dropDeadTableGradient(op);
     }
     llvm::BitVector unused(body.getNumArguments());
     for (BlockArgument a : body.getArguments()) {

@@ -218,8 +218,14 @@ struct FuseQkvNormRope : OpRewritePattern<QkNormRopeOp> {
 };
 
 // linear + gate_residual / residual / swiglu of the same block -> linear with that epilogue (at the consumer).
+// A training plan's forward (`saved` not empty: the values func @backward reads) fuses gate_residual and residual
+// only, where the backward does not read the linear's output (h3-backward drops gate_residual_grad's y where nothing
+// reads the table's gradient); swiglu's x [v | g] is always saved. A linear with an unmerged LoRA path (h3-lora ran
+// before: training) keeps it: t stays its last operand, after the epilogue's.
 struct FuseEpilogue : OpRewritePattern<LinearOp> {
-  FuseEpilogue(MLIRContext *ctx) : OpRewritePattern(ctx, kEpilogue) {}
+  FuseEpilogue(MLIRContext *ctx, llvm::StringSet<> saved = {})
+      : OpRewritePattern(ctx, kEpilogue), saved(std::move(saved)) {}
+  llvm::StringSet<> saved;
 
   LogicalResult matchAndRewrite(LinearOp l, PatternRewriter &rewriter) const override {
     if (!plainLinear(l)) return failure();
@@ -228,6 +234,8 @@ struct FuseEpilogue : OpRewritePattern<LinearOp> {
     std::string p = blockPrefix(firstNode(l));
     if (p.empty() || blockPrefix(firstNode(u)) != p)
       return rewriter.notifyMatchFailure(l, "the consumer is not in the linear's transformer/refiner block");
+    if (!saved.empty() && (isa<SwigluOp>(u) || saved.contains(h3c::passes::planName(l.getY()))))
+      return rewriter.notifyMatchFailure(l, "the backward reads the linear's output (or swiglu's input)");
     std::vector<Value> epi;
     Epilogue epilogue = Epilogue::none;
     IntegerAttr chunk, numChunks;
@@ -252,10 +260,14 @@ struct FuseEpilogue : OpRewritePattern<LinearOp> {
     } else {
       return failure();
     }
+    if (l.getLoraK()) {
+      if (l.getEpilogueOperands().size() != 1) return rewriter.notifyMatchFailure(l, "a LoRA linear reads x and t only");
+      epi.push_back(l.getEpilogueOperands()[0]);
+    }
     rewriter.setInsertionPoint(u);
     auto f = LinearOp::create(rewriter, l.getLoc(), u->getResult(0).getType(), l.getX(), epi, l.getK(), l.getN(),
                               l.getWeight(), l.getBias(), epilogue, chunk, numChunks, rowIndex, l.getOrderAttr(),
-                              ShardAttr(), /*lora_k=*/IntegerAttr(), strArray(rewriter, concat({l, u})),
+                              ShardAttr(), l.getLoraKAttr(), strArray(rewriter, concat({l, u})),
                               strArray(rewriter, {valueName(u, 0)}));
     rewriter.replaceOp(u, f.getY());
     rewriter.eraseOp(l);
@@ -326,7 +338,8 @@ struct Fuse : h3c::passes::impl::H3FuseBase<Fuse> {
         getOperation().emitError() << "h3-fuse training=true: the module has no func @backward with named arguments";
         return signalPassFailure();
       }
-      patterns.add<FuseQkNormRope>(ctx, std::move(saved));
+      patterns.add<FuseQkNormRope>(ctx, saved);
+      patterns.add<FuseEpilogue>(ctx, std::move(saved));
       if (failed(applyPatternsGreedily(getOperation(), std::move(patterns), config))) {
         getOperation().emitError() << "h3-fuse: the fusion patterns did not converge";
         signalPassFailure();

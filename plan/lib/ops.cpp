@@ -214,9 +214,13 @@ std::vector<std::string> inputRoles(OpKind k, const OpAttrs &a) {
     if (a.epilogue == Epilogue::Residual) r.push_back("residual");
     return r;
   }
-  case OpKind::GateResidualGrad:
-    if (a.rowIndex == RowIndex::Adaln) return {"dz", "y", "table", "ts_index", "tags"};
-    return {"dz", "y", "table", "ts_index"};
+  case OpKind::GateResidualGrad: {  // y only for the table's gradient (table_grad)
+    std::vector<std::string> r = {"dz"};
+    if (a.tableGrad) r.push_back("y");
+    for (const char *k : {"table", "ts_index"}) r.push_back(k);
+    if (a.rowIndex == RowIndex::Adaln) r.push_back("tags");
+    return r;
+  }
   case OpKind::RopeGrad: return {"dy", "cos", "sin"};
   case OpKind::AttentionGrad:
     if (a.lse) return {"q", "k", "v", "o", "do", "lse"};
@@ -250,8 +254,12 @@ std::vector<std::string> outputRoles(OpKind k, const OpAttrs &a) {
   case OpKind::RmsNormGrad:
   case OpKind::RopeGrad:
   case OpKind::SiluGrad: return {"dx"};
-  case OpKind::NormModulateGrad: return {"dx", "dtable"};
-  case OpKind::GateResidualGrad: return {"dy", "dtable"};
+  case OpKind::NormModulateGrad:
+    if (!a.tableGrad) return {"dx"};
+    return {"dx", "dtable"};
+  case OpKind::GateResidualGrad:
+    if (!a.tableGrad) return {"dy"};
+    return {"dy", "dtable"};
   case OpKind::AttentionGrad: return {"dq", "dk", "dv"};
   case OpKind::Attention:
     if (a.lse) return {"y", "lse"};
@@ -315,8 +323,13 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   case OpKind::LinearGradW: return kn;
   case OpKind::SwigluGrad: return F;
   case OpKind::RmsNormGrad: return a.rotaryDim > 0 ? rmsGradRope : rmsGrad;
-  case OpKind::NormModulateGrad: return a.epilogue == Epilogue::Residual ? normModRes : normMod;
-  case OpKind::GateResidualGrad: return gateResGrad;
+  case OpKind::NormModulateGrad:
+  case OpKind::GateResidualGrad: {
+    std::vector<std::string> v = k == OpKind::GateResidualGrad ? gateResGrad
+                                 : a.epilogue == Epilogue::Residual ? normModRes : normMod;
+    if (!a.tableGrad) v.push_back("table_grad");  // (no key: 1, plans before the key)
+    return v;
+  }
   case OpKind::RopeGrad: return rope;
   case OpKind::AttentionGrad: return a.lse ? attentionGradLse : attentionGrad;
   case OpKind::AdalnTableGrad: return adalnGrad;

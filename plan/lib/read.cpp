@@ -144,6 +144,13 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     if (!j["lse"].is_number_integer() || j["lse"].get<int64_t>() != 1) fail(where + "/lse", "expected 1 (or no key)");
     a.lse = 1;
   }
+  // table_grad 0 (nothing reads the AdaLN table's gradient) takes the output "dtable" (and gate_residual_grad's input
+  // "y") away; no key: 1.
+  if ((kind == OpKind::NormModulateGrad || kind == OpKind::GateResidualGrad) && j.contains("table_grad")) {
+    if (!j["table_grad"].is_number_integer() || j["table_grad"].get<int64_t>() != 0)
+      fail(where + "/table_grad", "expected 0 (or no key)");
+    a.tableGrad = 0;
+  }
   // rotary_dim on a qk_norm's rms_norm_grad (h3-fuse-grad: the rope_grad before it folded in) adds the inputs cos, sin.
   if (kind == OpKind::RmsNormGrad && j.contains("rotary_dim"))
     a.rotaryDim = positive(j["rotary_dim"], where + "/rotary_dim", 1024);
@@ -206,7 +213,7 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     else if (k == "kv_block") {
       a.kvBlock = positive(v, w("kv_block"), 1024);
       if (a.kvBlock != 64 && a.kvBlock != 128) fail(w("kv_block"), "expected 128 (or 64), got {}", a.kvBlock);
-    } else if (k == "lse") {
+    } else if (k == "lse" || k == "table_grad") {
       // (read above)
     } else if (k == "lora_k") {
       // Whole 64-column k-blocks of the Hopper GEMM, so lora_t's chunks start a block of their own (section 13); a

@@ -349,7 +349,15 @@ struct Checker {
     case OpKind::NormModulateGrad:
     case OpKind::GateResidualGrad: {
       const bool norm = op.kind == OpKind::NormModulateGrad;
-      same(op, "H", a.H, fa.H);
+      // A gate_residual's forward op may be its linear's, the gate_residual in the epilogue (h3-fuse training=true,
+      // where the backward reads no y: table_grad 0): [x, residual x, table, meta..., (lora_t)], the gate at the same
+      // positions as gate_residual's [x, y, table, meta...].
+      const bool inEpilogue = !norm && f.kind == OpKind::Linear;
+      if (inEpilogue && (fa.epilogue != Epilogue::GateResidual || a.tableGrad))
+        fail(op.where, "the forward op of {} is a linear{}", op.nodes.at(0),
+             fa.epilogue != Epilogue::GateResidual ? " without the gate_residual epilogue"
+                                                   : ": its y is no value, so the table's gradient (which reads it) cannot be computed");
+      same(op, "H", a.H, inEpilogue ? fa.N : fa.H);
       same(op, "num_chunks", a.numChunks, fa.numChunks);
       same(op, "row_index", std::string(rowIndexName(a.rowIndex)), std::string(rowIndexName(fa.rowIndex)));
       if (norm) {
@@ -360,20 +368,26 @@ struct Checker {
         same(op, "chunk", a.chunk, fa.chunk);
       }
       // Forward in: norm_modulate [x, table, meta...], gate_residual [x, y, table, meta...]; the gradient op reads
-      // [dy, x | y, table, meta...], a norm_modulate_grad with the residual epilogue the residual last (dx's width
-      // and rows: the other part of dx's sum).
-      const size_t skip = norm ? 0 : 1, residual = norm && a.epilogue == Epilogue::Residual ? 1 : 0;
+      // [dy, x | y, table, meta...] (a gate_residual_grad without the table's gradient no y: [dz, table, meta...]),
+      // a norm_modulate_grad with the residual epilogue the residual last (dx's width and rows: the other part of
+      // dx's sum).
+      const size_t noY = !norm && !a.tableGrad ? 1 : 0;
+      const size_t skip = norm ? 0 : 1 + noY, residual = norm && a.epilogue == Epilogue::Residual ? 1 : 0;
+      const size_t table = 2 - noY;
       for (size_t k = 1; k + residual < op.in.size(); ++k) saved(op, k, f.in.at(k - 1 + skip));
       if (residual) {
         width(op, false, op.in.size() - 1, a.H);
         sameRows(op, {0, op.in.size() - 1}, {});
       }
-      sameRows(op, {0, 1}, {0});
-      sameRows(op, {2}, {1});
-      for (size_t k = 0; k < 2; ++k) width(op, false, k, a.H);
-      width(op, false, 2, a.numChunks * a.H);
+      if (noY) sameRows(op, {0}, {0});
+      else sameRows(op, {0, 1}, {0});
+      for (size_t k = 0; k < table; ++k) width(op, false, k, a.H);
+      width(op, false, table, a.numChunks * a.H);
       width(op, true, 0, a.H);
-      width(op, true, 1, a.numChunks * a.H);
+      if (a.tableGrad) {
+        sameRows(op, {table}, {1});
+        width(op, true, 1, a.numChunks * a.H);
+      }
       return;
     }
     case OpKind::RopeGrad:

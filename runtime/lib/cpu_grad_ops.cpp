@@ -216,7 +216,8 @@ void normModulateGrad(GradCtx &cx) {
   const grad::TableRows rows = tableRows(cx, 3, M, table.rows);
   const std::vector<float> scale = chunkOf(table, a.scaleChunk, H);
   grad::NormModulateGrad d = grad::normModulateGrad(dy.f.data(), x.f.data(), w.empty() ? nullptr : w.data(),
-                                                    scale.data(), rows, itemsOf(x), H, a.eps, !cx.op.grads.empty());
+                                                    scale.data(), rows, itemsOf(x), H, a.eps, !cx.op.grads.empty(),
+                                                    a.tableGrad != 0);
   if (a.epilogue == plan::Epilogue::Residual) {  // h3-fuse-grad: grad_add's sum, residual + dx (one F32 addition)
     const HostValue &res = cx.in(cx.op.in.size() - 1);
     sameRows(cx, {&dy, &res});
@@ -224,20 +225,24 @@ void normModulateGrad(GradCtx &cx) {
     for (size_t i = 0; i < d.dx.size(); ++i) d.dx[i] = res.f[i] + d.dx[i];
   }
   cx.out(0, std::move(d.dx));
-  cx.out(1, fullTable(table.rows, a.numChunks, H, {{a.shiftChunk, &d.dshift}, {a.scaleChunk, &d.dscale}}));
+  if (a.tableGrad) cx.out(1, fullTable(table.rows, a.numChunks, H, {{a.shiftChunk, &d.dshift}, {a.scaleChunk, &d.dscale}}));
   if (!w.empty()) cx.weightGrad(cx.op.weights[0], [&] { return std::move(d.dw); });
 }
 
 void gateResidualGrad(GradCtx &cx) {
   const plan::OpAttrs &a = cx.op.attrs;
-  const HostValue &dz = cx.in(0), &y = cx.in(1), &table = cx.in(2);
-  sameRows(cx, {&dz, &y});
-  const int64_t M = y.batch * y.rows, H = a.H;
-  const grad::TableRows rows = tableRows(cx, 3, M, table.rows);
+  // Without the table's gradient (table_grad 0) the op reads no y: [dz, table, meta...].
+  const size_t t = a.tableGrad ? 2 : 1;
+  const HostValue &dz = cx.in(0), &table = cx.in(t);
+  const HostValue *y = a.tableGrad ? &cx.in(1) : nullptr;
+  if (y) sameRows(cx, {&dz, y});
+  const int64_t M = dz.batch * dz.rows, H = a.H;
+  const grad::TableRows rows = tableRows(cx, t + 1, M, table.rows);
   const std::vector<float> gate = chunkOf(table, a.chunk, H);
-  grad::GateResidualGrad d = grad::gateResidualGrad(dz.f.data(), y.f.data(), gate.data(), rows, itemsOf(y), H);
+  grad::GateResidualGrad d =
+      grad::gateResidualGrad(dz.f.data(), y ? y->f.data() : nullptr, gate.data(), rows, itemsOf(dz), H);
   cx.out(0, std::move(d.dy));
-  cx.out(1, fullTable(table.rows, a.numChunks, H, {{a.chunk, &d.dgate}}));
+  if (y) cx.out(1, fullTable(table.rows, a.numChunks, H, {{a.chunk, &d.dgate}}));
 }
 
 void ropeGrad(GradCtx &cx) {

@@ -157,9 +157,10 @@ std::vector<float> linearDwF32(const float *g, const float *x, const ItemRows &i
 GateResidualGrad gateResidualGrad(const float *dz, const float *y, const float *gate, const TableRows &rows,
                                   const ItemRows &items, int64_t C) {
   GateResidualGrad g;
-  g.dgate = grad_detail::foldTableRows(rows, items, C, [&](int64_t r, float *acc) {
-    for (int64_t c = 0; c < C; ++c) acc[c] = std::fmaf(dz[r * C + c], y[r * C + c], acc[c]);
-  });
+  if (y)
+    g.dgate = grad_detail::foldTableRows(rows, items, C, [&](int64_t r, float *acc) {
+      for (int64_t c = 0; c < C; ++c) acc[c] = std::fmaf(dz[r * C + c], y[r * C + c], acc[c]);
+    });
   const int64_t M = items.back();
   g.dy.resize(size_t(M * C));
   for (int64_t r = 0; r < M; ++r)
@@ -225,7 +226,8 @@ NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const Item
 }
 
 NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *w, const float *scale,
-                                  const TableRows &rows, const ItemRows &items, int64_t H, double eps, bool wantW) {
+                                  const TableRows &rows, const ItemRows &items, int64_t H, double eps, bool wantW,
+                                  bool wantTable) {
   grad_detail::checkItems(items, "normModulateGrad");
   // n = rms_norm(x) as the forward stored it (bf16), the modulation's input; inv once per row for n and the norm's
   // gradient.
@@ -234,12 +236,14 @@ NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *
   std::vector<float> n(static_cast<size_t>(M * H));
   for (int64_t r = 0; r < M; ++r) cpu::normRow(x + r * H, H, w, inv[size_t(r)], &n[size_t(r * H)]);
   NormModulateGrad g;
-  g.dshift = grad_detail::foldTableRows(rows, items, H, [&](int64_t r, float *acc) {
-    for (int64_t c = 0; c < H; ++c) acc[c] = acc[c] + dy[r * H + c];
-  });
-  g.dscale = grad_detail::foldTableRows(rows, items, H, [&](int64_t r, float *acc) {
-    for (int64_t c = 0; c < H; ++c) acc[c] = std::fmaf(dy[r * H + c], n[size_t(r * H + c)], acc[c]);
-  });
+  if (wantTable) {
+    g.dshift = grad_detail::foldTableRows(rows, items, H, [&](int64_t r, float *acc) {
+      for (int64_t c = 0; c < H; ++c) acc[c] = acc[c] + dy[r * H + c];
+    });
+    g.dscale = grad_detail::foldTableRows(rows, items, H, [&](int64_t r, float *acc) {
+      for (int64_t c = 0; c < H; ++c) acc[c] = std::fmaf(dy[r * H + c], n[size_t(r * H + c)], acc[c]);
+    });
+  }
   // The norm's gradient: dn = dy * bf(1 + scale), then rms_norm's dx and dw.
   std::vector<float> dn(static_cast<size_t>(M * H));
   for (int64_t r = 0; r < M; ++r) {

@@ -568,6 +568,38 @@ TEST(GpuBackward, MemoryBoundKernelsAtFullWidthsEqualTheCpu) {
     g.check(std::string("gate_residual_grad h5376 t3") + (out == DType::BF16 ? " bfout" : ""), op, ext,
             {f32(dz), bf(y), bf(table), MemoryBoundGrads::bytes(ts), MemoryBoundGrads::bytes(tags)}, {},
             {MemoryBoundGrads::bytes(want.dy, out), f32(dtableOf({{2, &want.dgate}}))});
+    // The AdaLN tables frozen (table_grad 0, the LoRA plans' form): no y, no dtable, no phases; dy the same bytes.
+    plan::OpAttrs na = a;
+    na.tableGrad = 0;
+    to::EmitOp nop = to::op(plan::OpKind::GateResidualGrad, "transformer_blocks.0.gate_residual_grad", na, order);
+    setCols(nop, {{H, DType::F32}, {chunks * H, DType::BF16}, {1, DType::I64}, {1, DType::I64}}, {{H, out}});
+    g.check(std::string("gate_residual_grad h5376 t3 without the table's gradient") + (out == DType::BF16 ? " bfout" : ""),
+            nop, ext, {f32(dz), bf(table), MemoryBoundGrads::bytes(ts), MemoryBoundGrads::bytes(tags)}, {},
+            {MemoryBoundGrads::bytes(want.dy, out)});
+  }
+  {  // norm_modulate_grad as the LoRA plans have it: no norm weight, the tables frozen (table_grad 0: no dtable, no
+     // sums, no phases), h3-fuse-grad's residual: dx = residual + dx, the CPU's dx.
+    plan::OpAttrs a = to::attrs({{"H", double(H)}, {"num_chunks", double(chunks)}, {"shift_chunk", 3.0},
+                                 {"scale_chunk", 4.0}, {"eps", 1e-6}});
+    a.rowIndex = plan::RowIndex::Adaln;
+    a.epilogue = plan::Epilogue::Residual;
+    a.tableGrad = 0;
+    plan::Order order;
+    order.kind = plan::OrderKind::RowUnits;
+    to::EmitOp op = to::op(plan::OpKind::NormModulateGrad, "transformer_blocks.0.norm2.norm_modulate_grad", a, order);
+    setCols(op, {{H, DType::F32}, {H, DType::BF16}, {chunks * H, DType::BF16}, {1, DType::I64}, {1, DType::I64},
+                 {H, DType::F32}},
+            {{H, DType::F32}});
+    const auto dy = g.random(size_t(M * H), false), x = g.random(size_t(M * H), true, 3.0),
+               res = g.random(size_t(M * H), false);
+    const std::vector<float> scale = chunkOf(4);
+    const grad::NormModulateGrad want =
+        grad::normModulateGrad(dy.data(), x.data(), nullptr, scale.data(), rows, items, H, 1e-6, false, false);
+    std::vector<float> sum(want.dx.size());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = res[i] + want.dx[i];
+    g.check("norm_modulate_grad h5376 t3 without the table's gradient + residual", op, ext,
+            {f32(dy), bf(x), bf(table), MemoryBoundGrads::bytes(ts), MemoryBoundGrads::bytes(tags), f32(res)}, {},
+            {f32(sum)});
   }
 }
 

@@ -112,7 +112,31 @@ func.func @norm_group(%dy: !h3.act<B, S, 24, f32>, %x: !h3.act<B, S, 24, bf16>) 
 
 func.func @table_grad_width(%dz: !h3.act<B, S, 24, f32>, %y: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) {
   // expected-error @+1 {{dtable must have 144 columns, got 24}}
-  %dy, %dt = h3.gate_residual_grad %dz, %y, %t, %ts, %tags {chunk = 2 : i64, num_chunks = 6 : i64, row_index = #h3.row_index<adaln>, nodes = ["g"], values = ["dy", "dt"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 24, f32>)
+  %dy, %dt = h3.gate_residual_grad %dz, %y, %t, %ts, %tags {chunk = 2 : i64, num_chunks = 6 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 2>, row_index = #h3.row_index<adaln>, nodes = ["g"], values = ["dy", "dt"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 24, f32>)
+  return
+}
+
+// -----
+
+func.func @table_grad_without_y(%dz: !h3.act<B, S, 24, f32>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) {
+  // expected-error @+1 {{y and dtable come together (the table's gradient) or not at all}}
+  %dy, %dt = h3.gate_residual_grad %dz, %t, %ts, %tags {chunk = 2 : i64, num_chunks = 6 : i64, operandSegmentSizes = array<i32: 1, 0, 1, 2>, row_index = #h3.row_index<adaln>, nodes = ["g"], values = ["dy", "dt"]} : (!h3.act<B, S, 24, f32>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, f32>, !h3.act<T3, 144, f32>)
+  return
+}
+
+// -----
+
+func.func @y_without_table_grad(%dz: !h3.act<B, S, 24, f32>, %y: !h3.act<B, S, 24, bf16>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) {
+  // expected-error @+1 {{y and dtable come together (the table's gradient) or not at all}}
+  %dy = h3.gate_residual_grad %dz, %y, %t, %ts, %tags {chunk = 2 : i64, num_chunks = 6 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 2>, row_index = #h3.row_index<adaln>, nodes = ["g"], values = ["dy"]} : (!h3.act<B, S, 24, f32>, !h3.act<B, S, 24, bf16>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<B, S, 24, f32>)
+  return
+}
+
+// -----
+
+func.func @dy_rows_without_y(%dz: !h3.act<B, S, 24, f32>, %t: !h3.act<T3, 144, bf16>, %ts: !h3.act<S, 1, i64>, %tags: !h3.act<S, 1, i64>) {
+  // expected-error @+1 {{dy: rows T3 vs B x S}}
+  %dy = h3.gate_residual_grad %dz, %t, %ts, %tags {chunk = 2 : i64, num_chunks = 6 : i64, operandSegmentSizes = array<i32: 1, 0, 1, 2>, row_index = #h3.row_index<adaln>, nodes = ["g"], values = ["dy"]} : (!h3.act<B, S, 24, f32>, !h3.act<T3, 144, bf16>, !h3.act<S, 1, i64>, !h3.act<S, 1, i64>) -> (!h3.act<T3, 24, f32>)
   return
 }
 

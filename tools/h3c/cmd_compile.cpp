@@ -133,9 +133,14 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
     const h3c::plan::Plan &p = r.plan.plan;
     std::printf("compiled %zu nodes into %zu ops, %zu kernels (%zu ops without a kernel) in %.3f s\n",
                 fp.nodes.size(), p.forward().ops.size(), p.kernels.size(), r.plan.warnings.size(), r.seconds);
-    if (p.backward())
-      std::printf("backward: %zu gradient ops, %zu gradient outputs\n", p.backward()->ops.size(),
-                  p.backward()->outputs.size());
+    if (p.backward()) {
+      size_t noTable = 0;  // h3-backward: the AdaLN table gradients nothing reads (frozen tables), not computed
+      for (const h3c::plan::Op &op : p.backward()->ops)
+        noTable += (op.kind == h3c::plan::OpKind::NormModulateGrad || op.kind == h3c::plan::OpKind::GateResidualGrad) &&
+                   !op.attrs.tableGrad;
+      std::printf("backward: %zu gradient ops, %zu gradient outputs; %zu AdaLN table gradients nothing reads left out\n",
+                  p.backward()->ops.size(), p.backward()->outputs.size(), noTable);
+    }
     if (p.backward() && !a->noFuseGrad) {
       // What h3-fuse-grad made of the backward, as the plan holds it (docs/contract.md sections 5 and 14).
       using h3c::plan::OpKind;
@@ -159,9 +164,15 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
                   "saved by the forward, %zu rope gradients rotated back in their qk_norm's norm gradient, %zu LoRA "
                   "down paths' dX taken into their base dX, %zu swiglu gradients taken into the dX that is their dy\n",
                   sums, normSums, rounded + byProducer, byProducer, statistics, ropes, loraPaths, swiglus);
-      size_t qkFused = 0;  // h3-fuse training=true: the forward's qk_norm + rope pairs
-      for (const h3c::plan::Op &op : p.forward().ops) qkFused += op.kind == OpKind::QkNormRope;
-      std::printf("fused forward (h3-fuse training=true): %zu qk_norm + rope of q and k in one qk_norm_rope\n", qkFused);
+      size_t qkFused = 0, epilogues = 0;  // h3-fuse training=true: qk_norm + rope pairs, linears with their residual
+      for (const h3c::plan::Op &op : p.forward().ops) {
+        qkFused += op.kind == OpKind::QkNormRope;
+        epilogues += op.kind == OpKind::Linear && (op.attrs.epilogue == h3c::plan::Epilogue::GateResidual ||
+                                                   op.attrs.epilogue == h3c::plan::Epilogue::Residual);
+      }
+      std::printf("fused forward (h3-fuse training=true): %zu qk_norm + rope of q and k in one qk_norm_rope, %zu "
+                  "linears with their gate_residual / residual in the epilogue (the backward reads no output of "
+                  "theirs)\n", qkFused, epilogues);
     }
     std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n", p.slots.size(),
                 (long long)p.stats.at("slot_bytes"), (long long)p.stats.at("peak_live_bytes"), (long long)a->tokens);

@@ -1016,7 +1016,8 @@ void expectCompilesWithoutSpills(hc::NvrtcJit &jit, const plan::Kernel &k, const
 // gradients on the tensor cores (grad_linear_mma.cuh, grad_attention_mma.cuh: one later phase, scratch for bf(g) /
 // the row statistics and bf(dO)); those kernels spill nothing. `--tune grad_mma=0` (tiny, sm_90a) keeps grad.cuh's
 // one-thread forms, attention's with two later phases; norm_modulate_grad and gate_residual_grad have two (the
-// tables' unit partials, then their folds). (The one-thread forms' spills are not checked.)
+// tables' unit partials, then their folds), none where nothing reads the table's gradient (`--lora-rank 64
+// --trainable lora`: the tables frozen; no y, no dtable, no scratch). (The one-thread forms' spills are not checked.)
 TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   if (!h3c::testtool::toolHasCompile()) GTEST_SKIP() << "this h3c has no compile (built without MLIR)";
@@ -1026,20 +1027,24 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
   struct Case {
     const char *cfg, *arch;
     bool mma, fuse = true;  // fuse: h3-fuse-grad (default), else --no-fuse-grad (rope_grad and every grad_add apart)
+    bool lora = false;      // --lora-rank 64 --trainable lora: the AdaLN tables frozen, their gradients not computed
   };
   std::set<std::string> ids;
   for (const Case &c : {Case{"tiny", "sm_90a", true}, Case{"tiny", "sm_100a", true}, Case{"tiny", "sm_90a", false},
-                        Case{"tiny", "sm_90a", true, false}, Case{"full", "sm_90a", true}}) {
+                        Case{"tiny", "sm_90a", true, false}, Case{"tiny", "sm_90a", true, true, true},
+                        Case{"tiny", "sm_100a", true, true, true}, Case{"full", "sm_90a", true}}) {
     if (std::string(c.cfg) == "full" && !full) continue;
-    const std::string what =
-        std::string(c.cfg) + " " + c.arch + (c.mma ? "" : " grad_mma=0") + (c.fuse ? "" : " --no-fuse-grad");
-    auto dir = tempDir(std::string("h3c-backward-plan-") + c.cfg + c.arch + (c.mma ? "" : "-ref") + (c.fuse ? "" : "-nf"));
+    const std::string what = std::string(c.cfg) + " " + c.arch + (c.mma ? "" : " grad_mma=0") +
+                             (c.fuse ? "" : " --no-fuse-grad") + (c.lora ? " lora" : "");
+    auto dir = tempDir(std::string("h3c-backward-plan-") + c.cfg + c.arch + (c.mma ? "" : "-ref") + (c.fuse ? "" : "-nf") +
+                       (c.lora ? "-lora" : ""));
     std::filesystem::create_directories(dir);
     std::string out;
     ASSERT_EQ(h3c::testtool::runTool(std::string("fingerprint derive --config ") + c.cfg + " -o " + (dir / "fp.json").string(), &out), 0) << out;
     ASSERT_EQ(h3c::testtool::runTool("compile " + (dir / "fp.json").string() + " --backward --arch " + c.arch +
                                          (c.mma ? "" : " --tune grad_mma=0") + (c.fuse ? "" : " --no-fuse-grad") +
-                                         " -o " + (dir / "plan").string(),
+                                         (c.lora ? " --lora-rank 64 --trainable lora" : "") + " -o " +
+                                         (dir / "plan").string(),
                                      &out),
               0)
         << out;
@@ -1070,8 +1075,11 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
         EXPECT_EQ(k.phases.size(), 2u) << k.id;
         EXPECT_TRUE(scratch) << k.id;
       } else if (op.kind == plan::OpKind::NormModulateGrad || op.kind == plan::OpKind::GateResidualGrad) {
-        EXPECT_EQ(k.phases.size(), 2u) << k.id;  // the table's unit partials, their fold
-        EXPECT_TRUE(scratch) << k.id;
+        // the table's unit partials, their fold; with the tables frozen neither (nor a weight's: the norms have none)
+        EXPECT_EQ(op.attrs.tableGrad, c.lora ? 0 : 1) << k.id;
+        EXPECT_EQ(k.phases.size(), c.lora ? 0u : 2u) << k.id;
+        EXPECT_EQ(scratch, !c.lora) << k.id;
+        if (c.lora) kinds.insert(plan::opKindName(op.kind) + std::string("-table"));
       } else {
         EXPECT_TRUE(k.phases.empty()) << k.id;
       }
@@ -1093,7 +1101,10 @@ TEST(NvrtcCompile, GradientKernelsOfBackwardPlans) {
     for (const char *k : {"grad_add", "linear_grad_x", "linear_grad_w", "swiglu_grad", "rms_norm_grad",
                           "norm_modulate_grad", "gate_residual_grad", "attention_grad", "silu_grad",
                           "adaln_table_grad", "pack_grad", "unpack_grad"})
-      EXPECT_TRUE(kinds.count(k)) << what << ": no '" << k << "' op";
+      EXPECT_EQ(kinds.count(k), c.lora && (std::string(k) == "silu_grad" || std::string(k) == "adaln_table_grad") ? 0u : 1u)
+          << what << ": '" << k << "' (the time embedder's gradients only where the tables train)";
+    for (const char *k : {"norm_modulate_grad-table", "gate_residual_grad-table"})
+      EXPECT_EQ(kinds.count(k), c.lora ? 1u : 0u) << what << ": '" << k << "' only where the tables are frozen";
     for (const char *k : {"grad_round", "rms_norm_grad+rope", "norm_modulate_grad+residual"})
       EXPECT_EQ(kinds.count(k), c.fuse ? 1u : 0u) << what << ": '" << k << "' only where h3-fuse-grad runs";
     EXPECT_EQ(kinds.count("rope_grad"), c.fuse ? 0u : 1u) << what << ": rope_grad only under --no-fuse-grad";

@@ -102,6 +102,10 @@ struct OpAttrs {
   // attention / attention_grad: 1 when the forward writes its row statistics (output "lse", f32 [rows, heads]) and
   // the backward reads them (input "lse") instead of rerunning the walk (h3-fuse-grad; section 14).
   int64_t lse = 0;
+  // norm_modulate_grad / gate_residual_grad: 1 (the default, no key in the plan) when the op computes its AdaLN
+  // table's gradient (output "dtable"; gate_residual_grad then reads "y" as well), 0 when nothing reads it (key
+  // "table_grad": 0; h3-backward, section 14).
+  int64_t tableGrad = 1;
   // all_gather / split (section 5.2): the axis, the number of parts (sp for rows, tp for columns), the full width
   // `cols`, and for columns the segments of the full value.
   Axis axis = Axis::Rows;

@@ -50,7 +50,8 @@ struct TableRows {
 };
 
 // gate_residual `z = bf(fma(gate, y, x))` (x's gradient is dz): dy [M][C] = dz * gate; dgate [count][C] = row_units of
-// dz * y (fma chains) over each table row's token rows. gate [count][C] is the table chunk (bf16 values).
+// dz * y (fma chains) over each table row's token rows. gate [count][C] is the table chunk (bf16 values). y null:
+// dgate is not computed (nothing reads the table's gradient) and stays empty.
 struct GateResidualGrad {
   std::vector<float> dy, dgate;
 };
@@ -71,13 +72,14 @@ NormGrad rmsNormGrad(const float *dy, const float *x, const float *w, const Item
 
 // norm_modulate `y = bf(fma(n, bf(1 + scale), shift))`, n the rms_norm of x [M][H] with the weight w [H] (null: none);
 // scale, shift [count][H] the table chunks (bf16 values): dx [M][H], dw [H] (empty without a weight), dscale and
-// dshift [count][H]. `wantW` false: dw is not computed (a frozen weight) and stays empty.
+// dshift [count][H]. `wantW` false: dw is not computed (a frozen weight) and stays empty; `wantTable` false: dscale
+// and dshift are not computed (nothing reads the table's gradient) and stay empty.
 struct NormModulateGrad {
   std::vector<float> dx, dw, dscale, dshift;
 };
 NormModulateGrad normModulateGrad(const float *dy, const float *x, const float *w, const float *scale,
                                   const TableRows &rows, const ItemRows &items, int64_t H, double eps,
-                                  bool wantW = true);
+                                  bool wantW = true, bool wantTable = true);
 
 // rope on the first R channels of each d-channel head of x [M][heads * d], cos / sin [M][R] (F32; rounded to bf16
 // here, as the forward uses them): dx [M][heads * d].

@@ -82,22 +82,27 @@ def H3_NormModulateGradOp : H3_ReducingOp<"norm_modulate_grad", H3_OrderRowUnits
   let description = [{
     With `residual` (h3-fuse-grad: the h3.grad_add of this dx and a part of the same gradient computed before it,
     the residual stream's), dx is residual + dx, one F32 addition per element after dx's own value: grad_add's sum.
+    Without `dtable` (h3-backward: nothing reads the table's gradient) the table's sums are not computed.
   }];
   let arguments = !con((ins H3_ActType:$dy, H3_ActType:$x, H3_ActType:$table, Variadic<H3_ActType>:$row_meta,
                             Optional<H3_ActType>:$residual,
                             F64Attr:$eps, StrArrayAttr:$weight, StrArrayAttr:$grads, I64Attr:$shift_chunk,
                             I64Attr:$scale_chunk, I64Attr:$num_chunks, H3_RowIndexAttr:$row_index,
                             OptionalAttr<H3_OrderAttr>:$order), H3_Common);
-  let results = (outs H3_ActType:$dx, H3_ActType:$dtable);
+  let results = (outs H3_ActType:$dx, Optional<H3_ActType>:$dtable);
 }
 
-def H3_GateResidualGradOp : H3_ReducingOp<"gate_residual_grad", H3_OrderRowUnits> {
+def H3_GateResidualGradOp : H3_ReducingOp<"gate_residual_grad", H3_OrderRowUnits, [AttrSizedOperandSegments]> {
   let summary = "gate_residual's dy = dz * gate and its table's gradient (the gate chunk by row_units)";
-  let description = [{ The residual stream's gradient is dz itself (no op). }];
-  let arguments = !con((ins H3_ActType:$dz, H3_ActType:$y, H3_ActType:$table, Variadic<H3_ActType>:$row_meta,
+  let description = [{
+    The residual stream's gradient is dz itself (no op). Without `dtable` (h3-backward: nothing reads the table's
+    gradient, e.g. LoRA training with the AdaLN tables frozen) the op computes dy alone and reads no `y`: the forward
+    need not keep the linear's output for it.
+  }];
+  let arguments = !con((ins H3_ActType:$dz, Optional<H3_ActType>:$y, H3_ActType:$table, Variadic<H3_ActType>:$row_meta,
                             I64Attr:$chunk, I64Attr:$num_chunks, H3_RowIndexAttr:$row_index,
                             OptionalAttr<H3_OrderAttr>:$order), H3_Common);
-  let results = (outs H3_ActType:$dy, H3_ActType:$dtable);
+  let results = (outs H3_ActType:$dy, Optional<H3_ActType>:$dtable);
 }
 
 def H3_RopeGradOp : H3_Op<"rope_grad"> {
