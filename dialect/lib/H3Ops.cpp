@@ -214,6 +214,13 @@ LogicalResult LinearOp::verify() {
     outCols = getN() / 2;
   }
   if (y.getCols() != outCols) return err(op) << "output must have " << outCols << " columns, got " << y.getCols();
+  // The swiglu's x kept beside y (h3-fuse training=true): the linear's own bf16 output, all N columns.
+  if (Value sx = getSwigluX()) {
+    if (epi != Epilogue::swiglu) return err(op) << "swiglu_x is a result of the swiglu epilogue only";
+    if (failed(expect(op, act(sx), "swiglu_x", getN(), BFloat16Type::get(getContext()))) ||
+        failed(sameRows(op, x, act(sx), "swiglu_x")))
+      return failure();
+  }
   return verifyEpilogue(op, epi, getEpilogueOperands().drop_back(lora), y, getChunk(), getNumChunks(), getRowIndex());
 }
 

@@ -181,6 +181,11 @@ extern "C" __global__ void __launch_bounds__(GM_THREADS) GM_ENTRY(H3C_PARAMS) {
           long long c = (long long)n0 + wn * (GM_WTN / 2) + j * 8 + t4 * 2 + e;
           if (c >= GM_OUTN) continue;
           ((h3bf *)ep.y[0])[r * GM_OUTN + c] = gm_swiglu(B, res[i][j][h * 2 + e], res[i][j + GM_NF / 2][h * 2 + e], c);
+#if GM_SWIGLU_X
+          // the linear's own output beside y (the swiglu's x for the backward): bf(sum + bias), as gm_swiglu_x2
+          ((h3bf *)ep.y[1])[r * GM_N + c] = f2bf(gm_bias(B, res[i][j][h * 2 + e], c));
+          ((h3bf *)ep.y[1])[r * GM_N + GM_OUTN + c] = f2bf(gm_bias(B, res[i][j + GM_NF / 2][h * 2 + e], GM_OUTN + c));
+#endif
         }
       }
 #else

@@ -2,7 +2,11 @@
 // (gemm_bf16.cuh) and the Hopper kernel (gemm_sm90.cuh): both turn the same F32 sums into the same bits here.
 // Defined by the emitter: GM_N (all weight rows) GM_EPI (one of GM_EPI_*) GM_OUT_F32 GM_HAS_BIAS GM_NOUT (3 for qkv)
 // GM_CHUNK GM_NUM_CHUNKS GM_RPT (gate_residual's table geometry); for GM_EPI_QK_NORM_ROPE (qkv on the Hopper kernels
-// only) GM_QK_EPS GM_QK_R (the rotary width, 0: no rope), head_dim being 128.
+// only) GM_QK_EPS GM_QK_R (the rotary width, 0: no rope), head_dim being 128; GM_SWIGLU_X (swiglu only, h3-fuse
+// training=true: the linear's own output [v | g] stored beside y as the second output y1, [rows, GM_N] bf16).
+#ifndef GM_SWIGLU_X
+#define GM_SWIGLU_X 0
+#endif
 #define GM_X_BF16 0       // x is bf16
 #define GM_X_F32 1        // x is f32, rounded to bf16
 #define GM_X_SILU_F32 2   // x is f32: bf16(silu(x)) (the AdaLN tables)
@@ -43,6 +47,8 @@ struct GmEpilogue {
 // `const GmEpilogue ep = GM_EPILOGUE_PARAMS; const void *B = GM_BIAS_PARAM;` inside a GEMM kernel.
 #if GM_NOUT == 3
 #define GM_Y_PARAMS {y0, y1, y2}
+#elif GM_SWIGLU_X
+#define GM_Y_PARAMS {y0, y1, nullptr}
 #else
 #define GM_Y_PARAMS {y0, nullptr, nullptr}
 #endif
@@ -224,8 +230,31 @@ __device__ __forceinline__ h3bf gm_swiglu(const void *bias, float vsum, float gs
 }
 
 #if GM_EPI == GM_EPI_SWIGLU
+#if GM_SWIGLU_X
+// The linear's own output (GM_SWIGLU_X: the swiglu's x that the backward reads) at columns c, c + 1 (values, weight
+// rows c) and GM_OUTN + c, + 1 (gates) of row r: bf(sum + bias), what the unfused linear stores there (gm_store2 with
+// the epilogue none: f2bf of rbf(v) is f2bf(v), f2bf being idempotent on its results). One 4-byte store per pair
+// where both columns exist, else one per column.
+__device__ __forceinline__ void gm_swiglu_x2(const GmEpilogue &e, const void *bias, long long r, long long c, float v0,
+                                             float v1, float g0, float g1) {
+  h3bf *x = (h3bf *)e.y[1] + r * GM_N;
+  if (GM_OUTN % 2 == 0 && c + 1 < GM_OUTN) {
+    *(h3u32 *)(x + c) = pack_bf2(gm_bias(bias, v0, c), gm_bias(bias, v1, c + 1));
+    *(h3u32 *)(x + GM_OUTN + c) = pack_bf2(gm_bias(bias, g0, GM_OUTN + c), gm_bias(bias, g1, GM_OUTN + c + 1));
+  } else {
+    if (c < GM_OUTN) {
+      x[c] = f2bf(gm_bias(bias, v0, c));
+      x[GM_OUTN + c] = f2bf(gm_bias(bias, g0, GM_OUTN + c));
+    }
+    if (c + 1 < GM_OUTN) {
+      x[c + 1] = f2bf(gm_bias(bias, v1, c + 1));
+      x[GM_OUTN + c + 1] = f2bf(gm_bias(bias, g1, GM_OUTN + c + 1));
+    }
+  }
+}
+#endif
 // Output columns c and c + 1 of row r from their value sums (v0, v1) and gate sums (g0, g1): one 4-byte store where
-// both columns exist and the row's pair is aligned, else one store per column.
+// both columns exist and the row's pair is aligned, else one store per column (and with GM_SWIGLU_X the pairs of x).
 __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias, long long r, long long c, float v0,
                                            float v1, float g0, float g1) {
   h3bf *y = (h3bf *)e.y[0] + r * GM_OUTN + c;
@@ -235,6 +264,9 @@ __device__ __forceinline__ void gm_swiglu2(const GmEpilogue &e, const void *bias
     if (c < GM_OUTN) y[0] = gm_swiglu(bias, v0, g0, c);
     if (c + 1 < GM_OUTN) y[1] = gm_swiglu(bias, v1, g1, c + 1);
   }
+#if GM_SWIGLU_X
+  gm_swiglu_x2(e, bias, r, c, v0, v1, g0, g1);
+#endif
 }
 #endif
 

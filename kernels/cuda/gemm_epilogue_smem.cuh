@@ -181,6 +181,13 @@ __device__ __forceinline__ void g9_walk_block(const GmEpilogue &ep, const unsign
     const long long r = r0 + row;
     if (row >= 64 || r >= M) break;  // rows grow with i
     const uint4 vs = g9_staged_chunk(stage, row, k), gs = g9_staged_chunk(stage, row, 16 + k);
+#if GM_SWIGLU_X
+    // The linear's own output beside y (the swiglu's x for the backward): the staged bf(value + bias) and bf(gate +
+    // bias) are the bytes the unfused linear stores at columns c and GM_OUTN + c.
+    h3bf *x = (h3bf *)ep.y[1] + r * GM_N + c;
+    stg_v4(x, vs.x, vs.y, vs.z, vs.w);
+    stg_v4(x + GM_OUTN, gs.x, gs.y, gs.z, gs.w);
+#endif
     h3u32 out[4];
 #pragma unroll
     for (int w = 0; w < 4; ++w) {

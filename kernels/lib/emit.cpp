@@ -34,6 +34,7 @@ struct GemmDesc {
   double qkEps = 0;   // qk_norm_rope: the norm's eps
   int64_t qkR = 0;    // qk_norm_rope: the rotary width (0: norm only)
   int64_t loraK = 0;  // an unmerged LoRA path: the chain goes on over lora_t's loraK columns (contract section 13)
+  bool swigluX = false;  // swiglu: the linear's own output [v | g] stored beside y as output 1 (h3-fuse training=true)
 };
 
 // The defines of the shared epilogue (gemm_epilogue.cuh).
@@ -44,6 +45,7 @@ void defineEpilogue(Builder &b, const GemmDesc &d) {
   b.def("GM_OUT_F32", d.outF32 ? 1 : 0); b.def("GM_HAS_BIAS", d.bias ? 1 : 0); b.def("GM_NOUT", d.nout);
   b.def("GM_CHUNK", d.chunk); b.def("GM_NUM_CHUNKS", d.numChunks); b.def("GM_RPT", d.rowsPerTs);
   b.def("GM_LORA_K", d.loraK);
+  b.def("GM_SWIGLU_X", d.swigluX ? 1 : 0);
   if (d.epi == Epilogue::QkNormRope) {
     b.def("GM_QK_EPS", floatLit(d.qkEps));
     b.def("GM_QK_R", d.qkR);
@@ -63,6 +65,7 @@ Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRow
     p.in("tags", 4);
   }
   for (int o = 0; o < d.nout; ++o) p.out("y" + std::to_string(o), o);
+  if (d.swigluX) p.out("y1", 1);  // (gemm_epilogue.cuh: GM_Y_PARAMS' second output)
   if (maps)
     p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, wBoxRows, d.nout == 3 ? 3 : 1);
   else p.weight("w", 0, d.nout == 3 ? 3 : 1);
@@ -100,7 +103,8 @@ std::string gemmName(const OpView &v, const GemmDesc &d, const std::string &impl
   static const char *epiSuffix[] = {"", "_res", "_gres", "_swiglu", "_qknr"};
   std::string xs = d.x == XMode::Bf16 ? "" : "_xf32";
   std::string lora = d.loraK > 0 ? fmt::format("_lora{}", d.loraK) : "";
-  return fmt::format("{}_{}_k{}_n{}{}{}{}", plan::opKindName(v.op.kind), impl, d.K, d.N, epiSuffix[int(d.epi)], xs, lora);
+  return fmt::format("{}_{}_k{}_n{}{}{}{}{}", plan::opKindName(v.op.kind), impl, d.K, d.N, epiSuffix[int(d.epi)],
+                     d.swigluX ? "x" : "", xs, lora);
 }
 
 // The ping-pong Hopper kernel (gemm_sm90_pingpong.cuh): 128 x 128 tiles (swiglu: 64 output columns), each owned by
@@ -346,6 +350,9 @@ plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
   }
   if (a.epilogue != Epilogue::None && a.outDtype == DType::F32)
     fail(v.where, "epilogue \"{}\" produces BF16; out_dtype F32 is not allowed", plan::epilogueName(a.epilogue));
+  if (a.swigluX && (a.epilogue != Epilogue::Swiglu || v.op.out.size() != 2 || v.vals.out.size() != 2 ||
+                    v.out(1).dtype != DType::BF16 || v.out(1).cols != a.N))
+    fail(v.where, "swiglu_x: a linear with the swiglu epilogue stores its own bf16 [rows, N = {}] output second", a.N);
   GemmDesc d;
   d.K = a.K;
   d.N = a.N;
@@ -354,6 +361,7 @@ plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
   d.outF32 = a.outDtype == DType::F32;
   d.bias = bias;
   d.loraK = a.loraK;
+  d.swigluX = a.swigluX != 0;
   if (a.epilogue == Epilogue::GateResidual) {
     d.chunk = a.chunk;
     d.numChunks = a.numChunks;

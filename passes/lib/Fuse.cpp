@@ -111,7 +111,7 @@ struct FuseQkv : OpRewritePattern<LinearOp> {
     for (LinearOp l : {q, k, v})
       for (Attribute a : l.getBias()) bias.push_back(cast<StringAttr>(a).str());
     rewriter.setInsertionPoint(v);
-    auto f = QkvLinearOp::create(rewriter, q.getLoc(), TypeRange{q.getType(), k.getType(), v.getType()}, q.getX(),
+    auto f = QkvLinearOp::create(rewriter, q.getLoc(), TypeRange{q.getY().getType(), k.getY().getType(), v.getY().getType()}, q.getX(),
                                  ValueRange{}, q.getK(), heads, headDim, strArray(rewriter, weight),
                                  strArray(rewriter, bias), Epilogue::none, FloatAttr(), IntegerAttr(), *order,
                                  ShardAttr(), /*lora_k=*/IntegerAttr(), strArray(rewriter, concat({q, k, v})),
@@ -219,9 +219,10 @@ struct FuseQkvNormRope : OpRewritePattern<QkNormRopeOp> {
 
 // linear + gate_residual / residual / swiglu of the same block -> linear with that epilogue (at the consumer).
 // A training plan's forward (`saved` not empty: the values func @backward reads) fuses gate_residual and residual
-// only, where the backward does not read the linear's output (h3-backward drops gate_residual_grad's y where nothing
-// reads the table's gradient); swiglu's x [v | g] is always saved. A linear with an unmerged LoRA path (h3-lora ran
-// before: training) keeps it: t stays its last operand, after the epilogue's.
+// where the backward does not read the linear's output (h3-backward drops gate_residual_grad's y where nothing reads
+// the table's gradient), and swiglu with the linear's output, the swiglu's x [v | g] that the backward reads, as the
+// fused op's second result `swiglu_x` (the kernel stores it beside y: the bytes the linear stores). A linear with an
+// unmerged LoRA path (h3-lora ran before: training) keeps it: t stays its last operand, after the epilogue's.
 struct FuseEpilogue : OpRewritePattern<LinearOp> {
   FuseEpilogue(MLIRContext *ctx, llvm::StringSet<> saved = {})
       : OpRewritePattern(ctx, kEpilogue), saved(std::move(saved)) {}
@@ -234,8 +235,10 @@ struct FuseEpilogue : OpRewritePattern<LinearOp> {
     std::string p = blockPrefix(firstNode(l));
     if (p.empty() || blockPrefix(firstNode(u)) != p)
       return rewriter.notifyMatchFailure(l, "the consumer is not in the linear's transformer/refiner block");
-    if (!saved.empty() && (isa<SwigluOp>(u) || saved.contains(h3c::passes::planName(l.getY()))))
-      return rewriter.notifyMatchFailure(l, "the backward reads the linear's output (or swiglu's input)");
+    // (a swiglu's x the backward reads: kept as the fused op's second result)
+    const bool keepX = !saved.empty() && saved.contains(h3c::passes::planName(l.getY()));
+    if (keepX && !isa<SwigluOp>(u))
+      return rewriter.notifyMatchFailure(l, "the backward reads the linear's output");
     std::vector<Value> epi;
     Epilogue epilogue = Epilogue::none;
     IntegerAttr chunk, numChunks;
@@ -265,12 +268,15 @@ struct FuseEpilogue : OpRewritePattern<LinearOp> {
       epi.push_back(l.getEpilogueOperands()[0]);
     }
     rewriter.setInsertionPoint(u);
-    auto f = LinearOp::create(rewriter, l.getLoc(), u->getResult(0).getType(), l.getX(), epi, l.getK(), l.getN(),
-                              l.getWeight(), l.getBias(), epilogue, chunk, numChunks, rowIndex, l.getOrderAttr(),
-                              ShardAttr(), l.getLoraKAttr(), strArray(rewriter, concat({l, u})),
-                              strArray(rewriter, {valueName(u, 0)}));
+    std::vector<std::string> values = {valueName(u, 0)};
+    if (keepX) values.push_back(valueName(l, 0));
+    auto f = LinearOp::create(rewriter, l.getLoc(), u->getResult(0).getType(), keepX ? l.getY().getType() : Type(),
+                              l.getX(), epi, l.getK(), l.getN(), l.getWeight(), l.getBias(), epilogue, chunk,
+                              numChunks, rowIndex, l.getOrderAttr(), ShardAttr(), l.getLoraKAttr(),
+                              strArray(rewriter, concat({l, u})), strArray(rewriter, values));
     rewriter.replaceOp(u, f.getY());
-    rewriter.eraseOp(l);
+    if (keepX) rewriter.replaceOp(l, f.getSwigluX());
+    else rewriter.eraseOp(l);
     return success();
   }
 };
@@ -303,7 +309,7 @@ struct FuseTimeMlp : OpRewritePattern<LinearOp> {
       for (Attribute a : l.getBias()) bias.push_back(cast<StringAttr>(a).str());
     }
     rewriter.setInsertionPoint(l2);
-    auto f = TimeEmbedOp::create(rewriter, l2.getLoc(), l2.getType(), l1.getX(), l1.getK(), l1.getN(), l2.getN(),
+    auto f = TimeEmbedOp::create(rewriter, l2.getLoc(), l2.getY().getType(), l1.getX(), l1.getK(), l1.getN(), l2.getN(),
                                  strArray(rewriter, weight), strArray(rewriter, bias), *order,
                                  strArray(rewriter, concat({l1, act, l2})), strArray(rewriter, {valueName(l2, 0)}));
     rewriter.replaceOp(l2, f.getTemb());

@@ -242,6 +242,8 @@ plan::Op toPlanOp(Operation *op, bool requireNames) {
     if (!plan::parseDomain(act(at.getQ()).getDomain().str(), a.domain)) fail(w, "unknown attention domain");
     a.scale = 1.0 / std::sqrt(double(at.getHeadDim()));
   }
+  // h3-fuse training=true: the swiglu's x kept beside its output.
+  if (auto l = dyn_cast<LinearOp>(op)) a.swigluX = l.getSwigluX() ? 1 : 0;
   // h3-backward: a table gradient nothing reads is not computed (section 14).
   if (auto g = dyn_cast<GateResidualGradOp>(op)) a.tableGrad = g.getDtable() ? 1 : 0;
   if (auto nm = dyn_cast<NormModulateGradOp>(op)) a.tableGrad = nm.getDtable() ? 1 : 0;

@@ -267,6 +267,9 @@ std::vector<std::string> outputRoles(OpKind k, const OpAttrs &a) {
   case OpKind::AdalnTableGrad: return {"dtemb"};
   case OpKind::PackGrad: return {"dtext", "dvideo", "daudio"};
   case OpKind::UnpackGrad: return {"dvideo", "daudio"};
+  case OpKind::Linear:
+    if (a.swigluX) return {"y", "swiglu_x"};  // the linear's own output kept beside swiglu's (h3-fuse training=true)
+    return {"y"};
   default: return {"y"};
   }
 }
@@ -293,7 +296,9 @@ std::vector<std::string> attrKeys(OpKind k, const OpAttrs &a) {
   switch (k) {
   case OpKind::RopeTable: return ropeTable;
   case OpKind::TimestepSinusoid: return sinusoid;
-  case OpKind::Linear: return a.epilogue == Epilogue::GateResidual ? linearGate : linear;
+  case OpKind::Linear:
+    if (a.swigluX) return {"K", "N", "epilogue", "swiglu_x"};
+    return a.epilogue == Epilogue::GateResidual ? linearGate : linear;
   case OpKind::AdalnTable: return adaln;
   case OpKind::QkvLinear: return a.epilogue == Epilogue::QkNormRope ? qkvNormRope : qkv;
   case OpKind::TimeEmbed: return timeEmbed;

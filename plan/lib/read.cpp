@@ -151,6 +151,13 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
       fail(where + "/table_grad", "expected 0 (or no key)");
     a.tableGrad = 0;
   }
+  // swiglu_x 1 on a linear with the swiglu epilogue adds the output "swiglu_x" (its own [v | g], kept for the backward).
+  if (kind == OpKind::Linear && j.contains("swiglu_x")) {
+    if (!j["swiglu_x"].is_number_integer() || j["swiglu_x"].get<int64_t>() != 1)
+      fail(where + "/swiglu_x", "expected 1 (or no key)");
+    if (a.epilogue != Epilogue::Swiglu) fail(where + "/swiglu_x", "a linear keeps swiglu's x with the swiglu epilogue only");
+    a.swigluX = 1;
+  }
   // rotary_dim on a qk_norm's rms_norm_grad (h3-fuse-grad: the rope_grad before it folded in) adds the inputs cos, sin.
   if (kind == OpKind::RmsNormGrad && j.contains("rotary_dim"))
     a.rotaryDim = positive(j["rotary_dim"], where + "/rotary_dim", 1024);
@@ -213,7 +220,7 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
     else if (k == "kv_block") {
       a.kvBlock = positive(v, w("kv_block"), 1024);
       if (a.kvBlock != 64 && a.kvBlock != 128) fail(w("kv_block"), "expected 128 (or 64), got {}", a.kvBlock);
-    } else if (k == "lse" || k == "table_grad") {
+    } else if (k == "lse" || k == "table_grad" || k == "swiglu_x") {
       // (read above)
     } else if (k == "lora_k") {
       // Whole 64-column k-blocks of the Hopper GEMM, so lora_t's chunks start a block of their own (section 13); a

@@ -152,20 +152,30 @@ struct Checker {
   // A linear_grad_x with swiglu_grad taken in (h3-fuse-grad, epilogue swiglu): its second node is the swiglu whose
   // output the linear's forward op f reads as x, its last input that swiglu's x = [v | g] (a saved forward value of
   // 2K columns), its dx the swiglu_grad's (2K columns, F32 or bf16).
+  // A swiglu node's forward op `s`: the swiglu op ([x] -> [y]), or the linear that keeps its x (h3-fuse
+  // training=true: the swiglu in its epilogue, x = [v | g] its second output): F and the value x.
+  std::pair<int64_t, std::string> swigluForward(const Op &s, const Op &op) const {
+    if (s.kind == OpKind::Swiglu) return {s.attrs.F, s.in.at(0)};
+    if (s.kind == OpKind::Linear && s.attrs.swigluX) return {s.attrs.N / 2, s.out.at(1)};
+    fail(op.where + "/nodes", "the forward op of '{}' is neither a swiglu nor a linear that keeps the swiglu's x",
+         op.nodes.back());
+  }
+
   void checkFusedSwiglu(const Op &op, const Op &f) const {
     auto nit = nodes.find(op.nodes[1]);
     if (nit == nodes.end() || nit->second->kind != "swiglu")
       fail(op.where + "/nodes/1", "'{}' is no swiglu node of this config", op.nodes[1]);
     auto fit = forwardOf.find(op.nodes[1]);
-    if (fit == forwardOf.end() || fit->second->kind != OpKind::Swiglu)
-      fail(op.where + "/nodes/1", "'{}' is implemented by no swiglu op", op.nodes[1]);
+    if (fit == forwardOf.end())
+      fail(op.where + "/nodes/1", "'{}' is implemented by no forward op", op.nodes[1]);
     const Op &s = *fit->second;
+    const auto [F, sx] = swigluForward(s, op);
     if (f.in.empty() || s.out.at(0) != f.in[0])
       fail(op.where + "/nodes", "the linear '{}' does not read the output of the swiglu '{}'", op.nodes[0],
            op.nodes[1]);
-    same(op, "K", op.attrs.K, s.attrs.F);
+    same(op, "K", op.attrs.K, F);
     const size_t x = size_t(inputIndex(op.kind, op.attrs, "swiglu_x"));
-    saved(op, x, s.in.at(0));
+    saved(op, x, sx);
     width(op, false, x, 2 * op.attrs.K);
     sameRows(op, {0, x}, {0});
   }
@@ -324,14 +334,16 @@ struct Checker {
         sameRows(op, {0, 1}, {});
       }
       return;
-    case OpKind::SwigluGrad:
-      same(op, "F", a.F, fa.F);
-      saved(op, 1, f.in[0]);
+    case OpKind::SwigluGrad: {
+      const auto [F, x] = swigluForward(f, op);
+      same(op, "F", a.F, F);
+      saved(op, 1, x);
       sameRows(op, {0, 1}, {0});
       width(op, false, 0, a.F);
       width(op, false, 1, 2 * a.F);
       width(op, true, 0, 2 * a.F);
       return;
+    }
     case OpKind::RmsNormGrad: {
       // A qk_norm's forward op may be the qk_norm_rope of its block (h3-fuse training=true: nodes norm_q, norm_k,
       // rope_q, rope_k; inputs q, k, cos, sin): its x is the fused op's q or k.

@@ -120,6 +120,10 @@ struct Checker {
     // node order: rope_q, rope_k or norm_q, norm_k) come after to_v's output.
     if (op.kind == OpKind::QkvLinear && op.attrs.epilogue == Epilogue::QkNormRope && defines.size() == 3)
       std::rotate(defines.begin(), defines.begin() + 1, defines.end());
+    // A linear that keeps the swiglu's x (h3-fuse training=true) defines the swiglu's output, then its linear node's
+    // own (which the swiglu reads inside the op).
+    if (op.kind == OpKind::Linear && op.attrs.swigluX && defines.size() == 1)
+      defines.push_back(nodes.at(op.nodes.at(0))->outputs.at(0));
     // An attention's row statistics (lse, saved for the backward) hold no fingerprint value ("~"): checked with the
     // op's attrs below.
     const size_t modelOutputs = op.kind == OpKind::Attention && op.attrs.lse ? op.out.size() - 1 : op.out.size();
@@ -171,6 +175,7 @@ struct Checker {
         cols(op, true, 2, a.numChunks * a.N);
       }
       if (a.epilogue == Epilogue::Swiglu) expect(op, "N", a.N, 2 * I(last(), "ffn_dim") / d);
+      if (a.swigluX) cols(op, false, 1, a.N);  // the linear's own [v | g], kept for the backward
       return;
     }
     case OpKind::QkvLinear:

@@ -103,6 +103,7 @@ json attrsToJson(const Op &op) {
     else if (k == "lora_k") j[k] = a.loraK;
     else if (k == "lse") j[k] = a.lse;
     else if (k == "table_grad") j[k] = a.tableGrad;
+    else if (k == "swiglu_x") j[k] = a.swigluX;
     else if (k == "group") j[k] = a.group;
     else if (k == "kv_block") j[k] = a.kvBlock;
     else fail(op.where, "the writer has no spelling for attr '{}'", k);

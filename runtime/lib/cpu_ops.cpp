@@ -359,6 +359,12 @@ void runLinear(Ctx &cx) {
         float val = acc[size_t(m * N + f)], gate = acc[size_t(m * N + F + f)];
         o.f[size_t(m * F + f)] = roundBf16(val * roundBf16(cpu::siluF(gate)));
       }
+    if (a.swigluX) {  // the linear's own output [v | g] (h3-fuse training=true: the swiglu's x for the backward)
+      HostValue &sx = cx.out(1);
+      if (sx.numel() != int64_t(acc.size()) || sx.dtype != DType::BF16)
+        cx.error(fmt::format("swiglu_x output must be bf16 [{}, {}]", M, N));
+      for (size_t i = 0; i < acc.size(); ++i) sx.f[i] = roundBf16(acc[i]);
+    }
     return;
   }
   residualEpilogue(cx, acc, M, N, o);

@@ -81,6 +81,21 @@ inline EmitOp op(OpKind kind, const std::string &node, plan::OpAttrs attrs, plan
   return e;
 }
 
+// The Hopper linear's kernel families for one fused form, by name: the plan's defaults (per op kind), the register
+// epilogue, the epilogue staged by the consumers, the ping-pong kernel (each without the per-op defaults).
+inline std::vector<std::pair<std::string, hk::EmitOptions>> sm90LinearFamilies() {
+  hk::EmitOptions registers = hk::EmitOptions::planDefaults(), consumers = registers, pingpong = registers;
+  registers.perOp.clear();
+  registers.sm90EpiSmem = 0;
+  consumers.perOp.clear();
+  pingpong.perOp.clear();
+  pingpong.sm90Pingpong = 1;
+  return {{"plan defaults", hk::EmitOptions::planDefaults()},
+          {"register epilogue", registers},
+          {"consumer-staged", consumers},
+          {"ping-pong", pingpong}};
+}
+
 inline std::optional<plan::Kernel> emit(const EmitOp &e, const std::string &arch = "sm_90a",
                                         const hk::EmitOptions &options = {}) {
   return hk::emitKernel(e.op, e.vals, arch, options);

@@ -222,6 +222,7 @@ protected:
   void checkLoraLinear(const std::string &cfg, const std::string &kind, long long K, long long N, const std::string &epi,
                        bool bias, long long M, long long L);
   void checkLoraDown(const std::string &cfg, long long K, long long L, long long M);
+  void checkSwigluKeepsX(const std::string &cfg, long long K, long long N, long long M, long long L);
   void checkElementwise(const std::string &cfg, int H, int F, long long M);
   void checkF32(const std::string &cfg, long long K, long long N, long long M, long long freq, long long hid,
                 long long E);
@@ -1024,6 +1025,69 @@ std::vector<uint16_t> concatRows(const std::vector<uint16_t> &a, long long colsA
 // kernel, an expectation independent of the LoRA code); with a zero up slot it equals the base op over x and W; and
 // the LoRA term changes the output (so the first check can fail). epi: none | residual | gate_residual | swiglu
 // (linear), none | qk_norm_rope (qkv_linear, N = heads * 128, rope over 32 columns; sm_90a only).
+// fc1 + swiglu keeping its x (`swiglu_x`, h3-fuse training=true: the linear's own [v | g] as the second output y1),
+// with a LoRA path of L columns (0: none): in every kernel family that serves it (the plan's defaults for linear +
+// swiglu: epilogue warps in 2-CTA clusters; the register and consumer-staged epilogues; the ping-pong kernel;
+// mma.sync), y is byte-equal to the same kernel family's fused swiglu without x, and x to the plain linear's output
+// (the epilogue none, the same family) over the same operands.
+void Kernels::checkSwigluKeepsX(const std::string &cfg, long long K, long long N, long long M, long long L) {
+  const std::string name = fmt::format("[{}] linear + swiglu keeping its x K={} N={} M={} lora_k={}", cfg, K, N, M, L);
+  try {
+    auto opOf = [&](plan::Epilogue e, bool keepX) {
+      plan::OpAttrs a = with(attrs({{"K", K}, {"N", N}}), DType::BF16, DType::BF16, DType::BF16, e);
+      a.loraK = L;
+      a.swigluX = keepX ? 1 : 0;
+      EmitOp o = op(OpKind::Linear, "transformer_blocks.0.ff.net.0.proj", a, kchunks(1), L > 0 ? 2 : 1);
+      if (keepX) {
+        o.vals.out.at(1).cols = N;
+        o.vals.out.at(1).dtype = DType::BF16;
+      }
+      return o;
+    };
+    const double wstd = 1.0 / std::sqrt(double(K + L));
+    auto dX = up(randBf(size_t(M * K))), dT = up(randBf(size_t(M * std::max(L, 1LL))));
+    auto dW = up(randBf(size_t(N * K), wstd)), dU = up(randBf(size_t(N * std::max(L, 1LL)), wstd));
+    // One launch; outputs [y (cols0 columns)(, x (N columns))].
+    auto runWith = [&](const plan::Kernel &kk, long long cols0, bool keepX) {
+      Launch l;
+      l.in = {dX};
+      if (L > 0) l.in.push_back(dT);
+      l.out.push_back(outBuf(size_t(M * cols0 * 2)));
+      if (keepX) l.out.push_back(outBuf(size_t(M * N * 2)));
+      l.w = {dW};
+      if (L > 0) l.w.push_back(dU);
+      l.e = rowsS(M);
+      run(kk, l);
+      std::vector<std::vector<uint16_t>> r = {down<uint16_t>(*l.out[0], size_t(M * cols0))};
+      if (keepX) r.push_back(down<uint16_t>(*l.out[1], size_t(M * N)));
+      return r;
+    };
+    hk::EmitOptions mma = hk::EmitOptions::planDefaults();
+    mma.wgmma = false;
+    std::vector<std::pair<std::string, hk::EmitOptions>> families = {{"mma.sync", mma}};
+    if (hc::device().arch() == "sm_90a") {
+      const auto sm90 = h3c::testops::sm90LinearFamilies();
+      families.insert(families.end(), sm90.begin(), sm90.end());
+    } else {
+      families.push_back({"plan defaults", hk::EmitOptions::planDefaults()});
+    }
+    for (const auto &[family, opts] : families) {
+      const hk::EmitOptions o = opts.forOp(std::string("linear+swiglu"));
+      const plan::Kernel &kx = kernel(opOf(plan::Epilogue::Swiglu, true), o);
+      const auto got = runWith(kx, N / 2, true);
+      const auto y = runWith(kernel(opOf(plan::Epilogue::Swiglu, false), o), N / 2, false)[0];
+      const auto x = runWith(kernel(opOf(plan::Epilogue::None, false), opts.forOp(std::string("linear"))), N, false)[0];
+      const size_t dy = firstDiff(got[0], y), dx = firstDiff(got[1], x);
+      report(dy == SIZE_MAX && dx == SIZE_MAX,
+             fmt::format("{} [{}: {}]: y == the fused swiglu's{}, x == the plain linear's{}", name, family, kx.id,
+                         dy == SIZE_MAX ? "" : fmt::format(" (first difference at {})", dy),
+                         dx == SIZE_MAX ? "" : fmt::format(" (first difference at {})", dx)));
+    }
+  } catch (const std::exception &ex) {
+    report(false, name + ": " + ex.what());
+  }
+}
+
 void Kernels::checkLoraLinear(const std::string &cfg, const std::string &kind, long long K, long long N,
                               const std::string &epi, bool bias, long long M, long long L) {
   const std::string name = fmt::format("[{}] LoRA {} K={} N={} epilogue={}{} M={} lora_k={}", cfg, kind, K, N, epi,
@@ -1938,6 +2002,16 @@ TEST_F(Kernels, LoraLinear) {
   checkLoraLinear("full", "linear", 7168, 5376, "gate_residual", false, 333, 64);
   checkLoraLinear("full", "linear", 5376, 28672, "swiglu", false, 333, 64);
   checkLoraDown("full", 5376, 192, 333);
+}
+// The training forward's fc1 keeping the swiglu's x (h3-fuse training=true): every kernel family, with and without
+// the LoRA path, at rows that leave a partial tile and at the full config's fc1.
+TEST_F(Kernels, SwigluKeepsItsX) {
+  for (long long M : {1LL, 37LL, 300LL}) {
+    checkSwigluKeepsX("small", 192, 1024, M, 0);
+    checkSwigluKeepsX("small", 192, 1024, M, 64);
+  }
+  checkSwigluKeepsX("full", 5376, 28672, quick() ? 130 : 333, 64);
+  if (!quick()) checkSwigluKeepsX("full", 5376, 28672, 1000, 0);
 }
 // lora_down alone at the full config's rank-64 widths (the Hopper kernel against mma.sync and the fp64 GEMM).
 TEST_F(Kernels, LoraDownRank64) {

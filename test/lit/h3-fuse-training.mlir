@@ -3,8 +3,9 @@
 // h3-fuse training=true (docs/contract.md section 5: a --backward plan's forward, after h3-backward): only a block's
 // norm_q / norm_k + rope_q / rope_k become one h3.qk_norm_rope, whose outputs keep the rope outputs' names (the
 // backward's attention gradient reads them); the backward is left as h3-backward wrote it (rope_grad, rms_norm_grad
-// on the fused op's q and k); the refiner's norms without rope stay apart; nothing else fuses (the linears' outputs
-// that swiglu_grad and gate_residual_grad read stay).
+// on the fused op's q and k); the refiner's norms without rope stay apart; fc1 takes its swiglu in and keeps its own
+// output, which swiglu_grad reads, as the second result `swiglu_x` under the linear's value name; the gate_residuals
+// stay apart (gate_residual_grad reads the linear's output for the table's gradient, which trains here).
 
 // CHECK-LABEL: func.func @forward
 // CHECK-NOT: h3.qkv_linear
@@ -12,8 +13,11 @@
 // CHECK-SAME: values = ["transformer_blocks.0.attn.rope_q", "transformer_blocks.0.attn.rope_k"]
 // CHECK-NOT: h3.rope %
 // CHECK-NOT: h3.qk_norm %
-// CHECK: h3.swiglu
-// CHECK: h3.gate_residual
+// CHECK: h3.gate_residual %
+// CHECK: %{{.*}}, %{{.*}} = h3.linear {{.*}}epilogue = #h3.epilogue<swiglu>, nodes = ["transformer_blocks.0.ff.net.0.proj", "transformer_blocks.0.ff.swiglu"]
+// CHECK-SAME: values = ["transformer_blocks.0.ff.swiglu", "transformer_blocks.0.ff.net.0.proj"]
+// CHECK-NOT: h3.swiglu %
+// CHECK: h3.gate_residual %
 // CHECK-LABEL: func.func @backward
 // CHECK: h3.rope_grad
 // CHECK: h3.rms_norm_grad

@@ -41,6 +41,30 @@ func.func @linear_n(%x: !h3.act<B, S, 24, bf16>) {
 
 // -----
 
+func.func @swiglu_x_without_swiglu(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[lin] swiglu_x is a result of the swiglu epilogue only}}
+  %y, %sx = h3.linear %x {K = 24 : i64, N = 8 : i64, bias = [], weight = ["w"], nodes = ["lin"], values = ["y", "x"]} : (!h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 8, bf16>, !h3.act<B, S, 8, bf16>)
+  return
+}
+
+// -----
+
+func.func @swiglu_x_width(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[lin] swiglu_x must have 16 columns, got 8}}
+  %y, %sx = h3.linear %x {K = 24 : i64, N = 16 : i64, bias = [], epilogue = #h3.epilogue<swiglu>, weight = ["w"], nodes = ["lin", "sw"], values = ["y", "x"]} : (!h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 8, bf16>, !h3.act<B, S, 8, bf16>)
+  return
+}
+
+// -----
+
+func.func @swiglu_x_dtype(%x: !h3.act<B, S, 24, bf16>) {
+  // expected-error @+1 {{[lin] swiglu_x must be 'bf16', got 'f32'}}
+  %y, %sx = h3.linear %x {K = 24 : i64, N = 16 : i64, bias = [], epilogue = #h3.epilogue<swiglu>, weight = ["w"], nodes = ["lin", "sw"], values = ["y", "x"]} : (!h3.act<B, S, 24, bf16>) -> (!h3.act<B, S, 8, bf16>, !h3.act<B, S, 16, f32>)
+  return
+}
+
+// -----
+
 func.func @linear_rows(%x: !h3.act<B, S, 24, bf16>) {
   // expected-error @+1 {{[lin] output: rows B x S vs B x Nt}}
   %y = h3.linear %x {K = 24 : i64, N = 8 : i64, bias = [], weight = ["w"], nodes = ["lin"], values = ["y"]} : (!h3.act<B, S, 24, bf16>) -> !h3.act<B, Nt, 8, bf16>

@@ -164,15 +164,18 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
                   "saved by the forward, %zu rope gradients rotated back in their qk_norm's norm gradient, %zu LoRA "
                   "down paths' dX taken into their base dX, %zu swiglu gradients taken into the dX that is their dy\n",
                   sums, normSums, rounded + byProducer, byProducer, statistics, ropes, loraPaths, swiglus);
-      size_t qkFused = 0, epilogues = 0;  // h3-fuse training=true: qk_norm + rope pairs, linears with their residual
+      // h3-fuse training=true: qk_norm + rope pairs, linears with their residual, linears with their swiglu
+      size_t qkFused = 0, epilogues = 0, keptX = 0;
       for (const h3c::plan::Op &op : p.forward().ops) {
         qkFused += op.kind == OpKind::QkNormRope;
         epilogues += op.kind == OpKind::Linear && (op.attrs.epilogue == h3c::plan::Epilogue::GateResidual ||
                                                    op.attrs.epilogue == h3c::plan::Epilogue::Residual);
+        keptX += op.kind == OpKind::Linear && op.attrs.swigluX;
       }
       std::printf("fused forward (h3-fuse training=true): %zu qk_norm + rope of q and k in one qk_norm_rope, %zu "
                   "linears with their gate_residual / residual in the epilogue (the backward reads no output of "
-                  "theirs)\n", qkFused, epilogues);
+                  "theirs), %zu with their swiglu (its x, which the backward reads, stored beside it)\n",
+                  qkFused, epilogues, keptX);
     }
     std::printf("buffers: %zu slots, %lld bytes in slots, live peak %lld bytes at S = %lld\n", p.slots.size(),
                 (long long)p.stats.at("slot_bytes"), (long long)p.stats.at("peak_live_bytes"), (long long)a->tokens);

@@ -130,6 +130,7 @@ void NativeOps::linear(const NativeCall &c, const std::string &node) {
   const bool qkv = op.kind == plan::OpKind::QkvLinear, adaln = op.kind == plan::OpKind::AdalnTable;
   const plan::Epilogue epi = op.kind == plan::OpKind::Linear ? at.epilogue : plan::Epilogue::None;
   const size_t nw = qkv ? 3 : 1;
+  if (at.swigluX) fail(node, "a linear that keeps the swiglu's x (a training plan's forward) has no native form");
   if (c.in.empty() || c.weights.size() != nw || c.out.size() != nw || c.biases.size() > (qkv ? 0u : 1u))
     fail(node, "expected {} weight(s), {} output(s) and at most {} bias, got {}, {} and {}", nw, nw, qkv ? 0 : 1,
          c.weights.size(), c.out.size(), c.biases.size());

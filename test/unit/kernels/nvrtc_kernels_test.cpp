@@ -1897,6 +1897,55 @@ TEST(KernelEmit, UnmergedLoraForms) {
   }
 }
 
+// The training forward's fc1 keeps the swiglu's x beside y (`swiglu_x`, h3-fuse training=true: the linear's own
+// [v | g], the second output y1): at the full config's shape, with and without the LoRA path, the Hopper kernel at the
+// plan's defaults for linear+swiglu (epilogue warps in 2-CTA clusters), the register and consumer-staged epilogues,
+// the ping-pong kernel, and sm_100a's mma.sync kernel each take y1 as the second output parameter, name the form
+// ("swiglux") and compile with the wgmmas asynchronous and nothing spilled; a linear without the swiglu epilogue, or
+// whose second output is not its bf16 [rows, N], is refused.
+TEST(NvrtcCompile, SwigluKeepingItsXNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  std::vector<EmitOp> ops;
+  // (the full config's fc1, and the small one's shape that Kernels.SwigluKeepsItsX runs beside it)
+  for (const auto &[H, F] : {std::pair<int64_t, int64_t>{h3c::h3::namedConfig("full").hidden_size,
+                                                         h3c::h3::namedConfig("full").ffn_dim},
+                             {192, 512}})
+  for (const int64_t loraK : {int64_t(0), int64_t(64)}) {
+    plan::OpAttrs a = with(attrs({{"K", double(H)}, {"N", double(2 * F)}}), DType::BF16, DType::BF16, DType::BF16,
+                           plan::Epilogue::Swiglu);
+    a.swigluX = 1;
+    a.loraK = loraK;
+    EmitOp o = op(OpKind::Linear, "transformer_blocks.0.ff.net.0.proj", a, kchunks(1), loraK ? 2 : 1);
+    ASSERT_EQ(o.vals.out.size(), 2u);
+    o.vals.out[1].cols = 2 * F;
+    o.vals.out[1].dtype = DType::BF16;
+    ops.push_back(o);
+  }
+  std::vector<std::pair<std::string, hk::EmitOptions>> forms;
+  for (const auto &f : h3c::testops::sm90LinearFamilies()) forms.push_back({"sm_90a", f.second});
+  forms.push_back({"sm_100a", hk::EmitOptions::planDefaults()});
+  for (const EmitOp &o : ops) {
+    for (const auto &[arch, opts] : forms) {
+      auto k = emit(o, arch, opts.forOp(std::string("linear+swiglu")));
+      ASSERT_TRUE(k) << o.op.where;
+      EXPECT_NE(k->id.find("_swiglux"), std::string::npos) << k->id;
+      EXPECT_NE(k->source.find("#define GM_SWIGLU_X 1\n"), std::string::npos) << k->id;
+      const auto y1 = std::find_if(k->params.begin(), k->params.end(), [](const plan::KernelParam &q) { return q.name == "y1"; });
+      ASSERT_NE(y1, k->params.end()) << k->id;
+      EXPECT_EQ(y1->role, plan::OperandRole::Out);
+      EXPECT_EQ(y1->index, 1);
+      expectCompilesWithoutSpills(jit, *k, o.op.where + " " + arch + " " + k->id);
+    }
+    EmitOp bad = o;
+    bad.vals.out[1].cols = o.op.attrs.N / 2;
+    EXPECT_THROW(emit(bad, "sm_90a"), h3c::Error);
+    bad = o;
+    bad.op.attrs.epilogue = plan::Epilogue::None;
+    EXPECT_THROW(emit(bad, "sm_90a"), h3c::Error);
+  }
+}
+
 // ptxas keeps the LoRA forms' wgmmas asynchronous and spills nothing (the Hopper kernels with the plan's default
 // options per op kind, and the mma.sync kernel of sm_100a for fc1 + swiglu and lora_down).
 TEST(NvrtcCompile, UnmergedLoraFormsNeitherSerializeNorSpill) {

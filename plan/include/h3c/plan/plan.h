@@ -106,6 +106,9 @@ struct OpAttrs {
   // table's gradient (output "dtable"; gate_residual_grad then reads "y" as well), 0 when nothing reads it (key
   // "table_grad": 0; h3-backward, section 14).
   int64_t tableGrad = 1;
+  // linear with the swiglu epilogue: 1 when it also stores its own output [v | g] (bf16 [rows, N]) as the second
+  // output "swiglu_x", the swiglu's x that the backward reads (h3-fuse training=true; key "swiglu_x": 1).
+  int64_t swigluX = 0;
   // all_gather / split (section 5.2): the axis, the number of parts (sp for rows, tp for columns), the full width
   // `cols`, and for columns the segments of the full value.
   Axis axis = Axis::Rows;

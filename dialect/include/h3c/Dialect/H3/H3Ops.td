@@ -62,6 +62,8 @@ def H3_LinearOp : H3_ReducingOp<"linear", H3_OrderKChunks> {
     columns (the epilogue operands are the rank's columns too).
     `lora_k` (h3-lora): an unmerged LoRA path; the last operand is then the h3.lora_down result t [rows, lora_k]
     and the last `weight` the up slot, and the chain continues over t's chunks (docs/contract.md section 13).
+    `swiglu_x` (h3-fuse training=true, epilogue swiglu only): the second result, the linear's own output [v | g]
+    (bf16 [rows, N]) that the backward reads as the swiglu's x, stored beside y: the bytes the unfused linear stores.
   }];
   let arguments = !con((ins H3_ActType:$x, Variadic<H3_ActType>:$epilogue_operands, I64Attr:$K, I64Attr:$N,
                             StrArrayAttr:$weight, StrArrayAttr:$bias,
@@ -70,7 +72,7 @@ def H3_LinearOp : H3_ReducingOp<"linear", H3_OrderKChunks> {
                             OptionalAttr<I64Attr>:$num_chunks, OptionalAttr<H3_RowIndexAttr>:$row_index,
                             OptionalAttr<H3_OrderAttr>:$order, OptionalAttr<H3_ShardAttr>:$shard,
                             OptionalAttr<I64Attr>:$lora_k), H3_Common);
-  let results = (outs H3_ActType:$y);
+  let results = (outs H3_ActType:$y, Optional<H3_ActType>:$swiglu_x);
 }
 
 def H3_AdalnTableOp : H3_ReducingOp<"adaln_table", H3_OrderKChunks> {
