@@ -677,6 +677,21 @@ int main(int argc, char **argv) {
                    [&] { return std::make_unique<h3c::bench::VendorGemm>(h3c::bench::VendorGemm::GradX{}, M, s.N, s.K); },
                    g->get(), w->get(), out->get(), flops, gemmBytes);
       }
+      {  // fc2's dX as the 33B LoRA step runs it (h3-fuse-grad): bf(g), its LoRA down path and the swiglu_grad of
+         // its dy taken in, dx bf16 [M, 2F] from x = [v | g] (against "fc2" above plus swiglu_grad's kernel)
+        const std::string base = fmt::format("linear_grad_x fc2 + lora r64 + swiglu N={} K={}", H, F);
+        if (wanted(base)) {
+          buffers();
+          Operands o;
+          o.in = {y->get(), x2->get(), x->get()};  // g bf16 [M, H], lora_t [M, 64], swiglu_x [M, 2F]
+          o.out = {out->get()};
+          o.w = {w->get(), w->get()};  // W [H, F], the down slot [64, F]
+          const double flops = 2.0 * M * H * F + 2.0 * M * 64 * F,
+                       bytes = 2.0 * M * H + 2.0 * M * 64 + 4.0 * M * F + 4.0 * M * F + 2.0 * H * F;
+          bench(base, linearGradX(H, F, false, true, 64, 2), o, flops, bytes,
+                h3c::kernels::EmitOptions::planDefaults());
+        }
+      }
       for (const Shape &s : wShapes) {
         const std::string base = fmt::format("linear_grad_w {} N={} K={}", s.name, s.N, s.K);
         if (!anyWanted(base)) continue;

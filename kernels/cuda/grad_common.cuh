@@ -38,6 +38,28 @@ __device__ __forceinline__ void gr_st2(void *p, long long i, float a, float b) {
 // swiglu_grad of that dX taken in (SW 1, h3-fuse-grad) that op's dx at columns c, c + 1 (dv) and K + c, K + c + 1
 // (dg) of [rows][2K], from x = [v | g] (sx, bf16 [rows][2K]); F32, or bf16 (BF 1: the rounding of a grad_round, or
 // of the swiglu_grad, folded in).
+// The pairs of x = [v | g] (sx, bf16 [rows][2K]) at columns c, c + 1 (v) and K + c, K + c + 1 (g) of row r.
+// The Hopper dX kernels load a batch of them before storing any (gr_dx_store2_x): the compiler may not move a load of
+// sx above a store to dx, which it cannot tell apart, so a load made beside each store waits out its latency alone
+// (fc2's dX with swiglu_grad taken in ran 4.98 ms against 1.84 + 0.54 for the two ops apart, H100, bench/NOTES.md
+// 2026-12-07 session of 06:34).
+struct GrSwigluX {
+  h3u32 v, g;
+};
+__device__ __forceinline__ GrSwigluX gr_swiglu_x(const void *sx, long long r, long long c, long long K) {
+  const h3bf *x = (const h3bf *)sx + r * 2 * K + c;
+  return {*(const h3u32 *)x, *(const h3u32 *)(x + K)};
+}
+// gr_dx_store2's swiglu form (SW 1) with the pair x loaded already.
+template <int BF>
+__device__ __forceinline__ void gr_dx_store2_x(void *dx, GrSwigluX x, long long r, long long c, long long K,
+                                               float2 d) {
+  float dv0, dg0, dv1, dg1;
+  gr_swiglu_dx(d.x, bf2_lo(x.v), bf2_lo(x.g), dv0, dg0);
+  gr_swiglu_dx(d.y, bf2_hi(x.v), bf2_hi(x.g), dv1, dg1);
+  gr_st2<BF>(dx, r * 2 * K + c, dv0, dv1);
+  gr_st2<BF>(dx, r * 2 * K + K + c, dg0, dg1);
+}
 template <int SW, int BF>
 __device__ __forceinline__ void gr_dx_store2(void *dx, const void *sx, long long r, long long c, long long K,
                                              float2 d) {
@@ -45,13 +67,7 @@ __device__ __forceinline__ void gr_dx_store2(void *dx, const void *sx, long long
     gr_st2<BF>(dx, r * K + c, d.x, d.y);
     return;
   }
-  const h3bf *x = (const h3bf *)sx + r * 2 * K + c;
-  const h3u32 xv = *(const h3u32 *)x, xg = *(const h3u32 *)(x + K);
-  float dv0, dg0, dv1, dg1;
-  gr_swiglu_dx(d.x, bf2_lo(xv), bf2_lo(xg), dv0, dg0);
-  gr_swiglu_dx(d.y, bf2_hi(xv), bf2_hi(xg), dv1, dg1);
-  gr_st2<BF>(dx, r * 2 * K + c, dv0, dv1);
-  gr_st2<BF>(dx, r * 2 * K + K + c, dg0, dg1);
+  gr_dx_store2_x<BF>(dx, gr_swiglu_x(sx, r, c, K), r, c, K, d);
 }
 
 // The fold of row_units over `items` items of `itemRows` rows each: fold.unit(partial) for each unit in order.

@@ -166,6 +166,17 @@ __device__ __forceinline__ void gx_lora_epilogue(const float *acc, h3u32 sA, h3u
 #pragma unroll  // (acc's indices must be constants: a runtime index would put acc in local memory)
   for (int jb = 0; jb < GX_BOXES; ++jb) {
     float pa[32];
+#if GR_DX_SWIGLU
+    // The box's pairs of x, loaded before the path's products so their latency passes under them (gr_swiglu_x).
+    GrSwigluX xs[2][8];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const long long r = r0 + 8 * h, c = c0 + 64 * jb + 8 * j;
+        if (r < M && c < GR_K) xs[h][j] = gr_swiglu_x(sx, r, c, GR_K);
+      }
+#endif
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < GX_LORA_CHUNKS; ++kk)
@@ -189,8 +200,12 @@ __device__ __forceinline__ void gx_lora_epilogue(const float *acc, h3u32 sA, h3u
           p = make_float2(__fadd_rn(o.x, p.x), __fadd_rn(o.y, p.y));
 #endif
           const int i = 32 * jb + 4 * j + 2 * h;
-          gr_dx_store2<GR_DX_SWIGLU, GR_DX_BF>(out, sx, r, c, GR_K,
-                                            make_float2(__fadd_rn(p.x, acc[i]), __fadd_rn(p.y, acc[i + 1])));
+          const float2 d = make_float2(__fadd_rn(p.x, acc[i]), __fadd_rn(p.y, acc[i + 1]));
+#if GR_DX_SWIGLU
+          gr_dx_store2_x<GR_DX_BF>(out, xs[h][j], r, c, GR_K, d);
+#else
+          gr_dx_store2<0, GR_DX_BF>(out, sx, r, c, GR_K, d);
+#endif
         }
       }
     }
@@ -316,6 +331,23 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
       for (int h = 0; h < 2; ++h) {
         const long long r = r0 + 8 * h;
         if (r >= M) continue;
+#if GR_DX_SWIGLU
+        // (no residual with the swiglu): 8 column pairs' x loaded before their stores (gr_swiglu_x)
+#pragma unroll
+        for (int j0 = 0; j0 < GX_BN / 8; j0 += 8) {
+          GrSwigluX xs[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            if (c0 + 8 * (j0 + j) < GR_K) xs[j] = gr_swiglu_x(sx, r, c0 + 8 * (j0 + j), GR_K);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const long long c = c0 + 8 * (j0 + j);
+            if (c < GR_K)
+              gr_dx_store2_x<GR_DX_BF>(out, xs[j], r, c, GR_K,
+                                       make_float2(acc[4 * (j0 + j) + 2 * h], acc[4 * (j0 + j) + 2 * h + 1]));
+          }
+        }
+#else
 #pragma unroll
         for (int j = 0; j < GX_BN / 8; ++j) {
           const long long c = c0 + 8 * j;
@@ -325,9 +357,10 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
             const float2 o = *(const float2 *)((const float *)residual + r * GR_K + c);
             v = make_float2(__fadd_rn(o.x, v.x), __fadd_rn(o.y, v.y));
 #endif
-            gr_dx_store2<GR_DX_SWIGLU, GR_DX_BF>(out, sx, r, c, GR_K, v);
+            gr_dx_store2<0, GR_DX_BF>(out, sx, r, c, GR_K, v);
           }
         }
+#endif
       }
 #endif
     }
