@@ -61,6 +61,8 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
     if (o.sp != 1 || o.tp != 1) fail("--backward", "the backward is written for one rank (--sp 1 --tp 1), got sp {} tp {}", o.sp, o.tp);
   }
   if (!o.fuseGrad && !o.backward) fail("--no-fuse-grad", "fuses the backward's gradient sums: it needs --backward");
+  if (o.foldSwigluGrad && (!o.backward || !o.fuseGrad))
+    fail("--fold-swiglu-grad", "an h3-fuse-grad fusion: it needs --backward without --no-fuse-grad");
   if (o.checkpoint && !o.backward) fail("--checkpoint", "checkpoint segments belong to a backward: it needs --backward");
   plan::KeepRule keep;
   keep.tokens = o.tokens;
@@ -101,6 +103,7 @@ CompileResult compile(const h3::Fingerprint &fp, const std::string &fingerprintS
   po.wgmma = o.wgmma;
   po.qkEpilogue = o.qkEpilogue;
   po.fuseGrad = o.fuseGrad;
+  po.foldSwigluGrad = o.foldSwigluGrad;
   po.tokens = o.tokens;
   po.loraRank = o.loraRank;
   po.backward = o.backward;

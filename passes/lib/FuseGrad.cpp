@@ -313,6 +313,7 @@ struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
   using Base::Base;
 
   void runOnOperation() override {
+    const bool swiglu = swigluDx;
     // Only this fusion: no folding, CSE or region simplification, and no op moves (the ops keep the backward's order).
     GreedyRewriteConfig config;
     config.setUseTopDownTraversal(true)
@@ -325,12 +326,12 @@ struct FuseGrad : h3c::passes::impl::H3FuseGradBase<FuseGrad> {
       getOperation().emitError() << "h3-fuse-grad: the pattern did not converge";
       return signalPassFailure();
     }
-    getOperation().walk([](func::FuncOp f) {
+    getOperation().walk([&](func::FuncOp f) {
       foldRopeGrads(f);
       shareRoundings(f);
       foldRoundings(f);
       foldLoraDx(f);
-      foldSwigluGrads(f);
+      if (swiglu) foldSwigluGrads(f);
     });
     if (saveRowStatistics(getOperation()) < 0) {
       getOperation().emitError() << "h3-fuse-grad: could not add the saved row statistics to func @backward";

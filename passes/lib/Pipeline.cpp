@@ -36,7 +36,9 @@ void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &o) {
     bwd.trainable.assign(o.trainable.begin(), o.trainable.end());
     pm.addPass(createH3Backward(bwd));
     if (o.fuseGrad) {
-      pm.addPass(createH3FuseGrad());
+      H3FuseGradOptions fg;
+      fg.swigluDx = o.foldSwigluGrad;
+      pm.addPass(createH3FuseGrad(fg));
       // The forward's fusions that keep every value the backward reads (qk_norm + rope): fewer passes over q and k
       // in the forward and in every checkpoint segment's recompute, the same bits.
       H3FuseOptions fwd;

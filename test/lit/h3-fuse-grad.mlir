@@ -1,5 +1,7 @@
-// RUN: h3c-opt %s --h3-fuse-grad -split-input-file | FileCheck %s
-// RUN: h3c-opt %s --h3-fuse-grad -split-input-file | h3c-opt -split-input-file | FileCheck %s
+// RUN: h3c-opt %s --h3-fuse-grad="swiglu-dx=true" -split-input-file | FileCheck %s
+// RUN: h3c-opt %s --h3-fuse-grad="swiglu-dx=true" -split-input-file | h3c-opt -split-input-file | FileCheck %s
+// Without swiglu-dx (the default) a swiglu_grad stays apart from the dX that is its dy.
+// RUN: h3c-opt %s --h3-fuse-grad -split-input-file | FileCheck %s --check-prefix=NOSW
 // h3-fuse-grad (docs/contract.md section 14): an h3.grad_add one of whose parts is an h3.linear_grad_x result read
 // nowhere else, with the other part defined before that op, becomes the op's residual (the op's result is the sum,
 // named as the grad_add's was). Of two dX parts the one with the longer reduction takes it (moved after the other
@@ -280,6 +282,9 @@ func.func @lora_path_kept(%gb: !h3.act<B, S, 256, bf16>, %dtf: !h3.act<B, S, 64,
 // A swiglu_grad whose dy is a bf16 linear's dX read nowhere else goes into that dX: the op reads the swiglu's x as
 // swiglu_x, its result is the swiglu_grad's (named as it was), and it names the linear's node then the swiglu's.
 // CHECK-LABEL: func.func @swiglu_grad_taken_in
+// NOSW-LABEL: func.func @swiglu_grad_taken_in
+// NOSW: h3.linear_grad_x
+// NOSW-NEXT: h3.swiglu_grad
 // CHECK-NEXT: %[[D:.*]] = h3.linear_grad_x %arg0, %arg1 {K = 128 : i64, N = 256 : i64, nodes = ["fc2", "sw"], operandSegmentSizes = array<i32: 1, 0, 0, 1>, {{.*}}values = ["grad:h"], weight = ["w2"]} : (!h3.act<B, S, 256, bf16>, !h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 256, f32>
 // CHECK-NEXT: return %[[D]]
 func.func @swiglu_grad_taken_in(%gb: !h3.act<B, S, 256, bf16>, %x: !h3.act<B, S, 256, bf16>) -> !h3.act<B, S, 256, f32> {

@@ -22,7 +22,8 @@ namespace cmd_compile {
 struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
   int64_t sp = 1, tp = 1, tokens = 8192, loraRank = 0;
-  bool noFuse = false, noWgmma = false, noQkEpilogue = false, backward = false, noFuseGrad = false;
+  bool noFuse = false, noWgmma = false, noQkEpilogue = false, backward = false, noFuseGrad = false,
+       foldSwigluGrad = false;
   std::string checkpoint = "none";
   std::vector<std::string> keep;
   int64_t keepBytes = -1;
@@ -61,6 +62,10 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
                "With --backward: skip h3-fuse-grad, which by default adds a dX's sibling gradient part in the dX "
                "kernel's epilogue and rounds a g that several linear gradients read once (grad_round), and the "
                "forward's qk_norm + rope fusion (h3-fuse training=true); the same bits (for comparisons)");
+  app.add_flag("--fold-swiglu-grad", a->foldSwigluGrad,
+               "With --backward: h3-fuse-grad also takes each swiglu_grad into the dX that is its dy (fc2's), the "
+               "same bits; off by default: on Hopper that dX runs slower than the two ops apart today (bench/NOTES.md "
+               "2026-12-07)");
   app.add_option("--trainable", a->trainable,
                  "With --backward: the tensors that get gradients, a glob over tensor names ('*' any run, '?' one "
                  "character) or \"lora\" for the adapter slots of --lora-rank; repeatable (the union); the others "
@@ -98,6 +103,7 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
     o.wgmma = !a->noWgmma;
     o.qkEpilogue = !a->noQkEpilogue;
     o.fuseGrad = !a->noFuseGrad;
+    o.foldSwigluGrad = a->foldSwigluGrad;
     o.tokens = a->tokens;
     o.loraRank = a->loraRank;
     o.trainable = a->trainable;

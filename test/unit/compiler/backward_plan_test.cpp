@@ -420,6 +420,7 @@ TEST(BackwardPlan, LoraDownPathsTakenIntoTheBaseDx) {
     o.arch = arch;
     o.loraRank = 64;
     o.trainable = {"lora"};
+    o.foldSwigluGrad = true;  // (off by default: --fold-swiglu-grad)
     const fs::path dir = fs::temp_directory_path() / fmt::format("h3c_backward_lora_fused_{}_{}", ::getpid(), arch);
     fs::remove_all(dir);
     plan::writePlanFolder(codegen::compile(fp, "0000", o).plan.plan, dir);

@@ -16,6 +16,7 @@ struct CompileOptions {
   bool fuse = true;
   bool qkEpilogue = true;       // sm_90a: qk_norm_rope fused into the qkv GEMM epilogue (false: two ops, same bits)
   bool fuseGrad = true;         // --backward: h3-fuse-grad (false keeps every grad_add: the same bits, for comparisons)
+  bool foldSwigluGrad = false;  // --fold-swiglu-grad: h3-fuse-grad's swiglu_grad into fc2's dX (slower on Hopper today)
   bool wgmma = true;            // sm_90a: Hopper kernels for the bf16 linears (false: mma.sync, same bits)
   int64_t tokens = 8192;        // rows for the buffer peak report
   int64_t loraRank = 0;         // unmerged LoRA slots of this rank (h3-lora; 0: none)

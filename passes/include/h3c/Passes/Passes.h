@@ -40,6 +40,10 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                         llvm::cl::desc("run h3-fuse-grad and h3-fuse training=true after h3-backward (false keeps "
                                        "every grad_add and the unfused forward, for comparisons)"),
                         llvm::cl::init(true)};
+  Option<bool> foldSwigluGrad{*this, "fold-swiglu-grad",
+                              llvm::cl::desc("h3-fuse-grad swiglu-dx: a swiglu_grad into the dX that is its dy "
+                                             "(slower on Hopper today)"),
+                              llvm::cl::init(false)};
   ListOption<std::string> trainable{*this, "trainable",
                                     llvm::cl::desc("h3-backward: the tensors that get gradients (globs, \"lora\"; "
                                                    "default all)")};

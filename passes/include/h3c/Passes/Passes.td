@@ -118,8 +118,15 @@ def H3FuseGrad : Pass<"h3-fuse-grad", "mlir::ModuleOp"> {
     path's g, `lora_k` = its N, the down slot its second weight): the path's residual, then the path's dX, then its
     own dX are added as the two ops added them. Last, each forward h3.attention that an h3.attention_grad differentiates gets its
     `lse` result (the row statistics of its walk), func @backward an argument of that value, and the attention_grad
-    reads it instead of rerunning the walk. Runs after h3-backward; nothing else changes.
+    reads it instead of rerunning the walk. With `swiglu-dx` a bf16 linear's dX that only an h3.swiglu_grad reads
+    takes that op in (`swiglu_x`): off by default, since the Hopper dX kernel runs swiglu_grad's arithmetic in its
+    consumers' epilogue slower than the two ops apart (fc2's dX of the 33B LoRA step 4.79-4.98 ms against 2.38 ms,
+    H100, bench/NOTES.md 2026-12-07). Runs after h3-backward; nothing else changes.
   }];
+  let options = [
+    Option<"swigluDx", "swiglu-dx", "bool", /*default=*/"false",
+           "take a swiglu_grad into the dX that is its dy (slower on Hopper today)">,
+  ];
   let dependentDialects = ["::h3c::h3ir::H3Dialect", "::mlir::func::FuncDialect"];
 }
 
