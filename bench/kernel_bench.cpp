@@ -758,11 +758,20 @@ int main(int argc, char **argv) {
                            with(attrs({{"heads", heads}, {"head_dim", d}, {"eps", 1e-5}, {"rotary_dim", 96}}), BF, BF, BF),
                            laneTree(), 2);
       bench("qk_norm_rope 56x128 r96 (q and k)", qk, o, 0, 2 * 4.0 * M * I);
-      // The (row, head) units a warp (head_units; the default 4) against one (the form before) and 8.
-      for (int units : {1, 2, 8}) {
+      // The pairs form (the default at head_dim 128, 16 units a warp) at other unit counts, and the strided form
+      // (head_pairs=0) at its (row, head) units a warp (head_units; its default 4) against one and 8.
+      for (int units : {2, 8, 32}) {
         h3c::kernels::EmitOptions opt;
+        opt.headPairUnits = units;
+        bench(fmt::format("qk_norm_rope 56x128 r96 (q and k) [pairs, {} units]", units), qk, o, 0, 2 * 4.0 * M * I,
+              opt);
+      }
+      for (int units : {1, 4, 8}) {
+        h3c::kernels::EmitOptions opt;
+        opt.headPairs = 0;
         opt.headUnits = units;
-        bench(fmt::format("qk_norm_rope 56x128 r96 (q and k) [head_units {}]", units), qk, o, 0, 2 * 4.0 * M * I, opt);
+        bench(fmt::format("qk_norm_rope 56x128 r96 (q and k) [strided, head_units {}]", units), qk, o, 0,
+              2 * 4.0 * M * I, opt);
       }
     }
     if (dev.arch() == "sm_90a") {
@@ -818,10 +827,26 @@ int main(int argc, char **argv) {
                                   {192, 0, 2}, {256, 0, 2}};
         for (const auto &t : tunings) {
           h3c::kernels::EmitOptions v;
+          v.sm90AdalnTiles = 0;  // the bulk form
           v.sm90AdalnStageK = t[0];
           v.sm90AdalnStages = t[1];
           v.sm90AdalnCtas = t[2];
           bench(fmt::format("adaln_table T=2 [sm90 k{} st{} c{}]", t[0], t[1] ? std::to_string(t[1]) : "max", t[2]),
+                ad, o, flops, bytes, v);
+        }
+        // The tiles form (adaln_tiles=1: one TMA box a stage): consumer warps x 8-row blocks a warp, CTAs per SM,
+        // ring stages (0: as many as fit).
+        const int tiled[][4] = {{8, 2, 1, 0}, {8, 2, 1, 6}, {8, 4, 1, 0}, {4, 4, 1, 0}, {4, 2, 1, 0},
+                                {4, 4, 2, 0}, {4, 2, 2, 0}, {2, 4, 2, 0}, {6, 2, 1, 0}};
+        for (const auto &t : tiled) {
+          h3c::kernels::EmitOptions v;
+          v.sm90AdalnTiles = 1;
+          v.sm90AdalnWarps = t[0];
+          v.sm90AdalnBlocks = t[1];
+          v.sm90AdalnCtas = t[2];
+          v.sm90AdalnStages = t[3];
+          bench(fmt::format("adaln_table T=2 [sm90 tiles w{} b{} c{} st{}]", t[0], t[1], t[2],
+                            t[3] ? std::to_string(t[3]) : "max"),
                 ad, o, flops, bytes, v);
         }
       }

@@ -25,22 +25,41 @@
 // AL_NBW accumulator chains are independent (the MMA latency is hidden across them and the warps); it converts its
 // share of a = bf(silu(temb)) into shared memory once per CTA, exactly as gemm_bf16.cuh (GM_X_SILU_F32) does per tile.
 //
-// Defined by the emitter: AL_ENTRY H3C_PARAMS AL_KS AL_STAGES AL_WARPS AL_NBW AL_CTAS, and the epilogue's defines
+// AL_TILES (`--tune adaln_tiles=1`) streams each stage as one TMA box of the weight instead: a tensor map of W [N, K]
+// with the 128-byte swizzle, AL_BN rows x 64 columns a box (AL_KS = 64), one request a stage where the bulk form issues
+// one copy of 2 x AL_KS bytes per weight row (64 of 512 bytes a stage at the default). Why: with 4 consumer warps and
+// one CTA per SM the bulk form took 0.300 ms against 0.170 with two (bench/NOTES.md, 2026-12-04), ~270 cycles per
+// 16-wide chunk of a warp, far more than its ldmatrix and mma need, which points at the issue of the small copies, not
+// at the consumers or the DRAM; a box needs one instruction per stage. Swizzled rows of 128 bytes: row r's 16-byte
+// piece c sits at piece c ^ (r % 8), so the 8 rows an ldmatrix phase reads fall in 8 different bank groups (the bulk
+// form pads its rows for the same reason). The last tile of a CTA's range, when shorter than AL_BN rows, loads as 8-row
+// boxes (w8_map), so no CTA reads another's rows. The ring comes first in shared memory (a box's destination is 1,024-
+// byte aligned for the swizzle). The same instructions on the same operands: the same bits.
+//
+// Defined by the emitter: AL_ENTRY H3C_PARAMS AL_KS AL_STAGES AL_WARPS AL_NBW AL_CTAS (AL_TILES defined or not), and the epilogue's defines
 // (gemm_epilogue.cuh: GM_K GM_N GM_HAS_BIAS ...; no fused epilogue, bf16 out). Parameters (H3C_PARAMS, in this order,
 // those of the mma.sync kernel): x (temb [T, K] F32), y0 ([T, N] bf16), w ([N, K] bf16), bias (when GM_HAS_BIAS),
-// rows (T).
+// rows (T); with AL_TILES w's place holds w_map and w8_map (tensor maps of W, boxes of 64 columns x AL_BN and x 8 rows).
 #define AL_ROWS 8                          // rows of a per pass: A fragment rows 0-7 (rows 8-15 are zero registers)
 #define AL_BN (8 * AL_NBW * AL_WARPS)      // weight rows per tile
 #define AL_THREADS (32 * (AL_WARPS + 1))
 // Bytes per weight row of a stage and per row of a in shared memory: odd multiples of 16 bytes, so the 8 rows one
 // ldmatrix phase reads start in 8 different 16-byte bank groups (no bank conflicts).
+// (AL_TILES: rows of 128 bytes, swizzled instead of padded.)
+#ifdef AL_TILES
+#define AL_ROWB 128
+#else
 #define AL_ROWB (AL_KS * 2 + 16)
+#endif
 #define AL_XROWB (GM_K * 2 + 16)
 #define AL_STAGE_BYTES (AL_BN * AL_ROWB)
 #define AL_KSEG ((GM_K + AL_KS - 1) / AL_KS)
 
 #if GM_K % 16 || AL_KS % 16 || AL_NBW % 2 || AL_BN * AL_KS * 2 >= (1 << 20)
 #error "adaln_sm90 needs K and the stage width in whole 16-wide chunks, pairs of 8-row blocks, stages < 1 MiB"
+#endif
+#if defined(AL_TILES) && (AL_KS != 64 || AL_BN > 256)
+#error "adaln_sm90's boxes are 64 columns (the 128-byte swizzle) by at most 256 rows"
 #endif
 #if GM_EPI != GM_EPI_NONE || GM_OUT_F32 || GM_NOUT != 1
 #error "adaln_sm90 computes the AdaLN table: no fused epilogue, one bf16 output"
@@ -66,17 +85,35 @@ __device__ __forceinline__ void al_bulk_load(h3u32 dst, const void *src, h3u32 b
                "%4;\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
 }
 
-// One 16-wide chunk of K added to this warp's accumulators: a's rows 0-7 (A rows 8-15 zero) at shared address xa,
-// two 8-row weight blocks per ldmatrix.x4 at wa (the mma.sync kernel's fragments, gemm_bf16.cuh gm_compute).
-__device__ __forceinline__ void al_chunk(float (&acc)[AL_NBW][4], h3u32 xa, h3u32 wa) {
+#ifdef AL_TILES
+// One box of the weight (64 columns from k0, rows from n0) with the evict-first policy.
+__device__ __forceinline__ void al_box_load(h3u32 dst, const H3cTensorMap *map, int k0, int n0, h3u32 bar,
+                                            unsigned long long policy) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint "
+               "[%0], [%1, {%2, %3}], [%4], %5;\n"
+               ::"r"(dst), "l"((unsigned long long)map), "r"(k0), "r"(n0), "r"(bar), "l"(policy) : "memory");
+}
+#endif
+
+// One 16-wide chunk c of a stage added to this warp's accumulators: a's rows 0-7 (A rows 8-15 zero) at shared address
+// xa, two 8-row weight blocks per ldmatrix.x4 at wa (the mma.sync kernel's fragments, gemm_bf16.cuh gm_compute). wa is
+// this lane's weight row in the stage; its 16-byte piece is 2 c + half (half: (lane >> 3) & 1), swizzled by the row's
+// r % 8 = sw with AL_TILES, and the row padded otherwise.
+__device__ __forceinline__ void al_chunk(float (&acc)[AL_NBW][4], h3u32 xa, h3u32 wa, int c, int half, int sw) {
   h3u32 a[4];
   al_ldsm_x2(a[0], a[2], xa);
   a[1] = 0u;
   a[3] = 0u;
+#ifdef AL_TILES
+  const h3u32 piece = (h3u32)(((2 * c + half) ^ sw) * 16);
+#else
+  const h3u32 piece = (h3u32)((2 * c + half) * 16);
+  (void)sw;
+#endif
 #pragma unroll
   for (int p = 0; p < AL_NBW / 2; ++p) {
     h3u32 b0, b1, b2, b3;
-    al_ldsm_x4(b0, b1, b2, b3, wa + p * 16 * AL_ROWB);
+    al_ldsm_x4(b0, b1, b2, b3, wa + p * 16 * AL_ROWB + piece);
     mma16816(acc[2 * p], a, b0, b1);
     mma16816(acc[2 * p + 1], a, b2, b3);
   }
@@ -85,10 +122,17 @@ __device__ __forceinline__ void al_chunk(float (&acc)[AL_NBW][4], h3u32 xa, h3u3
 extern "C" __global__ void __launch_bounds__(AL_THREADS, AL_CTAS) AL_ENTRY(H3C_PARAMS) {
   h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   extern __shared__ __align__(128) unsigned char al_raw[];
+#ifdef AL_TILES
+  // The ring first (1,024-byte aligned boxes for the swizzle), then a, then the barriers.
+  const h3u32 raw = smem_u32(al_raw), base = (raw + 1023u) & ~1023u;
+  const h3u32 sW = base, sX = base + AL_STAGES * AL_STAGE_BYTES;
+  const h3u32 full = sX + AL_ROWS * AL_XROWB, empty = full + 8 * AL_STAGES;
+#else
   const h3u32 raw = smem_u32(al_raw), base = (raw + 127u) & ~127u;
-  unsigned char *xs = al_raw + (base - raw);  // a: AL_ROWS rows of AL_XROWB bytes
   const h3u32 sX = base, sW = base + AL_ROWS * AL_XROWB;
   const h3u32 full = sW + AL_STAGES * AL_STAGE_BYTES, empty = full + 8 * AL_STAGES;
+#endif
+  unsigned char *xs = al_raw + (sX - raw);  // a: AL_ROWS rows of AL_XROWB bytes
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const long long T = rows, r0 = (long long)blockIdx.y * AL_ROWS;
   const int xrows = (int)min((long long)AL_ROWS, T - r0);
@@ -109,9 +153,30 @@ extern "C" __global__ void __launch_bounds__(AL_THREADS, AL_CTAS) AL_ENTRY(H3C_P
   if (warp == AL_WARPS) {
     // Producer: every stage of every tile of the range, in the consumers' order.
     const unsigned long long policy = al_evict_first();
-    const h3bf *W = (const h3bf *)w;
     int s = 0;
     h3u32 ph = 0;
+#ifdef AL_TILES
+    if (lane == 0) {
+      tma_prefetch_map(&w_map);
+      tma_prefetch_map(&w8_map);
+      for (long long n0 = nBegin; n0 < nEnd; n0 += AL_BN) {
+        const int nrows = (int)min((long long)AL_BN, nEnd - n0);  // a multiple of 8
+        for (int j = 0; j < AL_KSEG; ++j) {
+          mbar_wait(empty + 8 * s, ph ^ 1);  // a fresh barrier counts as released (parity 1 done)
+          // Whole boxes: the columns past K arrive as zeros and count (no chunk reads them).
+          mbar_expect_tx(full + 8 * s, (h3u32)(nrows * 128));
+          if (nrows == AL_BN) {
+            al_box_load(sW + s * AL_STAGE_BYTES, &w_map, j * 64, (int)n0, full + 8 * s, policy);
+          } else {
+            for (int b = 0; b < nrows / 8; ++b)
+              al_box_load(sW + s * AL_STAGE_BYTES + b * 1024, &w8_map, j * 64, (int)n0 + 8 * b, full + 8 * s, policy);
+          }
+          if (++s == AL_STAGES) { s = 0; ph ^= 1; }
+        }
+      }
+    }
+#else
+    const h3bf *W = (const h3bf *)w;
     for (long long n0 = nBegin; n0 < nEnd; n0 += AL_BN) {
       const int nrows = (int)min((long long)AL_BN, nEnd - n0);
       for (int j = 0; j < AL_KSEG; ++j) {
@@ -127,6 +192,7 @@ extern "C" __global__ void __launch_bounds__(AL_THREADS, AL_CTAS) AL_ENTRY(H3C_P
         if (++s == AL_STAGES) { s = 0; ph ^= 1; }
       }
     }
+#endif
   } else {
     // Consumers. First a = bf(silu(temb)) of this pass's rows (rows past T zero), as gemm_bf16.cuh converts it.
     const float *X = (const float *)x;
@@ -151,7 +217,8 @@ extern "C" __global__ void __launch_bounds__(AL_THREADS, AL_CTAS) AL_ENTRY(H3C_P
     // warp's weight rows, two 8-row blocks per .x4 (lanes 0-7 / 16-23 the first / second block at k, 8-15 / 24-31 at
     // k + 8).
     const h3u32 xAddr = sX + (lane & 7) * AL_XROWB + ((lane >> 3) & 1) * 16;
-    const h3u32 wOff = (warp * 8 * AL_NBW + (lane >> 4) * 8 + (lane & 7)) * AL_ROWB + ((lane >> 3) & 1) * 16;
+    const h3u32 wOff = (warp * 8 * AL_NBW + (lane >> 4) * 8 + (lane & 7)) * AL_ROWB;
+    const int half = (lane >> 3) & 1, sw = lane & 7;  // (the row's r % 8: blocks start at multiples of 8)
     int s = 0;
     h3u32 ph = 0;
     for (long long n0 = nBegin; n0 < nEnd; n0 += AL_BN) {
@@ -169,9 +236,9 @@ extern "C" __global__ void __launch_bounds__(AL_THREADS, AL_CTAS) AL_ENTRY(H3C_P
         // ahead of the MMAs they feed), a loop for the last segment of a K that is not whole stages.
         if (nch == AL_KS / 16) {
 #pragma unroll
-          for (int c = 0; c < AL_KS / 16; ++c) al_chunk(acc, xk + c * 32, st + c * 32);
+          for (int c = 0; c < AL_KS / 16; ++c) al_chunk(acc, xk + c * 32, st, c, half, sw);
         } else {
-          for (int c = 0; c < nch; ++c) al_chunk(acc, xk + c * 32, st + c * 32);
+          for (int c = 0; c < nch; ++c) al_chunk(acc, xk + c * 32, st, c, half, sw);
         }
         __syncwarp();  // every lane's reads of the stage are done before it is released
         if (lane == 0) mbar_arrive(empty + 8 * s);

@@ -4,7 +4,8 @@
 // cos/sin rounded to bf16, y = bf(x * cos + rot * sin) (two products, one add, no fma), channels HO_R..d copied.
 //
 // Defined by the emitter: HO_ENTRY H3C_PARAMS HO_HEADS HO_D HO_NORM HO_EPS HO_R (0 = no rope) HO_NT (tensors: 1 or 2)
-// HO_G (units a warp, 1-8: consecutive units, a row's consecutive heads).
+// HO_G (units a warp: consecutive units, a row's consecutive heads), HO_PAIRS (1: the pairs form below, head_dim 128
+// and HO_R % 4 == 0 only; 0 the forms after it).
 // Parameters: x0 (x1 when HO_NT == 2); rope_cos, rope_sin (HO_R > 0); y0 (y1); w0 (w1) when HO_NORM; rows;
 // meta_rows (rope).
 // Why several units a warp, with the norm weights and a row's rope tables taken once: one 256-byte head a warp, each
@@ -25,6 +26,152 @@ __device__ __forceinline__ float ho_rope(const float *b, int j, float bj, float 
   return __fadd_rn(__fmul_rn(bj, c), __fmul_rn(rot, s));
 }
 
+#if HO_PAIRS
+// The pairs form (head_dim 128): a warp takes HO_G units as HO_G / 2 passes of two, lanes 16 h + m (h = 0, 1) on unit
+// 2 p + h of pass p, lane m holding the channel pairs q = m + 16 i (channels 2 q, 2 q + 1; i = 0..3) as bf16x2 words.
+// Why: the strided form spends ~200 warp instructions a unit (a division and a square root a unit in every lane, five
+// shuffle levels, two shared-memory round trips), so the op ran at ~1.2 TB/s (0.31 ms at 8,349 rows x 56 heads x 2 on
+// an H100, bench/NOTES.md 2026-12-06) where its bytes take ~0.12 ms; here a unit costs ~50: 4-byte loads and stores of
+// pairs, the pair instructions (common.cuh bf2_rn, bf2_mul: equal to the F32 forms for the values they get), four
+// shuffle levels for two units at once, and one inverse RMS a lane for all HO_G units of the warp.
+// The same bits as the strided form: the contract's lane l (channels l, l + 32, l + 64, l + 96 in that order) is pair
+// q = l / 2's element l % 2 in lane m = l / 2 (i = 0..3), so each lane runs the fma chains of lanes 2 m and 2 m + 1;
+// the tree's levels off = 16, 8, 4, 2 pair lanes m and m ^ 8, 4, 2, 1 (l + off = 2 (m + off / 2) + e for l < off),
+// run as xor shuffles inside each half, so every lane of a half ends with the root's operations on the same operands
+// (IEEE addition commutes); off = 1 adds the lane's two chains. Rope's partner of channel j is j +- R / 2, pair
+// q +- R / 4, read from the pass's normed pairs in shared memory.
+#if HO_D != 128 || HO_R % 4 != 0 || HO_G % 2 != 0
+#error "the pairs form is for head_dim 128, a rotary width in whole pairs of pairs and an even unit count a warp"
+#endif
+#define HO_P (HO_G / 2)
+extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
+  h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
+  const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5, h = lane >> 4, m = lane & 15;
+  const long long unit0 = ((long long)blockIdx.x * 8 + wib) * HO_G, total = rows * HO_HEADS;
+  if (unit0 >= total) return;
+#if HO_NT == 2
+  const int t = blockIdx.y;
+  const h3u32 *x = (const h3u32 *)(t == 0 ? x0 : x1);
+  h3u32 *y = (h3u32 *)(t == 0 ? y0 : y1);
+#if HO_NORM
+  const h3u32 *w = (const h3u32 *)(t == 0 ? w0 : w1);
+#endif
+#else
+  const h3u32 *x = (const h3u32 *)x0;
+  h3u32 *y = (h3u32 *)y0;
+#if HO_NORM
+  const h3u32 *w = (const h3u32 *)w0;
+#endif
+#endif
+  // Every pass's pairs first, all loads in flight (units past the end read as zeros and are never stored).
+  h3u32 xv[HO_P][4];
+#pragma unroll
+  for (int p = 0; p < HO_P; ++p) {
+    const long long u = unit0 + 2 * p + h;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) xv[p][i] = u < total ? __ldg(x + u * 64 + m + 16 * i) : 0u;
+  }
+#if HO_NORM
+  h3u32 wp[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) wp[i] = __ldg(w + m + 16 * i);
+  // Sums of squares: the fma chains of lanes 2 m and 2 m + 1, then the tree (above).
+  float ss[HO_P];
+#pragma unroll
+  for (int p = 0; p < HO_P; ++p) {
+    float p0 = 0.0f, p1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float lo = bf2_lo(xv[p][i]), hi = bf2_hi(xv[p][i]);
+      p0 = __fmaf_rn(lo, lo, p0);
+      p1 = __fmaf_rn(hi, hi, p1);
+    }
+#pragma unroll
+    for (int off = 8; off >= 1; off >>= 1) {
+      p0 = __fadd_rn(p0, __shfl_xor_sync(0xffffffffu, p0, off));
+      p1 = __fadd_rn(p1, __shfl_xor_sync(0xffffffffu, p1, off));
+    }
+    ss[p] = __fadd_rn(p0, p1);
+  }
+  // One inverse RMS a lane: lane k takes unit k's sum (pass k / 2, half k % 2), computes its inverse; each pass reads
+  // its two back.
+  float mine = 0.0f;
+#pragma unroll
+  for (int p = 0; p < HO_P; ++p) {
+    const float v = __shfl_sync(0xffffffffu, ss[p], (lane & 1) << 4);
+    if ((lane >> 1) == p) mine = v;
+  }
+  const float invK = ho_inv_rms(mine);
+#endif
+#if HO_R > 0
+  __shared__ h3u32 bstage[8][2][64];  // a pass's rounded (normed) pairs of both units, for rope's partners
+  h3u32 *const bs = bstage[wib][h];
+  // The row's rope tables for this lane's rotated pairs (pairs q < R / 2 with -sin for the first half's channels, rope's
+  // cat(-x2, x1)), taken when the unit's row changes.
+  float cf[4][2], sf[4][2];
+  long long tabRow = -1;
+  const long long row0 = unit0 / HO_HEADS;
+  const int head0 = (int)(unit0 - row0 * HO_HEADS);
+#endif
+#pragma unroll
+  for (int p = 0; p < HO_P; ++p) {
+    const long long u = unit0 + 2 * p + h;
+    h3u32 b[4];
+#if HO_NORM
+    const float inv = __shfl_sync(0xffffffffu, invK, 2 * p + h);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      b[i] = bf2_mul(bf2_rn(__fmul_rn(bf2_lo(xv[p][i]), inv), __fmul_rn(bf2_hi(xv[p][i]), inv)), wp[i]);
+#else
+#pragma unroll
+    for (int i = 0; i < 4; ++i) b[i] = xv[p][i];
+#endif
+#if HO_R > 0
+    const long long row = row0 + (head0 + 2 * p + h) / HO_HEADS;
+    if (row != tabRow) {
+      tabRow = row;
+      const long long mrow = row % meta_rows;
+      const float *cs = (const float *)rope_cos + mrow * HO_R, *sn = (const float *)rope_sin + mrow * HO_R;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = 2 * (m + 16 * i) + e;
+          cf[i][e] = j < HO_R ? rbf(cs[j]) : 0.0f;
+          sf[i][e] = j < HO_R ? (j < HO_R / 2 ? -rbf(sn[j]) : rbf(sn[j])) : 0.0f;
+        }
+    }
+    __syncwarp();  // the pass before is done reading the stage
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bs[m + 16 * i] = b[i];
+    __syncwarp();
+#endif
+    if (u < total) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int q = m + 16 * i;
+        h3u32 o;
+#if HO_R > 0
+        if (2 * q < HO_R) {
+          // y = bf(b * cos + rot * sin): rot * sin as partner * (+-sin), the same product with the sign moved.
+          const h3u32 pr = bs[2 * q < HO_R / 2 ? q + HO_R / 4 : q - HO_R / 4];
+          o = bf2_rn(__fadd_rn(__fmul_rn(bf2_lo(b[i]), cf[i][0]), __fmul_rn(bf2_lo(pr), sf[i][0])),
+                     __fadd_rn(__fmul_rn(bf2_hi(b[i]), cf[i][1]), __fmul_rn(bf2_hi(pr), sf[i][1])));
+        } else
+#endif
+        {
+#if HO_NORM
+          o = b[i];  // bf2_mul's bits: a NaN is 0x7fff, as f2bf makes it
+#else
+          o = pack_bf2(bf2_lo(b[i]), bf2_hi(b[i]));  // the input's NaN made quiet, as f2bf does
+#endif
+        }
+        y[u * 64 + q] = o;
+      }
+    }
+  }
+}
+#else
 extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
   h3c_grid_dependency_wait();  // (common.cuh) before any global memory access
   __shared__ float buf[8][HO_D];
@@ -176,3 +323,4 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
   }
 #endif
 }
+#endif

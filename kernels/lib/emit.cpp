@@ -499,8 +499,14 @@ plan::Kernel emitHeadOp(const OpView &v, bool norm, bool rope, const std::string
   Builder b;
   b.def("HO_HEADS", heads); b.def("HO_D", d); b.def("HO_NORM", norm ? 1 : 0);
   b.def("HO_EPS", norm ? floatLit(a.eps) : std::string("0.0f")); b.def("HO_R", R); b.def("HO_NT", nt);
-  const int units = v.options.headUnits;  // (row, head) units a warp, their loads in flight together
+  // (row, head) units a warp, their loads in flight together; head_dim 128 with a rotary width in whole pairs of pairs
+  // takes the pairs form (headops.cuh) unless head_pairs=0
+  const bool pairs = d == 128 && R % 4 == 0 && v.options.headPairs != 0;
+  const int units = pairs ? v.options.headPairUnits : v.options.headUnits;
+  if (pairs && (units % 2 != 0 || units < 2 || units > 32))
+    fail(v.where, "head_pair_units must be even and in [2, 32], got {}", units);
   b.def("HO_G", units);
+  b.def("HO_PAIRS", pairs ? 1 : 0);
   Params p;
   for (int t = 0; t < nt; ++t) p.in("x" + std::to_string(t), t);
   if (R > 0) {
@@ -690,29 +696,36 @@ plan::Kernel emitElementwise(const OpView &v, const std::string &arch) {
   return finish(fmt::format("{}_c{}", plan::opKindName(v.op.kind), cols), "EW_ENTRY", b, p, tmpl::elementwise, l, arch, v.options);
 }
 
-// The AdaLN table's streaming kernel (adaln_sm90.cuh; sm_90a): 4 consumer warps of two 8-row weight blocks each
-// (64-row tiles) + 1 producer warp, a ring of stages of 64 weight rows x sm90AdalnStageK columns filled by bulk
-// copies, a persistent grid of sm90AdalnCtas CTAs per SM splitting the weight rows evenly, grid.y = one pass per 8
-// rows of temb (T is not bounded by the plan: every T runs, T > 8 reads the weight once per pass). The parameters are
-// the mma.sync kernel's (plain buffers, no tensor maps). Nothing here depends on T. Returns nullopt where the kernel
-// does not apply: K not in whole 16-wide chunks (the chunk tail would need zero-filled stage columns), or the
-// shape's a rows plus two stages over the shared memory of sm90AdalnCtas CTAs per SM (K past ~10,000 at the
-// defaults); the mma.sync kernel then computes the same bits.
+// The AdaLN table's streaming kernel (adaln_sm90.cuh; sm_90a): sm90AdalnWarps consumer warps of sm90AdalnBlocks 8-row
+// weight blocks each (64-row tiles at the defaults) + 1 producer warp, a ring of stages of one tile's weight rows x
+// sm90AdalnStageK columns filled by bulk copies (or, with sm90AdalnTiles, x 64 columns filled by one TMA box of a
+// swizzled tensor map of W), a persistent grid of sm90AdalnCtas CTAs per SM splitting the weight rows evenly, grid.y =
+// one pass per 8 rows of temb (T is not bounded by the plan: every T runs, T > 8 reads the weight once per pass). The
+// bulk form's parameters are the mma.sync kernel's (plain buffers); the tiles form has two tensor maps of W in w's
+// place. Nothing here depends on T. Returns nullopt where the kernel does not apply: K not in whole 16-wide chunks (the
+// chunk tail would need zero-filled stage columns), or the shape's a rows plus two stages over the shared memory of
+// sm90AdalnCtas CTAs per SM (K past ~10,000 at the defaults); the mma.sync kernel then computes the same bits.
 std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, const std::string &arch) {
   const EmitOptions &o = v.options;
-  constexpr int64_t kWarps = 4, kBlocksPerWarp = 2, kRowsPerPass = 8, kTileRows = 8 * kBlocksPerWarp * kWarps;
+  constexpr int64_t kRowsPerPass = 8;
+  const int64_t warps = o.sm90AdalnWarps, blocksPerWarp = o.sm90AdalnBlocks, tileRows = 8 * blocksPerWarp * warps;
+  const bool tiles = o.sm90AdalnTiles != 0;
   // 228 KiB of shared memory per SM, of which each resident CTA reserves 1 KiB (sm_90).
   constexpr int64_t kSmSharedBytes = 233472, kCtaReservedBytes = 1024;
-  int64_t ks = o.sm90AdalnStageK;
+  int64_t ks = tiles ? 64 : o.sm90AdalnStageK;  // a box is one swizzled 128-byte row wide
   const int64_t ctas = o.sm90AdalnCtas;
-  if (ks < 16 || ks % 16 != 0 || ctas < 1 || ctas > 2 || o.sm90AdalnStages < 0)
+  if (ks < 16 || ks % 16 != 0 || ctas < 1 || ctas > 2 || o.sm90AdalnStages < 0 || warps < 1 || warps > 8 ||
+      blocksPerWarp % 2 != 0 || blocksPerWarp < 2 || blocksPerWarp > 4 || (tiles && tileRows > 256))
     fail(v.where, "AdaLN table tuning out of range (adaln_stage_k a multiple of 16, adaln_ctas 1 or 2, "
-                  "adaln_stages >= 0)");
+                  "adaln_stages >= 0, adaln_warps 1-8, adaln_blocks 2 or 4, adaln_tiles with at most 256 tile rows: "
+                  "got {} x {} x 8)", warps, blocksPerWarp);
   if (d.K % 16 != 0) return std::nullopt;
-  ks = std::min(ks, d.K);  // a stage never holds more columns than a row has (the small and tiny configs)
+  if (!tiles) ks = std::min(ks, d.K);  // a stage never holds more columns than a row has (the small and tiny configs)
   const int64_t limit = std::min(kMaxCtaSharedBytes, kSmSharedBytes / ctas - kCtaReservedBytes);
-  const int64_t fixed = 128 + kRowsPerPass * (d.K * 2 + 16);  // alignment slack + the rows of a
-  const int64_t perStage = kTileRows * (ks * 2 + 16) + 16;     // weight rows + the full / empty mbarriers
+  // alignment slack (1,024 bytes for the swizzled boxes) + the rows of a; per stage the weight rows + the full / empty
+  // mbarriers
+  const int64_t fixed = (tiles ? 1024 : 128) + kRowsPerPass * (d.K * 2 + 16);
+  const int64_t perStage = tileRows * (tiles ? 128 : ks * 2 + 16) + 16;
   // As many stages as fit, at most kMaxStages (beyond that the ring only holds more than the memory latency needs)
   // or the tuned count.
   constexpr int64_t kMaxStages = 16;
@@ -723,13 +736,25 @@ std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, co
   defineEpilogue(b, d);
   b.def("AL_KS", ks);
   b.def("AL_STAGES", stages);
-  b.def("AL_WARPS", kWarps);
-  b.def("AL_NBW", kBlocksPerWarp);
+  b.def("AL_WARPS", warps);
+  b.def("AL_NBW", blocksPerWarp);
   b.def("AL_CTAS", ctas);
-  Params p = gemmParams(v, d, /*maps=*/false);
+  Params p;
+  if (tiles) {
+    b.def("AL_TILES", 1);
+    // gemmParams' list with W as two tensor maps: boxes of a whole tile and of one 8-row block (a range's last tile)
+    p.in("x", 0);
+    p.out("y0", 0);
+    p.tensorMap("w_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, tileRows);
+    p.tensorMap("w8_map", OperandRole::Weight, 0, Extent::constant(d.N), d.K, 64, 8);
+    if (d.bias) p.bias("bias", 0);
+    p.scalar("rows", v.rowsOfIn(0));
+  } else {
+    p = gemmParams(v, d, /*maps=*/false);
+  }
   plan::GridDim gx = dim(Extent::constant((d.N + 7) / 8));  // >= 1 block per CTA, capped at ctas per SM
   gx.maxPerSm = ctas;
-  plan::Launch l = launch(32 * (kWarps + 1), fixed + stages * perStage, gx, dim(v.rowsOfIn(0), kRowsPerPass));
+  plan::Launch l = launch(32 * (warps + 1), fixed + stages * perStage, gx, dim(v.rowsOfIn(0), kRowsPerPass));
   std::string body = std::string(tmpl::hopper) + "\n" + tmpl::gemm_epilogue + "\n" + tmpl::adaln_sm90;
   return finish(gemmName(v, d, "sm90"), "AL_ENTRY", b, p, body, l, arch, v.options);
 }

@@ -34,11 +34,19 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"norm_rows", &EmitOptions::normRows, 1, 16},
                           // qk_norm / rope / qk_norm_rope: (row, head) units a warp, loaded together
                           {"head_units", &EmitOptions::headUnits, 1, 8},
+                          // ... at head_dim 128: the pairs form (0: the strided one) and its units a warp (even)
+                          {"head_pairs", &EmitOptions::headPairs, 0, 1},
+                          {"head_pair_units", &EmitOptions::headPairUnits, 2, 32},
                           // the AdaLN table's ring: at most this many stages (0: as many as fit), a multiple of 16
                           // columns per stage (checked below), 1 or 2 CTAs per SM
                           {"adaln_stages", &EmitOptions::sm90AdalnStages, 0, 16},
                           {"adaln_stage_k", &EmitOptions::sm90AdalnStageK, 64, 512},
                           {"adaln_ctas", &EmitOptions::sm90AdalnCtas, 1, 2},
+                          // consumer warps a CTA, 8-row weight blocks a warp (2 or 4, checked by the emitter),
+                          // stages as TMA boxes of a swizzled tensor map (1) or bulk copies a row (0)
+                          {"adaln_warps", &EmitOptions::sm90AdalnWarps, 1, 8},
+                          {"adaln_blocks", &EmitOptions::sm90AdalnBlocks, 2, 4},
+                          {"adaln_tiles", &EmitOptions::sm90AdalnTiles, 0, 1},
                           // programmatic dependent launch of every kernel (0: plain stream order)
                           {"launch_pdl", &EmitOptions::gridDependency, 0, 1},
                           // the gradient kernels as dependent launches too (with launch_pdl; 0: plain stream order)
@@ -128,6 +136,10 @@ EmitOptions EmitOptions::planDefaults() {
              {"linear+swiglu", "gemm_inflight", 1},
              {"linear+gate_residual", "gemm_cluster", 2},
              {"linear+gate_residual", "gemm_inflight", 1},
+             // plain qkv (qk_norm_rope apart, the default): 2.78 ms sustained against 3.10 at one CTA (H100,
+             // bench/NOTES.md 2026-12-07)
+             {"qkv_linear", "gemm_cluster", 2},
+             {"qkv_linear", "gemm_inflight", 1},
              {"qkv_linear+qk_norm_rope", "gemm_cluster", 2},
              {"qkv_linear+qk_norm_rope", "gemm_inflight", 1},
              {"attention", "attn_persistent", 1},
@@ -204,6 +216,13 @@ void EmitOptions::check(const std::string &where) const {
   if (a.sm90AdalnStageK % 16 != 0)
     fail(where, "adaln_table: adaln_stage_k={} is not a multiple of 16 (a stage holds whole k chunks)",
          a.sm90AdalnStageK);
+  if (headPairUnits % 2 != 0) fail(where, "head_pair_units={} is not even (two units a pass)", headPairUnits);
+  if (a.sm90AdalnBlocks % 2 != 0)
+    fail(where, "adaln_table: adaln_blocks={} is not even (a warp's ldmatrix.x4 reads two 8-row blocks)",
+         a.sm90AdalnBlocks);
+  if (a.sm90AdalnTiles && 8 * a.sm90AdalnBlocks * a.sm90AdalnWarps > 256)
+    fail(where, "adaln_table: adaln_tiles=1 with adaln_warps={} x adaln_blocks={} makes tiles of {} rows; a TMA box "
+                "holds at most 256", a.sm90AdalnWarps, a.sm90AdalnBlocks, 8 * a.sm90AdalnBlocks * a.sm90AdalnWarps);
 }
 
 std::string opProfileName(const plan::Op &op) {

@@ -146,19 +146,31 @@ std::map<std::string, plan::Kernel> Gpu::kernels_;
 
 plan::Extents rowsS(int64_t m, int64_t B = 1) { return {B, m, 0, 0, 0, 1}; }
 
-// The AdaLN table's streaming kernel (adaln_sm90.cuh) at the tunings the bench sweeps: fewer ring stages, narrower
-// and wider stages, two CTAs per SM.
+// The AdaLN table's streaming kernel (adaln_sm90.cuh) at the tunings the bench sweeps: the bulk form (adaln_tiles=0)
+// with fewer ring stages, narrower and wider stages, two CTAs per SM; the tiles form (the default) at other shapes.
 std::vector<std::pair<std::string, hk::EmitOptions>> adalnStreamVariants() {
   std::vector<std::pair<std::string, hk::EmitOptions>> v;
   const std::tuple<int, int, int> tunings[] = {{2, 256, 1}, {3, 128, 1}, {0, 64, 1},
                                                {2, 512, 1}, {0, 192, 1}, {0, 256, 2}};
   for (auto [stages, k, ctas] : tunings) {
     hk::EmitOptions o;
+    o.sm90AdalnTiles = 0;  // the bulk form
     o.sm90AdalnStages = stages;
     o.sm90AdalnStageK = k;
     o.sm90AdalnCtas = ctas;
     const std::string st = stages ? std::to_string(stages) : "max";
     v.emplace_back(fmt::format("stages {} stage_k {} ctas/SM {}", st, k, ctas), o);
+  }
+  // The tiles form (adaln_tiles=1: one TMA box of the swizzled weight a stage): warps x 8-row blocks a warp, CTAs per
+  // SM; 8 x 4 is a 256-row box, and the last tile of a CTA's range loads as 8-row boxes in every shape.
+  const std::tuple<int, int, int> tiles[] = {{8, 2, 1}, {4, 4, 2}, {8, 4, 1}, {4, 2, 2}};
+  for (auto [warps, blocks, ctas] : tiles) {
+    hk::EmitOptions o;
+    o.sm90AdalnTiles = 1;
+    o.sm90AdalnWarps = warps;
+    o.sm90AdalnBlocks = blocks;
+    o.sm90AdalnCtas = ctas;
+    v.emplace_back(fmt::format("tiles {} warps x {} blocks ctas/SM {}", warps, blocks, ctas), o);
   }
   return v;
 }
@@ -217,7 +229,8 @@ protected:
   void checkAttention(const std::string &cfg, int heads, int d, long long L, int B);
   void checkRankAttention(const std::string &cfg, int heads, int d, long long L, int B, long long q0, long long Lq);
   void checkNorms(const std::string &cfg, int H, long long M, int rowsPerCta = 0);
-  void checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B, int units = 4);
+  void checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B, int units = 4,
+                       int pairUnits = 16);
   void checkQkvNormRope(const std::string &cfg, long long K, int heads, int R, long long S, int B);
   void checkLoraLinear(const std::string &cfg, const std::string &kind, long long K, long long N, const std::string &epi,
                        bool bias, long long M, long long L);
@@ -645,12 +658,16 @@ void Kernels::checkNorms(const std::string &cfg, int H, long long M, int rowsPer
 }
 
 // units: the (row, head) units a warp takes (head_units; the default 4), the last warp's group partial where the
-// unit count is no multiple of it.
-void Kernels::checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B, int units) {
-  std::string name =
-      fmt::format("[{}] qk_norm_rope heads={} d={} R={} S={} B={} head_units={}", cfg, heads, d, R, S, B, units);
+// unit count is no multiple of it; pairUnits: the same for the pairs form of head_dim 128 (head_pair_units, default
+// 16; 0: head_pairs=0, the strided form).
+void Kernels::checkQkNormRope(const std::string &cfg, int heads, int d, int R, long long S, int B, int units,
+                              int pairUnits) {
+  std::string name = fmt::format("[{}] qk_norm_rope heads={} d={} R={} S={} B={} head_units={} head_pair_units={}", cfg,
+                                 heads, d, R, S, B, units, pairUnits);
   hk::EmitOptions opt;
   opt.headUnits = units;
+  opt.headPairs = pairUnits > 0 ? 1 : 0;
+  if (pairUnits > 0) opt.headPairUnits = pairUnits;
   try {
     long long M = S * B, ld = (long long)heads * d;
     auto q = randBf(size_t(M * ld), 2.0), k = randBf(size_t(M * ld), 2.0);
@@ -2033,9 +2050,19 @@ TEST_F(Kernels, NormShapes) {
 TEST_F(Kernels, FullBitwiseKernels) {
   long long M = quick() ? 130 : 333;
   checkNorms("full", 5376, M);
-  checkQkNormRope("full", 56, 128, 96, M, 2);
-  checkQkNormRope("full", 56, 128, 96, 37, 1, 1);  // one unit a warp (the form before head_units)
-  checkQkNormRope("full", 56, 128, 96, 37, 1, 3);  // 2,072 units: the last warp's group of 3 partial
+  checkQkNormRope("full", 56, 128, 96, M, 2);       // the pairs form, 16 units a warp
+  checkQkNormRope("full", 56, 128, 96, M, 2, 4, 0);  // the strided form
+  checkQkNormRope("full", 56, 128, 96, 37, 1, 1, 0);  // one unit a warp (the form before head_units)
+  checkQkNormRope("full", 56, 128, 96, 37, 1, 3, 0);  // 2,072 units: the last warp's group of 3 partial
+  // The pairs form: 2,072 units in warps of 32 (the last warp's 24: a partial pass group), of 2, of 6 (groups that
+  // straddle rows of 56 heads); the refiner's qk_norm_rope without rope; 57 heads (an odd count: the two units of a
+  // pass in different rows) and a rotary width of 32 (the partners in the same lanes' other pairs).
+  checkQkNormRope("full", 56, 128, 96, 37, 1, 4, 32);
+  checkQkNormRope("full", 56, 128, 96, 37, 2, 4, 2);
+  checkQkNormRope("full", 56, 128, 96, 37, 1, 4, 6);
+  checkQkNormRope("full", 56, 128, 0, 37, 2);
+  checkQkNormRope("full", 57, 128, 96, 13, 1, 4, 16);
+  checkQkNormRope("full", 3, 128, 32, 11, 2, 4, 4);
   checkElementwise("full", 5376, 14336, 64);
   checkF32("full", 5376, 96, 70, 256, 5376, 2688);
 }

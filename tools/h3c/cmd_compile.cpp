@@ -22,7 +22,7 @@ namespace cmd_compile {
 struct Args {
   std::string fingerprint, arch = "sm_90a", out, dumpIr;
   int64_t sp = 1, tp = 1, tokens = 8192, loraRank = 0;
-  bool noFuse = false, noWgmma = false, noQkEpilogue = false, backward = false, noFuseGrad = false,
+  bool noFuse = false, noWgmma = false, noQkEpilogue = false, qkEpilogue = false, backward = false, noFuseGrad = false,
        foldSwigluGrad = false;
   std::string checkpoint = "none";
   std::vector<std::string> keep;
@@ -40,8 +40,12 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
   app.add_flag("--no-fuse", a->noFuse, "Skip h3-fuse (one op per node)");
   app.add_flag("--no-wgmma", a->noWgmma, "sm_90a: run the bf16 linears (and the AdaLN tables) on the mma.sync kernel "
                                          "instead of the Hopper ones; the same bits, slower (for comparisons)");
-  app.add_flag("--no-qk-epilogue", a->noQkEpilogue, "sm_90a: keep qk_norm_rope apart from the qkv GEMM (fused into "
-                                                     "its epilogue by default); the same bits (for comparisons)");
+  // Apart by default since 2026-12-07: the pairs form of qk_norm_rope streams at the HBM's speed, and the plain qkv GEMM
+  // in 2-CTA clusters plus it took 142-145 ms a forward against 153-154 for the fused epilogue (H100, bench/NOTES.md).
+  auto *qkOn = app.add_flag("--qk-epilogue", a->qkEpilogue, "sm_90a: fold qk_norm_rope into the qkv GEMM's epilogue "
+                                                             "(apart by default); the same bits (for comparisons)");
+  app.add_flag("--no-qk-epilogue", a->noQkEpilogue, "sm_90a: keep qk_norm_rope apart from the qkv GEMM (the default)")
+      ->excludes(qkOn);
   app.add_option("--tune", a->tune,
                  "Kernel variant NAME=VALUE (" + h3c::kernels::EmitOptions::tuningNames() + "), for every op, or "
                  "OP:NAME=VALUE for one op kind (qkv_linear, "
@@ -101,7 +105,7 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
     o.fuse = !a->noFuse && !a->backward;
     o.backward = a->backward;
     o.wgmma = !a->noWgmma;
-    o.qkEpilogue = !a->noQkEpilogue;
+    o.qkEpilogue = a->qkEpilogue;
     o.fuseGrad = !a->noFuseGrad;
     o.foldSwigluGrad = a->foldSwigluGrad;
     o.tokens = a->tokens;

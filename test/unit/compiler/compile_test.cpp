@@ -28,11 +28,12 @@ namespace {
 h3::Fingerprint fingerprint(const std::string &name) { return h3::deriveFingerprint(h3::namedConfig(name), name); }
 
 codegen::CompileResult compileWith(const h3::Fingerprint &fp, int64_t tp, bool fuse, int64_t tokens = 4096,
-                                   int64_t sp = 1) {
+                                   int64_t sp = 1, bool qkEpilogue = false) {
   codegen::CompileOptions o;
   o.sp = sp;
   o.tp = tp;
   o.fuse = fuse;
+  o.qkEpilogue = qkEpilogue;
   o.tokens = tokens;
   return codegen::compile(fp, "0000", o);
 }
@@ -55,8 +56,9 @@ fs::path tempDir(const std::string &name) {
 // split of the packed stream; sp > 1 adds five row splits (pack's stream, ts_index and tags, rope cos and sin), two
 // row all-gathers per block (k, v) and two before unpack (the output heads). sm_90a (the default) with tp = 1 and
 // heads of 128 channels (full, small): qk_norm_rope is qkv's epilogue, one op less per block of either kind.
-size_t fusedOps(const h3::Config &c, int64_t tp, int64_t sp = 1) {
-  const bool qkvEpilogue = tp == 1 && c.attention_head_dim == 128 && c.rotaryDim() % 16 == 0;
+// qkEpilogue: compiled with --qk-epilogue (sm_90a; off by default), which folds each qk_norm_rope into its qkv_linear.
+size_t fusedOps(const h3::Config &c, int64_t tp, int64_t sp = 1, bool qkEpilogue = false) {
+  const bool qkvEpilogue = qkEpilogue && tp == 1 && c.attention_head_dim == 128 && c.rotaryDim() % 16 == 0;
   return 9 * c.num_layers + 8 * c.num_refiner_layers + 13 + (tp > 1 ? 5 * c.num_layers + 1 : 0) +
          (sp > 1 ? 5 + 2 * c.num_layers + 2 : 0) - (qkvEpilogue ? c.num_layers + c.num_refiner_layers : 0);
 }
@@ -125,6 +127,9 @@ TEST(Compile, OpCountsFollowTheFusionRules) {
       for (int64_t sp : {1, 2, 8}) {
         auto r = compileWith(fp, tp, true, 4096, sp);
         EXPECT_EQ(r.plan.plan.forward().ops.size(), fusedOps(fp.config, tp, sp)) << name << " tp " << tp << " sp " << sp;
+        auto q = compileWith(fp, tp, true, 4096, sp, /*qkEpilogue=*/true);
+        EXPECT_EQ(q.plan.plan.forward().ops.size(), fusedOps(fp.config, tp, sp, true))
+            << name << " tp " << tp << " sp " << sp << " --qk-epilogue";
       }
     auto unfused = compileWith(fp, 1, false);
     EXPECT_EQ(unfused.plan.plan.forward().ops.size(), fp.nodes.size()) << name;

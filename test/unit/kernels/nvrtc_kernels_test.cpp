@@ -247,8 +247,10 @@ std::vector<EmitOp> adalnOps(const char *cfg) {
   return v;
 }
 
+// The bulk form's tunings (adaln_tiles=0).
 hk::EmitOptions adalnTuning(int stages, int stageK, int ctas) {
   hk::EmitOptions o;
+  o.sm90AdalnTiles = 0;
   o.sm90AdalnStages = stages;
   o.sm90AdalnStageK = stageK;
   o.sm90AdalnCtas = ctas;
@@ -264,12 +266,20 @@ TEST(KernelEmit, AdalnTableStreamsOnHopper) {
   ASSERT_EQ(full.size(), 2u);
   const EmitOp &blk = full[0];
   ASSERT_EQ(blk.op.attrs.N, 18 * 5376);
-  auto k = emit(blk);
+  // The default is the tiles form (KernelEmit.AdalnTableTilesForm): 64-row boxes, 8 stages at two CTAs per SM.
+  auto dflt = emit(blk);
+  ASSERT_TRUE(dflt);
+  EXPECT_EQ(dflt->id.rfind("adaln_table_sm90_k2688_n96768_xf32_", 0), 0u) << dflt->id;
+  EXPECT_NE(dflt->source.find("#define AL_KS 64\n#define AL_STAGES 8\n#define AL_WARPS 4\n#define AL_NBW 2\n"
+                              "#define AL_CTAS 2\n#define AL_TILES 1\n"),
+            std::string::npos);
+  EXPECT_EQ(dflt->launch.grid[0].maxPerSm, 2);
+  // The bulk form at its tuning of 2026-12-04: 256 columns per stage at two CTAs per SM (2 stages each in half the SM).
+  auto k = emit(blk, "sm_90a", adalnTuning(0, 256, 2));
   ASSERT_TRUE(k);
   EXPECT_EQ(k->id.rfind("adaln_table_sm90_k2688_n96768_xf32_", 0), 0u) << k->id;
   EXPECT_NE(k->source.find("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"), std::string::npos);
   EXPECT_NE(k->source.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
-  // The default: 256 columns per stage at two CTAs per SM (2 stages each in half the SM; measured fastest, 2026-12-04).
   EXPECT_NE(k->source.find("#define AL_KS 256\n#define AL_STAGES 2\n"), std::string::npos);
   EXPECT_NE(k->source.find("#define AL_CTAS 2\n"), std::string::npos);
   EXPECT_EQ(k->launch.block[0], 160);
@@ -327,9 +337,11 @@ TEST(KernelEmit, AdalnTableStreamsOnHopper) {
   EXPECT_EQ(emit(full[1])->id.rfind("adaln_table_sm90_k2688_n10752_xf32_", 0), 0u);
   auto small = emit(adalnOps("small")[0], "sm_90a", adalnTuning(0, 256, 1));
   EXPECT_NE(small->source.find("#define AL_KS 96\n#define AL_STAGES 16\n"), std::string::npos);
-  auto tiny = emit(adalnOps("tiny")[1]);
+  auto tiny = emit(adalnOps("tiny")[1], "sm_90a", adalnTuning(0, 256, 2));
   EXPECT_EQ(tiny->id.rfind("adaln_table_sm90_k16_n48_xf32_", 0), 0u) << tiny->id;
   EXPECT_NE(tiny->source.find("#define AL_KS 16\n"), std::string::npos);
+  // The tiles form's box stays 64 columns wide at K = 16 (the columns past K arrive as zeros, no chunk reads them).
+  EXPECT_NE(emit(adalnOps("tiny")[1])->source.find("#define AL_KS 64\n"), std::string::npos);
   EXPECT_EQ(tiny->launch.grid[0].extent.eval({}), 6);
 }
 
@@ -925,11 +937,11 @@ std::vector<plan::Kernel> fullPlanKernels(const std::string &arch) {
   for (const char *k : {"linear", "qkv_linear", "adaln_table", "time_embed", "rms_norm", "norm_modulate",
                         "attention", "pack", "unpack"})
     EXPECT_TRUE(kinds.count(k)) << "the full plan has no '" << k << "' kernel";
-  // sm_90a (wgmma): every qk_norm_rope is the epilogue of its qkv_linear; sm_100a keeps the op.
+  // qk_norm_rope stays apart from qkv on both archs by default (--qk-epilogue folds it into qkv on sm_90a).
   int fused = 0;
   for (const auto &o : p.forward().ops) fused += o.kind == plan::OpKind::QkvLinear && o.attrs.epilogue == plan::Epilogue::QkNormRope;
-  EXPECT_EQ(kinds.count("qk_norm_rope"), arch == "sm_90a" ? 0u : 1u) << arch;
-  EXPECT_EQ(fused, arch == "sm_90a" ? 52 : 0) << arch;  // 50 transformer blocks + 2 refiner blocks
+  EXPECT_EQ(kinds.count("qk_norm_rope"), 1u) << arch;
+  EXPECT_EQ(fused, 0) << arch;
   EXPECT_GE(p.kernels.size(), 15u);
   std::vector<plan::Kernel> ks;
   for (const auto &[id, k] : p.kernels) {
@@ -1009,6 +1021,104 @@ void expectCompilesWithoutSpills(hc::NvrtcJit &jit, const plan::Kernel &k, const
   if (!c) return;
   EXPECT_TRUE(spillsNothing(*c)) << what << " " << k.id << ":\n" << c->log;
   EXPECT_EQ(c->log.find("serialized"), std::string::npos) << what << " " << k.id << ":\n" << c->log;
+}
+
+// The AdaLN streaming kernel's tiles form (adaln_tiles=1): each stage one TMA box of W (two tensor maps of the weight
+// in w's place: a whole tile's box and an 8-row one for a range's last tile), 64 columns a stage, the ring first in
+// shared memory; the shapes it takes (8 warps x 2 blocks: 128-row tiles at one CTA per SM) and refuses (tiles past a
+// box's 256 rows, an odd block count); it compiles for sm_90a with no spills.
+TEST(KernelEmit, AdalnTableTilesForm) {
+  const auto full = adalnOps("full");
+  const EmitOp &blk = full[0];
+  hk::EmitOptions t = adalnTuning(0, 256, 1);
+  t.sm90AdalnTiles = 1;
+  t.sm90AdalnWarps = 8;
+  auto k = emit(blk, "sm_90a", t);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->id.rfind("adaln_table_sm90_k2688_n96768_xf32_", 0), 0u) << k->id;
+  EXPECT_NE(k->source.find("#define AL_TILES 1\n"), std::string::npos);
+  EXPECT_NE(k->source.find("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"),
+            std::string::npos);
+  // (227 KiB - 1,024 - 8 rows of a) / (128 rows x 128 bytes + barriers) = 11 stages of 16 KiB
+  EXPECT_NE(k->source.find("#define AL_KS 64\n#define AL_STAGES 11\n#define AL_WARPS 8\n#define AL_NBW 2\n"),
+            std::string::npos);
+  EXPECT_EQ(k->launch.block[0], 288);
+  EXPECT_LE(k->launch.smemBytes, 232448);
+  std::vector<std::string> names;
+  for (const auto &p : k->params) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"x", "y0", "w_map", "w8_map", "bias", "rows"}));
+  EXPECT_EQ(k->params[2].kind, plan::KernelParam::Kind::TensorMap);
+  EXPECT_EQ(k->params[2].map.box, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(k->params[3].map.box, (std::vector<int64_t>{64, 8}));
+  // Two CTAs per SM with 4 warps x 4 blocks (128-row tiles): (116,736 - 1,024 - 1,024 - a) / 16,400 = 4 stages.
+  hk::EmitOptions two = t;
+  two.sm90AdalnCtas = 2;
+  two.sm90AdalnWarps = 4;
+  two.sm90AdalnBlocks = 4;
+  auto k2 = emit(blk, "sm_90a", two);
+  EXPECT_NE(k2->source.find("#define AL_STAGES 4\n"), std::string::npos);
+  EXPECT_NE(k2->source.find("#define AL_NBW 4\n"), std::string::npos);
+  // The bulk form keeps the mma.sync kernel's parameters.
+  EXPECT_EQ(emit(blk, "sm_90a", adalnTuning(0, 256, 1))->params[2].name, "w");
+  hk::EmitOptions big = t;
+  big.sm90AdalnBlocks = 4;  // 8 x 4 x 8 = 256 rows: still one box
+  EXPECT_NE(emit(blk, "sm_90a", big)->source.find("#define AL_NBW 4\n"), std::string::npos);
+  hk::EmitOptions tooBig = t;
+  tooBig.set("adaln_warps", 8, "test");
+  tooBig.set("adaln_blocks", 4, "test");
+  tooBig.set("adaln_tiles", 1, "test");
+  EXPECT_NO_THROW(tooBig.check("test"));
+  tooBig.sm90AdalnWarps = 9;
+  EXPECT_THROW(emit(blk, "sm_90a", tooBig), h3c::Error);
+  EXPECT_THROW(t.set("adaln_blocks", 5, "test"), h3c::Error);
+  hk::EmitOptions odd = t;
+  odd.set("adaln_blocks", 3, "test");
+  EXPECT_THROW(odd.check("test"), h3c::Error);
+  // The small config (K = 96: one whole box and a half one, whose zero columns no chunk reads).
+  const auto smallOps = adalnOps("small");
+  auto small = emit(smallOps[0], "sm_90a", t);
+  EXPECT_NE(small->source.find("#define AL_KS 64\n"), std::string::npos);
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  expectCompilesWithoutSpills(jit, *k, "adaln tiles 8 x 2, one CTA per SM");
+  expectCompilesWithoutSpills(jit, *k2, "adaln tiles 4 x 4, two CTAs per SM");
+}
+
+// qk_norm / rope / qk_norm_rope at head_dim 128 take the pairs form (headops.cuh HO_PAIRS, 16 units a warp by
+// default; head_pairs=0 the strided form), whose grid gives each warp head_pair_units units; odd or out-of-range unit
+// counts are refused; a head_dim other than 128 (tiny: 16) keeps the strided form. Each compiles for both archs with
+// no spills.
+TEST(KernelEmit, HeadOpsPairsForm) {
+  const auto ops = h3Ops(h3c::h3::namedConfig("full"));
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  int seen = 0;
+  for (const EmitOp &o : ops) {
+    if (o.op.kind != OpKind::QkNormRope && o.op.kind != OpKind::QkNorm && o.op.kind != OpKind::Rope) continue;
+    ++seen;
+    auto k = emit(o, "sm_100a");
+    ASSERT_TRUE(k);
+    EXPECT_NE(k->source.find("#define HO_G 16\n#define HO_PAIRS 1\n"), std::string::npos) << k->id;
+    EXPECT_EQ(k->launch.grid[0].div, 8 * 16) << k->id;
+    hk::EmitOptions strided;
+    strided.headPairs = 0;
+    auto ks = emit(o, "sm_100a", strided);
+    EXPECT_NE(ks->source.find("#define HO_G 4\n#define HO_PAIRS 0\n"), std::string::npos) << ks->id;
+    EXPECT_NE(ks->id, k->id);
+    hk::EmitOptions two;
+    two.headPairUnits = 2;
+    EXPECT_EQ(emit(o, "sm_100a", two)->launch.grid[0].div, 16);
+    hk::EmitOptions odd;
+    odd.headPairUnits = 3;
+    EXPECT_THROW(emit(o, "sm_100a", odd), h3c::Error);
+    for (const char *arch : {"sm_90a", "sm_100a"})
+      expectCompilesWithoutSpills(jit, *emit(o, arch), std::string("pairs form ") + arch);
+  }
+  EXPECT_EQ(seen, 4);  // the refiner's qk_norm_rope (no rope) and the blocks', qk_norm, rope
+  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("tiny")))
+    if (o.op.kind == OpKind::QkNormRope)
+      EXPECT_NE(emit(o, "sm_100a")->source.find("#define HO_PAIRS 0\n"), std::string::npos);
+  EXPECT_THROW(hk::EmitOptions().set("head_pair_units", 33, "test"), h3c::Error);
 }
 
 // The backward's gradient kernels (docs/contract.md section 14): every kernel of a `--backward` plan (tiny shapes for

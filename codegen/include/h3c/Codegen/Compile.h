@@ -14,7 +14,7 @@ struct CompileOptions {
   int64_t sp = 1;               // sequence-parallel degree: 1, 2, 4, 8
   int64_t tp = 1;               // tensor-parallel degree: 1, 2, 4, 8
   bool fuse = true;
-  bool qkEpilogue = true;       // sm_90a: qk_norm_rope fused into the qkv GEMM epilogue (false: two ops, same bits)
+  bool qkEpilogue = false;      // sm_90a: qk_norm_rope fused into the qkv GEMM epilogue (false: two ops, same bits)
   bool fuseGrad = true;         // --backward: h3-fuse-grad (false keeps every grad_add: the same bits, for comparisons)
   bool foldSwigluGrad = false;  // --fold-swiglu-grad: h3-fuse-grad's swiglu_grad into fc2's dX (slower on Hopper today)
   bool wgmma = true;            // sm_90a: Hopper kernels for the bf16 linears (false: mma.sync, same bits)

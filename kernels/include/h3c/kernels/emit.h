@@ -73,6 +73,10 @@ struct EmitOptions {
   // Timing only: the training plan's qk_norm_rope at 8,349 rows x 56 heads on an H100 0.40 ms with 1, 0.35 with 2,
   // 0.31 with 4 and 8 (bench/NOTES.md 2026-12-06, session of 16:01).
   int headUnits = 4;
+  // ... at head_dim 128 (rotary width a multiple of 4): the pairs form (headops.cuh, HO_PAIRS: bf16 pairs a lane, one
+  // inverse RMS a lane for the warp's units) with headPairUnits units a warp (even, 2-32); headPairs = 0 keeps the
+  // strided form above. Timing only.
+  int headPairs = 1, headPairUnits = 16;
   // sm_90a with wgmma: the AdaLN table runs on the streaming kernel (adaln_sm90.cuh: bulk copies of the weight into a
   // shared-memory ring, mma.sync with the mma.sync kernel's operand roles; the same bits). Tuning (no bit changes):
   // the most ring stages (0: as many as fit, up to 16; always clamped to what fits), the K columns each stage holds (a
@@ -80,6 +84,13 @@ struct EmitOptions {
   // that is not a multiple of 16, keeps the mma.sync kernel.
   // Two CTAs per SM: 0.170 ms at the full shape against 0.300 ms with one (bench/NOTES.md, 2026-12-04).
   int sm90AdalnStages = 0, sm90AdalnStageK = 256, sm90AdalnCtas = 2;
+  // The streaming kernel's shape: consumer warps a CTA (1-8) and 8-row weight blocks each (2 or 4); a tile is 8 x
+  // blocks x warps weight rows. sm90AdalnTiles = 1 (the default): each stage is one TMA box of a swizzled tensor map
+  // of W (tile rows x 64 columns, the stage width fixed at 64, adaln_stage_k unused; at most 256 tile rows) instead of
+  // one bulk copy per weight row (0). Measured on an H100 (bench/NOTES.md, 2026-12-07 09:00): 0.176 ms (2,950 GB/s)
+  // at 4 x 2, two CTAs per SM, against 0.184 for the bulk default, and 0.177-0.184 at every other shape swept, where
+  // the bulk form needs two CTAs per SM (one: 0.285).
+  int sm90AdalnWarps = 4, sm90AdalnBlocks = 2, sm90AdalnTiles = 1;
   // 1: every kernel is launched as a programmatic dependent of the one before it (plan::Launch::gridDependency; the
   // kernels wait for their producers first thing, common.cuh), so a kernel's launch and first CTAs overlap the tail of
   // the previous one; 0: plain stream order. Timing only.
