@@ -2,7 +2,7 @@
 // events: 3 warm-up launches, then the median of 20 timed launches each. Inputs are random (never zeros). Each kernel
 // is JIT-compiled and launched exactly as a plan carries it (its text, NVRTC options and launch ABI).
 // Prints a table (ms, TFLOP/s or GB/s) and writes JSON lines to argv[1] when given.
-//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep] [--energy] [--vendor] [--only TEXT]
+//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep] [--energy] [--vendor] [--only TEXT[|TEXT...]]
 // --vendor adds cuBLASLt's plain GEMM of each linear's shape (bf16 out: torch's F.linear) in the same process.
 // --energy times each kernel sustained (back-to-back launches for about 0.6 s, the mean per launch) and reads the
 // board's energy counter and SM clock over it (NVML): watts, MHz and millijoules per launch beside the time, for a
@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
   std::string outPath;
   long long M = 8349;
   bool sweep = false, energy = false, vendor = false;
-  std::string only;  // --only TEXT: time only the kernels whose name contains TEXT
+  std::string only;  // --only TEXT[|TEXT...]: time only the kernels whose name contains one of the TEXTs
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc) M = std::atoll(argv[++i]);
@@ -190,6 +190,17 @@ int main(int argc, char **argv) {
     for (long long r = 0; r < M; ++r) meta[size_t(r)] = r < M / 10 ? 1 : r < 9 * M / 10 ? 0 : 2;
     tagsRuns->upload(meta.data(), meta.size() * 8);
 
+    // --only A|B|...: the kernels whose name contains any of the alternatives.
+    auto wanted = [&](const std::string &name) {
+      if (only.empty()) return true;
+      for (size_t at = 0;;) {
+        const size_t bar = only.find('|', at);
+        if (name.find(only.substr(at, bar == std::string::npos ? std::string::npos : bar - at)) != std::string::npos)
+          return true;
+        if (bar == std::string::npos) return false;
+        at = bar + 1;
+      }
+    };
     std::vector<Result> results;
     std::map<std::string, plan::Kernel> kernels;  // the runner keeps pointers to these
     const plan::Extents ext{1, M, 0, 0, 0, T};
@@ -209,7 +220,7 @@ int main(int argc, char **argv) {
     };
     auto bench = [&](const std::string &name, const EmitOp &op, const Operands &ops, double flops, double bytes,
                      const h3c::kernels::EmitOptions &opt = h3c::kernels::EmitOptions::planDefaults()) {
-      if (!only.empty() && name.find(only) == std::string::npos) return;
+      if (!wanted(name)) return;
       try {
         auto k = emit(op, dev.arch(), opt);
         const plan::Kernel &kk = kernels.emplace(k->id, *k).first->second;
@@ -225,7 +236,7 @@ int main(int argc, char **argv) {
     // scratch it reads holds what the run before left there.
     auto benchPhase = [&](const std::string &name, const EmitOp &op, const Operands &ops, int phase, double flops,
                           double bytes, const h3c::kernels::EmitOptions &opt) {
-      if (!only.empty() && name.find(only) == std::string::npos) return;
+      if (!wanted(name)) return;
       plan::Kernel k = *emit(op, dev.arch(), opt);
       if (phase >= 0) {
         k.entry = k.phases.at(size_t(phase)).entry;
@@ -239,7 +250,7 @@ int main(int argc, char **argv) {
     };
     // cuBLASLt's plain GEMM of the same shape (y = x W^T, bf16 out), in this process.
     auto vendorGemm = [&](const std::string &name, long long K, long long n) {
-      if (!only.empty() && name.find(only) == std::string::npos) return;
+      if (!wanted(name)) return;
       try {
         h3c::bench::VendorGemm g(M, n, K);
         hc::DeviceBuffer out(size_t(M * n * 2));  // fc1's plain output (M x 28,672) is wider than y

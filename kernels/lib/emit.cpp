@@ -428,7 +428,6 @@ plan::Kernel emitAdaln(const OpView &v, const std::string &arch) {
 plan::Kernel emitTimeEmbed(const OpView &v, const std::string &arch) {
   const plan::OpAttrs &a = v.a();
   const int64_t K = a.freqDim, H = a.hidden, N = a.outDim;
-  if ((K + H) * 4 > 40 * 1024) fail(v.where, "time_embed: freq_dim + hidden too large for shared memory");
   checkKChunks(v);
   if (v.op.weights.size() != 2 || v.op.biases.size() != 2)
     fail(v.where, "time_embed reads [linear_1, linear_2] weights and biases");
@@ -441,8 +440,13 @@ plan::Kernel emitTimeEmbed(const OpView &v, const std::string &arch) {
   p.weight("w2", 1);
   p.bias("b1", 0);
   p.bias("b2", 1);
-  plan::Launch l = launch(256, 0, dim(v.rowsOfIn(0)), dim(Extent::constant((N + 255) / 256)));
-  return finish(fmt::format("time_embed_k{}_h{}_n{}", K, H, N), "TE_ENTRY", b, p, tmpl::time_embed, l, arch, v.options);
+  p.scratch("h", v.rowsOfIn(0).scaled(H * 4));  // phase 0's silu(W1 s + b1), phase 1's input
+  p.scalar("rows", v.rowsOfIn(0));
+  // 32 weight rows x 8 input rows a CTA (time_embed.cuh); phase 0 over the hidden rows, phase 1 over the outputs.
+  plan::Launch l0 = launch(256, 0, dim(Extent::constant((H + 31) / 32)), dim(v.rowsOfIn(0), 8));
+  plan::Launch l1 = launch(256, 0, dim(Extent::constant((N + 31) / 32)), dim(v.rowsOfIn(0), 8));
+  return finish(fmt::format("time_embed_k{}_h{}_n{}", K, H, N), "TE_ENTRY", b, p, tmpl::time_embed, l0, arch, v.options,
+                {{"TE_ENTRY_P1", l1}});
 }
 
 void checkLaneTree(const OpView &v) {

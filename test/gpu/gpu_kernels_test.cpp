@@ -238,7 +238,7 @@ protected:
   void checkSwigluKeepsX(const std::string &cfg, long long K, long long N, long long M, long long L);
   void checkElementwise(const std::string &cfg, int H, int F, long long M);
   void checkF32(const std::string &cfg, long long K, long long N, long long M, long long freq, long long hid,
-                long long E);
+                long long E, long long T = 3);
 };
 
 // ---- tensor-core linears ----
@@ -963,8 +963,9 @@ void Kernels::checkElementwise(const std::string &cfg, int H, int F, long long M
 
 // F32 linear (sequential fma order) and the fused time embedding: bitwise.
 void Kernels::checkF32(const std::string &cfg, long long K, long long N, long long M, long long freq, long long hid,
-                       long long E) {
-  std::string name = fmt::format("[{}] f32 linear K={} N={} M={}; time_embed {}->{}->{}", cfg, K, N, M, freq, hid, E);
+                       long long E, long long T) {
+  std::string name =
+      fmt::format("[{}] f32 linear K={} N={} M={}; time_embed {}->{}->{} T={}", cfg, K, N, M, freq, hid, E, T);
   try {
     auto x = randF(size_t(M * K)), w = randF(size_t(N * K), 0.05), b = randF(size_t(N), 0.1);
     Launch l;
@@ -986,7 +987,6 @@ void Kernels::checkF32(const std::string &cfg, long long K, long long N, long lo
       }
     report(bytesEqual(y, ref), name + ": f32 linear bitwise (fma order)");
 
-    const long long T = 3;
     auto s = randF(size_t(T * freq)), w1 = randF(size_t(hid * freq), 0.05), b1 = randF(size_t(hid), 0.1);
     auto w2 = randF(size_t(E * hid), 0.02), b2 = randF(size_t(E), 0.1);
     Launch t;
@@ -2065,4 +2065,5 @@ TEST_F(Kernels, FullBitwiseKernels) {
   checkQkNormRope("full", 3, 128, 32, 11, 2, 4, 4);
   checkElementwise("full", 5376, 14336, 64);
   checkF32("full", 5376, 96, 70, 256, 5376, 2688);
+  checkF32("full", 96, 5376, 37, 256, 5376, 2688, 11);  // 11 timestep rows: two groups of 8 in time_embed's grid
 }
