@@ -109,24 +109,28 @@ namespace {
 
 // The strict rule over (node id, actual binding) pairs in execution order: unknown and repeated ids are problems,
 // non-row nodes offenders, expected nodes without an entry missing. Shared by the builder and verifyLedger.
-void evaluateIds(const std::vector<std::pair<std::string, std::string>> &ran, const std::vector<NodeInfo> &expected,
+// (The table's positions by id, and one flag a node: the package's verdict runs after every forward, and two sets of
+// 893 strings took ~0.7 ms of it.)
+void evaluateIds(const std::vector<std::pair<std::string, std::string>> &ran, const h3::Config &c,
                  std::vector<std::string> &missing, std::vector<std::string> &offenders,
                  std::vector<std::string> &problems) {
-  std::set<std::string> known;
-  for (const auto &n : expected)
-    known.insert(n.id);
-  std::set<std::string> seen;
+  const std::vector<NodeInfo> &expected = expectedNodes(c);
+  const std::unordered_map<std::string, size_t> &index = expectedNodeIndex(c);
+  std::vector<char> seenKnown(expected.size(), 0);
+  std::set<std::string> seenUnknown;
   for (const auto &[id, actual] : ran) {
-    if (!known.count(id))
+    auto it = index.find(id);
+    const bool again = it == index.end() ? !seenUnknown.insert(id).second : seenKnown[it->second]++ != 0;
+    if (it == index.end())
       problems.push_back("'" + id + "' is not a node of the recorded config");
-    if (!seen.insert(id).second)
+    if (again)
       problems.push_back("'" + id + "' is recorded twice");
     if (actual != "row")
       offenders.push_back(id + ": actual " + actual);
   }
-  for (const auto &n : expected)
-    if (!seen.count(n.id))
-      missing.push_back(n.id);
+  for (size_t i = 0; i < expected.size(); ++i)
+    if (!seenKnown[i])
+      missing.push_back(expected[i].id);
 }
 
 // The same over a ledger document's node entries.
@@ -141,7 +145,7 @@ void evaluate(const json &nodes, const h3::Config &c, std::vector<std::string> &
     }
     ran.emplace_back(e["id"].get<std::string>(), e["actual"].get<std::string>());
   }
-  evaluateIds(ran, expectedNodes(c), missing, offenders, problems);
+  evaluateIds(ran, c, missing, offenders, problems);
 }
 
 // The verdict's strict rule from the evaluation: complete, every node row, and no non-finite value in the header's
@@ -171,7 +175,7 @@ std::vector<std::pair<std::string, std::string>> LedgerBuilder::ranNodes() const
 LedgerVerdict LedgerBuilder::verdict() const {
   LedgerVerdict v;
   std::vector<std::string> missing;
-  evaluateIds(ranNodes(), expectedNodes(plan_.config), missing, v.offenders, v.problems);
+  evaluateIds(ranNodes(), plan_.config, missing, v.offenders, v.problems);
   v.sealOk = true;
   applyStrictRule(v, missing, header_.value("non_finite", json::array()));
   return v;
@@ -180,7 +184,7 @@ LedgerVerdict LedgerBuilder::verdict() const {
 json LedgerBuilder::finish() const {
   const std::vector<NodeInfo> &expected = expectedNodes(plan_.config);
   std::vector<std::string> missing, offenders, problems;
-  evaluateIds(ranNodes(), expected, missing, offenders, problems);
+  evaluateIds(ranNodes(), plan_.config, missing, offenders, problems);
   if (!problems.empty())
     fail("ledger", "inconsistent ledger: {}", problems.front());
   std::map<std::string, std::string> kinds;  // each node gets its kind from the node table

@@ -26,4 +26,20 @@ const std::vector<NodeInfo> &expectedNodes(const h3::Config &c) {
   return *slot;
 }
 
+const std::unordered_map<std::string, size_t> &expectedNodeIndex(const h3::Config &c) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<const std::unordered_map<std::string, size_t>>> byConfig;
+  const std::vector<NodeInfo> &nodes = expectedNodes(c);
+  const std::string key = h3::configToJson(c).dump();
+  std::lock_guard<std::mutex> lock(mu);
+  auto &slot = byConfig[key];
+  if (!slot) {
+    auto out = std::make_unique<std::unordered_map<std::string, size_t>>();
+    out->reserve(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) out->emplace(nodes[i].id, i);
+    slot = std::move(out);
+  }
+  return *slot;
+}
+
 } // namespace h3c::rt
