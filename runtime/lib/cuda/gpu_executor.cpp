@@ -119,8 +119,8 @@ public:
     begin(p, req);
     const plan::Function &fn = p.forward();
 
-    // H3C_GPU_PROFILE=1: per-op CUDA events, a per-kind table and the forward time on stderr (timing only; the
-    // results are the same bits).
+    // H3C_GPU_PROFILE=1: per-op CUDA events, a per-kind table and the forward time on stderr (=ops: every op's time
+    // too; timing only; the results are the same bits).
     const bool profile = std::getenv("H3C_GPU_PROFILE") != nullptr;
     // H3C_PROFILE (or H3C_GPU_PROFILE): the executor's host phases (no events, nothing synchronized in between).
     const bool hostProfile = hostProfileOn();
@@ -328,6 +328,15 @@ private:
                  totalB / 1073741824.0);
     for (const auto &[k, v] : perKind)
       std::fprintf(stderr, "h3c gpu:   %-28s %4d ops %10.3f ms\n", k.c_str(), v.second, v.first);
+    // H3C_GPU_PROFILE=ops: every op's time too, with its first node (which of a kind's few ops is the slow one).
+    const char *level = std::getenv("H3C_GPU_PROFILE");
+    if (level && std::string(level) == "ops")
+      for (const plan::Op &op : fn.ops) {
+        float ms = 0;
+        hc::check(d.cuEventElapsedTime(&ms, ev[op.index], ev[op.index + 1]), "cuEventElapsedTime");
+        std::fprintf(stderr, "h3c gpu:   op %4lld %-22s %-48s %9.3f ms\n", (long long)op.index,
+                     plan::opKindName(op.kind), op.nodes.empty() ? "" : op.nodes.front().c_str(), ms);
+      }
   }
 
   // The CUDA events of H3C_GPU_PROFILE: destroyed on every path out of a run (an op that throws included).
