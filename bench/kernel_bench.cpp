@@ -816,6 +816,24 @@ int main(int argc, char **argv) {
       }
     }
     {
+      // The F32 embedder linears on CUDA cores (linear_f32.cuh; proj_out at K = 5,376 to 96 columns, proj_in at K =
+      // 96 to 5,376; rows: the video tokens, M here), the default k-tiles against f32_vec=1.
+      Operands o;
+      o.in = {x->get()};
+      o.out = {y->get()};
+      o.w = {w->get()};
+      o.b = {tempF->get()};
+      h3c::kernels::EmitOptions vec = h3c::kernels::EmitOptions::planDefaults();
+      vec.f32Vec = 1;
+      for (const auto &[name, K, N] : {std::tuple<const char *, long long, long long>{"proj_out (F32)", H, 96},
+                                       {"proj_in (F32)", 96, H}}) {
+        const EmitOp f = op(OpKind::Linear, name, with(attrs({{"K", K}, {"N", N}}), F32, F32, F32), kchunks(1), 1, 1);
+        const double flops = 2.0 * M * K * N, bytes = 4.0 * (M * K + K * N + M * N);
+        bench(name, f, o, flops, bytes);
+        bench(std::string(name) + " [f32_vec]", f, o, flops, bytes, vec);
+      }
+    }
+    {
       Operands o;
       o.in = {tempF->get()};
       o.out = {y->get()};

@@ -339,6 +339,7 @@ plan::Kernel emitLinear(const OpView &v, const std::string &arch) {
     Builder b;
     b.def("FL_K", a.K); b.def("FL_N", a.N); b.def("FL_HAS_BIAS", bias ? 1 : 0);
     b.def("FL_XBF", a.xDtype == DType::F32 ? 0 : 1); b.def("FL_OUT_BF", a.outDtype == DType::F32 ? 0 : 1);
+    if (v.options.f32Vec) b.def("FL_VEC", 1);
     Params p;
     p.in("x", 0);
     p.out("y", 0);

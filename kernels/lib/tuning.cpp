@@ -37,6 +37,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           // ... at head_dim 128: the pairs form (0: the strided one) and its units a warp (even)
                           {"head_pairs", &EmitOptions::headPairs, 0, 1},
                           {"head_pair_units", &EmitOptions::headPairUnits, 2, 32},
+                          // the F32 linears' k-tiles k-major, read 16 bytes at a time (0: row-major, 4 bytes)
+                          {"f32_vec", &EmitOptions::f32Vec, 0, 1},
                           // the AdaLN table's ring: at most this many stages (0: as many as fit), a multiple of 16
                           // columns per stage (checked below), 1 or 2 CTAs per SM
                           {"adaln_stages", &EmitOptions::sm90AdalnStages, 0, 16},

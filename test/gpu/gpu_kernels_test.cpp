@@ -986,6 +986,16 @@ void Kernels::checkF32(const std::string &cfg, long long K, long long N, long lo
         ref[size_t(r * N + n)] = acc + b[size_t(n)];
       }
     report(bytesEqual(y, ref), name + ": f32 linear bitwise (fma order)");
+    // f32_vec=1 (k-major, swizzled k-tiles read 16 bytes at a time): the same chains, the same bytes.
+    hk::EmitOptions vec;
+    vec.f32Vec = 1;
+    Launch lv = l;
+    lv.out = {outBuf(size_t(M * N * 4))};
+    run(kernel(op(OpKind::Linear, "proj_out", with(attrs({{"K", K}, {"N", N}}), DType::F32, DType::F32, DType::F32),
+                  kchunks(1), 1, 1),
+               vec),
+        lv);
+    report(bytesEqual(down<float>(*lv.out[0], size_t(M * N)), ref), name + ": f32 linear f32_vec=1 bitwise (fma order)");
 
     auto s = randF(size_t(T * freq)), w1 = randF(size_t(hid * freq), 0.05), b1 = randF(size_t(hid), 0.1);
     auto w2 = randF(size_t(E * hid), 0.02), b2 = randF(size_t(E), 0.1);
@@ -2066,4 +2076,5 @@ TEST_F(Kernels, FullBitwiseKernels) {
   checkElementwise("full", 5376, 14336, 64);
   checkF32("full", 5376, 96, 70, 256, 5376, 2688);
   checkF32("full", 96, 5376, 37, 256, 5376, 2688, 11);  // 11 timestep rows: two groups of 8 in time_embed's grid
+  checkF32("full", 5376, 32, 157, 256, 5376, 2688);      // audio_proj_out: N short of one 64-column tile
 }

@@ -1124,6 +1124,29 @@ TEST(KernelEmit, HeadOpsPairsForm) {
   EXPECT_THROW(hk::EmitOptions().set("head_pair_units", 33, "test"), h3c::Error);
 }
 
+// f32_vec=1: the F32 linears (proj_in, audio_proj_in, proj_out, audio_proj_out) define FL_VEC (k-major swizzled
+// k-tiles, 16-byte reads), another kernel text and id; the default defines nothing new. Both compile for both archs
+// with no spills.
+TEST(KernelEmit, F32LinearVecOption) {
+  hk::EmitOptions vec;
+  vec.set("f32_vec", 1, "test");
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  int seen = 0;
+  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
+    if (o.op.kind != OpKind::Linear || o.op.attrs.wDtype != h3c::DType::F32) continue;
+    ++seen;
+    auto k = emit(o, "sm_90a"), kv = emit(o, "sm_90a", vec);
+    EXPECT_EQ(k->source.find("#define FL_VEC"), std::string::npos) << k->id;
+    EXPECT_NE(kv->source.find("#define FL_VEC 1\n"), std::string::npos) << kv->id;
+    EXPECT_NE(k->id, kv->id);
+    EXPECT_EQ(k->launch.grid[0].div, kv->launch.grid[0].div);
+    for (const char *arch : {"sm_90a", "sm_100a"})
+      expectCompilesWithoutSpills(jit, *emit(o, arch, vec), std::string("f32_vec ") + arch);
+  }
+  EXPECT_GE(seen, 1);
+}
+
 // The backward's gradient kernels (docs/contract.md section 14): every kernel of a `--backward` plan (tiny shapes for
 // both archs, full with H3C_NVRTC_VARIANTS=1) compiles to an ELF. The default plan runs the linear and attention
 // gradients on the tensor cores (grad_linear_mma.cuh, grad_attention_mma.cuh: one later phase, scratch for bf(g) /

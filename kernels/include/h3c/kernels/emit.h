@@ -77,6 +77,9 @@ struct EmitOptions {
   // inverse RMS a lane for the warp's units) with headPairUnits units a warp (even, 2-32); headPairs = 0 keeps the
   // strided form above. Timing only.
   int headPairs = 1, headPairUnits = 16;
+  // The F32 linears (linear_f32.cuh): 1 stages the k-tiles k-major and swizzled, read as 16-byte loads (FL_VEC);
+  // 0 the k-tiles row-major, read a value at a time. The same fma chains. Timing only.
+  int f32Vec = 0;
   // sm_90a with wgmma: the AdaLN table runs on the streaming kernel (adaln_sm90.cuh: bulk copies of the weight into a
   // shared-memory ring, mma.sync with the mma.sync kernel's operand roles; the same bits). Tuning (no bit changes):
   // the most ring stages (0: as many as fit, up to 16; always clamped to what fits), the K columns each stage holds (a
