@@ -34,10 +34,6 @@ __device__ __forceinline__ void gr_st2(void *p, long long i, float a, float b) {
   else *(float2 *)((float *)p + i) = make_float2(a, b);
 }
 
-// A dX kernel's store of dX's columns c, c + 1 (c even) of row r, dX [rows][K]: as they are (SW 0), or with the
-// swiglu_grad of that dX taken in (SW 1, h3-fuse-grad) that op's dx at columns c, c + 1 (dv) and K + c, K + c + 1
-// (dg) of [rows][2K], from x = [v | g] (sx, bf16 [rows][2K]); F32, or bf16 (BF 1: the rounding of a grad_round, or
-// of the swiglu_grad, folded in).
 // The pairs of x = [v | g] (sx, bf16 [rows][2K]) at columns c, c + 1 (v) and K + c, K + c + 1 (g) of row r.
 // The Hopper dX kernels load a batch of them before storing any (gr_dx_store2_x): the compiler may not move a load of
 // sx above a store to dx, which it cannot tell apart, so a load made beside each store waits out its latency alone
@@ -60,6 +56,10 @@ __device__ __forceinline__ void gr_dx_store2_x(void *dx, GrSwigluX x, long long 
   gr_st2<BF>(dx, r * 2 * K + c, dv0, dv1);
   gr_st2<BF>(dx, r * 2 * K + K + c, dg0, dg1);
 }
+// A dX kernel's store of dX's columns c, c + 1 (c even) of row r, dX [rows][K]: as they are (SW 0), or with the
+// swiglu_grad of that dX taken in (SW 1, h3-fuse-grad) that op's dx at columns c, c + 1 (dv) and K + c, K + c + 1
+// (dg) of [rows][2K], from x = [v | g] (sx, bf16 [rows][2K]); F32, or bf16 (BF 1: the rounding of a grad_round, or
+// of the swiglu_grad, folded in).
 template <int SW, int BF>
 __device__ __forceinline__ void gr_dx_store2(void *dx, const void *sx, long long r, long long c, long long K,
                                              float2 d) {

@@ -26,6 +26,13 @@ __device__ __forceinline__ float ho_rope(const float *b, int j, float bj, float 
   return __fadd_rn(__fmul_rn(bj, c), __fmul_rn(rot, s));
 }
 
+// The tensor a CTA works on: with two (q and k) grid.y picks one, its input, output and norm weights alike.
+#if HO_NT == 2
+#define HO_PICK(a, b) (blockIdx.y == 0 ? (a) : (b))
+#else
+#define HO_PICK(a, b) (a)
+#endif
+
 #if HO_PAIRS
 // The pairs form (head_dim 128): a warp takes HO_G units as HO_G / 2 passes of two, lanes 16 h + m (h = 0, 1) on unit
 // 2 p + h of pass p, lane m holding the channel pairs q = m + 16 i (channels 2 q, 2 q + 1; i = 0..3) as bf16x2 words.
@@ -49,19 +56,10 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5, h = lane >> 4, m = lane & 15;
   const long long unit0 = ((long long)blockIdx.x * 8 + wib) * HO_G, total = rows * HO_HEADS;
   if (unit0 >= total) return;
-#if HO_NT == 2
-  const int t = blockIdx.y;
-  const h3u32 *x = (const h3u32 *)(t == 0 ? x0 : x1);
-  h3u32 *y = (h3u32 *)(t == 0 ? y0 : y1);
+  const h3u32 *x = (const h3u32 *)HO_PICK(x0, x1);
+  h3u32 *y = (h3u32 *)HO_PICK(y0, y1);
 #if HO_NORM
-  const h3u32 *w = (const h3u32 *)(t == 0 ? w0 : w1);
-#endif
-#else
-  const h3u32 *x = (const h3u32 *)x0;
-  h3u32 *y = (h3u32 *)y0;
-#if HO_NORM
-  const h3u32 *w = (const h3u32 *)w0;
-#endif
+  const h3u32 *w = (const h3u32 *)HO_PICK(w0, w1);
 #endif
   // Every pass's pairs first, all loads in flight (units past the end read as zeros and are never stored).
   h3u32 xv[HO_P][4];
@@ -177,21 +175,11 @@ extern "C" __global__ void __launch_bounds__(256) HO_ENTRY(H3C_PARAMS) {
   __shared__ float buf[8][HO_D];
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const long long unit0 = ((long long)blockIdx.x * 8 + wib) * HO_G;
-  const int t = blockIdx.y;
   if (unit0 >= rows * HO_HEADS) return;
-#if HO_NT == 2
-  const h3bf *x = (const h3bf *)(t == 0 ? x0 : x1);
-  h3bf *y = (h3bf *)(t == 0 ? y0 : y1);
+  const h3bf *x = (const h3bf *)HO_PICK(x0, x1);
+  h3bf *y = (h3bf *)HO_PICK(y0, y1);
 #if HO_NORM
-  const h3bf *w = (const h3bf *)(t == 0 ? w0 : w1);
-#endif
-#else
-  (void)t;
-  const h3bf *x = (const h3bf *)x0;
-  h3bf *y = (h3bf *)y0;
-#if HO_NORM
-  const h3bf *w = (const h3bf *)w0;
-#endif
+  const h3bf *w = (const h3bf *)HO_PICK(w0, w1);
 #endif
   float *b = buf[wib];
 #if HO_D % 128 == 0
