@@ -139,22 +139,20 @@ OpAttrs parseAttrs(OpKind kind, const json &j, bool hasInputs, bool hasWeights, 
       a.epilogue != Epilogue::Residual && !(kind == OpKind::LinearGradX && a.epilogue == Epilogue::Swiglu))
     fail(where + "/epilogue", "a {}'s epilogue is \"residual\"{} or absent, got \"{}\"", opKindName(kind),
          kind == OpKind::LinearGradX ? ", \"swiglu\"" : "", epilogueName(a.epilogue));
+  // A key that is absent or holds its one other value (`value`): whether it is there.
+  auto flag = [&](const char *key, int64_t value) {
+    if (!j.contains(key)) return false;
+    if (!j[key].is_number_integer() || j[key].get<int64_t>() != value)
+      fail(where + "/" + key, "expected {} (or no key)", value);
+    return true;
+  };
   // lse (attention's row statistics saved for the backward) adds an output to attention, an input to attention_grad.
-  if ((kind == OpKind::Attention || kind == OpKind::AttentionGrad) && j.contains("lse")) {
-    if (!j["lse"].is_number_integer() || j["lse"].get<int64_t>() != 1) fail(where + "/lse", "expected 1 (or no key)");
-    a.lse = 1;
-  }
+  if ((kind == OpKind::Attention || kind == OpKind::AttentionGrad) && flag("lse", 1)) a.lse = 1;
   // table_grad 0 (nothing reads the AdaLN table's gradient) takes the output "dtable" (and gate_residual_grad's input
   // "y") away; no key: 1.
-  if ((kind == OpKind::NormModulateGrad || kind == OpKind::GateResidualGrad) && j.contains("table_grad")) {
-    if (!j["table_grad"].is_number_integer() || j["table_grad"].get<int64_t>() != 0)
-      fail(where + "/table_grad", "expected 0 (or no key)");
-    a.tableGrad = 0;
-  }
+  if ((kind == OpKind::NormModulateGrad || kind == OpKind::GateResidualGrad) && flag("table_grad", 0)) a.tableGrad = 0;
   // swiglu_x 1 on a linear with the swiglu epilogue adds the output "swiglu_x" (its own [v | g], kept for the backward).
-  if (kind == OpKind::Linear && j.contains("swiglu_x")) {
-    if (!j["swiglu_x"].is_number_integer() || j["swiglu_x"].get<int64_t>() != 1)
-      fail(where + "/swiglu_x", "expected 1 (or no key)");
+  if (kind == OpKind::Linear && flag("swiglu_x", 1)) {
     if (a.epilogue != Epilogue::Swiglu) fail(where + "/swiglu_x", "a linear keeps swiglu's x with the swiglu epilogue only");
     a.swigluX = 1;
   }

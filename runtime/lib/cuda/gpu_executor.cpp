@@ -305,8 +305,9 @@ private:
     std::map<std::string, std::pair<double, int>> perKind;
     float total = 0;
     hc::check(d.cuEventElapsedTime(&total, ev.front(), ev.back()), "cuEventElapsedTime");
+    std::vector<float> opMs(fn.ops.size());
     for (const plan::Op &op : fn.ops) {
-      float ms = 0;
+      float &ms = opMs[size_t(op.index)];
       hc::check(d.cuEventElapsedTime(&ms, ev[op.index], ev[op.index + 1]), "cuEventElapsedTime");
       std::string key = plan::opKindName(op.kind);
       if ((op.kind == plan::OpKind::Linear || op.kind == plan::OpKind::QkvLinear) &&
@@ -331,12 +332,10 @@ private:
     // H3C_GPU_PROFILE=ops: every op's time too, with its first node (which of a kind's few ops is the slow one).
     const char *level = std::getenv("H3C_GPU_PROFILE");
     if (level && std::string(level) == "ops")
-      for (const plan::Op &op : fn.ops) {
-        float ms = 0;
-        hc::check(d.cuEventElapsedTime(&ms, ev[op.index], ev[op.index + 1]), "cuEventElapsedTime");
+      for (const plan::Op &op : fn.ops)
         std::fprintf(stderr, "h3c gpu:   op %4lld %-22s %-48s %9.3f ms\n", (long long)op.index,
-                     plan::opKindName(op.kind), op.nodes.empty() ? "" : op.nodes.front().c_str(), ms);
-      }
+                     plan::opKindName(op.kind), op.nodes.empty() ? "" : op.nodes.front().c_str(),
+                     opMs[size_t(op.index)]);
   }
 
   // The CUDA events of H3C_GPU_PROFILE: destroyed on every path out of a run (an op that throws included).
