@@ -3,12 +3,17 @@
 // is JIT-compiled and launched exactly as a plan carries it (its text, NVRTC options and launch ABI).
 // Prints a table (ms, TFLOP/s or GB/s) and writes JSON lines to argv[1] when given.
 //   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep] [--energy] [--vendor] [--only TEXT[|TEXT...]]
+//                    [--variant LABEL=NAME=VALUE[,NAME=VALUE...]]...
 // --vendor adds cuBLASLt's plain GEMM of each linear's shape (bf16 out: torch's F.linear) in the same process.
 // --energy times each kernel sustained (back-to-back launches for about 0.6 s, the mean per launch) and reads the
 // board's energy counter and SM clock over it (NVML): watts, MHz and millijoules per launch beside the time, for a
 // focused set of Hopper linear variants (qkv + qk_norm_rope's register and staged epilogues too) and cuBLASLt, each
 // measured twice in alternation. The full forward is
 // power-capped (bench/NOTES.md), so energy per launch is what a kernel costs the ops around it.
+// --variant adds a Hopper linear variant of the plan's defaults with `h3c compile --tune`'s settings (NAME or
+// OP:NAME, e.g. `--variant "bn192 st4=linear+gate_residual:gemm_bn=192,linear+gate_residual:gemm_stages=4"`) beside
+// the linears it applies to (with --energy: the default, cuBLASLt and the given variants only, in alternation), so
+// that a tuning is timed without a new build.
 // --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight; the cooperative
 // and the ping-pong schedule, one 2-CTA cluster variant, the epilogue staged through shared memory), of the Hopper
 // attention (stages, overlap, ping-pong, one CTA per tile or persistent; --energy: the persistent grid beside the
@@ -149,6 +154,7 @@ int main(int argc, char **argv) {
   long long M = 8349;
   bool sweep = false, energy = false, vendor = false;
   std::string only;  // --only TEXT[|TEXT...]: time only the kernels whose name contains one of the TEXTs
+  std::vector<std::pair<std::string, std::string>> userVariants;  // --variant LABEL=SETTINGS
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc) M = std::atoll(argv[++i]);
@@ -156,6 +162,15 @@ int main(int argc, char **argv) {
     else if (a == "--energy") energy = true;
     else if (a == "--vendor") vendor = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--variant" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      const size_t eq = v.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::fprintf(stderr, "--variant: expected LABEL=NAME=VALUE[,NAME=VALUE...], got '%s'\n", v.c_str());
+        return 2;
+      }
+      userVariants.push_back({v.substr(0, eq), v.substr(eq + 1)});
+    }
     else outPath = a;
   }
   try {
@@ -305,6 +320,30 @@ int main(int argc, char **argv) {
       o.sm90HalfTail = halfTail;
       v.push_back({label, o});
     };
+    // --variant: the plan's defaults with the given settings (EmitOptions::set checks names and ranges).
+    // A variant whose settings all name another op's profile (OP:NAME) is left out of this linear's lines.
+    auto addUser = [&](Variants &v, const Linear &l) {
+      const std::string profile = l.kind == OpKind::QkvLinear ? "qkv_linear"
+                                  : l.epi == plan::Epilogue::GateResidual ? "linear+gate_residual"
+                                  : l.epi == plan::Epilogue::Swiglu ? "linear+swiglu" : "linear";
+      for (const auto &[label, settings] : userVariants) {
+        bool mine = false;
+        h3c::kernels::EmitOptions o = h3c::kernels::EmitOptions::planDefaults();
+        size_t at = 0;
+        while (at <= settings.size()) {
+          const size_t end = std::min(settings.find(',', at), settings.size());
+          const std::string kv = settings.substr(at, end - at);
+          const size_t eq = kv.rfind('=');
+          if (eq == std::string::npos) throw std::runtime_error("--variant " + label + ": '" + kv + "' is not NAME=VALUE");
+          const std::string name = kv.substr(0, eq);
+          o.set(name, std::stoi(kv.substr(eq + 1)), "--variant " + label);
+          mine |= name.find(':') == std::string::npos || name.substr(0, name.find(':')) == profile;
+          at = end + 1;
+        }
+        o.check("--variant " + label);
+        if (mine) v.push_back({label, o});
+      }
+    };
     // The staged epilogue's step 3 in the producer warpgroup's epilogue warps (gemm_epi_smem=2): 1-CTA, 2-CTA in
     // flight, and the 192-wide tile at 4 stages for the epilogues it serves.
     auto addWarps = [&](Variants &v, const Linear &l) {
@@ -334,6 +373,10 @@ int main(int argc, char **argv) {
     // --energy: the default, cuBLASLt and the variants that trade speed against power, twice in alternation.
     auto energyVariants = [&](const Linear &l) {
       Variants v;
+      if (!userVariants.empty()) {  // --variant: the default, cuBLASLt and these only
+        addUser(v, l);
+        return v;
+      }
       // (the register epilogue, ping-pong, g16 and the 1-CTA staged kernel in flight measured no better on
       // 2026-12-04: bench/NOTES.md, session of 14:36)
       // The epilogue staged through shared memory (coalesced 16-byte accesses): 3 stages at most beside it.
@@ -382,6 +425,7 @@ int main(int argc, char **argv) {
         Variants v;
         addWarps(v, l);
         addTall(v, l);
+        addUser(v, l);
         for (const auto &[label, o] : v) gemm(fmt::format("{} [sm90 {}]", l.name, label), l.kind, l.K, l.N, l.epi, o);
       }
       if (!sweep || dev.arch() != "sm_90a") continue;
