@@ -350,6 +350,8 @@ int main(int argc, char **argv) {
       addVariant(v, "st3 f0 epi-warps", 3, 0, 1, 256, 0, 2);
       addVariant(v, "st3 f1 epi-warps", 3, 1, 1, 256, 0, 2);
       addVariant(v, "st3 f1 c2 epi-warps", 3, 1, 2, 256, 0, 2);
+      addVariant(v, "st4 f1 c2 epi-shared", 4, 1, 2, 256, 0, 3);  // one staging area in turns: 4 stages fit
+      addVariant(v, "st4 f0 c2 epi-shared", 4, 0, 2, 256, 0, 3);
       if (l.N == H) addVariant(v, "st3 f1 c2 epi-warps whole tiles", 3, 1, 2, 256, 0, 2, 8, 0);
       if (l.epi != plan::Epilogue::Swiglu) addVariant(v, "bn192 st4 f1 c2 epi-warps", 4, 1, 2, 192, 0, 2);
     };

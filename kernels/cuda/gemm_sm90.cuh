@@ -27,6 +27,13 @@
 // tensor cores idle only while the stage is written (measured on fc1 + swiglu: tensor pipe 80.8 -> 93.8 %,
 // bench/NOTES.md).
 //
+// G9_EPI_SHARED (with G9_EPI_WARPS) keeps one staging area instead of two, which the consumers take in turns: consumer
+// 0 writes its block once the epilogue warps have walked consumer 1's block of the previous tile, consumer 1 once they
+// have walked consumer 0's block of this tile (consumer 0 meanwhile goes on to the next tile's main loop alone). The
+// 32 KiB it frees at width 256 hold a fourth ring stage: ncu of to_out (bench/NOTES.md, 2026-12-07 10:46) counted a
+// third of the consumers' samples waiting for the ring's data at 3 stages with a k-block in flight (one stage being
+// filled while two are read), where cuBLAS's kernel of 4 stages waits on the tensor core. Timing only.
+//
 // G9_HALF_TAIL (the staged 256-wide tiles of the epilogues none, residual and gate_residual): when the tiles of the
 // walk leave a last partial wave of at most half the grid, those tiles run as two 128-wide halves each (m64n128k16
 // wgmmas on the first 128 rows of B's stage, one 128-row box of B a stage), so the last wave takes half a tile's time
@@ -37,8 +44,8 @@
 // walk, 16 chunks a row. Timing only.
 //
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_BN G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
-// wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM, G9_EPI_WARPS and
-// G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this
+// wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM, G9_EPI_WARPS,
+// G9_EPI_SHARED and G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this
 // order): x_map (tensor map of x [rows, K]); residual (residual, gate_residual); table, ts_index, tags (gate_residual);
 // y0 (y1, y2 for qkv); w_map (tensor map of W [GM_N, K], boxes of G9_BN / 2 rows); t_map and u_map (GM_LORA_K > 0:
 // the unmerged LoRA input t [rows, GM_LORA_K] and up slot [GM_N, GM_LORA_K], docs/contract.md section 13: the
@@ -57,13 +64,24 @@
 #if GM_LORA_K % G9_BK
 #error "the LoRA width is a multiple of the k-block"
 #endif
-// setmaxnreg's split of the 168 x 384 registers of the launch: the producer warpgroup (one TMA thread; with
-// G9_EPI_WARPS also the three epilogue warps, whose walk needs more than 40) and the two consumer warpgroups
-// (128 accumulators each). 88 x 128 + 208 x 256 = 40 x 128 + 232 x 256 = 168 x 384.
 #ifdef G9_EPI_WARPS
 #ifndef G9_EPI_SMEM
 #error "G9_EPI_WARPS walks the staged epilogue (G9_EPI_SMEM)"
 #endif
+#elif defined(G9_EPI_SHARED)
+#error "G9_EPI_SHARED is a form of the epilogue warps' hand-over (G9_EPI_WARPS)"
+#endif
+// The staging areas (gemm_epilogue_smem.cuh's G9_OUT_BYTES each): one per consumer, or one for both (G9_EPI_SHARED).
+#ifdef G9_EPI_SHARED
+#define G9_OUT_AREAS 1
+#else
+#define G9_OUT_AREAS 2
+#endif
+#define G9_OUT_AT(cw) ((G9_OUT_AREAS - 1) * (cw) * G9_OUT_BYTES)
+// setmaxnreg's split of the 168 x 384 registers of the launch: the producer warpgroup (one TMA thread; with
+// G9_EPI_WARPS also the three epilogue warps, whose walk needs more than 40) and the two consumer warpgroups
+// (128 accumulators each). 88 x 128 + 208 x 256 = 40 x 128 + 232 x 256 = 168 x 384.
+#ifdef G9_EPI_WARPS
 #define G9_REGS_PRODUCER 88
 #define G9_REGS_CONSUMER 208
 #elif defined(G9_HALF_TAIL)
@@ -208,15 +226,23 @@ __device__ __forceinline__ void g9_finish(const GmEpilogue &ep, const void *bias
 #endif
                                           long long r0, long long c0) {
 #if defined(G9_EPI_WARPS)
-  // Round into the staging area once the epilogue warps have walked the previous tile's block, hand it to them and
-  // go on to the next tile.
-  mbar_wait(stEmpty + 8 * cw, eph ^ 1);  // a fresh barrier counts as released (parity 1 done)
-  g9_stage_any_block<NF>(ep, bias, acc, sOut + cw * G9_OUT_BYTES, r0, c0, M, tid);
+  // Round into the staging area once the epilogue warps have walked the block it held last, hand it to them and go
+  // on to the next tile. Each barrier of the pair completes once a tile, so a parity names the tile: with its own
+  // area, consumer cw waits for the walk of its previous block (stEmpty[cw], the previous tile's phase: a fresh
+  // barrier counts as released, parity 1 done); with the shared area consumer 0 waits for consumer 1's block of the
+  // previous tile (stEmpty[1], the same parity) and consumer 1 for consumer 0's of this tile (stEmpty[0], this tile's
+  // phase). Neither barrier can be two phases behind its waiter: each waiter passed the phase before.
+#ifdef G9_EPI_SHARED
+  mbar_wait(stEmpty + 8 * (cw ^ 1), cw ? eph : eph ^ 1);
+#else
+  mbar_wait(stEmpty + 8 * cw, eph ^ 1);
+#endif
+  g9_stage_any_block<NF>(ep, bias, acc, sOut + G9_OUT_AT(cw), r0, c0, M, tid);
   mbar_arrive(stFull + 8 * cw);
   eph ^= 1;
 #elif defined(G9_EPI_SMEM)
   // Epilogue staged through shared memory (gemm_epilogue_smem.cuh): the same bits, 16-byte global accesses.
-  g9_stage_block_synced<NF>(ep, bias, acc, sOut + cw * G9_OUT_BYTES, r0, c0, M, cw, tid);
+  g9_stage_block_synced<NF>(ep, bias, acc, sOut + G9_OUT_AT(cw), r0, c0, M, cw, tid);
 #else
   // Epilogue in registers (gemm_epilogue.cuh).
   (void)cw;
@@ -235,14 +261,15 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
   // G9_EPI_WARPS each area's full / empty barriers after the ring's; gate_residual's table rows after the barriers.
   const h3u32 sOut = sB + G9_STAGES * G9_B_BYTES;
   unsigned char *const sOutPtr = g9_raw + (sOut - smem_u32(g9_raw));  // the same, as a generic pointer (the walks)
-  const h3u32 full = sOut + 2 * G9_OUT_BYTES, empty = full + 8 * G9_STAGES;
+  const h3u32 full = sOut + G9_OUT_AREAS * G9_OUT_BYTES, empty = full + 8 * G9_STAGES;
 #ifdef G9_EPI_WARPS
   const h3u32 stFull = empty + 8 * G9_STAGES, stEmpty = stFull + 16;
   const h3u32 sTrows = stEmpty + 16;
 #else
   const h3u32 sTrows = empty + 8 * G9_STAGES;
 #endif
-  long long *const trows = (long long *)(g9_raw + (sTrows - smem_u32(g9_raw)));  // 8 warps x 32 rows
+  // 32 rows for each warp that walks: the 8 consumer warps, or the 3 epilogue warps
+  long long *const trows = (long long *)(g9_raw + (sTrows - smem_u32(g9_raw)));
 #else
   const h3u32 full = sB + G9_STAGES * G9_B_BYTES, empty = full + 8 * G9_STAGES;
 #endif
@@ -294,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
         for (int cw = 0; cw < 2; ++cw) {
           const long long r0 = (long long)tm * G9_BM + cw * 64;
           mbar_wait(stFull + 8 * cw, eph);
-          g9_walk_block<G9_BN / 8, 3, kBatch>(ep, sOutPtr + cw * G9_OUT_BYTES, trows + 32 * wi, r0,
+          g9_walk_block<G9_BN / 8, 3, kBatch>(ep, sOutPtr + G9_OUT_AT(cw), trows + 32 * wi, r0,
                                               g9_part_col0(tn, part), M, wi, lane, g9_part_chunks(part));
           mbar_arrive(stEmpty + 8 * cw);
         }
@@ -382,7 +409,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
 #endif
 #if defined(G9_EPI_SMEM) && !defined(G9_EPI_WARPS)
       // Step 3 of the staged epilogue: the block's rows, 16 bytes a lane (a half tile's first 16 chunks).
-      g9_walk_block<G9_BN / 8, 4, G9_WALK_BATCH>(ep, sOutPtr + cw * G9_OUT_BYTES, trows + 128 * cw + 32 * (tid / 32),
+      g9_walk_block<G9_BN / 8, 4, G9_WALK_BATCH>(ep, sOutPtr + G9_OUT_AT(cw), trows + 128 * cw + 32 * (tid / 32),
                                                  r0, c0, M, tid / 32, lane, g9_part_chunks(part));
 #endif
     }

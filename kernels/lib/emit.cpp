@@ -224,9 +224,9 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   int stages = pingpongLora || wideLoraDown ? std::min(o.sm90Stages, maxStages) : o.sm90Stages;
   if ((bn != 256 && bn != 192 && !narrow) || stages < 2 || stages > maxStages || groupM < 1 || groupM > 64 ||
       (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
-      o.sm90EpiSmem < 0 || o.sm90EpiSmem > 2 || (o.sm90HalfTail != 0 && o.sm90HalfTail != 1))
+      o.sm90EpiSmem < 0 || o.sm90EpiSmem > 3 || (o.sm90HalfTail != 0 && o.sm90HalfTail != 1))
     fail(v.where, "Hopper linear tuning out of range (tile width 64/192/256, stages 2-4 (2-5 at width 192, 2-6 at "
-                  "64), group 1-64, in flight 0/1, cluster 1/2, staged epilogue 0-2, half tail 0/1)");
+                  "64), group 1-64, in flight 0/1, cluster 1/2, staged epilogue 0-3, half tail 0/1)");
   if (bn != 256 && (d.epi == Epilogue::Swiglu || d.epi == Epilogue::QkNormRope))
     fail(v.where, "the {} epilogue needs the 256-wide Hopper tile (gemm_bn=256), got {}",
          plan::epilogueName(d.epi), bn);
@@ -236,7 +236,7 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   // option.
   const int64_t outN = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N / d.nout;
   const bool staged = o.sm90EpiSmem >= 1 && !d.outF32 && outN % 8 == 0;
-  const bool epiWarps = staged && o.sm90EpiSmem == 2;
+  const bool epiWarps = staged && o.sm90EpiSmem >= 2, epiShared = staged && o.sm90EpiSmem == 3;
   const bool gateTable = d.epi == Epilogue::GateResidual;
   while ((pingpongLora || wideLoraDown) && stages > 2 &&
          sm90LinearSharedBytes(stages, bn, staged ? o.sm90EpiSmem : 0, gateTable) > kMaxCtaSharedBytes)
@@ -255,6 +255,7 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   b.def("G9_CLUSTER", cluster);
   if (staged) b.def("G9_EPI_SMEM", 1);
   if (epiWarps) b.def("G9_EPI_WARPS", 1);
+  if (epiShared) b.def("G9_EPI_SHARED", 1);
   // The last partial wave as half tiles (gemm_sm90.cuh): the staged 256-wide tiles of the epilogues that finish a
   // 128-column block on its own (swiglu pairs value and gate columns 128 apart; qk_norm_rope's tile holds two heads).
   // (not with a LoRA path: its producer's choice of maps spilled in the 24 registers the half tiles leave it)
@@ -775,8 +776,12 @@ int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResi
 
 int64_t sm90LinearSharedBytes(int stages, int bn, int epiSmem, bool gateResidual) {
   int64_t bytes = int64_t(stages) * (128 + bn) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
-  // the two staging areas, their full / empty barriers (epilogue warps), gate_residual's table rows (8 warps x 32)
-  if (epiSmem >= 1) bytes += 2 * 64 * int64_t(bn) * 2 + (epiSmem == 2 ? 32 : 0) + (gateResidual ? 8 * 32 * 8 : 0);
+  // the staging areas (two, or with epiSmem 3 one shared by the consumers in turns), their full / empty barriers
+  // (epilogue warps), gate_residual's table rows (32 for each warp that walks: 8 consumer warps, or with epiSmem 3
+  // the 3 epilogue warps, so that 4 stages of the 256-wide tile fit beside the shared area)
+  if (epiSmem >= 1)
+    bytes += (epiSmem == 3 ? 1 : 2) * 64 * int64_t(bn) * 2 + (epiSmem >= 2 ? 32 : 0) +
+             (gateResidual ? (epiSmem == 3 ? 3 : 8) * 32 * 8 : 0);
   return bytes;
 }
 

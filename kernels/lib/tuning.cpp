@@ -24,7 +24,7 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_bn", &EmitOptions::sm90Bn, 64, 256},  // 192 or 256; 128-192 with gemm_bm=256; 64: lora_down
                           {"gemm_bm", &EmitOptions::sm90Bm, 128, 256},  // 128 or 256
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
-                          {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 2},
+                          {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 3},
                           {"gemm_half_tail", &EmitOptions::sm90HalfTail, 0, 1},
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
@@ -200,8 +200,9 @@ void EmitOptions::check(const std::string &where) const {
         sm90LinearSharedBytes(o.sm90Stages, o.sm90Bn, o.sm90EpiSmem, std::string(k) == "linear+gate_residual");
     if (bytes > kMaxCtaSharedBytes)
       fail(where, "{}: gemm_epi_smem={} with gemm_stages={} and gemm_bn={} needs {} bytes of shared memory (at most "
-                  "{}): use gemm_stages={} or fewer, or {}:gemm_epi_smem=0", k, o.sm90EpiSmem, o.sm90Stages, o.sm90Bn, bytes,
-           kMaxCtaSharedBytes, o.sm90Bn == 192 ? 4 : 3, k);
+                  "{}): use gemm_stages={} or fewer, {}:gemm_epi_smem=3 (one staging area in turns: 4 stages fit), or "
+                  "{}:gemm_epi_smem=0", k, o.sm90EpiSmem, o.sm90Stages, o.sm90Bn, bytes, kMaxCtaSharedBytes,
+           o.sm90Bn == 192 ? 4 : 3, k, k);
   }
   // The Hopper gradient GEMMs' rings (a tile width chosen by K, grad_x_bn=0, is checked at its widest, 256).
   const EmitOptions gx = forOp(std::string("linear_grad_x")), gw = forOp(std::string("linear_grad_w"));

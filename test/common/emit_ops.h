@@ -330,6 +330,10 @@ inline std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(
   // default, where the epilogue allows it); this one keeps whole tiles.
   hk::EmitOptions wholeTiles = stagedPair;
   wholeTiles.sm90HalfTail = 0;
+  // One staging area that the two consumers take in turns (gemm_epi_smem=3), beside 4 stages of 48 KiB.
+  hk::EmitOptions sharedPair = warpsPair;
+  sharedPair.sm90EpiSmem = 3;
+  sharedPair.sm90Stages = 4;
   std::vector<std::pair<const char *, hk::EmitOptions>> v = {
       {"cooperative", coop},
       {"2-CTA cluster", pair},
@@ -338,7 +342,8 @@ inline std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(
       {"staged epilogue 2-CTA cluster (in flight)", stagedPair},
       {"staged epilogue in epilogue warps", warps},
       {"staged epilogue in epilogue warps 2-CTA cluster (in flight)", warpsPair},
-      {"staged epilogue 2-CTA cluster (in flight), whole tiles only", wholeTiles}};
+      {"staged epilogue 2-CTA cluster (in flight), whole tiles only", wholeTiles},
+      {"staged epilogue in epilogue warps, one area in turns, 2-CTA cluster (4 stages, in flight)", sharedPair}};
   if (wide192) {
     w192.perOp.clear();
     w192.sm90EpiSmem = 0;

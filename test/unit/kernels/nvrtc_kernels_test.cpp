@@ -401,6 +401,17 @@ TEST(KernelEmit, StagedEpilogueOption) {
     EXPECT_NE(ew.source.find("#define G9_EPI_WARPS 1\n"), std::string::npos) << what;
     EXPECT_EQ(st.source.find("#define G9_EPI_WARPS 1\n"), std::string::npos) << what;
     EXPECT_EQ(ew.launch.smemBytes, st.launch.smemBytes + 32) << what;
+    // gemm_epi_smem=3: one staging area for both consumers in turns, the table rows of the 3 epilogue warps only, so
+    // 4 stages of 48 KiB fit.
+    hk::EmitOptions shared4 = warps;
+    shared4.sm90EpiSmem = 3;
+    shared4.sm90Stages = 4;
+    const plan::Kernel es = *emit(o, "sm_90a", shared4);
+    EXPECT_NE(es.source.find("#define G9_EPI_WARPS 1\n"), std::string::npos) << what;
+    EXPECT_NE(es.source.find("#define G9_EPI_SHARED 1\n"), std::string::npos) << what;
+    EXPECT_EQ(ew.source.find("#define G9_EPI_SHARED 1\n"), std::string::npos) << what;
+    EXPECT_EQ(es.launch.smemBytes, 4 * (128 + 256) * 64 * 2 + 1024 + 16 * 4 + 32768 + 32 + (gres ? 768 : 0)) << what;
+    EXPECT_LE(es.launch.smemBytes, hk::kMaxCtaSharedBytes) << what;
     ++stagedKernels;
     stagedQknr += qknr;
   }
@@ -472,8 +483,15 @@ TEST(KernelEmit, StagedEpilogueOption) {
   EXPECT_EQ(d.forOp(std::string("attention")).sm90AttnPersistent, 1);
   EXPECT_EQ(d.forOp(std::string("linear")).sm90AttnPersistent, 0);  // per op: only attention reads it
   EXPECT_NO_THROW(d.check("test"));
-  EXPECT_NO_THROW(t.set("gemm_epi_smem", 2, "test"));
-  EXPECT_THROW(t.set("gemm_epi_smem", 3, "test"), h3c::Error);
+  EXPECT_NO_THROW(t.set("gemm_epi_smem", 3, "test"));
+  EXPECT_THROW(t.set("gemm_epi_smem", 4, "test"), h3c::Error);
+  // the shared area's 4 stages pass the check; its own areas' do not
+  hk::EmitOptions s4 = hk::EmitOptions::planDefaults();
+  s4.set("linear+gate_residual:gemm_epi_smem", 3, "test");
+  s4.set("linear+gate_residual:gemm_stages", 4, "test");
+  EXPECT_NO_THROW(s4.check("test"));
+  s4.set("linear+gate_residual:gemm_epi_smem", 2, "test");
+  EXPECT_THROW(s4.check("test"), h3c::Error);
 }
 
 // The 256-row tile (gemm_bm=256): its shared memory is 4 stages of (256 + bn) x 64 bf16 at most, its grid one CTA per
@@ -1828,12 +1846,12 @@ TEST(NvrtcCompile, Sm90Gemm256RowsNeitherSerializesNorSpills) {
   EXPECT_GE(compiled, 6);  // to_out and fc2 (gate_residual) at least, each form
 }
 // The staged epilogue (gemm_epi_smem=1) at the full and small configs' linear shapes, in the 1-CTA and 2-CTA cluster
-// forms and at gemm_bn=192 with 4 stages, and walked in the epilogue warps (gemm_epi_smem=2): ptxas keeps the wgmmas
-// asynchronous and spills nothing.
+// forms and at gemm_bn=192 with 4 stages, and walked in the epilogue warps (gemm_epi_smem=2; 3: one staging area in
+// turns, 4 stages): ptxas keeps the wgmmas asynchronous and spills nothing.
 TEST(NvrtcCompile, Sm90StagedEpilogueNeitherSerializesNorSpills) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   hc::NvrtcJit jit;
-  hk::EmitOptions st, pair, w192, warps;
+  hk::EmitOptions st, pair, w192, warps, shared4;
   st.perOp.clear();
   st.sm90EpiSmem = 1;
   pair = st;
@@ -1844,13 +1862,16 @@ TEST(NvrtcCompile, Sm90StagedEpilogueNeitherSerializesNorSpills) {
   w192.sm90Stages = 4;
   warps = pair;  // the walk in the epilogue warps (gemm_epi_smem=2), consumers at 216 registers
   warps.sm90EpiSmem = 2;
+  shared4 = warps;  // one staging area in turns (gemm_epi_smem=3) beside 4 stages of 48 KiB
+  shared4.sm90EpiSmem = 3;
+  shared4.sm90Stages = 4;
   std::set<std::string> seen;
   for (const char *cfg : {"full", "small"})
     for (const EmitOp &o : h3Ops(h3c::h3::namedConfig(cfg))) {
       if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
       if (o.op.attrs.wDtype != DType::BF16 || o.op.attrs.xDtype != DType::BF16) continue;
       const bool swiglu = o.op.attrs.epilogue == plan::Epilogue::Swiglu;
-      for (const hk::EmitOptions *opt : {&st, &pair, &w192, &warps}) {
+      for (const hk::EmitOptions *opt : {&st, &pair, &w192, &warps, &shared4}) {
         const bool gres = o.op.attrs.epilogue == plan::Epilogue::GateResidual;
         if (swiglu && opt == &w192) continue;  // swiglu's tiles are 256 wide
         if (std::string(cfg) == "small" && opt != &st) continue;
@@ -1858,18 +1879,21 @@ TEST(NvrtcCompile, Sm90StagedEpilogueNeitherSerializesNorSpills) {
         // defaults (gate_residual in pairs, swiglu in epilogue warps); the epilogue warps here: gate_residual's,
         // the register-hungriest walk.
         if (std::string(cfg) == "full" && (opt == &st || (opt == &pair && gres))) continue;
-        if (opt == &warps && !gres) continue;
-        // (CI time) without H3C_NVRTC_VARIANTS=1 the epilogue warps' gate_residual walk only: the tuning options'
-        // other forms are the same templates at other constants, and the JIT refuses a serialized kernel anyway.
-        if (!nvrtcVariants() && opt != &warps) continue;
+        if ((opt == &warps || opt == &shared4) && !gres) continue;
+        // (CI time) without H3C_NVRTC_VARIANTS=1 the epilogue warps' gate_residual walks only (their own area and
+        // the shared one): the tuning options' other forms are the same templates at other constants, and the JIT
+        // refuses a serialized kernel anyway.
+        if (!nvrtcVariants() && opt != &warps && opt != &shared4) continue;
         const plan::Kernel k = *emit(o, "sm_90a", *opt);
         ASSERT_NE(k.source.find("#define G9_EPI_SMEM 1\n"), std::string::npos) << k.id;
-        EXPECT_EQ(k.source.find("#define G9_EPI_WARPS 1\n") != std::string::npos, opt == &warps) << k.id;
+        EXPECT_EQ(k.source.find("#define G9_EPI_WARPS 1\n") != std::string::npos, opt == &warps || opt == &shared4)
+            << k.id;
+        EXPECT_EQ(k.source.find("#define G9_EPI_SHARED 1\n") != std::string::npos, opt == &shared4) << k.id;
         if (!seen.insert(k.source).second) continue;
         expectCompilesWithoutSpills(jit, k, std::string(cfg) + " " + o.op.nodes.front());
       }
     }
-  EXPECT_GE(seen.size(), nvrtcVariants() ? 12u : 2u);
+  EXPECT_GE(seen.size(), nvrtcVariants() ? 14u : 4u);
 }
 // Both kv_block values a plan may carry (128 since 2026-12-04, 64 before: those plans keep running with their bits)
 // compile for both archs, Hopper at every stage count that fits, and ptxas spills nothing: the S fragment at 128 keys
