@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,31 @@ void timeSustained(const std::function<void()> &fire, const std::string &what, h
   r.watts = double(e1 - e0) / ms;
 }
 
+// --variant LABEL=NAME=VALUE[,NAME=VALUE...]: the plan's defaults with `h3c compile --tune`'s settings, parsed and
+// checked once (EmitOptions::set and check: names, ranges, shared memory), and the op profiles the settings name.
+struct UserVariant {
+  std::string label;
+  h3c::kernels::EmitOptions options;
+  bool everyOp = false;       // a setting without OP: applies to every linear
+  std::set<std::string> ops;  // the profiles named by OP:NAME settings
+};
+
+UserVariant parseVariant(const std::string &label, const std::string &settings) {
+  UserVariant u{label, h3c::kernels::EmitOptions::planDefaults()};
+  const std::string where = "--variant " + label;
+  for (size_t at = 0; at <= settings.size();) {
+    const size_t end = std::min(settings.find(',', at), settings.size());
+    const std::string kv = settings.substr(at, end - at);
+    const std::string name = u.options.set(kv, where + " " + kv);
+    const size_t colon = name.find(':');
+    if (colon == std::string::npos) u.everyOp = true;
+    else u.ops.insert(name.substr(0, colon));
+    at = end + 1;
+  }
+  u.options.check(where);
+  return u;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -154,7 +180,7 @@ int main(int argc, char **argv) {
   long long M = 8349;
   bool sweep = false, energy = false, vendor = false;
   std::string only;  // --only TEXT[|TEXT...]: time only the kernels whose name contains one of the TEXTs
-  std::vector<std::pair<std::string, std::string>> userVariants;  // --variant LABEL=SETTINGS
+  std::vector<UserVariant> userVariants;  // --variant LABEL=SETTINGS, parsed and checked here
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc) M = std::atoll(argv[++i]);
@@ -169,7 +195,12 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "--variant: expected LABEL=NAME=VALUE[,NAME=VALUE...], got '%s'\n", v.c_str());
         return 2;
       }
-      userVariants.push_back({v.substr(0, eq), v.substr(eq + 1)});
+      try {
+        userVariants.push_back(parseVariant(v.substr(0, eq), v.substr(eq + 1)));
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        return 2;
+      }
     }
     else outPath = a;
   }
@@ -320,29 +351,13 @@ int main(int argc, char **argv) {
       o.sm90HalfTail = halfTail;
       v.push_back({label, o});
     };
-    // --variant: the plan's defaults with the given settings (EmitOptions::set checks names and ranges).
-    // A variant whose settings all name another op's profile (OP:NAME) is left out of this linear's lines.
+    // --variant: the variants that apply to this linear (a setting for every op, or one naming its profile).
     auto addUser = [&](Variants &v, const Linear &l) {
       const std::string profile = l.kind == OpKind::QkvLinear ? "qkv_linear"
                                   : l.epi == plan::Epilogue::GateResidual ? "linear+gate_residual"
                                   : l.epi == plan::Epilogue::Swiglu ? "linear+swiglu" : "linear";
-      for (const auto &[label, settings] : userVariants) {
-        bool mine = false;
-        h3c::kernels::EmitOptions o = h3c::kernels::EmitOptions::planDefaults();
-        size_t at = 0;
-        while (at <= settings.size()) {
-          const size_t end = std::min(settings.find(',', at), settings.size());
-          const std::string kv = settings.substr(at, end - at);
-          const size_t eq = kv.rfind('=');
-          if (eq == std::string::npos) throw std::runtime_error("--variant " + label + ": '" + kv + "' is not NAME=VALUE");
-          const std::string name = kv.substr(0, eq);
-          o.set(name, std::stoi(kv.substr(eq + 1)), "--variant " + label);
-          mine |= name.find(':') == std::string::npos || name.substr(0, name.find(':')) == profile;
-          at = end + 1;
-        }
-        o.check("--variant " + label);
-        if (mine) v.push_back({label, o});
-      }
+      for (const UserVariant &u : userVariants)
+        if (u.everyOp || u.ops.count(profile)) v.push_back({u.label, u.options});
     };
     // The staged epilogue's step 3 in the producer warpgroup's epilogue warps (gemm_epi_smem=2): 1-CTA, 2-CTA in
     // flight, and the 192-wide tile at 4 stages for the epilogues it serves.

@@ -129,6 +129,21 @@ void EmitOptions::set(const std::string &name, int value, const std::string &whe
   fail(where, "unknown op '{}' for a per-op tuning value (known: {})", op, known);
 }
 
+std::string EmitOptions::set(const std::string &setting, const std::string &where) {
+  const size_t eq = setting.find('=');
+  int value = 0;
+  size_t used = 0;
+  try {
+    if (eq != std::string::npos) value = std::stoi(setting.substr(eq + 1), &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  if (eq == std::string::npos || eq + 1 + used != setting.size() || used == 0) fail(where, "expected NAME=INTEGER");
+  std::string name = setting.substr(0, eq);
+  set(name, value, where);
+  return name;
+}
+
 std::string EmitOptions::tuningNames() { return names(); }
 
 EmitOptions EmitOptions::planDefaults() {

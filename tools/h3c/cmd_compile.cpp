@@ -115,19 +115,7 @@ h3c::tool::Command cmd("compile", h3c::tool::kCompileHelp, [](CLI::App &app) {
     o.keep = a->keep;
     o.keepBytes = a->keepBytes;
     o.dumpIrDir = a->dumpIr;
-    for (const std::string &t : a->tune) {
-      const size_t eq = t.find('=');
-      int value = 0;
-      size_t used = 0;
-      try {
-        if (eq != std::string::npos) value = std::stoi(t.substr(eq + 1), &used);
-      } catch (const std::exception &) {
-        used = 0;
-      }
-      if (eq == std::string::npos || eq + 1 + used != t.size() || used == 0)
-        h3c::fail("--tune " + t, "expected NAME=INTEGER");
-      o.tuning.set(t.substr(0, eq), value, "--tune " + t);
-    }
+    for (const std::string &t : a->tune) o.tuning.set(t, "--tune " + t);
     o.tuning.check("--tune");
     h3c::codegen::CompileResult r = h3c::codegen::compile(fp, h3c::sha256Hex(bytes), o);
     std::string sha = h3c::plan::writePlanFolder(r.plan.plan, a->out);

@@ -178,6 +178,9 @@ struct EmitOptions {
   // op, or, as `OP:NAME`, for the ops of one profile name (see perOp). Setting a field for every op drops the per-op values of that field set before (the defaults too): the
   // last word wins. Throws h3c::Error naming `where` for an unknown name or a value out of the field's range.
   void set(const std::string &name, int value, const std::string &where);
+  // The same from the command line's text `[OP:]NAME=INTEGER` (`h3c compile --tune`, `h3c_kernel_bench --variant`);
+  // returns NAME as written (with its OP: prefix). Throws h3c::Error naming `where` for any other form.
+  std::string set(const std::string &setting, const std::string &where);
   // The names set() takes, comma-separated in table order (the --tune help and the unknown-name error list them).
   static std::string tuningNames();
   // These options with the per-op values for `op` (or for the ops of one profile name) applied.
