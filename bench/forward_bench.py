@@ -10,10 +10,12 @@ diffusers (their values do not change its speed), synthetic weights for h3c. CUD
 
     python3 bench/forward_bench.py --h3c build-gpu/bin/h3c --plan carry/plans/full --out OUT.jsonl \
         [--config full] [--text 512 --audio 157 --video 8,30,32] [--reps 5] [--generate-steps 11] [--skip-compile]
+        [--alt-plan LABEL=PATH ...]
 
 Writes one JSON line per measurement to --out and prints a table.
 """
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -123,7 +125,15 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--generate-steps", type=int, default=11, help="sigma points: steps - 1 model evaluations")
     ap.add_argument("--skip-compile", action="store_true")
+    ap.add_argument("--alt-plan", action="append", default=[], metavar="LABEL=PATH",
+                    help="another plan of the same config (a tuning), timed beside --plan on both sides of diffusers")
     a = ap.parse_args()
+    alts = []
+    for spec in a.alt_plan:
+        label, eq, path = spec.partition("=")
+        if not eq or not label or not os.path.isfile(os.path.join(path, "plan.json")):
+            ap.error(f"--alt-plan {spec}: expected LABEL=PATH of a plan folder (with plan.json)")
+        alts.append((label, path))
 
     import torch
 
@@ -146,21 +156,27 @@ def main():
 
     def h3c_forward(when):
         """h3c through the Python package: the resident engine, torch tensors in and out (timed before and after
-        diffusers, so that neither side alone runs on the hotter GPU)."""
+        diffusers, so that neither side alone runs on the hotter GPU); then each --alt-plan the same way, one engine
+        at a time (an 80 GB GPU holds one copy of the weights)."""
         import h3c
 
-        t0 = time.time()
-        tr = h3c.Transformer(plan=a.plan, synthetic=7, device="cuda", mode="strict")
-        kw = load_request(req, "cuda")
-        with torch.no_grad():
-            tr(**kw, return_dict=False)
-            torch.cuda.synchronize()
-            record(f"h3c first forward (JIT + weights + forward), {when}", (time.time() - t0) * 1e3)
-            with GpuSampler() as g:
-                med, _ = timed(lambda: tr(**kw, return_dict=False), a.reps, warmup=1)
-            record(f"h3c strict forward (Python, resident engine), {when}", med, S=S, **g.extra)
-        del tr
-        torch.cuda.empty_cache()
+        for label, plan in [("", a.plan)] + alts:
+            t0 = time.time()
+            tr = h3c.Transformer(plan=plan, synthetic=7, device="cuda", mode="strict")
+            kw = load_request(req, "cuda")
+            tag = f" [{label}]" if label else ""
+            with torch.no_grad():
+                out = tr(**kw, return_dict=False)
+                torch.cuda.synchronize()
+                record(f"h3c first forward (JIT + weights + forward){tag}, {when}", (time.time() - t0) * 1e3)
+                # the output's bytes: every plan of the same contract gives the same ones
+                digest = hashlib.sha256(b"".join(t.contiguous().view(torch.uint8).cpu().numpy().tobytes()
+                                                 for t in out if torch.is_tensor(t))).hexdigest()[:16]
+                with GpuSampler() as g:
+                    med, _ = timed(lambda: tr(**kw, return_dict=False), a.reps, warmup=1)
+                record(f"h3c strict forward (Python, resident engine){tag}, {when}", med, S=S, sha=digest, **g.extra)
+            del tr, out
+            torch.cuda.empty_cache()
 
     pos = load_request(req, "cpu")["position_ids"]
     S = int(pos.shape[-2]) if pos.dim() >= 2 else int(pos.shape[0])
