@@ -32,7 +32,10 @@
 // have walked consumer 0's block of this tile (consumer 0 meanwhile goes on to the next tile's main loop alone). The
 // 32 KiB it frees at width 256 hold a fourth ring stage: ncu of to_out (bench/NOTES.md, 2026-12-07 10:46) counted a
 // third of the consumers' samples waiting for the ring's data at 3 stages with a k-block in flight (one stage being
-// filled while two are read), where cuBLAS's kernel of 4 stages waits on the tensor core. Timing only.
+// filled while two are read), where cuBLAS's kernel of 4 stages waits on the tensor core. Timing only. Measured
+// slower than the default on every linear (to_out 1.07 against 1.02 ms, fc1 + swiglu 4.4 against 3.9; bench/NOTES.md,
+// 2026-12-07 13:24): consumer 1 waits each tile for the walk of consumer 0's block, and the ring's release holds
+// consumer 0 to its pace, which costs more than the fourth stage gains. Kept opt-in as a tuning axis.
 //
 // G9_HALF_TAIL (the staged 256-wide tiles of the epilogues none, residual and gate_residual): when the tiles of the
 // walk leave a last partial wave of at most half the grid, those tiles run as two 128-wide halves each (m64n128k16
