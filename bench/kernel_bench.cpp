@@ -334,6 +334,9 @@ int main(int argc, char **argv) {
         {"to_out + gate_residual", OpKind::Linear, I, H, plan::Epilogue::GateResidual},
         {"fc1 + swiglu", OpKind::Linear, H, 2 * F, plan::Epilogue::Swiglu},
         {"fc2 + gate_residual", OpKind::Linear, F, H, plan::Epilogue::GateResidual},
+        // to_out's GEMM without its epilogue: the same work as cuBLASLt's plain line, for a profile of the two main
+        // loops side by side (the `linear` profile of --variant)
+        {"to_out plain", OpKind::Linear, I, H, plan::Epilogue::None},
     };
     // A cooperative (or ping-pong) Hopper linear's tuning, for every linear kind (the per-op defaults cleared).
     using Variants = std::vector<std::pair<std::string, h3c::kernels::EmitOptions>>;
