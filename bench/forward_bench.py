@@ -160,10 +160,10 @@ def main():
         at a time (an 80 GB GPU holds one copy of the weights)."""
         import h3c
 
+        kw = load_request(req, "cuda")
         for label, plan in [("", a.plan)] + alts:
             t0 = time.time()
             tr = h3c.Transformer(plan=plan, synthetic=7, device="cuda", mode="strict")
-            kw = load_request(req, "cuda")
             tag = f" [{label}]" if label else ""
             with torch.no_grad():
                 out = tr(**kw, return_dict=False)
@@ -177,6 +177,7 @@ def main():
                 record(f"h3c strict forward (Python, resident engine){tag}, {when}", med, S=S, sha=digest, **g.extra)
             del tr, out
             torch.cuda.empty_cache()
+        del kw
 
     pos = load_request(req, "cpu")["position_ids"]
     S = int(pos.shape[-2]) if pos.dim() >= 2 else int(pos.shape[0])

@@ -48,8 +48,8 @@
 //
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_BN G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
 // wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM, G9_EPI_WARPS,
-// G9_EPI_SHARED and G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters (H3C_PARAMS, in this
-// order): x_map (tensor map of x [rows, K]); residual (residual, gate_residual); table, ts_index, tags (gate_residual);
+// G9_EPI_SHARED and G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters
+// (H3C_PARAMS, in this order): x_map (tensor map of x [rows, K]); residual (residual, gate_residual); table, ts_index, tags (gate_residual);
 // y0 (y1, y2 for qkv); w_map (tensor map of W [GM_N, K], boxes of G9_BN / 2 rows); t_map and u_map (GM_LORA_K > 0:
 // the unmerged LoRA input t [rows, GM_LORA_K] and up slot [GM_N, GM_LORA_K], docs/contract.md section 13: the
 // producer loads their k-blocks after x's and W's, into the same ring, and the consumers' chain goes on over them);

@@ -54,7 +54,9 @@ struct EmitOptions {
   // idle only for the rounding into the staging area. 3: as 2 with one staging area that the two consumers take in
   // turns (gemm_sm90.cuh, G9_EPI_SHARED), so that 4 ring stages of 48 KiB fit beside it (gemm_stages=4): ncu counted a
   // third of to_out's consumer samples waiting for the ring's data at 3 stages with a k-block in flight
-  // (bench/NOTES.md, 2026-12-07 10:46). The 256-row tile takes 2 and 3 as 1.
+  // (bench/NOTES.md, 2026-12-07 10:46). Measured slower than 1 and 2 on every linear (the turns cost more than the
+  // fourth stage gains, bench/NOTES.md 2026-12-07 13:24): a tuning axis, no plan default. The 256-row tile takes 2 and
+  // 3 as 1.
   int sm90EpiSmem = 1;
   // 1: the cooperative kernel's staged 256-wide tiles of the epilogues none, residual and gate_residual run a last
   // partial wave that fills at most half the grid as 128-wide halves (gemm_sm90.cuh, G9_HALF_TAIL), and a walk of
