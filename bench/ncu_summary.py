@@ -45,6 +45,10 @@ def details(path):
 
 def source(path, top):
     rows = read_csv(path)
+    # ncu 2025's source page opens with a ("Kernel Name", name) line before its header: the header is the first row
+    # naming the address column.
+    start = next((i for i, r in enumerate(rows) if "Address" in r), 0)
+    rows = rows[start:]
     head = rows[0]
     stall = column(head, "Warp Stall Sampling (All")
     if stall is None:

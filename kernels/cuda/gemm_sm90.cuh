@@ -167,12 +167,13 @@ __device__ __forceinline__ void g9_release(h3u32 bar, h3u32 peer) { ring_release
 // 0 .. N - 1 (N = G9_BN, or 128 for a half tile; N / 2 accumulators), the first of a tile (FIRST) starting the chain
 // with write-only accumulators, then the stage's release to its producer (and the peer's) once its wgmmas completed
 // (with G9_INFLIGHT the previous stage's, this k-block's staying in flight).
+// sAw: this consumer's 64 rows of the A stage 0 (warp-uniform, hopper.cuh's warp_uniform).
 template <int N, bool FIRST>
-__device__ __forceinline__ void g9_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
-                                          int cw, int lane, int &s, h3u32 &ph) {
+__device__ __forceinline__ void g9_kblock(float *acc, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
+                                          int lane, int &s, h3u32 &ph) {
   mbar_wait(full + 8 * s, ph);
   wgmma_fence();
-  const unsigned long long da = wgmma_desc_sw128(sA + s * G9_A_BYTES + cw * 64 * 128);
+  const unsigned long long da = wgmma_desc_sw128(sAw + s * G9_A_BYTES);
   const unsigned long long db = wgmma_desc_sw128(sB + s * G9_B_BYTES);
 #pragma unroll
   for (int kk = 0; kk < G9_BK / 16; ++kk) {
@@ -204,11 +205,11 @@ __device__ __forceinline__ void g9_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
 
 // One consumer warpgroup's main loop over the k-blocks of a tile: the k_chunks chain of its 64 rows into acc.
 template <int N>
-__device__ __forceinline__ void g9_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
-                                            int cw, int lane, int &s, h3u32 &ph) {
-  g9_kblock<N, true>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+__device__ __forceinline__ void g9_mainloop(float *acc, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
+                                            int lane, int &s, h3u32 &ph) {
+  g9_kblock<N, true>(acc, sAw, sB, full, empty, peer, lane, s, ph);
 #pragma unroll 1
-  for (int kb = 1; kb < G9_KT_ALL; ++kb) g9_kblock<N, false>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+  for (int kb = 1; kb < G9_KT_ALL; ++kb) g9_kblock<N, false>(acc, sAw, sB, full, empty, peer, lane, s, ph);
 #if G9_INFLIGHT
   wgmma_wait<0>();
   if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
@@ -381,6 +382,7 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     regs_alloc<G9_REGS_CONSUMER>();
     const int cw = wg - 1;  // this consumer's 64 rows of the tile
     const int lane = tid % 32;
+    const h3u32 sAw = warp_uniform(sA + cw * 64 * 128);  // its rows of the A stage, for the main loop's descriptors
     const void *B = GM_BIAS_PARAM;
     const GmEpilogue ep = GM_EPILOGUE_PARAMS;
     // (Never zeroed: each tile's first wgmma writes them without reading, and a half tile uses and stages the first
@@ -401,12 +403,12 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       const int part = g9_item(it, walk, walkM, rank, tm, tn);
       const long long r0 = (long long)tm * G9_BM + cw * 64, c0 = g9_part_col0(tn, part);
       if (part < 0) {
-        g9_mainloop<G9_BN>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+        g9_mainloop<G9_BN>(acc, sAw, sB, full, empty, peer, lane, s, ph);
         g9_finish<G9_BN / 8>(G9_FINISH_ARGS, r0, c0);
       }
 #ifdef G9_HALF_TAIL
       else {
-        g9_mainloop<128>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+        g9_mainloop<128>(acc, sAw, sB, full, empty, peer, lane, s, ph);
         g9_finish<16>(G9_FINISH_ARGS, r0, c0);
       }
 #endif

@@ -62,14 +62,15 @@ __device__ __forceinline__ void gt_release(h3u32 bar, h3u32 peer) { ring_release
 // past the end issues no wgmma (a request of 70 rows runs one 256-row tile per column tile: a quarter of its tensor
 // work), and its accumulators, never stored, stay as they are. (LIVE is a template argument and the main loop is
 // chosen once per tile: a wgmma under a run-time condition inside the loop made ptxas serialize them all.)
+// sAw: this consumer's 128 rows of the A stage 0 (warp-uniform, hopper.cuh's warp_uniform).
 template <int LIVE, bool FIRST>
-__device__ __forceinline__ void gt_kblock(float *acc0, float *acc1, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty,
-                                          h3u32 peer, int cw, int lane, int &s, h3u32 &ph) {
+__device__ __forceinline__ void gt_kblock(float *acc0, float *acc1, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty,
+                                          h3u32 peer, int lane, int &s, h3u32 &ph) {
   mbar_wait(full + 8 * s, ph);
   if constexpr (LIVE > 0) {
     wgmma_fence();
-    const unsigned long long da0 = wgmma_desc_sw128(sA + s * GT_A_BYTES + cw * 128 * 128);
-    const unsigned long long da1 = wgmma_desc_sw128(sA + s * GT_A_BYTES + (cw * 128 + 64) * 128);
+    const unsigned long long da0 = wgmma_desc_sw128(sAw + s * GT_A_BYTES);
+    const unsigned long long da1 = wgmma_desc_sw128(sAw + s * GT_A_BYTES + 64 * 128);
     const unsigned long long db = wgmma_desc_sw128(sB + s * GT_B_BYTES);
 #pragma unroll
     for (int kk = 0; kk < GT_BK / 16; ++kk) {
@@ -95,11 +96,11 @@ __device__ __forceinline__ void gt_kblock(float *acc0, float *acc1, h3u32 sA, h3
 
 // One consumer warpgroup's main loop over the k-blocks of a tile (LIVE as gt_kblock).
 template <int LIVE>
-__device__ __forceinline__ void gt_mainloop(float *acc0, float *acc1, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty,
-                                            h3u32 peer, int cw, int lane, int &s, h3u32 &ph) {
-  gt_kblock<LIVE, true>(acc0, acc1, sA, sB, full, empty, peer, cw, lane, s, ph);
+__device__ __forceinline__ void gt_mainloop(float *acc0, float *acc1, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty,
+                                            h3u32 peer, int lane, int &s, h3u32 &ph) {
+  gt_kblock<LIVE, true>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
 #pragma unroll 1
-  for (int kb = 1; kb < GT_KT_ALL; ++kb) gt_kblock<LIVE, false>(acc0, acc1, sA, sB, full, empty, peer, cw, lane, s, ph);
+  for (int kb = 1; kb < GT_KT_ALL; ++kb) gt_kblock<LIVE, false>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
 #if G9_INFLIGHT
   if constexpr (LIVE > 0) wgmma_wait<0>();
   if (lane == 0) gt_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
@@ -189,6 +190,7 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     regs_alloc<240>();
     const int cw = wg - 1;  // this consumer's 128 rows of the tile
     const int warp = tid / 32, lane = tid % 32;
+    const h3u32 sAw = warp_uniform(sA + cw * 128 * 128);  // its rows of the A stage, for the main loop's descriptors
     const void *B = GM_BIAS_PARAM;
     const GmEpilogue ep = GM_EPILOGUE_PARAMS;
     // (Never zeroed: each tile's first wgmmas write them without reading.)
@@ -199,9 +201,9 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       int tm, tn;
       gt_tile(t, tilesM, rank, tm, tn);
       const long long r0 = (long long)tm * GT_BM + cw * 128, c0 = (long long)tn * GT_BN;
-      if (r0 + 64 < M) gt_mainloop<2>(acc0, acc1, sA, sB, full, empty, peer, cw, lane, s, ph);
-      else if (r0 < M) gt_mainloop<1>(acc0, acc1, sA, sB, full, empty, peer, cw, lane, s, ph);
-      else gt_mainloop<0>(acc0, acc1, sA, sB, full, empty, peer, cw, lane, s, ph);
+      if (r0 + 64 < M) gt_mainloop<2>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
+      else if (r0 < M) gt_mainloop<1>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
+      else gt_mainloop<0>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
       // Rows 0-63 of this consumer's half from acc0, rows 64-127 from acc1. The producer refills the ring meanwhile,
       // so the next tile's main loop starts on full stages.
 #ifdef G9_EPI_SMEM

@@ -2,6 +2,15 @@
 // mbarriers, TMA tensor loads, wgmma descriptors and the fence/commit/wait sequence, register reallocation.
 // Emitted after common.cuh for sm_90a kernels only (wgmma and setmaxnreg do not exist elsewhere).
 
+// ---- uniform values ----
+// x as lane 0 holds it, broadcast: a value the compiler knows to be warp-uniform, so what is computed from it (a
+// consumer warpgroup's rows of the A stage, and so its wgmma descriptors) lives in uniform registers. Derived from
+// threadIdx.x directly, each wgmma of a main loop paid R2UR moves and its descriptor's arithmetic on the vector
+// datapath (ncu of to_out, 2026-12-07: ~10 such instructions a wgmma, against ~3 uniform adds in cuBLAS's loop).
+// Applied to the main loop's operand only: the whole warpgroup index made uniform cost the gate_residual epilogue
+// 16 bytes of spills (ptxas).
+__device__ __forceinline__ h3u32 warp_uniform(h3u32 x) { return __shfl_sync(0xffffffffu, x, 0); }
+
 // ---- mbarriers (shared-memory addresses) ----
 __device__ __forceinline__ void mbar_init(h3u32 bar, h3u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));

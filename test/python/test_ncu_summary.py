@@ -60,6 +60,12 @@ def main():
     out = run(DETAILS, SOURCE.replace("Warp Stall Sampling (All Samples)", "Something Else"))
     check(any("source page unreadable" in l and "no warp-stall column" in l for l in out),
           "a source page without the stall column is reported by name")
+    # ncu 2025 (CUDA 13.0) opens the source page with a ("Kernel Name", name) line before the header (the H100 run of
+    # 2026-12-07): the header is found by its address column
+    out = run(DETAILS, '"Kernel Name","h3c_linear_sm90_k7168_n5376",\n' + SOURCE)
+    shares = [l for l in out if "%" in l and "0x" in l]
+    check(len(shares) == 3 and "50.0 %" in shares[0] and "0x0120" in shares[0],
+          "a source page opening with its kernel's name is read from its header on")
     out = run("garbage\n", SOURCE, "1")
     check(any("details page unreadable" in l for l in out) and any("50.0 %" in l for l in out),
           "an unreadable details page does not hide the source page")
