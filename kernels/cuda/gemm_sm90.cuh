@@ -47,8 +47,8 @@
 // walk, 16 chunks a row. Timing only.
 //
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K G9_BN G9_STAGES G9_GROUP_M G9_INFLIGHT (0: wait for each k-block's
-// wgmmas before releasing its stage; 1: keep one k-block in flight) G9_CLUSTER (1 or 2), G9_EPI_SMEM, G9_EPI_WARPS,
-// G9_EPI_SHARED and G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters
+// wgmmas before releasing its stage; 1: keep one k-block in flight; 2: half of one, g9_kblock) G9_CLUSTER (1 or 2),
+// G9_EPI_SMEM, G9_EPI_WARPS, G9_EPI_SHARED and G9_HALF_TAIL (each defined or not), and the epilogue's defines (gemm_epilogue.cuh). Parameters
 // (H3C_PARAMS, in this order): x_map (tensor map of x [rows, K]); residual (residual, gate_residual); table, ts_index, tags (gate_residual);
 // y0 (y1, y2 for qkv); w_map (tensor map of W [GM_N, K], boxes of G9_BN / 2 rows); t_map and u_map (GM_LORA_K > 0:
 // the unmerged LoRA input t [rows, GM_LORA_K] and up slot [GM_N, GM_LORA_K], docs/contract.md section 13: the
@@ -163,10 +163,32 @@ __device__ __forceinline__ void g9_wrows(int tn, int &w0, int &w1) {
 // A consumer warp's release of stage s (hopper.cuh): with G9_CLUSTER = 2 the peer multicasts half of B into it.
 __device__ __forceinline__ void g9_release(h3u32 bar, h3u32 peer) { ring_release<G9_CLUSTER == 2>(bar, peer); }
 
+// The wgmma of 16-wide chunk kk of a k-block on B's stage rows 0 .. N - 1 (N / 2 accumulators), the first of a tile
+// (FIRST, kk 0) starting the chain with write-only accumulators.
+template <int N, bool FIRST>
+__device__ __forceinline__ void g9_wgmma(float *acc, unsigned long long da, unsigned long long db, int kk) {
+  if constexpr (N == 256) {
+    if (FIRST && kk == 0) wgmma_256_first(acc, da, db);
+    else wgmma_256(acc, da + 2 * kk, db + 2 * kk, 1);
+  } else if constexpr (N == 192) {
+    if (FIRST && kk == 0) wgmma_192_first(acc, da, db);
+    else wgmma_192(acc, da + 2 * kk, db + 2 * kk, 1);
+  } else if constexpr (N == 64) {
+    wgmma_64(acc, da + 2 * kk, db + 2 * kk, FIRST && kk == 0 ? 0 : 1);  // (scale_d 0 starts the chain)
+  } else {
+    if (FIRST && kk == 0) wgmma_128_first(acc, da, db);
+    else wgmma_128(acc, da + 2 * kk, db + 2 * kk, 1);
+  }
+}
+
 // One k-block of a consumer warpgroup's main loop (stage s): its four wgmmas of the 16-wide chunks on B's stage rows
-// 0 .. N - 1 (N = G9_BN, or 128 for a half tile; N / 2 accumulators), the first of a tile (FIRST) starting the chain
-// with write-only accumulators, then the stage's release to its producer (and the peer's) once its wgmmas completed
-// (with G9_INFLIGHT the previous stage's, this k-block's staying in flight).
+// 0 .. N - 1 (N = G9_BN, or 128 for a half tile), then the release of a stage to its producer (and the peer's) once
+// the wgmmas reading it completed. G9_INFLIGHT 0: this k-block's, waiting for them; 1: the previous k-block's, this
+// one's staying in flight; 2 (cuBLAS's order, bench/NOTES.md 2026-12-07 16:32): the first two wgmmas are queued, then
+// the previous k-block's group is waited for and its stage released, then the last two are issued and committed, so
+// the tensor pipe always holds queued work while a stage is held no longer than with 0. The wgmmas chain on the same
+// accumulators in issue order (an uncommitted wgmma is in no group: wait_group does not wait for it), so every
+// output's chunk order, and its bits, are the same in the three forms.
 // sAw: this consumer's 64 rows of the A stage 0 (warp-uniform, hopper.cuh's warp_uniform).
 template <int N, bool FIRST>
 __device__ __forceinline__ void g9_kblock(float *acc, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
@@ -175,30 +197,30 @@ __device__ __forceinline__ void g9_kblock(float *acc, h3u32 sAw, h3u32 sB, h3u32
   wgmma_fence();
   const unsigned long long da = wgmma_desc_sw128(sAw + s * G9_A_BYTES);
   const unsigned long long db = wgmma_desc_sw128(sB + s * G9_B_BYTES);
-#pragma unroll
-  for (int kk = 0; kk < G9_BK / 16; ++kk) {
-    if constexpr (N == 256) {
-      if (FIRST && kk == 0) wgmma_256_first(acc, da, db);
-      else wgmma_256(acc, da + 2 * kk, db + 2 * kk, 1);
-    } else if constexpr (N == 192) {
-      if (FIRST && kk == 0) wgmma_192_first(acc, da, db);
-      else wgmma_192(acc, da + 2 * kk, db + 2 * kk, 1);
-    } else if constexpr (N == 64) {
-      wgmma_64(acc, da + 2 * kk, db + 2 * kk, FIRST && kk == 0 ? 0 : 1);  // (scale_d 0 starts the chain)
-    } else {
-      if (FIRST && kk == 0) wgmma_128_first(acc, da, db);
-      else wgmma_128(acc, da + 2 * kk, db + 2 * kk, 1);
-    }
+  const h3u32 previous = empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1);
+#if G9_INFLIGHT == 2
+  g9_wgmma<N, FIRST>(acc, da, db, 0);
+  g9_wgmma<N, FIRST>(acc, da, db, 1);
+  if (!FIRST) {
+    wgmma_wait<0>();
+    if (lane == 0) g9_release(previous, peer);
   }
+  g9_wgmma<N, FIRST>(acc, da, db, 2);
+  g9_wgmma<N, FIRST>(acc, da, db, 3);
+  wgmma_commit();
+#else
+#pragma unroll
+  for (int kk = 0; kk < G9_BK / 16; ++kk) g9_wgmma<N, FIRST>(acc, da, db, kk);
   wgmma_commit();
 #if G9_INFLIGHT
-  // Keep this k-block's wgmmas in flight (they chain on the same accumulators, in issue order) and release the stage
-  // of the previous one, which has completed.
+  // Keep this k-block's wgmmas in flight and release the stage of the previous one, which has completed.
   wgmma_wait<1>();
-  if (!FIRST && lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
+  if (!FIRST && lane == 0) g9_release(previous, peer);
 #else
+  (void)previous;
   wgmma_wait<0>();
   if (lane == 0) g9_release(empty + 8 * s, peer);
+#endif
 #endif
   if (++s == G9_STAGES) { s = 0; ph ^= 1; }
 }

@@ -56,8 +56,11 @@ __device__ __forceinline__ void gt_release(h3u32 bar, h3u32 peer) { ring_release
 
 // One k-block of a consumer warpgroup (stage s): for each 16-wide chunk, the wgmma of its rows 0-63 then of its rows
 // 64-127 (each accumulator set's chain stays in chunk order), the first k-block of a tile (FIRST) starting both chains
-// with write-only accumulators; then the stage's release once its wgmmas completed (with G9_INFLIGHT the previous
-// stage's, this k-block's staying in flight).
+// with write-only accumulators; then the stage's release once its wgmmas completed (with G9_INFLIGHT 1 the previous
+// stage's, this k-block's staying in flight). G9_INFLIGHT 2 is cuBLAS's order (bench/NOTES.md, 2026-12-07 16:32): the
+// four wgmmas of rows 0-63, then the wait for the previous k-block's group and its stage's release, then the four of
+// rows 64-127 and the commit, so the tensor pipe always holds queued work while a stage is held no longer than
+// without a k-block in flight; each set's chain keeps its chunk order (the same bits).
 // LIVE: how many of this consumer's two 64-row blocks hold a row < M (2, 1: rows 0-63 only, 0: none); a block of rows
 // past the end issues no wgmma (a request of 70 rows runs one 256-row tile per column tile: a quarter of its tensor
 // work), and its accumulators, never stored, stay as they are. (LIVE is a template argument and the main loop is
@@ -67,6 +70,38 @@ template <int LIVE, bool FIRST>
 __device__ __forceinline__ void gt_kblock(float *acc0, float *acc1, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty,
                                           h3u32 peer, int lane, int &s, h3u32 &ph) {
   mbar_wait(full + 8 * s, ph);
+  const h3u32 previous = empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1);
+#if G9_INFLIGHT == 2
+  if constexpr (LIVE > 0) {
+    wgmma_fence();
+    const unsigned long long da0 = wgmma_desc_sw128(sAw + s * GT_A_BYTES);
+    const unsigned long long da1 = wgmma_desc_sw128(sAw + s * GT_A_BYTES + 64 * 128);
+    const unsigned long long db = wgmma_desc_sw128(sB + s * GT_B_BYTES);
+    // With one live set, its first two chunks go before the wait and its last two after it.
+    constexpr int kBefore = LIVE == 2 ? GT_BK / 16 : GT_BK / 32;
+#pragma unroll
+    for (int kk = 0; kk < kBefore; ++kk) {
+      if (FIRST && kk == 0) gt_wgmma_first(acc0, da0, db);
+      else gt_wgmma(acc0, da0 + 2 * kk, db + 2 * kk, 1);
+    }
+    if (!FIRST) {
+      wgmma_wait<0>();
+      if (lane == 0) gt_release(previous, peer);
+    }
+#pragma unroll
+    for (int kk = kBefore; kk < GT_BK / 16; ++kk) gt_wgmma(acc0, da0 + 2 * kk, db + 2 * kk, 1);
+    if constexpr (LIVE == 2) {
+#pragma unroll
+      for (int kk = 0; kk < GT_BK / 16; ++kk) {
+        if (FIRST && kk == 0) gt_wgmma_first(acc1, da1, db);
+        else gt_wgmma(acc1, da1 + 2 * kk, db + 2 * kk, 1);
+      }
+    }
+    wgmma_commit();
+  } else if (!FIRST && lane == 0) {
+    gt_release(previous, peer);
+  }
+#else
   if constexpr (LIVE > 0) {
     wgmma_fence();
     const unsigned long long da0 = wgmma_desc_sw128(sAw + s * GT_A_BYTES);
@@ -86,10 +121,12 @@ __device__ __forceinline__ void gt_kblock(float *acc0, float *acc1, h3u32 sAw, h
   }
 #if G9_INFLIGHT
   if constexpr (LIVE > 0) wgmma_wait<1>();
-  if (!FIRST && lane == 0) gt_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
+  if (!FIRST && lane == 0) gt_release(previous, peer);
 #else
+  (void)previous;
   if constexpr (LIVE > 0) wgmma_wait<0>();
   if (lane == 0) gt_release(empty + 8 * s, peer);
+#endif
 #endif
   if (++s == G9_STAGES) { s = 0; ph ^= 1; }
 }

@@ -166,9 +166,9 @@ plan::Kernel emitGemmSm90Tall(const OpView &v, const GemmDesc &d, const std::str
     fail(v.where, "the 256-row Hopper tile (gemm_bm=256) serves the epilogues none, residual and gate_residual, not {}",
          plan::epilogueName(d.epi));
   if (bn % 8 != 0 || bn < 128 || bn > 192 || stages < 2 || stages > 4 || groupM < 1 || groupM > 64 ||
-      (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (cluster != 1 && cluster != 2))
+      o.sm90Inflight < 0 || o.sm90Inflight > 2 || (cluster != 1 && cluster != 2))
     fail(v.where, "Hopper 256-row linear tuning out of range (tile width a multiple of 8 in 128-192, stages 2-4, group "
-                  "1-64, in flight 0/1, cluster 1/2)");
+                  "1-64, in flight 0-2, cluster 1/2)");
   const int64_t outN = d.N / d.nout;
   const bool staged = o.sm90EpiSmem >= 1 && !d.outF32 && outN % 8 == 0;
   const bool gateTable = d.epi == Epilogue::GateResidual;
@@ -223,10 +223,10 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   const int maxStages = narrow ? 6 : bn == 192 ? 5 : 4;
   int stages = pingpongLora || wideLoraDown ? std::min(o.sm90Stages, maxStages) : o.sm90Stages;
   if ((bn != 256 && bn != 192 && !narrow) || stages < 2 || stages > maxStages || groupM < 1 || groupM > 64 ||
-      (o.sm90Inflight != 0 && o.sm90Inflight != 1) || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
+      o.sm90Inflight < 0 || o.sm90Inflight > 2 || (o.sm90Cluster != 1 && o.sm90Cluster != 2) ||
       o.sm90EpiSmem < 0 || o.sm90EpiSmem > 3 || (o.sm90HalfTail != 0 && o.sm90HalfTail != 1))
     fail(v.where, "Hopper linear tuning out of range (tile width 64/192/256, stages 2-4 (2-5 at width 192, 2-6 at "
-                  "64), group 1-64, in flight 0/1, cluster 1/2, staged epilogue 0-3, half tail 0/1)");
+                  "64), group 1-64, in flight 0-2, cluster 1/2, staged epilogue 0-3, half tail 0/1)");
   if (bn != 256 && (d.epi == Epilogue::Swiglu || d.epi == Epilogue::QkNormRope))
     fail(v.where, "the {} epilogue needs the 256-wide Hopper tile (gemm_bn=256), got {}",
          plan::epilogueName(d.epi), bn);

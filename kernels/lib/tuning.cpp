@@ -19,7 +19,7 @@ struct Field {
 };
 const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-4 unless gemm_pingpong
                           {"gemm_group_m", &EmitOptions::sm90GroupM, 1, 64},
-                          {"gemm_inflight", &EmitOptions::sm90Inflight, 0, 1},
+                          {"gemm_inflight", &EmitOptions::sm90Inflight, 0, 2},  // 2: half a k-block (not ping-pong)
                           {"gemm_cluster", &EmitOptions::sm90Cluster, 1, 2},
                           {"gemm_bn", &EmitOptions::sm90Bn, 64, 256},  // 192 or 256; 128-192 with gemm_bm=256; 64: lora_down
                           {"gemm_bm", &EmitOptions::sm90Bm, 128, 256},  // 128 or 256
@@ -203,6 +203,9 @@ void EmitOptions::check(const std::string &where) const {
     if (o.sm90Pingpong == 0 && !narrow && o.sm90Stages > (o.sm90Bn == 192 ? 5 : 4))  // (narrow: gemm_stages' 2-6)
       fail(where, "{}: gemm_stages={} needs gemm_pingpong=1 (the cooperative kernel's stages fit 2-4 at 48 KiB, 2-5 "
                   "at 40 KiB with gemm_bn=192)", k, o.sm90Stages);
+    if (o.sm90Pingpong == 1 && o.sm90Inflight == 2)
+      fail(where, "{}: gemm_inflight=2 (half a k-block in flight) is the cooperative and 256-row kernels' (the "
+                  "ping-pong kernel keeps 0 or 1 k-blocks in flight)", k);
     if (o.sm90Pingpong == 1 && o.sm90Bn != 256)
       fail(where, "{}: gemm_bn={} is a width of the cooperative kernel (the ping-pong kernel's tiles are 128 wide)", k,
            o.sm90Bn);

@@ -344,6 +344,15 @@ inline std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(
       {"staged epilogue in epilogue warps 2-CTA cluster (in flight)", warpsPair},
       {"staged epilogue 2-CTA cluster (in flight), whole tiles only", wholeTiles},
       {"staged epilogue in epilogue warps, one area in turns, 2-CTA cluster (4 stages, in flight)", sharedPair}};
+  // Half a k-block queued before the wait for the previous one (gemm_inflight=2, cuBLAS's order): staged alone (with
+  // its half tails) and in 2-CTA clusters, and with the epilogue warps in clusters.
+  hk::EmitOptions halfStaged = staged, halfPair = stagedPair, halfWarps = warpsPair;
+  halfStaged.sm90Inflight = 2;
+  halfPair.sm90Inflight = 2;
+  halfWarps.sm90Inflight = 2;
+  v.push_back({"staged epilogue (half k-block in flight)", halfStaged});
+  v.push_back({"staged epilogue 2-CTA cluster (half k-block in flight)", halfPair});
+  v.push_back({"staged epilogue in epilogue warps 2-CTA cluster (half k-block in flight)", halfWarps});
   if (wide192) {
     w192.perOp.clear();
     w192.sm90EpiSmem = 0;
@@ -385,6 +394,16 @@ inline std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(
     v.push_back({"256-row 168-wide staged (3 stages, in flight)", tallStaged});
     v.push_back({"256-row 168-wide staged 2-CTA cluster (3 stages)", tallPair});
     v.push_back({"256-row 192-wide staged 2-CTA cluster (3 stages)", tall192});
+    // Half a k-block in flight on the 192-wide tile (4 stages, staged) and the 256-row tile (4 stages, 2-CTA, register
+    // epilogue; a staged 3-stage form in clusters).
+    hk::EmitOptions half192 = staged192, tallHalf = tall, tallHalfStaged = tallPair;
+    half192.sm90Inflight = 2;
+    tallHalf.sm90Inflight = 2;
+    tallHalf.sm90Cluster = 2;
+    tallHalfStaged.sm90Inflight = 2;
+    v.push_back({"192-wide staged epilogue (4 stages, half k-block in flight)", half192});
+    v.push_back({"256-row 168-wide 2-CTA cluster (4 stages, half k-block in flight)", tallHalf});
+    v.push_back({"256-row 168-wide staged 2-CTA cluster (3 stages, half k-block in flight)", tallHalfStaged});
   }
   // H3C_GPU_VARIANTS=TEXT keeps the variants whose label contains TEXT (a device call checking one new kernel).
   if (const char *only = std::getenv("H3C_GPU_VARIANTS"))

@@ -1794,6 +1794,56 @@ TEST(NvrtcCompile, Sm90Gemm192WideNeitherSerializesNorSpills) {
   }
   EXPECT_GE(compiled, 4);  // to_out and fc2 (gate_residual) at least, both variants
 }
+// gemm_inflight=2 (half a k-block queued before the wait for the previous one, cuBLAS's order): every bf16 linear of
+// the full config in the plan's forms with it (128 x 256: staged, 2-CTA, epilogue warps, half tails; qkv with
+// qk_norm_rope; swiglu), the 192-wide tile at 4 stages and the 256-row tile at 4 stages in 2-CTA clusters (both live
+// row sets and the first set only, for the last rows): ptxas keeps the wgmmas asynchronous (a wgmma_wait with
+// uncommitted wgmmas queued must not make it serialize them) and spills nothing; the ping-pong kernel refuses it.
+TEST(NvrtcCompile, HalfKblockInFlightNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  hk::EmitOptions plan = hk::EmitOptions::planDefaults(), w192, tall, pp;
+  for (auto &p : plan.perOp)
+    if (p.name == "gemm_inflight") p.value = 2;
+  plan.sm90Inflight = 2;
+  w192.perOp.clear();
+  w192.sm90Bn = 192;
+  w192.sm90Stages = 4;
+  w192.sm90Inflight = 2;
+  tall.perOp.clear();
+  tall.sm90Bm = 256;
+  tall.sm90Bn = 168;
+  tall.sm90Stages = 4;
+  tall.sm90Cluster = 2;
+  tall.sm90EpiSmem = 0;
+  tall.sm90Inflight = 2;
+  pp.perOp.clear();
+  pp.sm90Pingpong = 1;
+  pp.sm90Inflight = 2;
+  std::set<std::string> seen;
+  int compiled = 0;
+  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
+    if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
+    if (o.op.attrs.wDtype != h3c::DType::BF16 || o.op.attrs.xDtype != h3c::DType::BF16) continue;
+    const plan::Epilogue e = o.op.attrs.epilogue;
+    const bool narrowServed = e != plan::Epilogue::Swiglu && e != plan::Epilogue::QkNormRope;
+    for (const hk::EmitOptions *opt : {&plan, &w192, &tall}) {
+      if (opt != &plan && (!narrowServed || !nvrtcVariants())) continue;  // (CI time: the plan's forms)
+      const plan::Kernel k = *emit(o, "sm_90a", *opt);
+      EXPECT_NE(k.source.find("#define G9_INFLIGHT 2\n"), std::string::npos) << k.id;
+      if (!seen.insert(k.source).second) continue;
+      expectCompilesWithoutSpills(jit, k, "gemm_inflight=2");
+      ++compiled;
+    }
+    try {
+      emit(o, "sm_90a", pp);
+      ADD_FAILURE() << o.op.nodes.front() << ": the ping-pong kernel took gemm_inflight=2";
+    } catch (const h3c::Error &err) {
+      EXPECT_NE(std::string(err.what()).find("in flight 0/1"), std::string::npos) << err.what();
+    }
+  }
+  EXPECT_GE(compiled, 5);  // qkv, to_out, fc1, fc2 and the refiner's residual linears at least
+}
 // The 256-row tile (gemm_bm=256, gemm_sm90_tall.cuh) for the full config's bf16 linears with the epilogues it serves:
 // 168 wide with 4 stages, a k-block in flight and the register epilogue (to_out / fc2 in whole waves: 33 x 32 tiles),
 // 192 wide (192 accumulators a thread, the most registers) in 2-CTA clusters, and the form measured fastest per kernel

@@ -25,7 +25,8 @@ struct EmitOptions {
   // gives the same bits (the GPU checks compare the two byte for byte).
   bool wgmma = true;
   // Tuning of the Hopper linear (none changes a bit: the chain per output is fixed): shared-memory stages (2-4),
-  // row tiles per L2 group of the persistent walk, k-blocks kept in flight by each consumer (0 or 1).
+  // row tiles per L2 group of the persistent walk, k-blocks kept in flight by each consumer (0 or 1; 2: half of one,
+  // queued before the wait for the previous k-block, as cuBLAS's main loop does: the cooperative and 256-row kernels).
   int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // qkv's best in the forward (bench/NOTES.md, 2026-12-04)
   // CTAs per cluster along the rows (1, or 2: a pair shares its B tile through TMA multicast).
   int sm90Cluster = 1;
