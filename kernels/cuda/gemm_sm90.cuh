@@ -188,7 +188,10 @@ __device__ __forceinline__ void g9_wgmma(float *acc, unsigned long long da, unsi
 // the previous k-block's group is waited for and its stage released, then the last two are issued and committed, so
 // the tensor pipe always holds queued work while a stage is held no longer than with 0. The wgmmas chain on the same
 // accumulators in issue order (an uncommitted wgmma is in no group: wait_group does not wait for it), so every
-// output's chunk order, and its bits, are the same in the three forms.
+// output's chunk order, and its bits, are the same in the three forms. Measured (H100, 2026-12-07): 2 is slower on
+// this tile (to_out 1.51 M cycles against 1.32 M at 0), not understood: cuBLAS splits its k-block between two
+// accumulator sets where both halves here chain on one, but the 256-row tile, which splits as cuBLAS does, ran no
+// faster either (gemm_sm90_tall.cuh). Opt-in only.
 // sAw: this consumer's 64 rows of the A stage 0 (warp-uniform, hopper.cuh's warp_uniform).
 template <int N, bool FIRST>
 __device__ __forceinline__ void g9_kblock(float *acc, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,

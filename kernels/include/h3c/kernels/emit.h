@@ -26,7 +26,9 @@ struct EmitOptions {
   bool wgmma = true;
   // Tuning of the Hopper linear (none changes a bit: the chain per output is fixed): shared-memory stages (2-4),
   // row tiles per L2 group of the persistent walk, k-blocks kept in flight by each consumer (0 or 1; 2: half of one,
-  // queued before the wait for the previous k-block, as cuBLAS's main loop does: the cooperative and 256-row kernels).
+  // queued before the wait for the previous k-block, as cuBLAS's main loop does: the cooperative and 256-row kernels;
+  // measured slower, so opt-in: to_out's 128 x 256 tile 1.51 M cycles against 1.32 M at 0, the 256-row tile no
+  // faster, the forward 717-722 ms against 684-695, H100, bench/NOTES.md 2026-12-07 16:32).
   int sm90Stages = 3, sm90GroupM = 8, sm90Inflight = 0;  // qkv's best in the forward (bench/NOTES.md, 2026-12-04)
   // CTAs per cluster along the rows (1, or 2: a pair shares its B tile through TMA multicast).
   int sm90Cluster = 1;
