@@ -33,6 +33,24 @@ __device__ __forceinline__ void mbar_wait(h3u32 bar, h3u32 parity) {
   } while (!done);
 }
 
+// ---- bulk copies from shared to global memory (no tensor map) ----
+// Makes this thread's shared-memory writes (generic proxy) visible to the async proxy that bulk copies read through;
+// each writing thread runs it before the barrier after which the copy is issued.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Copies `bytes` (a multiple of 16) from shared memory at src (16-byte aligned) to global memory at dst (16-byte
+// aligned) asynchronously, in this thread's current bulk group.
+__device__ __forceinline__ void bulk_store(void *dst, h3u32 src, h3u32 bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until this thread's committed bulk copies have read their shared memory (it may be written again).
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// Waits until this thread's committed bulk copies have completed (their global writes done).
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // ---- TMA ----
 __device__ __forceinline__ void tma_prefetch_map(const H3cTensorMap *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"((unsigned long long)map) : "memory");

@@ -171,11 +171,19 @@ plan::Kernel emitGemmSm90Tall(const OpView &v, const GemmDesc &d, const std::str
                   "1-64, in flight 0-2, cluster 1/2)");
   const int64_t outN = d.N / d.nout;
   const bool staged = o.sm90EpiSmem >= 1 && !d.outF32 && outN % 8 == 0;
+  if (o.sm90EpiBulk != 0 && o.sm90EpiBulk != 1) fail(v.where, "gemm_epi_bulk must be 0 or 1, got {}", o.sm90EpiBulk);
+  if (o.sm90EpiBulk == 1 && o.sm90EpiSmem >= 1)
+    fail(v.where, "the 256-row tile's bulk-row epilogue (gemm_epi_bulk=1) replaces the staged one: set "
+                  "gemm_epi_smem=0 with it");
+  // Like the staged epilogue, bf16 outputs whose rows are whole 16-byte chunks only (an F32 output, or rows of an odd
+  // length, keep the register epilogue: the same bits).
+  const bool bulk = o.sm90EpiBulk == 1 && !d.outF32 && outN % 8 == 0;
   const bool gateTable = d.epi == Epilogue::GateResidual;
-  const int64_t smem = sm90TallLinearSharedBytes(stages, bn, staged, gateTable);
+  const int64_t smem = sm90TallLinearSharedBytes(stages, bn, staged, gateTable, bulk);
   if (smem > kMaxCtaSharedBytes)
     fail(v.where, "{} stages of the 256 x {} Hopper tile{} need {} bytes of shared memory (at most {})", stages, bn,
-         staged ? " beside the staged epilogue" : "", smem, kMaxCtaSharedBytes);
+         staged ? " beside the staged epilogue" : bulk ? " beside the bulk-row epilogue's buffers" : "", smem,
+         kMaxCtaSharedBytes);
   Builder b;
   defineEpilogue(b, d);
   b.def("GT_BN", bn);
@@ -185,6 +193,7 @@ plan::Kernel emitGemmSm90Tall(const OpView &v, const GemmDesc &d, const std::str
   b.def("G9_INFLIGHT", o.sm90Inflight);
   b.def("G9_CLUSTER", cluster);
   if (staged) b.def("G9_EPI_SMEM", 1);
+  if (bulk) b.def("GT_EPI_BULK", 1);
   Params p = gemmParams(v, d, /*maps=*/true, bn, 128);
   const int64_t tilesN = (d.N + bn - 1) / bn, pairsN = (tilesN + cluster - 1) / cluster;
   // >= the CTAs of the tiles (with pairs: two per pair of column tiles), capped at the SMs; the runtime rounds the
@@ -767,10 +776,11 @@ std::optional<plan::Kernel> emitAdalnSm90(const OpView &v, const GemmDesc &d, co
 
 } // namespace
 
-int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResidual) {
+int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResidual, bool bulk) {
   int64_t bytes = int64_t(stages) * (256 + bn) * 64 * 2 + 1024 + 16 * stages;  // + alignment + mbarriers
   // the two staging areas (64 rows of whole 64-column boxes each), gate_residual's table rows (8 warps x 32)
   if (staged) bytes += 2 * 64 * ((int64_t(bn) + 63) / 64 * 64) * 2 + (gateResidual ? 8 * 32 * 8 : 0);
+  if (bulk) bytes += 8 * 8 * int64_t(bn) * 2;  // the 8 consumer warps' 8-row buffers
   return bytes;
 }
 

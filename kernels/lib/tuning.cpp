@@ -26,6 +26,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_pingpong", &EmitOptions::sm90Pingpong, 0, 1},
                           {"gemm_epi_smem", &EmitOptions::sm90EpiSmem, 0, 3},
                           {"gemm_half_tail", &EmitOptions::sm90HalfTail, 0, 1},
+                          // the 256-row tile's epilogue by bulk copies of 8-row buffers (gemm_bm=256, epi_smem=0)
+                          {"gemm_epi_bulk", &EmitOptions::sm90EpiBulk, 0, 1},
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},
@@ -188,13 +190,18 @@ void EmitOptions::check(const std::string &where) const {
                     "--tune linear+gate_residual:gemm_bm=256)", k);
       if (o.sm90Bn % 8 != 0 || o.sm90Bn < 128 || o.sm90Bn > 192)
         fail(where, "{}: gemm_bn={} with gemm_bm=256 must be a multiple of 8 in [128, 192]", k, o.sm90Bn);
-      const int64_t bytes =
-          sm90TallLinearSharedBytes(o.sm90Stages, o.sm90Bn, o.sm90EpiSmem >= 1, op == "linear+gate_residual");
+      if (o.sm90EpiBulk == 1 && o.sm90EpiSmem != 0)
+        fail(where, "{}: gemm_epi_bulk=1 replaces the staged epilogue: set gemm_epi_smem=0 with it", k);
+      const int64_t bytes = sm90TallLinearSharedBytes(o.sm90Stages, o.sm90Bn, o.sm90EpiSmem >= 1,
+                                                      op == "linear+gate_residual", o.sm90EpiBulk == 1);
       if (o.sm90Stages > 4 || bytes > kMaxCtaSharedBytes)
-        fail(where, "{}: gemm_stages={} with gemm_bm=256, gemm_bn={} and gemm_epi_smem={} needs {} bytes of shared "
-                    "memory (at most {})", k, o.sm90Stages, o.sm90Bn, o.sm90EpiSmem, bytes, kMaxCtaSharedBytes);
+        fail(where, "{}: gemm_stages={} with gemm_bm=256, gemm_bn={}, gemm_epi_smem={} and gemm_epi_bulk={} needs {} "
+                    "bytes of shared memory (at most {})", k, o.sm90Stages, o.sm90Bn, o.sm90EpiSmem, o.sm90EpiBulk,
+             bytes, kMaxCtaSharedBytes);
       continue;
     }
+    if (o.sm90EpiBulk == 1)
+      fail(where, "{}: gemm_epi_bulk=1 is the 256-row tile's epilogue (gemm_bm=256)", k);
     // (lora_down of rank <= 64 also on the 64-wide tile: gemm_sm90.cuh; the emitter refuses it for a wider rank)
     const bool narrow = std::string(k) == "lora_down" && o.sm90Bn == 64;
     if (o.sm90Bn != 192 && o.sm90Bn != 256 && !narrow)

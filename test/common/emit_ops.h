@@ -404,6 +404,18 @@ inline std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(
     v.push_back({"192-wide staged epilogue (4 stages, half k-block in flight)", half192});
     v.push_back({"256-row 168-wide 2-CTA cluster (4 stages, half k-block in flight)", tallHalf});
     v.push_back({"256-row 168-wide staged 2-CTA cluster (3 stages, half k-block in flight)", tallHalfStaged});
+    // The bulk-row epilogue (gemm_epi_bulk=1): 152 wide with 4 stages in 2-CTA clusters (cuBLAS's tile for N =
+    // 5,376), 168 wide with 3; every bf16 output whose rows are whole 16-byte chunks.
+    hk::EmitOptions bulk152 = tall, bulk168 = tall;
+    bulk152.sm90Bn = 152;
+    bulk152.sm90Cluster = 2;
+    bulk152.sm90Inflight = 0;
+    bulk152.sm90EpiBulk = 1;
+    bulk168 = bulk152;
+    bulk168.sm90Bn = 168;
+    bulk168.sm90Stages = 3;
+    v.push_back({"256-row 152-wide bulk-row epilogue 2-CTA cluster (4 stages)", bulk152});
+    v.push_back({"256-row 168-wide bulk-row epilogue 2-CTA cluster (3 stages)", bulk168});
   }
   // H3C_GPU_VARIANTS=TEXT keeps the variants whose label contains TEXT (a device call checking one new kernel).
   if (const char *only = std::getenv("H3C_GPU_VARIANTS"))

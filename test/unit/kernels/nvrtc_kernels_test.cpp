@@ -131,6 +131,16 @@ std::vector<EmitOp> h3Ops(const h3c::h3::Config &c) {
   return v;
 }
 
+// The Hopper linears' ops among h3Ops(c): linear and qkv_linear with bf16 weights and inputs.
+std::vector<EmitOp> bf16Linears(const h3c::h3::Config &c) {
+  std::vector<EmitOp> v;
+  for (const EmitOp &o : h3Ops(c))
+    if ((o.op.kind == OpKind::Linear || o.op.kind == OpKind::QkvLinear) && o.op.attrs.wDtype == DType::BF16 &&
+        o.op.attrs.xDtype == DType::BF16)
+      v.push_back(o);
+  return v;
+}
+
 // The full config's attention op (head_dim 128: the Hopper kernel on sm_90a).
 EmitOp fullAttention() {
   for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full")))
@@ -1822,9 +1832,7 @@ TEST(NvrtcCompile, HalfKblockInFlightNeitherSerializesNorSpills) {
   pp.sm90Inflight = 2;
   std::set<std::string> seen;
   int compiled = 0;
-  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
-    if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
-    if (o.op.attrs.wDtype != h3c::DType::BF16 || o.op.attrs.xDtype != h3c::DType::BF16) continue;
+  for (const EmitOp &o : bf16Linears(h3c::h3::namedConfig("full"))) {
     const plan::Epilogue e = o.op.attrs.epilogue;
     const bool narrowServed = e != plan::Epilogue::Swiglu && e != plan::Epilogue::QkNormRope;
     for (const hk::EmitOptions *opt : {&plan, &w192, &tall}) {
@@ -1843,6 +1851,56 @@ TEST(NvrtcCompile, HalfKblockInFlightNeitherSerializesNorSpills) {
     }
   }
   EXPECT_GE(compiled, 5);  // qkv, to_out, fc1, fc2 and the refiner's residual linears at least
+}
+// The 256-row tile's bulk-row epilogue (gemm_epi_bulk=1: 8-row buffers per consumer warp stored by cp.async.bulk):
+// every bf16 linear of the full config it serves (qkv's three outputs, to_out / fc2's gate_residual, the refiner's
+// residual) at width 152 with 4 stages in 2-CTA clusters (cuBLAS's tile for N = 5,376: 9 waves of 594 pairs) and at
+// 168 with 3 stages: ptxas keeps the wgmmas asynchronous and spills nothing, the shared memory is the ring plus 8 x 8
+// rows; 168 wide at 4 stages does not fit beside the buffers and is refused, as the bulk form beside the staged one.
+TEST(NvrtcCompile, TallBulkEpilogueNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  // the GPU test's two bulk-row variants (test/common/emit_ops.h), and two forms the emitter refuses
+  hk::EmitOptions b152, b168;
+  for (const auto &[label, opts] : hopperGemmVariants(true)) {
+    if (std::string(label).find("152-wide bulk-row") != std::string::npos) b152 = opts;
+    if (std::string(label).find("168-wide bulk-row") != std::string::npos) b168 = opts;
+  }
+  ASSERT_EQ(b152.sm90EpiBulk, 1);
+  ASSERT_EQ(b168.sm90EpiBulk, 1);
+  ASSERT_EQ(b152.sm90Stages, 4);
+  hk::EmitOptions tooBig = b152, staged = b152;
+  tooBig.sm90Bn = 168;
+  staged.sm90EpiSmem = 1;
+  staged.sm90Stages = 3;
+  std::set<std::string> seen;
+  int compiled = 0;
+  for (const EmitOp &o : bf16Linears(h3c::h3::namedConfig("full"))) {
+    const plan::Epilogue e = o.op.attrs.epilogue;
+    if (e == plan::Epilogue::Swiglu || e == plan::Epilogue::QkNormRope) continue;
+    for (const hk::EmitOptions *opt : {&b152, &b168}) {
+      if (opt == &b168 && !nvrtcVariants()) continue;  // (CI time)
+      const plan::Kernel k = *emit(o, "sm_90a", *opt);
+      EXPECT_NE(k.source.find("#define GT_EPI_BULK 1\n"), std::string::npos) << k.id;
+      EXPECT_EQ(k.launch.smemBytes, int64_t(opt->sm90Stages) * (256 + opt->sm90Bn) * 128 + 1024 +
+                                        16 * opt->sm90Stages + 8 * 8 * opt->sm90Bn * 2)
+          << k.id;
+      if (!seen.insert(k.source).second) continue;
+      expectCompilesWithoutSpills(jit, k, "bulk-row epilogue");
+      ++compiled;
+    }
+    for (const hk::EmitOptions *bad : {&tooBig, &staged}) {
+      try {
+        emit(o, "sm_90a", *bad);
+        ADD_FAILURE() << o.op.nodes.front() << ": a bulk-row form that cannot be was emitted";
+      } catch (const h3c::Error &err) {
+        const std::string what = err.what();
+        EXPECT_NE(what.find(bad == &tooBig ? "beside the bulk-row epilogue's buffers" : "gemm_epi_bulk=1"),
+                  std::string::npos) << what;
+      }
+    }
+  }
+  EXPECT_GE(compiled, 3);  // qkv, to_out / fc2 (gate_residual), the refiner's residual linears
 }
 // The 256-row tile (gemm_bm=256, gemm_sm90_tall.cuh) for the full config's bf16 linears with the epilogues it serves:
 // 168 wide with 4 stages, a k-block in flight and the register epilogue (to_out / fc2 in whole waves: 33 x 32 tiles),
@@ -2320,16 +2378,25 @@ TEST(NvrtcCompile, UnmergedLora256RowsNeitherSerializesNorSpills) {
   t.sm90Bm = 256;
   t.sm90Bn = 168;
   t.sm90Cluster = 2;
+  // and the bulk-row epilogue at width 152, 4 stages (gemm_epi_bulk=1)
+  hk::EmitOptions bulk = t;
+  bulk.sm90Bn = 152;
+  bulk.sm90Stages = 4;
+  bulk.sm90EpiSmem = 0;
+  bulk.sm90EpiBulk = 1;
   int compiled = 0;
   for (const auto &o : loraOps(h3c::h3::namedConfig("small"))) {
     if (o.op.attrs.loraK == 0 || o.op.attrs.epilogue != plan::Epilogue::GateResidual) continue;
-    const plan::Kernel k = *emit(o, "sm_90a", t);
-    EXPECT_NE(k.id.find("_sm90m256n168_"), std::string::npos) << k.id;
-    expectCompilesWithoutSpills(jit, k, "256-row LoRA");
-    ++compiled;
+    for (const hk::EmitOptions *opt : {&t, &bulk}) {
+      const plan::Kernel k = *emit(o, "sm_90a", *opt);
+      EXPECT_NE(k.id.find(fmt::format("_sm90m256n{}_", opt->sm90Bn)), std::string::npos) << k.id;
+      EXPECT_EQ(k.source.find("#define GT_EPI_BULK 1\n") != std::string::npos, opt == &bulk) << k.id;
+      expectCompilesWithoutSpills(jit, k, "256-row LoRA");
+      ++compiled;
+    }
     break;
   }
-  EXPECT_EQ(compiled, 1);
+  EXPECT_EQ(compiled, 2);
 }
 
 TEST(NvrtcCompile, FullConfigAndPlanSm100a) {

@@ -41,6 +41,9 @@ struct EmitOptions {
   // gate_residual; gemm_cluster=2 pairs column tiles sharing x; gemm_epi_smem 1 or 2 stages the epilogue one 64-row
   // block at a time, 3 stages beside it (no epilogue warps); gemm_half_tail does not apply).
   int sm90Bm = 128;
+  // The 256-row tile's epilogue as 8-row buffers per consumer warp stored by bulk copies (1; gemm_sm90_tall.cuh
+  // GT_EPI_BULK), instead of 4-byte register stores (0) or the staged walk (gemm_epi_smem).
+  int sm90EpiBulk = 0;
   // 1: the ping-pong schedule (gemm_sm90_pingpong.cuh: 128 x 128 tiles, one per consumer warpgroup in turns, so one
   // epilogue overlaps the other's main loop); stages may then be 2-6. gemm_cluster and gemm_epi_smem are the
   // cooperative kernel's: the ping-pong kernel ignores them.
@@ -206,7 +209,7 @@ constexpr int64_t kMaxCtaSharedBytes = 232448;
 int64_t sm90LinearSharedBytes(int stages, int bn, int epiSmem, bool gateResidual);
 // The same for the 256-row tile (gemm_sm90_tall.cuh): `stages` of (256 + bn) x 64 bf16, alignment and mbarriers;
 // staged, the two 64-row staging areas (whole 64-column boxes) and gate_residual's table rows.
-int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResidual);
+int64_t sm90TallLinearSharedBytes(int stages, int bn, bool staged, bool gateResidual, bool bulk = false);
 // Dynamic shared memory of the Hopper dX (grad_linear_sm90.cuh): the alignment slack, `stages` ring stages of
 // 128 x 64 bf16 of bf(g) and 64 x bn of W, the ring's mbarriers; and of the Hopper dW (grad_linear_w_sm90.cuh), whose
 // stages hold 128 x 64 of each operand (narrow: twice the stages of 64 x 64, and the consumers' hand-over buffer).
