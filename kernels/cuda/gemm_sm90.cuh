@@ -200,13 +200,12 @@ __device__ __forceinline__ void g9_kblock(float *acc, h3u32 sAw, h3u32 sB, h3u32
   wgmma_fence();
   const unsigned long long da = wgmma_desc_sw128(sAw + s * G9_A_BYTES);
   const unsigned long long db = wgmma_desc_sw128(sB + s * G9_B_BYTES);
-  const h3u32 previous = empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1);
 #if G9_INFLIGHT == 2
   g9_wgmma<N, FIRST>(acc, da, db, 0);
   g9_wgmma<N, FIRST>(acc, da, db, 1);
   if (!FIRST) {
     wgmma_wait<0>();
-    if (lane == 0) g9_release(previous, peer);
+    if (lane == 0) g9_release(ring_before(empty, s, G9_STAGES), peer);
   }
   g9_wgmma<N, FIRST>(acc, da, db, 2);
   g9_wgmma<N, FIRST>(acc, da, db, 3);
@@ -218,9 +217,8 @@ __device__ __forceinline__ void g9_kblock(float *acc, h3u32 sAw, h3u32 sB, h3u32
 #if G9_INFLIGHT
   // Keep this k-block's wgmmas in flight and release the stage of the previous one, which has completed.
   wgmma_wait<1>();
-  if (!FIRST && lane == 0) g9_release(previous, peer);
+  if (!FIRST && lane == 0) g9_release(ring_before(empty, s, G9_STAGES), peer);
 #else
-  (void)previous;
   wgmma_wait<0>();
   if (lane == 0) g9_release(empty + 8 * s, peer);
 #endif
@@ -237,7 +235,7 @@ __device__ __forceinline__ void g9_mainloop(float *acc, h3u32 sAw, h3u32 sB, h3u
   for (int kb = 1; kb < G9_KT_ALL; ++kb) g9_kblock<N, false>(acc, sAw, sB, full, empty, peer, lane, s, ph);
 #if G9_INFLIGHT
   wgmma_wait<0>();
-  if (lane == 0) g9_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
+  if (lane == 0) g9_release(ring_before(empty, s, G9_STAGES), peer);
 #endif
 }
 

@@ -77,63 +77,48 @@ template <int LIVE, bool FIRST>
 __device__ __forceinline__ void gt_kblock(float *acc0, float *acc1, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty,
                                           h3u32 peer, int lane, int &s, h3u32 &ph) {
   mbar_wait(full + 8 * s, ph);
-  const h3u32 previous = empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1);
-#if G9_INFLIGHT == 2
   if constexpr (LIVE > 0) {
     wgmma_fence();
     const unsigned long long da0 = wgmma_desc_sw128(sAw + s * GT_A_BYTES);
     const unsigned long long da1 = wgmma_desc_sw128(sAw + s * GT_A_BYTES + 64 * 128);
     const unsigned long long db = wgmma_desc_sw128(sB + s * GT_B_BYTES);
+    // The wgmma of 16-wide chunk kk on one accumulator set, the tile's first (FIRST, kk 0) starting its chain.
+    auto chunk = [&](float *acc, unsigned long long da, int kk) {
+      if (FIRST && kk == 0) gt_wgmma_first(acc, da, db);
+      else gt_wgmma(acc, da + 2 * kk, db + 2 * kk, 1);
+    };
+#if G9_INFLIGHT == 2
     // With one live set, its first two chunks go before the wait and its last two after it.
     constexpr int kBefore = LIVE == 2 ? GT_BK / 16 : GT_BK / 32;
 #pragma unroll
-    for (int kk = 0; kk < kBefore; ++kk) {
-      if (FIRST && kk == 0) gt_wgmma_first(acc0, da0, db);
-      else gt_wgmma(acc0, da0 + 2 * kk, db + 2 * kk, 1);
-    }
+    for (int kk = 0; kk < kBefore; ++kk) chunk(acc0, da0, kk);
     if (!FIRST) {
       wgmma_wait<0>();
-      if (lane == 0) gt_release(previous, peer);
+      if (lane == 0) gt_release(ring_before(empty, s, G9_STAGES), peer);
     }
 #pragma unroll
-    for (int kk = kBefore; kk < GT_BK / 16; ++kk) gt_wgmma(acc0, da0 + 2 * kk, db + 2 * kk, 1);
+    for (int kk = kBefore; kk < GT_BK / 16; ++kk) chunk(acc0, da0, kk);
     if constexpr (LIVE == 2) {
 #pragma unroll
-      for (int kk = 0; kk < GT_BK / 16; ++kk) {
-        if (FIRST && kk == 0) gt_wgmma_first(acc1, da1, db);
-        else gt_wgmma(acc1, da1 + 2 * kk, db + 2 * kk, 1);
-      }
+      for (int kk = 0; kk < GT_BK / 16; ++kk) chunk(acc1, da1, kk);
     }
-    wgmma_commit();
-  } else if (!FIRST && lane == 0) {
-    gt_release(previous, peer);
-  }
 #else
-  if constexpr (LIVE > 0) {
-    wgmma_fence();
-    const unsigned long long da0 = wgmma_desc_sw128(sAw + s * GT_A_BYTES);
-    const unsigned long long da1 = wgmma_desc_sw128(sAw + s * GT_A_BYTES + 64 * 128);
-    const unsigned long long db = wgmma_desc_sw128(sB + s * GT_B_BYTES);
 #pragma unroll
     for (int kk = 0; kk < GT_BK / 16; ++kk) {
-      if (FIRST && kk == 0) {
-        gt_wgmma_first(acc0, da0, db);
-        if constexpr (LIVE == 2) gt_wgmma_first(acc1, da1, db);
-      } else {
-        gt_wgmma(acc0, da0 + 2 * kk, db + 2 * kk, 1);
-        if constexpr (LIVE == 2) gt_wgmma(acc1, da1 + 2 * kk, db + 2 * kk, 1);
-      }
+      chunk(acc0, da0, kk);
+      if constexpr (LIVE == 2) chunk(acc1, da1, kk);
     }
+#endif
     wgmma_commit();
   }
-#if G9_INFLIGHT
+#if G9_INFLIGHT == 2
+  if (LIVE == 0 && !FIRST && lane == 0) gt_release(ring_before(empty, s, G9_STAGES), peer);
+#elif G9_INFLIGHT
   if constexpr (LIVE > 0) wgmma_wait<1>();
-  if (!FIRST && lane == 0) gt_release(previous, peer);
+  if (!FIRST && lane == 0) gt_release(ring_before(empty, s, G9_STAGES), peer);
 #else
-  (void)previous;
   if constexpr (LIVE > 0) wgmma_wait<0>();
   if (lane == 0) gt_release(empty + 8 * s, peer);
-#endif
 #endif
   if (++s == G9_STAGES) { s = 0; ph ^= 1; }
 }
@@ -147,7 +132,7 @@ __device__ __forceinline__ void gt_mainloop(float *acc0, float *acc1, h3u32 sAw,
   for (int kb = 1; kb < GT_KT_ALL; ++kb) gt_kblock<LIVE, false>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
 #if G9_INFLIGHT
   if constexpr (LIVE > 0) wgmma_wait<0>();
-  if (lane == 0) gt_release(empty + 8 * (s == 0 ? G9_STAGES - 1 : s - 1), peer);
+  if (lane == 0) gt_release(ring_before(empty, s, G9_STAGES), peer);
 #endif
 }
 
@@ -203,7 +188,8 @@ __device__ __forceinline__ void gt_bulk_block(const GmEpilogue &ep, const void *
       for (long long c = c0; c < cEnd;) {
         int o;
         const long long at = gm_at(ep, rr, c, o);
-        const long long end = ((long long)o + 1) * GM_OUTN < cEnd ? ((long long)o + 1) * GM_OUTN : cEnd;
+        const long long outEnd = ((long long)o + 1) * GM_OUTN;  // where output o's row ends (qkv: q, k, v)
+        const long long end = outEnd < cEnd ? outEnd : cEnd;
         bulk_store((h3bf *)gm_out(ep, o) + at, buf + lane * GT_BULK_PITCH + (h3u32)(c - c0) * 2, (h3u32)(end - c) * 2);
         c = end;
       }

@@ -126,7 +126,7 @@ __device__ __forceinline__ void gx_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
   wgmma_commit();
 #if GX_INFLIGHT
   wgmma_wait<1>();
-  if (!FIRST && lane == 0) gx_release(empty + 8 * (s == 0 ? GX_STAGES - 1 : s - 1), peer);
+  if (!FIRST && lane == 0) gx_release(ring_before(empty, s, GX_STAGES), peer);
 #else
   wgmma_wait<0>();
   if (lane == 0) gx_release(empty + 8 * s, peer);
@@ -150,7 +150,7 @@ __device__ __forceinline__ void gx_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u3
   }
 #if GX_INFLIGHT
   wgmma_wait<0>();
-  if (lane == 0) gx_release(empty + 8 * (s == 0 ? GX_STAGES - 1 : s - 1), peer);
+  if (lane == 0) gx_release(ring_before(empty, s, GX_STAGES), peer);
 #endif
 }
 

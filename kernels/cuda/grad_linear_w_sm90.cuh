@@ -84,7 +84,7 @@ __device__ __forceinline__ void gw_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
   if constexpr (LAST) {
     wgmma_wait<0>();
     if (lane == 0) {
-      if (PREV) mbar_arrive(empty + 8 * (s == 0 ? GW_STAGES - 1 : s - 1));
+      if (PREV) mbar_arrive(ring_before(empty, s, GW_STAGES));
       mbar_arrive(empty + 8 * s);
     }
   }

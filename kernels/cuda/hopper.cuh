@@ -111,6 +111,11 @@ template <bool PAIR> __device__ __forceinline__ void ring_release(h3u32 bar, h3u
   if constexpr (PAIR) mbar_arrive_cluster(cluster_map(bar, peer));
   else (void)peer;
 }
+// The barrier (in an array of `stages` 8-byte mbarriers from `bars`) of the ring stage before stage s: what a consumer
+// that keeps a k-block in flight releases.
+__device__ __forceinline__ h3u32 ring_before(h3u32 bars, int s, int stages) {
+  return bars + 8 * (s == 0 ? stages - 1 : s - 1);
+}
 // tma_load_2d into the same offset of every CTA in `mask`, completing the bytes on each one's barrier at `bar`.
 __device__ __forceinline__ void tma_load_2d_multicast(h3u32 dst, const H3cTensorMap *map, int c0, int c1, h3u32 bar,
                                                       unsigned short mask) {

@@ -141,6 +141,15 @@ std::vector<EmitOp> bf16Linears(const h3c::h3::Config &c) {
   return v;
 }
 
+// The options of the GPU test's Hopper variant whose label contains `text` (hopperGemmVariants, test/common/emit_ops.h),
+// so that a compile check here covers the very form the GPU compares byte for byte.
+hk::EmitOptions gpuVariant(const std::string &text) {
+  for (const auto &[label, opts] : hopperGemmVariants(true))
+    if (std::string(label).find(text) != std::string::npos) return opts;
+  ADD_FAILURE() << "no Hopper variant labelled '" << text << "'";
+  return {};
+}
+
 // The full config's attention op (head_dim 128: the Hopper kernel on sm_90a).
 EmitOp fullAttention() {
   for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full")))
@@ -1812,21 +1821,14 @@ TEST(NvrtcCompile, Sm90Gemm192WideNeitherSerializesNorSpills) {
 TEST(NvrtcCompile, HalfKblockInFlightNeitherSerializesNorSpills) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   hc::NvrtcJit jit;
-  hk::EmitOptions plan = hk::EmitOptions::planDefaults(), w192, tall, pp;
+  hk::EmitOptions plan = hk::EmitOptions::planDefaults(), pp;
   for (auto &p : plan.perOp)
     if (p.name == "gemm_inflight") p.value = 2;
   plan.sm90Inflight = 2;
-  w192.perOp.clear();
-  w192.sm90Bn = 192;
-  w192.sm90Stages = 4;
-  w192.sm90Inflight = 2;
-  tall.perOp.clear();
-  tall.sm90Bm = 256;
-  tall.sm90Bn = 168;
-  tall.sm90Stages = 4;
-  tall.sm90Cluster = 2;
-  tall.sm90EpiSmem = 0;
-  tall.sm90Inflight = 2;
+  hk::EmitOptions w192 = gpuVariant("192-wide staged epilogue (4 stages, half k-block in flight)"),
+                  tall = gpuVariant("256-row 168-wide 2-CTA cluster (4 stages, half k-block in flight)");
+  ASSERT_EQ(w192.sm90Inflight, 2);
+  ASSERT_EQ(tall.sm90Inflight, 2);
   pp.perOp.clear();
   pp.sm90Pingpong = 1;
   pp.sm90Inflight = 2;
@@ -1862,12 +1864,8 @@ TEST(NvrtcCompile, HalfKblockInFlightNeitherSerializesNorSpills) {
 TEST(NvrtcCompile, TallBulkEpilogueNeitherSerializesNorSpills) {
   H3C_SKIP_HEAVY_UNDER_ASAN();
   hc::NvrtcJit jit;
-  // the GPU test's two bulk-row variants (test/common/emit_ops.h), and two forms the emitter refuses
-  hk::EmitOptions b152, b168;
-  for (const auto &[label, opts] : hopperGemmVariants(true)) {
-    if (std::string(label).find("152-wide bulk-row") != std::string::npos) b152 = opts;
-    if (std::string(label).find("168-wide bulk-row") != std::string::npos) b168 = opts;
-  }
+  // the GPU test's two bulk-row variants, and two forms the emitter refuses
+  const hk::EmitOptions b152 = gpuVariant("152-wide bulk-row"), b168 = gpuVariant("168-wide bulk-row");
   ASSERT_EQ(b152.sm90EpiBulk, 1);
   ASSERT_EQ(b168.sm90EpiBulk, 1);
   ASSERT_EQ(b152.sm90Stages, 4);
