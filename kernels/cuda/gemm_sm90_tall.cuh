@@ -29,6 +29,9 @@
 // consumers' instruction stream: ncu of to_out (H100, 2026-12-07) counted ~10 % of the consumers' samples in the
 // register epilogue of this tile, its 4-byte stores with their addresses and bounds, against 1.9 % for cuBLAS's.
 // The 8 buffers take 8 x 8 x GT_BN x 2 bytes: 4 stages fit beside them up to GT_BN = 152.
+// Measured (H200, 2026-12-07, bench/NOTES.md): byte-equal to the register epilogue, and slower: to_out plain 1.369 M
+// cycles at 256 x 152 (149 M instructions, cuBLAS 1.277 M and 64.5 M); with gate_residual, whose gate and residual
+// it reads a bf16 pair a lane, 9 % slower than the default on to_out. Kept opt-in, as a measured form.
 //
 // Defined by the emitter: G9_ENTRY H3C_PARAMS GM_K GT_BN G9_BN (= GT_BN, for the staged epilogue) G9_STAGES
 // G9_GROUP_M G9_INFLIGHT G9_CLUSTER (1 or 2), G9_EPI_SMEM and GT_EPI_BULK (each defined or not), the epilogue's defines

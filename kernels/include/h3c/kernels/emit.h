@@ -42,7 +42,8 @@ struct EmitOptions {
   // block at a time, 3 stages beside it (no epilogue warps); gemm_half_tail does not apply).
   int sm90Bm = 128;
   // The 256-row tile's epilogue as 8-row buffers per consumer warp stored by bulk copies (1; gemm_sm90_tall.cuh
-  // GT_EPI_BULK), instead of 4-byte register stores (0) or the staged walk (gemm_epi_smem).
+  // GT_EPI_BULK), instead of 4-byte register stores (0) or the staged walk (gemm_epi_smem). Byte-equal and measured
+  // slower than the default (bench/NOTES.md, 2026-12-07): opt-in.
   int sm90EpiBulk = 0;
   // 1: the ping-pong schedule (gemm_sm90_pingpong.cuh: 128 x 128 tiles, one per consumer warpgroup in turns, so one
   // epilogue overlaps the other's main loop); stages may then be 2-6. gemm_cluster and gemm_epi_smem are the
