@@ -1,11 +1,15 @@
 """One Nsight Compute report in a few lines: the key metrics of its details page and the SASS lines holding the most
-warp-stall samples (its source page, from the SourceCounters section). bench/profile_linear.sh prints one per form.
+warp-stall samples (its source page, from the SourceCounters section), and the executed instructions grouped by
+opcode (where a kernel's instructions go: two kernels of the same tile may differ by 2x in count, bench/NOTES.md
+2026-12-07). bench/profile_linear.sh prints one per form.
 
     python3 bench/ncu_summary.py DETAILS.csv SOURCE.csv [N]
 
 DETAILS.csv: `ncu -i REP --page details --csv`; SOURCE.csv: `ncu -i REP --page source --csv --print-source sass`.
 Columns are found by name (ncu versions differ in their order); a page that cannot be read is reported, not fatal."""
+import collections
 import csv
+import re
 import sys
 
 KEYS = ("Duration", "Elapsed Cycles", "SM Frequency", "Executed Ipc Active", "Executed Instructions",
@@ -64,6 +68,16 @@ def source(path, top):
         where = r[addr] if addr is not None else ""
         what = r[text][:88] if text is not None else ""
         print(f"  {100 * number(r[stall]) / total:5.1f} %  {where:>6s}  {what}{extra}")
+    if executed is not None and text is not None and instr > 0:
+        by_op = collections.Counter()
+        for r in body:
+            by_op[opcode(r[text])] += number(r[executed])
+        print("  instructions by opcode: " + ", ".join(f"{op} {100 * n / instr:.1f} %" for op, n in by_op.most_common(16)))
+
+
+def opcode(sass):
+    """A SASS line's opcode without its predicate and modifiers: '@!UP1 HGMMA.64x256x16.F32.BF16 R24, ...' -> HGMMA."""
+    return re.sub(r"^@!?U?P[T0-9]+\s+", "", sass.strip()).split(" ")[0].split(".")[0] or "?"
 
 
 def main():

@@ -3,6 +3,7 @@ separators, the profiler's ==PROF== lines mixed in, columns in another order): t
 it prints against the arithmetic of the sample counts, their order, and a page without the stall column reported by
 name instead of failing. No GPU or ncu needed."""
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,10 @@ def main():
           "the spin loop first, 2,500 of 5,000 samples = 50.0 %, 2,400 not issued = 48.0 %")
     check(len(shares) == 3 and "24.0 %" in shares[1] and "HGMMA" in shares[1], "the wgmma second, 1,200 / 5,000 = 24.0 %")
     check(len(shares) == 3 and "20.0 %" in shares[2] and "SYNCS" in shares[2], "the arrive third, 20.0 %")
+    ops = [l for l in out if "instructions by opcode" in l]
+    # executed 1,000 + 1,000 + 250,000 + 132 + 1,000 = 253,132: BRA 98.8 %, then HGMMA, WARPGROUP, SYNCS 0.4 %, EXIT 0.1 %
+    check(len(ops) == 1 and re.search(r"BRA 98\.8 %, (HGMMA|WARPGROUP|SYNCS) 0\.4 %", ops[0]) and "EXIT 0.1 %" in ops[0]
+          and "@" not in ops[0], "instructions grouped by opcode, predicates and modifiers dropped, shares of the total")
     out = run(DETAILS, SOURCE.replace("Warp Stall Sampling (All Samples)", "Something Else"))
     check(any("source page unreadable" in l and "no warp-stall column" in l for l in out),
           "a source page without the stall column is reported by name")
