@@ -166,12 +166,12 @@ plan::Kernel emitGemmSm90Tall(const OpView &v, const GemmDesc &d, const std::str
     fail(v.where, "the 256-row Hopper tile (gemm_bm=256) serves the epilogues none, residual and gate_residual, not {}",
          plan::epilogueName(d.epi));
   if (bn % 8 != 0 || bn < 128 || bn > 192 || stages < 2 || stages > 4 || groupM < 1 || groupM > 64 ||
-      o.sm90Inflight < 0 || o.sm90Inflight > 2 || (cluster != 1 && cluster != 2))
+      o.sm90Inflight < 0 || o.sm90Inflight > 2 || (cluster != 1 && cluster != 2) || o.sm90EpiBulk < 0 ||
+      o.sm90EpiBulk > 1)
     fail(v.where, "Hopper 256-row linear tuning out of range (tile width a multiple of 8 in 128-192, stages 2-4, group "
-                  "1-64, in flight 0-2, cluster 1/2)");
+                  "1-64, in flight 0-2, cluster 1/2, bulk-row epilogue 0/1)");
   const int64_t outN = d.N / d.nout;
   const bool staged = o.sm90EpiSmem >= 1 && !d.outF32 && outN % 8 == 0;
-  if (o.sm90EpiBulk != 0 && o.sm90EpiBulk != 1) fail(v.where, "gemm_epi_bulk must be 0 or 1, got {}", o.sm90EpiBulk);
   if (o.sm90EpiBulk == 1 && o.sm90EpiSmem >= 1)
     fail(v.where, "the 256-row tile's bulk-row epilogue (gemm_epi_bulk=1) replaces the staged one: set "
                   "gemm_epi_smem=0 with it");

@@ -150,6 +150,17 @@ hk::EmitOptions gpuVariant(const std::string &text) {
   return {};
 }
 
+// Expects the emitter to refuse `o` under `options` for `arch`, its error naming `why`.
+void expectEmitRefused(const EmitOp &o, const hk::EmitOptions &options, const std::string &why,
+                       const char *arch = "sm_90a") {
+  try {
+    emit(o, arch, options);
+    ADD_FAILURE() << o.op.where << " (" << arch << "): not refused, expected '" << why << "'";
+  } catch (const h3c::Error &e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << o.op.where << ": " << e.what();
+  }
+}
+
 // The full config's attention op (head_dim 128: the Hopper kernel on sm_90a).
 EmitOp fullAttention() {
   for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full")))
@@ -1791,18 +1802,11 @@ TEST(NvrtcCompile, Sm90Gemm192WideNeitherSerializesNorSpills) {
   wc.sm90Stages = 5;
   wc.sm90Inflight = 1;
   int compiled = 0;
-  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
-    if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
+  for (const EmitOp &o : bf16Linears(h3c::h3::namedConfig("full"))) {
     const plan::Epilogue e = o.op.attrs.epilogue;
-    if (o.op.attrs.wDtype != h3c::DType::BF16 || o.op.attrs.xDtype != h3c::DType::BF16) continue;
     for (const hk::EmitOptions &opt : {w, wc}) {
       if (e == plan::Epilogue::Swiglu || e == plan::Epilogue::QkNormRope) {
-        try {
-          emit(o, "sm_90a", opt);
-          ADD_FAILURE() << o.op.nodes.front() << ": the 192-wide tile was not refused";
-        } catch (const h3c::Error &err) {
-          EXPECT_NE(std::string(err.what()).find("256-wide"), std::string::npos) << err.what();
-        }
+        expectEmitRefused(o, opt, "256-wide");
         continue;
       }
       const plan::Kernel k = *emit(o, "sm_90a", opt);
@@ -1847,12 +1851,7 @@ TEST(NvrtcCompile, HalfKblockInFlightNeitherSerializesNorSpills) {
       expectCompilesWithoutSpills(jit, k, "gemm_inflight=2");
       ++compiled;
     }
-    try {
-      emit(o, "sm_90a", pp);
-      ADD_FAILURE() << o.op.nodes.front() << ": the ping-pong kernel took gemm_inflight=2";
-    } catch (const h3c::Error &err) {
-      EXPECT_NE(std::string(err.what()).find("in flight 0/1"), std::string::npos) << err.what();
-    }
+    expectEmitRefused(o, pp, "in flight 0/1");  // the ping-pong kernel
   }
   EXPECT_GE(compiled, nvrtcVariants() ? 5 : 2);  // qkv, to_out / fc2 (gate_residual), fc1, the residual linears
 }
@@ -1891,16 +1890,8 @@ TEST(NvrtcCompile, TallBulkEpilogueNeitherSerializesNorSpills) {
       expectCompilesWithoutSpills(jit, k, "bulk-row epilogue");
       ++compiled;
     }
-    for (const hk::EmitOptions *bad : {&tooBig, &staged}) {
-      try {
-        emit(o, "sm_90a", *bad);
-        ADD_FAILURE() << o.op.nodes.front() << ": a bulk-row form that cannot be was emitted";
-      } catch (const h3c::Error &err) {
-        const std::string what = err.what();
-        EXPECT_NE(what.find(bad == &tooBig ? "beside the bulk-row epilogue's buffers" : "gemm_epi_bulk=1"),
-                  std::string::npos) << what;
-      }
-    }
+    expectEmitRefused(o, tooBig, "beside the bulk-row epilogue's buffers");
+    expectEmitRefused(o, staged, "gemm_epi_bulk=1");
   }
   EXPECT_GE(compiled, 2);  // qkv and to_out / fc2 (gate_residual) at least
 }
@@ -1930,18 +1921,11 @@ TEST(NvrtcCompile, Sm90Gemm256RowsNeitherSerializesNorSpills) {
   t168s.sm90Inflight = 0;
   std::set<std::string> seen;
   int compiled = 0;
-  for (const EmitOp &o : h3Ops(h3c::h3::namedConfig("full"))) {
-    if (o.op.kind != OpKind::Linear && o.op.kind != OpKind::QkvLinear) continue;
+  for (const EmitOp &o : bf16Linears(h3c::h3::namedConfig("full"))) {
     const plan::Epilogue e = o.op.attrs.epilogue;
-    if (o.op.attrs.wDtype != h3c::DType::BF16 || o.op.attrs.xDtype != h3c::DType::BF16) continue;
     for (const hk::EmitOptions *opt : {&t168, &t192, &t168s}) {
       if (e == plan::Epilogue::Swiglu || e == plan::Epilogue::QkNormRope) {
-        try {
-          emit(o, "sm_90a", *opt);
-          ADD_FAILURE() << o.op.nodes.front() << ": the 256-row tile was not refused";
-        } catch (const h3c::Error &err) {
-          EXPECT_NE(std::string(err.what()).find("gemm_bm=256"), std::string::npos) << err.what();
-        }
+        expectEmitRefused(o, *opt, "gemm_bm=256");
         continue;
       }
       if (e != plan::Epilogue::GateResidual) continue;  // (CI time: the forms at to_out and fc2; the rest on the GPU)
@@ -2257,12 +2241,7 @@ TEST(KernelEmit, LoraDownNarrowTile) {
   const plan::OpAttrs wideLinear = with(attrs({{"K", 200}, {"N", 192}}), DType::BF16, DType::BF16, DType::BF16);
   hk::EmitOptions every;
   every.sm90Bn = 64;  // (past the tuning check, which refuses it for a linear)
-  try {
-    emit(op(OpKind::Linear, "linear192", wideLinear, kchunks(1), 1), "sm_90a", every);
-    ADD_FAILURE() << "a 192-wide linear on the 64-wide tile was not refused";
-  } catch (const h3c::Error &e) {
-    EXPECT_NE(std::string(e.what()).find("the 64-wide Hopper tile"), std::string::npos) << e.what();
-  }
+  expectEmitRefused(op(OpKind::Linear, "linear192", wideLinear, kchunks(1), 1), every, "the 64-wide Hopper tile");
   hk::EmitOptions all = hk::EmitOptions::planDefaults();
   all.set("gemm_bn", 64, "test");
   EXPECT_THROW(all.check("test"), h3c::Error);  // (the block linears: 192 or 256)
@@ -2274,12 +2253,7 @@ TEST(KernelEmit, LoraDownNarrowTile) {
 // kernel has no LoRA path) with at most the stages that kernel and its staged epilogue hold.
 TEST(KernelEmit, UnmergedLoraRefusalsAndPingpongFallback) {
   const auto expectRefused = [](const EmitOp &o, const char *arch, const std::string &why) {
-    try {
-      emit(o, arch);
-      ADD_FAILURE() << o.op.where << " (" << arch << "): not refused, expected '" << why << "'";
-    } catch (const h3c::Error &e) {
-      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << o.op.where << ": " << e.what();
-    }
+    expectEmitRefused(o, {}, why, arch);
   };
   for (const char *arch : {"sm_90a", "sm_100a"}) {
     plan::OpAttrs a = with(attrs({{"K", 200}, {"N", 192}}), DType::BF16, DType::BF16, DType::BF16, plan::Epilogue::Residual);
