@@ -10,7 +10,10 @@ diffusers (their values do not change its speed), synthetic weights for h3c. CUD
 
     python3 bench/forward_bench.py --h3c build-gpu/bin/h3c --plan carry/plans/full --out OUT.jsonl \
         [--config full] [--text 512 --audio 157 --video 8,30,32] [--reps 5] [--generate-steps 11] [--skip-compile]
-        [--alt-plan LABEL=PATH ...]
+        [--alt-plan LABEL=PATH ...] [--h3c-only]
+
+--h3c-only leaves diffusers out: the plans (--plan, then each --alt-plan) are timed in turn twice, for a tuning's
+effect on the whole forward at the same board state (no diffusers source needed).
 
 Writes one JSON line per measurement to --out and prints a table.
 """
@@ -127,6 +130,8 @@ def main():
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--alt-plan", action="append", default=[], metavar="LABEL=PATH",
                     help="another plan of the same config (a tuning), timed beside --plan on both sides of diffusers")
+    ap.add_argument("--h3c-only", action="store_true",
+                    help="no diffusers: the plans timed in turn twice (a tuning's effect on the forward)")
     a = ap.parse_args()
     alts = []
     for spec in a.alt_plan:
@@ -181,6 +186,16 @@ def main():
 
     pos = load_request(req, "cpu")["position_ids"]
     S = int(pos.shape[-2]) if pos.dim() >= 2 else int(pos.shape[0])
+    def write_rows():
+        with open(a.out, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+    if a.h3c_only:
+        h3c_forward("pass 1")
+        h3c_forward("pass 2")
+        write_rows()
+        return
     h3c_forward("before diffusers")
 
     # 1. diffusers, bf16 (the released mixed precision), eager and with its repeated blocks compiled.
@@ -234,9 +249,7 @@ def main():
         else:
             record(f"h3c generate, {a.generate_steps - 1} evaluations (process wall)", wall)
 
-    with open(a.out, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    write_rows()
 
 
 if __name__ == "__main__":

@@ -2,17 +2,18 @@
 // events: 3 warm-up launches, then the median of 20 timed launches each. Inputs are random (never zeros). Each kernel
 // is JIT-compiled and launched exactly as a plan carries it (its text, NVRTC options and launch ABI).
 // Prints a table (ms, TFLOP/s or GB/s) and writes JSON lines to argv[1] when given.
-//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep] [--energy] [--vendor] [--only TEXT[|TEXT...]]
+//   h3c_kernel_bench [out.jsonl] [--rows M] [--sweep] [--energy [--rounds R]] [--vendor] [--only TEXT[|TEXT...]]
 //                    [--variant LABEL=NAME=VALUE[,NAME=VALUE...]]...
 // --vendor adds cuBLASLt's plain GEMM of each linear's shape (bf16 out: torch's F.linear) in the same process.
-// --energy times each kernel sustained (back-to-back launches for about 0.6 s, the mean per launch) and reads the
-// board's energy counter and SM clock over it (NVML): watts, MHz and millijoules per launch beside the time, for a
-// focused set of Hopper linear variants (qkv + qk_norm_rope's register and staged epilogues too) and cuBLASLt, each
-// measured twice in alternation. The full forward is
-// power-capped (bench/NOTES.md), so energy per launch is what a kernel costs the ops around it.
+// --energy times each kernel sustained (back-to-back launches, the mean per launch) and reads the board's energy
+// counter and SM clock over it (NVML): watts, MHz and millijoules per launch beside the time. The block linears run
+// the default, cuBLASLt and a focused set of Hopper variants in R rounds (6 by default) of ~150 ms slices each, the
+// order rotated every round after an untimed one (timeRounds), and print each form's time and SM clock, its time
+// range over the rounds and its speed against cuBLASLt's round by round; the other kernels run ~0.6 s each. The
+// full forward is power-capped (bench/NOTES.md), so energy per launch is what a kernel costs the ops around it.
 // --variant adds a Hopper linear variant of the plan's defaults with `h3c compile --tune`'s settings (NAME or
 // OP:NAME, e.g. `--variant "bn192 st4=linear+gate_residual:gemm_bn=192,linear+gate_residual:gemm_stages=4"`) beside
-// the linears it applies to (with --energy: the default, cuBLASLt and the given variants only, in alternation), so
+// the linears it applies to (with --energy: the default, cuBLASLt and the given variants only, in rounds), so
 // that a tuning is timed without a new build.
 // --sweep also times every tuning variant of the Hopper linear (stages, L2 group, k-blocks in flight; the cooperative
 // and the ping-pong schedule, one 2-CTA cluster variant, the epilogue staged through shared memory), of the Hopper
@@ -143,6 +144,60 @@ void timeSustained(const std::function<void()> &fire, const std::string &what, h
   r.watts = double(e1 - e0) / ms;
 }
 
+// A kernel collected for timeRounds: its name, one launch, and its work.
+struct Pending {
+  std::string name;
+  std::function<void()> fire;
+  double flops = 0, bytes = 0;
+};
+
+// Sustained, every form of one linear in turn (--energy's linears): `rounds` rounds, each running every form back to
+// back for about `sliceMs` with the energy counter and SM clock read around it, the forms' order rotated by one each
+// round, after one untimed round that brings the board to its sustained power. So each form runs at the power cap and
+// temperature the others run at; timed one after another (the protocol until 2026-12-07), the first vendor line of a
+// run measured 0.807 ms at 1,980 MHz on a board still cool from the JIT, the same kernel 0.936 ms at the cap.
+// Returns one Result per form (the means over its slices: time and SM clock; no energy, since the board's counter
+// trails a slice this short: on an H100 it put cuBLASLt's slices at 1,115 W under a 700 W cap, 2026-12-07) and each
+// form's per-round times in `perRound`.
+std::vector<Result> timeRounds(const std::vector<Pending> &forms, h3c::bench::NvmlMeter &meter, int rounds,
+                               float sliceMs, std::vector<std::vector<double>> &perRound) {
+  Events ev;
+  const size_t n = forms.size();
+  std::vector<int> launches(n);
+  for (size_t f = 0; f < n; ++f) {
+    const float once = std::max(ev.around(forms[f].fire, 1, forms[f].name), 0.001f);
+    launches[f] = std::max(3, int(sliceMs / once));
+  }
+  std::vector<Result> r(n);
+  std::vector<double> ms(n, 0), mhzMs(n, 0);
+  std::vector<long long> total(n, 0);
+  perRound.assign(n, {});
+  for (int round = -1; round < rounds; ++round) {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t f = (i + size_t(round + 1)) % n;
+      if (round < 0) {
+        ev.around(forms[f].fire, launches[f], forms[f].name);
+        continue;
+      }
+      meter.start();
+      const float t = ev.around(forms[f].fire, launches[f], forms[f].name);
+      const double mhz = meter.stop();
+      ms[f] += t;
+      mhzMs[f] += mhz * t;
+      total[f] += launches[f];
+      perRound[f].push_back(t / launches[f]);
+    }
+  }
+  for (size_t f = 0; f < n; ++f) {
+    r[f].name = forms[f].name;
+    r[f].flops = forms[f].flops;
+    r[f].bytes = forms[f].bytes;
+    r[f].ms = ms[f] / double(total[f]);
+    r[f].mhz = mhzMs[f] / ms[f];
+  }
+  return r;
+}
+
 // --variant LABEL=NAME=VALUE[,NAME=VALUE...]: the plan's defaults with `h3c compile --tune`'s settings, parsed and
 // checked once (EmitOptions::set and check: names, ranges, shared memory), and the op profiles the settings name.
 struct UserVariant {
@@ -179,6 +234,7 @@ int main(int argc, char **argv) {
   std::string outPath;
   long long M = 8349;
   bool sweep = false, energy = false, vendor = false;
+  int rounds = 6;  // --rounds: timeRounds' rounds of --energy's linears
   std::string only;  // --only TEXT[|TEXT...]: time only the kernels whose name contains one of the TEXTs
   std::vector<UserVariant> userVariants;  // --variant LABEL=SETTINGS, parsed and checked here
   for (int i = 1; i < argc; ++i) {
@@ -186,6 +242,7 @@ int main(int argc, char **argv) {
     if (a == "--rows" && i + 1 < argc) M = std::atoll(argv[++i]);
     else if (a == "--sweep") sweep = true;
     else if (a == "--energy") energy = true;
+    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--vendor") vendor = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--variant" && i + 1 < argc) {
@@ -252,15 +309,22 @@ int main(int argc, char **argv) {
     const plan::Extents ext{1, M, 0, 0, 0, T};
     h3c::bench::NvmlMeter meter;
     if (energy && !meter.ok()) std::printf("--energy: NVML unavailable (%s): times only\n", meter.why().c_str());
+    // One result's line.
+    auto print = [&](const Result &r) {
+      std::printf("%-60s %9.3f ms  %8.1f TFLOP/s  %8.1f GB/s", r.name.c_str(), r.ms, r.flops / r.ms / 1e9,
+                  r.bytes / r.ms / 1e6);
+      if (r.mj > 0) std::printf("  %6.0f W  %5.0f MHz  %8.1f mJ", r.watts, r.mhz, r.mj);
+      else if (r.mhz > 0) std::printf("  %5.0f MHz", r.mhz);
+    };
+    // Where bench() and vendorGemm() put their kernels instead of timing them (--energy's linears: timeRounds).
+    std::vector<Pending> *pending = nullptr;
     // Times `fire` (median, or sustained with energy) and prints one line.
     auto measure = [&](const std::string &name, const std::function<void()> &fire, double flops, double bytes) {
       Result r{name, 0, flops, bytes};
       if (energy && meter.ok()) timeSustained(fire, name, meter, r);
       else timeMedian(fire, name, r);
       results.push_back(r);
-      std::printf("%-60s %9.3f ms  %8.1f TFLOP/s  %8.1f GB/s", name.c_str(), r.ms, flops / r.ms / 1e9,
-                  bytes / r.ms / 1e6);
-      if (r.mj > 0) std::printf("  %6.0f W  %5.0f MHz  %8.1f mJ", r.watts, r.mhz, r.mj);
+      print(r);
       std::printf("\n");
       std::fflush(stdout);
     };
@@ -271,6 +335,12 @@ int main(int argc, char **argv) {
         auto k = emit(op, dev.arch(), opt);
         const plan::Kernel &kk = kernels.emplace(k->id, *k).first->second;
         const hc::LoadedKernel &lk = runner.load(kk);
+        if (pending) {  // a launch that owns its operands' addresses (the runner keeps lk)
+          pending->push_back({name, [&runner, &lk, ext, own = ops] {
+                                runner.launch(lk, ext, [&](plan::OperandRole role, int64_t i) { return own.at(role, i); });
+                              }, flops, bytes});
+          return;
+        }
         auto addr = [&](plan::OperandRole role, int64_t i) { return ops.at(role, i); };
         measure(name, [&] { runner.launch(lk, ext, addr); }, flops, bytes);
       } catch (const std::exception &e) {
@@ -298,9 +368,13 @@ int main(int argc, char **argv) {
     auto vendorGemm = [&](const std::string &name, long long K, long long n) {
       if (!wanted(name)) return;
       try {
-        h3c::bench::VendorGemm g(M, n, K);
-        hc::DeviceBuffer out(size_t(M * n * 2));  // fc1's plain output (M x 28,672) is wider than y
-        measure(name, [&] { g.run(x->get(), w->get(), out.get()); }, 2.0 * M * K * n, 2.0 * (M * K + K * n + M * n));
+        auto g = std::make_shared<h3c::bench::VendorGemm>(M, n, K);
+        // fc1's plain output (M x 28,672) is wider than y
+        auto out = std::make_shared<hc::DeviceBuffer>(size_t(M * n * 2));
+        auto fire = [g, out, xa = x->get(), wa = w->get()] { g->run(xa, wa, out->get()); };
+        const double flops = 2.0 * M * K * n, bytes = 2.0 * (M * K + K * n + M * n);
+        if (pending) pending->push_back({name, fire, flops, bytes});
+        else measure(name, fire, flops, bytes);
       } catch (const std::exception &e) {
         std::printf("%-60s FAILED: %s\n", name.c_str(), e.what());
         std::fflush(stdout);
@@ -430,13 +504,38 @@ int main(int argc, char **argv) {
     }
     for (const Linear &l : linears) {
       if (energy && dev.arch() == "sm_90a") {
+        // The default, cuBLASLt and the variants in rounds (timeRounds), each form's line the mean of its slices,
+        // then each form's time against cuBLASLt's, round by round.
         const long long n = l.kind == OpKind::QkvLinear ? 3 * l.N : l.N;
-        for (int rep = 0; rep < 2; ++rep) {
-          gemm(l.name, l.kind, l.K, l.N, l.epi);
-          vendorGemm(std::string(l.name) + " [cuBLASLt plain]", l.K, n);
-          for (const auto &[label, o] : energyVariants(l))
-            gemm(fmt::format("{} [sm90 {}]", l.name, label), l.kind, l.K, l.N, l.epi, o);
+        std::vector<Pending> forms;
+        pending = meter.ok() ? &forms : nullptr;
+        gemm(l.name, l.kind, l.K, l.N, l.epi);
+        vendorGemm(std::string(l.name) + " [cuBLASLt plain]", l.K, n);
+        for (const auto &[label, o] : energyVariants(l))
+          gemm(fmt::format("{} [sm90 {}]", l.name, label), l.kind, l.K, l.N, l.epi, o);
+        pending = nullptr;
+        if (forms.empty()) continue;
+        std::vector<std::vector<double>> perRound;
+        const std::vector<Result> timed = timeRounds(forms, meter, rounds, 150.0f, perRound);
+        size_t vendorAt = forms.size();
+        for (size_t f = 0; f < forms.size(); ++f)
+          if (forms[f].name.find("cuBLASLt") != std::string::npos) vendorAt = f;
+        for (size_t f = 0; f < timed.size(); ++f) {
+          results.push_back(timed[f]);
+          print(timed[f]);
+          const auto [lo, hi] = std::minmax_element(perRound[f].begin(), perRound[f].end());
+          std::printf("  rounds %.3f-%.3f", *lo, *hi);
+          if (vendorAt < forms.size() && f != vendorAt) {
+            // this form's speed as a fraction of cuBLASLt's in each round (the same board state), median
+            std::vector<double> q;
+            for (size_t i = 0; i < perRound[f].size(); ++i) q.push_back(perRound[vendorAt][i] / perRound[f][i]);
+            std::sort(q.begin(), q.end());
+            std::printf("  %.3fx cuBLASLt (median of %zu rounds, %.3f-%.3f)", q[q.size() / 2], q.size(), q.front(),
+                        q.back());
+          }
+          std::printf("\n");
         }
+        std::fflush(stdout);
         continue;
       }
       gemm(l.name, l.kind, l.K, l.N, l.epi);

@@ -106,6 +106,29 @@ __device__ __forceinline__ const h3bf *gm_gate_at(const GmEpilogue &e, long long
   return (const h3bf *)e.table + trow * (long long)(GM_NUM_CHUNKS * GM_OUTN) + GM_CHUNK * GM_OUTN + c;
 }
 
+#ifdef G9_RES_PREFETCH
+#if (GM_EPI != GM_EPI_RESIDUAL && GM_EPI != GM_EPI_GATE_RESIDUAL) || GM_OUTN % 8 != 0
+#error "the residual prefetch serves the epilogues residual and gate_residual with 16-byte rows (GM_OUTN % 8 == 0)"
+#endif
+// The L2 prefetch of output row r's residual at columns c0 .. c0 + cols - 1 below GM_OUTN (c0 a multiple of 8, so
+// the bytes are a 16-byte aligned multiple of 16; nothing for r >= M): one bulk prefetch (hopper.cuh). The Hopper
+// consumers issue it for their rows G9_RES_PREFETCH k-blocks before the end of a tile's main loop, one row a thread,
+// so that the epilogue's residual loads, which every SM issues at about the same time, hit L2 instead of waiting for
+// HBM. A prefetch reads nothing into the kernel: the bits are unchanged.
+__device__ __forceinline__ void gm_prefetch_residual_row(const GmEpilogue &e, long long r, long long c0, int cols,
+                                                         long long M) {
+  const long long cEnd = c0 + cols < GM_OUTN ? c0 + cols : GM_OUTN;
+  if (r < M && c0 < cEnd) l2_prefetch_bulk(gm_residual_at(e, r, c0), (h3u32)(cEnd - c0) * 2);
+}
+#endif
+// The k-block of a Hopper tile's main loop of kt k-blocks before which its consumers issue that prefetch:
+// G9_RES_PREFETCH before the end, at the earliest after the first; without the prefetch, none (kt).
+#ifdef G9_RES_PREFETCH
+#define G9_PREFETCH_AT(kt) ((kt) > G9_RES_PREFETCH + 1 ? (kt) - G9_RES_PREFETCH : 1)
+#else
+#define G9_PREFETCH_AT(kt) (kt)
+#endif
+
 // The residual step of the contract (section 3) on the rounded sum y, before its final bf16 rounding: residual + y,
 // or gate * y + residual; y itself for the other epilogues. The one place this arithmetic is written: gm_final,
 // gm_final2 and the staged epilogue (gemm_epilogue_smem.cuh) all call it.

@@ -226,13 +226,20 @@ __device__ __forceinline__ void g9_kblock(float *acc, h3u32 sAw, h3u32 sB, h3u32
   if (++s == G9_STAGES) { s = 0; ph ^= 1; }
 }
 
-// One consumer warpgroup's main loop over the k-blocks of a tile: the k_chunks chain of its 64 rows into acc.
-template <int N>
+// One consumer warpgroup's main loop over the k-blocks of a tile: the k_chunks chain of its 64 rows into acc;
+// prefetch() is called before k-block G9_PREFETCH_AT (gemm_epilogue.cuh): two loops around it, since a branch among
+// the wgmmas could make ptxas serialize them.
+template <int N, class Prefetch>
 __device__ __forceinline__ void g9_mainloop(float *acc, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
-                                            int lane, int &s, h3u32 &ph) {
+                                            int lane, int &s, h3u32 &ph, const Prefetch &prefetch) {
   g9_kblock<N, true>(acc, sAw, sB, full, empty, peer, lane, s, ph);
 #pragma unroll 1
-  for (int kb = 1; kb < G9_KT_ALL; ++kb) g9_kblock<N, false>(acc, sAw, sB, full, empty, peer, lane, s, ph);
+  for (int kb = 1; kb < G9_PREFETCH_AT(G9_KT_ALL); ++kb)
+    g9_kblock<N, false>(acc, sAw, sB, full, empty, peer, lane, s, ph);
+  prefetch();
+#pragma unroll 1
+  for (int kb = G9_PREFETCH_AT(G9_KT_ALL); kb < G9_KT_ALL; ++kb)
+    g9_kblock<N, false>(acc, sAw, sB, full, empty, peer, lane, s, ph);
 #if G9_INFLIGHT
   wgmma_wait<0>();
   if (lane == 0) g9_release(ring_before(empty, s, G9_STAGES), peer);
@@ -425,13 +432,21 @@ extern "C" __global__ void __launch_bounds__(G9_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       int tm, tn;
       const int part = g9_item(it, walk, walkM, rank, tm, tn);
       const long long r0 = (long long)tm * G9_BM + cw * 64, c0 = g9_part_col0(tn, part);
+#ifdef G9_RES_PREFETCH
+      // Threads 0-63: one of this consumer's 64 rows each, the part's columns.
+      const auto prefetch = [&] {
+        if (tid < 64) gm_prefetch_residual_row(ep, r0 + tid, c0, part < 0 ? G9_BN : 128, M);
+      };
+#else
+      const auto prefetch = [] {};
+#endif
       if (part < 0) {
-        g9_mainloop<G9_BN>(acc, sAw, sB, full, empty, peer, lane, s, ph);
+        g9_mainloop<G9_BN>(acc, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
         g9_finish<G9_BN / 8>(G9_FINISH_ARGS, r0, c0);
       }
 #ifdef G9_HALF_TAIL
       else {
-        g9_mainloop<128>(acc, sAw, sB, full, empty, peer, lane, s, ph);
+        g9_mainloop<128>(acc, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
         g9_finish<16>(G9_FINISH_ARGS, r0, c0);
       }
 #endif

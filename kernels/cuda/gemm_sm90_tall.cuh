@@ -126,13 +126,19 @@ __device__ __forceinline__ void gt_kblock(float *acc0, float *acc1, h3u32 sAw, h
   if (++s == G9_STAGES) { s = 0; ph ^= 1; }
 }
 
-// One consumer warpgroup's main loop over the k-blocks of a tile (LIVE as gt_kblock).
-template <int LIVE>
+// One consumer warpgroup's main loop over the k-blocks of a tile (LIVE as gt_kblock); prefetch() is called before
+// k-block G9_PREFETCH_AT (gemm_epilogue.cuh; gemm_sm90.cuh's g9_mainloop says why two loops).
+template <int LIVE, class Prefetch>
 __device__ __forceinline__ void gt_mainloop(float *acc0, float *acc1, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty,
-                                            h3u32 peer, int lane, int &s, h3u32 &ph) {
+                                            h3u32 peer, int lane, int &s, h3u32 &ph, const Prefetch &prefetch) {
   gt_kblock<LIVE, true>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
 #pragma unroll 1
-  for (int kb = 1; kb < GT_KT_ALL; ++kb) gt_kblock<LIVE, false>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
+  for (int kb = 1; kb < G9_PREFETCH_AT(GT_KT_ALL); ++kb)
+    gt_kblock<LIVE, false>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
+  prefetch();
+#pragma unroll 1
+  for (int kb = G9_PREFETCH_AT(GT_KT_ALL); kb < GT_KT_ALL; ++kb)
+    gt_kblock<LIVE, false>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
 #if G9_INFLIGHT
   if constexpr (LIVE > 0) wgmma_wait<0>();
   if (lane == 0) gt_release(ring_before(empty, s, G9_STAGES), peer);
@@ -294,9 +300,15 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS, 1) G9_ENTRY(H3C_PARAMS)
       int tm, tn;
       gt_tile(t, tilesM, rank, tm, tn);
       const long long r0 = (long long)tm * GT_BM + cw * 128, c0 = (long long)tn * GT_BN;
-      if (r0 + 64 < M) gt_mainloop<2>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
-      else if (r0 < M) gt_mainloop<1>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
-      else gt_mainloop<0>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph);
+#ifdef G9_RES_PREFETCH
+      // One of this consumer's 128 rows a thread.
+      const auto prefetch = [&] { gm_prefetch_residual_row(ep, r0 + tid, c0, GT_BN, M); };
+#else
+      const auto prefetch = [] {};
+#endif
+      if (r0 + 64 < M) gt_mainloop<2>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
+      else if (r0 < M) gt_mainloop<1>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
+      else gt_mainloop<0>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
       // Rows 0-63 of this consumer's half from acc0, rows 64-127 from acc1. The producer refills the ring meanwhile,
       // so the next tile's main loop starts on full stages.
 #ifdef G9_EPI_SMEM

@@ -51,6 +51,12 @@ __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.w
 // Waits until this thread's committed bulk copies have completed (their global writes done).
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
+// Asks L2 to fetch `bytes` (a multiple of 16) of global memory from p (16-byte aligned) without waiting and without
+// writing anything (cp.async.bulk.prefetch.L2): a later load of those bytes hits L2. Values are untouched.
+__device__ __forceinline__ void l2_prefetch_bulk(const void *p, h3u32 bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // ---- TMA ----
 __device__ __forceinline__ void tma_prefetch_map(const H3cTensorMap *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"((unsigned long long)map) : "memory");

@@ -52,6 +52,14 @@ void defineEpilogue(Builder &b, const GemmDesc &d) {
   }
 }
 
+// The Hopper kernels' L2 prefetch of each tile's residual block (gemm_res_prefetch k-blocks before the tile's end,
+// gemm_epilogue.cuh's gm_prefetch_residual): for the epilogues that read a residual, whose rows are whole 16-byte
+// chunks. Other epilogues have nothing to prefetch and ignore the option (as the ping-pong kernel does).
+void defineResPrefetch(Builder &b, const GemmDesc &d, const EmitOptions &o) {
+  const bool reads = d.epi == Epilogue::Residual || d.epi == Epilogue::GateResidual;
+  if (o.sm90ResPrefetch > 0 && reads && (d.N / d.nout) % 8 == 0) b.def("G9_RES_PREFETCH", o.sm90ResPrefetch);
+}
+
 // The parameter list of both GEMM templates; x and w are buffers (mma.sync) or tensor maps (Hopper: x_map, w_map,
 // whose W box has wBoxRows rows and x's xBoxRows).
 Params gemmParams(const OpView &v, const GemmDesc &d, bool maps, int64_t wBoxRows = 128, int64_t xBoxRows = 128) {
@@ -194,6 +202,7 @@ plan::Kernel emitGemmSm90Tall(const OpView &v, const GemmDesc &d, const std::str
   b.def("G9_CLUSTER", cluster);
   if (staged) b.def("G9_EPI_SMEM", 1);
   if (bulk) b.def("GT_EPI_BULK", 1);
+  defineResPrefetch(b, d, o);
   Params p = gemmParams(v, d, /*maps=*/true, bn, 128);
   const int64_t tilesN = (d.N + bn - 1) / bn, pairsN = (tilesN + cluster - 1) / cluster;
   // >= the CTAs of the tiles (with pairs: two per pair of column tiles), capped at the SMs; the runtime rounds the
@@ -271,6 +280,7 @@ plan::Kernel emitGemmSm90(const OpView &v, const GemmDesc &d, const std::string 
   const bool halfTail = o.sm90HalfTail == 1 && staged && bn == 256 && d.epi != Epilogue::Swiglu &&
                         d.epi != Epilogue::QkNormRope && d.loraK == 0;
   if (halfTail) b.def("G9_HALF_TAIL", 1);
+  defineResPrefetch(b, d, o);
   Params p = gemmParams(v, d, /*maps=*/true, bn / 2);
   const int64_t outCols = d.epi == Epilogue::Swiglu ? d.N / 2 : d.N;
   const int64_t tilesN = d.epi == Epilogue::Swiglu ? (outCols + 127) / 128 : (d.N + bn - 1) / bn;

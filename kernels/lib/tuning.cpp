@@ -28,6 +28,8 @@ const Field kFields[] = {{"gemm_stages", &EmitOptions::sm90Stages, 2, 6},  // 2-
                           {"gemm_half_tail", &EmitOptions::sm90HalfTail, 0, 1},
                           // the 256-row tile's epilogue by bulk copies of 8-row buffers (gemm_bm=256, epi_smem=0)
                           {"gemm_epi_bulk", &EmitOptions::sm90EpiBulk, 0, 1},
+                          // the residual block's L2 prefetch over the tile's last k-blocks (0: none)
+                          {"gemm_res_prefetch", &EmitOptions::sm90ResPrefetch, 0, 64},
                           // kv_block 128 (the compiler's pin): stages of 64 KiB, 3 at most beside the Q tile
                           {"attn_stages", &EmitOptions::sm90AttnStages, 2, 3},
                           {"attn_overlap", &EmitOptions::sm90AttnOverlap, 0, 1},

@@ -416,6 +416,17 @@ inline std::vector<std::pair<const char *, hk::EmitOptions>> hopperGemmVariants(
     bulk168.sm90Stages = 3;
     v.push_back({"256-row 152-wide bulk-row epilogue 2-CTA cluster (4 stages)", bulk152});
     v.push_back({"256-row 168-wide bulk-row epilogue 2-CTA cluster (3 stages)", bulk168});
+    // The residual block's L2 prefetch by the consumers (gemm_res_prefetch: residual and gate_residual only; the other
+    // epilogues' kernels are those of the variants above): the plan's gate_residual form (staged, 2-CTA, in flight,
+    // half tails) over the last 8 k-blocks, the 1-CTA staged form over every k-block of the tile (64 > the tests'
+    // k-blocks), and the 256-row tile staged in 2-CTA clusters.
+    hk::EmitOptions pfPair = stagedPair, pfWhole = staged, pfTall = tallPair;
+    pfPair.sm90ResPrefetch = 8;
+    pfWhole.sm90ResPrefetch = 64;
+    pfTall.sm90ResPrefetch = 8;
+    v.push_back({"residual prefetch 8, staged epilogue 2-CTA cluster (in flight)", pfPair});
+    v.push_back({"residual prefetch 64, staged epilogue", pfWhole});
+    v.push_back({"residual prefetch 8, 256-row 168-wide staged 2-CTA cluster (3 stages)", pfTall});
   }
   // H3C_GPU_VARIANTS=TEXT keeps the variants whose label contains TEXT (a device call checking one new kernel).
   if (const char *only = std::getenv("H3C_GPU_VARIANTS"))

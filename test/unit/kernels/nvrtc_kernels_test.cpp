@@ -1855,6 +1855,43 @@ TEST(NvrtcCompile, HalfKblockInFlightNeitherSerializesNorSpills) {
   }
   EXPECT_GE(compiled, nvrtcVariants() ? 5 : 2);  // qkv, to_out / fc2 (gate_residual), fc1, the residual linears
 }
+// The residual block's L2 prefetch (gemm_res_prefetch): the GPU test's three forms (the plan's gate_residual kernel,
+// staged in 2-CTA clusters with half tails; 1-CTA staged over every k-block; the 256-row tile in clusters) define it
+// for the linears that read a residual (to_out / fc2's gate_residual, the refiner's residual) and for no other, and
+// the producer's prefetch loop fits its registers (24 beside the half tails and in the 256-row tile): no spill, no
+// serialized wgmma.
+TEST(NvrtcCompile, ResidualPrefetchNeitherSerializesNorSpills) {
+  H3C_SKIP_HEAVY_UNDER_ASAN();
+  hc::NvrtcJit jit;
+  const hk::EmitOptions pair = gpuVariant("residual prefetch 8, staged"), whole = gpuVariant("residual prefetch 64"),
+                        tall = gpuVariant("residual prefetch 8, 256-row");
+  ASSERT_EQ(pair.sm90ResPrefetch, 8);
+  ASSERT_EQ(whole.sm90ResPrefetch, 64);
+  ASSERT_EQ(tall.sm90Bm, 256);
+  std::set<std::string> seen;
+  int compiled = 0, plain = 0;
+  for (const EmitOp &o : bf16Linears(h3c::h3::namedConfig("full"))) {
+    const plan::Epilogue e = o.op.attrs.epilogue;
+    const bool reads = e == plan::Epilogue::Residual || e == plan::Epilogue::GateResidual;
+    if (e == plan::Epilogue::Swiglu || e == plan::Epilogue::QkNormRope) continue;
+    for (const hk::EmitOptions *opt : {&pair, &whole, &tall}) {
+      const plan::Kernel k = *emit(o, "sm_90a", *opt);
+      const std::string def = fmt::format("#define G9_RES_PREFETCH {}\n", opt->sm90ResPrefetch);
+      EXPECT_EQ(k.source.find(def) != std::string::npos, reads) << k.id;
+      if (!reads) {
+        ++plain;
+        continue;
+      }
+      // (CI time: the plan's form for every such linear; the others with H3C_NVRTC_VARIANTS=1)
+      if (opt != &pair && !nvrtcVariants()) continue;
+      if (!seen.insert(k.source).second) continue;
+      expectCompilesWithoutSpills(jit, k, "residual prefetch");
+      ++compiled;
+    }
+  }
+  EXPECT_GE(compiled, 1);  // to_out / fc2 (gate_residual) at least
+  EXPECT_GE(plain, 3);     // qkv and the plain linears take no prefetch
+}
 // The 256-row tile's bulk-row epilogue (gemm_epi_bulk=1: 8-row buffers per consumer warp stored by cp.async.bulk):
 // every bf16 linear of the full config it serves (qkv's three outputs, to_out / fc2's gate_residual, the refiner's
 // residual) at width 152 with 4 stages in 2-CTA clusters (cuBLAS's tile for N = 5,376: 9 waves of 594 pairs) and at
