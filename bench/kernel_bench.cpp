@@ -464,7 +464,7 @@ int main(int argc, char **argv) {
         for (int fl : {0, 1})
           for (int cl : {1, 2}) tall(bn, 3, fl, cl, 1);
     };
-    // --energy: the default, cuBLASLt and the variants that trade speed against power, twice in alternation.
+    // --energy: the default, cuBLASLt and the variants that trade speed against power (timed in rounds below).
     auto energyVariants = [&](const Linear &l) {
       Variants v;
       if (!userVariants.empty()) {  // --variant: the default, cuBLASLt and these only
