@@ -306,8 +306,14 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS, 1) G9_ENTRY(H3C_PARAMS)
 #else
       const auto prefetch = [] {};
 #endif
-      if (r0 + 64 < M) gt_mainloop<2>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
-      else if (r0 < M) gt_mainloop<1>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
+      // The main loop's form by the rows this consumer holds, a value the compiler sees as warp-uniform (broadcast
+      // from lane 0, hopper.cuh's warp_uniform): under a branch on r0 (from threadIdx) ptxas built every wgmma's
+      // descriptors in vector registers and moved them to uniform ones (R2UR), four a wgmma: ncu of to_out (H100,
+      // 2026-12-07) counted R2UR 24 % and IMAD 20 % of this tile's instructions, twice cuBLAS's count; in the uniform
+      // datapath NVRTC's SASS has 140 R2UR fewer at 256 x 168.
+      const h3u32 live = warp_uniform(r0 + 64 < M ? 2u : r0 < M ? 1u : 0u);
+      if (live == 2) gt_mainloop<2>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
+      else if (live == 1) gt_mainloop<1>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
       else gt_mainloop<0>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
       // Rows 0-63 of this consumer's half from acc0, rows 64-127 from acc1. The producer refills the ring meanwhile,
       // so the next tile's main loop starts on full stages.
