@@ -111,11 +111,11 @@ __device__ __forceinline__ void gx_wgmma(float *acc, unsigned long long da, unsi
 // advances 32 bytes a chunk inside the swizzled row; B's 16 rows of N = 2,048 bytes), then the release of the stage
 // to the producer once its wgmmas completed (with GX_INFLIGHT the previous stage's, this one's staying in flight).
 template <int CH, bool FIRST>
-__device__ __forceinline__ void gx_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer, int cw,
+__device__ __forceinline__ void gx_kblock(float *acc, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
                                           int lane, int &s, h3u32 &ph) {
   mbar_wait(full + 8 * s, ph);
   wgmma_fence();
-  const unsigned long long da = wgmma_desc_sw128(sA + s * GX_A_BYTES + cw * 64 * 128);
+  const unsigned long long da = wgmma_desc_sw128(sAw + s * GX_A_BYTES);
   const h3u32 b = sB + s * GX_B_BYTES;
 #pragma unroll
   for (int kk = 0; kk < CH; ++kk) {
@@ -138,15 +138,15 @@ __device__ __forceinline__ void gx_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
 }
 
 // A consumer warpgroup's chain over all k-blocks of a tile (the first starts it, the last holds GX_LAST_CHUNKS).
-__device__ __forceinline__ void gx_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
-                                            int cw, int lane, int &s, h3u32 &ph) {
+__device__ __forceinline__ void gx_mainloop(float *acc, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty, h3u32 peer,
+                                            int lane, int &s, h3u32 &ph) {
   if constexpr (GX_KT == 1) {
-    gx_kblock<GX_LAST_CHUNKS, true>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+    gx_kblock<GX_LAST_CHUNKS, true>(acc, sAw, sB, full, empty, peer, lane, s, ph);
   } else {
-    gx_kblock<4, true>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+    gx_kblock<4, true>(acc, sAw, sB, full, empty, peer, lane, s, ph);
 #pragma unroll 1
-    for (int kb = 1; kb < GX_KT - 1; ++kb) gx_kblock<4, false>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
-    gx_kblock<GX_LAST_CHUNKS, false>(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+    for (int kb = 1; kb < GX_KT - 1; ++kb) gx_kblock<4, false>(acc, sAw, sB, full, empty, peer, lane, s, ph);
+    gx_kblock<GX_LAST_CHUNKS, false>(acc, sAw, sB, full, empty, peer, lane, s, ph);
   }
 #if GX_INFLIGHT
   wgmma_wait<0>();
@@ -157,12 +157,12 @@ __device__ __forceinline__ void gx_mainloop(float *acc, h3u32 sA, h3u32 sB, h3u3
 #if GX_LORA_K
 // The fused LoRA down path (stage s: bf(dt) rows and the down slot's boxes of this tile): per 64 columns of the tile,
 // the path's chain into pa, then (residual + path) + dX stored for those columns (acc holds dX). Releases the stage.
-__device__ __forceinline__ void gx_lora_epilogue(const float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty,
-                                                 h3u32 peer, int cw, int lane, int &s, h3u32 &ph,
+__device__ __forceinline__ void gx_lora_epilogue(const float *acc, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty,
+                                                 h3u32 peer, int lane, int &s, h3u32 &ph,
                                                  long long r0, long long c0, long long M, void *out,
                                                  const float *res, const void *sx) {
   mbar_wait(full + 8 * s, ph);
-  const unsigned long long da = wgmma_desc_sw128(sA + s * GX_A_BYTES + cw * 64 * 128);
+  const unsigned long long da = wgmma_desc_sw128(sAw + s * GX_A_BYTES);
 #pragma unroll  // (acc's indices must be constants: a runtime index would put acc in local memory)
   for (int jb = 0; jb < GX_BOXES; ++jb) {
     float pa[32];
@@ -303,6 +303,10 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
     regs_alloc<GX_REGS_CONSUMER>();
     const int cw = wg - 1;  // this consumer's 64 rows of the tile
     const int lane = tid % 32, warp = tid / 32, gq = lane >> 2, t4 = lane & 3;
+    // Its rows of the A stage 0, a value ptxas knows is warp-uniform (hopper.cuh's warp_uniform), so the main loop's
+    // descriptors are built on the uniform datapath: from cw (threadIdx) they were built in vector registers and moved
+    // to uniform ones before every wgmma (R2UR; the 256-row forward tile's profile, bench/NOTES.md 2026-12-07 22:01).
+    const h3u32 sAw = warp_uniform(sA + cw * 64 * 128);
     float acc[GX_BN / 2];  // never zeroed: each tile's first wgmma writes them without reading
     int s = 0;
     h3u32 ph = 0;
@@ -315,7 +319,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
     for (int t = first; t < tiles; t += stride) {
       int tm, tn;
       gx_tile(t, walkM, rank, tm, tn);
-      gx_mainloop(acc, sA, sB, full, empty, peer, cw, lane, s, ph);
+      gx_mainloop(acc, sAw, sB, full, empty, peer, lane, s, ph);
       // Accumulator 4 j + 2 h + e: row 16 warp + gq + 8 h, column 8 j + 2 t4 + e of the warpgroup's 64 x GX_BN block.
       const long long r0 = (long long)tm * GX_BM + cw * 64 + warp * 16 + gq;
       const long long c0 = (long long)tn * GX_BN + 2 * t4;
@@ -325,7 +329,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
 #else
       const float *res = nullptr;
 #endif
-      gx_lora_epilogue(acc, sA, sB, full, empty, peer, cw, lane, s, ph, r0, c0, M, out, res, sx);
+      gx_lora_epilogue(acc, sAw, sB, full, empty, peer, lane, s, ph, r0, c0, M, out, res, sx);
 #else
 #pragma unroll
       for (int h = 0; h < 2; ++h) {

@@ -64,11 +64,11 @@ __device__ __forceinline__ int gw_unit_rows(long long itemRows, long long u) {
 // k-block): waits for the unit's wgmmas and releases its stages (this one and, with PREV, the one before, whose
 // k-block stayed in flight while this one was issued: the chain's order is the issue order).
 template <int CH, bool FIRST, bool LAST, bool PREV>
-__device__ __forceinline__ void gw_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw, int lane,
+__device__ __forceinline__ void gw_kblock(float *acc, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty, int lane,
                                           int &s, h3u32 &ph) {
   mbar_wait(full + 8 * s, ph);
   wgmma_fence();
-  const h3u32 a = sA + s * GW_A_BYTES + (GW_NARROW ? 0 : cw * GW_BOX_BYTES), b = sB + s * GW_B_BYTES;
+  const h3u32 a = sAw + s * GW_A_BYTES, b = sB + s * GW_B_BYTES;
 #pragma unroll
   for (int kk = 0; kk < CH; ++kk) {
     const unsigned long long da = wgmma_desc_sw128_nmajor(a + kk * 2048, GW_BOX_BYTES);
@@ -98,22 +98,22 @@ __device__ __forceinline__ void gw_kblock(float *acc, h3u32 sA, h3u32 sB, h3u32 
 // to `fold` (into the item's sum). The partial lives inside this call only: a chunk count chosen at run time must not
 // merge the accumulators of different wgmma sequences (ptxas then injects warpgroup.arrive).
 template <int CH0, int CH1, class Fold>
-__device__ __forceinline__ void gw_unit(const Fold &fold, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty, int cw,
+__device__ __forceinline__ void gw_unit(const Fold &fold, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty,
                                         int lane, int &s, h3u32 &ph) {
   float acc[GW_BN / 2];  // never zeroed: scale-d 0 starts the chain
-  gw_kblock<CH0, true, CH1 == 0, false>(acc, sA, sB, full, empty, cw, lane, s, ph);
-  if constexpr (CH1 > 0) gw_kblock<CH1, false, true, true>(acc, sA, sB, full, empty, cw, lane, s, ph);
+  gw_kblock<CH0, true, CH1 == 0, false>(acc, sAw, sB, full, empty, lane, s, ph);
+  if constexpr (CH1 > 0) gw_kblock<CH1, false, true, true>(acc, sAw, sB, full, empty, lane, s, ph);
   fold(acc);
 }
 
 // A unit of L rows by the unit form of its chunk count (2 ceil(L / 32)).
 template <class Fold>
-__device__ __forceinline__ void gw_unit_of(int L, const Fold &fold, h3u32 sA, h3u32 sB, h3u32 full, h3u32 empty,
-                                           int cw, int lane, int &s, h3u32 &ph) {
-  if (L > 96) gw_unit<4, 4>(fold, sA, sB, full, empty, cw, lane, s, ph);
-  else if (L > 64) gw_unit<4, 2>(fold, sA, sB, full, empty, cw, lane, s, ph);
-  else if (L > 32) gw_unit<4, 0>(fold, sA, sB, full, empty, cw, lane, s, ph);
-  else gw_unit<2, 0>(fold, sA, sB, full, empty, cw, lane, s, ph);
+__device__ __forceinline__ void gw_unit_of(int L, const Fold &fold, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty,
+                                           int lane, int &s, h3u32 &ph) {
+  if (L > 96) gw_unit<4, 4>(fold, sAw, sB, full, empty, lane, s, ph);
+  else if (L > 64) gw_unit<4, 2>(fold, sAw, sB, full, empty, lane, s, ph);
+  else if (L > 32) gw_unit<4, 0>(fold, sAw, sB, full, empty, lane, s, ph);
+  else gw_unit<2, 0>(fold, sAw, sB, full, empty, lane, s, ph);
 }
 
 // The item's sum (this thread's accumulator positions) into dw: item 0's as it is, then + each next item's.
@@ -200,6 +200,14 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
     regs_alloc<GW_REGS_CONSUMER>();
     const int cw = wg - 1;  // this consumer's 64 rows n of the tile
     const int lane = tid % 32, warp = tid / 32, gq = lane >> 2, t4 = lane & 3;
+    // Its box of the A stage 0 and its index, values ptxas knows are warp-uniform (hopper.cuh's warp_uniform), so the
+    // units' descriptors are built on the uniform datapath: from cw (threadIdx), and under the narrow form's branch on
+    // it, they were built in vector registers and moved to uniform ones before every wgmma (R2UR; the 256-row forward
+    // tile's profile, bench/NOTES.md 2026-12-07 22:01).
+    const h3u32 sAw = warp_uniform(sA + (GW_NARROW ? 0 : cw * GW_BOX_BYTES));
+#if GW_NARROW
+    const h3u32 cwu = warp_uniform((h3u32)cw);
+#endif
     int s = 0;
     h3u32 ph = 0;
     float *const out = (float *)dw;
@@ -219,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
         for (long long u = 0; u < units; ++u, ++v) {
           const int L = gw_unit_rows(item_rows, u);
           const bool last = u + 1 == units;
-          if ((v & 1) == cw) {
+          if ((h3u32)(v & 1) == cwu) {
             // The unit's partial onto the sum of the units before (handed over by the other consumer), then the new
             // sum handed on, or with the item's last unit stored.
             auto fold = [&](const float *acc) {
@@ -240,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
                 gw_store_item(out, run, b, n0, k0);
               }
             };
-            gw_unit_of(L, fold, sA, sB, full, empty, cw, lane, s, ph);
+            gw_unit_of(L, fold, sAw, sB, full, empty, lane, s, ph);
           } else {
             for (int kb = 0; kb * GW_BK < L; ++kb)  // the other consumer's stages
               if (++s == GW_STAGES) {
@@ -259,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
 #pragma unroll
             for (int i = 0; i < GW_BN / 2; ++i) run[i] = u == 0 ? acc[i] : __fadd_rn(run[i], acc[i]);
           };
-          gw_unit_of(gw_unit_rows(item_rows, u), fold, sA, sB, full, empty, cw, lane, s, ph);
+          gw_unit_of(gw_unit_rows(item_rows, u), fold, sAw, sB, full, empty, lane, s, ph);
         }
         gw_store_item(out, run, b, n0, k0);
 #endif
