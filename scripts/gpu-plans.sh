@@ -7,7 +7,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 H3C=${H3C:-$root/build/bin/h3c}
-"$H3C" compile --help 2>&1 | grep -q -- --arch || { echo "gpu-plans: $H3C has no compile (build with MLIR)"; exit 2; }
+# (grep without -q reads the whole help: -q exits at the first match, h3c then dies of SIGPIPE writing the rest and
+# pipefail turned that into "no compile" once the --tune list grew past the pipe's first read)
+"$H3C" compile --help 2>&1 | grep -- --arch >/dev/null || { echo "gpu-plans: $H3C has no compile (build with MLIR)"; exit 2; }
 mkdir -p "$root/carry/plans" "$root/carry/include"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
