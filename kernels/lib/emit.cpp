@@ -53,7 +53,7 @@ void defineEpilogue(Builder &b, const GemmDesc &d) {
 }
 
 // The Hopper kernels' L2 prefetch of each tile's residual block (gemm_res_prefetch k-blocks before the tile's end,
-// gemm_epilogue.cuh's gm_prefetch_residual): for the epilogues that read a residual, whose rows are whole 16-byte
+// gemm_epilogue.cuh's gm_prefetch_residual_row): for the epilogues that read a residual, whose rows are whole 16-byte
 // chunks. Other epilogues have nothing to prefetch and ignore the option (as the ping-pong kernel does).
 void defineResPrefetch(Builder &b, const GemmDesc &d, const EmitOptions &o) {
   const bool reads = d.epi == Epilogue::Residual || d.epi == Epilogue::GateResidual;

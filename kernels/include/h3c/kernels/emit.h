@@ -45,10 +45,11 @@ struct EmitOptions {
   // GT_EPI_BULK), instead of 4-byte register stores (0) or the staged walk (gemm_epi_smem). Byte-equal and measured
   // slower than the default (bench/NOTES.md, 2026-12-07): opt-in.
   int sm90EpiBulk = 0;
-  // The cooperative and 256-row kernels' epilogues residual and gate_residual: the producer thread prefetches the
-  // tile's residual block into L2 (cp.async.bulk.prefetch.L2, a slice of rows a k-block) over the tile's last
-  // gemm_res_prefetch k-blocks (0: none), so that the epilogue's residual loads, which every SM issues at about the
-  // same time, hit L2 instead of HBM (gemm_epilogue.cuh's gm_prefetch_residual). Timing only: no value changes.
+  // The cooperative and 256-row kernels' epilogues residual and gate_residual: gemm_res_prefetch k-blocks before a
+  // tile's end (0: never) each consumer thread prefetches one of its rows' residual into L2 (cp.async.bulk.prefetch.L2,
+  // gemm_epilogue.cuh's gm_prefetch_residual_row), so that the epilogue's residual loads, which every SM issues at
+  // about the same time, hit L2 instead of HBM. Timing only: no value changes. Measured (H100, bench/NOTES.md
+  // 2026-12-07 22:01): no gain on the plan's 128 x 256 form; 1-3 % on the 256 x 168 staged pair, within the noise.
   int sm90ResPrefetch = 0;
   // 1: the ping-pong schedule (gemm_sm90_pingpong.cuh: 128 x 128 tiles, one per consumer warpgroup in turns, so one
   // epilogue overlaps the other's main loop); stages may then be 2-6. gemm_cluster and gemm_epi_smem are the
