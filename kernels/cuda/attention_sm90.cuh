@@ -181,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
   const h3u32 sQ = base, sK = sQ + A9_Q_BYTES, sV = sK + A9_STAGES * A9_KV_BYTES;
   const h3u32 qFull = sV + A9_STAGES * A9_KV_BYTES, kFull = qFull + 8, vFull = kFull + 8 * A9_STAGES,
               empty = vFull + 8 * A9_STAGES, qEmpty = empty + 8 * A9_STAGES;  // qEmpty: A9_PERSISTENT only
-  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int wg = warpgroup_index(), tid = threadIdx.x % 128;
   const long long L = item_rows, Lk = kv_rows;
 #if A9_PERSISTENT
   int head = 0, item = 0, q0 = 0;  // the tile's (a9_tile)
@@ -240,10 +240,7 @@ extern "C" __global__ void __launch_bounds__(A9_THREADS, 1) A9_ENTRY(H3C_PARAMS)
   } else {
     // Consumers (the roles are the two branches of one if/else, so ptxas applies setmaxnreg).
     regs_alloc<240>();
-    // This consumer's 64 query rows of the tile, as a value ptxas knows is warp-uniform (hopper.cuh's warp_uniform):
-    // its Q descriptor and the turns' branches on it then stay on the uniform datapath (from threadIdx the 256-row
-    // forward tile's wgmma descriptors went through R2UR before every wgmma, bench/NOTES.md 2026-12-07 22:01).
-    const int cw = (int)warp_uniform((h3u32)(wg - 1));
+    const int cw = wg - 1;  // this consumer's 64 query rows of the tile
     const int warp = tid / 32, lane = tid % 32, g = lane >> 2, t4 = lane & 3;
     const float kNegInf = __int_as_float(0xff800000);
 #if A9_OVERLAP

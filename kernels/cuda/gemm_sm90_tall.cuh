@@ -75,7 +75,7 @@ __device__ __forceinline__ void gt_release(h3u32 bar, h3u32 peer) { ring_release
 // past the end issues no wgmma (a request of 70 rows runs one 256-row tile per column tile: a quarter of its tensor
 // work), and its accumulators, never stored, stay as they are. (LIVE is a template argument and the main loop is
 // chosen once per tile: a wgmma under a run-time condition inside the loop made ptxas serialize them all.)
-// sAw: this consumer's 128 rows of the A stage 0 (warp-uniform, hopper.cuh's warp_uniform).
+// sAw: this consumer's 128 rows of the A stage 0 (warp-uniform: from hopper.cuh's warpgroup_index).
 template <int LIVE, bool FIRST>
 __device__ __forceinline__ void gt_kblock(float *acc0, float *acc1, h3u32 sAw, h3u32 sB, h3u32 full, h3u32 empty,
                                           h3u32 peer, int lane, int &s, h3u32 &ph) {
@@ -228,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS, 1) G9_ENTRY(H3C_PARAMS)
 #else
   const h3u32 full = sB + G9_STAGES * GT_B_BYTES, empty = full + 8 * G9_STAGES;
 #endif
-  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int wg = warpgroup_index(), tid = threadIdx.x % 128;
   const long long M = rows;
   const int tilesM = (int)((M + GT_BM - 1) / GT_BM);
 #if G9_CLUSTER == 2
@@ -289,7 +289,7 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS, 1) G9_ENTRY(H3C_PARAMS)
     regs_alloc<240>();
     const int cw = wg - 1;  // this consumer's 128 rows of the tile
     const int warp = tid / 32, lane = tid % 32;
-    const h3u32 sAw = warp_uniform(sA + cw * 128 * 128);  // its rows of the A stage, for the main loop's descriptors
+    const h3u32 sAw = sA + cw * 128 * 128;  // its rows of the A stage, for the main loop's descriptors
     const void *B = GM_BIAS_PARAM;
     const GmEpilogue ep = GM_EPILOGUE_PARAMS;
     // (Never zeroed: each tile's first wgmmas write them without reading.)
@@ -306,14 +306,9 @@ extern "C" __global__ void __launch_bounds__(GT_THREADS, 1) G9_ENTRY(H3C_PARAMS)
 #else
       const auto prefetch = [] {};
 #endif
-      // The main loop's form by the rows this consumer holds, a value the compiler sees as warp-uniform (broadcast
-      // from lane 0, hopper.cuh's warp_uniform): under a branch on r0 (from threadIdx) ptxas built every wgmma's
-      // descriptors in vector registers and moved them to uniform ones (R2UR), four a wgmma: ncu of to_out (H100,
-      // 2026-12-07) counted R2UR 24 % and IMAD 20 % of this tile's instructions, twice cuBLAS's count; in the uniform
-      // datapath NVRTC's SASS has 140 R2UR fewer at 256 x 168.
-      const h3u32 live = warp_uniform(r0 + 64 < M ? 2u : r0 < M ? 1u : 0u);
-      if (live == 2) gt_mainloop<2>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
-      else if (live == 1) gt_mainloop<1>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
+      // (r0 is warp-uniform, from hopper.cuh's warpgroup_index: this branch keeps the main loop on the uniform datapath)
+      if (r0 + 64 < M) gt_mainloop<2>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
+      else if (r0 < M) gt_mainloop<1>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
       else gt_mainloop<0>(acc0, acc1, sAw, sB, full, empty, peer, lane, s, ph, prefetch);
       // Rows 0-63 of this consumer's half from acc0, rows 64-127 from acc1. The producer refills the ring meanwhile,
       // so the next tile's main loop starts on full stages.

@@ -158,9 +158,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) GB_ENTRY(H3C_PARAMS) {
   const long long rowBase = (long long)blockIdx.z * L;  // the item's first row
   const long long colBase = (long long)blockIdx.y * GB_D;
   const long long q0 = (long long)blockIdx.x * 128;
-  // wg as a value ptxas knows is warp-uniform (hopper.cuh's warp_uniform): the descriptors built from it stay on the
-  // uniform datapath instead of going through R2UR before every wgmma (bench/NOTES.md 2026-12-07 22:01).
-  const int tid = threadIdx.x & 127, wg = (int)warp_uniform(threadIdx.x >> 7);
+  const int tid = threadIdx.x & 127, wg = warpgroup_index();
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   // The counters of this tile's two 64-row query blocks (phase 1 counts the key tiles that added into them), one per
   // head and half of dq's channels: entries 2 * ((row0 * heads + head)) + half of the scratch `dqsem`.
@@ -324,9 +322,7 @@ extern "C" __global__ void __launch_bounds__(GB_P1_THREADS, 1) GB_ENTRY_P1(H3C_P
   const h3bf *dO = (const h3bf *)dob + rowBase * GB_LD + colBase;
   const int x = blockIdx.x, ntiles = (int)((L + GB_KT - 1) / GB_KT);
   const long long k0 = (long long)x * GB_KT;
-  // wg as a value ptxas knows is warp-uniform (hopper.cuh's warp_uniform): the descriptors built from it stay on the
-  // uniform datapath instead of going through R2UR before every wgmma (bench/NOTES.md 2026-12-07 22:01).
-  const int tid = threadIdx.x & 127, wg = (int)warp_uniform(threadIdx.x >> 7);
+  const int tid = threadIdx.x & 127, wg = warpgroup_index();
   const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const int nsub = (int)((L + GB_QSUB - 1) / GB_QSUB);
   const bool firstTile = x == 0, lastTile = x + 1 == ntiles;

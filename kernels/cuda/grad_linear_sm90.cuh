@@ -231,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
   const h3u32 base = (smem_u32(gx_raw) + 1023u) & ~1023u;  // the 128-byte swizzle needs 1,024-byte aligned tiles
   const h3u32 sA = base, sB = base + GX_STAGES * GX_A_BYTES;
   const h3u32 full = sB + GX_STAGES * GX_B_BYTES, empty = full + 8 * GX_STAGES;
-  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int wg = warpgroup_index(), tid = threadIdx.x % 128;
   const long long M = rows;
   const int tilesM = (int)((M + GX_BM - 1) / GX_BM);
 #if GX_CLUSTER == 2
@@ -303,10 +303,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS, 1) GX_ENTRY_P1(H3C_PARA
     regs_alloc<GX_REGS_CONSUMER>();
     const int cw = wg - 1;  // this consumer's 64 rows of the tile
     const int lane = tid % 32, warp = tid / 32, gq = lane >> 2, t4 = lane & 3;
-    // Its rows of the A stage 0, a value ptxas knows is warp-uniform (hopper.cuh's warp_uniform), so the main loop's
-    // descriptors are built on the uniform datapath: from cw (threadIdx) they were built in vector registers and moved
-    // to uniform ones before every wgmma (R2UR; the 256-row forward tile's profile, bench/NOTES.md 2026-12-07 22:01).
-    const h3u32 sAw = warp_uniform(sA + cw * 64 * 128);
+    const h3u32 sAw = sA + cw * 64 * 128;  // its rows of the A stage 0
     float acc[GX_BN / 2];  // never zeroed: each tile's first wgmma writes them without reading
     int s = 0;
     h3u32 ph = 0;

@@ -147,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
   // GW_NARROW: the hand-over of the sum so far between the consumers (two barriers, even and odd hand-overs: a
   // barrier's phase then never runs two ahead of a waiting thread), and its buffer, [GW_BN / 2][128] F32.
   const h3u32 hand = empty + 8 * GW_STAGES, hbufAt = hand + 16;
-  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int wg = warpgroup_index(), tid = threadIdx.x % 128;
   const int tiles = GW_TILES_M * GW_TILES_N;
   const long long units = (item_rows + GR_UNIT - 1) / GR_UNIT;  // per item
   if (threadIdx.x == 0) {
@@ -200,14 +200,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
     regs_alloc<GW_REGS_CONSUMER>();
     const int cw = wg - 1;  // this consumer's 64 rows n of the tile
     const int lane = tid % 32, warp = tid / 32, gq = lane >> 2, t4 = lane & 3;
-    // Its box of the A stage 0 and its index, values ptxas knows are warp-uniform (hopper.cuh's warp_uniform), so the
-    // units' descriptors are built on the uniform datapath: from cw (threadIdx), and under the narrow form's branch on
-    // it, they were built in vector registers and moved to uniform ones before every wgmma (R2UR; the 256-row forward
-    // tile's profile, bench/NOTES.md 2026-12-07 22:01).
-    const h3u32 sAw = warp_uniform(sA + (GW_NARROW ? 0 : cw * GW_BOX_BYTES));
-#if GW_NARROW
-    const h3u32 cwu = warp_uniform((h3u32)cw);
-#endif
+    const h3u32 sAw = sA + (GW_NARROW ? 0 : cw * GW_BOX_BYTES);  // its box of the A stage 0
     int s = 0;
     h3u32 ph = 0;
     float *const out = (float *)dw;
@@ -227,7 +220,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS, 1) GW_ENTRY_P1(H3C_PARA
         for (long long u = 0; u < units; ++u, ++v) {
           const int L = gw_unit_rows(item_rows, u);
           const bool last = u + 1 == units;
-          if ((h3u32)(v & 1) == cwu) {
+          if ((v & 1) == cw) {
             // The unit's partial onto the sum of the units before (handed over by the other consumer), then the new
             // sum handed on, or with the item's last unit stored.
             auto fold = [&](const float *acc) {

@@ -10,6 +10,14 @@
 // Applied to the main loop's operand only: the whole warpgroup index made uniform cost the gate_residual epilogue
 // 16 bytes of spills (ptxas).
 __device__ __forceinline__ h3u32 warp_uniform(h3u32 x) { return __shfl_sync(0xffffffffu, x, 0); }
+// This thread's warpgroup (threadIdx.x / 128), as a value ptxas knows is warp-uniform (call where the whole warp runs,
+// as at a kernel's start). Everything the kernels derive from it (a consumer's rows of a stage, its tile rows, the
+// branches on them) then stays on the uniform datapath: from threadIdx, ptxas built the wgmma descriptors in vector
+// registers and moved them to uniform ones before every wgmma (R2UR, four a wgmma in the 256-row tile: ncu counted
+// R2UR 24 % and IMAD 20 % of its instructions, bench/NOTES.md 2026-12-07 22:01). gemm_sm90.cuh keeps threadIdx's and
+// makes only its A rows uniform: with this, some of its variants spilled 16 bytes (gate_residual, half a k-block in
+// flight; ptxas -v).
+__device__ __forceinline__ int warpgroup_index() { return (int)warp_uniform(threadIdx.x / 128); }
 
 // ---- mbarriers (shared-memory addresses) ----
 __device__ __forceinline__ void mbar_init(h3u32 bar, h3u32 count) {
